@@ -1,0 +1,45 @@
+// Attention over paged KV. One entry point serves the three uses Attic needs:
+//  (a) causal prefill / decode: query i attends to slots [0, kv_end[i]);
+//  (b) queries at arbitrary positions attending to an explicit KV set (partial
+//      recompute when linking cached chunks): pass kv_end per query and/or `indices`;
+//  (c) sparse decoding over a list of token indices (PQ top-k): pass `indices`.
+// Slots are the sequence's KV entries in order; RoPE has already been applied to both q
+// and the K stored in the compute buffer.
+//
+// Thread-safety: stateless; parallelises internally over the pool.
+#pragma once
+
+#include <cstdint>
+
+#include "attic/backend/thread_pool.h"
+
+namespace attic::attention {
+
+// One layer's KV of one sequence, in a paged pool.
+// Layout of each block: K and V are separate arrays, each [n_kv_heads][block_size][head_dim] f32.
+// Slot s lives in block block_table[s / block_size] at row s % block_size.
+struct KvLayerView {
+  const float* k_pool = nullptr;   // this layer's K storage; block b starts at k_pool + b * block_stride
+  const float* v_pool = nullptr;
+  int64_t block_stride = 0;        // floats per block (= n_kv_heads * block_size * head_dim)
+  int block_size = 0;
+  const int32_t* block_table = nullptr;
+  int n_slots = 0;                 // slots that hold valid KV
+};
+
+struct AttentionShape {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0;  // usually 1/sqrt(head_dim)
+};
+
+// q:   [n_q, n_heads, head_dim]
+// out: [n_q, n_heads, head_dim]
+// kv_end[i]: query i sees slots < kv_end[i] (must be >= 1 and <= kv.n_slots).
+// indices (optional, ascending, < n_slots): if non-null, only these slots are visible
+//   (still limited by kv_end[i]).
+void Attend(backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q, const int32_t* kv_end,
+            const int32_t* indices, int n_indices, const KvLayerView& kv, float* out);
+
+}  // namespace attic::attention

@@ -1,0 +1,56 @@
+#include "attic/backend/cpu_features.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace attic::backend {
+
+const CpuFeatures& GetCpuFeatures() {
+  static const CpuFeatures f = [] {
+    CpuFeatures c;
+    __builtin_cpu_init();
+    c.avx2 = __builtin_cpu_supports("avx2");
+    c.fma = __builtin_cpu_supports("fma");
+    c.f16c = c.avx2;  // every AVX2 CPU Attic targets has F16C; checked again below
+    c.avx512f = __builtin_cpu_supports("avx512f");
+    c.avx512bw = __builtin_cpu_supports("avx512bw");
+    c.avx512vl = __builtin_cpu_supports("avx512vl");
+    c.avx512dq = __builtin_cpu_supports("avx512dq");
+#if defined(__GNUC__) && __GNUC__ >= 12
+    c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+    unsigned eax, ebx, ecx, edx;
+    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+    c.f16c = (ecx >> 29) & 1;
+    return c;
+  }();
+  return f;
+}
+
+Isa ActiveIsa() {
+  static const Isa isa = [] {
+    const CpuFeatures& f = GetCpuFeatures();
+    Isa best = Isa::kGeneric;
+    if (f.avx2 && f.fma && f.f16c) best = Isa::kAvx2;
+    if (best == Isa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = Isa::kAvx512;
+    if (const char* cap = std::getenv("ATTIC_ISA")) {
+      Isa want = best;
+      if (std::strcmp(cap, "generic") == 0) want = Isa::kGeneric;
+      if (std::strcmp(cap, "avx2") == 0) want = Isa::kAvx2;
+      if (static_cast<int>(want) < static_cast<int>(best)) best = want;
+    }
+    return best;
+  }();
+  return isa;
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return "generic";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace attic::backend
