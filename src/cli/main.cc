@@ -1,1 +1,54 @@
-int main() { return 0; }
+// attic: the command-line front end (generate, chat, bench, make-model, ...).
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace attic::cli {
+
+std::string DefaultModelPath() {
+  if (const char* env = std::getenv("ATTIC_MODEL")) return env;
+  return "../shared/models/stories260K-hf";
+}
+
+void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
+  f->model = DefaultModelPath();
+  cmd->add_option("-m,--model", f->model, "HF model directory or GGUF file ($ATTIC_MODEL)")->capture_default_str();
+  cmd->add_option("-t,--threads", f->threads, "compute threads (0 = all CPUs)")->capture_default_str();
+  cmd->add_option("-c,--ctx", f->ctx, "context window in tokens (0 = the model's maximum)")->capture_default_str();
+  cmd->add_option("-b,--batch", f->batch, "tokens per forward step (prefill chunk)")->capture_default_str();
+  cmd->add_option("--chat-template", f->chat_template, "chat template family: chatml, llama3, llama2 (default: detect)");
+}
+
+engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
+  engine::EngineOptions o;
+  o.model_path = f.model;
+  o.n_threads = f.threads;
+  o.context_length = f.ctx;
+  o.max_batch_tokens = f.batch;
+  o.chat_template = f.chat_template;
+  o.show_progress = progress;
+  return o;
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "attic: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+}  // namespace attic::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"Attic: an LLM inference server whose core is a KV-cache store"};
+  app.require_subcommand(1);
+  attic::cli::RunFn run;
+  attic::cli::AddGenerateCommand(app, &run);
+  attic::cli::AddChatCommand(app, &run);
+  attic::cli::AddBenchCommand(app, &run);
+  attic::cli::AddMakeModelCommand(app, &run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return run ? run() : 0;
+}

@@ -2,6 +2,11 @@
 // i pairs with i + head_dim/2). Positions are per token, so KV that re-enters the
 // compute buffer can be rotated to whatever position it now has.
 //
+// Numerics match Hugging Face transformers in float32: inv_freq = 1 / theta^(2i/d) in f32,
+// angle = f32(position) * inv_freq in f32, then cos/sin of that f32 angle (computed in
+// double and rounded, i.e. within half an ulp of torch's f32 cos/sin). Angles for positions
+// below table_positions() are tabulated at construction; later ones are computed on the fly.
+//
 // Thread-safety: RopeTable is immutable after construction.
 #pragma once
 
@@ -16,8 +21,14 @@ class RopeTable {
  public:
   // Inverse frequencies from rope_theta and rope_scaling (linear, llama3).
   RopeTable(const model::ModelConfig& config);
+  // Same, from the fields alone. head_dim must be even.
+  RopeTable(int head_dim, float rope_theta, const model::RopeScaling& scaling, int max_position_embeddings = 2048);
   int head_dim() const { return head_dim_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  int table_positions() const { return table_positions_; }
+
+  // cos/sin of the angles for one position: each [head_dim / 2].
+  void CosSin(int32_t position, float* cos_out, float* sin_out) const;
 
   // x: [n_tokens, n_heads, head_dim]; rotates token t by positions[t]. In place.
   void Apply(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const;
@@ -28,6 +39,8 @@ class RopeTable {
   void Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* positions, float sign) const;
   int head_dim_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  int table_positions_ = 0;
+  std::vector<float> cos_, sin_;  // [table_positions_][head_dim / 2]
 };
 
 }  // namespace attic::attention

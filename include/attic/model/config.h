@@ -37,6 +37,9 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+  // Sliding-window attention span in tokens (Mistral's `sliding_window`, Qwen2's when
+  // `use_sliding_window`); 0 = full causal attention.
+  int sliding_window = 0;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   DType torch_dtype = DType::kF32;  // dtype named by the checkpoint
@@ -47,10 +50,25 @@ struct ModelConfig {
   Status Validate() const;
 };
 
-// Parses config.json text. Unsupported architectures -> Unimplemented naming the field.
+// Parses config.json text. Unsupported architectures (or rope scaling types) ->
+// Unimplemented naming them and the supported ones; malformed JSON -> DataLoss; values
+// of the wrong type or out of range -> InvalidArgument. The result is Validate()d.
 StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text);
 
-// Serialises back to a config.json (used by `attic make-model`).
+// Serialises back to a config.json (used by `attic make-model`); ParseHfConfig inverts it.
 std::string HfConfigToJson(const ModelConfig& c);
+
+// The architectures ParseHfConfig accepts, e.g. "LlamaForCausalLM".
+const std::vector<std::string>& SupportedArchitectures();
+
+// RoPE inverse frequencies theta^(-2i/head_dim), i in [0, head_dim/2), with the config's
+// rope scaling applied (linear: divided by factor; llama3: per-frequency smooth factor,
+// as in transformers' _compute_llama3_parameters). REQUIRES: c.Validate().ok().
+std::vector<float> RopeInvFrequencies(const ModelConfig& c);
+
+// The parts of the config that change what the model computes (sizes, eps, RoPE,
+// biases, sliding window), as a stable text; part of the model fingerprint. Leaves out
+// metadata such as token ids, max_position_embeddings and torch_dtype.
+std::string CanonicalConfigString(const ModelConfig& c);
 
 }  // namespace attic::model

@@ -1,0 +1,27 @@
+# Attic: the two commands a fresh Debian 12 machine needs.
+#   make run   install missing packages, build, start Attic on the default model
+#   make test  install missing packages, build, run every test
+SHARED ?= $(abspath ../shared)
+MODEL  ?= $(SHARED)/models/stories260K-hf
+BUILD  ?= build
+JOBS   ?= $(shell nproc)
+
+.PHONY: all deps build run test bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	$(BUILD)/attic chat --model $(MODEL)
+
+test: build
+	cd $(BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,107 @@
+// Engine: a loaded model with its tokenizer, thread pool, KV block pool and forward
+// pass; Session: one conversation on it, whose KV persists across turns so a new turn
+// prefills only the tokens its prompt does not share with what is already cached.
+//
+// Thread-safety: an Engine and its Sessions are driven from one thread at a time (the
+// server's step loop, or the CLI).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attic/backend/thread_pool.h"
+#include "attic/core/status.h"
+#include "attic/engine/sampler.h"
+#include "attic/engine/transformer.h"
+#include "attic/kv/block_pool.h"
+#include "attic/model/model.h"
+#include "attic/tokenizer/chat_template.h"
+#include "attic/tokenizer/tokenizer.h"
+
+namespace attic::engine {
+
+struct EngineOptions {
+  std::string model_path;
+  int n_threads = 0;            // 0 = every online CPU
+  int context_length = 0;       // 0 = the model's max_position_embeddings
+  int max_batch_tokens = 512;   // tokens per forward step (prefill chunk size)
+  int kv_block_size = 16;       // tokens per KV block
+  int64_t kv_cache_bytes = 0;   // compute-buffer KV budget; 0 = one full context
+  std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
+  bool show_progress = false;   // progress bar on stderr while loading
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
+
+  const model::Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  Transformer& transformer() { return *transformer_; }
+  kv::BlockPool& kv_pool() { return *kv_pool_; }
+  backend::ThreadPool& threads() { return *threads_; }
+  int context_length() const { return context_length_; }
+  const EngineOptions& options() const { return options_; }
+
+  // Token ids of `text`; InvalidArgument for invalid UTF-8.
+  StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos = true) const;
+  // Renders a conversation with the model's chat template (InvalidArgument naming
+  // --chat-template when the model has none Attic recognises).
+  StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages) const;
+  // Token ids that end generation: EOS plus the chat family's end-of-turn tokens.
+  const std::vector<int32_t>& stop_token_ids() const { return stop_ids_; }
+
+ private:
+  Engine() = default;
+  EngineOptions options_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<backend::ThreadPool> threads_;
+  std::unique_ptr<Transformer> transformer_;
+  std::unique_ptr<kv::BlockPool> kv_pool_;
+  int context_length_ = 0;
+  StatusOr<tokenizer::ChatTemplateKind> chat_kind_ = InvalidArgumentError("no chat template");
+  std::vector<int32_t> stop_ids_;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;     // generated ids (a stop token is not included)
+  std::string text;                // their text, cut before any stop string
+  std::string finish_reason;       // "stop" or "length"
+  int n_prompt_tokens = 0;
+  int n_cached_tokens = 0;         // prompt tokens whose KV was reused
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Called with each new piece of text (valid UTF-8); return false to cancel.
+using TextCallback = std::function<bool(const std::string& piece)>;
+
+class Session {
+ public:
+  explicit Session(Engine& engine);
+
+  // Generates a continuation of `prompt` (the whole context for this turn). KV already
+  // held for a common prefix of `prompt` is reused; the rest is prefilled in chunks.
+  // OutOfRange if the prompt does not fit the context window.
+  StatusOr<GenerationResult> Generate(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                      const TextCallback& on_text = nullptr);
+
+  // Runs the prompt through the model (reusing cached KV) and returns the last token's
+  // logits, without sampling. Used by tests and benchmarks.
+  StatusOr<std::vector<float>> Prefill(const std::vector<int32_t>& prompt, int* n_cached = nullptr);
+  // Feeds one token and returns its logits.
+  StatusOr<std::vector<float>> Step(int32_t token);
+
+  kv::SequenceKv& kv() { return seq_; }
+  // Forgets the cached KV.
+  void Reset() { seq_.Release(); }
+
+ private:
+  Engine& engine_;
+  kv::SequenceKv seq_;
+};
+
+}  // namespace attic::engine

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages Attic builds and tests with, if any is missing.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git
+      libopenblas-dev libdnnl-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev liburing-dev libxxhash-dev libzstd-dev
+      python3 python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,141 @@
+// `attic bench`: prefill and decode throughput of the engine, llama-bench style:
+// ppN = one prompt of N random tokens from an empty cache; tgN = N single-token decode
+// steps after a 512-token prompt. Prints a table and JSON (medians over --reps).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "attic/backend/cpu_features.h"
+#include "cli/commands.h"
+
+namespace attic::cli {
+
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  std::vector<int> prompt_lengths{512, 2048};
+  int n_gen = 128;
+  int gen_after = 512;
+  int reps = 3;
+  std::string json_out;
+};
+
+double PeakRssMiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+int RunBench(const BenchFlags& f) {
+  ModelFlags mf = f.model;
+  int max_prompt = std::max(f.gen_after + f.n_gen, *std::max_element(f.prompt_lengths.begin(), f.prompt_lengths.end()));
+  if (mf.ctx == 0) mf.ctx = max_prompt + 1;
+  auto eng = engine::Engine::Load(ToEngineOptions(mf, true));
+  if (!eng.ok()) return Fail(eng.status());
+  engine::Engine& e = **eng;
+  const auto& cfg = e.model().config();
+  const int vocab = cfg.vocab_size;
+  nlohmann::json out;
+  out["model"] = mf.model;
+  out["weight_dtype"] = DTypeName(e.model().weight_dtype());
+  out["threads"] = e.threads().n_threads();
+  out["isa"] = backend::IsaName(backend::ActiveIsa());
+  out["batch"] = mf.batch;
+  out["params"] = e.model().weight_bytes();
+  nlohmann::json results = nlohmann::json::array();
+  using Clock = std::chrono::steady_clock;
+  engine::Session session(e);
+
+  for (int n : f.prompt_lengths) {
+    if (n > e.context_length()) {
+      std::fprintf(stderr, "skipping pp%d: longer than the context window (%d)\n", n, e.context_length());
+      continue;
+    }
+    std::vector<double> tps;
+    for (int r = 0; r < f.reps; ++r) {
+      session.Reset();
+      auto prompt = RandomTokens(n, vocab, 1000 + r);
+      auto t0 = Clock::now();
+      auto logits = session.Prefill(prompt);
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!logits.ok()) return Fail(logits.status());
+      tps.push_back(n / s);
+      std::fprintf(stderr, "pp%d rep %d: %.1f tok/s\n", n, r + 1, n / s);
+    }
+    results.push_back({{"test", "pp" + std::to_string(n)}, {"n_prompt", n}, {"n_gen", 0},
+                       {"tokens_per_s", Median(tps)}, {"samples", tps}});
+  }
+  if (f.n_gen > 0 && f.gen_after + f.n_gen <= e.context_length()) {
+    std::vector<double> tps;
+    for (int r = 0; r < f.reps; ++r) {
+      session.Reset();
+      auto prompt = RandomTokens(f.gen_after, vocab, 2000 + r);
+      auto logits = session.Prefill(prompt);
+      if (!logits.ok()) return Fail(logits.status());
+      int32_t tok = engine::Argmax(logits->data(), vocab);
+      auto t0 = Clock::now();
+      for (int i = 0; i < f.n_gen; ++i) {
+        auto l = session.Step(tok);
+        if (!l.ok()) return Fail(l.status());
+        tok = engine::Argmax(l->data(), vocab);
+      }
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      tps.push_back(f.n_gen / s);
+      std::fprintf(stderr, "tg%d@%d rep %d: %.1f tok/s\n", f.n_gen, f.gen_after, r + 1, f.n_gen / s);
+    }
+    results.push_back({{"test", "tg" + std::to_string(f.n_gen)}, {"n_prompt", f.gen_after}, {"n_gen", f.n_gen},
+                       {"tokens_per_s", Median(tps)}, {"samples", tps}});
+  }
+  out["results"] = results;
+  out["peak_rss_mib"] = PeakRssMiB();
+
+  std::printf("| model | dtype | test | tokens/s (median of %d) |\n|---|---|---|---|\n", f.reps);
+  for (const auto& r : results) {
+    std::printf("| %s | %s | %s | %.1f |\n", mf.model.c_str(), out["weight_dtype"].get<std::string>().c_str(),
+                r["test"].get<std::string>().c_str(), r["tokens_per_s"].get<double>());
+  }
+  std::printf("peak RSS: %.0f MiB\n", out["peak_rss_mib"].get<double>());
+  std::string js = out.dump(2);
+  std::printf("%s\n", js.c_str());
+  if (!f.json_out.empty()) {
+    std::ofstream(f.json_out) << js << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, RunFn* run) {
+  auto* cmd = app.add_subcommand("bench", "prefill and decode tokens/s, peak RSS (table + JSON)");
+  auto f = std::make_shared<BenchFlags>();
+  AddModelFlags(cmd, &f->model);
+  f->model.threads = 2;
+  cmd->add_option("-p,--prompt-lengths", f->prompt_lengths, "prompt lengths to prefill")->capture_default_str();
+  cmd->add_option("-n,--n-gen", f->n_gen, "tokens to decode (0 = skip)")->capture_default_str();
+  cmd->add_option("--gen-after", f->gen_after, "prompt length before decoding")->capture_default_str();
+  cmd->add_option("-r,--reps", f->reps, "repetitions (median reported)")->capture_default_str();
+  cmd->add_option("--json", f->json_out, "also write the JSON to this file");
+  cmd->callback([run, f] { *run = [f] { return RunBench(*f); }; });
+}
+
+}  // namespace attic::cli

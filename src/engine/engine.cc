@@ -1,0 +1,193 @@
+#include "attic/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "attic/core/file.h"
+#include "attic/core/progress.h"
+
+namespace attic::engine {
+
+StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  model::LoadOptions lo;
+  std::unique_ptr<ProgressBar> bar;
+  if (options.show_progress) {
+    lo.progress = [&bar](uint64_t done, uint64_t total) {
+      if (!bar) bar = std::make_unique<ProgressBar>("loading model", total, StderrIsTerminal());
+      bar->Update(done);
+    };
+  }
+  ATTIC_ASSIGN_OR_RETURN(e->model_, model::Model::Load(options.model_path, lo));
+  if (bar) bar->Finish();
+  const model::Model& m = *e->model_;
+  if (m.gguf_tokenizer() != nullptr) {
+    ATTIC_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromGguf(*m.gguf_tokenizer()));
+  } else {
+    ATTIC_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromDirectory(m.path()));
+  }
+  if (e->tokenizer_->vocab_size() > m.config().vocab_size) {
+    return InvalidArgumentError("tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
+                                " tokens but the model's vocabulary is " + std::to_string(m.config().vocab_size));
+  }
+  const auto& cfg = m.config();
+  e->context_length_ = options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
+  if (e->context_length_ <= 0) return InvalidArgumentError("context length must be positive");
+  if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
+  if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
+  e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
+  e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens);
+  kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
+  int n_blocks = options.kv_cache_bytes > 0
+                     ? kv::BlockPool::BlocksForBudget(shape, options.kv_cache_bytes)
+                     : (e->context_length_ + options.kv_block_size - 1) / options.kv_block_size + 1;
+  e->kv_pool_ = std::make_unique<kv::BlockPool>(shape, n_blocks);
+
+  // Chat template: the flag wins, else detect from the model.
+  if (!options.chat_template.empty()) {
+    e->chat_kind_ = tokenizer::ParseChatTemplateKind(options.chat_template);
+    if (!e->chat_kind_.ok()) return e->chat_kind_.status();
+  } else {
+    std::string text = m.chat_template().empty() ? e->tokenizer_->chat_template() : m.chat_template();
+    e->chat_kind_ = tokenizer::DetectChatTemplate(text);
+  }
+  // Stop tokens.
+  for (int id : cfg.eos_token_ids) e->stop_ids_.push_back(id);
+  if (e->tokenizer_->eos_id() >= 0) e->stop_ids_.push_back(e->tokenizer_->eos_id());
+  if (e->chat_kind_.ok()) {
+    for (const auto& s : tokenizer::ChatStopTokens(*e->chat_kind_)) {
+      int32_t id = e->tokenizer_->TokenId(s);
+      if (id >= 0) e->stop_ids_.push_back(id);
+    }
+  }
+  std::sort(e->stop_ids_.begin(), e->stop_ids_.end());
+  e->stop_ids_.erase(std::unique(e->stop_ids_.begin(), e->stop_ids_.end()), e->stop_ids_.end());
+  return e;
+}
+
+StatusOr<std::vector<int32_t>> Engine::Tokenize(const std::string& text, bool add_bos) const {
+  tokenizer::EncodeOptions eo;
+  eo.add_bos = add_bos;
+  return tokenizer_->Encode(text, eo);
+}
+
+StatusOr<std::string> Engine::RenderChat(const std::vector<tokenizer::ChatMessage>& messages) const {
+  if (!chat_kind_.ok()) return chat_kind_.status();
+  tokenizer::ChatRenderOptions ro;
+  if (tokenizer_->bos_id() >= 0) ro.bos_token = tokenizer_->TokenText(tokenizer_->bos_id());
+  if (tokenizer_->eos_id() >= 0) ro.eos_token = tokenizer_->TokenText(tokenizer_->eos_id());
+  std::string tmpl = model_->chat_template().empty() ? tokenizer_->chat_template() : model_->chat_template();
+  const std::string smol = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+  const std::string qwen = "You are a helpful assistant.";
+  if (tmpl.find(smol) != std::string::npos) ro.default_system_prompt = smol;
+  else if (tmpl.find("<|im_start|>system\\n" + qwen) != std::string::npos || tmpl.find("<|im_start|>system\n" + qwen) != std::string::npos)
+    ro.default_system_prompt = qwen;
+  return tokenizer::RenderChat(*chat_kind_, messages, ro);
+}
+
+Session::Session(Engine& engine) : engine_(engine), seq_(&engine.kv_pool()) {}
+
+StatusOr<std::vector<float>> Session::Prefill(const std::vector<int32_t>& prompt, int* n_cached) {
+  if (prompt.empty()) return InvalidArgumentError("prompt is empty");
+  if (static_cast<int>(prompt.size()) > engine_.context_length()) {
+    return OutOfRangeError("prompt of " + std::to_string(prompt.size()) + " tokens exceeds the context window of " +
+                           std::to_string(engine_.context_length()) + " tokens");
+  }
+  // Longest common prefix with what is cached; at least the last prompt token is run so
+  // that its logits exist.
+  const auto& have = seq_.tokens();
+  size_t lcp = 0;
+  while (lcp < have.size() && lcp < prompt.size() && have[lcp] == prompt[lcp]) ++lcp;
+  if (lcp == prompt.size()) --lcp;
+  seq_.Truncate(static_cast<int>(lcp));
+  if (n_cached) *n_cached = static_cast<int>(lcp);
+  Transformer& tf = engine_.transformer();
+  std::vector<float> logits;
+  size_t pos = lcp;
+  while (pos < prompt.size()) {
+    size_t n = std::min<size_t>(prompt.size() - pos, tf.max_batch_tokens());
+    std::vector<BatchEntry> batch(1);
+    batch[0].seq = &seq_;
+    batch[0].tokens.assign(prompt.begin() + pos, prompt.begin() + pos + n);
+    batch[0].want_logits = pos + n == prompt.size();
+    Status st = tf.Forward(batch, &logits);
+    if (!st.ok()) {
+      seq_.Truncate(static_cast<int>(lcp));
+      return st;
+    }
+    pos += n;
+  }
+  return logits;
+}
+
+StatusOr<std::vector<float>> Session::Step(int32_t token) {
+  if (seq_.n_slots() >= engine_.context_length()) {
+    return OutOfRangeError("context window of " + std::to_string(engine_.context_length()) + " tokens is full");
+  }
+  std::vector<BatchEntry> batch(1);
+  batch[0].seq = &seq_;
+  batch[0].tokens = {token};
+  std::vector<float> logits;
+  ATTIC_RETURN_IF_ERROR(engine_.transformer().Forward(batch, &logits));
+  return logits;
+}
+
+StatusOr<GenerationResult> Session::Generate(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                             const TextCallback& on_text) {
+  ATTIC_RETURN_IF_ERROR(params.Validate());
+  using Clock = std::chrono::steady_clock;
+  GenerationResult r;
+  r.n_prompt_tokens = static_cast<int>(prompt.size());
+  auto t0 = Clock::now();
+  ATTIC_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(prompt, &r.n_cached_tokens));
+  auto t1 = Clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+
+  Sampler sampler(params);
+  tokenizer::StreamDecoder decoder(engine_.tokenizer());
+  std::vector<int32_t> stops = engine_.stop_token_ids();
+  stops.insert(stops.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
+  const int vocab = engine_.model().config().vocab_size;
+  size_t emitted = 0;  // bytes of r.text already passed to on_text
+  r.finish_reason = "length";
+  bool cancelled = false;
+  for (int i = 0; i < params.max_tokens; ++i) {
+    int32_t tok = sampler.Sample(logits.data(), vocab);
+    if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+      r.finish_reason = "stop";
+      break;
+    }
+    r.tokens.push_back(tok);
+    size_t before = r.text.size();
+    r.text += decoder.Push(tok);
+    size_t cut = FindStopString(r.text, params.stop_strings, before);
+    if (cut != std::string::npos) {
+      r.text.resize(cut);
+      r.finish_reason = "stop";
+      break;
+    }
+    size_t safe = r.text.size() - StopPrefixHoldback(r.text, params.stop_strings);
+    if (on_text && safe > emitted) {
+      if (!on_text(r.text.substr(emitted, safe - emitted))) {
+        cancelled = true;
+        emitted = safe;
+        break;
+      }
+      emitted = safe;
+    }
+    if (i + 1 == params.max_tokens) break;
+    if (seq_.n_slots() >= engine_.context_length()) break;  // window full: "length"
+    ATTIC_ASSIGN_OR_RETURN(logits, Step(tok));
+  }
+  if (r.finish_reason == "length" && !cancelled) {
+    std::string tail = decoder.Flush();
+    r.text += tail;
+  }
+  if (on_text && r.text.size() > emitted && !cancelled) on_text(r.text.substr(emitted));
+  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  if (cancelled) return CancelledError("generation cancelled by the caller");
+  return r;
+}
+
+}  // namespace attic::engine

@@ -1,0 +1,106 @@
+#include "attic/kv/block_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace attic::kv {
+
+BlockPool::BlockPool(const KvShape& shape, int n_blocks) : shape_(shape), n_blocks_(n_blocks) {
+  ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
+  size_t bytes = static_cast<size_t>(n_blocks) * shape.block_stride() * sizeof(float);
+  k_.resize(shape.n_layers);
+  v_.resize(shape.n_layers);
+  for (int l = 0; l < shape.n_layers; ++l) {
+    k_[l].Resize(bytes);
+    v_[l].Resize(bytes);
+  }
+  free_.reserve(n_blocks);
+  for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+int BlockPool::BlocksForBudget(const KvShape& shape, int64_t budget_bytes) {
+  int64_t n = budget_bytes / shape.block_bytes();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 30)));
+}
+
+StatusOr<int32_t> BlockPool::Allocate() {
+  if (free_.empty()) {
+    return ResourceExhaustedError("KV cache is full (" + std::to_string(n_blocks_) + " blocks of " +
+                                  std::to_string(shape_.block_size) + " tokens)");
+  }
+  int32_t b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void BlockPool::Free(int32_t block) {
+  ATTIC_CHECK(block >= 0 && block < n_blocks_);
+  free_.push_back(block);
+}
+
+Status SequenceKv::Append(const int32_t* tokens, const int32_t* positions, int n) {
+  const int bs = pool_->shape().block_size;
+  int need_slots = n_slots() + n;
+  int need_blocks = (need_slots + bs - 1) / bs - static_cast<int>(blocks_.size());
+  if (need_blocks > pool_->n_free()) {
+    return ResourceExhaustedError("KV cache is full: need " + std::to_string(need_blocks) + " more blocks, " +
+                                  std::to_string(pool_->n_free()) + " free");
+  }
+  for (int i = 0; i < need_blocks; ++i) blocks_.push_back(*pool_->Allocate());
+  tokens_.insert(tokens_.end(), tokens, tokens + n);
+  positions_.insert(positions_.end(), positions, positions + n);
+  return OkStatus();
+}
+
+void SequenceKv::Truncate(int n) {
+  if (n >= n_slots()) return;
+  tokens_.resize(n);
+  positions_.resize(n);
+  const int bs = pool_->shape().block_size;
+  size_t keep = static_cast<size_t>((n + bs - 1) / bs);
+  while (blocks_.size() > keep) {
+    pool_->Free(blocks_.back());
+    blocks_.pop_back();
+  }
+}
+
+void SequenceKv::Release() {
+  for (int32_t b : blocks_) pool_->Free(b);
+  blocks_.clear();
+  tokens_.clear();
+  positions_.clear();
+}
+
+void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const float* v) {
+  const KvShape& s = pool_->shape();
+  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+  for (int i = 0; i < n; ++i) {
+    int slot = first + i;
+    int32_t b = blocks_[slot / bs];
+    int row = slot % bs;
+    float* kb = pool_->k_block(layer, b);
+    float* vb = pool_->v_block(layer, b);
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      std::memcpy(kb + (static_cast<int64_t>(h) * bs + row) * hd, k + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);
+      std::memcpy(vb + (static_cast<int64_t>(h) * bs + row) * hd, v + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);
+    }
+  }
+}
+
+void SequenceKv::ReadKv(int layer, int first, int n, float* k, float* v) const {
+  const KvShape& s = pool_->shape();
+  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+  for (int i = 0; i < n; ++i) {
+    int slot = first + i;
+    int32_t b = blocks_[slot / bs];
+    int row = slot % bs;
+    const float* kb = pool_->k_block(layer, b);
+    const float* vb = pool_->v_block(layer, b);
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      std::memcpy(k + static_cast<int64_t>(i) * kvd + h * hd, kb + (static_cast<int64_t>(h) * bs + row) * hd, hd * 4);
+      std::memcpy(v + static_cast<int64_t>(i) * kvd + h * hd, vb + (static_cast<int64_t>(h) * bs + row) * hd, hd * 4);
+    }
+  }
+}
+
+}  // namespace attic::kv
