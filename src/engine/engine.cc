@@ -78,11 +78,7 @@ StatusOr<std::string> Engine::RenderChat(const std::vector<tokenizer::ChatMessag
   if (tokenizer_->bos_id() >= 0) ro.bos_token = tokenizer_->TokenText(tokenizer_->bos_id());
   if (tokenizer_->eos_id() >= 0) ro.eos_token = tokenizer_->TokenText(tokenizer_->eos_id());
   std::string tmpl = model_->chat_template().empty() ? tokenizer_->chat_template() : model_->chat_template();
-  const std::string smol = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-  const std::string qwen = "You are a helpful assistant.";
-  if (tmpl.find(smol) != std::string::npos) ro.default_system_prompt = smol;
-  else if (tmpl.find("<|im_start|>system\\n" + qwen) != std::string::npos || tmpl.find("<|im_start|>system\n" + qwen) != std::string::npos)
-    ro.default_system_prompt = qwen;
+  ro.default_system_prompt = tokenizer::DefaultSystemPrompt(tmpl);
   return tokenizer::RenderChat(*chat_kind_, messages, ro);
 }
 
