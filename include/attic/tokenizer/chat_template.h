@@ -27,7 +27,9 @@ StatusOr<ChatTemplateKind> DetectChatTemplate(const std::string& jinja_text);
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
-  std::string bos_token = "<s>";            // Llama-2 / Llama-3 (Llama-3 uses <|begin_of_text|>)
+  // Llama-2 / Llama-3. Llama-3 uses <|begin_of_text|>; for kLlama3 the default "<s>"
+  // is taken to mean that.
+  std::string bos_token = "<s>";
   std::string eos_token = "</s>";
   // ChatML templates of SmolLM2 insert this system prompt when none is given ("" = none).
   std::string default_system_prompt;
@@ -37,6 +39,11 @@ struct ChatRenderOptions {
 // InvalidArgument for unknown roles or (Llama-2) roles out of order.
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                                  const ChatRenderOptions& opts = {});
+
+// The system prompt a ChatML template inserts when the conversation has none, read
+// from the template text: SmolLM2's "You are a helpful AI assistant named SmolLM, ...",
+// Qwen2's "You are a helpful assistant.". "" if the template has no such default.
+std::string DefaultSystemPrompt(const std::string& jinja_text);
 
 // Strings that end an assistant turn in this family (e.g. "<|im_end|>", "<|eot_id|>").
 std::vector<std::string> ChatStopTokens(ChatTemplateKind kind);

@@ -58,6 +58,9 @@ class Tokenizer {
   virtual bool add_bos() const = 0;
   // Chat template text from tokenizer_config.json / GGUF ("" if none).
   virtual const std::string& chat_template() const = 0;
+  // True for SentencePiece-style tokenizers, whose decoder drops the space that the
+  // normalizer put before the first word ("▁Hello" -> "Hello"). StreamDecoder uses it.
+  virtual bool StripsLeadingSpace() const { return false; }
 };
 
 // Turns a stream of token ids into text that is always valid UTF-8: bytes of an
