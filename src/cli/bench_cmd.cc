@@ -65,6 +65,13 @@ int RunBench(const BenchFlags& f) {
   nlohmann::json results = nlohmann::json::array();
   using Clock = std::chrono::steady_clock;
   engine::Session session(e);
+  {  // Warm-up, as llama-bench does: first-use costs (GEMM primitive creation, page
+     // faults on the mapped weights) are not throughput.
+    auto w = session.Prefill(RandomTokens(std::min(64, e.context_length() - 2), vocab, 7));
+    if (!w.ok()) return Fail(w.status());
+    auto s = session.Step(0);
+    if (!s.ok()) return Fail(s.status());
+  }
 
   for (int n : f.prompt_lengths) {
     if (n > e.context_length()) {

@@ -1,0 +1,174 @@
+// attention_bench: throughput of attic::attention::Attend on the model shapes Attic
+// targets. Prefill is causal over N tokens (n_q = n_kv = N, one layer, compute-bound);
+// decode is one query over N slots, cycling through n_layers distinct KV layers so the
+// KV comes from DRAM as in a real decode step.
+//
+// FLOPs count the work the causal mask leaves: 4 * head_dim * n_heads * sum_i visible(i)
+// (QK^T and PV, 2 FLOPs per multiply-add). Decode also reports KV bytes read per second.
+//
+// Usage: attention_bench [--threads N] [--reps N] [--json-only]
+// ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
+// Output: a human table, then one JSON object on the last line.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attic/attention/attention.h"
+#include "attic/backend/cpu_features.h"
+#include "attic/backend/thread_pool.h"
+
+namespace {
+
+using attic::attention::AttentionShape;
+using attic::attention::KvLayerView;
+
+struct ModelShape {
+  const char* name;
+  int n_heads, n_kv_heads, head_dim, n_layers;
+};
+
+// 64-byte aligned float storage (the KV pool's alignment: rows then start on cache lines).
+struct AlignedFloats {
+  explicit AlignedFloats(size_t n = 0)
+      : p(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))), size(n) {}
+  AlignedFloats(AlignedFloats&& o) noexcept : p(o.p), size(o.size) { o.p = nullptr; }
+  AlignedFloats& operator=(AlignedFloats&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(size, o.size);
+    return *this;
+  }
+  ~AlignedFloats() { std::free(p); }
+  float* p;
+  size_t size;
+};
+
+// One layer's paged KV with blocks in shuffled order (as a block pool would hand them out).
+struct Layer {
+  AlignedFloats k, v;
+  std::vector<int32_t> table;
+  KvLayerView view;
+};
+
+constexpr int kBlockSize = 16;
+
+Layer MakeLayer(const ModelShape& m, int n_slots, std::mt19937& rng) {
+  Layer l;
+  const int n_blocks = (n_slots + kBlockSize - 1) / kBlockSize;
+  const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * kBlockSize * m.head_dim;
+  l.table.resize(n_blocks);
+  for (int i = 0; i < n_blocks; ++i) l.table[i] = i;
+  std::shuffle(l.table.begin(), l.table.end(), rng);
+  l.k = AlignedFloats(static_cast<size_t>(n_blocks) * stride);
+  l.v = AlignedFloats(l.k.size);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t i = 0; i < l.k.size; ++i) l.k.p[i] = u(rng);
+  for (size_t i = 0; i < l.v.size; ++i) l.v.p[i] = u(rng);
+  l.view.k_pool = l.k.p;
+  l.view.v_pool = l.v.p;
+  l.view.block_stride = stride;
+  l.view.block_size = kBlockSize;
+  l.view.block_table = l.table.data();
+  l.view.n_slots = n_slots;
+  return l;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Result {
+  std::string model, mode;
+  int n = 0;
+  double ms = 0, gflops = 0, gbps = 0;
+};
+
+Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int reps, std::mt19937& rng) {
+  Layer layer = MakeLayer(m, n, rng);
+  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  std::vector<float> q(static_cast<size_t>(n) * m.n_heads * m.head_dim), out(q.size());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  std::vector<int32_t> kv_end(n);
+  for (int i = 0; i < n; ++i) kv_end[i] = i + 1;
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // first run warms up
+    const double t0 = Now();
+    attic::attention::Attend(pool, shape, q.data(), n, kv_end.data(), nullptr, 0, layer.view, out.data());
+    if (r > 0) best = std::min(best, Now() - t0);
+  }
+  const double flops = 4.0 * m.head_dim * m.n_heads * (static_cast<double>(n) * (n + 1) / 2);
+  return Result{m.name, "prefill", n, best * 1e3, flops / best * 1e-9, 0};
+}
+
+// Times one decode step over all layers (reported per layer).
+Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int reps, std::mt19937& rng) {
+  std::vector<Layer> layers;
+  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, rng));
+  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  std::vector<float> q(static_cast<size_t>(m.n_heads) * m.head_dim), out(q.size());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  const int32_t kv_end = n;
+  double best = 1e30;
+  for (int r = 0; r < reps * 4 + 1; ++r) {
+    const double t0 = Now();
+    for (const Layer& layer : layers) {
+      attic::attention::Attend(pool, shape, q.data(), 1, &kv_end, nullptr, 0, layer.view, out.data());
+    }
+    if (r > 0) best = std::min(best, Now() - t0);
+  }
+  const double per_layer = best / m.n_layers;
+  const double flops = 4.0 * m.head_dim * m.n_heads * n;
+  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * sizeof(float);
+  return Result{m.name, "decode", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 3;
+  bool json_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--json-only")) {
+      json_only = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--reps N] [--json-only]\n", argv[0]);
+      return 2;
+    }
+  }
+  attic::backend::ThreadPool pool(threads);
+  std::mt19937 rng(1);
+  const ModelShape shapes[] = {{"smollm2-135m", 9, 3, 64, 30}, {"llama-1b", 32, 8, 64, 16}};
+  std::vector<Result> results;
+  for (const ModelShape& m : shapes) {
+    for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, reps, rng));
+    for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, reps, rng));
+  }
+  const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());
+  if (!json_only) {
+    std::printf("attention_bench  isa=%s threads=%d (best of %d)\n", isa, threads, reps);
+    std::printf("%-14s %-8s %6s %12s %10s %10s\n", "model", "mode", "n", "ms/layer", "GFLOP/s", "KV GB/s");
+    for (const Result& r : results) {
+      std::printf("%-14s %-8s %6d %12.4f %10.1f %10s\n", r.model.c_str(), r.mode.c_str(), r.n, r.ms, r.gflops,
+                  r.gbps > 0 ? std::to_string(r.gbps).substr(0, 6).c_str() : "-");
+    }
+  }
+  std::printf("{\"bench\":\"attention\",\"isa\":\"%s\",\"threads\":%d,\"results\":[", isa, threads);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::printf("%s{\"model\":\"%s\",\"mode\":\"%s\",\"n\":%d,\"ms_per_layer\":%.5f,\"gflops\":%.2f,\"kv_gbps\":%.2f}",
+                i ? "," : "", r.model.c_str(), r.mode.c_str(), r.n, r.ms, r.gflops, r.gbps);
+  }
+  std::printf("]}\n");
+  return 0;
+}

@@ -1,0 +1,365 @@
+// kernels_bench: throughput of Attic's CPU kernels on the model shapes it must serve.
+//
+//   GEMV (decode, m = 1..8): effective weight bandwidth in GB/s, weights cold (each call
+//     uses a different copy of the matrix, >= 512 MiB in rotation, so they come from DRAM
+//     as in a real decode step).
+//   GEMM (prefill, m = 512 / 2048): GFLOP/s (2*m*n*k / time).
+//   Per-model sums: the Linear time of one decode step / one prefill of m tokens
+//     (all layers + lm_head for decode; layers only for prefill, which needs the lm_head
+//     for the last token only) -> a Linear-only tokens/s ceiling.
+//   ThreadPool: cost of one empty ParallelFor / ParallelRange.
+//   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
+//     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
+//
+// Usage: kernels_bench [--threads N] [--quick] [--json FILE] [--only gemv|gemm|pool]
+// Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attic/backend/kernels.h"
+#include "attic/backend/thread_pool.h"
+#include "attic/tensor/buffer.h"
+#include "backend/cpu/kernel_table.h"
+
+#ifdef ATTIC_BENCH_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+
+using attic::AlignedBuffer;
+using attic::DType;
+using attic::backend::ThreadPool;
+using attic::model::WeightTensor;
+namespace cpu = attic::backend::cpu;
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Mat {
+  const char* name;
+  int64_t n, k;
+  int per_layer;  // how many per layer (0 = once per model, i.e. lm_head)
+};
+
+struct ModelShape {
+  const char* name;
+  int n_layers;
+  std::vector<Mat> mats;
+};
+
+std::vector<ModelShape> Models() {
+  return {
+      {"smollm2-135m", 30,
+       {{"wq", 576, 576, 1}, {"wk", 192, 576, 1}, {"wv", 192, 576, 1}, {"wo", 576, 576, 1},
+        {"w_gate", 1536, 576, 1}, {"w_up", 1536, 576, 1}, {"w_down", 576, 1536, 1}, {"lm_head", 49152, 576, 0}}},
+      {"llama-1b", 16,
+       {{"wq", 2048, 2048, 1}, {"wk", 512, 2048, 1}, {"wv", 512, 2048, 1}, {"wo", 2048, 2048, 1},
+        {"w_gate", 8192, 2048, 1}, {"w_up", 8192, 2048, 1}, {"w_down", 2048, 8192, 1}, {"lm_head", 49152, 2048, 0}}},
+  };
+}
+
+// Fills a weight buffer with sane random values of the dtype (no NaN/inf/subnormals).
+void FillWeights(DType dt, uint8_t* p, int64_t n, int64_t k, uint64_t seed) {
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(s >> 33);
+  };
+  const int64_t count = n * k;
+  switch (dt) {
+    case DType::kBF16: {
+      auto* q = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < count; ++i) { uint32_t r = next(); q[i] = static_cast<uint16_t>(0x3c00 | (r & 0x7f) | (r & 0x100 ? 0x8000 : 0) | ((r >> 9) & 3) << 7); }
+      break;
+    }
+    case DType::kF16: {
+      auto* q = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < count; ++i) { uint32_t r = next(); q[i] = static_cast<uint16_t>(0x2000 | (r & 0xfff) | (r & 0x10000 ? 0x8000 : 0)); }
+      break;
+    }
+    case DType::kF32: {
+      auto* q = reinterpret_cast<uint32_t*>(p);
+      for (int64_t i = 0; i < count; ++i) { uint32_t r = next(); q[i] = 0x3c000000u | (r & 0x1ffffff) | (r & 0x80000000u); }
+      break;
+    }
+    case DType::kQ8_0: {
+      for (int64_t b = 0; b < count / 32; ++b) {
+        uint8_t* blk = p + b * 34;
+        uint16_t d = 0x2000;
+        std::memcpy(blk, &d, 2);
+        for (int i = 0; i < 32; ++i) blk[2 + i] = static_cast<uint8_t>(next());
+      }
+      break;
+    }
+  }
+}
+
+// `copies` independent copies of an [n, k] matrix.
+struct WeightSet {
+  std::vector<AlignedBuffer> bufs;
+  std::vector<WeightTensor> w;
+  WeightSet(DType dt, int64_t n, int64_t k, int copies) {
+    for (int c = 0; c < copies; ++c) {
+      bufs.emplace_back(attic::DTypeBytes(dt, static_cast<size_t>(n * k)));
+      FillWeights(dt, bufs.back().data(), n, k, static_cast<uint64_t>(c + 1) * 977 + static_cast<uint64_t>(n));
+      WeightTensor t;
+      t.dtype = dt;
+      t.data = bufs.back().data();
+      t.shape = {n, k};
+      w.push_back(t);
+    }
+  }
+};
+
+std::vector<float> RandomF32(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = 12345;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<int32_t>(s >> 8) % 2001 - 1000) * 1e-3f;
+  }
+  return v;
+}
+
+// Seconds per call of fn(i) (i = call index): the best of kRounds rounds, each at least
+// min_time / kRounds seconds and min_reps calls. Best-of filters out other processes
+// on a shared machine; the first call of each round is not timed (warm-up).
+double TimePerCall(const std::function<void(int)>& fn, double min_time, int min_reps) {
+  constexpr int kRounds = 5;
+  double best = 1e30;
+  int idx = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    fn(idx++);
+    int reps = 0;
+    double t0 = Now(), t;
+    do {
+      fn(idx++);
+      ++reps;
+      t = Now();
+    } while (t - t0 < min_time / kRounds || reps < min_reps);
+    best = std::min(best, (t - t0) / reps);
+  }
+  return best;
+}
+
+struct Json {
+  std::string s = "{";
+  bool first_section = true;
+  std::string cur;
+  void Begin(const char* name) {
+    s += (first_section ? "\n \"" : ",\n \"") + std::string(name) + "\": [";
+    first_section = false;
+    cur.clear();
+  }
+  void Row(const std::string& row) {
+    s += (cur.empty() ? "\n  " : ",\n  ") + row;
+    cur = "x";
+  }
+  void End() { s += "\n ]"; }
+  std::string Done() { return s + "\n}\n"; }
+};
+
+std::string Fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+void BenchPool(ThreadPool& pool, Json& json) {
+  json.Begin("pool");
+  printf("\n== ThreadPool (%d threads) ==\n", pool.n_threads());
+  volatile int sink = 0;
+  double t_for = TimePerCall([&](int) { pool.ParallelFor(pool.n_threads(), [&](int64_t, int) { sink = sink + 1; }); }, 0.3, 1000);
+  double t_range = TimePerCall([&](int) { pool.ParallelRange(1000, 16, [&](int64_t, int64_t, int) { sink = sink + 1; }); }, 0.3, 1000);
+  printf("ParallelFor(n_threads tasks, empty): %.2f us/call\nParallelRange(1000, align 16, empty): %.2f us/call\n",
+         t_for * 1e6, t_range * 1e6);
+  // Overhead with real work: each thread busy-waits `work` us; overhead = wall - work.
+  for (double work_us : {2.0, 10.0}) {
+    auto busy = [&](int64_t, int) {
+      double end = Now() + work_us * 1e-6;
+      while (Now() < end) {
+      }
+    };
+    double t_busy = TimePerCall([&](int) { pool.ParallelFor(pool.n_threads(), busy); }, 0.3, 1000);
+    printf("ParallelFor(n_threads tasks of %.0f us): overhead %.2f us/call\n", work_us, t_busy * 1e6 - work_us);
+    json.Row(Fmt("{\"op\": \"parallel_for_busy\", \"work_us\": %.1f, \"overhead_us\": %.3f}", work_us,
+                 t_busy * 1e6 - work_us));
+  }
+  json.Row(Fmt("{\"op\": \"parallel_for\", \"threads\": %d, \"us\": %.3f}", pool.n_threads(), t_for * 1e6));
+  json.Row(Fmt("{\"op\": \"parallel_range\", \"threads\": %d, \"us\": %.3f}", pool.n_threads(), t_range * 1e6));
+  json.End();
+}
+
+void BenchGemv(ThreadPool& pool, bool quick, Json& json) {
+  json.Begin("gemv");
+  const auto& t = cpu::ActiveKernels();
+  printf("\n== GEMV (decode), isa=%s, %d threads, cold weights ==\n", t.name, pool.n_threads());
+  printf("%-13s %-5s %-8s %6s %6s %2s %9s %8s\n", "model", "dtype", "matrix", "n", "k", "m", "us/call", "GB/s");
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
+  for (const ModelShape& model : Models()) {
+    for (DType dt : dtypes) {
+      if (quick && (dt == DType::kF32 || dt == DType::kQ8_0)) continue;
+      double step_s = 0, step_bytes = 0;
+      for (const Mat& mat : model.mats) {
+        const double bytes = static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
+        const int copies = std::max(2, static_cast<int>((quick ? 256e6 : 512e6) / bytes));
+        WeightSet ws(dt, mat.n, mat.k, copies);
+        std::vector<int> ms = {1};
+        if (!quick && (std::string(mat.name) == "w_up" || std::string(mat.name) == "wq")) ms = {1, 2, 4, 8};
+        for (int m : ms) {
+          std::vector<float> x = RandomF32(m * mat.k), y(static_cast<size_t>(m * mat.n));
+          double s = TimePerCall([&](int i) {
+            cpu::LinearWithPath(t, cpu::LinearPath::kGemv, pool, x.data(), m, ws.w[i % copies], nullptr, y.data());
+          }, quick ? 0.1 : 0.25, copies);
+          printf("%-13s %-5s %-8s %6lld %6lld %2d %9.1f %8.2f\n", model.name, attic::DTypeName(dt), mat.name,
+                 static_cast<long long>(mat.n), static_cast<long long>(mat.k), m, s * 1e6, bytes / s / 1e9);
+          json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %d, "
+                       "\"us\": %.2f, \"gbps\": %.3f}",
+                       model.name, attic::DTypeName(dt), mat.name, static_cast<long long>(mat.n),
+                       static_cast<long long>(mat.k), m, s * 1e6, bytes / s / 1e9));
+          if (m == 1) {
+            const int count = mat.per_layer ? mat.per_layer * model.n_layers : 1;
+            step_s += s * count;
+            step_bytes += bytes * count;
+          }
+        }
+      }
+      printf("%-13s %-5s DECODE STEP (Linear only): %.2f ms, %.2f GB/s -> <= %.1f tok/s\n", model.name,
+             attic::DTypeName(dt), step_s * 1e3, step_bytes / step_s / 1e9, 1.0 / step_s);
+      json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"decode_step\", \"ms\": %.3f, \"gbps\": %.3f, "
+                   "\"tok_s_linear_only\": %.2f}",
+                   model.name, attic::DTypeName(dt), step_s * 1e3, step_bytes / step_s / 1e9, 1.0 / step_s));
+    }
+  }
+  json.End();
+}
+
+#ifdef ATTIC_BENCH_DNNL
+// oneDNN bf16 matmul y[m,n] = bf16(x)[m,k] * W^T with W [n,k] bf16 used in place ('ba').
+double DnnlBf16Seconds(const WeightTensor& w, const float* x, int64_t m, float* y) {
+  using namespace dnnl;
+  static engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const int64_t n = w.rows(), k = w.cols();
+  memory::desc src_md({m, k}, memory::data_type::bf16, memory::format_tag::ab);
+  memory::desc wei_md({k, n}, memory::data_type::bf16, memory::format_tag::ba);
+  memory::desc dst_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  matmul::primitive_desc pd(matmul::desc(src_md, wei_md, dst_md), eng);
+  matmul prim(pd);
+  std::vector<uint16_t> xb(static_cast<size_t>(m * k));
+  attic::ConvertFromF32(DType::kBF16, x, xb.data(), xb.size());
+  memory src(src_md, eng, xb.data()), wei(wei_md, eng, const_cast<void*>(w.data)), dst(dst_md, eng, y);
+  return TimePerCall([&](int) {
+    prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+    strm.wait();
+  }, 0.2, 2);
+}
+#endif
+
+void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
+  json.Begin("gemm");
+  const auto& t = cpu::ActiveKernels();
+  printf("\n== GEMM (prefill), isa=%s, %d threads ==\n", t.name, pool.n_threads());
+  printf("%-13s %-5s %-8s %6s %6s %5s %9s %8s %10s %10s\n", "model", "dtype", "matrix", "n", "k", "m", "ms/call",
+         "GFLOP/s", "dnnl_bf16", "blas_f32");
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
+  for (const ModelShape& model : Models()) {
+    for (int64_t m : {512, 2048}) {
+      if (quick && m == 2048 && std::string(model.name) == "llama-1b") continue;
+      for (DType dt : dtypes) {
+        if (quick && (dt == DType::kF32 || dt == DType::kQ8_0)) continue;
+        double layer_s = 0, layer_flop = 0;
+        for (const Mat& mat : model.mats) {
+          if (!mat.per_layer) continue;
+          WeightSet ws(dt, mat.n, mat.k, 1);
+          std::vector<float> x = RandomF32(m * mat.k), y(static_cast<size_t>(m * mat.n));
+          const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(mat.n) * static_cast<double>(mat.k);
+          double s = TimePerCall([&](int) {
+            cpu::LinearWithPath(t, cpu::LinearPath::kGemm, pool, x.data(), m, ws.w[0], nullptr, y.data());
+          }, quick ? 0.1 : 0.3, 2);
+          double dnnl_gf = 0, blas_gf = 0;
+#ifdef ATTIC_BENCH_DNNL
+          if (baselines && dt == DType::kBF16) dnnl_gf = flop / DnnlBf16Seconds(ws.w[0], x.data(), m, y.data()) / 1e9;
+#endif
+          if (baselines && dt == DType::kF32) {
+            openblas_set_num_threads(pool.n_threads());
+            double bs = TimePerCall([&](int) {
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(mat.n),
+                          static_cast<int>(mat.k), 1.0f, x.data(), static_cast<int>(mat.k),
+                          static_cast<const float*>(ws.w[0].data), static_cast<int>(mat.k), 0.0f, y.data(),
+                          static_cast<int>(mat.n));
+            }, 0.2, 2);
+            openblas_set_num_threads(1);
+            blas_gf = flop / bs / 1e9;
+          }
+          printf("%-13s %-5s %-8s %6lld %6lld %5lld %9.2f %8.1f %10.1f %10.1f\n", model.name, attic::DTypeName(dt),
+                 mat.name, static_cast<long long>(mat.n), static_cast<long long>(mat.k), static_cast<long long>(m),
+                 s * 1e3, flop / s / 1e9, dnnl_gf, blas_gf);
+          json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
+                       "\"ms\": %.3f, \"gflops\": %.2f, \"dnnl_bf16_gflops\": %.2f, \"openblas_f32_gflops\": %.2f}",
+                       model.name, attic::DTypeName(dt), mat.name, static_cast<long long>(mat.n),
+                       static_cast<long long>(mat.k), static_cast<long long>(m), s * 1e3, flop / s / 1e9, dnnl_gf,
+                       blas_gf));
+          layer_s += s * mat.per_layer;
+          layer_flop += flop * mat.per_layer;
+        }
+        const double total = layer_s * model.n_layers;
+        printf("%-13s %-5s PREFILL m=%lld (Linear only, no lm_head): %.1f ms, %.1f GFLOP/s -> <= %.0f tok/s\n",
+               model.name, attic::DTypeName(dt), static_cast<long long>(m), total * 1e3, layer_flop / layer_s / 1e9,
+               static_cast<double>(m) / total);
+        json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"prefill\", \"m\": %lld, \"ms\": %.2f, "
+                     "\"gflops\": %.2f, \"tok_s_linear_only\": %.1f}",
+                     model.name, attic::DTypeName(dt), static_cast<long long>(m), total * 1e3,
+                     layer_flop / layer_s / 1e9, static_cast<double>(m) / total));
+      }
+    }
+  }
+  json.End();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2;
+  bool quick = false, baselines = true;
+  std::string json_path, only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--quick") quick = true;
+    else if (a == "--no-baselines") baselines = false;
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only gemv|gemm|pool]\n", argv[0]);
+      return 2;
+    }
+  }
+  openblas_set_num_threads(1);
+  ThreadPool pool(threads);
+  Json json;
+  if (only.empty() || only == "pool") BenchPool(pool, json);
+  if (only.empty() || only == "gemv") BenchGemv(pool, quick, json);
+  if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
+  std::string doc = json.Done();
+  if (json_path.empty()) {
+    printf("\n%s", doc.c_str());
+  } else if (FILE* f = fopen(json_path.c_str(), "w")) {
+    fputs(doc.c_str(), f);
+    fclose(f);
+  }
+  return 0;
+}
