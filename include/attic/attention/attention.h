@@ -38,8 +38,31 @@ struct AttentionShape {
 // out: [n_q, n_heads, head_dim]
 // kv_end[i]: query i sees slots < kv_end[i] (must be >= 1 and <= kv.n_slots).
 // indices (optional, ascending, < n_slots): if non-null, only these slots are visible
-//   (still limited by kv_end[i]).
+//   (still limited by kv_end[i]). A query that then sees no slot gets a zero output row.
+// out must not alias q. f32 accumulation with an online softmax; for a given pool size the
+// result is bit-identical run to run (pool sizes may differ in the last bits: with few
+// queries the slots are split across threads and merged).
+// Performance: keep k_pool / v_pool 64-byte aligned (decode loads whole rows); larger
+// block_size gives longer contiguous runs per KV head, which DRAM-bound decode prefers.
 void Attend(backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q, const int32_t* kv_end,
             const int32_t* indices, int n_indices, const KvLayerView& kv, float* out);
+
+// One sequence's part of a batched call: Attend's arguments.
+struct AttendRequest {
+  const float* q = nullptr;         // [n_q, n_heads, head_dim]
+  int n_q = 0;
+  const int32_t* kv_end = nullptr;  // [n_q]
+  const int32_t* indices = nullptr;
+  int n_indices = 0;
+  KvLayerView kv;
+  float* out = nullptr;             // [n_q, n_heads, head_dim]
+};
+
+// Attend for several sequences (same shape) in one parallel pass: continuous batching's
+// per-sequence decode steps are too small to keep the pool busy one call at a time.
+// Each request gets the same result Attend would give up to the last bits (how slots are
+// split across threads depends on the whole batch).
+void AttendBatch(backend::ThreadPool& pool, const AttentionShape& shape, const AttendRequest* requests,
+                 int n_requests);
 
 }  // namespace attic::attention

@@ -1,0 +1,259 @@
+// Attend: validates, plans the work (tiles of rows x ranges of slots), runs the ISA's
+// kernels on the pool and normalises / merges their partial results.
+#include "attic/attention/attention.h"
+
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention_internal.h"
+#include "attic/core/status.h"
+
+namespace attic::attention {
+namespace internal {
+namespace {
+
+// A tile's slots are split across jobs only when there are too few tiles to keep every
+// thread busy (decode, short chunks over long contexts); each piece keeps at least this
+// many slots so the merge stays negligible.
+constexpr int kMinSplitSlots = 128;
+constexpr int kSplitAlign = 64;  // the decode kernel steps 64 slots at a time
+// Aim for this many jobs per thread so dynamic claiming evens out the load.
+constexpr int kJobsPerThread = 8;
+constexpr int kDriverScratch = 3;  // ThreadScratch buffer the driver uses; kernels use 0..2
+
+struct PlannedJob {
+  int request = 0;
+  TileJob tile;
+  int64_t cost = 0;
+  int64_t partial_offset = -1;  // floats into the partial buffer, -1: write straight to out
+};
+
+// A tile whose slots were split: its pieces' partial results sit consecutively.
+struct SplitTile {
+  int request = 0;
+  int kv_head = 0;
+  int64_t row_begin = 0;
+  int n_rows = 0;
+  int n_splits = 0;
+  int64_t partial_offset = 0;  // n_splits pieces of n_rows * (head_dim + 2) floats
+};
+
+// One request, validated and ready for the kernels.
+struct PreparedRequest {
+  AttendParams params;
+  std::vector<int32_t> n_vis;
+  TileKernel kernel = nullptr;
+  int64_t tile_rows = 0;
+  int64_t n_tiles = 0;
+  std::vector<int32_t> tile_vis;  // [n_tiles]: slots the tile needs (the most any query sees)
+  float* out = nullptr;
+};
+
+// out row for row `row` of KV head h: o / l (zero when nothing was visible).
+void WriteRow(const AttendParams& p, int kv_head, int64_t row, const float* o, float l, float* out) {
+  const int d = p.shape.head_dim;
+  const int64_t query = row / p.group;
+  const int head = kv_head * p.group + static_cast<int>(row % p.group);
+  float* dst = out + (query * p.shape.n_heads + head) * d;
+  const float inv = l > 0 ? 1.0f / l : 0.0f;
+  for (int i = 0; i < d; ++i) dst[i] = o[i] * inv;
+}
+
+// Merges the pieces of one split tile: weights 2^(m_s - max_s m_s).
+void MergeSplitTile(const AttendParams& p, const SplitTile& t, const float* partial, float* out) {
+  const int d = p.shape.head_dim;
+  const int64_t piece = static_cast<int64_t>(t.n_rows) * (d + 2);
+  std::vector<float> acc(d);
+  for (int r = 0; r < t.n_rows; ++r) {
+    float m_max = -FLT_MAX;
+    for (int s = 0; s < t.n_splits; ++s) {
+      const float* base = partial + t.partial_offset + s * piece;
+      m_max = std::max(m_max, base[static_cast<int64_t>(t.n_rows) * d + r]);
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    float l = 0;
+    for (int s = 0; s < t.n_splits; ++s) {
+      const float* base = partial + t.partial_offset + s * piece;
+      const float m_s = base[static_cast<int64_t>(t.n_rows) * d + r];
+      const float l_s = base[static_cast<int64_t>(t.n_rows) * (d + 1) + r];
+      if (l_s <= 0) continue;
+      const float w = std::exp2(m_s - m_max);
+      l += w * l_s;
+      const float* o = base + static_cast<int64_t>(r) * d;
+      for (int i = 0; i < d; ++i) acc[i] += w * o[i];
+    }
+    WriteRow(p, t.kv_head, t.row_begin + r, acc.data(), l, out);
+  }
+}
+
+PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req) {
+  const KvLayerView& kv = req.kv;
+  ATTIC_CHECK(kv.block_size > 0 && kv.n_slots >= 0);
+  ATTIC_CHECK(req.indices != nullptr || req.n_indices == 0);
+  for (int j = 0; j < req.n_indices; ++j) {
+    ATTIC_CHECK(req.indices[j] >= 0 && req.indices[j] < kv.n_slots && (j == 0 || req.indices[j - 1] < req.indices[j]));
+  }
+  PreparedRequest pr;
+  pr.out = req.out;
+  // n_vis[i]: how many virtual slots query i sees.
+  pr.n_vis.resize(req.n_q);
+  const int32_t* idx_end = req.indices + req.n_indices;
+  for (int i = 0; i < req.n_q; ++i) {
+    const int32_t end = req.kv_end[i];
+    ATTIC_CHECK(end >= 0 && end <= kv.n_slots);
+    pr.n_vis[i] = req.indices ? static_cast<int32_t>(std::lower_bound(req.indices, idx_end, end) - req.indices) : end;
+  }
+  AttendParams& p = pr.params;
+  p.shape = shape;
+  p.group = shape.n_heads / shape.n_kv_heads;
+  p.q = req.q;
+  p.n_q = req.n_q;
+  p.n_vis = pr.n_vis.data();  // the vector's buffer survives moves of pr
+  p.indices = req.indices;
+  p.kv = kv;
+
+  const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
+  const bool few = ks.few != nullptr && rows_per_head <= ks.few_rows_max && shape.head_dim % ks.few_head_dim_multiple == 0;
+  pr.kernel = few ? ks.few : ks.tile;
+  pr.tile_rows = few ? rows_per_head : ks.tile_rows;
+  pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;
+  pr.tile_vis.assign(pr.n_tiles, 0);
+  for (int64_t t = 0; t < pr.n_tiles; ++t) {
+    const int64_t r0 = t * pr.tile_rows, r1 = std::min(rows_per_head, r0 + pr.tile_rows);
+    for (int64_t qi = r0 / p.group; qi <= (r1 - 1) / p.group; ++qi) {
+      pr.tile_vis[t] = std::max(pr.tile_vis[t], pr.n_vis[qi]);
+    }
+  }
+  return pr;
+}
+
+void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const AttentionShape& shape,
+                       const AttendRequest* requests, int n_requests) {
+  ATTIC_CHECK(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0);
+  ATTIC_CHECK(shape.head_dim > 0);
+  const int d = shape.head_dim;
+  std::vector<PreparedRequest> prs;
+  prs.reserve(n_requests);
+  int64_t units = 0;
+  for (int i = 0; i < n_requests; ++i) {
+    if (requests[i].n_q <= 0) continue;
+    prs.push_back(Prepare(ks, shape, requests[i]));
+    units += prs.back().n_tiles * shape.n_kv_heads;
+  }
+  if (prs.empty()) return;
+
+  // Too few tiles to keep every thread busy (decode, short chunks over long contexts):
+  // split each tile's slots into pieces, merged afterwards.
+  const int64_t target = static_cast<int64_t>(kJobsPerThread) * pool.n_threads();
+  const int64_t want_splits = pool.n_threads() > 1 && units < target ? (target + units - 1) / units : 1;
+
+  std::vector<PlannedJob> jobs;
+  std::vector<SplitTile> split_tiles;
+  int64_t partial_size = 0;
+  jobs.reserve(units);
+  for (int ri = 0; ri < static_cast<int>(prs.size()); ++ri) {
+    const PreparedRequest& pr = prs[ri];
+    const int64_t rows_per_head = static_cast<int64_t>(pr.params.n_q) * pr.params.group;
+    for (int h = 0; h < shape.n_kv_heads; ++h) {
+      for (int64_t t = 0; t < pr.n_tiles; ++t) {
+        const int64_t r0 = t * pr.tile_rows;
+        const int n_rows = static_cast<int>(std::min(rows_per_head, r0 + pr.tile_rows) - r0);
+        const int vis = pr.tile_vis[t];
+        int64_t splits = std::max<int64_t>(1, std::min<int64_t>(want_splits, vis / kMinSplitSlots));
+        int64_t len = vis;
+        if (splits > 1) {
+          len = ((vis + splits - 1) / splits + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+          splits = (vis + len - 1) / len;
+        }
+        if (splits > 1) split_tiles.push_back(SplitTile{ri, h, r0, n_rows, static_cast<int>(splits), partial_size});
+        for (int64_t s = 0; s < splits; ++s) {
+          PlannedJob j;
+          j.request = ri;
+          j.tile = TileJob{h, r0, n_rows, static_cast<int>(s * len), static_cast<int>(std::min<int64_t>(vis, (s + 1) * len))};
+          j.cost = static_cast<int64_t>(n_rows) * (j.tile.slot_end - j.tile.slot_begin) + 64 * n_rows;
+          if (splits > 1) {
+            j.partial_offset = partial_size;
+            partial_size += static_cast<int64_t>(n_rows) * (d + 2);
+          }
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  // Longest first: with dynamic claiming this balances causal work (later queries see more).
+  std::stable_sort(jobs.begin(), jobs.end(), [](const PlannedJob& a, const PlannedJob& b) { return a.cost > b.cost; });
+
+  std::vector<float> partial(partial_size);
+  pool.ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t task, int /*thread*/) {
+    const PlannedJob& j = jobs[task];
+    const PreparedRequest& pr = prs[j.request];
+    const int n_rows = j.tile.n_rows;
+    float* o = j.partial_offset >= 0 ? partial.data() + j.partial_offset
+                                     : ThreadScratch(kDriverScratch, static_cast<size_t>(n_rows) * (d + 2));
+    float* m = o + static_cast<int64_t>(n_rows) * d;
+    float* l = m + n_rows;
+    pr.kernel(pr.params, j.tile, o, m, l);
+    if (j.partial_offset < 0) {
+      for (int r = 0; r < n_rows; ++r) {
+        WriteRow(pr.params, j.tile.kv_head, j.tile.row_begin + r, o + static_cast<int64_t>(r) * d, l[r], pr.out);
+      }
+    }
+  });
+  if (split_tiles.empty()) return;
+  int64_t merge_work = 0;
+  for (const SplitTile& t : split_tiles) merge_work += static_cast<int64_t>(t.n_rows) * t.n_splits * d;
+  auto merge = [&](const SplitTile& t) { MergeSplitTile(prs[t.request].params, t, partial.data(), prs[t.request].out); };
+  if (merge_work < (1 << 16)) {
+    for (const SplitTile& t : split_tiles) merge(t);
+  } else {
+    pool.ParallelFor(static_cast<int64_t>(split_tiles.size()), [&](int64_t i, int) { merge(split_tiles[i]); });
+  }
+}
+
+}  // namespace
+
+float* ThreadScratch(int which, size_t n) {
+  thread_local std::array<std::vector<float>, 4> buffers;
+  std::vector<float>& b = buffers[which];
+  if (b.size() < n + 16) b.resize(n + 16);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(b.data());
+  return reinterpret_cast<float*>((a + 63) & ~static_cast<uintptr_t>(63));
+}
+
+KernelSet KernelsFor(backend::Isa isa) {
+  switch (isa) {
+    case backend::Isa::kAvx512: return Avx512Kernels();
+    case backend::Isa::kAvx2: return Avx2Kernels();
+    case backend::Isa::kGeneric: break;
+  }
+  return GenericKernels();
+}
+
+void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape,
+                    const AttendRequest* requests, int n_requests) {
+  AttendWithKernels(KernelsFor(isa), pool, shape, requests, n_requests);
+}
+
+void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
+               const int32_t* kv_end, const int32_t* indices, int n_indices, const KvLayerView& kv, float* out) {
+  const AttendRequest req{q, n_q, kv_end, indices, n_indices, kv, out};
+  AttendWithKernels(KernelsFor(isa), pool, shape, &req, 1);
+}
+
+}  // namespace internal
+
+void Attend(backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q, const int32_t* kv_end,
+            const int32_t* indices, int n_indices, const KvLayerView& kv, float* out) {
+  internal::AttendIsa(backend::ActiveIsa(), pool, shape, q, n_q, kv_end, indices, n_indices, kv, out);
+}
+
+void AttendBatch(backend::ThreadPool& pool, const AttentionShape& shape, const AttendRequest* requests,
+                 int n_requests) {
+  internal::AttendBatchIsa(backend::ActiveIsa(), pool, shape, requests, n_requests);
+}
+
+}  // namespace attic::attention

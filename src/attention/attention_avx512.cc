@@ -1,0 +1,475 @@
+// AVX-512 attention kernels (compiled with -mavx512f/bw/vl/dq -mfma).
+//
+// TransposedKernel (prefill, chunks, anything with many rows per KV head): the tile works
+// transposed, one zmm = 16 rows. Q^T [d][48] and O^T [d][48] stay in L1; each K and V
+// element is broadcast straight from the paged pool into 3 FMAs (48 rows), so K/V are
+// never copied and every loaded row is reused by 48 query rows:
+//   S^T[j][rows] = sum_d K[j][d] * Q^T[d][rows]      (8 slots x 3 vectors = 24 accumulators)
+//   O^T[d][rows] = O^T * alpha + sum_j V[j][d] * P^T[j][rows]   (8 dims x 3 vectors)
+// Softmax statistics are per lane (per row), so max / sum / rescale are vertical.
+//
+// DecodeKernel (<= 8 rows, head_dim % 16 == 0): row-major, vectorised over head_dim;
+// 16 dot products are reduced at once by a shuffle-add tree, 64 slots per softmax step.
+// It loads whole K/V rows, which is fastest when the pool is 64-byte aligned (rows then
+// start on cache lines: misaligned rows cost ~1.5x in cache); any alignment is correct.
+
+// GCC 12 reports false -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "attention/attention_internal.h"
+
+namespace attic::attention::internal {
+namespace {
+
+constexpr int kVecs = 3;              // row vectors per tile
+constexpr int kStride = 16 * kVecs;   // floats per d (or per slot) in the transposed buffers
+constexpr int kChunk = 32;            // slots per online-softmax step (multiple of 8)
+
+// 2^x for x <= 0 (Cephes exp2f polynomial on [-0.5, 0.5], relative error ~2e-7);
+// exactly 0 for x < -149 (including -inf, the mask value).
+inline __m512 Exp2(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-149.0f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-149.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// ---------------------------------------------------------------------------------------
+// Transposed tile kernel.
+
+// st[j][rows] = sum_d kp[j][d] * qt[d][rows] for 8 slots.
+template <int RV>
+inline void Scores8(const float* qt, int d, const float* const* kp, float* st) {
+  __m512 acc[8][RV];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) acc[j][v] = _mm512_setzero_ps();
+  }
+  const float *k0 = kp[0], *k1 = kp[1], *k2 = kp[2], *k3 = kp[3], *k4 = kp[4], *k5 = kp[5], *k6 = kp[6], *k7 = kp[7];
+  for (int i = 0; i < d; ++i) {
+    __m512 qv[RV];
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) qv[v] = _mm512_load_ps(qt + i * kStride + 16 * v);
+    const float ks[8] = {k0[i], k1[i], k2[i], k3[i], k4[i], k5[i], k6[i], k7[i]};
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512 b = _mm512_set1_ps(ks[j]);
+#pragma GCC unroll 3
+      for (int v = 0; v < RV; ++v) acc[j][v] = _mm512_fmadd_ps(b, qv[v], acc[j][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) _mm512_store_ps(st + j * kStride + 16 * v, acc[j][v]);
+  }
+}
+
+// ot[i][rows] = ot[i][rows] * alpha + sum_j vp[j][i] * pt[j][rows] for i in [i0, i0 + DB).
+template <int RV, int DB>
+inline void Accumulate(float* ot, int i0, const float* pt, const float* const* vp, int n, const __m512* alpha) {
+  __m512 acc[DB][RV];
+#pragma GCC unroll 8
+  for (int i = 0; i < DB; ++i) {
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) acc[i][v] = _mm512_mul_ps(_mm512_load_ps(ot + (i0 + i) * kStride + 16 * v), alpha[v]);
+  }
+  for (int j = 0; j < n; ++j) {
+    __m512 pv[RV];
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) pv[v] = _mm512_load_ps(pt + j * kStride + 16 * v);
+    const float* vr = vp[j] + i0;
+#pragma GCC unroll 8
+    for (int i = 0; i < DB; ++i) {
+      const __m512 b = _mm512_set1_ps(vr[i]);
+#pragma GCC unroll 3
+      for (int v = 0; v < RV; ++v) acc[i][v] = _mm512_fmadd_ps(b, pv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < DB; ++i) {
+#pragma GCC unroll 3
+    for (int v = 0; v < RV; ++v) _mm512_store_ps(ot + (i0 + i) * kStride + 16 * v, acc[i][v]);
+  }
+}
+
+template <int RV>
+void TransposedKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
+  const int d = p.shape.head_dim;
+  const int n_rows = job.n_rows;
+  const int g = p.group;
+  const float qscale = p.shape.scale * kLog2e;
+  float* qt = ThreadScratch(0, static_cast<size_t>(d) * kStride);
+  float* ot = ThreadScratch(1, static_cast<size_t>(d) * kStride);
+  float* st = ThreadScratch(2, static_cast<size_t>(kChunk) * kStride);
+  for (int i = 0; i < d; ++i) {
+    for (int v = 0; v < RV; ++v) {
+      _mm512_store_ps(qt + i * kStride + 16 * v, _mm512_setzero_ps());
+      _mm512_store_ps(ot + i * kStride + 16 * v, _mm512_setzero_ps());
+    }
+  }
+
+  alignas(64) int32_t lim[kStride] = {};  // visible virtual slots per row within this job
+  int32_t min_lim = INT32_MAX, max_lim = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    const int64_t row = job.row_begin + r;
+    const int64_t query = row / g;
+    const int head = job.kv_head * g + static_cast<int>(row % g);
+    const float* src = p.q + (query * p.shape.n_heads + head) * d;
+    for (int i = 0; i < d; ++i) qt[i * kStride + r] = src[i] * qscale;
+    lim[r] = std::min(p.n_vis[query], job.slot_end);
+    min_lim = std::min(min_lim, lim[r]);
+    max_lim = std::max(max_lim, lim[r]);
+  }
+
+  __m512i limv[RV];
+  __m512 m[RV], l[RV], alpha[RV];
+  for (int v = 0; v < RV; ++v) {
+    limv[v] = _mm512_load_si512(lim + 16 * v);
+    m[v] = _mm512_set1_ps(-FLT_MAX);
+    l[v] = _mm512_setzero_ps();
+  }
+
+  const SlotMap map(p.kv, job.kv_head, d);
+  const float* kp[kChunk];
+  const float* vp[kChunk];
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int c = job.slot_begin; c < max_lim; c += kChunk) {
+    const int n = std::min(kChunk, max_lim - c);
+    const int n8 = (n + 7) & ~7;
+    for (int j = 0; j < n; ++j) {
+      const int32_t slot = p.indices ? p.indices[c + j] : c + j;
+      const int64_t off = map.Offset(slot);
+      kp[j] = p.kv.k_pool + off;
+      vp[j] = p.kv.v_pool + off;
+    }
+    for (int j = n; j < n8; ++j) {  // padding: valid rows, masked below
+      kp[j] = kp[0];
+      vp[j] = vp[0];
+    }
+    for (int j = 0; j < n8; j += 8) Scores8<RV>(qt, d, kp + j, st + j * kStride);
+
+    const bool masked = c + n8 > min_lim;
+    for (int v = 0; v < RV; ++v) {
+      float* sv = st + 16 * v;
+      __m512 mx = m[v];
+      if (masked) {
+        for (int j = 0; j < n8; ++j) {
+          const __mmask16 vis = _mm512_cmpgt_epi32_mask(limv[v], _mm512_set1_epi32(c + j));
+          const __m512 s = _mm512_mask_mov_ps(neg_inf, vis, _mm512_load_ps(sv + j * kStride));
+          _mm512_store_ps(sv + j * kStride, s);
+          mx = _mm512_max_ps(mx, s);
+        }
+      } else {
+        for (int j = 0; j < n8; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(sv + j * kStride));
+      }
+      alpha[v] = Exp2(_mm512_sub_ps(m[v], mx));
+      m[v] = mx;
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < n8; ++j) {
+        const __m512 e = Exp2(_mm512_sub_ps(_mm512_load_ps(sv + j * kStride), mx));
+        _mm512_store_ps(sv + j * kStride, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      l[v] = _mm512_fmadd_ps(l[v], alpha[v], sum);
+    }
+
+    int i = 0;
+    for (; i + 8 <= d; i += 8) Accumulate<RV, 8>(ot, i, st, vp, n8, alpha);
+    for (; i < d; ++i) Accumulate<RV, 1>(ot, i, st, vp, n8, alpha);
+  }
+
+  alignas(64) float mbuf[kStride], lbuf[kStride];
+  for (int v = 0; v < RV; ++v) {
+    _mm512_store_ps(mbuf + 16 * v, m[v]);
+    _mm512_store_ps(lbuf + 16 * v, l[v]);
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    for (int i = 0; i < d; ++i) o[static_cast<int64_t>(r) * d + i] = ot[i * kStride + r];
+    m_out[r] = mbuf[r];
+    l_out[r] = lbuf[r];
+  }
+}
+
+void TransposedKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  if (job.n_rows <= 16) {
+    TransposedKernelT<1>(p, job, o, m, l);
+  } else if (job.n_rows <= 32) {
+    TransposedKernelT<2>(p, job, o, m, l);
+  } else {
+    TransposedKernelT<3>(p, job, o, m, l);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Row-major decode kernel.
+
+// In-block folds of two vectors (4 floats per 128-bit block, both sums per block):
+// FoldPs: [x0+x2, y0+y2, x1+x3, y1+y3]; FoldPd: [x0+x2, x1+x3, y0+y2, y1+y3].
+inline __m512 FoldPs(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }
+inline __m512 FoldPd(__m512 x, __m512 y) {
+  const __m512d a = _mm512_castps_pd(x), b = _mm512_castps_pd(y);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+// Cross-block fold: blocks [x0+x1, x2+x3, y0+y1, y2+y3].
+inline __m512 Fold128(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Returns r with r[j] = horizontal sum of x[j], j < 16. In-block folds first (cheap
+// shuffles, most of the tree): after FoldPs and FoldPd, lane e of every block of c[k]
+// holds a partial sum of x[4k + e]; two cross-block folds then add the blocks, leaving
+// x[4k + e]'s total in lane 4k + e.
+inline __m512 Reduce16(const __m512 (&x)[16]) {
+  const __m512 b0 = FoldPs(x[0], x[1]), b1 = FoldPs(x[2], x[3]), b2 = FoldPs(x[4], x[5]), b3 = FoldPs(x[6], x[7]);
+  const __m512 b4 = FoldPs(x[8], x[9]), b5 = FoldPs(x[10], x[11]), b6 = FoldPs(x[12], x[13]), b7 = FoldPs(x[14], x[15]);
+  const __m512 c0 = FoldPd(b0, b1), c1 = FoldPd(b2, b3), c2 = FoldPd(b4, b5), c3 = FoldPd(b6, b7);
+  return Fold128(Fold128(c0, c1), Fold128(c2, c3));
+}
+
+// Horizontal max, broadcast to every lane.
+inline __m512 BroadcastMax(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+  x = _mm512_max_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_max_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+constexpr int kDecodeRows = 8;
+constexpr int kGroup = 16;              // slots per score vector
+constexpr int kGroups = 4;              // score vectors per online-softmax step
+constexpr int kDecodeChunk = kGroup * kGroups;
+
+// P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
+// `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
+// independent accumulators (>= 8) keep both FMA pipes busy despite the 4-cycle latency.
+constexpr int DecodeVb(int rows, int dv) {
+  int vb = dv;
+  while (vb > 1 && vb * rows > 24) vb /= 2;
+  return vb;
+}
+constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGroup
+  int js = 1;
+  while (rows * vb * js < 8) js *= 2;
+  return js;
+}
+
+template <int R, int VB, int JS, int kD>
+inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const float* const* vb,
+                           const __m512* alpha, int col, int d_runtime = 0) {
+  const int d = kD ? kD : d_runtime;
+  __m512 acc[JS][R][VB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      acc[0][r][v] = _mm512_mul_ps(_mm512_load_ps(ot + r * d + 16 * v), alpha[r]);
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) acc[js][r][v] = _mm512_setzero_ps();
+    }
+  }
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const float* vg = vb[gi] + col;
+    const float* pg = p + gi * kGroup;
+#pragma GCC unroll 16
+    for (int j = 0; j < kGroup; j += JS) {
+#pragma GCC unroll 8
+      for (int js = 0; js < JS; ++js) {
+        __m512 vv[VB];
+#pragma GCC unroll 8
+        for (int v = 0; v < VB; ++v) vv[v] = _mm512_loadu_ps(vg + (j + js) * d + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512 pr = _mm512_set1_ps(pg[r * kDecodeChunk + j + js]);
+#pragma GCC unroll 8
+          for (int v = 0; v < VB; ++v) acc[js][r][v] = _mm512_fmadd_ps(pr, vv[v], acc[js][r][v]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      __m512 t = acc[0][r][v];
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) t = _mm512_add_ps(t, acc[js][r][v]);
+      _mm512_store_ps(ot + r * d + 16 * v, t);
+    }
+  }
+}
+
+// Row-major kernel for R rows (<= 8); kD = head_dim, or 0 for any multiple of 16.
+// Each step takes 64 slots as 4 groups of 16: a group inside one block is read in place
+// (rows head_dim apart); any other group (index lists, block edges, the tail) is first
+// gathered into a local buffer, zero-padded. 64 slots per softmax step keep the serial
+// max -> exp -> rescale chain short relative to the independent dot products.
+template <int R, int kD>
+void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
+  const int d = kD ? kD : p.shape.head_dim;
+  const int dv = d / 16;
+  const int g = p.group;
+  const float qscale = p.shape.scale * kLog2e;
+  float* qs = ThreadScratch(0, static_cast<size_t>(R) * d);
+  float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
+  float* kbuf = ThreadScratch(2, static_cast<size_t>(2 * kDecodeChunk) * d);
+  float* vbuf = kbuf + kDecodeChunk * d;
+  std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
+
+  int32_t lim[R];
+  __m512 m[R], lsum[R];
+  int32_t min_lim = INT32_MAX, max_lim = 0;
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = job.row_begin + r;
+    const int64_t query = row / g;
+    const int head = job.kv_head * g + static_cast<int>(row % g);
+    const float* src = p.q + (query * p.shape.n_heads + head) * d;
+    for (int i = 0; i < d; ++i) qs[r * d + i] = src[i] * qscale;
+    lim[r] = std::min(p.n_vis[query], job.slot_end);
+    min_lim = std::min(min_lim, lim[r]);
+    max_lim = std::max(max_lim, lim[r]);
+    m[r] = _mm512_set1_ps(-FLT_MAX);
+    lsum[r] = _mm512_setzero_ps();
+  }
+
+  const SlotMap map(p.kv, job.kv_head, d);
+  const int bs = map.block_size();
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  alignas(64) float pbuf[R][kDecodeChunk];
+  __m512 alpha[R];
+  for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
+    const float* kb[kGroups];
+    const float* vb[kGroups];
+    for (int gi = 0; gi < kGroups; ++gi) {
+      const int c0 = c + gi * kGroup;
+      const int n = std::clamp(max_lim - c0, 0, kGroup);
+      if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {
+        const int64_t off = map.Offset(c0);
+        kb[gi] = p.kv.k_pool + off;
+        vb[gi] = p.kv.v_pool + off;
+        continue;
+      }
+      float* kg = kbuf + gi * kGroup * d;
+      float* vg = vbuf + gi * kGroup * d;
+      for (int j = 0; j < n; ++j) {
+        const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
+        std::copy_n(p.kv.k_pool + off, d, kg + j * d);
+        std::copy_n(p.kv.v_pool + off, d, vg + j * d);
+      }
+      std::fill(kg + n * d, kg + kGroup * d, 0.0f);
+      std::fill(vg + n * d, vg + kGroup * d, 0.0f);
+      kb[gi] = kg;
+      vb[gi] = vg;
+    }
+    const bool masked = c + kDecodeChunk > min_lim;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m512 s[kGroups];
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const float* k = kb[gi];
+        __m512 acc[kGroup];
+#pragma GCC unroll 16
+        for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
+        if constexpr (kD > 0) {
+          // Row by row, in address order, so the L2 streamer can run ahead in DRAM.
+#pragma GCC unroll 16
+          for (int j = 0; j < kGroup; ++j) {
+#pragma GCC unroll 8
+            for (int v = 0; v < kD / 16; ++v) {
+              acc[j] = _mm512_fmadd_ps(_mm512_load_ps(qs + r * d + 16 * v), _mm512_loadu_ps(k + j * d + 16 * v), acc[j]);
+            }
+          }
+        } else {
+          for (int v = 0; v < dv; ++v) {
+            const __m512 qv = _mm512_load_ps(qs + r * d + 16 * v);
+#pragma GCC unroll 16
+            for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + j * d + 16 * v), acc[j]);
+          }
+        }
+        s[gi] = Reduce16(acc);
+        if (masked) {
+          const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(c + gi * kGroup), iota);
+          s[gi] = _mm512_mask_mov_ps(neg_inf, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(lim[r]), ids), s[gi]);
+        }
+      }
+      const __m512 mx = BroadcastMax(_mm512_max_ps(_mm512_max_ps(m[r], s[0]), _mm512_max_ps(_mm512_max_ps(s[1], s[2]), s[3])));
+      alpha[r] = Exp2(_mm512_sub_ps(m[r], mx));
+      m[r] = mx;
+      __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const __m512 e = Exp2(_mm512_sub_ps(s[gi], mx));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_store_ps(pbuf[r] + gi * kGroup, e);
+      }
+      lsum[r] = _mm512_fmadd_ps(lsum[r], alpha[r], sum);
+    }
+    if constexpr (kD > 0) {
+      for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {
+        AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
+      }
+    } else {
+      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, d);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    std::copy_n(ot + r * d, d, o + static_cast<int64_t>(r) * d);
+    m_out[r] = _mm512_cvtss_f32(m[r]);
+    l_out[r] = _mm512_reduce_add_ps(lsum[r]);
+  }
+}
+
+template <int kD>
+void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (job.n_rows) {
+    case 1: return DecodeKernelT<1, kD>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD>(p, job, o, m, l);
+  }
+}
+
+void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (p.shape.head_dim) {
+    case 64: return DecodeKernelD<64>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128>(p, job, o, m, l);
+    default: return DecodeKernelD<0>(p, job, o, m, l);
+  }
+}
+
+}  // namespace
+
+KernelSet Avx512Kernels() {
+  KernelSet ks;
+  ks.tile = TransposedKernel;
+  ks.tile_rows = kStride;
+  ks.few = DecodeKernel;
+  ks.few_rows_max = kDecodeRows;
+  ks.few_head_dim_multiple = 16;
+  return ks;
+}
+
+}  // namespace attic::attention::internal

@@ -1,0 +1,108 @@
+// Private to the attention module: the pieces Attend is assembled from, exposed so tests
+// can run each ISA's kernels directly.
+//
+// Attend works in a per-KV-head "row space": row r of KV head h is query r / group with
+// query head h * group + r % group (group = n_heads / n_kv_heads), so one K/V row loaded
+// serves every query head of the group and every query of a tile. Query i sees the
+// "virtual slots" [0, n_vis[i]) where virtual slot j is slot indices[j] (or j without an
+// index list); n_vis folds kv_end and the index list into one number per query.
+//
+// Kernels compute one TileJob flash-attention style (online softmax over chunks of
+// slots) and return the un-normalised output together with the softmax statistics, so
+// the driver can normalise directly or merge jobs that split one tile's slots.
+// Scores are kept in log2 units (q is pre-scaled by scale * log2(e)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attic/attention/attention.h"
+#include "attic/backend/cpu_features.h"
+#include "attic/backend/thread_pool.h"
+
+namespace attic::attention::internal {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttendParams {
+  AttentionShape shape;
+  int group = 1;                      // n_heads / n_kv_heads
+  const float* q = nullptr;           // [n_q, n_heads, head_dim]
+  int n_q = 0;
+  const int32_t* n_vis = nullptr;     // [n_q]
+  const int32_t* indices = nullptr;   // virtual slot -> slot; nullptr = identity
+  KvLayerView kv;
+};
+
+// Rows [row_begin, row_begin + n_rows) of KV head kv_head, over virtual slots
+// [slot_begin, slot_end) (further limited per row by n_vis).
+struct TileJob {
+  int kv_head = 0;
+  int64_t row_begin = 0;
+  int n_rows = 0;
+  int slot_begin = 0;
+  int slot_end = 0;
+};
+
+// Writes o [n_rows][head_dim] = sum_j 2^(s_j - m) v_j, m [n_rows] = max_j s_j (or
+// -FLT_MAX if no slot was visible) and l [n_rows] = sum_j 2^(s_j - m), where s_j is the
+// log2-unit score of visible slot j.
+using TileKernel = void (*)(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
+
+struct KernelSet {
+  TileKernel tile = nullptr;  // general kernel; handles up to tile_rows rows
+  int tile_rows = 0;
+  TileKernel few = nullptr;   // optional kernel for heads with few rows (decode)
+  int few_rows_max = 0;       // use `few` when n_q * group <= few_rows_max
+  int few_head_dim_multiple = 1;  // ... and head_dim is a multiple of this
+};
+
+KernelSet GenericKernels();
+KernelSet Avx2Kernels();    // REQUIRES: the CPU supports AVX2 and FMA.
+KernelSet Avx512Kernels();  // REQUIRES: the CPU supports AVX-512 F/BW/VL/DQ.
+
+// Attend with the kernels of `isa` (which the CPU must support).
+void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
+               const int32_t* kv_end, const int32_t* indices, int n_indices, const KvLayerView& kv, float* out);
+void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape,
+                    const AttendRequest* requests, int n_requests);
+
+// A per-thread, 64-byte aligned scratch buffer of at least n floats; `which` (0..3)
+// selects one of several independent buffers. Contents are unspecified.
+float* ThreadScratch(int which, size_t n);
+
+// Maps slots to the offset of their K (or V) row for one KV head; shifts instead of
+// dividing when block_size is a power of two.
+class SlotMap {
+ public:
+  SlotMap(const KvLayerView& kv, int kv_head, int head_dim)
+      : table_(kv.block_table),
+        stride_(kv.block_stride),
+        head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * head_dim),
+        block_size_(kv.block_size),
+        head_dim_(head_dim),
+        shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1) {}
+
+  int64_t Offset(int32_t slot) const {
+    int32_t block, row;
+    if (shift_ >= 0) {
+      block = slot >> shift_;
+      row = slot & (block_size_ - 1);
+    } else {
+      block = slot / block_size_;
+      row = slot % block_size_;
+    }
+    return table_[block] * stride_ + head_offset_ + static_cast<int64_t>(row) * head_dim_;
+  }
+  int block_size() const { return block_size_; }
+
+ private:
+  const int32_t* table_;
+  int64_t stride_;
+  int64_t head_offset_;
+  int block_size_;
+  int head_dim_;
+  int shift_;
+};
+
+}  // namespace attic::attention::internal

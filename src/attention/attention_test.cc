@@ -1,0 +1,445 @@
+#include "attic/attention/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attention_internal.h"
+#include "attic/backend/cpu_features.h"
+#include "attic/backend/thread_pool.h"
+
+namespace attic::backend {
+// Readable parameter names in gtest output.
+void PrintTo(Isa isa, std::ostream* os) { *os << IsaName(isa); }
+}  // namespace attic::backend
+
+namespace attic::attention {
+namespace {
+
+using backend::Isa;
+
+// A paged KV layer with its blocks placed at shuffled positions of a larger pool. Rows
+// that hold no slot (unused blocks, the tail of the last block) are NaN, so any read
+// outside the valid slots poisons the result.
+struct PagedKv {
+  int n_kv_heads, block_size, head_dim, n_slots;
+  std::vector<float> k_pool, v_pool;
+  std::vector<int32_t> block_table;
+
+  PagedKv(int n_kv_heads_, int block_size_, int head_dim_, int n_slots_, std::mt19937& rng)
+      : n_kv_heads(n_kv_heads_), block_size(block_size_), head_dim(head_dim_), n_slots(n_slots_) {
+    const int n_blocks = (n_slots + block_size - 1) / block_size;
+    const int pool_blocks = n_blocks * 2 + 3;
+    std::vector<int32_t> perm(pool_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    block_table.assign(perm.begin(), perm.begin() + n_blocks);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    k_pool.assign(static_cast<size_t>(pool_blocks) * stride(), nan);
+    v_pool.assign(k_pool.size(), nan);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int s = 0; s < n_slots; ++s) {
+      for (int h = 0; h < n_kv_heads; ++h) {
+        for (int i = 0; i < head_dim; ++i) {
+          k_pool[Offset(h, s) + i] = u(rng);
+          v_pool[Offset(h, s) + i] = u(rng);
+        }
+      }
+    }
+  }
+  int64_t stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
+  size_t Offset(int h, int s) const {
+    return static_cast<size_t>(block_table[s / block_size]) * stride() +
+           (static_cast<size_t>(h) * block_size + s % block_size) * head_dim;
+  }
+  // Marks every slot not in `keep` as NaN (sparse tests: those must never be read).
+  void PoisonAllBut(const std::vector<int32_t>& keep) {
+    std::vector<bool> kept(n_slots, false);
+    for (int32_t s : keep) kept[s] = true;
+    for (int s = 0; s < n_slots; ++s) {
+      if (kept[s]) continue;
+      for (int h = 0; h < n_kv_heads; ++h) {
+        for (int i = 0; i < head_dim; ++i) {
+          k_pool[Offset(h, s) + i] = std::numeric_limits<float>::quiet_NaN();
+          v_pool[Offset(h, s) + i] = std::numeric_limits<float>::quiet_NaN();
+        }
+      }
+    }
+  }
+  KvLayerView View() const {
+    KvLayerView v;
+    v.k_pool = k_pool.data();
+    v.v_pool = v_pool.data();
+    v.block_stride = stride();
+    v.block_size = block_size;
+    v.block_table = block_table.data();
+    v.n_slots = n_slots;
+    return v;
+  }
+};
+
+// Dense softmax(q K^T * scale) V in double over the visible slots of each query.
+std::vector<double> NaiveAttention(const AttentionShape& shape, const std::vector<float>& q, int n_q,
+                                   const std::vector<int32_t>& kv_end, const std::vector<int32_t>* indices,
+                                   const PagedKv& kv) {
+  const int d = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
+  std::vector<double> out(static_cast<size_t>(n_q) * shape.n_heads * d, 0.0);
+  for (int i = 0; i < n_q; ++i) {
+    std::vector<int32_t> slots;
+    if (indices) {
+      for (int32_t s : *indices) {
+        if (s < kv_end[i]) slots.push_back(s);
+      }
+    } else {
+      for (int s = 0; s < kv_end[i]; ++s) slots.push_back(s);
+    }
+    if (slots.empty()) continue;
+    for (int h = 0; h < shape.n_heads; ++h) {
+      const float* qr = &q[(static_cast<size_t>(i) * shape.n_heads + h) * d];
+      std::vector<double> s(slots.size());
+      double mx = -1e300;
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const float* kr = &kv.k_pool[kv.Offset(h / g, slots[j])];
+        double dot = 0;
+        for (int t = 0; t < d; ++t) dot += static_cast<double>(qr[t]) * kr[t];
+        s[j] = dot * shape.scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      double* o = &out[(static_cast<size_t>(i) * shape.n_heads + h) * d];
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const float* vr = &kv.v_pool[kv.Offset(h / g, slots[j])];
+        for (int t = 0; t < d; ++t) o[t] += s[j] / sum * vr[t];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> RandomQ(int n_q, int n_heads, int d, float magnitude, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-magnitude, magnitude);
+  std::vector<float> q(static_cast<size_t>(n_q) * n_heads * d);
+  for (float& x : q) x = u(rng);
+  return q;
+}
+
+AttentionShape Shape(int n_heads, int n_kv_heads, int d) {
+  return AttentionShape{n_heads, n_kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+}
+
+class AttentionTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    const auto& f = backend::GetCpuFeatures();
+    if (GetParam() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
+      GTEST_SKIP() << "no AVX-512 on this CPU";
+    }
+    if (GetParam() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  }
+
+  // Runs the ISA's Attend and checks it against the naive reference.
+  void Check(const std::string& what, backend::ThreadPool& pool, const AttentionShape& shape, const PagedKv& kv,
+             const std::vector<float>& q, int n_q, const std::vector<int32_t>& kv_end,
+             const std::vector<int32_t>* indices = nullptr) {
+    std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+    internal::AttendIsa(GetParam(), pool, shape, q.data(), n_q, kv_end.data(), indices ? indices->data() : nullptr,
+                        indices ? static_cast<int>(indices->size()) : 0, kv.View(), out.data());
+    const std::vector<double> want = NaiveAttention(shape, q, n_q, kv_end, indices, kv);
+    double worst = 0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double err = std::abs(out[i] - want[i]) / (1.0 + std::abs(want[i]));
+      if (!(err <= worst)) {  // also catches NaN
+        worst = std::isnan(err) ? 1e30 : err;
+        worst_i = i;
+      }
+    }
+    EXPECT_LE(worst, 1e-5) << what << ": element " << worst_i << " got " << out[worst_i] << " want " << want[worst_i];
+  }
+};
+
+TEST_P(AttentionTest, CausalPrefillAcrossBlockBoundaries) {
+  std::mt19937 rng(11);
+  backend::ThreadPool pool(2);
+  for (int block_size : {16, 32}) {
+    for (int g : {1, 2, 3, 4}) {
+      for (int n_q : {1, 2, 3, 5, 15, 16, 17, 31, 33, 47, 48, 49, 64, 100, 129, 255, 300}) {
+        const int n_kv_heads = g == 1 ? 3 : 2;
+        const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, 64);
+        PagedKv kv(n_kv_heads, block_size, 64, n_q, rng);
+        std::vector<float> q = RandomQ(n_q, shape.n_heads, 64, 1.0f, rng);
+        std::vector<int32_t> kv_end(n_q);
+        for (int i = 0; i < n_q; ++i) kv_end[i] = i + 1;
+        Check("prefill bs=" + std::to_string(block_size) + " g=" + std::to_string(g) + " n_q=" + std::to_string(n_q),
+              pool, shape, kv, q, n_q, kv_end);
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, ChunkedPrefillAfterCachedPrefix) {
+  std::mt19937 rng(12);
+  backend::ThreadPool pool(2);
+  for (int n_past : {1, 15, 100, 700}) {
+    for (int n_q : {1, 7, 40, 130}) {
+      const AttentionShape shape = Shape(9, 3, 64);
+      PagedKv kv(3, 16, 64, n_past + n_q, rng);
+      std::vector<float> q = RandomQ(n_q, 9, 64, 1.0f, rng);
+      std::vector<int32_t> kv_end(n_q);
+      for (int i = 0; i < n_q; ++i) kv_end[i] = n_past + i + 1;
+      Check("chunk n_past=" + std::to_string(n_past) + " n_q=" + std::to_string(n_q), pool, shape, kv, q, n_q, kv_end);
+    }
+  }
+}
+
+TEST_P(AttentionTest, HeadDims) {
+  std::mt19937 rng(13);
+  backend::ThreadPool pool(2);
+  for (int d : {8, 24, 64, 80, 128}) {
+    for (int g : {1, 2, 3, 4}) {
+      for (int n_q : {1, 2, 20, 77}) {
+        const AttentionShape shape = Shape(2 * g, 2, d);
+        PagedKv kv(2, 16, d, n_q + 50, rng);
+        std::vector<float> q = RandomQ(n_q, shape.n_heads, d, 1.0f, rng);
+        std::vector<int32_t> kv_end(n_q);
+        for (int i = 0; i < n_q; ++i) kv_end[i] = 50 + i + 1;
+        Check("d=" + std::to_string(d) + " g=" + std::to_string(g) + " n_q=" + std::to_string(n_q), pool, shape, kv, q,
+              n_q, kv_end);
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, DecodeSingleQuery) {
+  std::mt19937 rng(14);
+  for (int threads : {1, 2, 3}) {
+    backend::ThreadPool pool(threads);
+    for (int d : {8, 64, 128}) {
+      for (int g : {1, 2, 3, 4, 8}) {
+        for (int n_slots : {1, 17, 100, 300, 512, 1000, 2048}) {
+          const int n_kv_heads = g == 8 ? 1 : 3;
+          const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, d);
+          PagedKv kv(n_kv_heads, 32, d, n_slots, rng);
+          std::vector<float> q = RandomQ(1, shape.n_heads, d, 1.0f, rng);
+          std::vector<int32_t> kv_end = {n_slots};
+          Check("decode threads=" + std::to_string(threads) + " d=" + std::to_string(d) + " g=" + std::to_string(g) +
+                    " n=" + std::to_string(n_slots),
+                pool, shape, kv, q, 1, kv_end);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, LargeGroupsAndOddRatios) {
+  std::mt19937 rng(15);
+  backend::ThreadPool pool(2);
+  struct Case {
+    int n_heads, n_kv_heads;
+  };
+  for (const Case& c : {Case{14, 2}, Case{16, 1}, Case{32, 8}, Case{9, 3}, Case{5, 5}}) {
+    for (int n_q : {1, 2, 3, 10, 50}) {
+      const AttentionShape shape = Shape(c.n_heads, c.n_kv_heads, 64);
+      PagedKv kv(c.n_kv_heads, 16, 64, 400, rng);
+      std::vector<float> q = RandomQ(n_q, c.n_heads, 64, 1.0f, rng);
+      std::vector<int32_t> kv_end(n_q);
+      for (int i = 0; i < n_q; ++i) kv_end[i] = 400 - n_q + i + 1;
+      Check("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " n_q=" + std::to_string(n_q),
+            pool, shape, kv, q, n_q, kv_end);
+    }
+  }
+}
+
+TEST_P(AttentionTest, ArbitraryKvEndPerQuery) {
+  // Partial recompute: queries at scattered positions, each with its own visible prefix.
+  std::mt19937 rng(16);
+  backend::ThreadPool pool(2);
+  for (int g : {1, 3, 4}) {
+    for (int n_q : {1, 4, 19, 64, 150}) {
+      const int n_slots = 333;
+      const AttentionShape shape = Shape(2 * g, 2, 64);
+      PagedKv kv(2, 16, 64, n_slots, rng);
+      std::vector<float> q = RandomQ(n_q, shape.n_heads, 64, 1.0f, rng);
+      std::vector<int32_t> kv_end(n_q);
+      std::uniform_int_distribution<int> u(1, n_slots);
+      for (int32_t& e : kv_end) e = u(rng);
+      Check("kv_end g=" + std::to_string(g) + " n_q=" + std::to_string(n_q), pool, shape, kv, q, n_q, kv_end);
+    }
+  }
+}
+
+TEST_P(AttentionTest, SparseIndexList) {
+  std::mt19937 rng(17);
+  backend::ThreadPool pool(2);
+  for (int g : {1, 3, 4}) {
+    for (int n_q : {1, 3, 30}) {
+      for (double density : {0.02, 0.2, 0.7}) {
+        const int n_slots = 1500;
+        const AttentionShape shape = Shape(3 * g, 3, 64);
+        PagedKv kv(3, 16, 64, n_slots, rng);
+        std::vector<int32_t> indices;
+        std::bernoulli_distribution keep(density);
+        for (int s = 0; s < n_slots; ++s) {
+          if (s < 4 || s >= n_slots - 16 || keep(rng)) indices.push_back(s);  // initial + local + top-k-like
+        }
+        kv.PoisonAllBut(indices);
+        std::vector<float> q = RandomQ(n_q, shape.n_heads, 64, 1.0f, rng);
+        std::vector<int32_t> kv_end(n_q);
+        for (int i = 0; i < n_q; ++i) kv_end[i] = n_slots - n_q + i + 1;
+        Check("sparse g=" + std::to_string(g) + " n_q=" + std::to_string(n_q) + " density=" + std::to_string(density),
+              pool, shape, kv, q, n_q, kv_end, &indices);
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, SparseWithArbitraryKvEndIncludingNothingVisible) {
+  std::mt19937 rng(18);
+  backend::ThreadPool pool(2);
+  const int n_slots = 500, n_q = 40;
+  const AttentionShape shape = Shape(4, 2, 64);
+  PagedKv kv(2, 32, 64, n_slots, rng);
+  std::vector<int32_t> indices;
+  for (int s = 37; s < n_slots; s += 7) indices.push_back(s);
+  kv.PoisonAllBut(indices);
+  std::vector<float> q = RandomQ(n_q, 4, 64, 1.0f, rng);
+  std::vector<int32_t> kv_end(n_q);
+  std::uniform_int_distribution<int> u(1, n_slots);
+  for (int32_t& e : kv_end) e = u(rng);
+  kv_end[0] = 10;  // sees no listed slot: output is zero
+  kv_end[5] = 37;
+  kv_end[6] = 38;  // exactly one
+  Check("sparse kv_end", pool, shape, kv, q, n_q, kv_end, &indices);
+}
+
+TEST_P(AttentionTest, LargeScoresStayStable) {
+  std::mt19937 rng(19);
+  backend::ThreadPool pool(2);
+  for (int n_q : {1, 64}) {
+    const AttentionShape shape = Shape(6, 2, 64);
+    PagedKv kv(2, 16, 64, 600, rng);
+    std::vector<float> q = RandomQ(n_q, 6, 64, 12.0f, rng);  // scores up to ~hundreds
+    std::vector<int32_t> kv_end(n_q);
+    for (int i = 0; i < n_q; ++i) kv_end[i] = 600 - n_q + i + 1;
+    Check("large scores n_q=" + std::to_string(n_q), pool, shape, kv, q, n_q, kv_end);
+  }
+}
+
+TEST_P(AttentionTest, LongPrefill) {
+  std::mt19937 rng(20);
+  backend::ThreadPool pool(2);
+  const int n = 1100;
+  const AttentionShape shape = Shape(9, 3, 64);
+  PagedKv kv(3, 16, 64, n, rng);
+  std::vector<float> q = RandomQ(n, 9, 64, 1.0f, rng);
+  std::vector<int32_t> kv_end(n);
+  for (int i = 0; i < n; ++i) kv_end[i] = i + 1;
+  Check("long prefill", pool, shape, kv, q, n, kv_end);
+}
+
+TEST_P(AttentionTest, BatchOfMixedRequests) {
+  // Continuous batching: decode steps, a prefill chunk, a sparse decode and a partial
+  // recompute in one call, each over its own paged KV.
+  std::mt19937 rng(24);
+  backend::ThreadPool pool(2);
+  const AttentionShape shape = Shape(9, 3, 64);
+  struct Case {
+    int n_slots, n_q;
+    bool sparse, scattered;
+  };
+  const std::vector<Case> cases = {{700, 1, false, false}, {40, 1, false, false},  {300, 64, false, false},
+                                   {1200, 1, true, false}, {500, 20, false, true}, {2000, 1, false, false}};
+  std::vector<PagedKv> kvs;
+  std::vector<std::vector<float>> qs, outs;
+  std::vector<std::vector<int32_t>> ends, idx;
+  for (const Case& c : cases) {
+    kvs.emplace_back(3, 16, 64, c.n_slots, rng);
+    qs.push_back(RandomQ(c.n_q, 9, 64, 1.0f, rng));
+    outs.emplace_back(qs.back().size(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<int32_t> e(c.n_q);
+    std::uniform_int_distribution<int> u(1, c.n_slots);
+    for (int i = 0; i < c.n_q; ++i) e[i] = c.scattered ? u(rng) : c.n_slots - c.n_q + i + 1;
+    ends.push_back(e);
+    std::vector<int32_t> ix;
+    if (c.sparse) {
+      for (int s = 0; s < c.n_slots; s += 3) ix.push_back(s);
+      kvs.back().PoisonAllBut(ix);
+    }
+    idx.push_back(ix);
+  }
+  std::vector<AttendRequest> reqs(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    reqs[i] = AttendRequest{qs[i].data(), cases[i].n_q, ends[i].data(), cases[i].sparse ? idx[i].data() : nullptr,
+                            static_cast<int>(idx[i].size()), kvs[i].View(), outs[i].data()};
+  }
+  internal::AttendBatchIsa(GetParam(), pool, shape, reqs.data(), static_cast<int>(reqs.size()));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<double> want = NaiveAttention(shape, qs[i], cases[i].n_q, ends[i], cases[i].sparse ? &idx[i] : nullptr, kvs[i]);
+    double worst = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      const double err = std::abs(outs[i][e] - want[e]) / (1.0 + std::abs(want[e]));
+      worst = std::isnan(err) ? 1e30 : std::max(worst, err);
+    }
+    EXPECT_LE(worst, 1e-5) << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, AttentionTest, ::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(backend::IsaName(info.param)); });
+
+TEST(AttentionPublicTest, AttendMatchesActiveIsaKernels) {
+  std::mt19937 rng(21);
+  backend::ThreadPool pool(2);
+  const int n_q = 37;
+  const AttentionShape shape = Shape(9, 3, 64);
+  PagedKv kv(3, 16, 64, 90, rng);
+  std::vector<float> q = RandomQ(n_q, 9, 64, 1.0f, rng);
+  std::vector<int32_t> kv_end(n_q);
+  for (int i = 0; i < n_q; ++i) kv_end[i] = 90 - n_q + i + 1;
+  std::vector<float> a(q.size()), b(q.size());
+  Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), a.data());
+  internal::AttendIsa(backend::ActiveIsa(), pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), b.data());
+  EXPECT_EQ(a, b);
+}
+
+TEST(AttentionPublicTest, RepeatableForAGivenPool) {
+  std::mt19937 rng(23);
+  backend::ThreadPool pool(2);
+  const AttentionShape shape = Shape(9, 3, 64);
+  PagedKv kv(3, 16, 64, 1500, rng);
+  for (int n_q : {1, 200}) {
+    std::vector<float> q = RandomQ(n_q, 9, 64, 1.0f, rng);
+    std::vector<int32_t> kv_end(n_q);
+    for (int i = 0; i < n_q; ++i) kv_end[i] = 1500 - n_q + i + 1;
+    std::vector<float> a(q.size()), b(q.size());
+    Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), a.data());
+    Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), b.data());
+    EXPECT_EQ(a, b) << n_q;
+  }
+}
+
+TEST(AttentionPublicTest, IndexListOfAllSlotsEqualsDense) {
+  std::mt19937 rng(22);
+  backend::ThreadPool pool(2);
+  const int n_q = 5, n_slots = 260;
+  const AttentionShape shape = Shape(8, 2, 64);
+  PagedKv kv(2, 16, 64, n_slots, rng);
+  std::vector<float> q = RandomQ(n_q, 8, 64, 1.0f, rng);
+  std::vector<int32_t> kv_end(n_q, n_slots), all(n_slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> a(q.size()), b(q.size());
+  Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), a.data());
+  Attend(pool, shape, q.data(), n_q, kv_end.data(), all.data(), n_slots, kv.View(), b.data());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace attic::attention

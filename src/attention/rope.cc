@@ -1,0 +1,133 @@
+#include "attic/attention/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attic/core/status.h"
+
+namespace attic::attention {
+namespace {
+
+// Positions tabulated at construction (cos + sin, head_dim/2 each): 2 MiB at head_dim 64.
+constexpr int kMaxTablePositions = 8192;
+
+// inv_freq as transformers computes it, every step in float32:
+//   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
+std::vector<float> DefaultInvFreq(int head_dim, float theta) {
+  std::vector<float> inv(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = 1.0f / std::pow(theta, exponent);  // powf: float overload
+  }
+  return inv;
+}
+
+// transformers' _compute_llama3_parameters, in float32 tensor arithmetic (python scalars
+// are cast to float32 by torch's tensor-scalar ops).
+void ApplyLlama3(const model::RopeScaling& s, std::vector<float>& inv) {
+  const float factor = s.factor;
+  const float low = s.low_freq_factor, high = s.high_freq_factor;
+  const float old_ctx = static_cast<float>(s.original_max_position_embeddings);
+  const float low_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / static_cast<double>(low));
+  const float high_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / static_cast<double>(high));
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  for (float& f : inv) {
+    float wavelen = two_pi / f;
+    float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+    bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (medium) {
+      float smooth = (old_ctx / wavelen - low) / (high - low);
+      scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    }
+    f = scaled;
+  }
+}
+
+// cos/sin of the float32 angle f32(pos) * inv_freq, evaluated in double and rounded.
+void ComputeCosSin(const std::vector<float>& inv, int32_t position, float* c, float* s) {
+  const float pos = static_cast<float>(position);
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const float angle = pos * inv[i];
+    c[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    s[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
+}  // namespace
+
+RopeTable::RopeTable(const model::ModelConfig& config)
+    : RopeTable(config.head_dim > 0 ? config.head_dim : (config.n_heads > 0 ? config.hidden_size / config.n_heads : 0),
+                config.rope_theta, config.rope_scaling, config.max_position_embeddings) {}
+
+RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& scaling, int max_position_embeddings)
+    : head_dim_(head_dim) {
+  ATTIC_CHECK(head_dim > 0 && head_dim % 2 == 0);
+  inv_freq_ = DefaultInvFreq(head_dim, rope_theta);
+  switch (scaling.type) {
+    case model::RopeScalingType::kNone:
+      break;
+    case model::RopeScalingType::kLinear:
+      for (float& f : inv_freq_) f /= scaling.factor;
+      break;
+    case model::RopeScalingType::kLlama3:
+      ApplyLlama3(scaling, inv_freq_);
+      break;
+  }
+  const int half = head_dim / 2;
+  table_positions_ = std::clamp(max_position_embeddings, 0, kMaxTablePositions);
+  cos_.resize(static_cast<size_t>(table_positions_) * half);
+  sin_.resize(cos_.size());
+  for (int p = 0; p < table_positions_; ++p) {
+    ComputeCosSin(inv_freq_, p, &cos_[static_cast<size_t>(p) * half], &sin_[static_cast<size_t>(p) * half]);
+  }
+}
+
+void RopeTable::CosSin(int32_t position, float* cos_out, float* sin_out) const {
+  const int half = head_dim_ / 2;
+  if (position >= 0 && position < table_positions_) {
+    std::copy_n(&cos_[static_cast<size_t>(position) * half], half, cos_out);
+    std::copy_n(&sin_[static_cast<size_t>(position) * half], half, sin_out);
+  } else {
+    ComputeCosSin(inv_freq_, position, cos_out, sin_out);
+  }
+}
+
+void RopeTable::Apply(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const {
+  Rotate(x, n_tokens, n_heads, positions, 1.0f);
+}
+
+void RopeTable::ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const {
+  Rotate(x, n_tokens, n_heads, positions, -1.0f);
+}
+
+// HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]; each product and
+// the sum rounded to f32 (the same operation order, so results are bit-identical when the
+// compiler does not contract to FMA, which the baseline x86-64 target cannot).
+void RopeTable::Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* positions, float sign) const {
+  const int half = head_dim_ / 2;
+  std::vector<float> local_cos(half), local_sin(half);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int32_t pos = positions[t];
+    const float* c;
+    const float* s;
+    if (pos >= 0 && pos < table_positions_) {
+      c = &cos_[static_cast<size_t>(pos) * half];
+      s = &sin_[static_cast<size_t>(pos) * half];
+    } else {
+      ComputeCosSin(inv_freq_, pos, local_cos.data(), local_sin.data());
+      c = local_cos.data();
+      s = local_sin.data();
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* x1 = x + (t * n_heads + h) * static_cast<int64_t>(head_dim_);
+      float* x2 = x1 + half;
+      for (int i = 0; i < half; ++i) {
+        const float a = x1[i], b = x2[i], si = sign * s[i];
+        x1[i] = a * c[i] - b * si;
+        x2[i] = b * c[i] + a * si;
+      }
+    }
+  }
+}
+
+}  // namespace attic::attention

@@ -1,0 +1,208 @@
+#include "attic/attention/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace attic::attention {
+namespace {
+
+using model::RopeScaling;
+using model::RopeScalingType;
+
+std::vector<double> ExpectedDefaultInvFreq(int head_dim, double theta) {
+  std::vector<double> inv(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv[i] = std::pow(theta, -2.0 * i / head_dim);
+  return inv;
+}
+
+std::vector<float> RandomVec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Rotates in double by angle(pos, i) given by `angle`.
+template <typename AngleFn>
+std::vector<double> NaiveRope(const std::vector<float>& x, int n_tokens, int n_heads, int head_dim,
+                              const std::vector<int32_t>& pos, AngleFn angle) {
+  std::vector<double> out(x.begin(), x.end());
+  const int half = head_dim / 2;
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int h = 0; h < n_heads; ++h) {
+      const size_t base = (static_cast<size_t>(t) * n_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const double a = angle(pos[t], i);
+        const double x1 = x[base + i], x2 = x[base + i + half];
+        out[base + i] = x1 * std::cos(a) - x2 * std::sin(a);
+        out[base + i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(RopeTest, DefaultInvFreqMatchesFormula) {
+  for (int head_dim : {8, 64, 128}) {
+    for (double theta : {10000.0, 500000.0, 1000000.0}) {
+      RopeTable rope(head_dim, static_cast<float>(theta), RopeScaling{});
+      const std::vector<double> want = ExpectedDefaultInvFreq(head_dim, theta);
+      ASSERT_EQ(rope.inv_freq().size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(rope.inv_freq()[i], want[i], 2e-7 * want[i]) << head_dim << " " << i;
+    }
+  }
+}
+
+TEST(RopeTest, ConfigConstructorUsesHeadDimAndTheta) {
+  model::ModelConfig c;
+  c.hidden_size = 576;
+  c.n_heads = 9;
+  c.head_dim = 64;
+  c.rope_theta = 100000.0f;
+  RopeTable rope(c);
+  EXPECT_EQ(rope.head_dim(), 64);
+  EXPECT_NEAR(rope.inv_freq()[1], std::pow(100000.0, -2.0 / 64), 1e-7);
+}
+
+TEST(RopeTest, ApplyMatchesHfFloat32Angles) {
+  // HF: angle = f32(pos) * inv_freq (f32), cos/sin of it; rotation otherwise exact.
+  const int head_dim = 64, n_heads = 3;
+  RopeTable rope(head_dim, 10000.0f, RopeScaling{}, 4096);
+  std::vector<int32_t> pos = {0, 1, 2, 7, 100, 1000, 2047, 4095, 4096, 9000, 65000};
+  const int n = static_cast<int>(pos.size());
+  std::vector<float> x = RandomVec(static_cast<size_t>(n) * n_heads * head_dim, 1);
+  const auto& inv = rope.inv_freq();
+  auto want = NaiveRope(x, n, n_heads, head_dim, pos,
+                        [&](int32_t p, int i) { return static_cast<double>(static_cast<float>(p) * inv[i]); });
+  rope.Apply(x.data(), n, n_heads, pos.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
+}
+
+TEST(RopeTest, ApplyMatchesDoubleFormulaAtSmallPositions) {
+  const int head_dim = 128, n_heads = 2;
+  RopeTable rope(head_dim, 10000.0f, RopeScaling{});
+  std::vector<int32_t> pos = {0, 1, 3, 17, 63};
+  const int n = static_cast<int>(pos.size());
+  std::vector<float> x = RandomVec(static_cast<size_t>(n) * n_heads * head_dim, 2);
+  const std::vector<double> inv = ExpectedDefaultInvFreq(head_dim, 10000.0);
+  auto want = NaiveRope(x, n, n_heads, head_dim, pos, [&](int32_t p, int i) { return p * inv[i]; });
+  rope.Apply(x.data(), n, n_heads, pos.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], want[i], 2e-5) << i;
+}
+
+TEST(RopeTest, RotateHalfPairsDimensionIWithIPlusHalf) {
+  const int head_dim = 8;
+  RopeTable rope(head_dim, 10000.0f, RopeScaling{});
+  std::vector<float> x(head_dim, 0.0f);
+  x[1] = 1.0f;
+  const int32_t pos = 5;
+  rope.Apply(x.data(), 1, 1, &pos);
+  const double a = 5.0 * std::pow(10000.0, -2.0 / 8);
+  EXPECT_NEAR(x[1], std::cos(a), 1e-6);
+  EXPECT_NEAR(x[1 + 4], std::sin(a), 1e-6);
+  for (int i : {0, 2, 3, 4, 6, 7}) EXPECT_EQ(x[i], 0.0f);
+}
+
+TEST(RopeTest, InverseUndoesApply) {
+  const int head_dim = 64, n_heads = 4;
+  RopeTable rope(head_dim, 500000.0f, RopeScaling{}, 1024);
+  std::vector<int32_t> pos = {0, 5, 1023, 1024, 5000, 131071, 3};
+  const int n = static_cast<int>(pos.size());
+  const std::vector<float> orig = RandomVec(static_cast<size_t>(n) * n_heads * head_dim, 3);
+  std::vector<float> x = orig;
+  rope.Apply(x.data(), n, n_heads, pos.data());
+  rope.ApplyInverse(x.data(), n, n_heads, pos.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], orig[i], 1e-6) << i;
+}
+
+TEST(RopeTest, TabulatedAndComputedPositionsAgreeExactly) {
+  RopeTable small(64, 10000.0f, RopeScaling{}, 16);   // position 100 computed on the fly
+  RopeTable large(64, 10000.0f, RopeScaling{}, 4096);  // position 100 tabulated
+  ASSERT_LE(small.table_positions(), 100);
+  ASSERT_GT(large.table_positions(), 100);
+  std::vector<float> a = RandomVec(64 * 2, 4), b = a;
+  const int32_t pos[2] = {100, 7};
+  small.Apply(a.data(), 2, 1, pos);
+  large.Apply(b.data(), 2, 1, pos);
+  EXPECT_EQ(a, b);
+  std::vector<float> c1(32), s1(32), c2(32), s2(32);
+  small.CosSin(100, c1.data(), s1.data());
+  large.CosSin(100, c2.data(), s2.data());
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(s1, s2);
+}
+
+TEST(RopeTest, LinearScalingDividesInvFreq) {
+  RopeScaling s;
+  s.type = RopeScalingType::kLinear;
+  s.factor = 4.0f;
+  RopeTable rope(64, 10000.0f, s);
+  const std::vector<double> base = ExpectedDefaultInvFreq(64, 10000.0);
+  for (size_t i = 0; i < base.size(); ++i) EXPECT_NEAR(rope.inv_freq()[i], base[i] / 4.0, 2e-7 * base[i]);
+  // Position p with factor 4 rotates like position p / 4 unscaled.
+  RopeTable plain(64, 10000.0f, RopeScaling{});
+  std::vector<float> a = RandomVec(64, 5), b = a;
+  const int32_t p_scaled = 400, p_plain = 100;
+  rope.Apply(a.data(), 1, 1, &p_scaled);
+  plain.Apply(b.data(), 1, 1, &p_plain);
+  for (int i = 0; i < 64; ++i) EXPECT_NEAR(a[i], b[i], 2e-5);
+}
+
+// transformers' _compute_llama3_parameters, evaluated in double.
+std::vector<double> ExpectedLlama3(int head_dim, double theta, double factor, double low, double high, double old_ctx) {
+  std::vector<double> inv = ExpectedDefaultInvFreq(head_dim, theta);
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  for (double& f : inv) {
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f = f / factor;
+    } else {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
+TEST(RopeTest, Llama3ScalingMatchesPublishedFormula) {
+  struct Case {
+    int head_dim;
+    double theta, factor, low, high;
+    int old_ctx;
+  };
+  // Llama 3.1 8B / 3.2 1B settings, and a smaller synthetic one.
+  for (const Case& c : {Case{128, 500000, 8, 1, 4, 8192}, Case{64, 500000, 32, 1, 4, 8192}, Case{64, 10000, 4, 1, 2, 256}}) {
+    RopeScaling s;
+    s.type = RopeScalingType::kLlama3;
+    s.factor = static_cast<float>(c.factor);
+    s.low_freq_factor = static_cast<float>(c.low);
+    s.high_freq_factor = static_cast<float>(c.high);
+    s.original_max_position_embeddings = c.old_ctx;
+    RopeTable rope(c.head_dim, static_cast<float>(c.theta), s);
+    const std::vector<double> want = ExpectedLlama3(c.head_dim, c.theta, c.factor, c.low, c.high, c.old_ctx);
+    const std::vector<double> plain = ExpectedDefaultInvFreq(c.head_dim, c.theta);
+    int n_high = 0, n_low = 0, n_mid = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(rope.inv_freq()[i], want[i], 1e-6 * want[i]) << c.head_dim << " " << i;
+      if (want[i] == plain[i]) {
+        ++n_high;
+      } else if (std::abs(want[i] - plain[i] / c.factor) < 1e-12 * plain[i]) {
+        ++n_low;
+      } else {
+        ++n_mid;
+      }
+    }
+    // Every regime is exercised.
+    EXPECT_GT(n_high, 0);
+    EXPECT_GT(n_low, 0);
+    EXPECT_GT(n_mid, 0);
+  }
+}
+
+}  // namespace
+}  // namespace attic::attention
