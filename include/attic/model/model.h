@@ -19,7 +19,9 @@
 namespace attic::model {
 
 struct LoadOptions {
-  // Called with (bytes done, bytes total) while tensors are validated/converted.
+  // Called with (bytes done, bytes total) while tensors are validated/converted and
+  // checksummed for the fingerprint. Calls are serialised but may come from loader
+  // worker threads; `done` never decreases and ends equal to `total`.
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
@@ -74,6 +76,7 @@ class Model {
   uint64_t weight_bytes_ = 0;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::vector<AlignedBuffer> owned_;  // converted / permuted tensors
+  std::vector<std::shared_ptr<void>> owned_maps_;  // other owned memory (anonymous maps)
 };
 
 }  // namespace attic::model
