@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "attic/core/file.h"
 #include "attic/core/progress.h"
@@ -34,6 +35,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const auto& cfg = m.config();
   e->context_length_ = options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
   if (e->context_length_ <= 0) return InvalidArgumentError("context length must be positive");
+  // Sliding-window models (Mistral) are exact as long as no token attends further back
+  // than the window, so the context is capped at the window rather than approximated.
+  if (cfg.sliding_window > 0 && e->context_length_ > cfg.sliding_window) {
+    std::fprintf(stderr, "attic: context length capped at the model's sliding window of %d tokens\n",
+                 cfg.sliding_window);
+    e->context_length_ = cfg.sliding_window;
+  }
   if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
   if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
   e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
@@ -64,6 +72,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   std::sort(e->stop_ids_.begin(), e->stop_ids_.end());
   e->stop_ids_.erase(std::unique(e->stop_ids_.begin(), e->stop_ids_.end()), e->stop_ids_.end());
   return e;
+}
+
+void Engine::ResizeKvCache(int64_t bytes) {
+  ATTIC_CHECK(kv_pool_->n_used() == 0);
+  kv::KvShape shape = kv_pool_->shape();
+  kv_pool_.reset();  // free the old pool before allocating the new one
+  kv_pool_ = std::make_unique<kv::BlockPool>(shape, kv::BlockPool::BlocksForBudget(shape, bytes));
+  options_.kv_cache_bytes = bytes;
 }
 
 StatusOr<std::vector<int32_t>> Engine::Tokenize(const std::string& text, bool add_bos) const {
