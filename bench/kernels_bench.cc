@@ -11,7 +11,7 @@
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
 //
-// Usage: kernels_bench [--threads N] [--quick] [--json FILE] [--only gemv|gemm|pool]
+// Usage: kernels_bench [--threads N] [--quick] [--json FILE] [--only pool|gemv|crossover|gemm]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
 #include <cblas.h>
 
@@ -330,6 +330,43 @@ void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
   json.End();
 }
 
+// GEMV vs GEMM for small m: where Linear should switch (KernelTable::gemv_max_m).
+void BenchCrossover(ThreadPool& pool, Json& json) {
+  json.Begin("crossover");
+  const auto& t = cpu::ActiveKernels();
+  printf("\n== GEMV vs GEMM by m (us/call, cold weights), isa=%s ==\n", t.name);
+  printf("%-13s %-5s %-8s", "model", "dtype", "matrix");
+  const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+  for (int m : ms) printf(" %11d", m);
+  printf("\n");
+  for (const ModelShape& model : Models()) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0}) {
+      for (const Mat& mat : model.mats) {
+        if (std::string(mat.name) != "w_up" && std::string(mat.name) != "wk") continue;
+        const double bytes = static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
+        const int copies = std::max(2, static_cast<int>(256e6 / bytes));
+        WeightSet ws(dt, mat.n, mat.k, copies);
+        printf("%-13s %-5s %-8s", model.name, attic::DTypeName(dt), mat.name);
+        for (int m : ms) {
+          std::vector<float> x = RandomF32(m * mat.k), y(static_cast<size_t>(m * mat.n));
+          double s[2];
+          for (int path = 0; path < 2; ++path) {
+            s[path] = TimePerCall([&](int i) {
+              cpu::LinearWithPath(t, path ? cpu::LinearPath::kGemm : cpu::LinearPath::kGemv, pool, x.data(), m,
+                                  ws.w[i % copies], nullptr, y.data());
+            }, 0.05, std::min(copies, 20));
+          }
+          printf(" %5.0f/%-5.0f", s[0] * 1e6, s[1] * 1e6);
+          json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"%s\", \"m\": %d, \"gemv_us\": %.2f, "
+                       "\"gemm_us\": %.2f}", model.name, attic::DTypeName(dt), mat.name, m, s[0] * 1e6, s[1] * 1e6));
+        }
+        printf("\n");
+      }
+    }
+  }
+  json.End();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,7 +381,7 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only gemv|gemm|pool]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only pool|gemv|crossover|gemm]\n", argv[0]);
       return 2;
     }
   }
@@ -353,6 +390,7 @@ int main(int argc, char** argv) {
   Json json;
   if (only.empty() || only == "pool") BenchPool(pool, json);
   if (only.empty() || only == "gemv") BenchGemv(pool, quick, json);
+  if (only.empty() || only == "crossover") BenchCrossover(pool, json);
   if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
   std::string doc = json.Done();
   if (json_path.empty()) {

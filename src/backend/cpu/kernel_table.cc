@@ -1,0 +1,89 @@
+// Assembles the per-ISA kernel tables and picks the active one.
+#include "backend/cpu/kernel_table.h"
+
+namespace attic::backend::cpu {
+
+namespace {
+
+template <class Fns>
+KernelTable MakeTable(Isa isa, const char* name) {
+  KernelTable t;
+  t.isa = isa;
+  t.name = name;
+  t.f16_to_f32 = Fns::F16ToF32;
+  t.bf16_to_f32 = Fns::Bf16ToF32;
+  t.f32_to_bf16 = Fns::F32ToBf16;
+  t.f32_to_f16 = Fns::F32ToF16;
+  t.row_to_f32 = Fns::RowToF32;
+  t.gemv_prepare = Fns::GemvPrepare;
+  t.gemv = Fns::Gemv;
+  t.gemm = Fns::Gemm;
+  t.rmsnorm_row = Fns::RmsNormRow;
+  t.silu_mul = Fns::SiluMul;
+  t.add = Fns::Add;
+  t.softmax = Fns::Softmax;
+  return t;
+}
+
+#define ATTIC_FNS(ns)                                            \
+  struct ns##_fns {                                              \
+    static constexpr auto F16ToF32 = ns::F16ToF32;               \
+    static constexpr auto Bf16ToF32 = ns::Bf16ToF32;             \
+    static constexpr auto F32ToBf16 = ns::F32ToBf16;             \
+    static constexpr auto F32ToF16 = ns::F32ToF16;               \
+    static constexpr auto RowToF32 = ns::RowToF32;               \
+    static constexpr auto GemvPrepare = ns::GemvPrepare;         \
+    static constexpr auto Gemv = ns::Gemv;                       \
+    static constexpr auto Gemm = ns::Gemm;                       \
+    static constexpr auto RmsNormRow = ns::RmsNormRow;           \
+    static constexpr auto SiluMul = ns::SiluMul;                 \
+    static constexpr auto Add = ns::Add;                         \
+    static constexpr auto Softmax = ns::Softmax;                 \
+  };
+ATTIC_FNS(generic)
+ATTIC_FNS(avx2)
+ATTIC_FNS(avx512)
+#undef ATTIC_FNS
+
+}  // namespace
+
+const KernelTable& GenericTable() {
+  static const KernelTable t = MakeTable<generic_fns>(Isa::kGeneric, "generic");
+  return t;
+}
+
+const KernelTable& Avx2Table() {
+  static const KernelTable t = MakeTable<avx2_fns>(Isa::kAvx2, "avx2");
+  return t;
+}
+
+const KernelTable& Avx512Table() {
+  static const KernelTable t = [] {
+    KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
+    // Measured on Zen 4 (bench/kernels_bench.cc): the GEMM wins from this many rows.
+    for (auto& v : t.gemv_max_m) v = 4;
+    return t;
+  }();
+  return t;
+}
+
+const KernelTable* KernelsFor(Isa isa) {
+  const CpuFeatures& f = GetCpuFeatures();
+  switch (isa) {
+    case Isa::kGeneric:
+      return &GenericTable();
+    case Isa::kAvx2:
+      return f.avx2 && f.fma && f.f16c ? &Avx2Table() : nullptr;
+    case Isa::kAvx512:
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq ? &Avx512Table()
+                                                                                            : nullptr;
+  }
+  return nullptr;
+}
+
+const KernelTable& ActiveKernels() {
+  static const KernelTable* t = KernelsFor(ActiveIsa());
+  return *t;
+}
+
+}  // namespace attic::backend::cpu

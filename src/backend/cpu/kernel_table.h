@@ -1,0 +1,129 @@
+// Internal: one ISA's CPU kernel implementations, as a table of function pointers.
+// kernels.cc / convert.cc pick the table for ActiveIsa(); tests use KernelsFor(isa) to
+// exercise every ISA the machine can run, whatever ATTIC_ISA says.
+//
+// Thread-safety: tables are immutable; kernels are reentrant (scratch is thread-local).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "attic/backend/cpu_features.h"
+#include "attic/backend/thread_pool.h"
+#include "attic/model/weights.h"
+#include "attic/tensor/buffer.h"
+
+namespace attic::backend::cpu {
+
+struct KernelTable {
+  Isa isa = Isa::kGeneric;
+  const char* name = "";
+
+  // Bulk conversions (see attic/backend/convert.h for contracts).
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n) = nullptr;
+  void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n) = nullptr;
+  // n elements of a weight row (any dtype; q8_0: n % 32 == 0) to f32.
+  void (*row_to_f32)(DType dtype, const void* src, float* dst, int64_t n) = nullptr;
+
+  // GEMV, in two steps. gemv_prepare lays x out the way this ISA's gemv wants it (padded,
+  // permuted) and returns it: either x itself or a pointer into *scratch. Then gemv
+  // computes the slice y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j]) for i < m,
+  // n0 <= j < n1, streaming each weight row once for all m rows. Single-threaded; Linear
+  // prepares once and splits n over the pool. y has row stride W.rows().
+  const float* (*gemv_prepare)(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch) = nullptr;
+  void (*gemv)(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+               int64_t n1) = nullptr;
+  // Whole GEMM y[m, n] = x[m, k] W[n, k]^T (+ bias), parallelised over `pool`.
+  void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias,
+               float* y) = nullptr;
+  // Linear uses gemv for m <= gemv_max_m[dtype], gemm above.
+  int64_t gemv_max_m[4] = {4, 4, 4, 4};
+
+  // Elementwise / row ops (single row or flat range; callers split work).
+  void (*rmsnorm_row)(const float* x, const float* weight, int64_t n, float eps, float* out) = nullptr;
+  void (*silu_mul)(float* gate, const float* up, int64_t n) = nullptr;
+  void (*add)(float* x, const float* y, int64_t n) = nullptr;
+  void (*softmax)(float* x, int64_t n) = nullptr;
+};
+
+// The table for `isa`, or nullptr when this CPU cannot run it.
+const KernelTable* KernelsFor(Isa isa);
+// The table for ActiveIsa() (never null).
+const KernelTable& ActiveKernels();
+
+// Linear with an explicit table (kernels.cc's Linear is LinearWith(ActiveKernels(), ...)).
+void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+                const float* bias, float* y);
+// The same with the GEMV/GEMM choice forced (tests and benchmarks).
+enum class LinearPath { kAuto, kGemv, kGemm };
+void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
+                    const model::WeightTensor& w, const float* bias, float* y);
+
+// Runs fn(chunk) for chunk in [0, n_chunks) on the pool. The chunks are cut into one
+// contiguous region per thread, each walked in order (sequential memory streams for the
+// prefetchers); a thread whose region is done steals the next chunks of the others, and
+// spare helper tasks let a thread that started late join in. So an unloaded machine
+// gets a static split, and a thread that loses its core to another process costs only
+// the chunks it did not get to.
+void ParallelChunks(ThreadPool& pool, int64_t n_chunks, const std::function<void(int64_t chunk)>& fn);
+
+// Per-ISA tables (defined in kernel_table.cc from the functions below).
+const KernelTable& GenericTable();
+const KernelTable& Avx2Table();
+const KernelTable& Avx512Table();
+
+// GEMM for ISAs without their own: converts weight tiles to f32 (with t.row_to_f32) and
+// runs single-threaded OpenBLAS sgemm on each thread's share of n.
+void SgemmFallback(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+                   const float* bias, float* y);
+
+namespace generic {
+void F16ToF32(const uint16_t* src, float* dst, int64_t n);
+void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
+void F32ToF16(const float* src, uint16_t* dst, int64_t n);
+void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
+const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
+void SiluMul(float* gate, const float* up, int64_t n);
+void Add(float* x, const float* y, int64_t n);
+void Softmax(float* x, int64_t n);
+}  // namespace generic
+
+namespace avx2 {
+void F16ToF32(const uint16_t* src, float* dst, int64_t n);
+void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
+void F32ToF16(const float* src, uint16_t* dst, int64_t n);
+void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
+const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
+void SiluMul(float* gate, const float* up, int64_t n);
+void Add(float* x, const float* y, int64_t n);
+void Softmax(float* x, int64_t n);
+}  // namespace avx2
+
+namespace avx512 {
+void F16ToF32(const uint16_t* src, float* dst, int64_t n);
+void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
+void F32ToF16(const float* src, uint16_t* dst, int64_t n);
+void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
+const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+// bf16 GEMM uses vdpbf16ps when the CPU has AVX512-BF16 (x rounded to bf16), f32 FMA
+// on converted weight panels otherwise and for the other dtypes.
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
+void SiluMul(float* gate, const float* up, int64_t n);
+void Add(float* x, const float* y, int64_t n);
+void Softmax(float* x, int64_t n);
+}  // namespace avx512
+
+}  // namespace attic::backend::cpu

@@ -1,0 +1,130 @@
+// Public kernel entry points (attic/backend/kernels.h, attic/backend/convert.h): choose
+// the path and split work over the pool; the per-ISA code does the arithmetic.
+#include "attic/backend/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "attic/backend/convert.h"
+#include "backend/cpu/kernel_table.h"
+
+namespace attic::backend {
+
+namespace cpu {
+
+namespace {
+
+// Below this many weight bytes a GEMV runs on the calling thread: waking the pool costs
+// more than it saves.
+constexpr int64_t kGemvParallelBytes = 48 << 10;
+// Rows per GEMV work unit (keeps each thread's rows in whole register blocks).
+constexpr int64_t kGemvRowAlign = 16;
+// Target weight bytes per dynamically scheduled GEMV chunk.
+constexpr int64_t kGemvChunkBytes = 256 << 10;
+
+}  // namespace
+
+void ParallelChunks(ThreadPool& pool, int64_t n_chunks, const std::function<void(int64_t chunk)>& fn) {
+  const int64_t n_regions = std::min<int64_t>(pool.n_threads(), n_chunks);
+  if (n_regions <= 1) {
+    for (int64_t c = 0; c < n_chunks; ++c) fn(c);
+    return;
+  }
+  struct alignas(64) Region {
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
+  Region stack_regions[8];
+  std::vector<Region> heap_regions(n_regions > 8 ? static_cast<size_t>(n_regions) : 0);
+  Region* regions = n_regions > 8 ? heap_regions.data() : stack_regions;
+  for (int64_t r = 0; r < n_regions; ++r) {
+    regions[r].next.store(n_chunks * r / n_regions, std::memory_order_relaxed);
+    regions[r].end = n_chunks * (r + 1) / n_regions;
+  }
+  // Tasks [0, n_regions) own region `task` first; tasks [n_regions, 2 n_regions) only help.
+  pool.ParallelFor(2 * n_regions, [&](int64_t task, int) {
+    for (int64_t d = 0; d < n_regions; ++d) {
+      Region& g = regions[static_cast<size_t>((task + d) % n_regions)];
+      for (int64_t c; (c = g.next.fetch_add(1, std::memory_order_relaxed)) < g.end;) fn(c);
+    }
+  });
+}
+
+void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
+                    const model::WeightTensor& w, const float* bias, float* y) {
+  const int64_t n = w.rows(), k = w.cols();
+  if (m <= 0 || n <= 0) return;
+  bool use_gemv = path == LinearPath::kGemv ||
+                  (path == LinearPath::kAuto && m <= t.gemv_max_m[static_cast<int>(w.dtype)]);
+  if (!use_gemv) {
+    t.gemm(pool, x, m, w, bias, y);
+    return;
+  }
+  thread_local AlignedBuffer xp_buf;
+  const float* xp = t.gemv_prepare(w.dtype, x, m, k, &xp_buf);
+  const int64_t bytes = static_cast<int64_t>(DTypeBytes(w.dtype, static_cast<size_t>(n * k)));
+  if (bytes < kGemvParallelBytes || pool.n_threads() == 1 || n < 2 * kGemvRowAlign) {
+    t.gemv(xp, m, w, bias, y, 0, n);
+    return;
+  }
+  // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks.
+  const int64_t row_bytes = std::max<int64_t>(1, bytes / n);
+  int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, n / (4 * pool.n_threads()));
+  rows_per_chunk = std::max(kGemvRowAlign, rows_per_chunk / kGemvRowAlign * kGemvRowAlign);
+  const int64_t n_chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
+  ParallelChunks(pool, n_chunks, [&](int64_t c) {
+    t.gemv(xp, m, w, bias, y, c * rows_per_chunk, std::min(n, (c + 1) * rows_per_chunk));
+  });
+}
+
+void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+                const float* bias, float* y) {
+  LinearWithPath(t, LinearPath::kAuto, pool, x, m, w, bias, y);
+}
+
+}  // namespace cpu
+
+void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
+  cpu::LinearWith(cpu::ActiveKernels(), pool, x, m, w, bias, y);
+}
+
+void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {
+  const auto& t = cpu::ActiveKernels();
+  if (rows <= 0) return;
+  // One decode row is ~1 µs of work: not worth a pool dispatch.
+  if (rows * n < (1 << 15) || rows == 1) {
+    for (int64_t r = 0; r < rows; ++r) t.rmsnorm_row(x + r * n, weight, n, eps, out + r * n);
+    return;
+  }
+  pool.ParallelRange(rows, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) t.rmsnorm_row(x + r * n, weight, n, eps, out + r * n);
+  });
+}
+
+void SiluMul(ThreadPool& pool, float* gate, const float* up, int64_t n) {
+  const auto& t = cpu::ActiveKernels();
+  if (n < (1 << 15)) {
+    t.silu_mul(gate, up, n);
+    return;
+  }
+  pool.ParallelRange(n, 64, [&](int64_t b, int64_t e, int) { t.silu_mul(gate + b, up + b, e - b); });
+}
+
+void Add(float* x, const float* y, int64_t n) { cpu::ActiveKernels().add(x, y, n); }
+
+void EmbeddingRow(const model::WeightTensor& table, int64_t id, float* out) {
+  cpu::ActiveKernels().row_to_f32(table.dtype, table.row(id), out, table.cols());
+}
+
+void Softmax(float* x, int64_t n) { cpu::ActiveKernels().softmax(x, n); }
+
+void ConvertF16ToF32(const uint16_t* src, float* dst, int64_t n) { cpu::ActiveKernels().f16_to_f32(src, dst, n); }
+void ConvertBf16ToF32(const uint16_t* src, float* dst, int64_t n) { cpu::ActiveKernels().bf16_to_f32(src, dst, n); }
+void ConvertF32ToBf16(const float* src, uint16_t* dst, int64_t n) { cpu::ActiveKernels().f32_to_bf16(src, dst, n); }
+void ConvertF32ToF16(const float* src, uint16_t* dst, int64_t n) { cpu::ActiveKernels().f32_to_f16(src, dst, n); }
+void ConvertRowToF32(DType dtype, const void* src, float* dst, int64_t n) {
+  cpu::ActiveKernels().row_to_f32(dtype, src, dst, n);
+}
+
+}  // namespace attic::backend

@@ -1,0 +1,384 @@
+// Tests every CPU kernel, for every ISA this machine can run, against naive scalar
+// double-precision references written here.
+//
+// Tolerances (per output element, S = sum_k |x_k * w_k| + |bias|):
+//   f32 math (all GEMV paths; GEMM with f32/f16/q8_0 weights; bf16 GEMM without
+//   AVX512-BF16): |y - ref| <= 1e-5 * S + 1e-6, ref computed from the dequantised weights.
+//   bf16 GEMM with vdpbf16ps: x is rounded to bf16 (rel. error <= 2^-9 per element), so
+//   |y - ref| <= 4e-3 * S.
+//   Conversions: bit-exact vs attic::F16ToF32 / Bf16ToF32 / F32ToBf16 / F32ToF16 (NaN
+//   payloads excepted). RmsNorm/Add: 1e-6 relative; SiluMul/Softmax: 2e-6 relative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attic/backend/convert.h"
+#include "attic/backend/kernels.h"
+#include "attic/backend/thread_pool.h"
+#include "backend/cpu/kernel_table.h"
+
+namespace attic::backend::cpu {
+namespace {
+
+std::vector<const KernelTable*> Tables() {
+  std::vector<const KernelTable*> v;
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512})
+    if (const KernelTable* t = KernelsFor(isa)) v.push_back(t);
+  return v;
+}
+
+std::vector<float> RandomVec(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A weight matrix stored in `dtype` plus its exact f32 dequantisation.
+struct TestWeight {
+  std::vector<uint8_t> storage;
+  std::vector<float> deq;  // [n, k]
+  model::WeightTensor w;
+};
+
+TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k) {
+  TestWeight t;
+  std::vector<float> src = RandomVec(rng, n * k, 0.5f);
+  t.storage.resize(DTypeBytes(dtype, static_cast<size_t>(n * k)) + 64);
+  if (dtype == DType::kQ8_0) {
+    for (int64_t b = 0; b < n * k / 32; ++b) {
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[b * 32 + i]));
+      uint16_t d16 = F32ToF16(amax / 127.0f);
+      float d = F16ToF32(d16);
+      uint8_t* blk = t.storage.data() + b * 34;
+      std::memcpy(blk, &d16, 2);
+      for (int i = 0; i < 32; ++i) {
+        int q = d == 0 ? 0 : static_cast<int>(std::lround(src[b * 32 + i] / d));
+        blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127, 127)));
+      }
+    }
+  } else {
+    ConvertFromF32(dtype, src.data(), t.storage.data(), static_cast<size_t>(n * k));
+  }
+  t.deq.resize(static_cast<size_t>(n * k));
+  ConvertToF32(dtype, t.storage.data(), t.deq.data(), static_cast<size_t>(n * k));
+  t.w.dtype = dtype;
+  t.w.data = t.storage.data();
+  t.w.shape = {n, k};
+  return t;
+}
+
+// Checks y against a double reference with the tolerance described at the top.
+void CheckLinear(const std::vector<float>& x, const TestWeight& tw, const float* bias, int64_t m, const float* y,
+                 double rtol, const std::string& what) {
+  const int64_t n = tw.w.rows(), k = tw.w.cols();
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = bias ? bias[j] : 0.0, s = bias ? std::fabs(bias[j]) : 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        double p = static_cast<double>(x[i * k + kk]) * tw.deq[j * k + kk];
+        ref += p;
+        s += std::fabs(p);
+      }
+      double err = std::fabs(y[i * n + j] - ref);
+      if (!(err <= rtol * s + 1e-6) && bad++ < 5)
+        ADD_FAILURE() << what << " y[" << i << "," << j << "]=" << y[i * n + j] << " ref=" << ref << " err=" << err
+                      << " bound=" << rtol * s + 1e-6;
+    }
+  }
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+double LinearTol(const KernelTable& t, DType dtype, LinearPath path, int64_t m) {
+  if (path == LinearPath::kAuto) path = m <= t.gemv_max_m[static_cast<int>(dtype)] ? LinearPath::kGemv : LinearPath::kGemm;
+  if (path == LinearPath::kGemm && dtype == DType::kBF16 && t.isa == Isa::kAvx512 && GetCpuFeatures().avx512_bf16)
+    return 4e-3;
+  return 1e-5;
+}
+
+void RunLinearCases(DType dtype, const std::vector<Shape>& shapes) {
+  std::mt19937 rng(1234 + static_cast<int>(dtype));
+  ThreadPool pool2(2), pool1(1);
+  for (const Shape& s : shapes) {
+    TestWeight tw = MakeWeight(rng, dtype, s.n, s.k);
+    std::vector<float> x = RandomVec(rng, s.m * s.k);
+    std::vector<float> bias = RandomVec(rng, s.n);
+    for (const KernelTable* t : Tables()) {
+      for (LinearPath path : {LinearPath::kAuto, LinearPath::kGemv, LinearPath::kGemm}) {
+        for (bool with_bias : {false, true}) {
+          ThreadPool& pool = with_bias ? pool1 : pool2;
+          std::vector<float> y(static_cast<size_t>(s.m * s.n), std::nanf(""));
+          LinearWithPath(*t, path, pool, x.data(), s.m, tw.w, with_bias ? bias.data() : nullptr, y.data());
+          std::string what = std::string(t->name) + " " + DTypeName(dtype) + " path=" +
+                             std::to_string(static_cast<int>(path)) + " m=" + std::to_string(s.m) +
+                             " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + (with_bias ? " bias" : "");
+          CheckLinear(x, tw, with_bias ? bias.data() : nullptr, s.m, y.data(), LinearTol(*t, dtype, path, s.m), what);
+        }
+      }
+    }
+  }
+}
+
+const std::vector<Shape>& FloatShapes() {
+  static const std::vector<Shape> v = {
+      {1, 1, 1},    {1, 1, 17},   {1, 5, 3},     {2, 7, 31},    {3, 16, 33},   {4, 17, 64},  {5, 47, 100},
+      {7, 48, 257}, {8, 49, 16},  {9, 97, 600},  {13, 1, 1100}, {17, 130, 95}, {1, 600, 576}, {33, 389, 513},
+      {130, 100, 1030}, {64, 48, 2}};
+  return v;
+}
+
+const std::vector<Shape>& Q8Shapes() {
+  static const std::vector<Shape> v = {{1, 1, 32},  {1, 5, 64},    {2, 47, 96},   {4, 49, 288},
+                                       {5, 97, 576}, {9, 130, 320}, {17, 389, 544}, {130, 50, 32}};
+  return v;
+}
+
+TEST(LinearTest, F32) { RunLinearCases(DType::kF32, FloatShapes()); }
+TEST(LinearTest, F16) { RunLinearCases(DType::kF16, FloatShapes()); }
+TEST(LinearTest, Bf16) { RunLinearCases(DType::kBF16, FloatShapes()); }
+TEST(LinearTest, Q8_0) { RunLinearCases(DType::kQ8_0, Q8Shapes()); }
+
+TEST(LinearTest, PublicEntryPointMatchesReference) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    TestWeight tw = MakeWeight(rng, dt, 200, 576);
+    for (int64_t m : {1, 3, 8, 40}) {
+      std::vector<float> x = RandomVec(rng, m * 576), y(static_cast<size_t>(m * 200));
+      Linear(pool, x.data(), m, tw.w, nullptr, y.data());
+      CheckLinear(x, tw, nullptr, m, y.data(), LinearTol(ActiveKernels(), dt, LinearPath::kAuto, m),
+                  "public");
+    }
+  }
+}
+
+// --- conversions -------------------------------------------------------------------------
+
+std::vector<float> SpecialFloats(std::mt19937& rng, int64_t n) {
+  std::vector<float> v = RandomVec(rng, n, 3.0f);
+  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6.1e-5f, 5.96e-8f, 2.98e-8f,
+                            1e-40f, -1e-40f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1.00390625f /* bf16 tie */, 1.01171875f,
+                            3.4e38f, 1.0009765625f, 1.00048828125f /* f16 tie */};
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]) && i < v.size(); ++i) v[i * 3 % v.size()] = specials[i];
+  // Random bit patterns cover every exponent.
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int64_t i = 0; i < n / 4; ++i) {
+    uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (!std::isnan(f)) v[static_cast<size_t>(i * 4 + 1)] = f;
+  }
+  return v;
+}
+
+TEST(ConvertTest, MatchesScalar) {
+  std::mt19937 rng(99);
+  for (const KernelTable* t : Tables()) {
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 1000}) {
+      std::vector<float> f = SpecialFloats(rng, n);
+      std::vector<uint16_t> h(static_cast<size_t>(n) + 1, 0xdead), b(static_cast<size_t>(n) + 1, 0xdead);
+      t->f32_to_f16(f.data(), h.data(), n);
+      t->f32_to_bf16(f.data(), b.data(), n);
+      EXPECT_EQ(h[static_cast<size_t>(n)], 0xdead) << "wrote past the end";
+      EXPECT_EQ(b[static_cast<size_t>(n)], 0xdead) << "wrote past the end";
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(h[i], F32ToF16(f[i])) << t->name << " f16 of " << f[i];
+        ASSERT_EQ(b[i], F32ToBf16(f[i])) << t->name << " bf16 of " << f[i];
+      }
+      // Every 16-bit pattern back to f32.
+      std::vector<uint16_t> all(65536);
+      for (int i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+      std::vector<float> out(65536);
+      t->f16_to_f32(all.data() + 3, out.data(), 65533);
+      for (int i = 3; i < 65536; ++i) {
+        float ref = F16ToF32(static_cast<uint16_t>(i));
+        if (std::isnan(ref)) ASSERT_TRUE(std::isnan(out[i - 3])) << i;
+        else ASSERT_EQ(std::memcmp(&ref, &out[i - 3], 4), 0) << t->name << " f16 " << i;
+      }
+      t->bf16_to_f32(all.data() + 3, out.data(), 65533);
+      for (int i = 3; i < 65536; ++i) {
+        float ref = Bf16ToF32(static_cast<uint16_t>(i));
+        ASSERT_EQ(std::memcmp(&ref, &out[i - 3], 4), 0) << t->name << " bf16 " << i;
+      }
+    }
+    // NaN stays NaN.
+    float nan = std::nanf("");
+    uint16_t h, b;
+    t->f32_to_f16(&nan, &h, 1);
+    t->f32_to_bf16(&nan, &b, 1);
+    EXPECT_TRUE(std::isnan(F16ToF32(h)));
+    EXPECT_TRUE(std::isnan(Bf16ToF32(b)));
+  }
+}
+
+TEST(ConvertTest, RowToF32AllDtypes) {
+  std::mt19937 rng(5);
+  for (const KernelTable* t : Tables()) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+      const int64_t k = dt == DType::kQ8_0 ? 96 : 77;
+      TestWeight tw = MakeWeight(rng, dt, 3, k);
+      std::vector<float> out(static_cast<size_t>(k));
+      for (int64_t r = 0; r < 3; ++r) {
+        t->row_to_f32(dt, tw.w.row(r), out.data(), k);
+        for (int64_t i = 0; i < k; ++i) ASSERT_EQ(out[i], tw.deq[r * k + i]) << t->name << " " << DTypeName(dt);
+      }
+    }
+  }
+}
+
+TEST(ConvertTest, PublicApi) {
+  std::vector<float> f = {1.5f, -2.25f, 3.0f};
+  std::vector<uint16_t> h(3), b(3);
+  std::vector<float> back(3);
+  ConvertF32ToF16(f.data(), h.data(), 3);
+  ConvertF16ToF32(h.data(), back.data(), 3);
+  EXPECT_EQ(back, f);
+  ConvertF32ToBf16(f.data(), b.data(), 3);
+  ConvertBf16ToF32(b.data(), back.data(), 3);
+  EXPECT_EQ(back, f);
+  ConvertRowToF32(DType::kF32, f.data(), back.data(), 3);
+  EXPECT_EQ(back, f);
+}
+
+TEST(EmbeddingRowTest, AllDtypes) {
+  std::mt19937 rng(11);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    TestWeight tw = MakeWeight(rng, dt, 10, 64);
+    std::vector<float> out(64);
+    EmbeddingRow(tw.w, 7, out.data());
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], tw.deq[7 * 64 + i]) << DTypeName(dt);
+  }
+}
+
+// --- elementwise ops ---------------------------------------------------------------------
+
+void ExpectNear(double got, double ref, double rtol, const std::string& what) {
+  if (!(std::fabs(got - ref) <= rtol * std::fabs(ref) + 1e-30)) ADD_FAILURE() << what << " got " << got << " ref " << ref;
+}
+
+TEST(OpsTest, RmsNorm) {
+  std::mt19937 rng(3);
+  for (const KernelTable* t : Tables()) {
+    for (int64_t n : {1, 5, 16, 31, 576, 2049}) {
+      std::vector<float> x = RandomVec(rng, n, 2.0f), w = RandomVec(rng, n), out(static_cast<size_t>(n));
+      t->rmsnorm_row(x.data(), w.data(), n, 1e-5f, out.data());
+      double ss = 0;
+      for (float v : x) ss += static_cast<double>(v) * v;
+      double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+      for (int64_t i = 0; i < n; ++i) ExpectNear(out[i], x[i] * scale * w[i], 1e-6, std::string(t->name) + " rmsnorm");
+      t->rmsnorm_row(x.data(), w.data(), n, 1e-5f, x.data());  // in place
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], out[i]);
+    }
+  }
+  // Public entry point, many rows (parallel).
+  ThreadPool pool(2);
+  const int64_t rows = 70, n = 600;
+  std::vector<float> x = RandomVec(rng, rows * n), w = RandomVec(rng, n), out(static_cast<size_t>(rows * n));
+  RmsNorm(pool, x.data(), w.data(), rows, n, 1e-6f, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[r * n + i]) * x[r * n + i];
+    double scale = 1.0 / std::sqrt(ss / n + 1e-6);
+    for (int64_t i = 0; i < n; ++i) ExpectNear(out[r * n + i], x[r * n + i] * scale * w[i], 1e-6, "rmsnorm rows");
+  }
+}
+
+TEST(OpsTest, SiluMulAndAdd) {
+  std::mt19937 rng(4);
+  for (const KernelTable* t : Tables()) {
+    for (int64_t n : {1, 7, 16, 33, 1000}) {
+      std::vector<float> g = RandomVec(rng, n, 4.0f), u = RandomVec(rng, n);
+      if (n > 5) {
+        g[0] = 100.0f;
+        g[1] = -100.0f;
+        g[2] = 0.0f;
+        g[3] = -20.0f;
+        g[4] = 30.0f;
+      }
+      std::vector<float> g0 = g;
+      t->silu_mul(g.data(), u.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        double ref = g0[i] / (1.0 + std::exp(-static_cast<double>(g0[i]))) * u[i];
+        if (!(std::fabs(g[i] - ref) <= 2e-6 * std::fabs(ref) + 1e-30))
+          ADD_FAILURE() << t->name << " silu(" << g0[i] << ")*" << u[i] << " = " << g[i] << " ref " << ref;
+      }
+      std::vector<float> a = RandomVec(rng, n), b = RandomVec(rng, n), a0 = a;
+      t->add(a.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], a0[i] + b[i]);
+    }
+  }
+  ThreadPool pool(2);
+  std::vector<float> g = RandomVec(rng, 100000), u = RandomVec(rng, 100000), g0 = g;
+  SiluMul(pool, g.data(), u.data(), 100000);
+  for (int i = 0; i < 100000; i += 997) ExpectNear(g[i], g0[i] / (1.0 + std::exp(-double(g0[i]))) * u[i], 2e-6, "silu pub");
+}
+
+TEST(OpsTest, Softmax) {
+  std::mt19937 rng(6);
+  for (const KernelTable* t : Tables()) {
+    for (int64_t n : {1, 2, 15, 16, 17, 100, 4097}) {
+      std::vector<float> x = RandomVec(rng, n, 5.0f);
+      if (n > 3) {
+        x[1] = -std::numeric_limits<float>::infinity();  // masked position
+        x[2] = -200.0f;
+      }
+      std::vector<float> x0 = x;
+      t->softmax(x.data(), n);
+      double mx = -INFINITY, sum = 0;
+      for (float v : x0) mx = std::max(mx, static_cast<double>(v));
+      for (float v : x0) sum += std::exp(v - mx);
+      for (int64_t i = 0; i < n; ++i) {
+        double ref = std::exp(x0[i] - mx) / sum;
+        if (!(std::fabs(x[i] - ref) <= 2e-6 * ref + 1e-12))
+          ADD_FAILURE() << t->name << " softmax n=" << n << " i=" << i << " got " << x[i] << " ref " << ref;
+      }
+    }
+  }
+}
+
+// --- thread pool ---------------------------------------------------------------------------
+
+TEST(ThreadPoolTest, CoversEveryTaskOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 5, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int rep = 0; rep < 50; ++rep)
+        pool.ParallelFor(n, [&](int64_t t, int th) {
+          ASSERT_GE(th, 0);
+          ASSERT_LT(th, threads);
+          hits[static_cast<size_t>(t)].fetch_add(1);
+        });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 50);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, RangesAreAlignedAndComplete) {
+  ThreadPool pool(2);
+  for (int64_t n : {1, 15, 16, 17, 100, 1001}) {
+    for (int64_t align : {1, 16, 48}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.ParallelRange(n, align, [&](int64_t b, int64_t e, int) {
+        ASSERT_EQ(b % align, 0);
+        ASSERT_TRUE(e == n || e % align == 0);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attic::backend::cpu
