@@ -140,22 +140,30 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
   shape.n_kv_heads = c.n_kv_heads;
   shape.head_dim = c.head_dim;
   shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // All sequences' attention in one parallel pass (continuous batching's decode steps
+  // are one row each: too small to keep the pool busy one sequence at a time).
+  requests_.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     auto& e = batch[i];
     const int off = entry_offset_[i];
     const int nt = static_cast<int>(e.tokens.size());
     e.seq->WriteKv(layer, entry_first_slot_[i], nt, kr + static_cast<int64_t>(off) * kvd,
                    v + static_cast<int64_t>(off) * kvd);
-    attention::KvLayerView view;
-    view.k_pool = e.seq->pool()->k_pool(layer);
-    view.v_pool = e.seq->pool()->v_pool(layer);
-    view.block_stride = e.seq->pool()->shape().block_stride();
-    view.block_size = e.seq->pool()->shape().block_size;
-    view.block_table = e.seq->block_table().data();
-    view.n_slots = e.seq->n_slots();
-    attention::Attend(pool_, shape, q + static_cast<int64_t>(off) * qd, nt, kv_end_.data() + off, nullptr, 0, view,
-                      attn + static_cast<int64_t>(off) * qd);
+    attention::AttendRequest& r = requests_[i];
+    r.q = q + static_cast<int64_t>(off) * qd;
+    r.n_q = nt;
+    r.kv_end = kv_end_.data() + off;
+    r.indices = nullptr;
+    r.n_indices = 0;
+    r.kv.k_pool = e.seq->pool()->k_pool(layer);
+    r.kv.v_pool = e.seq->pool()->v_pool(layer);
+    r.kv.block_stride = e.seq->pool()->shape().block_stride();
+    r.kv.block_size = e.seq->pool()->shape().block_size;
+    r.kv.block_table = e.seq->block_table().data();
+    r.kv.n_slots = e.seq->n_slots();
+    r.out = attn + static_cast<int64_t>(off) * qd;
   }
+  attention::AttendBatch(pool_, shape, requests_.data(), static_cast<int>(requests_.size()));
   backend::Linear(pool_, attn, n, w.wo, nullptr, xn);
   backend::Add(x, xn, n * hidden);
 

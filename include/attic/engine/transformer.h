@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "attic/attention/attention.h"
 #include "attic/attention/rope.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
@@ -80,6 +81,7 @@ class Transformer {
   AlignedBuffer x_, xn_, q_, k_, v_, kr_, attn_, gate_, up_;
   AlignedBuffer enter_k_;
   std::vector<int32_t> kv_end_;
+  std::vector<attention::AttendRequest> requests_;
 };
 
 }  // namespace attic::engine
