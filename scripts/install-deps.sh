@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libopenblas-dev libdnnl-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev liburing-dev libxxhash-dev libzstd-dev
-      python3 python3-numpy)
+      python3 python3-numpy nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

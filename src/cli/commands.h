@@ -34,5 +34,9 @@ void AddGenerateCommand(CLI::App& app, RunFn* run);
 void AddChatCommand(CLI::App& app, RunFn* run);
 void AddBenchCommand(CLI::App& app, RunFn* run);
 void AddMakeModelCommand(CLI::App& app, RunFn* run);
+void AddServeCommand(CLI::App& app, RunFn* run);
+// `bench serve`, a subcommand of `bench` (call after AddBenchCommand). It has its own
+// RunFn because `bench`'s callback runs after its subcommand's and would replace it.
+void AddBenchServeCommand(CLI::App& app, RunFn* run);
 
 }  // namespace attic::cli

@@ -1,4 +1,4 @@
-// attic: the command-line front end (generate, chat, bench, make-model, ...).
+// attic: the command-line front end (generate, chat, serve, bench, bench serve, make-model, ...).
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -45,10 +45,14 @@ int main(int argc, char** argv) {
   attic::cli::AddChatCommand(app, &run);
   attic::cli::AddBenchCommand(app, &run);
   attic::cli::AddMakeModelCommand(app, &run);
+  attic::cli::AddServeCommand(app, &run);
+  attic::cli::RunFn bench_serve_run;
+  attic::cli::AddBenchServeCommand(app, &bench_serve_run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (bench_serve_run) return bench_serve_run();
   return run ? run() : 0;
 }

@@ -44,6 +44,9 @@ class Engine {
   backend::ThreadPool& threads() { return *threads_; }
   int context_length() const { return context_length_; }
   const EngineOptions& options() const { return options_; }
+  // Replaces the KV pool with the largest one within `bytes` (at least one block).
+  // REQUIRES: no SequenceKv holds blocks of the current pool (call before any Session).
+  void ResizeKvCache(int64_t bytes);
 
   // Token ids of `text`; InvalidArgument for invalid UTF-8.
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos = true) const;
@@ -52,6 +55,9 @@ class Engine {
   StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages) const;
   // Token ids that end generation: EOS plus the chat family's end-of-turn tokens.
   const std::vector<int32_t>& stop_token_ids() const { return stop_ids_; }
+  // The chat template family RenderChat uses (InvalidArgument naming --chat-template
+  // when the model has none Attic recognises and none was named).
+  const StatusOr<tokenizer::ChatTemplateKind>& chat_template_kind() const { return chat_kind_; }
 
  private:
   Engine() = default;

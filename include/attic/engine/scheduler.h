@@ -1,0 +1,223 @@
+// Scheduler: iteration-level continuous batching over one Engine.
+//
+// Requests wait in a bounded FCFS queue. Each Step() admits what fits (running-sequence
+// cap and KV budget), then runs ONE Transformer::Forward over a batch holding the next
+// token of every decoding sequence plus prefill chunks of admitted prompts, at most
+// max_batch_tokens rows. A long prompt is therefore prefilled over several steps and
+// never stalls decoding streams for more than one chunk.
+//
+// KV budget (kv::BlockPool): a request is admitted only when the blocks it can ever need
+// (prompt + max_tokens, capped by the context window) fit beside what running sequences
+// have reserved, so a running sequence never runs out of KV mid-generation and nothing
+// is preempted. Finished sequences' KV stays resident (per tenant, LRU-evicted when
+// blocks are needed); a new request of the same tenant whose prompt shares a prefix
+// with a resident sequence reuses that prefix and prefills only the rest.
+//
+// The waiting queue is visible read-only through LookAhead(): the next N waiting
+// requests with their token ids and session ids, for the KV store's prefetch/eviction
+// (paper 001 section 3.3, DESIGN.md decision 6).
+//
+// Thread-safety: Submit, LookAhead, Stats, WaitForWork and Shutdown may be called from
+// any thread. Step runs on one thread (the step loop), which owns the Engine's
+// Transformer and BlockPool for the scheduler's lifetime. Results travel through a
+// ResultChannel per request: the step loop pushes (never blocks), the requester pops.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/engine/engine.h"
+#include "attic/engine/sampler.h"
+
+namespace attic::engine {
+
+using SchedClock = std::chrono::steady_clock;
+
+struct SchedulerOptions {
+  int max_running = 16;            // sequences admitted at once (prefilling or decoding)
+  int max_waiting = 64;            // bounded FCFS queue; Submit beyond it is ResourceExhausted
+  // Prefill tokens per step (0 = whatever the step's max_batch_tokens leaves after the
+  // decode rows). Smaller values bound decode latency tighter at some prefill speed.
+  int max_prefill_tokens_per_step = 0;
+  int max_resident = 4096;         // finished sequences kept resident (LRU beyond)
+  int min_reuse_tokens = 8;        // shortest common prefix worth reusing
+  size_t channel_capacity = 256;   // events buffered per request; text coalesces beyond
+};
+
+struct TokenUsage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;  // sampled tokens, including a stop token
+  int cached_tokens = 0;      // prompt tokens whose KV was reused instead of recomputed
+};
+
+struct GenerationEvent {
+  enum class Kind { kText, kFinish, kError };
+  Kind kind = Kind::kText;
+  std::string text;           // kText: a piece of valid UTF-8 (never splits a code point)
+  std::string finish_reason;  // kFinish: "stop" or "length"
+  TokenUsage usage;           // kFinish (kError: what was done before the error)
+  Status status;              // kError
+};
+
+// One request's results. The last event is always exactly one kFinish or kError, unless
+// the request was cancelled (then nothing more arrives).
+class ResultChannel {
+ public:
+  explicit ResultChannel(size_t capacity) : capacity_(capacity) {}
+
+  // Step-loop side; never blocks. When `capacity` events are pending, a text event is
+  // appended to the last pending text event instead (bounded count, no text lost).
+  void Push(GenerationEvent event);
+  // Requester side: waits up to `timeout` for the next event; false on timeout.
+  bool Pop(GenerationEvent* event, std::chrono::milliseconds timeout);
+  // Asks the scheduler to stop this request (client gone). Idempotent.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  size_t capacity_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> events_;
+};
+
+struct GenerationRequest {
+  std::string tenant = "default";   // resident KV is never shared across tenants
+  std::string session_id;           // optional; a look-ahead hint and a reuse tie-breaker
+  std::vector<int32_t> prompt;      // token ids (must not be empty)
+  SamplingParams sampling;          // max_tokens >= 1; stop_token_ids add to the engine's
+  bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
+  SchedClock::time_point arrival{};                         // {} = when submitted
+  SchedClock::time_point deadline = SchedClock::time_point::max();  // per-request timeout
+};
+
+// Read-only view of a waiting request, for the KV store.
+struct WaitingRequestView {
+  uint64_t id = 0;
+  std::string tenant;
+  std::string session_id;
+  std::shared_ptr<const std::vector<int32_t>> prompt;
+  int max_tokens = 0;
+  SchedClock::time_point arrival;
+};
+
+struct SchedulerStats {
+  int waiting = 0;
+  int running = 0;        // admitted (prefilling + decoding)
+  int prefilling = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;  // held by running and resident sequences
+  int kv_blocks_free = 0;
+  int kv_blocks_resident = 0;
+  int resident_sequences = 0;
+  uint64_t steps = 0;
+  uint64_t evicted_sequences = 0;
+  int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
+};
+
+// What happened to one request; reported on the step loop when it ends.
+struct RequestRecord {
+  uint64_t id = 0;
+  TokenUsage usage;
+  std::string finish_reason;  // "" unless it finished normally
+  StatusCode code = StatusCode::kOk;
+  double queue_seconds = 0;   // arrival -> admission (0 if never admitted)
+  double ttft_seconds = -1;   // arrival -> first sampled token (-1 if none)
+  std::vector<double> inter_token_seconds;  // gaps between consecutive sampled tokens
+};
+using RequestObserver = std::function<void(const RequestRecord&)>;
+
+class Scheduler {
+ public:
+  // `engine` must outlive the scheduler; its pool must hold at least one block.
+  Scheduler(Engine& engine, const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request and returns its channel. InvalidArgument (empty prompt, bad
+  // sampling parameters or token ids), OutOfRange (prompt beyond the context window or
+  // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down).
+  StatusOr<std::shared_ptr<ResultChannel>> Submit(GenerationRequest request);
+
+  // The next `n` waiting requests, in the order they will be admitted.
+  std::vector<WaitingRequestView> LookAhead(int n) const;
+  SchedulerStats Stats() const;
+
+  // Blocks until a request waits or runs, Shutdown, or `timeout`; returns whether
+  // there is work.
+  bool WaitForWork(std::chrono::milliseconds timeout);
+  // One iteration: reap cancelled/expired requests, admit, one forward, sample, emit.
+  // Step loop only. Returns the number of batch rows computed (0 = idle).
+  int Step();
+  // Fails every waiting and running request with Unavailable; later Submits fail too.
+  // Step loop only (or after the step loop has stopped).
+  void Shutdown();
+  // Called on the step loop whenever a request ends. Set before the first Step.
+  void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Waiting;
+  struct Running;
+  struct Resident;
+  struct ReusePlan;
+
+  int BlocksFor(int n_slots) const;
+  int OutstandingReservation() const;
+  int AvailableBlocks() const;
+  void EnsureFree(int n_blocks, const Resident* pinned);
+  void EvictLru(const Resident* pinned);
+  ReusePlan PlanReuse(const Waiting& w) const;
+  bool TryAdmit(Waiting& w, SchedClock::time_point now);
+  void Admit(SchedClock::time_point now);
+  void ReapRunning(SchedClock::time_point now);
+  void OnToken(Running& r, int32_t token, SchedClock::time_point now);
+  void Finish(Running& r, const std::string& reason);
+  void Fail(Running& r, const Status& status);
+  void Retire(Running& r);
+  void Report(RequestRecord record);
+  void PublishStats();
+  void FlushReports();
+
+  Engine& engine_;
+  SchedulerOptions options_;
+  kv::BlockPool& pool_;
+  const int block_size_;
+  const int vocab_;
+  const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
+  RequestObserver observer_;
+
+  // Guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::deque<std::unique_ptr<Waiting>> waiting_;
+  uint64_t next_id_ = 1;
+  bool shutdown_ = false;
+  SchedulerStats stats_;
+  std::atomic<int> n_running_{0};
+
+  // Step loop only.
+  std::vector<std::unique_ptr<Running>> running_;  // admission order
+  std::list<std::unique_ptr<Resident>> resident_;  // front = least recently used
+  int resident_blocks_ = 0;
+  uint64_t steps_ = 0;
+  uint64_t evicted_ = 0;
+  int peak_decode_batch_ = 0;
+  std::vector<float> logits_;
+  std::vector<RequestRecord> reports_;  // delivered to observer_ at the end of a step
+};
+
+}  // namespace attic::engine

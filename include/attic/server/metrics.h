@@ -1,0 +1,58 @@
+// Server metrics in the Prometheus text exposition format (GET /metrics): HTTP requests
+// by endpoint and status, token counters (prompt, generated, reused from resident KV),
+// time-to-first-token / time-per-output-token / queue-wait histograms, and gauges read
+// from the scheduler at scrape time (queue depth, running sequences, KV blocks).
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attic/engine/scheduler.h"
+
+namespace attic::server {
+
+// A cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  // Appends "<name>_bucket{le=...}", "<name>_sum" and "<name>_count" lines.
+  void Render(const std::string& name, std::string* out) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  // One HTTP response. `endpoint` should be a known route (bounded label values).
+  void CountHttp(const std::string& endpoint, int status);
+  // One request that reached the scheduler, when it ends.
+  void Observe(const engine::RequestRecord& record);
+  std::string Render(const engine::SchedulerStats& stats) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> http_;
+  std::map<std::string, uint64_t> finished_;  // by outcome: stop, length, cancelled, timeout, error
+  uint64_t prompt_tokens_ = 0;
+  uint64_t cached_tokens_ = 0;
+  uint64_t generated_tokens_ = 0;
+  Histogram ttft_;
+  Histogram tpot_;
+  Histogram queue_;
+};
+
+}  // namespace attic::server

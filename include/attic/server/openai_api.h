@@ -1,0 +1,96 @@
+// The OpenAI wire format Attic speaks: request parsing and validation for
+// /v1/chat/completions and /v1/completions, response and SSE chunk bodies, and
+// OpenAI error objects ({"error":{"message","type","param","code"}}) with the HTTP
+// status each travels with.
+//
+// Parsing never throws and never trusts the input: any JSON (or non-JSON) body yields
+// either a request whose every field is in range, or a 400 error naming the field.
+//
+// Thread-safety: free functions, safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/engine/scheduler.h"
+#include "attic/tokenizer/chat_template.h"
+
+namespace attic::server {
+
+// An OpenAI error object and its HTTP status.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" = null
+  std::string code;   // "" = null
+};
+
+// {"error":{"message":...,"type":...,"param":...,"code":...}}
+std::string ErrorJson(const ApiError& error);
+// InvalidArgument 400, NotFound 404, OutOfRange 413 (context_length_exceeded),
+// ResourceExhausted 429, Unavailable 503, DeadlineExceeded 504, anything else 500.
+ApiError ErrorFromStatus(const Status& status);
+
+enum class ApiKind { kChat, kCompletion };
+
+// A validated request. Defaults are OpenAI's.
+struct ApiRequest {
+  ApiKind kind = ApiKind::kChat;
+  std::string model;
+  std::vector<tokenizer::ChatMessage> messages;  // kChat: system/user/assistant turns
+  std::string prompt_text;                       // kCompletion, text prompt
+  std::vector<int32_t> prompt_ids;               // kCompletion, prompt given as token ids
+  bool prompt_is_ids = false;
+  std::optional<int64_t> max_tokens;             // max_tokens / max_completion_tokens; >= 1
+  float temperature = 1.0f;                      // [0, 2]
+  float top_p = 1.0f;                            // [0, 1]; 0 means greedy
+  int top_k = 0;                                 // extension; 0 = off
+  float min_p = 0.0f;                            // extension; [0, 1]
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;                 // up to kMaxStops non-empty strings
+  bool stream = false;
+  bool include_usage = false;                    // stream_options.include_usage
+  std::string user;
+  std::string session_id;                        // extension: conversation id (a hint)
+  bool ignore_eos = false;                       // extension: generate max_tokens tokens
+};
+
+inline constexpr int kMaxStops = 16;
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kMaxSessionIdBytes = 256;
+
+struct ParseResult {
+  ApiRequest request;
+  std::optional<ApiError> error;  // set => the request is invalid
+};
+
+ParseResult ParseApiRequest(ApiKind kind, std::string_view body);
+
+// What every response of one request shares.
+struct ResponseMeta {
+  ApiKind kind = ApiKind::kChat;
+  std::string id;                  // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;             // unix seconds
+  std::string model;
+  std::string system_fingerprint;  // identifies model weights + serving configuration
+};
+
+// Non-streaming response body.
+std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                           const engine::TokenUsage& usage);
+// One SSE event ("data: {...}\n\n") of a streaming response. For chat, `role_chunk`
+// makes the opening {"role":"assistant","content":""} delta. finish_reason "" = null.
+// include_usage adds "usage":null, as OpenAI does on every chunk when usage is asked for.
+std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                       bool include_usage, bool role_chunk = false);
+// The closing usage chunk (choices []), sent when stream_options.include_usage.
+std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage);
+// "data: {"error":{...}}\n\n"
+std::string ErrorEvent(const ApiError& error);
+
+}  // namespace attic::server

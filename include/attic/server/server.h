@@ -1,0 +1,72 @@
+// Server: Attic's OpenAI-compatible HTTP front end.
+//
+//   POST /v1/chat/completions   chat (JSON, or SSE when "stream": true)
+//   POST /v1/completions        text completion (JSON or SSE)
+//   GET  /v1/models             the served model
+//   GET  /health                liveness ({"status":"ok"})
+//   GET  /metrics               Prometheus text
+//
+// One step-loop thread owns the Engine (its Transformer and KV pool) through a
+// Scheduler. HTTP handler threads only parse, authenticate, tokenize, submit to the
+// scheduler's bounded queue and relay the request's ResultChannel to the client; they
+// never touch engine state. A client that disconnects cancels its request.
+//
+// Tenancy: with API keys configured, the key identifies the tenant and resident KV is
+// scoped to it; without keys every request belongs to the tenant "default".
+//
+// Thread-safety: Start/Stop/Wait may be called from any thread; Stop is idempotent.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/engine/engine.h"
+#include "attic/engine/scheduler.h"
+
+namespace attic::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";   // listen address
+  int port = 8080;                  // 0 = any free port (see port())
+  std::vector<std::string> api_keys;  // empty = no authentication
+  std::string model_name;           // id in /v1/models and responses ("" = model file/dir name)
+  engine::SchedulerOptions scheduler;
+  int64_t max_tokens_limit = 0;     // cap on max_tokens (0 = the context window)
+  double request_timeout_s = 600;   // per request, from arrival to the last token
+  size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
+  int http_threads = 0;             // 0 = max_running + max_waiting + 16
+  int keep_alive_timeout_s = 5;     // idle keep-alive connections are closed after this
+};
+
+class Server {
+ public:
+  // `engine` must outlive the server. InvalidArgument for bad options.
+  static StatusOr<std::unique_ptr<Server>> Create(engine::Engine& engine, const ServerOptions& options);
+  ~Server();
+
+  // Binds and starts serving (HTTP threads and the step loop); returns once listening.
+  // Unavailable if the address cannot be bound.
+  Status Start();
+  // The bound port (after Start).
+  int port() const { return port_; }
+  const std::string& model_name() const { return model_name_; }
+  // Blocks until Stop().
+  void Wait();
+  // Stops accepting, fails queued and running requests, joins every thread.
+  void Stop();
+
+  engine::Scheduler& scheduler();
+
+ private:
+  struct Impl;
+  Server() = default;
+  std::unique_ptr<Impl> impl_;
+  std::string model_name_;
+  int port_ = 0;
+};
+
+}  // namespace attic::server

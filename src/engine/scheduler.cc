@@ -1,0 +1,325 @@
+// Scheduler: the waiting queue, admission against the KV budget, and resident-KV reuse.
+// The step itself (batching, sampling, streaming) is in scheduler_step.cc.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/scheduler_internal.h"
+
+namespace attic::engine {
+
+namespace {
+
+double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
+    : engine_(engine),
+      options_(options),
+      pool_(engine.kv_pool()),
+      block_size_(engine.kv_pool().shape().block_size),
+      vocab_(engine.model().config().vocab_size),
+      max_slots_(static_cast<int>(std::min<int64_t>(
+          engine.context_length(), static_cast<int64_t>(engine.kv_pool().n_blocks()) * engine.kv_pool().shape().block_size))) {
+  // Every decoding sequence needs one row of a step; keep at least one row for prefill.
+  const int rows = engine_.transformer().max_batch_tokens();
+  options_.max_running = std::clamp(options_.max_running, 1, std::max(1, rows - 1));
+  options_.max_waiting = std::max(0, options_.max_waiting);
+  options_.max_resident = std::max(0, options_.max_resident);
+  options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
+  options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
+  PublishStats();
+}
+
+Scheduler::~Scheduler() = default;
+
+int Scheduler::BlocksFor(int n_slots) const { return (n_slots + block_size_ - 1) / block_size_; }
+
+StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
+  const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
+  if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
+  if (n_prompt > engine_.context_length()) {
+    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
+                           std::to_string(engine_.context_length()) + " tokens");
+  }
+  if (n_prompt > max_slots_) {
+    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the KV budget of " +
+                           std::to_string(max_slots_) + " tokens");
+  }
+  ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.sampling.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= vocab_) {
+      return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                                  std::to_string(vocab_) + ")");
+    }
+  }
+  if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
+  auto w = std::make_unique<Waiting>();
+  w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
+  request.prompt.clear();
+  w->req = std::move(request);
+  w->channel = std::make_shared<ResultChannel>(options_.channel_capacity);
+  std::shared_ptr<ResultChannel> channel = w->channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return UnavailableError("the server is shutting down");
+    if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+      return ResourceExhaustedError("the waiting queue is full (" + std::to_string(options_.max_waiting) +
+                                    " requests); retry later");
+    }
+    w->id = next_id_++;
+    waiting_.push_back(std::move(w));
+    stats_.waiting = static_cast<int>(waiting_.size());
+  }
+  work_cv_.notify_one();
+  return channel;
+}
+
+std::vector<WaitingRequestView> Scheduler::LookAhead(int n) const {
+  std::vector<WaitingRequestView> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : waiting_) {
+    if (static_cast<int>(out.size()) >= n) break;
+    WaitingRequestView v;
+    v.id = w->id;
+    v.tenant = w->req.tenant;
+    v.session_id = w->req.session_id;
+    v.prompt = w->prompt;
+    v.max_tokens = w->req.sampling.max_tokens;
+    v.arrival = w->req.arrival;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+SchedulerStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  s.waiting = static_cast<int>(waiting_.size());
+  return s;
+}
+
+bool Scheduler::WaitForWork(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto has_work = [this] { return shutdown_ || !waiting_.empty() || n_running_.load() > 0; };
+  work_cv_.wait_for(lock, timeout, has_work);
+  return !shutdown_ && (!waiting_.empty() || n_running_.load() > 0);
+}
+
+void Scheduler::Shutdown() {
+  std::deque<std::unique_ptr<Waiting>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    dropped.swap(waiting_);
+  }
+  work_cv_.notify_all();
+  const Status st = UnavailableError("the server is shutting down");
+  for (auto& w : dropped) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.status = st;
+    w->channel->Push(std::move(ev));
+  }
+  for (auto& r : running_) {
+    if (!r->done) Fail(*r, st);
+  }
+  running_.clear();
+  n_running_.store(0);
+  PublishStats();
+  FlushReports();
+}
+
+// --- KV accounting -------------------------------------------------------------------
+
+int Scheduler::OutstandingReservation() const {
+  int n = 0;
+  for (const auto& r : running_) {
+    if (r->done || !r->kv) continue;
+    n += std::max(0, r->reserved_blocks - static_cast<int>(r->kv->block_table().size()));
+  }
+  return n;
+}
+
+int Scheduler::AvailableBlocks() const { return pool_.n_free() + resident_blocks_ - OutstandingReservation(); }
+
+void Scheduler::EvictLru(const Resident* pinned) {
+  for (auto it = resident_.begin(); it != resident_.end(); ++it) {
+    if (it->get() == pinned) continue;
+    resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
+    resident_.erase(it);  // ~SequenceKv frees the blocks
+    ++evicted_;
+    return;
+  }
+}
+
+void Scheduler::EnsureFree(int n_blocks, const Resident* pinned) {
+  while (pool_.n_free() < n_blocks) {
+    size_t before = resident_.size();
+    EvictLru(pinned);
+    if (resident_.size() == before) return;  // nothing evictable: the caller sees ResourceExhausted
+  }
+}
+
+// --- Reuse and admission ---------------------------------------------------------------
+
+Scheduler::ReusePlan Scheduler::PlanReuse(const Waiting& w) const {
+  ReusePlan plan;
+  const std::vector<int32_t>& prompt = *w.prompt;
+  // At least the last prompt token is computed, so that its logits exist.
+  const size_t cap = prompt.size() - 1;
+  int best = 0;
+  bool best_session = false;
+  for (const auto& res : resident_) {  // LRU -> MRU: later entries win ties
+    if (res->tenant != w.req.tenant) continue;
+    const auto& have = res->kv->tokens();
+    size_t n = std::min(have.size(), cap);
+    size_t lcp = 0;
+    while (lcp < n && have[lcp] == prompt[lcp]) ++lcp;
+    bool session = !w.req.session_id.empty() && res->session_id == w.req.session_id;
+    if (static_cast<int>(lcp) > best || (static_cast<int>(lcp) == best && lcp > 0 && (session || !best_session))) {
+      best = static_cast<int>(lcp);
+      best_session = session;
+      plan.source = res.get();
+    }
+  }
+  if (plan.source == nullptr || best < options_.min_reuse_tokens) return ReusePlan{};
+  plan.n_reuse = best;
+  // Adopt the resident sequence when little of it would be lost (the usual next turn of
+  // a conversation); otherwise copy the shared prefix and leave it resident for others.
+  plan.take_over = plan.source->kv->n_slots() - best <= block_size_;
+  return plan;
+}
+
+bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
+  const int n_prompt = static_cast<int>(w.prompt->size());
+  const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
+  const int max_slots = static_cast<int>(std::min<int64_t>(want, max_slots_));
+  const int need = BlocksFor(max_slots);
+  ReusePlan plan = PlanReuse(w);
+  const int avail = AvailableBlocks();
+  if (plan.source != nullptr && !plan.take_over) {
+    // The source stays resident (and unevictable) while its prefix is copied.
+    if (need > avail - static_cast<int>(plan.source->kv->block_table().size())) plan = ReusePlan{};
+  }
+  if (need > avail) return false;
+
+  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling);
+  if (plan.source == nullptr) {
+    r->kv = std::make_unique<kv::SequenceKv>(&pool_);
+  } else {
+    auto it = std::find_if(resident_.begin(), resident_.end(), [&](const auto& p) { return p.get() == plan.source; });
+    ATTIC_CHECK(it != resident_.end());
+    if (plan.take_over) {
+      resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
+      r->kv = std::move((*it)->kv);
+      resident_.erase(it);
+      r->kv->Truncate(plan.n_reuse);
+    } else {
+      const kv::SequenceKv& src = *(*it)->kv;
+      EnsureFree(BlocksFor(plan.n_reuse), plan.source);
+      r->kv = std::make_unique<kv::SequenceKv>(&pool_);
+      Status st = r->kv->Append(src.tokens().data(), src.positions().data(), plan.n_reuse);
+      ATTIC_CHECK(st.ok());  // guaranteed by the availability check above
+      const auto& sb = src.block_table();
+      const auto& db = r->kv->block_table();
+      const size_t bytes = static_cast<size_t>(pool_.shape().block_stride()) * sizeof(float);
+      for (int l = 0; l < pool_.shape().n_layers; ++l) {
+        for (size_t i = 0; i < db.size(); ++i) {
+          std::memcpy(pool_.k_block(l, db[i]), pool_.k_block(l, sb[i]), bytes);
+          std::memcpy(pool_.v_block(l, db[i]), pool_.v_block(l, sb[i]), bytes);
+        }
+      }
+      resident_.splice(resident_.end(), resident_, it);  // most recently used
+    }
+  }
+  r->id = w.id;
+  r->prompt = w.prompt;
+  r->channel = w.channel;
+  r->req = std::move(w.req);
+  r->max_slots = max_slots;
+  r->reserved_blocks = need;
+  r->n_cached = r->kv->n_slots();
+  r->queue_seconds = Seconds(now - r->req.arrival);
+  if (!r->req.ignore_eos) r->stop_ids = engine_.stop_token_ids();
+  r->stop_ids.insert(r->stop_ids.end(), r->req.sampling.stop_token_ids.begin(), r->req.sampling.stop_token_ids.end());
+  std::sort(r->stop_ids.begin(), r->stop_ids.end());
+  running_.push_back(std::move(r));
+  n_running_.store(static_cast<int>(running_.size()));
+  return true;
+}
+
+void Scheduler::Admit(SchedClock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Waiting& w = **it;
+    if (w.channel->cancelled() || now >= w.req.deadline) {
+      RequestRecord rec;
+      rec.id = w.id;
+      rec.usage.prompt_tokens = static_cast<int>(w.prompt->size());
+      if (w.channel->cancelled()) {
+        rec.code = StatusCode::kCancelled;
+      } else {
+        rec.code = StatusCode::kDeadlineExceeded;
+        GenerationEvent ev;
+        ev.kind = GenerationEvent::Kind::kError;
+        ev.status = Status(StatusCode::kDeadlineExceeded, "request timed out while waiting in the queue");
+        ev.usage = rec.usage;
+        w.channel->Push(std::move(ev));
+      }
+      Report(std::move(rec));
+      it = waiting_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    if (!TryAdmit(*waiting_.front(), now)) break;
+    waiting_.pop_front();
+  }
+  stats_.waiting = static_cast<int>(waiting_.size());
+}
+
+void Scheduler::Retire(Running& r) {
+  r.done = true;
+  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0) {
+    r.kv.reset();
+    return;
+  }
+  auto res = std::make_unique<Resident>();
+  res->tenant = r.req.tenant;
+  res->session_id = r.req.session_id;
+  res->kv = std::move(r.kv);
+  resident_blocks_ += static_cast<int>(res->kv->block_table().size());
+  resident_.push_back(std::move(res));
+  while (static_cast<int>(resident_.size()) > options_.max_resident) EvictLru(nullptr);
+}
+
+void Scheduler::Report(RequestRecord record) { reports_.push_back(std::move(record)); }
+
+void Scheduler::FlushReports() {
+  if (observer_) {
+    for (const auto& r : reports_) observer_(r);
+  }
+  reports_.clear();
+}
+
+void Scheduler::PublishStats() {
+  int prefilling = 0;
+  for (const auto& r : running_) prefilling += r->decoding ? 0 : 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int>(running_.size());
+  stats_.prefilling = prefilling;
+  stats_.kv_blocks_total = pool_.n_blocks();
+  stats_.kv_blocks_free = pool_.n_free();
+  stats_.kv_blocks_used = pool_.n_used();
+  stats_.kv_blocks_resident = resident_blocks_;
+  stats_.resident_sequences = static_cast<int>(resident_.size());
+  stats_.steps = steps_;
+  stats_.evicted_sequences = evicted_;
+  stats_.peak_decode_batch = peak_decode_batch_;
+  stats_.waiting = static_cast<int>(waiting_.size());
+}
+
+}  // namespace attic::engine

@@ -1,0 +1,27 @@
+// ResultChannel: the bounded, never-blocking hand-off from the step loop to a requester.
+#include "attic/engine/scheduler.h"
+
+namespace attic::engine {
+
+void ResultChannel::Push(GenerationEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.kind == GenerationEvent::Kind::kText && events_.size() >= capacity_ && !events_.empty() &&
+        events_.back().kind == GenerationEvent::Kind::kText) {
+      events_.back().text += event.text;
+    } else {
+      events_.push_back(std::move(event));
+    }
+  }
+  cv_.notify_one();
+}
+
+bool ResultChannel::Pop(GenerationEvent* event, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return false;
+  *event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+}  // namespace attic::engine

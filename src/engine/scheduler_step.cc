@@ -1,0 +1,200 @@
+// Scheduler::Step: one forward over the decode tokens of every running sequence plus
+// prefill chunks, then sampling, stop handling and UTF-8-safe streaming (the same rules
+// as Session::Generate).
+#include <algorithm>
+
+#include "engine/scheduler_internal.h"
+
+namespace attic::engine {
+
+namespace {
+
+double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+GenerationEvent TextEvent(std::string text) {
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kText;
+  ev.text = std::move(text);
+  return ev;
+}
+
+}  // namespace
+
+int Scheduler::Step() {
+  auto remove_done = [this] {
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& r) { return r->done; }),
+                   running_.end());
+    n_running_.store(static_cast<int>(running_.size()));
+  };
+  auto cleanup = [this, &remove_done] {
+    remove_done();
+    PublishStats();
+    FlushReports();
+  };
+  SchedClock::time_point now = SchedClock::now();
+  ReapRunning(now);
+  remove_done();
+  Admit(now);
+  if (running_.empty()) {
+    cleanup();
+    return 0;
+  }
+
+  // Decode rows first: every decoding sequence advances by one token each step.
+  Transformer& tf = engine_.transformer();
+  std::vector<BatchEntry> batch;
+  std::vector<Running*> owners;
+  int rows = 0;
+  for (auto& r : running_) {
+    if (!r->decoding) continue;
+    BatchEntry e;
+    e.seq = r->kv.get();
+    e.tokens = {r->next_token};
+    batch.push_back(std::move(e));
+    owners.push_back(r.get());
+    ++rows;
+  }
+  peak_decode_batch_ = std::max(peak_decode_batch_, rows);
+  // Then prefill chunks, first come first served, within what the step has left.
+  int budget = tf.max_batch_tokens() - rows;
+  if (options_.max_prefill_tokens_per_step > 0) budget = std::min(budget, options_.max_prefill_tokens_per_step);
+  for (auto& r : running_) {
+    if (r->decoding || budget <= 0) continue;
+    const int done = r->kv->n_slots();
+    const int left = static_cast<int>(r->prompt->size()) - done;
+    const int n = std::min(left, budget);
+    BatchEntry e;
+    e.seq = r->kv.get();
+    e.tokens.assign(r->prompt->begin() + done, r->prompt->begin() + done + n);
+    e.want_logits = n == left;
+    batch.push_back(std::move(e));
+    owners.push_back(r.get());
+    budget -= n;
+    rows += n;
+  }
+  if (batch.empty()) {
+    cleanup();
+    return 0;
+  }
+
+  // Room for the new slots: reservations guarantee that evicting resident KV suffices.
+  int grow = 0;
+  for (const auto& e : batch) {
+    grow += BlocksFor(e.seq->n_slots() + static_cast<int>(e.tokens.size())) -
+            static_cast<int>(e.seq->block_table().size());
+  }
+  EnsureFree(grow, nullptr);
+  Status st = tf.Forward(batch, &logits_);
+  if (!st.ok()) {
+    for (Running* r : owners) Fail(*r, InternalError("forward step failed: " + st.message()));
+    cleanup();
+    return 0;
+  }
+  ++steps_;
+  now = SchedClock::now();
+  size_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].want_logits) continue;
+    float* logits = logits_.data() + row * static_cast<size_t>(vocab_);
+    ++row;
+    Running& r = *owners[i];
+    OnToken(r, r.sampler.Sample(logits, vocab_), now);
+  }
+  cleanup();
+  return rows;
+}
+
+void Scheduler::ReapRunning(SchedClock::time_point now) {
+  for (auto& r : running_) {
+    if (r->done) continue;
+    if (r->channel->cancelled()) {
+      RequestRecord rec;
+      rec.id = r->id;
+      rec.usage = r->usage();
+      rec.code = StatusCode::kCancelled;
+      rec.queue_seconds = r->queue_seconds;
+      rec.ttft_seconds = r->ttft_seconds;
+      rec.inter_token_seconds = std::move(r->gaps);
+      Report(std::move(rec));
+      Retire(*r);
+    } else if (now >= r->req.deadline) {
+      Fail(*r, Status(StatusCode::kDeadlineExceeded, "request timed out after " + std::to_string(r->n_generated) +
+                                                         " generated tokens"));
+    }
+  }
+}
+
+void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
+  if (r.n_generated == 0) {
+    r.ttft_seconds = Seconds(now - r.req.arrival);
+  } else {
+    r.gaps.push_back(Seconds(now - r.last_token));
+  }
+  r.last_token = now;
+  ++r.n_generated;
+  if (std::binary_search(r.stop_ids.begin(), r.stop_ids.end(), token)) {
+    Finish(r, "stop");
+    return;
+  }
+  const auto& stops = r.req.sampling.stop_strings;
+  const size_t before = r.text.size();
+  r.text += r.decoder.Push(token);
+  size_t cut = FindStopString(r.text, stops, before);
+  if (cut != std::string::npos) {
+    r.text.resize(cut);
+    Finish(r, "stop");
+    return;
+  }
+  const size_t safe = r.text.size() - StopPrefixHoldback(r.text, stops);
+  if (safe > r.emitted) {
+    r.channel->Push(TextEvent(r.text.substr(r.emitted, safe - r.emitted)));
+    r.emitted = safe;
+  }
+  if (r.n_generated >= r.req.sampling.max_tokens || r.kv->n_slots() >= r.max_slots) {
+    Finish(r, "length");
+    return;
+  }
+  r.next_token = token;
+  r.decoding = true;
+}
+
+void Scheduler::Finish(Running& r, const std::string& reason) {
+  if (reason == "length") r.text += r.decoder.Flush();
+  if (r.text.size() > r.emitted) {
+    r.channel->Push(TextEvent(r.text.substr(r.emitted)));
+    r.emitted = r.text.size();
+  }
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kFinish;
+  ev.finish_reason = reason;
+  ev.usage = r.usage();
+  r.channel->Push(std::move(ev));
+  RequestRecord rec;
+  rec.id = r.id;
+  rec.usage = r.usage();
+  rec.finish_reason = reason;
+  rec.queue_seconds = r.queue_seconds;
+  rec.ttft_seconds = r.ttft_seconds;
+  rec.inter_token_seconds = std::move(r.gaps);
+  Report(std::move(rec));
+  Retire(r);
+}
+
+void Scheduler::Fail(Running& r, const Status& status) {
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kError;
+  ev.status = status;
+  ev.usage = r.usage();
+  r.channel->Push(std::move(ev));
+  RequestRecord rec;
+  rec.id = r.id;
+  rec.usage = r.usage();
+  rec.code = status.code();
+  rec.queue_seconds = r.queue_seconds;
+  rec.ttft_seconds = r.ttft_seconds;
+  rec.inter_token_seconds = std::move(r.gaps);
+  Report(std::move(rec));
+  Retire(r);
+}
+
+}  // namespace attic::engine

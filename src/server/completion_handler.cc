@@ -1,0 +1,236 @@
+// POST /v1/chat/completions and /v1/completions: authenticate, validate, build the
+// prompt, submit to the scheduler, then relay the request's events to the client as
+// one JSON body or as SSE chunks. A client that goes away cancels its request.
+#include <algorithm>
+#include <chrono>
+
+#include "server/server_internal.h"
+
+namespace attic::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+using engine::GenerationEvent;
+using engine::SchedClock;
+
+// How long a handler waits between checks that its client is still connected.
+constexpr auto kPollInterval = 100ms;
+// Grace beyond the request deadline before a handler gives up on the step loop.
+constexpr auto kWatchdogGrace = 30s;
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+ApiError ModelNotFound(const std::string& model) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model '" + model + "' does not exist";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
+
+// Per-stream state shared by the content provider calls and the releaser.
+struct StreamState {
+  std::shared_ptr<engine::ResultChannel> channel;
+  ResponseMeta meta;
+  bool include_usage = false;
+  bool started = false;
+  SchedClock::time_point watchdog;
+};
+
+}  // namespace
+
+StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
+  const int ctx = engine.context_length();
+  const size_t max_bytes = static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
+  auto too_long = [ctx](const std::string& what) {
+    return OutOfRangeError("This model's maximum context length is " + std::to_string(ctx) + " tokens; " + what);
+  };
+  std::vector<int32_t> ids;
+  if (r.kind == ApiKind::kChat) {
+    StatusOr<std::string> text = InvalidArgumentError("no chat template");
+    if (!chat_fallback) {
+      text = engine.RenderChat(r.messages);
+    } else {
+      const auto& tok = engine.tokenizer();
+      tokenizer::ChatRenderOptions ro;
+      if (tok.bos_id() >= 0) ro.bos_token = tok.TokenText(tok.bos_id());
+      if (tok.eos_id() >= 0) ro.eos_token = tok.TokenText(tok.eos_id());
+      text = tokenizer::RenderChat(chat_kind, r.messages, ro);
+    }
+    if (!text.ok()) return text.status();
+    if (text->size() > max_bytes) return too_long("your messages are far longer than that");
+    // Templates that want BOS write it themselves.
+    ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(*text, false));
+  } else if (r.prompt_is_ids) {
+    ids = r.prompt_ids;
+  } else {
+    if (r.prompt_text.size() > max_bytes) return too_long("your prompt is far longer than that");
+    ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(r.prompt_text, true));
+  }
+  if (ids.empty()) return InvalidArgumentError("the prompt is empty");
+  if (static_cast<int64_t>(ids.size()) > ctx) {
+    return too_long("however, your " + std::string(r.kind == ApiKind::kChat ? "messages" : "prompt") +
+                    " resulted in " + std::to_string(ids.size()) + " tokens");
+  }
+  return ids;
+}
+
+engine::SamplingParams Server::Impl::Sampling(const ApiRequest& r) {
+  engine::SamplingParams sp;
+  sp.temperature = r.top_p == 0.0f ? 0.0f : r.temperature;  // top_p 0 keeps only the top token
+  sp.top_p = r.top_p == 0.0f ? 1.0f : r.top_p;
+  sp.top_k = r.top_k;
+  sp.min_p = r.min_p;
+  if (r.seed) {
+    sp.seed = *r.seed;
+  } else {
+    std::lock_guard<std::mutex> lock(rng_mu);
+    sp.seed = rng();
+  }
+  int64_t limit = engine.context_length();
+  if (options.max_tokens_limit > 0) limit = std::min(limit, options.max_tokens_limit);
+  sp.max_tokens = static_cast<int>(r.max_tokens ? std::min(*r.max_tokens, limit) : limit);
+  sp.stop_strings = r.stop;
+  if (r.kind == ApiKind::kChat) {
+    // End-of-turn markers end a reply: as token ids when the vocabulary has them, else as
+    // text (a model chatting through the ChatML fallback may spell them out).
+    for (const std::string& s : tokenizer::ChatStopTokens(chat_kind)) {
+      int32_t id = engine.tokenizer().TokenId(s);
+      if (id >= 0) {
+        sp.stop_token_ids.push_back(id);
+      } else if (std::find(sp.stop_strings.begin(), sp.stop_strings.end(), s) == sp.stop_strings.end()) {
+        sp.stop_strings.push_back(s);
+      }
+    }
+  }
+  return sp;
+}
+
+void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, const std::string& body,
+                                    httplib::Response& res) {
+  const SchedClock::time_point arrival = SchedClock::now();
+  std::string tenant;
+  if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+  ParseResult parsed = ParseApiRequest(kind, body);
+  if (parsed.error) return SendError(res, *parsed.error);
+  const ApiRequest& r = parsed.request;
+  if (r.model != model_name) return SendError(res, ModelNotFound(r.model));
+  auto ids = PromptTokens(r);
+  if (!ids.ok()) {
+    ApiError e = ErrorFromStatus(ids.status());
+    e.param = kind == ApiKind::kChat ? "messages" : "prompt";
+    return SendError(res, e);
+  }
+  engine::GenerationRequest g;
+  g.tenant = tenant;
+  g.session_id = r.session_id;
+  g.prompt = std::move(*ids);
+  g.sampling = Sampling(r);
+  g.ignore_eos = r.ignore_eos;
+  g.arrival = arrival;
+  g.deadline = arrival + std::chrono::duration_cast<SchedClock::duration>(
+                             std::chrono::duration<double>(options.request_timeout_s));
+  const SchedClock::time_point watchdog = g.deadline + kWatchdogGrace;
+  auto channel = scheduler->Submit(std::move(g));
+  if (!channel.ok()) {
+    ApiError e = ErrorFromStatus(channel.status());
+    if (e.http_status == 400 || e.http_status == 413) e.param = kind == ApiKind::kChat ? "messages" : "prompt";
+    return SendError(res, e);
+  }
+  ResponseMeta meta;
+  meta.kind = kind;
+  meta.id = NewId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
+  meta.created = UnixNow();
+  meta.model = model_name;
+  meta.system_fingerprint = system_fingerprint;
+
+  if (!r.stream) {
+    std::shared_ptr<engine::ResultChannel> ch = *channel;
+    std::string text;
+    GenerationEvent ev;
+    SchedClock::time_point next_check = SchedClock::now() + kPollInterval;
+    while (true) {
+      bool got = ch->Pop(&ev, kPollInterval);
+      if (SchedClock::now() >= next_check) {
+        next_check = SchedClock::now() + kPollInterval;
+        if (!HttpTransport::ClientConnected()) {
+          ch->Cancel();
+          res.status = 499;  // client closed the request; nothing can be sent
+          return;
+        }
+        if (SchedClock::now() > watchdog) {
+          ch->Cancel();
+          return SendError(res, Timeout());
+        }
+      }
+      if (!got) continue;
+      if (ev.kind == GenerationEvent::Kind::kText) {
+        text += ev.text;
+      } else if (ev.kind == GenerationEvent::Kind::kFinish) {
+        res.set_content(CompletionBody(meta, text, ev.finish_reason, ev.usage), "application/json");
+        return;
+      } else {
+        return SendError(res, ErrorFromStatus(ev.status));
+      }
+    }
+  }
+
+  auto st = std::make_shared<StreamState>();
+  st->channel = *channel;
+  st->meta = meta;
+  st->include_usage = r.include_usage;
+  st->watchdog = watchdog;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) -> bool {
+        auto fail = [&] {
+          st->channel->Cancel();
+          return false;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (st->meta.kind == ApiKind::kChat) {
+            std::string first = ChunkEvent(st->meta, "", "", st->include_usage, /*role_chunk=*/true);
+            if (!sink.write(first.data(), first.size())) return fail();
+          }
+          return true;
+        }
+        GenerationEvent ev;
+        if (!st->channel->Pop(&ev, kPollInterval)) {
+          if (!sink.is_writable()) return fail();
+          if (SchedClock::now() > st->watchdog) {
+            st->channel->Cancel();
+            std::string s = ErrorEvent(Timeout());
+            sink.write(s.data(), s.size());
+            sink.done();
+          }
+          return true;
+        }
+        std::string out;
+        if (ev.kind == GenerationEvent::Kind::kText) {
+          out = ChunkEvent(st->meta, ev.text, "", st->include_usage);
+          return sink.write(out.data(), out.size()) ? true : fail();
+        }
+        if (ev.kind == GenerationEvent::Kind::kFinish) {
+          out = ChunkEvent(st->meta, "", ev.finish_reason, st->include_usage);
+          if (st->include_usage) out += UsageEvent(st->meta, ev.usage);
+          out += "data: [DONE]\n\n";
+        } else {
+          out = ErrorEvent(ErrorFromStatus(ev.status));
+        }
+        if (!sink.write(out.data(), out.size())) return fail();
+        sink.done();
+        return true;
+      },
+      [st](bool /*success*/) { st->channel->Cancel(); });
+}
+
+}  // namespace attic::server

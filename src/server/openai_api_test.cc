@@ -1,0 +1,218 @@
+// OpenAI request parsing (every field's type and range), response/chunk/error bodies,
+// and the Prometheus rendering of the metrics.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "attic/server/metrics.h"
+#include "attic/server/openai_api.h"
+
+namespace attic::server {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError ChatError(const std::string& body) {
+  ParseResult r = ParseApiRequest(ApiKind::kChat, body);
+  EXPECT_TRUE(r.error.has_value()) << body;
+  return r.error.value_or(ApiError{});
+}
+
+ApiRequest Chat(const std::string& body) {
+  ParseResult r = ParseApiRequest(ApiKind::kChat, body);
+  EXPECT_FALSE(r.error.has_value()) << body << ": " << (r.error ? r.error->message : "");
+  return r.request;
+}
+
+TEST(OpenAiRequest, ParsesEveryChatField) {
+  ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"developer","content":"Be nice."},
+      {"role":"user","content":[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]},
+      {"role":"assistant","content":null},{"role":"user","content":"x","name":"bob"}],
+      "max_tokens":10,"max_completion_tokens":7,"temperature":0.5,"top_p":0.9,"seed":-3,"stop":"END",
+      "stream":true,"stream_options":{"include_usage":true},"n":1,"user":"u","session_id":"s1",
+      "presence_penalty":0,"frequency_penalty":0,"logprobs":false,"tools":[],"response_format":{"type":"text"},
+      "unknown_field":{"a":[1,2]}})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "Hello there");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.max_tokens.value(), 7);  // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.top_p, 0.9f);
+  EXPECT_EQ(r.seed.value(), static_cast<uint64_t>(-3));
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.session_id, "s1");
+}
+
+TEST(OpenAiRequest, DefaultsAreOpenAis) {
+  ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.top_p, 1.0f);
+  EXPECT_FALSE(r.seed.has_value());
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.stop.empty());
+}
+
+TEST(OpenAiRequest, HugeIntegersAreClampedNotWrapped) {
+  EXPECT_EQ(Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1e300})").max_tokens.value(),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":18446744073709551615})")
+                .max_tokens.value(),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(ChatError(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":-1e300})").param,
+            "max_tokens");
+}
+
+TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  struct Case {
+    std::string body, param;
+  } cases[] = {
+      {R"({"messages":[{"role":"user","content":"hi"}]})", "model"},
+      {R"({"model":5,)" + msgs + "}", "model"},
+      {R"({"model":""})", "model"},
+      {R"({"model":"m"})", "messages"},
+      {R"({"model":"m","messages":[]})", "messages"},
+      {R"({"model":"m","messages":"hi"})", "messages"},
+      {R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", "messages[0].role"},
+      {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
+      {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {R"({"model":"m",)" + msgs + R"(,"max_tokens":0})", "max_tokens"},
+      {R"({"model":"m",)" + msgs + R"(,"max_tokens":1.5})", "max_tokens"},
+      {R"({"model":"m",)" + msgs + R"(,"max_tokens":"10"})", "max_tokens"},
+      {R"({"model":"m",)" + msgs + R"(,"temperature":2.5})", "temperature"},
+      {R"({"model":"m",)" + msgs + R"(,"top_p":-1})", "top_p"},
+      {R"({"model":"m",)" + msgs + R"(,"n":2})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"stop":[""]})", "stop"},
+      {R"({"model":"m",)" + msgs + R"(,"stop":[1]})", "stop"},
+      {R"({"model":"m",)" + msgs + R"(,"stream":"yes"})", "stream"},
+      {R"({"model":"m",)" + msgs + R"(,"stream_options":{"include_usage":1}})", "stream_options.include_usage"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":true})", "logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"tools":[{"type":"function"}]})", "tools"},
+      {R"({"model":"m",)" + msgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
+      {R"({"model":"m",)" + msgs + R"(,"session_id":7})", "session_id"},
+  };
+  for (const auto& c : cases) {
+    ApiError e = ChatError(c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(OpenAiRequest, MalformedBodiesAre400) {
+  for (std::string body : {std::string(""), std::string("{"), std::string("[]"), std::string("null"),
+                           std::string("{\"model\":\"m\"}x"), std::string("{\"model\":\"\xff\"}"),
+                           std::string("{\"model\":\"\\ud800\"}"), std::string(100000, '['),
+                           std::string("{\"a\":1e400}")}) {
+    ApiError e = ChatError(body);
+    EXPECT_EQ(e.http_status, 400);
+    // The error body is valid JSON even when the message quotes invalid UTF-8.
+    json j = json::parse(ErrorJson(e));
+    EXPECT_TRUE(j["error"]["message"].is_string());
+  }
+}
+
+TEST(OpenAiRequest, CompletionPrompts) {
+  auto parse = [](const std::string& prompt) {
+    return ParseApiRequest(ApiKind::kCompletion, R"({"model":"m","prompt":)" + prompt + "}");
+  };
+  EXPECT_EQ(parse(R"("hello")").request.prompt_text, "hello");
+  EXPECT_EQ(parse(R"(["hello"])").request.prompt_text, "hello");
+  EXPECT_EQ(parse("[1,2,3]").request.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse("[[1,2,3]]").request.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  for (const char* bad : {R"(["a","b"])", "[]", "[-1]", "[1.5]", "5", "{}", "[[1],[2]]"}) {
+    EXPECT_TRUE(parse(bad).error.has_value()) << bad;
+  }
+  EXPECT_EQ(ParseApiRequest(ApiKind::kCompletion, R"({"model":"m"})").error->param, "prompt");
+}
+
+TEST(OpenAiResponse, BodiesChunksAndErrors) {
+  ResponseMeta meta{ApiKind::kChat, "chatcmpl-1", 42, "m", "fp"};
+  engine::TokenUsage u{10, 5, 3};
+  json body = json::parse(CompletionBody(meta, "hi", "stop", u));
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["total_tokens"], 15);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+
+  std::string role = ChunkEvent(meta, "", "", true, true);
+  ASSERT_EQ(role.rfind("data: ", 0), 0u);
+  ASSERT_EQ(role.substr(role.size() - 2), "\n\n");
+  json rc = json::parse(role.substr(6));
+  EXPECT_EQ(rc["object"], "chat.completion.chunk");
+  EXPECT_EQ(rc["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(rc["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(rc.contains("usage") && rc["usage"].is_null());
+  json fc = json::parse(ChunkEvent(meta, "", "length", false).substr(6));
+  EXPECT_EQ(fc["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(fc["choices"][0]["delta"].empty());
+  EXPECT_FALSE(fc.contains("usage"));
+  json uc = json::parse(UsageEvent(meta, u).substr(6));
+  EXPECT_TRUE(uc["choices"].empty());
+  EXPECT_EQ(uc["usage"]["completion_tokens"], 5);
+
+  ResponseMeta cm{ApiKind::kCompletion, "cmpl-1", 42, "m", "fp"};
+  json tc = json::parse(ChunkEvent(cm, "abc", "", false).substr(6));
+  EXPECT_EQ(tc["object"], "text_completion");
+  EXPECT_EQ(tc["choices"][0]["text"], "abc");
+
+  struct {
+    StatusCode code;
+    int http;
+  } map[] = {{StatusCode::kInvalidArgument, 400}, {StatusCode::kNotFound, 404}, {StatusCode::kOutOfRange, 413},
+             {StatusCode::kResourceExhausted, 429}, {StatusCode::kUnavailable, 503},
+             {StatusCode::kDeadlineExceeded, 504}, {StatusCode::kInternal, 500}};
+  for (const auto& m : map) {
+    ApiError e = ErrorFromStatus(Status(m.code, "boom"));
+    EXPECT_EQ(e.http_status, m.http);
+    json ej = json::parse(ErrorJson(e));
+    EXPECT_EQ(ej["error"]["message"], "boom");
+    EXPECT_TRUE(ej["error"].contains("param"));
+    EXPECT_TRUE(ej["error"].contains("code"));
+    EXPECT_TRUE(ej["error"]["type"].is_string());
+  }
+}
+
+TEST(Metrics, RendersCountersHistogramsAndGauges) {
+  Metrics m;
+  m.CountHttp("/v1/completions", 200);
+  m.CountHttp("/v1/completions", 200);
+  m.CountHttp("/v1/completions", 400);
+  engine::RequestRecord r;
+  r.usage = {10, 4, 6};
+  r.finish_reason = "length";
+  r.ttft_seconds = 0.02;
+  r.inter_token_seconds = {0.004, 0.004, 0.2};
+  m.Observe(r);
+  engine::SchedulerStats s;
+  s.waiting = 3;
+  s.running = 2;
+  s.kv_blocks_used = 7;
+  s.kv_blocks_free = 9;
+  std::string text = m.Render(s);
+  auto has = [&](const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has(R"(attic_http_requests_total{endpoint="/v1/completions",status="200"} 2)"));
+  EXPECT_TRUE(has(R"(attic_http_requests_total{endpoint="/v1/completions",status="400"} 1)"));
+  EXPECT_TRUE(has(R"(attic_requests_finished_total{outcome="length"} 1)"));
+  EXPECT_TRUE(has("attic_prompt_tokens_reused_total 6"));
+  EXPECT_TRUE(has("attic_generation_tokens_total 4"));
+  EXPECT_TRUE(has(R"(attic_time_to_first_token_seconds_bucket{le="0.01"} 0)"));
+  EXPECT_TRUE(has(R"(attic_time_to_first_token_seconds_bucket{le="0.025"} 1)"));
+  EXPECT_TRUE(has(R"(attic_time_per_output_token_seconds_bucket{le="0.005"} 2)"));
+  EXPECT_TRUE(has(R"(attic_time_per_output_token_seconds_bucket{le="+Inf"} 3)"));
+  EXPECT_TRUE(has("attic_time_per_output_token_seconds_count 3"));
+  EXPECT_TRUE(has("attic_requests_waiting 3"));
+  EXPECT_TRUE(has("attic_requests_running 2"));
+  EXPECT_TRUE(has("attic_kv_blocks_used 7"));
+  EXPECT_TRUE(has("attic_kv_blocks_free 9"));
+}
+
+}  // namespace
+}  // namespace attic::server

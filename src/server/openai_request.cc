@@ -1,0 +1,324 @@
+// Parsing and validation of OpenAI completion requests. Every field is checked for type
+// and range; unknown fields are ignored (clients send many), unsupported features that
+// would change the answer (tools, logprobs, n > 1, ...) are a clear 400.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "attic/server/openai_api.h"
+
+namespace attic::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+ApiError Invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  ApiError e;
+  e.http_status = 400;
+  e.param = param;
+  e.message = message;
+  e.code = code;
+  return e;
+}
+
+ApiError Unsupported(const std::string& param, const std::string& what) {
+  return Invalid(param, what + " is not supported by this server", "unsupported_parameter");
+}
+
+// Deepest [ / { nesting outside strings; stops counting past `limit`.
+int JsonDepth(std::string_view s, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > limit) return max_depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// Field readers: absent or null leaves the default; a wrong type or range is an error.
+const json* Field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> ReadBool(const json& obj, const char* name, bool* out) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return Invalid(name, std::string("'") + name + "' must be a boolean");
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadNumber(const json& obj, const char* name, double lo, double hi, float* out) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return Invalid(name, std::string("'") + name + "' must be a number");
+  double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return Invalid(name, std::string("'") + name + "' must be between " + json(lo).dump() + " and " + json(hi).dump());
+  }
+  *out = static_cast<float>(d);
+  return std::nullopt;
+}
+
+// Integers: JSON integers, or floats with an integral value (1.0). Values beyond int64
+// are clamped to the int64 range (then validated against lo/hi).
+std::optional<ApiError> ReadInt(const json& obj, const char* name, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  int64_t x;
+  if (v->is_number_unsigned()) {
+    uint64_t u = v->get<uint64_t>();
+    x = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                        : static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d)) return Invalid(name, std::string("'") + name + "' must be an integer");
+    x = d >= 9.2e18 ? std::numeric_limits<int64_t>::max() : d <= -9.2e18 ? std::numeric_limits<int64_t>::min()
+                                                                       : static_cast<int64_t>(d);
+  } else {
+    return Invalid(name, std::string("'") + name + "' must be an integer");
+  }
+  if (x < lo || x > hi) {
+    return Invalid(name, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " +
+                             std::to_string(hi));
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadString(const json& obj, const char* name, size_t max_bytes, std::string* out) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return Invalid(name, std::string("'") + name + "' must be a string");
+  if (v->get_ref<const std::string&>().size() > max_bytes) {
+    return Invalid(name, std::string("'") + name + "' is longer than " + std::to_string(max_bytes) + " bytes");
+  }
+  *out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// A field that must be absent, null, false, empty, or equal to `neutral`.
+std::optional<ApiError> RejectUnless(const json& obj, const char* name, const std::string& what,
+                                     const json& neutral = json()) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if ((v->is_boolean() && !v->get<bool>()) || (v->is_array() && v->empty()) || (v->is_object() && v->empty()) ||
+      *v == neutral) {
+    return std::nullopt;
+  }
+  return Unsupported(name, what);
+}
+
+std::optional<ApiError> ReadContent(const json& msg, size_t index, std::string* out) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  auto it = msg.find("content");
+  if (it == msg.end() || it->is_null()) {
+    std::string role = msg.value("role", "");
+    if (role == "assistant") return std::nullopt;  // assistant turns may have no content
+    return Invalid(param, "'" + param + "' is required");
+  }
+  if (it->is_string()) {
+    *out = it->get<std::string>();
+    return std::nullopt;
+  }
+  if (!it->is_array()) return Invalid(param, "'" + param + "' must be a string or an array of content parts");
+  for (size_t j = 0; j < it->size(); ++j) {
+    const json& part = (*it)[j];
+    const std::string pp = param + "[" + std::to_string(j) + "]";
+    if (!part.is_object()) return Invalid(pp, "'" + pp + "' must be an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) return Invalid(pp + ".type", "'" + pp + ".type' must be a string");
+    if (*type != "text") {
+      return Invalid(pp + ".type", "content part type '" + type->get<std::string>() + "' is not supported (only 'text')",
+                     "unsupported_parameter");
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) return Invalid(pp + ".text", "'" + pp + ".text' must be a string");
+    *out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadMessages(const json& body, ApiRequest* r) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return Invalid("messages", "'messages' is required", "missing_required_parameter");
+  if (!it->is_array()) return Invalid("messages", "'messages' must be an array");
+  if (it->empty()) return Invalid("messages", "'messages' must contain at least one message");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return Invalid(p, "'" + p + "' must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return Invalid(p + ".role", "'" + p + ".role' must be a string");
+    std::string rs = role->get<std::string>();
+    if (rs == "developer") rs = "system";
+    if (rs != "system" && rs != "user" && rs != "assistant") {
+      return Invalid(p + ".role", "role '" + role->get<std::string>() +
+                                      "' is not supported (expected system, developer, user or assistant)");
+    }
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !(tc->is_array() && tc->empty())) {
+      return Unsupported(p + ".tool_calls", "tool calls");
+    }
+    tokenizer::ChatMessage cm;
+    cm.role = rs;
+    if (auto e = ReadContent(m, i, &cm.content)) return e;
+    r->messages.push_back(std::move(cm));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadPrompt(const json& body, ApiRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Invalid("prompt", "'prompt' is required", "missing_required_parameter");
+  const json* p = &*it;
+  // One prompt per request: "text", ["text"], [1, 2, 3] or [[1, 2, 3]].
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    r->prompt_text = p->get<std::string>();
+    return std::nullopt;
+  }
+  if (p->is_array()) {
+    if (p->empty()) return Invalid("prompt", "'prompt' must not be empty");
+    for (const json& t : *p) {
+      if (t.is_string() || t.is_array()) {
+        return Invalid("prompt", "batched prompts are not supported; send one prompt per request",
+                       "unsupported_parameter");
+      }
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return Invalid("prompt", "'prompt' must be a string or an array of token ids");
+      }
+      r->prompt_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    r->prompt_is_ids = true;
+    return std::nullopt;
+  }
+  return Invalid("prompt", "'prompt' must be a string or an array of token ids");
+}
+
+std::optional<ApiError> ReadStop(const json& body, std::vector<std::string>* out) {
+  const json* v = Field(body, "stop");
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) return Invalid("stop", "stop strings must not be empty");
+    out->push_back(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return Invalid("stop", "'stop' must be a string or an array of strings");
+  if (v->size() > static_cast<size_t>(kMaxStops)) {
+    return Invalid("stop", "at most " + std::to_string(kMaxStops) + " stop sequences are allowed");
+  }
+  for (const json& s : *v) {
+    if (!s.is_string()) return Invalid("stop", "'stop' must be a string or an array of strings");
+    if (s.get_ref<const std::string&>().empty()) return Invalid("stop", "stop strings must not be empty");
+    if (s.get_ref<const std::string&>().size() > 1024) return Invalid("stop", "stop strings are limited to 1024 bytes");
+    out->push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* r) {
+  if (!body.is_object()) return Invalid("", "the request body must be a JSON object");
+  auto model = body.find("model");
+  if (model == body.end() || model->is_null()) return Invalid("model", "'model' is required", "missing_required_parameter");
+  if (!model->is_string()) return Invalid("model", "'model' must be a string");
+  if (model->get_ref<const std::string&>().empty()) return Invalid("model", "'model' must not be empty");
+  r->model = model->get<std::string>();
+  if (kind == ApiKind::kChat) {
+    if (auto e = ReadMessages(body, r)) return e;
+  } else {
+    if (auto e = ReadPrompt(body, r)) return e;
+  }
+  constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> n, max_tokens, max_completion_tokens, seed, top_k, best_of;
+  if (auto e = ReadInt(body, "max_tokens", 1, kBig, &max_tokens)) return e;
+  if (auto e = ReadInt(body, "max_completion_tokens", 1, kBig, &max_completion_tokens)) return e;
+  r->max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (auto e = ReadNumber(body, "temperature", 0.0, 2.0, &r->temperature)) return e;
+  if (auto e = ReadNumber(body, "top_p", 0.0, 1.0, &r->top_p)) return e;
+  if (auto e = ReadInt(body, "top_k", -1, 1 << 30, &top_k)) return e;
+  if (top_k) r->top_k = static_cast<int>(std::max<int64_t>(0, *top_k));
+  if (auto e = ReadNumber(body, "min_p", 0.0, 1.0, &r->min_p)) return e;
+  if (auto e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(), kBig, &seed)) return e;
+  if (seed) r->seed = static_cast<uint64_t>(*seed);
+  if (auto e = ReadInt(body, "n", std::numeric_limits<int64_t>::min(), kBig, &n)) return e;
+  if (n && *n != 1) return Invalid("n", "only n = 1 is supported (one choice per request)", "unsupported_parameter");
+  if (auto e = ReadInt(body, "best_of", std::numeric_limits<int64_t>::min(), kBig, &best_of)) return e;
+  if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
+  if (auto e = ReadStop(body, &r->stop)) return e;
+  if (auto e = ReadBool(body, "stream", &r->stream)) return e;
+  if (const json* so = Field(body, "stream_options")) {
+    if (!so->is_object()) return Invalid("stream_options", "'stream_options' must be an object");
+    if (auto e = ReadBool(*so, "include_usage", &r->include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  if (auto e = ReadString(body, "user", 1024, &r->user)) return e;
+  if (auto e = ReadString(body, "session_id", kMaxSessionIdBytes, &r->session_id)) return e;
+  if (auto e = ReadBool(body, "ignore_eos", &r->ignore_eos)) return e;
+  float penalty = 0;
+  if (auto e = ReadNumber(body, "presence_penalty", -2.0, 2.0, &penalty)) return e;
+  if (auto e = ReadNumber(body, "frequency_penalty", -2.0, 2.0, &penalty)) return e;
+  if (const json* lb = Field(body, "logit_bias"); lb != nullptr && !lb->is_object()) {
+    return Invalid("logit_bias", "'logit_bias' must be an object");
+  }
+  if (auto e = RejectUnless(body, "logit_bias", "logit_bias")) return e;
+  if (auto e = RejectUnless(body, "logprobs", "logprobs")) return e;
+  if (auto e = RejectUnless(body, "top_logprobs", "top_logprobs", json(0))) return e;
+  if (auto e = RejectUnless(body, "tools", "tools")) return e;
+  if (auto e = RejectUnless(body, "functions", "functions")) return e;
+  if (auto e = RejectUnless(body, "tool_choice", "tool_choice", json("none"))) return e;
+  if (auto e = RejectUnless(body, "echo", "echo")) return e;
+  if (auto e = RejectUnless(body, "suffix", "suffix", json(""))) return e;
+  if (const json* rf = Field(body, "response_format")) {
+    if (!rf->is_object() || rf->value("type", json()) != json("text")) {
+      return Unsupported("response_format", "response_format other than {\"type\": \"text\"}");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
+  ParseResult out;
+  out.request.kind = kind;
+  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    out.error = Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return out;
+  }
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::exception& e) {
+    out.error = Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(),
+                        "invalid_json");
+    return out;
+  }
+  try {
+    out.error = ParseFields(kind, parsed, &out.request);
+  } catch (const json::exception& e) {  // defensive: a type we did not expect
+    out.error = Invalid("", std::string("invalid request: ") + e.what());
+  }
+  return out;
+}
+
+}  // namespace attic::server

@@ -1,0 +1,133 @@
+// Response bodies, SSE chunks and error objects in OpenAI's format.
+#include <nlohmann/json.hpp>
+
+#include "attic/server/openai_api.h"
+
+namespace attic::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Text that reached us from a client or a model is always valid UTF-8 by construction,
+// but error messages may quote raw input: never let dump() throw on it.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json NullIfEmpty(const std::string& s) { return s.empty() ? json() : json(s); }
+
+json UsageJson(const engine::TokenUsage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
+}
+
+json Envelope(const ResponseMeta& meta, bool chunk) {
+  const char* object = meta.kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                   : "text_completion";
+  return json{{"id", meta.id},
+              {"object", object},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"system_fingerprint", meta.system_fingerprint}};
+}
+
+}  // namespace
+
+std::string ErrorJson(const ApiError& e) {
+  std::string message = e.message;
+  if (message.size() > 2048) message = message.substr(0, 2048) + "...";
+  json j{{"error", {{"message", message}, {"type", e.type}, {"param", NullIfEmpty(e.param)},
+                    {"code", NullIfEmpty(e.code)}}}};
+  return Dump(j);
+}
+
+ApiError ErrorFromStatus(const Status& s) {
+  ApiError e;
+  e.message = s.message();
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+      e.http_status = 400;
+      e.code = "invalid_value";
+      break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      e.code = "not_found";
+      break;
+    case StatusCode::kOutOfRange:
+      e.http_status = 413;
+      e.code = "context_length_exceeded";
+      break;
+    case StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      break;
+    case StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "unavailable";
+      break;
+    case StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "server_error";
+      e.code = "timeout";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      e.code = "internal_error";
+      break;
+  }
+  return e;
+}
+
+std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                           const engine::TokenUsage& usage) {
+  json j = Envelope(meta, false);
+  json choice;
+  if (meta.kind == ApiKind::kChat) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason}};
+  } else {
+    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = UsageJson(usage);
+  return Dump(j);
+}
+
+std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                       bool include_usage, bool role_chunk) {
+  json j = Envelope(meta, true);
+  json choice;
+  if (meta.kind == ApiKind::kChat) {
+    json delta = json::object();
+    if (role_chunk) {
+      delta["role"] = "assistant";
+      delta["content"] = "";
+    } else if (!text.empty()) {
+      delta["content"] = text;
+    }
+    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", NullIfEmpty(finish_reason)}};
+  } else {
+    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", NullIfEmpty(finish_reason)}};
+  }
+  j["choices"] = json::array({choice});
+  if (include_usage) j["usage"] = nullptr;
+  return "data: " + Dump(j) + "\n\n";
+}
+
+std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array();
+  j["usage"] = UsageJson(usage);
+  return "data: " + Dump(j) + "\n\n";
+}
+
+std::string ErrorEvent(const ApiError& error) { return "data: " + ErrorJson(error) + "\n\n"; }
+
+}  // namespace attic::server

@@ -1,0 +1,324 @@
+// Server setup: options, routes, authentication, the step loop, start and stop.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+
+#include "attic/core/hash.h"
+#include "server/server_internal.h"
+
+namespace attic::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name.empty() ? "attic" : name;
+}
+
+// Compares a presented key with a configured one in time that depends only on the
+// configured key's length.
+bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
+  if (key.empty()) return false;
+  unsigned diff = presented.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < key.size(); ++i) {
+    unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff |= p ^ static_cast<unsigned char>(key[i]);
+  }
+  return diff == 0;
+}
+
+// Metric label for a path: known routes only, so label values stay bounded.
+std::string EndpointLabel(const std::string& path) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
+    if (path == known) return known;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const ServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) return InvalidArgumentError("port must be in [0, 65535]");
+  if (!(options.request_timeout_s > 0)) return InvalidArgumentError("request timeout must be positive");
+  if (options.max_body_bytes < 1024) return InvalidArgumentError("max body size must be at least 1024 bytes");
+  if (options.scheduler.max_running < 1) return InvalidArgumentError("max running sequences must be >= 1");
+  if (options.scheduler.max_waiting < 0) return InvalidArgumentError("max waiting requests must be >= 0");
+  for (const auto& k : options.api_keys) {
+    if (k.empty()) return InvalidArgumentError("API keys must not be empty");
+  }
+  std::unique_ptr<Server> s(new Server());
+  s->impl_ = std::make_unique<Impl>(engine, options);
+  Impl& im = *s->impl_;
+  im.model_name = options.model_name.empty() ? BaseName(engine.model().path()) : options.model_name;
+  s->model_name_ = im.model_name;
+  im.system_fingerprint = "fp_attic_" + engine.model().fingerprint().substr(0, 12);
+  im.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  im.scheduler = std::make_unique<engine::Scheduler>(engine, options.scheduler);
+  im.scheduler->set_observer([&im](const engine::RequestRecord& r) { im.metrics.Observe(r); });
+  if (engine.chat_template_kind().ok()) {
+    im.chat_kind = *engine.chat_template_kind();
+  } else {
+    im.chat_fallback = true;  // documented: a model without a chat template chats in ChatML
+  }
+  const auto& tok = engine.tokenizer();
+  for (int id = 0; id < tok.vocab_size(); ++id) im.max_token_bytes = std::max(im.max_token_bytes, tok.TokenText(id).size());
+  for (const auto& k : options.api_keys) {
+    Hasher h;
+    h.Update(k);
+    im.tenants.emplace_back(k, "key-" + h.Hex().substr(0, 16));
+  }
+  im.SetupRoutes();
+  return s;
+}
+
+Server::~Server() { Stop(); }
+
+engine::Scheduler& Server::scheduler() { return *impl_->scheduler; }
+
+Status Server::Start() {
+  Impl& im = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(im.state_mu);
+    if (im.started) return FailedPreconditionError("server already started");
+  }
+  const auto& o = im.options;
+  int threads = o.http_threads > 0 ? o.http_threads : o.scheduler.max_running + o.scheduler.max_waiting + 16;
+  im.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  im.http.set_payload_max_length(o.max_body_bytes);
+  im.http.set_keep_alive_max_count(1000);
+  im.http.set_keep_alive_timeout(o.keep_alive_timeout_s);
+  im.http.set_read_timeout(5, 0);
+  im.http.set_write_timeout(10, 0);
+  im.http.set_tcp_nodelay(true);
+  int port = o.port;
+  if (port == 0) {
+    port = im.http.bind_to_any_port(o.host);
+    if (port <= 0) return UnavailableError("cannot listen on " + o.host + " (any port)");
+  } else if (!im.http.bind_to_port(o.host, port)) {
+    return UnavailableError("cannot listen on " + o.host + ":" + std::to_string(port) +
+                            " (address in use or not available)");
+  }
+  port_ = port;
+  im.http.SetListenBacklog(1024);
+  {
+    std::lock_guard<std::mutex> lock(im.state_mu);
+    im.started = true;
+  }
+  im.step_thread = std::thread([&im] { im.StepLoop(); });
+  im.http_thread = std::thread([&im] { im.http.listen_after_bind(); });
+  return OkStatus();
+}
+
+void Server::Wait() {
+  Impl& im = *impl_;
+  std::unique_lock<std::mutex> lock(im.state_mu);
+  im.state_cv.wait(lock, [&im] { return im.stopped; });
+}
+
+void Server::Stop() {
+  if (!impl_) return;
+  Impl& im = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(im.state_mu);
+    if (im.stopped) return;
+    if (!im.started) {
+      im.stopped = true;
+      im.state_cv.notify_all();
+      return;
+    }
+  }
+  // The step loop fails every queued and running request (their handlers then return),
+  // then the HTTP side stops accepting and joins its threads.
+  im.stopping.store(true);
+  if (im.step_thread.joinable()) im.step_thread.join();
+  im.http.stop();
+  if (im.http_thread.joinable()) im.http_thread.join();
+  std::lock_guard<std::mutex> lock(im.state_mu);
+  im.stopped = true;
+  im.state_cv.notify_all();
+}
+
+void Server::Impl::StepLoop() {
+  while (!stopping.load()) {
+    if (!scheduler->WaitForWork(std::chrono::milliseconds(50))) continue;
+    scheduler->Step();
+  }
+  scheduler->Shutdown();
+}
+
+std::optional<ApiError> Server::Impl::Authenticate(const httplib::Request& req, std::string* tenant) const {
+  if (tenants.empty()) {
+    *tenant = "default";
+    return std::nullopt;
+  }
+  ApiError e;
+  e.http_status = 401;
+  std::string auth = req.get_header_value("Authorization");
+  if (auth.size() < 7 || (auth.compare(0, 7, "Bearer ") != 0 && auth.compare(0, 7, "bearer ") != 0)) {
+    e.message = "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.";
+    e.code = "invalid_api_key";
+    return e;
+  }
+  std::string key = auth.substr(7);
+  while (!key.empty() && key.front() == ' ') key.erase(0, 1);
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  const std::string* found = nullptr;
+  for (const auto& [k, t] : tenants) {
+    if (ConstantTimeEquals(key, k)) found = &t;
+  }
+  if (found == nullptr) {
+    e.message = "Incorrect API key provided.";
+    e.code = "invalid_api_key";
+    return e;
+  }
+  *tenant = *found;
+  return std::nullopt;
+}
+
+void Server::Impl::SendError(httplib::Response& res, const ApiError& error) const {
+  res.status = error.http_status;
+  if (error.http_status == 429 || error.http_status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ErrorJson(error), "application/json");
+}
+
+std::string Server::Impl::NewId(const char* prefix) {
+  uint64_t a, b;
+  {
+    std::lock_guard<std::mutex> lock(rng_mu);
+    a = rng();
+    b = rng();
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%016llx%08llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b & 0xffffffffull));
+  return std::string(prefix) + buf;
+}
+
+void Server::Impl::SetupRoutes() {
+  // Bodies are read through a content reader so that the size limit also holds for
+  // chunked uploads (httplib 0.11 enforces it only for Content-Length bodies).
+  auto completion = [this](ApiKind kind) {
+    return [this, kind](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      bool too_big = false;
+      bool ok = reader([&](const char* data, size_t n) {
+        if (body.size() + n > options.max_body_bytes) {
+          too_big = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_big || res.status == 413) {
+        ApiError e;
+        e.http_status = 413;
+        e.message = "The request body is larger than " + std::to_string(options.max_body_bytes) + " bytes";
+        e.code = "request_too_large";
+        res.set_header("Connection", "close");
+        HttpTransport::CloseAfterResponse();
+        return SendError(res, e);
+      }
+      if (!ok) {
+        ApiError e;
+        e.message = "could not read the request body";
+        res.set_header("Connection", "close");
+        HttpTransport::CloseAfterResponse();
+        return SendError(res, e);
+      }
+      HandleCompletion(kind, req, body, res);
+    };
+  };
+  http.Post("/v1/chat/completions", completion(ApiKind::kChat));
+  http.Post("/v1/completions", completion(ApiKind::kCompletion));
+  auto model_object = [this] {
+    return json{{"id", model_name},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "attic"},
+                {"context_length", engine.context_length()}};
+  };
+  http.Get("/v1/models", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    json j{{"object", "list"}, {"data", json::array({model_object()})}};
+    res.set_content(j.dump(), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    if (req.matches[1] != model_name) {
+      ApiError e;
+      e.http_status = 404;
+      e.message = "The model '" + std::string(req.matches[1]) + "' does not exist";
+      e.param = "model";
+      e.code = "model_not_found";
+      return SendError(res, e);
+    }
+    res.set_content(model_object().dump(), "application/json");
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(scheduler->Stats()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Handled;
+    // An error httplib produced itself. Anything but an unknown route means the request
+    // could not be parsed: close the connection rather than parse what follows.
+    if (res.status != 404) HttpTransport::CloseAfterResponse();
+    ApiError e;
+    e.http_status = res.status;
+    switch (res.status) {
+      case 404:
+        e.message = "Invalid URL (" + req.method + " " + req.path + ")";
+        e.code = "unknown_url";
+        break;
+      case 405:
+        e.message = "Method not allowed (" + req.method + " " + req.path + ")";
+        break;
+      case 413:
+        e.message = "The request body is larger than " + std::to_string(options.max_body_bytes) + " bytes";
+        e.code = "request_too_large";
+        break;
+      case 414:
+        e.message = "The request URI is too long";
+        break;
+      case 400:
+        e.message = "Malformed HTTP request";
+        break;
+      default:
+        e.message = "HTTP error " + std::to_string(res.status);
+        if (res.status >= 500) e.type = "server_error";
+    }
+    res.set_content(ErrorJson(e), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    ApiError e;
+    e.http_status = 500;
+    e.type = "server_error";
+    e.message = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      e.message = std::string("internal error: ") + ex.what();
+    } catch (...) {
+    }
+    res.status = 500;
+    res.set_content(ErrorJson(e), "application/json");
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics.CountHttp(EndpointLabel(req.path), res.status);
+  });
+}
+
+}  // namespace attic::server

@@ -1,0 +1,65 @@
+// Internal: the Server's state, shared by server.cc (setup, routes, auth, step loop)
+// and completion_handler.cc (the two completion endpoints).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "attic/server/metrics.h"
+#include "attic/server/openai_api.h"
+#include "attic/server/server.h"
+#include "server/http_transport.h"
+
+namespace attic::server {
+
+struct Server::Impl {
+  Impl(engine::Engine& e, const ServerOptions& o) : engine(e), options(o) {}
+
+  engine::Engine& engine;
+  ServerOptions options;
+  std::string model_name;
+  std::string system_fingerprint;
+  int64_t created = 0;
+  std::unique_ptr<engine::Scheduler> scheduler;
+  Metrics metrics;
+  HttpTransport http;
+  std::thread step_thread;
+  std::thread http_thread;
+  std::atomic<bool> stopping{false};
+  std::mutex state_mu;
+  std::condition_variable state_cv;
+  bool started = false;
+  bool stopped = false;
+
+  // Chat: the engine's template family, or ChatML when the model has none.
+  tokenizer::ChatTemplateKind chat_kind = tokenizer::ChatTemplateKind::kChatML;
+  bool chat_fallback = false;
+  // Longest byte string of any token: a text longer than context * this cannot fit.
+  size_t max_token_bytes = 1;
+  // API key -> tenant id ("key-" + hash prefix; keys never appear in logs or metrics).
+  std::vector<std::pair<std::string, std::string>> tenants;
+
+  std::mutex rng_mu;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  void SetupRoutes();
+  void StepLoop();
+  // Tenant of the request, or a 401.
+  std::optional<ApiError> Authenticate(const httplib::Request& req, std::string* tenant) const;
+  void SendError(httplib::Response& res, const ApiError& error) const;
+  void HandleCompletion(ApiKind kind, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // Prompt token ids and sampling parameters of a validated request.
+  StatusOr<std::vector<int32_t>> PromptTokens(const ApiRequest& r) const;
+  engine::SamplingParams Sampling(const ApiRequest& r);
+  std::string NewId(const char* prefix);
+};
+
+}  // namespace attic::server

@@ -1,0 +1,417 @@
+// Hostile input: well over 1,000 malformed or abusive requests (invalid JSON, wrong
+// types, huge numbers, missing fields, invalid UTF-8, oversized bodies, raw garbage,
+// abrupt disconnects mid-stream). Each must get the right status with an OpenAI error
+// object (or, for disconnects, be cancelled), the server must keep serving, leak no
+// sequences and stay within its memory budget. Also: 429 on a full queue, timeouts.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import OpenAI from 'openai';
+import { startServer, stories, longContextModel, request, parseError, metrics, rssMiB, sleep } from './lib/server.mjs';
+
+const servers = [];
+after(async () => {
+  for (const s of servers) {
+    const r = await s.stop();
+    assert.equal(r.code, 0, s.log());
+  }
+});
+
+const KEY = 'robust-key';
+const model = 'stories260K-hf';
+const auth = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
+const chatBody = (extra = {}) => ({ model, messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 4, ...extra });
+const complBody = (extra = {}) => ({ model, prompt: 'Once upon a time', max_tokens: 4, ...extra });
+
+// Sends raw bytes on a new connection; resolves with the status code of the first
+// response line (0 if the server closed without answering).
+function raw(port, bytes, { timeoutMs = 15000 } = {}) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    let data = '';
+    const done = () => {
+      sock.destroy();
+      const m = data.match(/^HTTP\/1\.[01] (\d{3})/);
+      const bodyAt = data.indexOf('\r\n\r\n');
+      resolve({ status: m ? Number(m[1]) : 0, body: bodyAt >= 0 ? data.slice(bodyAt + 4) : '' });
+    };
+    sock.setTimeout(timeoutMs, done);
+    sock.on('data', (d) => {
+      data += d.toString('latin1');
+      // One complete response is the answer; don't wait for keep-alive to expire.
+      const at = data.indexOf('\r\n\r\n');
+      const len = data.slice(0, at).match(/\r\ncontent-length: *(\d+)/i);
+      if (at >= 0 && len && data.length >= at + 4 + Number(len[1])) {
+        data = data.slice(0, at + 4 + Number(len[1]));
+        done();
+      }
+    });
+    sock.on('end', done);
+    sock.on('close', done);
+    sock.on('error', done);
+    sock.write(bytes);
+  });
+}
+
+// Starts a streaming request, waits for the first SSE data, then drops the connection.
+function disconnectMidStream(port, body, path = '/v1/chat/completions') {
+  return new Promise((resolve) => {
+    const payload = Buffer.from(JSON.stringify(body));
+    const sock = net.connect(port, '127.0.0.1');
+    let seen = '';
+    const timer = setTimeout(() => { sock.destroy(); resolve(false); }, 15000);
+    sock.on('data', (d) => {
+      seen += d.toString();
+      if (seen.includes('data: ')) {
+        clearTimeout(timer);
+        sock.resetAndDestroy ? sock.resetAndDestroy() : sock.destroy();
+        resolve(seen.startsWith('HTTP/1.1 200'));
+      }
+    });
+    sock.on('error', () => {});
+    sock.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${payload.length}\r\n\r\n`);
+    sock.write(payload);
+  });
+}
+
+function buildCases() {
+  const cases = [];  // { name, run: async (port) => {status, body}, expect: [statuses] }
+  const post = (name, body, expect, { path = '/v1/chat/completions', headers = auth } = {}) =>
+    cases.push({ name, expect, run: (port) => request(port, { path, headers, body }) });
+  const postJson = (name, obj, expect, opts) => post(name, JSON.stringify(obj), expect, opts);
+
+  // 1. Invalid JSON: every truncation of a valid body, plus classic breakages.
+  const valid = JSON.stringify(chatBody({ temperature: 0.5, stop: ['x'] }));
+  for (let k = 0; k < valid.length; k += 1) post(`truncated at ${k}`, valid.slice(0, k), [400]);
+  for (const s of ['', ' ', 'null', '[]', '"x"', '123', 'true', '{', '}', '{"model":}', '{"model": NaN}',
+    "{'model': 'x'}", '{"model": "x",}', '{"model": "x" // c\n}', '{"a":1}{"b":2}', '\u0000', '{"model":"x"}garbage',
+    '[' + valid + ']', '{"model":"x","messages":[{"role":"user","content":"hi"}]', 'undefined', '{"a":01}',
+    '{"a":1e}', '{"a":"\\x41"}', '{"a":"\\u12"}', '{"a":"\t"}', '--', '\ufeff{}']) {
+    for (const p of ['/v1/chat/completions', '/v1/completions']) post(`bad json ${JSON.stringify(s)} ${p}`, s, [400], { path: p });
+  }
+
+  // 2. Wrong types and out-of-range values, field by field.
+  const wrong = {
+    model: [123, true, [], {}, ''],  // '' is a 400, an unknown name a 404
+    messages: ['hi', 1, {}, [1], ['x'], [{}], [{ role: 5 }], [{ role: 'user' }], [{ role: 'user', content: 5 }],
+      [{ role: 'user', content: {} }], [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }],
+      [{ role: 'user', content: [{ type: 'text' }] }], [{ role: 'user', content: [{ type: 'text', text: 1 }] }],
+      [{ role: 'user', content: [5] }], [{ role: 'robot', content: 'x' }], [{ role: 'tool', content: 'x' }],
+      [{ role: 'user', content: 'x', tool_calls: [{ id: 1 }] }], []],
+    max_tokens: ['10', true, [], {}, 0, -1, 1.5, -1e308, Number.MIN_SAFE_INTEGER],
+    max_completion_tokens: ['10', 0, -5, 2.5],
+    temperature: ['hot', true, [], -0.1, 2.5, 1e308, -1e308],
+    top_p: ['x', -0.5, 1.5, [], 1e308],
+    top_k: ['x', 1.5, []],
+    min_p: [-1, 2, 'x'],
+    seed: ['x', 1.5, [], {}, true],
+    stop: [5, [1], [''], '', {}, [null], Array.from({ length: 17 }, (_, i) => `s${i}`), ['x'.repeat(2000)]],
+    stream: ['yes', 1, [], {}],
+    stream_options: [1, 'x', [], { include_usage: 'yes' }],
+    n: [2, 0, -1, '1', 1.5, 1e300],
+    user: [1, {}, [], 'u'.repeat(5000)],
+    session_id: [1, {}, 's'.repeat(300)],
+    ignore_eos: ['x', 1],
+    presence_penalty: ['x', 3, -3],
+    frequency_penalty: [[], 5],
+    logit_bias: [1, 'x', { 1: 5 }],
+    logprobs: [true, 5],
+    top_logprobs: [3],
+    tools: [[{ type: 'function', function: { name: 'f' } }]],
+    tool_choice: ['auto', { type: 'function' }],
+    response_format: [{ type: 'json_object' }, 'json', 5],
+    best_of: [2],
+  };
+  for (const [field, values] of Object.entries(wrong)) {
+    for (const v of values) {
+      postJson(`chat ${field}=${JSON.stringify(v).slice(0, 40)}`, chatBody({ [field]: v }), [400]);
+      if (field !== 'messages') {
+        postJson(`completions ${field}=${JSON.stringify(v).slice(0, 40)}`, complBody({ [field]: v }), [400],
+          { path: '/v1/completions' });
+      }
+    }
+  }
+  for (const p of [5, true, {}, [], [[]], ['a', 'b'], [[1, 2], [3]], [1, 'a'], [-1], [1.5], [2 ** 40]]) {
+    postJson(`prompt=${JSON.stringify(p)}`, complBody({ prompt: p }), [400], { path: '/v1/completions' });
+  }
+
+  // 3. Huge numbers: invalid ones are 400, valid huge ones are clamped (200).
+  for (const s of ['1e400', '-1e400', '123456789012345678901234567890e999']) {
+    for (const f of ['max_tokens', 'temperature', 'seed', 'n', 'top_p']) {
+      post(`${f}=${s}`, `{"model":"${model}","prompt":"hi","${f}":${s}}`, [400], { path: '/v1/completions' });
+    }
+  }
+  for (const [f, v] of [['max_tokens', '1e308'], ['max_tokens', '18446744073709551615'], ['max_tokens', '9223372036854775807'],
+    ['seed', '123456789012345678901234567890'], ['seed', '-9223372036854775808'], ['seed', '1e300'], ['top_p', '1e-320']]) {
+    post(`valid huge ${f}=${v}`, `{"model":"${model}","prompt":"hi","temperature":0,"${f}":${v}}`, [200],
+      { path: '/v1/completions' });
+  }
+
+  // 4. Missing fields.
+  for (const [name, obj, path] of [['empty object', {}, '/v1/chat/completions'], ['no messages', { model }, '/v1/chat/completions'],
+    ['no model', { messages: [{ role: 'user', content: 'x' }] }, '/v1/chat/completions'], ['no prompt', { model }, '/v1/completions'],
+    ['null messages', { model, messages: null }, '/v1/chat/completions'], ['null model', { model: null, prompt: 'x' }, '/v1/completions']]) {
+    for (let i = 0; i < 5; ++i) postJson(`${name} #${i}`, obj, [400], { path });
+  }
+  for (let i = 0; i < 10; ++i) post(`no body #${i}`, undefined, [400]);
+
+  // 5. Invalid UTF-8 (raw bytes in JSON strings) and lone surrogates.
+  const badUtf8 = [[0xff], [0xc3], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82], [0x80],
+    [0xf8, 0x88, 0x80, 0x80, 0x80], [0xfe], [0xc3, 0x28]];
+  for (const bytes of badUtf8) {
+    for (const where of ['content', 'model', 'stop', 'key']) {
+      const head = where === 'key' ? '{"model":"' + model + '","messages":[{"role":"user","content":"hi"}],"'
+        : where === 'model' ? '{"model":"' : where === 'stop' ? '{"model":"' + model + '","messages":[{"role":"user","content":"hi"}],"stop":"'
+          : '{"model":"' + model + '","messages":[{"role":"user","content":"hi ';
+      const tail = where === 'key' ? '":1}' : where === 'model' ? '","messages":[{"role":"user","content":"hi"}]}'
+        : where === 'stop' ? '"}' : '"}]}';
+      post(`invalid utf-8 ${bytes} in ${where}`, Buffer.concat([Buffer.from(head), Buffer.from(bytes), Buffer.from(tail)]), [400]);
+    }
+  }
+  for (const esc of ['\\ud800', '\\udc00', '\\ud800\\u0041', '\\udbff']) {
+    post(`lone surrogate ${esc}`, `{"model":"${model}","messages":[{"role":"user","content":"a${esc}b"}]}`, [400]);
+  }
+
+  // 6. Oversized bodies (limit 1 MiB) and prompts beyond the context window.
+  const big = Buffer.alloc(1536 * 1024, 'a');
+  for (let i = 0; i < 8; ++i) post(`oversized body #${i}`, big, [413]);
+  for (let i = 0; i < 4; ++i) {
+    cases.push({ name: `oversized chunked body #${i}`, expect: [413], run: (port) => raw(port,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+      `100000\r\n${'a'.repeat(0x100000)}\r\n100000\r\n${'a'.repeat(0x100000)}\r\n0\r\n\r\n`) });
+  }
+  for (let i = 0; i < 8; ++i) {
+    postJson(`prompt beyond context #${i}`, complBody({ prompt: 'story '.repeat(3000 + i) }), [413], { path: '/v1/completions' });
+    postJson(`messages beyond context #${i}`, chatBody({ messages: [{ role: 'user', content: 'tale '.repeat(5000 + i) }] }), [413]);
+  }
+  postJson('token ids beyond context', complBody({ prompt: Array(600).fill(100) }), [413], { path: '/v1/completions' });
+  postJson('token id beyond vocabulary', complBody({ prompt: [1, 100000] }), [400], { path: '/v1/completions' });
+
+  // 7. Deep nesting.
+  post('deep array', '['.repeat(100000), [400]);
+  post('deep object', '{"a":'.repeat(5000) + '1' + '}'.repeat(5000), [400]);
+  post('deep field', `{"model":"${model}","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(200)}${']'.repeat(200)}}`, [400]);
+
+  // 8. Authentication.
+  for (const h of [{}, { authorization: 'Bearer wrong' }, { authorization: 'Basic abc' }, { authorization: 'Bearer' },
+    { authorization: `Bearer ${KEY}x` }, { authorization: `Bearer ${KEY.slice(0, -1)}` }, { authorization: 'Bearer \u00ff' }]) {
+    for (const p of ['/v1/chat/completions', '/v1/completions']) {
+      post(`auth ${JSON.stringify(h)} ${p}`, JSON.stringify(chatBody()), [401], { path: p, headers: { ...h, 'content-type': 'application/json' } });
+    }
+    cases.push({ name: `auth models ${JSON.stringify(h)}`, expect: [401], run: (port) => request(port, { method: 'GET', path: '/v1/models', headers: h }) });
+  }
+  postJson('unknown model', chatBody({ model: 'gpt-4' }), [404]);
+
+  // 9. Raw HTTP abuse: garbage, bad request lines, long URIs and headers, odd methods.
+  const rawCases = [
+    ['garbage', 'GARBAGE\r\n\r\n', [400]],
+    ['binary garbage', Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 97 + 13) % 256)), [0, 400]],
+    ['bad version', 'GET /health HTTP/9.9\r\n\r\n', [0, 400, 505]],
+    ['no version', 'GET /health\r\n\r\n', [0, 400]],
+    ['long uri', `GET /${'a'.repeat(10000)} HTTP/1.1\r\nHost: x\r\n\r\n`, [414, 400, 0]],
+    ['long header', `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20000)}\r\n\r\n`, [400, 431, 0]],
+    ['unknown method', 'BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n', [400, 404, 405, 0]],
+    ['path traversal', 'GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', [400, 404]],
+    ['bad content-length', `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: abc\r\n\r\n`, [400, 0]],
+    ['negative content-length', `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: -5\r\n\r\n`, [400, 413, 0]],
+    ['invalid utf-8 path', Buffer.concat([Buffer.from('GET /v1/\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 'latin1')]), [400, 404]],
+    ['bad chunk size', `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n`, [400, 0]],
+  ];
+  for (const [name, bytes, expect] of rawCases) {
+    // (The server waits out its read timeout on a negative Content-Length: once is enough.)
+    for (let i = 0; i < (name === 'negative content-length' ? 1 : 3); ++i) cases.push({ name: `raw ${name} #${i}`, expect, raw: true, run: (port) => raw(port, bytes) });
+  }
+  for (const [m, p] of [['GET', '/v1/chat/completions'], ['GET', '/v1/completions'], ['DELETE', '/v1/models'],
+    ['PUT', '/v1/chat/completions'], ['GET', '/v1/engines'], ['POST', '/health'], ['GET', '/v2/models'], ['GET', '/']]) {
+    for (let i = 0; i < 3; ++i) {
+      cases.push({ name: `${m} ${p} #${i}`, expect: [404, 405], run: (port) => request(port, { method: m, path: p, headers: auth, body: m === 'GET' ? undefined : '{}' }) });
+    }
+  }
+
+  // 10. Abrupt disconnects: mid-stream, right after sending, and mid-request.
+  for (let i = 0; i < 30; ++i) {
+    const body = i % 2 ? complBody({ prompt: `Disconnect ${i}`, max_tokens: 480, ignore_eos: true, stream: true })
+      : chatBody({ messages: [{ role: 'user', content: `Disconnect ${i}` }], max_tokens: 440, ignore_eos: true, stream: true });
+    cases.push({ name: `disconnect mid-stream #${i}`, disconnect: true,
+      run: async (port) => ({ status: (await disconnectMidStream(port, body, i % 2 ? '/v1/completions' : '/v1/chat/completions')) ? 'dropped' : 'failed' }),
+      expect: ['dropped'] });
+  }
+  for (let i = 0; i < 10; ++i) {
+    const payload = JSON.stringify(complBody({ prompt: `Gone ${i}`, max_tokens: 400, ignore_eos: true }));
+    cases.push({ name: `disconnect after sending #${i}`, expect: ['sent'], run: (port) => new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1', () => {
+        sock.end(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`);
+        setTimeout(() => { sock.destroy(); resolve({ status: 'sent' }); }, 5);
+      });
+      sock.on('error', () => resolve({ status: 'sent' }));
+    }) });
+    cases.push({ name: `disconnect mid-body #${i}`, expect: ['sent'], run: (port) => new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1', () => {
+        sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{"model":`);
+        setTimeout(() => { sock.destroy(); resolve({ status: 'sent' }); }, 5);
+      });
+      sock.on('error', () => resolve({ status: 'sent' }));
+    }) });
+  }
+
+  // 11. Fuzz: valid bodies with a few bytes replaced, inserted or deleted (seeded). Any
+  // well-formed answer is acceptable, but it must be one.
+  let seed = 20240601;
+  const rnd = (n) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % n;
+  };
+  const bases = [JSON.stringify(chatBody({ temperature: 0.7, stop: ['.'] })), JSON.stringify(complBody({ seed: 5 }))];
+  for (let i = 0; i < 400; ++i) {
+    const base = Buffer.from(bases[i % 2]);
+    let bytes = [...base];
+    for (let k = 0, edits = 1 + rnd(3); k < edits; ++k) {
+      const at = rnd(bytes.length);
+      const op = rnd(3);
+      if (op === 0) bytes[at] = rnd(256);
+      else if (op === 1) bytes.splice(at, 0, rnd(256));
+      else bytes.splice(at, 1);
+    }
+    post(`fuzz #${i}`, Buffer.from(bytes), [200, 400, 404], { path: i % 2 ? '/v1/completions' : '/v1/chat/completions' });
+  }
+
+  // 12. Valid edge cases interleaved (200).
+  const okCases = [
+    ['empty content', chatBody({ messages: [{ role: 'user', content: '' }] })],
+    ['empty parts', chatBody({ messages: [{ role: 'user', content: [] }] })],
+    ['system only', chatBody({ messages: [{ role: 'system', content: 'Be brief.' }] })],
+    ['developer role', chatBody({ messages: [{ role: 'developer', content: 'x' }, { role: 'user', content: 'y' }] })],
+    ['assistant null content', chatBody({ messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: null }, { role: 'user', content: 'b' }] })],
+    ['unicode stop', chatBody({ stop: ['é', '😀', '\u0000'] })],
+    ['16 stops', chatBody({ stop: Array.from({ length: 16 }, (_, i) => `stop${i}`) })],
+    ['top_p 0', chatBody({ top_p: 0 })],
+    ['n 1', chatBody({ n: 1 })],
+    ['unknown fields', chatBody({ foo: 1, bar: { baz: [1, 2] }, metadata: { a: 'b' } })],
+    ['nulls', chatBody({ temperature: null, top_p: null, stop: null, seed: null, stream_options: null, tools: null })],
+    ['unicode content', chatBody({ messages: [{ role: 'user', content: 'héllo wörld 😀 \u2028 日本' }] })],
+    ['max_tokens float', chatBody({ max_tokens: 3.0 })],
+    ['response_format text', chatBody({ response_format: { type: 'text' } })],
+  ];
+  for (const [name, obj] of okCases) for (let i = 0; i < 2; ++i) postJson(`ok ${name} #${i}`, obj, [200]);
+  for (const p of [[1, 403, 407], [[1, 403, 407]], ['Once'], 'x']) {
+    postJson(`ok prompt ${JSON.stringify(p)}`, complBody({ prompt: p }), [200], { path: '/v1/completions' });
+  }
+  return cases;
+}
+
+async function runPool(items, n, fn) {
+  let next = 0;
+  const results = new Array(items.length);
+  await Promise.all(Array.from({ length: n }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i], i);
+    }
+  }));
+  return results;
+}
+
+test('over 1,000 malformed or hostile requests are each answered correctly; the server keeps serving', async () => {
+  const s = await startServer(['-m', stories, '--chat-template', 'chatml', '--api-key', KEY, '--max-body-mib', '1',
+    '--timeout', '60']);
+  servers.push(s);
+  const client = new OpenAI({ apiKey: KEY, baseURL: s.baseURL, maxRetries: 0 });
+  const warm = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 });
+  const rssBefore = rssMiB(s.proc.pid);
+
+  const cases = buildCases();
+  assert.ok(cases.length >= 1000, `only ${cases.length} cases`);
+  const failures = [];
+  await runPool(cases, 12, async (c) => {
+    let r;
+    try {
+      r = await c.run(s.port);
+    } catch (e) {
+      failures.push(`${c.name}: client error ${e.message}`);
+      return;
+    }
+    if (!c.expect.includes(r.status)) {
+      failures.push(`${c.name}: status ${r.status}, expected ${c.expect.join('|')}: ${String(r.body ?? '').slice(0, 200)}`);
+      return;
+    }
+    if (typeof r.status === 'number' && r.status >= 400 && !(c.raw && r.body === '')) {
+      try {
+        parseError(r.body);
+      } catch (e) {
+        failures.push(`${c.name}: ${e.message}`);
+      }
+    } else if (r.status === 200 && r.body !== undefined) {
+      const j = JSON.parse(r.body);
+      if (!Array.isArray(j.choices) || j.choices.length !== 1) failures.push(`${c.name}: bad 200 body ${r.body.slice(0, 200)}`);
+    }
+  });
+  assert.ok(s.alive(), 'the server died');
+  assert.deepEqual(failures, []);
+
+  // Nothing leaked: every dropped stream was cancelled and no sequence is left running.
+  let m;
+  for (let i = 0; i < 100; ++i) {
+    m = await metrics(s.port);
+    if (m.attic_requests_running === 0 && m.attic_requests_waiting === 0) break;
+    await sleep(100);
+  }
+  assert.equal(m.attic_requests_running, 0);
+  assert.equal(m.attic_requests_waiting, 0);
+  assert.ok((m['attic_requests_finished_total{outcome="cancelled"}'] ?? 0) >= 25,
+    `only ${m['attic_requests_finished_total{outcome="cancelled"}']} of 50 dropped requests were cancelled`);
+
+  // Still serving, with the same answer as before.
+  const again = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 });
+  assert.equal(again.choices[0].message.content, warm.choices[0].message.content);
+  const rssAfter = rssMiB(s.proc.pid);
+  console.log(`# ${cases.length} hostile requests; RSS ${rssBefore.toFixed(1)} -> ${rssAfter.toFixed(1)} MiB`);
+  assert.ok(rssAfter < rssBefore + 64, `RSS grew from ${rssBefore} to ${rssAfter} MiB`);
+  assert.ok(rssAfter < 512, `RSS ${rssAfter} MiB`);
+});
+
+test('a full queue answers 429 with Retry-After', async () => {
+  const s = await startServer(['-m', longContextModel(), '--max-running', '1', '--max-waiting', '1', '--kv-budget-mib', '64']);
+  servers.push(s);
+  const body = (i, n) => JSON.stringify({ model: 'ctx4096-model', prompt: `Queue ${i}`, max_tokens: n, ignore_eos: true, temperature: 0 });
+  const headers = { 'content-type': 'application/json' };
+  // One long request runs; then 7 arrive at once: one fits the queue, six are refused.
+  const first = request(s.port, { path: '/v1/completions', headers, body: body('first', 1500) });
+  for (let i = 0; i < 200 && (await metrics(s.port)).attic_requests_running !== 1; ++i) await sleep(10);
+  const rs = await Promise.all(Array.from({ length: 7 }, (_, i) => request(s.port, { path: '/v1/completions', headers, body: body(i, 20) })));
+  const statuses = rs.map((r) => r.status).sort();
+  assert.deepEqual(statuses, [200, 429, 429, 429, 429, 429, 429]);
+  for (const r of rs.filter((x) => x.status === 429)) {
+    assert.equal(r.headers['retry-after'], '1');
+    assert.equal(parseError(r.body).code, 'queue_full');
+  }
+  assert.equal((await first).status, 200);
+  // The openai client sees a RateLimitError.
+  const client = new OpenAI({ apiKey: 'none', baseURL: s.baseURL, maxRetries: 0 });
+  const errs = await Promise.allSettled(Array.from({ length: 6 }, (_, i) =>
+    client.completions.create({ model: 'ctx4096-model', prompt: `Again ${i}`, max_tokens: 200, ignore_eos: true })));
+  assert.ok(errs.some((e) => e.status === 'rejected' && e.reason instanceof OpenAI.RateLimitError));
+  const ok = await request(s.port, { path: '/v1/completions', headers, body: body(100, 4) });
+  assert.equal(ok.status, 200);
+});
+
+test('requests past --timeout end with 504 (or an SSE error event when streaming)', async () => {
+  const s = await startServer(['-m', longContextModel(), '--kv-budget-mib', '64', '--timeout', '0.25']);
+  servers.push(s);
+  const body = (extra) => JSON.stringify({ model: 'ctx4096-model', prompt: 'Slow', max_tokens: 4000, ignore_eos: true, ...extra });
+  const headers = { 'content-type': 'application/json' };
+  const t = await request(s.port, { path: '/v1/completions', headers, body: body({}) });
+  assert.equal(t.status, 504);
+  assert.equal(parseError(t.body).code, 'timeout');
+  const st = await request(s.port, { path: '/v1/completions', headers, body: body({ stream: true }) });
+  assert.equal(st.status, 200);
+  const events = st.body.split('\n\n').filter((e) => e.startsWith('data: '));
+  assert.equal(parseError(events[events.length - 1].slice(6)).code, 'timeout');
+  let m;
+  for (let i = 0; i < 100; ++i) {  // the step loop records the outcome just after sending it
+    m = await metrics(s.port);
+    if (m['attic_requests_finished_total{outcome="timeout"}'] === 2) break;
+    await sleep(20);
+  }
+  assert.equal(m['attic_requests_finished_total{outcome="timeout"}'], 2);
+});
