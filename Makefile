@@ -1,10 +1,12 @@
 # Attic: the two commands a fresh Debian 12 machine needs.
-#   make run   install missing packages, build, start Attic on the default model
+#   make run   install missing packages, build, start the Attic server on the default model
 #   make test  install missing packages, build, run every test
 SHARED ?= $(abspath ../shared)
 MODEL  ?= $(SHARED)/models/stories260K-hf
 BUILD  ?= build
 JOBS   ?= $(shell nproc)
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
 
 .PHONY: all deps build run test bench clean
 
@@ -18,7 +20,7 @@ build: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/attic chat --model $(MODEL)
+	$(BUILD)/attic serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 test: build
 	cd $(BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS)
