@@ -11,7 +11,9 @@
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
 //
-// Usage: kernels_bench [--threads N] [--quick] [--json FILE] [--only pool|gemv|crossover|gemm]
+// Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--json FILE]
+//                      [--only pool|gemv|step|crossover|gemm] [--model smollm2-135m|llama-1b]
+//                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
 #include <cblas.h>
 
@@ -35,6 +37,14 @@
 #endif
 
 namespace {
+
+// Command-line filters (empty = all).
+std::string g_model_filter, g_dtype_filter;
+int g_m_filter = 0;  // GEMM: only this m
+bool Skip(const char* model, attic::DType dt) {
+  return (!g_model_filter.empty() && g_model_filter != model) ||
+         (!g_dtype_filter.empty() && g_dtype_filter != attic::DTypeName(dt));
+}
 
 using attic::AlignedBuffer;
 using attic::DType;
@@ -211,7 +221,7 @@ void BenchGemv(ThreadPool& pool, bool quick, Json& json) {
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
   for (const ModelShape& model : Models()) {
     for (DType dt : dtypes) {
-      if (quick && (dt == DType::kF32 || dt == DType::kQ8_0)) continue;
+      if ((quick && (dt == DType::kF32 || dt == DType::kQ8_0)) || Skip(model.name, dt)) continue;
       double step_s = 0, step_bytes = 0;
       for (const Mat& mat : model.mats) {
         const double bytes = static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
@@ -279,8 +289,9 @@ void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
   for (const ModelShape& model : Models()) {
     for (int64_t m : {512, 2048}) {
       if (quick && m == 2048 && std::string(model.name) == "llama-1b") continue;
+      if (g_m_filter && m != g_m_filter) continue;
       for (DType dt : dtypes) {
-        if (quick && (dt == DType::kF32 || dt == DType::kQ8_0)) continue;
+        if ((quick && (dt == DType::kF32 || dt == DType::kQ8_0)) || Skip(model.name, dt)) continue;
         double layer_s = 0, layer_flop = 0;
         for (const Mat& mat : model.mats) {
           if (!mat.per_layer) continue;
@@ -330,6 +341,69 @@ void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
   json.End();
 }
 
+// A whole decode step's Linears (m = 1) over every layer's own weights (so they come
+// from DRAM as in real decoding): q, k, v, o, gate, up, down per layer + lm_head, as
+// separate Linear calls and with LinearMulti for q/k/v and gate/up.
+void BenchStep(ThreadPool& pool, Json& json) {
+  json.Begin("decode_step");
+  printf("\n== Decode step, all layers (m=1, distinct weights per layer), %d threads ==\n", pool.n_threads());
+  printf("%-13s %-5s %12s %12s %10s\n", "model", "dtype", "separate_ms", "fused_ms", "GB/s");
+  for (const ModelShape& model : Models()) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kQ8_0}) {
+      if (Skip(model.name, dt)) continue;
+      std::vector<std::unique_ptr<WeightSet>> layers;  // per layer: one WeightSet per matrix
+      std::vector<WeightTensor> w;                      // [layer * 7 + matrix]
+      double bytes = 0;
+      for (int l = 0; l < model.n_layers; ++l) {
+        for (const Mat& mat : model.mats) {
+          if (!mat.per_layer) continue;
+          layers.push_back(std::make_unique<WeightSet>(dt, mat.n, mat.k, 1));
+          w.push_back(layers.back()->w[0]);
+          bytes += static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
+        }
+      }
+      const Mat& head = model.mats.back();
+      WeightSet lm(dt, head.n, head.k, 1);
+      bytes += static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(head.n * head.k)));
+      const int64_t hidden = model.mats[0].k, ffn = model.mats[4].n;
+      std::vector<float> x = RandomF32(std::max(hidden, ffn)), q(hidden * 4), kv(hidden * 4), g(ffn), u(ffn),
+          logits(head.n);
+      double s[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        s[fused] = TimePerCall([&](int) {
+          for (int l = 0; l < model.n_layers; ++l) {
+            const WeightTensor* lw = &w[static_cast<size_t>(l) * 7];
+            if (fused) {
+              attic::backend::LinearOutput qkv[3] = {{&lw[0], nullptr, q.data()}, {&lw[1], nullptr, kv.data()},
+                                                     {&lw[2], nullptr, kv.data() + hidden}};
+              attic::backend::LinearMulti(pool, x.data(), 1, qkv, 3);
+            } else {
+              attic::backend::Linear(pool, x.data(), 1, lw[0], nullptr, q.data());
+              attic::backend::Linear(pool, x.data(), 1, lw[1], nullptr, kv.data());
+              attic::backend::Linear(pool, x.data(), 1, lw[2], nullptr, kv.data() + hidden);
+            }
+            attic::backend::Linear(pool, q.data(), 1, lw[3], nullptr, x.data());
+            if (fused) {
+              attic::backend::LinearOutput gu[2] = {{&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}};
+              attic::backend::LinearMulti(pool, x.data(), 1, gu, 2);
+            } else {
+              attic::backend::Linear(pool, x.data(), 1, lw[4], nullptr, g.data());
+              attic::backend::Linear(pool, x.data(), 1, lw[5], nullptr, u.data());
+            }
+            attic::backend::Linear(pool, g.data(), 1, lw[6], nullptr, x.data());
+          }
+          attic::backend::Linear(pool, x.data(), 1, lm.w[0], nullptr, logits.data());
+        }, 0.5, 3);
+      }
+      printf("%-13s %-5s %12.2f %12.2f %10.1f  (Linear-only ceiling %.0f tok/s)\n", model.name, attic::DTypeName(dt),
+             s[0] * 1e3, s[1] * 1e3, bytes / s[1] / 1e9, 1.0 / s[1]);
+      json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"separate_ms\": %.3f, \"fused_ms\": %.3f, \"gbps\": %.2f}",
+                   model.name, attic::DTypeName(dt), s[0] * 1e3, s[1] * 1e3, bytes / s[1] / 1e9));
+    }
+  }
+  json.End();
+}
+
 // GEMV vs GEMM for small m: where Linear should switch (KernelTable::gemv_max_m).
 void BenchCrossover(ThreadPool& pool, Json& json) {
   json.Begin("crossover");
@@ -341,6 +415,7 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
   printf("\n");
   for (const ModelShape& model : Models()) {
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0}) {
+      if (Skip(model.name, dt)) continue;
       for (const Mat& mat : model.mats) {
         if (std::string(mat.name) != "w_up" && std::string(mat.name) != "wk") continue;
         const double bytes = static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
@@ -380,8 +455,11 @@ int main(int argc, char** argv) {
     else if (a == "--no-baselines") baselines = false;
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--model" && i + 1 < argc) g_model_filter = argv[++i];
+    else if (a == "--dtype" && i + 1 < argc) g_dtype_filter = argv[++i];
+    else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only pool|gemv|crossover|gemm]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
       return 2;
     }
   }
@@ -390,6 +468,7 @@ int main(int argc, char** argv) {
   Json json;
   if (only.empty() || only == "pool") BenchPool(pool, json);
   if (only.empty() || only == "gemv") BenchGemv(pool, quick, json);
+  if (only.empty() || only == "step") BenchStep(pool, json);
   if (only.empty() || only == "crossover") BenchCrossover(pool, json);
   if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
   std::string doc = json.Done();

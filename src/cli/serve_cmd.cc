@@ -24,6 +24,12 @@ struct ServeFlags {
   int64_t kv_budget_mib = 0;
   int64_t auto_kv_cap_mib = 2048;
   double max_body_mib = 8;
+  // KV store (paper 001); on when --kv-dram-bytes > 0 or --kv-ssd-dir is given.
+  uint64_t kv_dram_bytes = 0;
+  std::string kv_ssd_dir;
+  uint64_t kv_ssd_bytes = 16ull << 30;
+  std::string kv_policy = "scheduler-aware";
+  double session_ttl_s = 86400;
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -84,6 +90,17 @@ int RunServe(ServeFlags f) {
   }
   if (f.max_body_mib <= 0) return Fail(InvalidArgumentError("--max-body-mib must be positive"));
   f.server.max_body_bytes = static_cast<size_t>(f.max_body_mib * (1 << 20));
+  if (f.kv_dram_bytes > 0 || !f.kv_ssd_dir.empty()) {
+    auto policy = store::ParsePolicy(f.kv_policy);
+    if (!policy.ok()) return Fail(policy.status());
+    if (f.session_ttl_s < 0) return Fail(InvalidArgumentError("--session-ttl must be >= 0"));
+    f.server.kv_store = true;
+    f.server.store.dram_bytes = f.kv_dram_bytes;
+    f.server.store.ssd_dir = f.kv_ssd_dir;
+    f.server.store.ssd_bytes = f.kv_ssd_bytes;
+    f.server.store.policy = *policy;
+    f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
+  }
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   if (f.kv_budget_mib > 0) eo.kv_cache_bytes = f.kv_budget_mib << 20;
   auto eng = engine::Engine::Load(eo);
@@ -156,6 +173,21 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--max-body-mib", f->max_body_mib, "largest accepted request body in MiB (else 413)")
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0 = max-running + max-waiting + 16)")
+      ->capture_default_str();
+  cmd->add_option("--kv-dram-bytes", f->kv_dram_bytes,
+                  "host-DRAM tier of the KV store in bytes (0 with no --kv-ssd-dir = store off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir, "directory of the SSD tier of the KV store (survives restarts)");
+  cmd->add_option("--kv-ssd-bytes", f->kv_ssd_bytes, "SSD tier capacity in bytes")->capture_default_str();
+  cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
+  cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")
+      ->capture_default_str();
+  cmd->add_option("--kv-truncate-ratio", s.scheduler.truncate_ratio,
+                  "with the KV store: on context overflow drop at least this ratio of the history in the "
+                  "stored KV instead of rejecting (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-truncate-keep", s.scheduler.truncate_keep_first,
+                  "tokens at the start of a conversation never dropped by truncation")
       ->capture_default_str();
   cmd->callback([run, f] { *run = [f] { return RunServe(*f); }; });
 }

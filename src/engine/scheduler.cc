@@ -38,11 +38,13 @@ int Scheduler::BlocksFor(int n_slots) const { return (n_slots + block_size_ - 1)
 StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
   const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
   if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
-  if (n_prompt > engine_.context_length()) {
+  const int limit = std::min(engine_.context_length(), max_slots_);
+  const bool truncate = options_.truncate_ratio > 0 && store_ != nullptr && n_prompt > limit && limit >= 2;
+  if (n_prompt > engine_.context_length() && !truncate) {
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
                            std::to_string(engine_.context_length()) + " tokens");
   }
-  if (n_prompt > max_slots_) {
+  if (n_prompt > max_slots_ && !truncate) {
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the KV budget of " +
                            std::to_string(max_slots_) + " tokens");
   }
@@ -56,6 +58,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   }
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
+  if (truncate) TruncatePrompt(request, limit - 1, &w->truncation);
   w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
   request.prompt.clear();
   w->req = std::move(request);
@@ -193,6 +196,7 @@ Scheduler::ReusePlan Scheduler::PlanReuse(const Waiting& w) const {
 }
 
 bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
+  auto src_host_ok = [](const Resident& res) { return res.host != nullptr && res.host->valid; };
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
   const int max_slots = static_cast<int>(std::min<int64_t>(want, max_slots_));
@@ -206,16 +210,25 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   if (need > avail) return false;
 
   auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling);
-  if (plan.source == nullptr) {
+  r->prompt = w.prompt;
+  r->truncation = std::move(w.truncation);
+  r->req.tenant = w.req.tenant;
+  r->req.session_id = w.req.session_id;
+  if (store_ != nullptr && LoadFromStore(*r, std::max(options_.min_reuse_tokens, plan.n_reuse + 1))) {
+    // Stored KV beats what is resident; the resident sequence stays for others.
+  } else if (plan.source == nullptr) {
     r->kv = std::make_unique<kv::SequenceKv>(&pool_);
+    if (store_ != nullptr) r->host = std::make_unique<HostKv>();
   } else {
     auto it = std::find_if(resident_.begin(), resident_.end(), [&](const auto& p) { return p.get() == plan.source; });
     ATTIC_CHECK(it != resident_.end());
     if (plan.take_over) {
       resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
       r->kv = std::move((*it)->kv);
+      r->host = std::move((*it)->host);
       resident_.erase(it);
       r->kv->Truncate(plan.n_reuse);
+      if (r->host) r->host->Truncate(plan.n_reuse, pool_.shape().kv_dim());
     } else {
       const kv::SequenceKv& src = *(*it)->kv;
       EnsureFree(BlocksFor(plan.n_reuse), plan.source);
@@ -231,11 +244,18 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
           std::memcpy(pool_.v_block(l, db[i]), pool_.v_block(l, sb[i]), bytes);
         }
       }
+      if (src_host_ok(**it)) {
+        r->host = std::make_unique<HostKv>(*(*it)->host);
+        r->host->Truncate(plan.n_reuse, pool_.shape().kv_dim());
+      }
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
   }
+  if (store_ != nullptr && r->host == nullptr) {
+    r->host = std::make_unique<HostKv>();
+    r->host->valid = r->kv->n_slots() == 0;
+  }
   r->id = w.id;
-  r->prompt = w.prompt;
   r->channel = w.channel;
   r->req = std::move(w.req);
   r->max_slots = max_slots;
@@ -278,19 +298,23 @@ void Scheduler::Admit(SchedClock::time_point now) {
     if (!TryAdmit(*waiting_.front(), now)) break;
     waiting_.pop_front();
   }
+  if (store_ != nullptr) HintStore();
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0) {
+    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false);
     r.kv.reset();
     return;
   }
   auto res = std::make_unique<Resident>();
   res->tenant = r.req.tenant;
   res->session_id = r.req.session_id;
+  SaveToStore(r, true);
   res->kv = std::move(r.kv);
+  res->host = std::move(r.host);
   resident_blocks_ += static_cast<int>(res->kv->block_table().size());
   resident_.push_back(std::move(res));
   while (static_cast<int>(resident_.size()) > options_.max_resident) EvictLru(nullptr);

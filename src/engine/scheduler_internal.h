@@ -12,12 +12,36 @@
 
 namespace attic::engine {
 
+// How a truncated prompt maps onto the session's stored entry. The stored entry E holds
+// original tokens [0, keep) + [o, o+m); the prompt after truncation is original
+// [0, keep) + [o+skip, n). `store_view` is the prompt as E saw it: original [0, keep) +
+// [o, n) (what to look E up with).
+struct Truncation {
+  bool active = false;
+  int keep = 0;
+  int skip = 0;
+  std::vector<int32_t> store_view;
+};
+
 // A queued request. The prompt is shared with look-ahead views.
 struct Scheduler::Waiting {
   uint64_t id = 0;
   GenerationRequest req;  // req.prompt is moved into `prompt`
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
+  Truncation truncation;
+};
+
+// Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached
+// so that a turn can be saved without recomputation. Per layer: [n, kv_dim].
+struct Scheduler::HostKv {
+  std::vector<std::vector<float>> k, v;
+  bool valid = true;  // false once a slot's KV is unknown (then the turn is not saved)
+  int n(int kv_dim) const { return k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim); }
+  void Truncate(int n_slots, int kv_dim) {
+    for (auto& x : k) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));
+    for (auto& x : v) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));
+  }
 };
 
 // A finished (or cancelled) sequence whose KV stays in the compute buffer.
@@ -25,6 +49,7 @@ struct Scheduler::Resident {
   std::string tenant;
   std::string session_id;
   std::unique_ptr<kv::SequenceKv> kv;
+  std::unique_ptr<HostKv> host;  // with a KV store: the slots' pre-RoPE KV
 };
 
 // Which resident sequence a new request reuses, and how.
@@ -43,6 +68,9 @@ struct Scheduler::Running {
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
   std::unique_ptr<kv::SequenceKv> kv;
+  std::unique_ptr<HostKv> host;   // with a KV store: the slots' pre-RoPE KV
+  std::string store_key;          // the store entry this turn extends ("" = none)
+  Truncation truncation;
   std::vector<int32_t> stop_ids;  // sorted
   int max_slots = 0;              // KV slots this sequence may grow to
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission

@@ -84,7 +84,23 @@ int Scheduler::Step() {
             static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
-  Status st = tf.Forward(batch, &logits_);
+  // With a KV store, keep each new slot's pre-RoPE K and V for saving the turn.
+  KvObserver observer;
+  if (store_ != nullptr) {
+    const int kv_dim = pool_.shape().kv_dim();
+    const int n_layers = pool_.shape().n_layers;
+    observer = [&owners, kv_dim, n_layers](int layer, int entry, const float* k, const float* v, int n) {
+      HostKv* h = owners[entry]->host.get();
+      if (h == nullptr || !h->valid) return;
+      if (h->k.empty()) {
+        h->k.resize(n_layers);
+        h->v.resize(n_layers);
+      }
+      h->k[layer].insert(h->k[layer].end(), k, k + static_cast<size_t>(n) * kv_dim);
+      h->v[layer].insert(h->v[layer].end(), v, v + static_cast<size_t>(n) * kv_dim);
+    };
+  }
+  Status st = tf.Forward(batch, &logits_, observer);
   if (!st.ok()) {
     for (Running* r : owners) Fail(*r, InternalError("forward step failed: " + st.message()));
     cleanup();

@@ -74,7 +74,9 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
     ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(r.prompt_text, true));
   }
   if (ids.empty()) return InvalidArgumentError("the prompt is empty");
-  if (static_cast<int64_t>(ids.size()) > ctx) {
+  // With decoupled truncation the scheduler shortens an overlong conversation instead.
+  const bool truncates = options.kv_store && options.scheduler.truncate_ratio > 0;
+  if (static_cast<int64_t>(ids.size()) > ctx && !truncates) {
     return too_long("however, your " + std::string(r.kind == ApiKind::kChat ? "messages" : "prompt") +
                     " resulted in " + std::to_string(ids.size()) + " tokens");
   }
@@ -130,6 +132,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   engine::GenerationRequest g;
   g.tenant = tenant;
   g.session_id = r.session_id;
+  g.session_ttl_ms = r.session_ttl_s < 0 ? -1 : r.session_ttl_s * 1000;
   g.prompt = std::move(*ids);
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;

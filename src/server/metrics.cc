@@ -127,3 +127,48 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
 }
 
 }  // namespace attic::server
+
+namespace attic::server {
+
+std::string RenderStoreMetrics(const store::StoreStats& s) {
+  std::string out;
+  auto counter = [&](const std::string& name, const char* help, double v, const std::string& labels = "") {
+    Header(&out, name, "counter", help);
+    Line(&out, name, labels, v);
+  };
+  counter("attic_kv_store_lookups_total", "KV store lookups (one per admitted request).", s.lookups);
+  Header(&out, "attic_kv_store_hits_total", "counter", "KV store lookups that found stored KV, by tier.");
+  Line(&out, "attic_kv_store_hits_total", "tier=\"dram\"", static_cast<double>(s.hits_dram));
+  Line(&out, "attic_kv_store_hits_total", "tier=\"ssd\"", static_cast<double>(s.hits_ssd));
+  counter("attic_kv_store_misses_total", "KV store lookups that found nothing.", s.misses);
+  counter("attic_kv_store_reused_tokens_total", "Prompt tokens whose KV came from the store.", s.reused_tokens);
+  counter("attic_kv_store_saves_total", "Turns saved into the store.", s.saves);
+  counter("attic_kv_store_async_saves_total", "Saves done by the store's writer thread.", s.async_saves);
+  counter("attic_kv_store_save_waits_total", "Saves that waited for room in the write buffer.", s.save_waits);
+  Header(&out, "attic_kv_store_pending_saves", "gauge", "Saves queued in the write buffer.");
+  Line(&out, "attic_kv_store_pending_saves", "", static_cast<double>(s.pending_saves));
+  Header(&out, "attic_kv_store_bytes_total", "counter", "Bytes moved by the store, by direction.");
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"save\"", static_cast<double>(s.bytes_saved));
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"load\"", static_cast<double>(s.bytes_loaded));
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"dram_to_ssd\"", static_cast<double>(s.bytes_dram_to_ssd));
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"ssd_to_dram\"", static_cast<double>(s.bytes_ssd_to_dram));
+  Header(&out, "attic_kv_store_evictions_total", "counter",
+         "Entries moved out of a tier (dram: demoted to SSD or dropped; ssd: dropped).");
+  Line(&out, "attic_kv_store_evictions_total", "tier=\"dram\"", static_cast<double>(s.evictions_dram));
+  Line(&out, "attic_kv_store_evictions_total", "tier=\"ssd\"", static_cast<double>(s.evictions_ssd));
+  counter("attic_kv_store_prefetches_total", "Entries prefetched SSD -> DRAM for queued requests.", s.prefetches);
+  counter("attic_kv_store_expired_total", "Entries freed after their TTL.", s.expired);
+  counter("attic_kv_store_corrupt_total", "Entries found corrupt, truncated or of another model (deleted).",
+          s.corrupt);
+  Header(&out, "attic_kv_store_entries", "gauge", "Entries in the store.");
+  Line(&out, "attic_kv_store_entries", "", static_cast<double>(s.entries));
+  Header(&out, "attic_kv_store_bytes", "gauge", "Bytes held per tier.");
+  Line(&out, "attic_kv_store_bytes", "tier=\"dram\"", static_cast<double>(s.dram_bytes));
+  Line(&out, "attic_kv_store_bytes", "tier=\"ssd\"", static_cast<double>(s.ssd_bytes));
+  Header(&out, "attic_kv_store_capacity_bytes", "gauge", "Capacity per tier.");
+  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"dram\"", static_cast<double>(s.dram_capacity));
+  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"ssd\"", static_cast<double>(s.ssd_capacity));
+  return out;
+}
+
+}  // namespace attic::server

@@ -28,7 +28,7 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
       {"role":"user","content":[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]},
       {"role":"assistant","content":null},{"role":"user","content":"x","name":"bob"}],
       "max_tokens":10,"max_completion_tokens":7,"temperature":0.5,"top_p":0.9,"seed":-3,"stop":"END",
-      "stream":true,"stream_options":{"include_usage":true},"n":1,"user":"u","session_id":"s1",
+      "stream":true,"stream_options":{"include_usage":true},"n":1,"user":"u","session_id":"s1","session_ttl":30,
       "presence_penalty":0,"frequency_penalty":0,"logprobs":false,"tools":[],"response_format":{"type":"text"},
       "unknown_field":{"a":[1,2]}})");
   EXPECT_EQ(r.model, "m");
@@ -45,6 +45,7 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.session_id, "s1");
+  EXPECT_EQ(r.session_ttl_s, 30);
 }
 
 TEST(OpenAiRequest, DefaultsAreOpenAis) {
@@ -96,6 +97,7 @@ TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
       {R"({"model":"m",)" + msgs + R"(,"tools":[{"type":"function"}]})", "tools"},
       {R"({"model":"m",)" + msgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
       {R"({"model":"m",)" + msgs + R"(,"session_id":7})", "session_id"},
+      {R"({"model":"m",)" + msgs + R"(,"session_ttl":-1})", "session_ttl"},
   };
   for (const auto& c : cases) {
     ApiError e = ChatError(c.body);

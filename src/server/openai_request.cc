@@ -273,6 +273,9 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   }
   if (auto e = ReadString(body, "user", 1024, &r->user)) return e;
   if (auto e = ReadString(body, "session_id", kMaxSessionIdBytes, &r->session_id)) return e;
+  std::optional<int64_t> session_ttl;
+  if (auto e = ReadInt(body, "session_ttl", 0, int64_t{10} * 365 * 86400, &session_ttl)) return e;
+  if (session_ttl) r->session_ttl_s = *session_ttl;
   if (auto e = ReadBool(body, "ignore_eos", &r->ignore_eos)) return e;
   float penalty = 0;
   if (auto e = ReadNumber(body, "presence_penalty", -2.0, 2.0, &penalty)) return e;

@@ -39,6 +39,7 @@ std::string EndpointLabel(const std::string& path) {
     if (path == known) return known;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/v1/sessions/", 0) == 0) return "/v1/sessions/{id}";
   return "other";
 }
 
@@ -62,6 +63,14 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
   im.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   im.scheduler = std::make_unique<engine::Scheduler>(engine, options.scheduler);
   im.scheduler->set_observer([&im](const engine::RequestRecord& r) { im.metrics.Observe(r); });
+  if (options.kv_store) {
+    store::StoreOptions so = options.store;
+    so.fingerprint = engine.model().fingerprint();
+    auto st = store::KvStore::Open(so);
+    if (!st.ok()) return st.status().WithContext("KV store");
+    im.store = std::move(*st);
+    im.scheduler->set_store(im.store.get());
+  }
   if (engine.chat_template_kind().ok()) {
     im.chat_kind = *engine.chat_template_kind();
   } else {
@@ -81,6 +90,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
 Server::~Server() { Stop(); }
 
 engine::Scheduler& Server::scheduler() { return *impl_->scheduler; }
+store::KvStore* Server::kv_store() { return impl_->store.get(); }
 
 Status Server::Start() {
   Impl& im = *impl_;
@@ -146,7 +156,12 @@ void Server::Stop() {
 }
 
 void Server::Impl::StepLoop() {
+  auto next_expiry = std::chrono::steady_clock::now();
   while (!stopping.load()) {
+    if (store != nullptr && std::chrono::steady_clock::now() >= next_expiry) {
+      store->ExpireNow();
+      next_expiry = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.store_expire_interval_ms);
+    }
     if (!scheduler->WaitForWork(std::chrono::milliseconds(50))) continue;
     scheduler->Step();
   }
@@ -267,7 +282,47 @@ void Server::Impl::SetupRoutes() {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Render(scheduler->Stats()), "text/plain; version=0.0.4; charset=utf-8");
+    std::string text = metrics.Render(scheduler->Stats());
+    if (store != nullptr) text += RenderStoreMetrics(store->Stats());
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // Stored conversations (tenant-scoped: a tenant sees only its own sessions).
+  auto session_error = [this](httplib::Response& res, const std::string& id, const Status& st) {
+    ApiError e;
+    e.http_status = 404;
+    e.message = store == nullptr ? "the KV store is not enabled on this server"
+                                 : "No stored session '" + id + "'";
+    e.code = "session_not_found";
+    if (store != nullptr && st.code() != StatusCode::kNotFound) {
+      e.http_status = 500;
+      e.type = "server_error";
+      e.message = st.message();
+    }
+    SendError(res, e);
+  };
+  http.Get(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    const std::string id = req.matches[1];
+    if (store == nullptr) return session_error(res, id, NotFoundError(""));
+    auto info = store->GetSession(tenant, id);
+    if (!info.ok()) return session_error(res, id, info.status());
+    json j{{"id", id},
+           {"object", "session"},
+           {"tokens", info->n_tokens},
+           {"bytes", info->bytes},
+           {"tier", store::TierName(info->tier)},
+           {"expires_at", info->expires_at_ms == 0 ? json(nullptr) : json(info->expires_at_ms / 1000)}};
+    res.set_content(j.dump(), "application/json");
+  });
+  http.Delete(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    const std::string id = req.matches[1];
+    if (store == nullptr) return session_error(res, id, NotFoundError(""));
+    Status st = store->EraseSession(tenant, id);
+    if (!st.ok()) return session_error(res, id, st);
+    res.set_content(json{{"id", id}, {"object", "session.deleted"}, {"deleted", true}}.dump(), "application/json");
   });
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                       httplib::Response& res) {

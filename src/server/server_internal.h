@@ -28,6 +28,7 @@ struct Server::Impl {
   std::string model_name;
   std::string system_fingerprint;
   int64_t created = 0;
+  std::unique_ptr<store::KvStore> store;  // outlives the scheduler that uses it
   std::unique_ptr<engine::Scheduler> scheduler;
   Metrics metrics;
   HttpTransport http;

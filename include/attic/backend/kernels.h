@@ -13,10 +13,26 @@
 namespace attic::backend {
 
 // y[m, n] = x[m, k] * W[n, k]^T (+ bias[n] if bias != nullptr).
-// Small m (decode, batched decode) streams each weight row once for all m rows
-// (memory-bound GEMV); large m uses a GEMM (oneDNN for bf16/f32, BLAS sgemm for
-// converted f16/f32). `y` must not alias `x`.
+// Small m (decode, batched decode; m <= 16 for bf16, 32 for f16, 24 for f32, 10 for q8_0
+// on AVX-512) is a GEMV streaming each weight row once for all m rows, in true f32 math
+// (weights widened exactly). Larger m is a packed, register-blocked GEMM: f32 FMA on
+// widened weights for f32/f16/q8_0 (true f32 math), and for bf16 weights on CPUs with
+// AVX512-BF16 vdpbf16ps with x rounded to bf16 (error <= 2^-9 * sum|x*w|, typically
+// ~1e-4 of it; llama.cpp makes the same trade). Parallel over `pool`; no other threads are used. `y` must not alias `x`.
 void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+
+// One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
+struct LinearOutput {
+  const model::WeightTensor* w = nullptr;
+  const float* bias = nullptr;  // optional
+  float* y = nullptr;
+};
+
+// Linear for several weights that share x (q/k/v, gate/up), bit-identical to calling
+// Linear for each. On the GEMV path (decode) it is one pool dispatch over all the weight
+// rows: saves the per-call overhead and balances small matrices (the 135M model's k/v
+// projections are 221 KB) across threads. REQUIRES: all weights have x's k columns.
+void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 
 // out[i, :] = x[i, :] / rms(x[i, :]) * weight; rows of length n. out may alias x.
 void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out);

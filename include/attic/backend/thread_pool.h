@@ -1,7 +1,11 @@
 // ThreadPool: a persistent pool for data-parallel kernels. The calling thread takes
 // part in every ParallelFor, so a pool of N threads starts N-1 workers. Workers spin
-// briefly before sleeping, so back-to-back kernels (one decode step is ~200 of them)
-// don't pay a wake-up each.
+// briefly (~1 ms) before sleeping, so back-to-back kernels (one decode step is ~200 of
+// them) don't pay a wake-up each; dispatch costs ~1-1.5 us with 2 threads.
+//
+// Tasks are claimed dynamically and the caller waits only for tasks actually claimed:
+// if a worker is late (asleep, or descheduled on a busy machine) the caller runs the
+// remaining tasks itself. So no task may wait for another task of the same call.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time per pool.
 #pragma once

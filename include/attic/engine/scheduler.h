@@ -38,10 +38,12 @@
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
 #include "attic/engine/sampler.h"
+#include "attic/store/kv_store.h"
 
 namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
+struct Truncation;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding)
@@ -52,6 +54,15 @@ struct SchedulerOptions {
   int max_resident = 4096;         // finished sequences kept resident (LRU beyond)
   int min_reuse_tokens = 8;        // shortest common prefix worth reusing
   size_t channel_capacity = 256;   // events buffered per request; text coalesces beyond
+  int store_lookahead = 64;        // waiting requests shown to the KV store (prefetch/eviction)
+  // Decoupled truncation (paper 3.4; needs a KV store): a prompt longer than the context
+  // window is not rejected; tokens after the first `truncate_keep_first` are dropped --
+  // at least the overflow, and at least this ratio of them so that the next turns do
+  // not truncate again -- and the stored KV of what remains is reused with its
+  // positions re-embedded, instead of being recomputed. The drop is sticky: a session's
+  // later turns drop the same tokens first. 0 = off (overlong prompts are OutOfRange).
+  double truncate_ratio = 0;
+  int truncate_keep_first = 0;     // e.g. the system prompt or attention sinks
 };
 
 struct TokenUsage {
@@ -95,6 +106,7 @@ class ResultChannel {
 struct GenerationRequest {
   std::string tenant = "default";   // resident KV is never shared across tenants
   std::string session_id;           // optional; a look-ahead hint and a reuse tie-breaker
+  int64_t session_ttl_ms = -1;      // lifetime of this turn's stored KV (-1 = store default, 0 = forever)
   std::vector<int32_t> prompt;      // token ids (must not be empty)
   SamplingParams sampling;          // max_tokens >= 1; stop_token_ids add to the engine's
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
@@ -166,6 +178,11 @@ class Scheduler {
   void Shutdown();
   // Called on the step loop whenever a request ends. Set before the first Step.
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+  // Attaches the KV store (paper 001): on admission a request that finds no better
+  // resident KV loads its stored KV (session id, else longest stored prefix) and
+  // prefills only the rest; each finished turn's KV is saved (pre-RoPE). The store must
+  // outlive the scheduler. Set before the first Step; null = no store.
+  void set_store(store::KvStore* store) { store_ = store; }
 
   const SchedulerOptions& options() const { return options_; }
 
@@ -174,6 +191,7 @@ class Scheduler {
   struct Running;
   struct Resident;
   struct ReusePlan;
+  struct HostKv;
 
   int BlocksFor(int n_slots) const;
   int OutstandingReservation() const;
@@ -188,6 +206,13 @@ class Scheduler {
   void Finish(Running& r, const std::string& reason);
   void Fail(Running& r, const Status& status);
   void Retire(Running& r);
+  bool LoadFromStore(Running& r, int min_tokens);
+  // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
+  void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
+  // Saves the turn's KV (asynchronously). keep_host: the sequence stays resident and
+  // keeps its host copy (else the copy moves into the store).
+  void SaveToStore(Running& r, bool keep_host);
+  void HintStore();
   void Report(RequestRecord record);
   void PublishStats();
   void FlushReports();
@@ -199,6 +224,7 @@ class Scheduler {
   const int vocab_;
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
   RequestObserver observer_;
+  store::KvStore* store_ = nullptr;
 
   // Guarded by mu_.
   mutable std::mutex mu_;

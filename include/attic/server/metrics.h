@@ -33,6 +33,9 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// Prometheus text for the KV store's counters (attic_kv_store_*).
+std::string RenderStoreMetrics(const store::StoreStats& stats);
+
 class Metrics {
  public:
   Metrics();

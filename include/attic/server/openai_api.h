@@ -58,6 +58,7 @@ struct ApiRequest {
   std::string user;
   std::string session_id;                        // extension: conversation id (a hint)
   bool ignore_eos = false;                       // extension: generate max_tokens tokens
+  int64_t session_ttl_s = -1;                    // extension: stored-KV lifetime (s); -1 = server default, 0 = forever
 };
 
 inline constexpr int kMaxStops = 16;

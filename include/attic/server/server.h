@@ -5,6 +5,8 @@
 //   GET  /v1/models             the served model
 //   GET  /health                liveness ({"status":"ok"})
 //   GET  /metrics               Prometheus text
+//   GET  /v1/sessions/{id}      stored KV of a conversation (tokens, bytes, tier, expiry)
+//   DELETE /v1/sessions/{id}    erase a conversation's stored KV
 //
 // One step-loop thread owns the Engine (its Transformer and KV pool) through a
 // Scheduler. HTTP handler threads only parse, authenticate, tokenize, submit to the
@@ -40,6 +42,11 @@ struct ServerOptions {
   size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
   int http_threads = 0;             // 0 = max_running + max_waiting + 16
   int keep_alive_timeout_s = 5;     // idle keep-alive connections are closed after this
+  // KV store (DRAM/SSD tiers, paper 001). Off unless enabled; store.fingerprint is
+  // filled from the engine's model.
+  bool kv_store = false;
+  store::StoreOptions store;
+  int64_t store_expire_interval_ms = 1000;  // how often expired sessions are freed
 };
 
 class Server {
@@ -60,6 +67,8 @@ class Server {
   void Stop();
 
   engine::Scheduler& scheduler();
+  // Null when the KV store is off.
+  store::KvStore* kv_store();
 
  private:
   struct Impl;

@@ -31,12 +31,15 @@ constexpr int kMR = 8;         // x rows per micro-kernel
 constexpr int kNV = 3;         // 16-lane output vectors per micro-kernel
 constexpr int kNR = 16 * kNV;  // weight rows per packed panel
 
-// Cache blocking (per task). A packed panel is kKc x kNR x 4 bytes (L1/L2); a task packs
-// up to kMaxTaskPanels panels (L2) per k block; x rows are swept kMc at a time.
-constexpr int64_t kKcF32 = 256;   // k elements per block, f32 path (multiple of 32 for q8_0)
-constexpr int64_t kKcBf16 = 512;  // k elements per block, bf16 path (even)
-constexpr int64_t kMaxTaskPanels = 8;  // weight rows per task <= 8 * kNR
+// Cache blocking (per task; tuned with bench/kernels_bench.cc on the model shapes). k is
+// cut into equal blocks of at most kKc (so k = 576 is one block: +15-20% over 512 + 64);
+// a task packs up to kMaxTaskPanels panels per k block (<= 8 x 48 x 768 x 4 = 1.2 MB)
+// and sweeps x over them kMc rows at a time.
+constexpr int64_t kKcF32 = 768;
+constexpr int64_t kKcBf16 = 768;
+constexpr int64_t kMaxTaskPanels = 8;
 constexpr int64_t kMc = 128;
+constexpr int64_t kPackPrefetchBytes = 512;  // per weight-row stream while packing
 
 inline __mmask16 ColMask(int64_t n_valid, int v) {
   int64_t r = n_valid - 16 * v;
@@ -95,28 +98,72 @@ using MicroF32Fn = void (*)(const float*, int64_t, const float*, int64_t, float*
 constexpr MicroF32Fn kMicroF32[kMR + 1] = {nullptr,      MicroF32<1>, MicroF32<2>, MicroF32<3>, MicroF32<4>,
                                            MicroF32<5>, MicroF32<6>, MicroF32<7>, MicroF32<8>};
 
-// panel[kk * kNR + j] = f32(W[n0 + j, k0 + kk]) for j < n_valid, 0 for n_valid <= j < kNR.
-// Rows are widened 16 at a time into `tmp` ([16][round_up(kc, 16)] f32), then
-// transposed 16x16. REQUIRES (q8_0): k0 and kc multiples of 32 (or kc reaches k).
-void PackPanelF32(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel,
-                  float* tmp) {
-  const size_t k0_bytes = DTypeBytes(w.dtype, static_cast<size_t>(k0));
-  const int64_t ld = (kc + 15) & ~int64_t{15};
+// Loaders for packing: 16 consecutive weights of a row, starting at element kk (a
+// multiple of 16), widened to f32; lanes outside `mask` are 0.
+struct PackF32 {
+  static int64_t Offset(int64_t kk) { return kk * 4; }  // byte offset of element kk
+  static __m512 Load16(const uint8_t* row, int64_t kk, __mmask16 mask) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + kk);
+  }
+};
+struct PackF16 {
+  static int64_t Offset(int64_t kk) { return kk * 2; }
+  static __m512 Load16(const uint8_t* row, int64_t kk, __mmask16 mask) {
+    return LoadF16Part(reinterpret_cast<const uint16_t*>(row) + kk, mask);
+  }
+};
+struct PackBf16AsF32 {
+  static int64_t Offset(int64_t kk) { return kk * 2; }
+  static __m512 Load16(const uint8_t* row, int64_t kk, __mmask16 mask) {
+    return LoadBf16Part(reinterpret_cast<const uint16_t*>(row) + kk, mask);
+  }
+};
+struct PackQ8 {  // q8_0 blocks of 32: f16 scale + 32 int8; kk selects block and half
+  static int64_t Offset(int64_t kk) { return kk / 32 * 34; }
+  static __m512 Load16(const uint8_t* row, int64_t kk, __mmask16 mask) {
+    const uint8_t* blk = row + (kk / 32) * 34;
+    uint16_t d16;
+    std::memcpy(&d16, blk, 2);
+    const __m128i q = _mm_maskz_loadu_epi8(mask, blk + 2 + (kk & 16));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d16)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  }
+};
+
+// panel[kk * kNR + j] = f32(W[n0 + j, k0 + kk]) for j < n_valid, 0 for n_valid <= j < kNR:
+// 16 rows x 16 k at a time, widened and transposed in registers. REQUIRES (q8_0): k0 a
+// multiple of 32.
+template <class L>
+void PackPanelF32T(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
+  const int64_t k = w.cols();
+  const size_t row_bytes = DTypeBytes(w.dtype, static_cast<size_t>(k));
+  const uint8_t* base = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(n0) * row_bytes;
   for (int64_t jb = 0; jb < kNR; jb += 16) {
     const int64_t rows = std::clamp<int64_t>(n_valid - jb, 0, 16);
-    for (int64_t jj = 0; jj < rows; ++jj) {
-      float* t = tmp + jj * ld;
-      RowToF32(w.dtype, w.row(n0 + jb + jj) + k0_bytes, t, kc);
-      for (int64_t kk = kc; kk < ld; ++kk) t[kk] = 0.0f;
-    }
+    const uint8_t* rp[16];
+    for (int64_t jj = 0; jj < 16; ++jj)
+      rp[jj] = base + static_cast<size_t>(jb + std::max<int64_t>(0, std::min(jj, rows - 1))) * row_bytes;
     for (int64_t kb = 0; kb < kc; kb += 16) {
+      const int64_t kk = k0 + kb;
+      const __mmask16 mask = TailMask16(k - kk);
       __m512i r[16];
-      for (int64_t jj = 0; jj < 16; ++jj)
-        r[jj] = jj < rows ? _mm512_load_si512(tmp + jj * ld + kb) : _mm512_setzero_si512();
+      ATTIC_UNROLL
+      for (int jj = 0; jj < 16; ++jj) {
+        _mm_prefetch(reinterpret_cast<const char*>(rp[jj] + L::Offset(kk)) + kPackPrefetchBytes, _MM_HINT_T0);
+        r[jj] = jj < rows ? _mm512_castps_si512(L::Load16(rp[jj], kk, mask)) : _mm512_setzero_si512();
+      }
       Transpose16x16(r);
       const int64_t nq = std::min<int64_t>(16, kc - kb);
       for (int64_t q = 0; q < nq; ++q) _mm512_store_si512(panel + (kb + q) * kNR + jb, r[q]);
     }
+  }
+}
+
+void PackPanelF32(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
+  switch (w.dtype) {
+    case DType::kF32: PackPanelF32T<PackF32>(w, n0, n_valid, k0, kc, panel); return;
+    case DType::kF16: PackPanelF32T<PackF16>(w, n0, n_valid, k0, kc, panel); return;
+    case DType::kBF16: PackPanelF32T<PackBf16AsF32>(w, n0, n_valid, k0, kc, panel); return;
+    case DType::kQ8_0: PackPanelF32T<PackQ8>(w, n0, n_valid, k0, kc, panel); return;
   }
 }
 
@@ -156,16 +203,20 @@ constexpr MicroBf16Fn kMicroBf16[kMR + 1] = {nullptr,       MicroBf16<1>, MicroB
 // and for j >= n_valid; 16 rows x 16 pairs at a time, transposed in registers. k0 is even.
 void PackPanelBf16(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kp, uint32_t* panel) {
   const int64_t k = w.cols();
+  const uint16_t* base = static_cast<const uint16_t*>(w.data) + n0 * k + k0;
   for (int64_t jb = 0; jb < kNR; jb += 16) {
     const int64_t rows = std::clamp<int64_t>(n_valid - jb, 0, 16);
+    const uint16_t* rp[16];
+    for (int64_t jj = 0; jj < 16; ++jj) rp[jj] = base + (jb + std::max<int64_t>(0, std::min(jj, rows - 1))) * k;
     for (int64_t p0 = 0; p0 < kp; p0 += 16) {
       const int64_t elems = k - k0 - 2 * p0;  // > 0
       const __mmask32 mask = elems >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << elems) - 1u);
       __m512i r[16];
-      for (int64_t jj = 0; jj < 16; ++jj) {
-        r[jj] = jj < rows ? _mm512_maskz_loadu_epi16(
-                                mask, reinterpret_cast<const uint16_t*>(w.row(n0 + jb + jj)) + k0 + 2 * p0)
-                          : _mm512_setzero_si512();
+      ATTIC_UNROLL
+      for (int jj = 0; jj < 16; ++jj) {
+        // 16 row streams: prefetch ahead so the loads below hit L1 (latency-bound otherwise).
+        _mm_prefetch(reinterpret_cast<const char*>(rp[jj] + 2 * p0) + kPackPrefetchBytes, _MM_HINT_T0);
+        r[jj] = jj < rows ? _mm512_maskz_loadu_epi16(mask, rp[jj] + 2 * p0) : _mm512_setzero_si512();
       }
       Transpose16x16(r);
       const int64_t nq = std::min<int64_t>(16, kp - p0);
@@ -175,6 +226,13 @@ void PackPanelBf16(const model::WeightTensor& w, int64_t n0, int64_t n_valid, in
 }
 
 // ---- driver ---------------------------------------------------------------------------
+
+// k block size: k cut into equal blocks of at most kc_max, rounded up to 32 (q8_0 blocks,
+// bf16 pairs), so no block is a short remainder.
+inline int64_t KBlock(int64_t k, int64_t kc_max) {
+  const int64_t blocks = (k + kc_max - 1) / kc_max;
+  return ((k + blocks - 1) / blocks + 31) & ~int64_t{31};
+}
 
 struct GemmArgs {
   const float* x;
@@ -190,11 +248,10 @@ struct GemmArgs {
 // weight rows of the range into panels, then sweeps x over them kMc rows at a time.
 template <bool kBf16>
 void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
-  thread_local AlignedBuffer pack_buf, tmp_buf;
-  const int64_t kc_blk = kBf16 ? kKcBf16 : kKcF32;
+  thread_local AlignedBuffer pack_buf;
+  const int64_t kc_blk = KBlock(g.k, kBf16 ? kKcBf16 : kKcF32);
   const int64_t n_panels = (n_end - n_begin + kNR - 1) / kNR;
   pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 4);
-  tmp_buf.Reserve(static_cast<size_t>(16 * (kc_blk + 16)) * 4);
   for (int64_t k0 = 0; k0 < g.k; k0 += kc_blk) {
     const int64_t kc = std::min(kc_blk, g.k - k0);
     const int64_t kp = (kc + 1) / 2;
@@ -205,7 +262,7 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
       if constexpr (kBf16) {
         PackPanelBf16(*g.w, n_begin + p * kNR, nv, k0, kp, pack_buf.as<uint32_t>() + p * panel_elems);
       } else {
-        PackPanelF32(*g.w, n_begin + p * kNR, nv, k0, kc, pack_buf.as<float>() + p * panel_elems, tmp_buf.as<float>());
+        PackPanelF32(*g.w, n_begin + p * kNR, nv, k0, kc, pack_buf.as<float>() + p * panel_elems);
       }
     }
     for (int64_t i0 = 0; i0 < g.m; i0 += kMc) {

@@ -60,8 +60,13 @@ const KernelTable& Avx2Table() {
 const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
-    // Measured on Zen 4 (bench/kernels_bench.cc): the GEMM wins from this many rows.
-    for (auto& v : t.gemv_max_m) v = 4;
+    // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
+    // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
+    // ~2x the f32 rate (vdpbf16ps), so it wins earliest; q8_0's GEMV is the simplest.
+    t.gemv_max_m[static_cast<int>(DType::kF32)] = 24;
+    t.gemv_max_m[static_cast<int>(DType::kF16)] = 32;
+    t.gemv_max_m[static_cast<int>(DType::kBF16)] = 16;
+    t.gemv_max_m[static_cast<int>(DType::kQ8_0)] = 10;
     return t;
   }();
   return t;

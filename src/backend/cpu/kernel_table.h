@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "attic/backend/cpu_features.h"
+#include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/model/weights.h"
 #include "attic/tensor/buffer.h"
@@ -56,6 +57,8 @@ const KernelTable& ActiveKernels();
 // Linear with an explicit table (kernels.cc's Linear is LinearWith(ActiveKernels(), ...)).
 void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
                 const float* bias, float* y);
+void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
+                     int n_outs);
 // The same with the GEMV/GEMM choice forced (tests and benchmarks).
 enum class LinearPath { kAuto, kGemv, kGemm };
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,

@@ -51,31 +51,51 @@ void ParallelChunks(ThreadPool& pool, int64_t n_chunks, const std::function<void
   });
 }
 
+// GEMV for outputs that share x (and so k and, here, dtype): one preparation of x, one
+// ParallelChunks over the rows of all the weights.
+void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
+               int n_outs) {
+  const DType dtype = outs[0].w->dtype;
+  const int64_t k = outs[0].w->cols();
+  thread_local AlignedBuffer xp_buf;
+  const float* xp = t.gemv_prepare(dtype, x, m, k, &xp_buf);
+  int64_t rows = 0;
+  for (int i = 0; i < n_outs; ++i) rows += outs[i].w->rows();
+  const int64_t row_bytes = std::max<int64_t>(1, static_cast<int64_t>(DTypeBytes(dtype, static_cast<size_t>(k))));
+  if (rows * row_bytes < kGemvParallelBytes || pool.n_threads() == 1 || rows < 2 * kGemvRowAlign) {
+    for (int i = 0; i < n_outs; ++i) t.gemv(xp, m, *outs[i].w, outs[i].bias, outs[i].y, 0, outs[i].w->rows());
+    return;
+  }
+  // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks.
+  int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, rows / (4 * pool.n_threads()));
+  rows_per_chunk = std::max(kGemvRowAlign, rows_per_chunk / kGemvRowAlign * kGemvRowAlign);
+  struct Chunk {
+    int out;
+    int64_t begin, end;
+  };
+  thread_local std::vector<Chunk> chunks;
+  chunks.clear();
+  for (int i = 0; i < n_outs; ++i)
+    for (int64_t b = 0, n = outs[i].w->rows(); b < n; b += rows_per_chunk)
+      chunks.push_back({i, b, std::min(n, b + rows_per_chunk)});
+  const Chunk* c = chunks.data();
+  ParallelChunks(pool, static_cast<int64_t>(chunks.size()), [&](int64_t ci) {
+    const LinearOutput& o = outs[c[ci].out];
+    t.gemv(xp, m, *o.w, o.bias, o.y, c[ci].begin, c[ci].end);
+  });
+}
+
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
                     const model::WeightTensor& w, const float* bias, float* y) {
-  const int64_t n = w.rows(), k = w.cols();
-  if (m <= 0 || n <= 0) return;
+  if (m <= 0 || w.rows() <= 0) return;
   bool use_gemv = path == LinearPath::kGemv ||
                   (path == LinearPath::kAuto && m <= t.gemv_max_m[static_cast<int>(w.dtype)]);
   if (!use_gemv) {
     t.gemm(pool, x, m, w, bias, y);
     return;
   }
-  thread_local AlignedBuffer xp_buf;
-  const float* xp = t.gemv_prepare(w.dtype, x, m, k, &xp_buf);
-  const int64_t bytes = static_cast<int64_t>(DTypeBytes(w.dtype, static_cast<size_t>(n * k)));
-  if (bytes < kGemvParallelBytes || pool.n_threads() == 1 || n < 2 * kGemvRowAlign) {
-    t.gemv(xp, m, w, bias, y, 0, n);
-    return;
-  }
-  // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks.
-  const int64_t row_bytes = std::max<int64_t>(1, bytes / n);
-  int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, n / (4 * pool.n_threads()));
-  rows_per_chunk = std::max(kGemvRowAlign, rows_per_chunk / kGemvRowAlign * kGemvRowAlign);
-  const int64_t n_chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
-  ParallelChunks(pool, n_chunks, [&](int64_t c) {
-    t.gemv(xp, m, w, bias, y, c * rows_per_chunk, std::min(n, (c + 1) * rows_per_chunk));
-  });
+  const LinearOutput out{&w, bias, y};
+  GemvMulti(t, pool, x, m, &out, 1);
 }
 
 void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
@@ -83,10 +103,27 @@ void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t 
   LinearWithPath(t, LinearPath::kAuto, pool, x, m, w, bias, y);
 }
 
+void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
+                     int n_outs) {
+  if (m <= 0 || n_outs <= 0) return;
+  const DType dtype = outs[0].w->dtype;
+  bool fuse = m <= t.gemv_max_m[static_cast<int>(dtype)];
+  for (int i = 1; i < n_outs; ++i) fuse = fuse && outs[i].w->dtype == dtype && outs[i].w->cols() == outs[0].w->cols();
+  if (!fuse) {
+    for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
+    return;
+  }
+  GemvMulti(t, pool, x, m, outs, n_outs);
+}
+
 }  // namespace cpu
 
 void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
   cpu::LinearWith(cpu::ActiveKernels(), pool, x, m, w, bias, y);
+}
+
+void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
+  cpu::LinearMultiWith(cpu::ActiveKernels(), pool, x, m, outs, n_outs);
 }
 
 void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {

@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "attic/tensor/buffer.h"
-
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/simd_avx512.h"
 
@@ -19,20 +18,22 @@ namespace attic::backend::cpu::avx512 {
 
 namespace {
 
-// GEMV: rows are processed one at a time, so each thread reads its slice of W strictly
-// sequentially (best for the hardware prefetchers; rows of the 135M model are only 1 KiB),
-// with a software prefetch kPrefetchBytes ahead (8 KiB measured best on Zen 4: 1 KiB
-// gives ~48 GB/s with 2 threads, 8 KiB ~65-70 GB/s, the machine's streaming limit). x is copied once per call into a padded
-// buffer (rows rounded up to 32 elements, zero tail) so only weight loads need masks.
+// GEMV. For one x row (decode), weight rows are processed one at a time, so each thread
+// reads its slice of W strictly sequentially (best for the hardware prefetchers: rows of
+// the 135M model are only 1 KiB), with a software prefetch kPrefetchBytes ahead (8 KiB
+// measured best: 1 KiB gives ~48 GB/s with 2 threads, 8 KiB ~65-70 GB/s, the machine's
+// streaming limit). From two x rows on, 4 weight rows are blocked together (DotRows4) so
+// each x load feeds 4 FMAs; there the loop is FMA-bound, not DRAM-bound.
 //
-// Each loader widens 32 weights to two f32 vectors and says which x layout it needs:
-// bf16 splits a 64-byte load into even elements (shift left 16) and odd elements (mask
-// the low half) -- two cheap ALU ops, no shuffles -- against x permuted to match.
+// x is laid out once per call (GemvPrepare): rows padded to whole 32-element chunks with
+// zeros, so only weight loads need masks. Each loader widens 32 weights to two f32
+// vectors; bf16 splits a 64-byte load into its even elements (shift left 16) and odd
+// elements (mask the low half) -- two cheap ALU ops, no shuffles -- against x permuted
+// to match (each 32-chunk stored as its 16 even then its 16 odd elements).
 constexpr int64_t kPrefetchBytes = 8192;
 
 struct F32W {
   using T = float;
-  static constexpr bool kEvenOdd = false;
   static void Load32(const float* p, __m512* lo, __m512* hi) {
     *lo = _mm512_loadu_ps(p);
     *hi = _mm512_loadu_ps(p + 16);
@@ -44,7 +45,6 @@ struct F32W {
 };
 struct F16W {
   using T = uint16_t;
-  static constexpr bool kEvenOdd = false;
   static void Load32(const uint16_t* p, __m512* lo, __m512* hi) {
     *lo = LoadF16(p);
     *hi = LoadF16(p + 16);
@@ -56,7 +56,6 @@ struct F16W {
 };
 struct Bf16W {
   using T = uint16_t;
-  static constexpr bool kEvenOdd = true;
   static void Split(__m512i v, __m512* even, __m512* odd) {
     *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
@@ -136,14 +135,81 @@ inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t
     out[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3])));
 }
 
+// Horizontal sums of four vectors: {sum(a), sum(b), sum(c), sum(d)}.
+inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a02 b02 a13 b13
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d per lane
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
+  return _mm512_castps512_ps128(s);
+}
+
+// out[i * 4 + r] = dot(w row r, xp row i) for 4 weight rows and MB x rows. Each x load
+// feeds 4 FMAs: with several x rows the plain DotRow is bound by x loads, not DRAM.
+template <class W, int MB>
+inline void DotRows4(const typename W::T* const* rows, const float* xp, int64_t ldx, int64_t k, int64_t pf_bytes,
+                     float* out) {
+  __m512 acc[MB][4];
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i)
+    ATTIC_UNROLL
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk += 32) {
+    __m512 wl[4], wh[4];
+    if (kk + 32 <= k) {
+      ATTIC_UNROLL
+      for (int r = 0; r < 4; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + kk) + pf_bytes, _MM_HINT_T0);
+        W::Load32(rows[r] + kk, &wl[r], &wh[r]);
+      }
+    } else {
+      ATTIC_UNROLL
+      for (int r = 0; r < 4; ++r) W::Load32Part(rows[r] + kk, k - kk, &wl[r], &wh[r]);
+    }
+    ATTIC_UNROLL
+    for (int i = 0; i < MB; ++i) {
+      const __m512 xl = _mm512_loadu_ps(xp + i * ldx + kk), xh = _mm512_loadu_ps(xp + i * ldx + kk + 16);
+      ATTIC_UNROLL
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_fmadd_ps(wh[r], xh, _mm512_fmadd_ps(wl[r], xl, acc[i][r]));
+    }
+  }
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i) _mm_storeu_ps(out + 4 * i, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+// From this many x rows on, GEMV blocks 4 weight rows at a time (DotRows4).
+constexpr int64_t kGemvBlockedMinM = 2;
+
 template <class W>
 void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) {
   using T = typename W::T;
   const int64_t k = w.cols(), n = w.rows(), ldx = PadK(k);
   const T* base = static_cast<const T*>(w.data);
+  int64_t j = n0;
+  if (m >= kGemvBlockedMinM) {
+    // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
+    const int64_t pf_bytes = 4 * k * static_cast<int64_t>(sizeof(T));
+    float out[16];
+    for (; j + 4 <= n1; j += 4) {
+      const T* rows[4] = {base + j * k, base + (j + 1) * k, base + (j + 2) * k, base + (j + 3) * k};
+      for (int64_t i = 0; i < m; i += 4) {
+        const float* xi = xp + i * ldx;
+        const int64_t mb = std::min<int64_t>(4, m - i);
+        switch (mb) {
+          case 1: DotRows4<W, 1>(rows, xi, ldx, k, pf_bytes, out); break;
+          case 2: DotRows4<W, 2>(rows, xi, ldx, k, pf_bytes, out); break;
+          case 3: DotRows4<W, 3>(rows, xi, ldx, k, pf_bytes, out); break;
+          default: DotRows4<W, 4>(rows, xi, ldx, k, pf_bytes, out); break;
+        }
+        for (int64_t ii = 0; ii < mb; ++ii)
+          for (int r = 0; r < 4; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
+      }
+    }
+  }
   float out[4];
-  for (int64_t j = n0; j < n1; ++j) {
+  for (; j < n1; ++j) {
     const T* row = base + j * k;
     const float b = bias ? bias[j] : 0.0f;
     for (int64_t i = 0; i < m; i += 4) {

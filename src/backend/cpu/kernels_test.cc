@@ -162,6 +162,37 @@ TEST(LinearTest, PublicEntryPointMatchesReference) {
   }
 }
 
+TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  for (const KernelTable* t : Tables()) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0}) {
+      const int64_t k = 576;
+      TestWeight a = MakeWeight(rng, dt, 576, k), b = MakeWeight(rng, dt, 192, k), c = MakeWeight(rng, dt, 200, k);
+      std::vector<float> bias = RandomVec(rng, 200);
+      for (int64_t m : {1, 2, 5, 17, 40}) {
+        std::vector<float> x = RandomVec(rng, m * k);
+        std::vector<float> ya(m * 576), yb(m * 192), yc(m * 200), ra(m * 576), rb(m * 192), rc(m * 200);
+        LinearOutput outs[3] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}, {&c.w, bias.data(), yc.data()}};
+        LinearMultiWith(*t, pool, x.data(), m, outs, 3);
+        LinearWith(*t, pool, x.data(), m, a.w, nullptr, ra.data());
+        LinearWith(*t, pool, x.data(), m, b.w, nullptr, rb.data());
+        LinearWith(*t, pool, x.data(), m, c.w, bias.data(), rc.data());
+        EXPECT_EQ(ya, ra) << t->name << " " << DTypeName(dt) << " m=" << m;
+        EXPECT_EQ(yb, rb) << t->name << " " << DTypeName(dt) << " m=" << m;
+        EXPECT_EQ(yc, rc) << t->name << " " << DTypeName(dt) << " m=" << m;
+      }
+    }
+  }
+  // Public entry point.
+  TestWeight a = MakeWeight(rng, DType::kBF16, 64, 100), b = MakeWeight(rng, DType::kBF16, 33, 100);
+  std::vector<float> x = RandomVec(rng, 100), ya(64), yb(33);
+  LinearOutput outs[2] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}};
+  LinearMulti(pool, x.data(), 1, outs, 2);
+  CheckLinear(x, a, nullptr, 1, ya.data(), 1e-5, "multi a");
+  CheckLinear(x, b, nullptr, 1, yb.data(), 1e-5, "multi b");
+}
+
 // --- conversions -------------------------------------------------------------------------
 
 std::vector<float> SpecialFloats(std::mt19937& rng, int64_t n) {

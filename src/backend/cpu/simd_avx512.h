@@ -63,7 +63,7 @@ inline __m512 Exp(__m512 x) {
 
 // In-place transpose of a 16x16 block of 32-bit elements: afterwards r[j] holds what was
 // column j (element i of r[j] = old element j of r[i]). 64 shuffles.
-inline void Transpose16x16(__m512i r[16]) {
+__attribute__((always_inline)) inline void Transpose16x16(__m512i r[16]) {
   __m512i t[16], u[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);

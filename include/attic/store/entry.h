@@ -1,0 +1,87 @@
+// KV entry: one stored conversation state (paper 001 sections 3.1, 3.4; DESIGN.md
+// decisions 1 and 4). K is kept BEFORE RoPE so the entry can re-enter the compute
+// buffer at any positions (truncation, restart); V as computed.
+//
+// The key is self-describing (tenant, model fingerprint, dtype, token hash, session),
+// so any tier -- DRAM, a directory, later a remote server -- can hold it by name alone.
+//
+// Serialized layout (little-endian, one byte buffer / one file):
+//   [0, 4096)   header: magic "ATTICKV1", version, dtype, n_layers, kv_dim, n_tokens,
+//               expires_at_ms, tenant, session_id, fingerprint, tokens[n_tokens],
+//               positions[n_tokens], layer_checksum[n_layers], header_checksum
+//               (the header grows past 4096 in 4096-byte steps when it must)
+//   then per layer l: K [n_tokens, kv_dim] f32, V [n_tokens, kv_dim] f32
+// Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
+// it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attic/core/status.h"
+
+namespace attic::store {
+
+enum class KvDtype : uint32_t { kF32 = 0 };
+const char* KvDtypeName(KvDtype dtype);
+
+struct EntryKey {
+  std::string tenant;
+  std::string fingerprint;  // model fingerprint (model::Model::fingerprint())
+  KvDtype dtype = KvDtype::kF32;
+  uint64_t token_hash = 0;  // TokenHash(tokens)
+  std::string session_id;   // may be empty
+
+  // "<tenant hash>-<fingerprint hash>-f32-<token hash>-<session hash>", 16 hex digits
+  // each: safe as a file name or a remote key, unique per (tenant, model, dtype,
+  // tokens, session).
+  std::string ToString() const;
+};
+
+uint64_t TokenHash(const int32_t* tokens, size_t n);
+
+struct KvEntry {
+  std::string tenant = "default";
+  std::string session_id;
+  std::string fingerprint;
+  KvDtype dtype = KvDtype::kF32;
+  int n_layers = 0;
+  int kv_dim = 0;
+  int64_t expires_at_ms = 0;        // unix ms; 0 = never
+  std::vector<int32_t> tokens;      // [n_tokens]
+  std::vector<int32_t> positions;   // [n_tokens] positions the KV was computed at
+  // Per layer l: k[l], v[l] are [n_tokens, kv_dim] f32, K before RoPE.
+  std::vector<std::vector<float>> k, v;
+
+  int n_tokens() const { return static_cast<int>(tokens.size()); }
+  EntryKey key() const;
+  // Size of Serialize()'s output.
+  uint64_t SerializedBytes() const;
+  // Keeps the first n tokens (and their KV).
+  void TruncateTo(int n);
+};
+
+// Checks shapes (k/v per layer, positions per token). InvalidArgument when inconsistent.
+Status ValidateEntry(const KvEntry& entry);
+StatusOr<std::string> SerializeEntry(const KvEntry& entry);
+
+struct EntryHeader {
+  KvEntry meta;                            // everything but k/v
+  std::vector<uint64_t> layer_checksums;   // [n_layers]
+  uint64_t data_offset = 0;                // where layer 0 starts
+  uint64_t layer_bytes = 0;                // bytes of one layer's K+V
+  uint64_t total_bytes = 0;
+};
+
+// Parses and verifies the header only (magic, version, bounds, header checksum).
+// DataLoss on anything malformed.
+StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
+// Parses and verifies everything. `expected_fingerprint` non-empty: another model's
+// entry is FailedPrecondition. A truncated buffer or a bad checksum is DataLoss.
+StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint = "");
+
+}  // namespace attic::store

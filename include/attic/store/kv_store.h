@@ -1,0 +1,217 @@
+// KvStore: AttentionStore's placement layer (paper 001 sections 3.1-3.4). Holds every
+// session's KV (pre-RoPE K, V, token ids, positions) in a host-DRAM tier and an
+// optional SSD tier, finds it again by session id or by the longest stored token
+// prefix of the same tenant, and keeps each tier inside its byte capacity by demoting
+// (DRAM -> SSD) and evicting (SSD -> out) whole entries as chosen by an EvictionPolicy
+// fed with look-ahead hints from the scheduler's waiting queue.
+//
+// Identity (DESIGN.md decision 4): a store serves one model; entries of another
+// fingerprint, corrupt or truncated files and interrupted writes are misses, never
+// served, and are deleted when found. Tenancy (decision 5): every lookup is scoped to
+// one tenant.
+//
+// Lifetime: each entry has an expiry (default_ttl_ms, or per save); expired entries are
+// never returned and are freed by ExpireNow() or when met. The SSD tier survives a
+// restart: Open() rebuilds the index from disk, verifying every entry's checksums.
+//
+// Thread-safety: all methods are safe from any thread (one internal mutex; tier I/O of
+// one call happens under it).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/store/clock.h"
+#include "attic/store/entry.h"
+#include "attic/store/eviction_policy.h"
+#include "attic/store/tier.h"
+
+namespace attic::store {
+
+struct StoreOptions {
+  std::string fingerprint;                  // the served model's fingerprint (required)
+  uint64_t dram_bytes = 1ull << 30;         // host-DRAM tier capacity (--kv-dram-bytes)
+  std::string ssd_dir;                      // SSD tier directory; "" = no SSD tier (--kv-ssd-dir)
+  uint64_t ssd_bytes = 16ull << 30;         // SSD tier capacity (--kv-ssd-bytes)
+  PolicyKind policy = PolicyKind::kSchedulerAware;  // --kv-policy
+  int64_t default_ttl_ms = 24ll * 3600 * 1000;      // session TTL; 0 = never expire (--session-ttl)
+  int prefix_block = 16;                    // granularity of the prefix index (tokens)
+  // Write buffer of SaveAsync (paper 3.2): KV bytes of saves queued for the writer
+  // thread; a save that does not fit waits for room. 0 = SaveAsync saves synchronously.
+  uint64_t write_buffer_bytes = 256ull << 20;
+};
+
+struct StoreMatch {
+  std::string key;
+  int n_tokens = 0;      // leading prompt tokens whose KV the entry holds
+  int entry_tokens = 0;  // tokens in the entry
+  TierLevel tier = TierLevel::kDram;
+};
+
+struct SessionInfo {
+  std::string key;
+  std::string tenant;
+  std::string session_id;
+  int n_tokens = 0;
+  uint64_t bytes = 0;
+  TierLevel tier = TierLevel::kDram;
+  int64_t expires_at_ms = 0;
+};
+
+// A waiting job, as the scheduler sees it (DESIGN.md decision 6).
+struct QueuedJob {
+  std::string tenant;
+  std::string session_id;
+  std::vector<int32_t> tokens;
+};
+
+struct StoreStats {
+  uint64_t lookups = 0;
+  uint64_t hits_dram = 0;
+  uint64_t hits_ssd = 0;
+  uint64_t misses = 0;
+  uint64_t reused_tokens = 0;       // counted by the caller via RecordReuse
+  uint64_t saves = 0;
+  uint64_t bytes_saved = 0;         // compute -> DRAM/SSD
+  uint64_t bytes_loaded = 0;        // DRAM/SSD -> compute
+  uint64_t bytes_dram_to_ssd = 0;   // demotions
+  uint64_t bytes_ssd_to_dram = 0;   // promotions and prefetches
+  uint64_t evictions_dram = 0;      // entries moved out of DRAM
+  uint64_t evictions_ssd = 0;       // entries dropped from the store
+  uint64_t prefetches = 0;
+  uint64_t expired = 0;
+  uint64_t corrupt = 0;             // entries found bad and deleted
+  uint64_t async_saves = 0;         // saves done by the writer thread
+  uint64_t save_waits = 0;          // SaveAsync calls that waited for write-buffer room
+  uint64_t pending_saves = 0;       // queued in the write buffer now
+  uint64_t entries = 0;
+  uint64_t dram_bytes = 0, dram_capacity = 0;
+  uint64_t ssd_bytes = 0, ssd_capacity = 0;
+};
+
+class KvStore {
+ public:
+  // Opens the store: makes the tiers from `options`, rebuilds the index from the SSD
+  // tier. `clock` (null = SystemClock) must outlive the store.
+  static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, const Clock* clock = nullptr);
+  // Same with caller-made tiers (tests, remote tiers). `ssd` may be null.
+  static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, std::unique_ptr<Tier> dram,
+                                                 std::unique_ptr<Tier> ssd, const Clock* clock);
+  // Finishes queued saves.
+  ~KvStore();
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+
+  // Longest stored KV for `tokens` of `tenant`: the entry of `session_id` (when given
+  // and stored), else the entry with the longest common token prefix. nullopt = miss.
+  // Counts a lookup and a hit/miss.
+  std::optional<StoreMatch> Lookup(const std::string& tenant, const std::string& session_id,
+                                   const std::vector<int32_t>& tokens);
+  // Reads and verifies an entry. An entry on SSD is promoted to DRAM when it fits. A bad
+  // entry is deleted and reported as NotFound.
+  StatusOr<KvEntry> Load(const std::string& key);
+  // Stores `entry` (fingerprint must be empty or the store's). Replaces the previous
+  // entry of the same (tenant, session_id), and `replaces` when non-empty. ttl_ms < 0 =
+  // default. ResourceExhausted when it fits no tier.
+  Status Save(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
+  // Queues the save for the writer thread and returns (the caller's turn does not wait
+  // for the write). Lookups, GetSession and EraseSession of the same tenant wait for its
+  // queued saves first, so a queued save is never missed. Errors are logged.
+  void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
+  // Waits until every queued save is done.
+  void Flush();
+  void RecordReuse(int n_tokens);
+
+  StatusOr<SessionInfo> GetSession(const std::string& tenant, const std::string& session_id);
+  // Token ids of the session's stored entry (NotFound when none or expired).
+  StatusOr<std::vector<int32_t>> SessionTokens(const std::string& tenant, const std::string& session_id);
+  Status EraseSession(const std::string& tenant, const std::string& session_id);
+  bool Contains(const std::string& key) const;
+  std::optional<TierLevel> TierOf(const std::string& key) const;
+
+  // Look-ahead hint: the waiting queue, next job first. Sets the eviction window.
+  void SetLookAhead(const std::vector<QueuedJob>& jobs);
+  // Prefetch (paper 3.3, part of the scheduler-aware policy; a no-op under LRU/FIFO):
+  // promotes SSD entries of jobs in the prefetch window (DRAM capacity / mean entry
+  // size) to DRAM, evicting only entries not wanted sooner. SSD reads happen outside
+  // the store's lock. Returns the number promoted.
+  int Prefetch();
+  // Runs Prefetch on the store's prefetch thread (started when there is an SSD tier
+  // and the policy is scheduler-aware); returns at once.
+  void RequestPrefetch();
+  // Frees expired entries; returns how many.
+  int ExpireNow();
+
+  StoreStats Stats() const;
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
+  Status Rebuild();
+  Tier* TierFor(TierLevel level) const { return level == TierLevel::kDram ? dram_.get() : ssd_.get(); }
+  std::vector<uint64_t> PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const;
+  void IndexLocked(EntryInfo info);
+  void RemoveLocked(const std::string& key);  // index and tier
+  bool Expired(const EntryInfo& e) const;
+  std::optional<StoreMatch> FindLocked(const std::string& tenant, const std::string& session_id,
+                                       const std::vector<int32_t>& tokens);
+  // Frees `need` bytes in `level` (excluding `pinned`). DRAM victims are demoted to SSD
+  // when possible. ResourceExhausted when impossible.
+  Status MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned);
+  Status PlaceLocked(const std::string& key, const std::string& bytes, TierLevel level);
+  uint64_t MeanEntryBytesLocked() const;
+  void WriterLoop();
+  void PrefetchLoop();
+  void WaitForTenant(const std::string& tenant);
+
+  const StoreOptions options_;
+  const Clock* clock_;
+  std::unique_ptr<Tier> dram_;
+  std::unique_ptr<Tier> ssd_;
+  std::unique_ptr<EvictionPolicy> policy_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, EntryInfo> entries_;
+  std::unordered_map<std::string, std::string> sessions_;  // tenant '\0' session_id -> key
+  std::unordered_map<uint64_t, std::unordered_set<std::string>> prefixes_;  // block-prefix hash -> keys
+  std::vector<QueuedJob> queue_;
+  QueueHint hint_;
+  uint64_t seq_ = 0;
+  StoreStats stats_;
+
+  // Write buffer (SaveAsync). Lock order: never hold mu_ while taking wmu_.
+  struct PendingSave {
+    KvEntry entry;
+    std::string replaces;
+    int64_t ttl_ms = -1;
+    uint64_t bytes = 0;
+  };
+  mutable std::mutex wmu_;
+  std::condition_variable wcv_;
+  std::deque<PendingSave> pending_;
+  uint64_t pending_bytes_ = 0;
+  int in_flight_ = 0;  // popped by the writer, not yet saved
+  std::unordered_map<std::string, int> pending_tenants_;  // queued + in flight
+  uint64_t async_saves_ = 0, save_waits_ = 0;
+  bool stop_writer_ = false;
+  std::thread writer_;
+
+  // Prefetch thread (RequestPrefetch).
+  std::mutex pmu_;
+  std::condition_variable pcv_;
+  bool prefetch_requested_ = false;
+  bool stop_prefetcher_ = false;
+  std::thread prefetcher_;
+};
+
+}  // namespace attic::store

@@ -1,0 +1,108 @@
+// Tier: a byte store of serialized KV entries addressed by self-describing keys
+// (EntryKey::ToString()). The interface assumes nothing about where bytes live, so a
+// remote tier (Redis protocol) fits beside DRAM and a local directory (DESIGN.md
+// "Beyond one machine").
+//
+// A tier never evicts on its own: Put fails with ResourceExhausted when the bytes would
+// exceed capacity(), and the KvStore (which owns placement and the eviction policy)
+// makes room first. bytes() <= capacity() always holds.
+//
+// Thread-safety: implementations are internally synchronized; all methods may be called
+// from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "attic/core/status.h"
+
+namespace attic::store {
+
+enum class TierLevel { kDram = 0, kSsd = 1 };
+const char* TierName(TierLevel level);
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  virtual TierLevel level() const = 0;
+  // Stores `bytes` under `key`, replacing any previous value. ResourceExhausted when it
+  // does not fit; on any error the previous value (if any) is unchanged.
+  virtual Status Put(const std::string& key, std::string_view bytes) = 0;
+  // NotFound when absent; DataLoss/Unavailable on I/O errors.
+  virtual StatusOr<std::string> Get(const std::string& key) = 0;
+  // Removes `key`; OK when absent.
+  virtual Status Erase(const std::string& key) = 0;
+  virtual bool Contains(const std::string& key) const = 0;
+  // Size of the stored value, or -1 when absent.
+  virtual int64_t SizeOf(const std::string& key) const = 0;
+  virtual std::vector<std::string> Keys() const = 0;
+  virtual uint64_t bytes() const = 0;
+  virtual uint64_t capacity() const = 0;
+};
+
+// Host-DRAM tier: values in memory. `level` other than kDram makes an in-memory stand-in
+// for another tier (the policy simulator's SSD).
+class DramTier final : public Tier {
+ public:
+  explicit DramTier(uint64_t capacity, TierLevel level = TierLevel::kDram) : capacity_(capacity), level_(level) {}
+  TierLevel level() const override { return level_; }
+  Status Put(const std::string& key, std::string_view bytes) override;
+  StatusOr<std::string> Get(const std::string& key) override;
+  Status Erase(const std::string& key) override;
+  bool Contains(const std::string& key) const override;
+  int64_t SizeOf(const std::string& key) const override;
+  std::vector<std::string> Keys() const override;
+  uint64_t bytes() const override;
+  uint64_t capacity() const override { return capacity_; }
+
+ private:
+  const uint64_t capacity_;
+  const TierLevel level_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::string> values_;
+  uint64_t bytes_ = 0;
+};
+
+// SSD tier: one file per entry, `<dir>/<key>.kv`. A write goes to a temporary file
+// (`.tmp` suffix), is fsync'ed and renamed over the final name (and the directory
+// fsync'ed), so an interrupted write is never visible under the key. Large values are
+// written and read with pwrite/pread in 1 MiB aligned chunks, split across threads.
+class SsdTier final : public Tier {
+ public:
+  // Creates `dir` if needed, removes leftover temporary files and indexes existing
+  // `.kv` files by size (contents are verified by the KvStore, which erases bad ones).
+  // Existing files count toward capacity; if they exceed it the KvStore evicts.
+  static StatusOr<std::unique_ptr<SsdTier>> Open(const std::string& dir, uint64_t capacity);
+
+  TierLevel level() const override { return TierLevel::kSsd; }
+  Status Put(const std::string& key, std::string_view bytes) override;
+  StatusOr<std::string> Get(const std::string& key) override;
+  Status Erase(const std::string& key) override;
+  bool Contains(const std::string& key) const override;
+  int64_t SizeOf(const std::string& key) const override;
+  std::vector<std::string> Keys() const override;
+  uint64_t bytes() const override;
+  uint64_t capacity() const override { return capacity_; }
+
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(const std::string& key) const;
+  // Number of leftover temporary files removed by Open.
+  int removed_temp_files() const { return removed_temp_; }
+
+ private:
+  SsdTier(std::string dir, uint64_t capacity) : dir_(std::move(dir)), capacity_(capacity) {}
+  std::string dir_;
+  const uint64_t capacity_;
+  int removed_temp_ = 0;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, uint64_t> sizes_;
+  uint64_t bytes_ = 0;
+  uint64_t pending_ = 0;  // bytes of writes in flight (reserved against capacity)
+};
+
+}  // namespace attic::store

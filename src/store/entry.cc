@@ -1,0 +1,229 @@
+#include "attic/store/entry.h"
+
+#include <cstring>
+
+#include "attic/core/hash.h"
+
+namespace attic::store {
+
+namespace {
+
+constexpr char kMagic[8] = {'A', 'T', 'T', 'I', 'C', 'K', 'V', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kAlign = 4096;
+// Bounds that keep a corrupt header from asking for absurd allocations.
+constexpr uint32_t kMaxLayers = 1024;
+constexpr uint32_t kMaxKvDim = 1 << 16;
+constexpr uint32_t kMaxTokens = 1 << 22;
+constexpr uint32_t kMaxString = 1 << 12;
+
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+char HexDigit(int v) { return "0123456789abcdef"[v & 15]; }
+std::string Hex16(uint64_t v) {
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = HexDigit(static_cast<int>(v & 15));
+  return s;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+  template <typename T>
+  void Pod(const T& v) { out_->append(reinterpret_cast<const char*>(&v), sizeof(T)); }
+  void Str(const std::string& s) {
+    Pod(static_cast<uint32_t>(s.size()));
+    out_->append(s);
+  }
+  void Raw(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
+
+ private:
+  std::string* out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  bool Pod(T* v) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint32_t n;
+    if (!Pod(&n) || n > kMaxString || in_.size() - pos_ < n) return false;
+    s->assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Raw(void* p, size_t n) {
+    if (in_.size() - pos_ < n) return false;
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+uint64_t LayerChecksum(const float* k, const float* v, size_t n) {
+  uint64_t h = Hash64(k, n * sizeof(float));
+  return Hash64(v, n * sizeof(float), h);
+}
+
+// Header bytes up to (excluding) the header checksum.
+std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums) {
+  std::string out;
+  Writer w(&out);
+  w.Raw(kMagic, sizeof(kMagic));
+  w.Pod(kVersion);
+  w.Pod(static_cast<uint32_t>(e.dtype));
+  w.Pod(static_cast<uint32_t>(e.n_layers));
+  w.Pod(static_cast<uint32_t>(e.kv_dim));
+  w.Pod(static_cast<uint32_t>(e.n_tokens()));
+  w.Pod(e.expires_at_ms);
+  w.Str(e.tenant);
+  w.Str(e.session_id);
+  w.Str(e.fingerprint);
+  w.Raw(e.tokens.data(), e.tokens.size() * sizeof(int32_t));
+  w.Raw(e.positions.data(), e.positions.size() * sizeof(int32_t));
+  w.Raw(checksums.data(), checksums.size() * sizeof(uint64_t));
+  return out;
+}
+
+}  // namespace
+
+const char* KvDtypeName(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32: return "f32";
+  }
+  return "unknown";
+}
+
+uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
+
+std::string EntryKey::ToString() const {
+  return Hex16(Hash64(tenant, 1)) + "-" + Hex16(Hash64(fingerprint, 2)) + "-" + KvDtypeName(dtype) + "-" +
+         Hex16(token_hash) + "-" + Hex16(Hash64(session_id, 3));
+}
+
+EntryKey KvEntry::key() const {
+  EntryKey k;
+  k.tenant = tenant;
+  k.fingerprint = fingerprint;
+  k.dtype = dtype;
+  k.token_hash = TokenHash(tokens.data(), tokens.size());
+  k.session_id = session_id;
+  return k;
+}
+
+uint64_t KvEntry::SerializedBytes() const {
+  uint64_t header = 8 + 4 * 5 + 8 + 12 + tenant.size() + session_id.size() + fingerprint.size() +
+                    8ull * tokens.size() + 8ull * n_layers + 8;
+  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * sizeof(float);
+}
+
+void KvEntry::TruncateTo(int n) {
+  if (n >= n_tokens()) return;
+  tokens.resize(n);
+  positions.resize(n);
+  for (auto& x : k) x.resize(static_cast<size_t>(n) * kv_dim);
+  for (auto& x : v) x.resize(static_cast<size_t>(n) * kv_dim);
+}
+
+Status ValidateEntry(const KvEntry& e) {
+  if (e.n_layers <= 0 || static_cast<uint32_t>(e.n_layers) > kMaxLayers) return InvalidArgumentError("bad n_layers");
+  if (e.kv_dim <= 0 || static_cast<uint32_t>(e.kv_dim) > kMaxKvDim) return InvalidArgumentError("bad kv_dim");
+  if (e.tokens.empty() || e.tokens.size() > kMaxTokens) return InvalidArgumentError("bad token count");
+  if (e.positions.size() != e.tokens.size()) return InvalidArgumentError("positions/tokens size mismatch");
+  if (e.tenant.size() > kMaxString || e.session_id.size() > kMaxString || e.fingerprint.size() > kMaxString)
+    return InvalidArgumentError("tenant/session/fingerprint too long");
+  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  if (e.k.size() != static_cast<size_t>(e.n_layers) || e.v.size() != static_cast<size_t>(e.n_layers))
+    return InvalidArgumentError("k/v layer count mismatch");
+  for (int l = 0; l < e.n_layers; ++l)
+    if (e.k[l].size() != per_layer || e.v[l].size() != per_layer) return InvalidArgumentError("k/v layer size mismatch");
+  return OkStatus();
+}
+
+StatusOr<std::string> SerializeEntry(const KvEntry& e) {
+  ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
+  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  std::vector<uint64_t> checksums(e.n_layers);
+  for (int l = 0; l < e.n_layers; ++l) checksums[l] = LayerChecksum(e.k[l].data(), e.v[l].data(), per_layer);
+  std::string out = HeaderBody(e, checksums);
+  uint64_t hc = Hash64(out.data(), out.size(), 0x68);
+  Writer(&out).Pod(hc);
+  out.resize(AlignUp(out.size()), '\0');
+  out.reserve(e.SerializedBytes());
+  for (int l = 0; l < e.n_layers; ++l) {
+    out.append(reinterpret_cast<const char*>(e.k[l].data()), per_layer * sizeof(float));
+    out.append(reinterpret_cast<const char*>(e.v[l].data()), per_layer * sizeof(float));
+  }
+  ATTIC_CHECK(out.size() == e.SerializedBytes());
+  return out;
+}
+
+StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
+  Reader r(bytes);
+  char magic[8];
+  if (!r.Raw(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return DataLossError("not a KV entry (bad magic)");
+  uint32_t version, dtype, n_layers, kv_dim, n_tokens;
+  EntryHeader h;
+  KvEntry& e = h.meta;
+  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
+      !r.Pod(&e.expires_at_ms))
+    return DataLossError("truncated KV entry header");
+  if (version != kVersion) return DataLossError("unsupported KV entry version " + std::to_string(version));
+  if (dtype != static_cast<uint32_t>(KvDtype::kF32)) return DataLossError("unsupported KV entry dtype");
+  if (n_layers == 0 || n_layers > kMaxLayers || kv_dim == 0 || kv_dim > kMaxKvDim || n_tokens == 0 ||
+      n_tokens > kMaxTokens)
+    return DataLossError("KV entry header out of bounds");
+  e.dtype = KvDtype::kF32;
+  e.n_layers = static_cast<int>(n_layers);
+  e.kv_dim = static_cast<int>(kv_dim);
+  if (!r.Str(&e.tenant) || !r.Str(&e.session_id) || !r.Str(&e.fingerprint)) return DataLossError("truncated KV entry header");
+  e.tokens.resize(n_tokens);
+  e.positions.resize(n_tokens);
+  h.layer_checksums.resize(n_layers);
+  if (!r.Raw(e.tokens.data(), n_tokens * 4ull) || !r.Raw(e.positions.data(), n_tokens * 4ull) ||
+      !r.Raw(h.layer_checksums.data(), n_layers * 8ull))
+    return DataLossError("truncated KV entry header");
+  size_t body = r.pos();
+  uint64_t hc;
+  if (!r.Pod(&hc)) return DataLossError("truncated KV entry header");
+  if (Hash64(bytes.data(), body, 0x68) != hc) return DataLossError("KV entry header checksum mismatch");
+  h.data_offset = AlignUp(r.pos());
+  h.layer_bytes = 2ull * n_tokens * kv_dim * sizeof(float);
+  h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
+  return h;
+}
+
+StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint) {
+  ATTIC_ASSIGN_OR_RETURN(EntryHeader h, ParseEntryHeader(bytes));
+  if (!expected_fingerprint.empty() && h.meta.fingerprint != expected_fingerprint)
+    return FailedPreconditionError("KV entry belongs to another model");
+  if (bytes.size() != h.total_bytes)
+    return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
+  KvEntry e = std::move(h.meta);
+  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  e.k.resize(e.n_layers);
+  e.v.resize(e.n_layers);
+  for (int l = 0; l < e.n_layers; ++l) {
+    const char* p = bytes.data() + h.data_offset + l * h.layer_bytes;
+    e.k[l].resize(per_layer);
+    e.v[l].resize(per_layer);
+    std::memcpy(e.k[l].data(), p, per_layer * sizeof(float));
+    std::memcpy(e.v[l].data(), p + per_layer * sizeof(float), per_layer * sizeof(float));
+    if (LayerChecksum(e.k[l].data(), e.v[l].data(), per_layer) != h.layer_checksums[l])
+      return DataLossError("KV entry layer " + std::to_string(l) + " checksum mismatch");
+  }
+  return e;
+}
+
+}  // namespace attic::store

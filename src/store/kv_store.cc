@@ -1,0 +1,561 @@
+#include "attic/store/kv_store.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "attic/core/hash.h"
+
+namespace attic::store {
+
+namespace {
+
+std::string SessionKey(const std::string& tenant, const std::string& session_id) {
+  return tenant + std::string(1, '\0') + session_id;
+}
+
+int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = std::min(a.size(), b.size()), i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int>(i);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, const Clock* clock) {
+  std::unique_ptr<Tier> ssd;
+  if (!options.ssd_dir.empty()) {
+    ATTIC_ASSIGN_OR_RETURN(ssd, SsdTier::Open(options.ssd_dir, options.ssd_bytes));
+  }
+  return Open(options, std::make_unique<DramTier>(options.dram_bytes), std::move(ssd), clock);
+}
+
+StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, std::unique_ptr<Tier> dram,
+                                                 std::unique_ptr<Tier> ssd, const Clock* clock) {
+  if (options.fingerprint.empty()) return InvalidArgumentError("KV store needs the model fingerprint");
+  if (options.prefix_block <= 0) return InvalidArgumentError("prefix_block must be positive");
+  if (dram == nullptr) return InvalidArgumentError("KV store needs a DRAM tier");
+  std::unique_ptr<KvStore> store(
+      new KvStore(options, std::move(dram), std::move(ssd), clock != nullptr ? clock : SystemClock::Default()));
+  ATTIC_RETURN_IF_ERROR(store->Rebuild());
+  return store;
+}
+
+KvStore::KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd,
+                 const Clock* clock)
+    : options_(options), clock_(clock), dram_(std::move(dram)), ssd_(std::move(ssd)), policy_(MakePolicy(options.policy)) {
+  if (options_.write_buffer_bytes > 0) writer_ = std::thread([this] { WriterLoop(); });
+  if (ssd_ != nullptr && options_.policy == PolicyKind::kSchedulerAware)
+    prefetcher_ = std::thread([this] { PrefetchLoop(); });
+}
+
+KvStore::~KvStore() {
+  {
+    std::lock_guard<std::mutex> lock(pmu_);
+    stop_prefetcher_ = true;
+  }
+  pcv_.notify_all();
+  if (prefetcher_.joinable()) prefetcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(wmu_);
+    stop_writer_ = true;
+  }
+  wcv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+namespace {
+uint64_t EntryKvBytes(const KvEntry& e) {
+  uint64_t n = 0;
+  for (const auto& x : e.k) n += x.size() * sizeof(float);
+  for (const auto& x : e.v) n += x.size() * sizeof(float);
+  return n;
+}
+}  // namespace
+
+void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
+  if (!writer_.joinable()) {
+    Status st = Save(std::move(entry), replaces, ttl_ms);
+    if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
+    return;
+  }
+  PendingSave p;
+  p.bytes = EntryKvBytes(entry);
+  p.entry = std::move(entry);
+  p.replaces = replaces;
+  p.ttl_ms = ttl_ms;
+  std::unique_lock<std::mutex> lock(wmu_);
+  if (pending_bytes_ + p.bytes > options_.write_buffer_bytes && !pending_.empty()) {
+    ++save_waits_;
+    wcv_.wait(lock, [&] { return pending_.empty() || pending_bytes_ + p.bytes <= options_.write_buffer_bytes; });
+  }
+  pending_bytes_ += p.bytes;
+  ++pending_tenants_[p.entry.tenant];
+  pending_.push_back(std::move(p));
+  wcv_.notify_all();
+}
+
+void KvStore::WriterLoop() {
+  std::unique_lock<std::mutex> lock(wmu_);
+  for (;;) {
+    wcv_.wait(lock, [&] { return stop_writer_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopping, and everything is written
+    PendingSave p = std::move(pending_.front());
+    pending_.pop_front();
+    ++in_flight_;
+    lock.unlock();
+    const std::string tenant = p.entry.tenant;
+    Status st = Save(std::move(p.entry), p.replaces, p.ttl_ms);
+    if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
+    lock.lock();
+    --in_flight_;
+    pending_bytes_ -= p.bytes;
+    if (--pending_tenants_[tenant] == 0) pending_tenants_.erase(tenant);
+    ++async_saves_;
+    wcv_.notify_all();
+  }
+}
+
+void KvStore::WaitForTenant(const std::string& tenant) {
+  std::unique_lock<std::mutex> lock(wmu_);
+  wcv_.wait(lock, [&] { return pending_tenants_.count(tenant) == 0; });
+}
+
+void KvStore::Flush() {
+  std::unique_lock<std::mutex> lock(wmu_);
+  wcv_.wait(lock, [&] { return pending_.empty() && in_flight_ == 0; });
+}
+
+Status KvStore::Rebuild() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Tier* tier : {dram_.get(), ssd_.get()}) {
+    if (tier == nullptr) continue;
+    std::vector<std::string> keys = tier->Keys();
+    std::sort(keys.begin(), keys.end());
+    for (const std::string& key : keys) {
+      auto bytes = tier->Get(key);
+      StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(*bytes, options_.fingerprint) : bytes.status();
+      if (!entry.ok() || entry->key().ToString() != key || entries_.count(key) != 0) {
+        // Corrupt, truncated, another model's, misnamed or duplicated: never served.
+        std::fprintf(stderr, "attic: KV store: dropping entry %s (%s)\n", key.c_str(),
+                     entry.ok() ? "misnamed" : entry.status().ToString().c_str());
+        tier->Erase(key).IgnoreError();
+        ++stats_.corrupt;
+        continue;
+      }
+      EntryInfo info;
+      info.key = key;
+      info.tenant = entry->tenant;
+      info.session_id = entry->session_id;
+      info.tokens = std::move(entry->tokens);
+      info.bytes = bytes->size();
+      info.tier = tier->level();
+      info.expires_at_ms = entry->expires_at_ms;
+      info.inserted_seq = info.access_seq = ++seq_;
+      if (Expired(info)) {
+        tier->Erase(key).IgnoreError();
+        ++stats_.expired;
+        continue;
+      }
+      IndexLocked(std::move(info));
+    }
+  }
+  // Capacities may have shrunk since the files were written.
+  if (ssd_ != nullptr && ssd_->bytes() > ssd_->capacity())
+    ATTIC_RETURN_IF_ERROR(MakeRoomLocked(TierLevel::kSsd, 0, ""));
+  return OkStatus();
+}
+
+bool KvStore::Expired(const EntryInfo& e) const { return e.expires_at_ms != 0 && e.expires_at_ms <= clock_->NowMs(); }
+
+std::vector<uint64_t> KvStore::PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const {
+  const size_t b = static_cast<size_t>(options_.prefix_block);
+  std::vector<uint64_t> out;
+  uint64_t h = Hash64(tenant, 0x7465);
+  for (size_t end = b; end <= tokens.size(); end += b) {
+    h = Hash64(tokens.data() + end - b, b * sizeof(int32_t), h);
+    out.push_back(h);
+  }
+  return out;
+}
+
+void KvStore::IndexLocked(EntryInfo info) {
+  if (!info.session_id.empty()) sessions_[SessionKey(info.tenant, info.session_id)] = info.key;
+  for (uint64_t h : PrefixHashes(info.tenant, info.tokens)) prefixes_[h].insert(info.key);
+  std::string key = info.key;
+  entries_[key] = std::move(info);
+}
+
+void KvStore::RemoveLocked(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  const EntryInfo& e = it->second;
+  if (!e.session_id.empty()) {
+    auto s = sessions_.find(SessionKey(e.tenant, e.session_id));
+    if (s != sessions_.end() && s->second == key) sessions_.erase(s);
+  }
+  for (uint64_t h : PrefixHashes(e.tenant, e.tokens)) {
+    auto p = prefixes_.find(h);
+    if (p == prefixes_.end()) continue;
+    p->second.erase(key);
+    if (p->second.empty()) prefixes_.erase(p);
+  }
+  TierFor(e.tier)->Erase(key).IgnoreError();
+  entries_.erase(it);
+}
+
+std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const std::string& session_id,
+                                              const std::vector<int32_t>& tokens) {
+  const EntryInfo* best = nullptr;
+  int best_n = 0;
+  auto consider = [&](const std::string& key) {
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.tenant != tenant || Expired(it->second)) return;
+    int n = CommonPrefix(it->second.tokens, tokens);
+    // Ties prefer the request's own session.
+    if (n > best_n || (n == best_n && n > 0 && it->second.session_id == session_id && !session_id.empty())) {
+      best = &it->second;
+      best_n = n;
+    }
+  };
+  if (!session_id.empty()) {
+    auto s = sessions_.find(SessionKey(tenant, session_id));
+    if (s != sessions_.end()) consider(s->second);
+  }
+  std::vector<uint64_t> hashes = PrefixHashes(tenant, tokens);
+  // The chain hash of a longer prefix implies all shorter ones: the deepest level
+  // present holds the longest block-aligned matches.
+  const std::unordered_set<std::string>* deepest = nullptr;
+  for (uint64_t h : hashes) {
+    auto p = prefixes_.find(h);
+    if (p == prefixes_.end()) break;
+    deepest = &p->second;
+  }
+  if (deepest != nullptr)
+    for (const std::string& key : *deepest) consider(key);
+  if (best == nullptr || best_n == 0) return std::nullopt;
+  StoreMatch m;
+  m.key = best->key;
+  m.n_tokens = best_n;
+  m.entry_tokens = static_cast<int>(best->tokens.size());
+  m.tier = best->tier;
+  return m;
+}
+
+std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
+                                          const std::vector<int32_t>& tokens) {
+  WaitForTenant(tenant);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.lookups;
+  auto m = FindLocked(tenant, session_id, tokens);
+  if (!m) {
+    ++stats_.misses;
+  } else if (m->tier == TierLevel::kDram) {
+    ++stats_.hits_dram;
+  } else {
+    ++stats_.hits_ssd;
+  }
+  return m;
+}
+
+StatusOr<KvEntry> KvStore::Load(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return NotFoundError("no KV entry " + key);
+  if (Expired(it->second)) {
+    RemoveLocked(key);
+    ++stats_.expired;
+    return NotFoundError("KV entry " + key + " expired");
+  }
+  EntryInfo& info = it->second;
+  Tier* tier = TierFor(info.tier);
+  auto bytes = tier->Get(key);
+  StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(*bytes, options_.fingerprint) : bytes.status();
+  if (!entry.ok() || entry->key().ToString() != key) {
+    std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
+                 entry.ok() ? "misnamed" : entry.status().ToString().c_str());
+    RemoveLocked(key);
+    ++stats_.corrupt;
+    return NotFoundError("KV entry " + key + " unreadable");
+  }
+  info.access_seq = ++seq_;
+  stats_.bytes_loaded += bytes->size();
+  if (info.tier == TierLevel::kSsd && bytes->size() <= dram_->capacity()) {
+    // Promote (the paper fetches whole sessions SSD -> DRAM). A failure leaves it on SSD.
+    if (MakeRoomLocked(TierLevel::kDram, bytes->size(), key).ok() && dram_->Put(key, *bytes).ok()) {
+      ssd_->Erase(key).IgnoreError();
+      info.tier = TierLevel::kDram;
+      stats_.bytes_ssd_to_dram += bytes->size();
+    }
+  }
+  return entry;
+}
+
+Status KvStore::PlaceLocked(const std::string& key, const std::string& bytes, TierLevel level) {
+  ATTIC_RETURN_IF_ERROR(MakeRoomLocked(level, bytes.size(), key));
+  return TierFor(level)->Put(key, bytes);
+}
+
+Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
+  if (entry.fingerprint.empty()) entry.fingerprint = options_.fingerprint;
+  if (entry.fingerprint != options_.fingerprint) return InvalidArgumentError("KV entry of another model");
+  int64_t ttl = ttl_ms < 0 ? options_.default_ttl_ms : ttl_ms;
+  entry.expires_at_ms = ttl == 0 ? 0 : clock_->NowMs() + ttl;
+  ATTIC_ASSIGN_OR_RETURN(std::string bytes, SerializeEntry(entry));
+  const std::string key = entry.key().ToString();
+
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t inserted = 0;
+  auto drop = [&](const std::string& k) {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return;
+    inserted = inserted == 0 ? it->second.inserted_seq : std::min(inserted, it->second.inserted_seq);
+    RemoveLocked(k);
+  };
+  if (!entry.session_id.empty()) {
+    auto s = sessions_.find(SessionKey(entry.tenant, entry.session_id));
+    if (s != sessions_.end()) drop(std::string(s->second));
+  }
+  if (!replaces.empty()) drop(replaces);
+  drop(key);
+
+  Status st = ResourceExhaustedError("KV entry of " + std::to_string(bytes.size()) + " bytes fits no tier");
+  TierLevel level = TierLevel::kDram;
+  if (bytes.size() <= dram_->capacity()) st = PlaceLocked(key, bytes, TierLevel::kDram);
+  if (!st.ok() && ssd_ != nullptr && bytes.size() <= ssd_->capacity()) {
+    level = TierLevel::kSsd;
+    st = PlaceLocked(key, bytes, TierLevel::kSsd);
+  }
+  if (!st.ok()) return st;
+  EntryInfo info;
+  info.key = key;
+  info.tenant = entry.tenant;
+  info.session_id = entry.session_id;
+  info.tokens = std::move(entry.tokens);
+  info.bytes = bytes.size();
+  info.tier = level;
+  info.expires_at_ms = entry.expires_at_ms;
+  info.access_seq = ++seq_;
+  // A session keeps its place in FIFO order across turns.
+  info.inserted_seq = inserted != 0 ? inserted : info.access_seq;
+  IndexLocked(std::move(info));
+  ++stats_.saves;
+  stats_.bytes_saved += bytes.size();
+  return OkStatus();
+}
+
+Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned) {
+  Tier* tier = TierFor(level);
+  if (tier == nullptr || need > tier->capacity()) return ResourceExhaustedError("entry larger than the tier");
+  while (tier->bytes() + need > tier->capacity()) {
+    std::vector<const EntryInfo*> candidates;
+    for (const auto& [k, e] : entries_)
+      if (e.tier == level && k != pinned) candidates.push_back(&e);
+    if (candidates.empty()) return ResourceExhaustedError(std::string(TierName(level)) + " tier cannot make room");
+    const EntryInfo* victim = policy_->PickVictim(level, candidates, hint_);
+    ATTIC_CHECK(victim != nullptr);
+    std::string vkey = victim->key;
+    EntryInfo& v = entries_.at(vkey);
+    if (level == TierLevel::kDram) {
+      ++stats_.evictions_dram;
+      bool demoted = false;
+      if (ssd_ != nullptr && v.bytes <= ssd_->capacity()) {
+        auto bytes = dram_->Get(vkey);
+        if (bytes.ok() && MakeRoomLocked(TierLevel::kSsd, bytes->size(), pinned).ok() && ssd_->Put(vkey, *bytes).ok()) {
+          dram_->Erase(vkey).IgnoreError();
+          entries_.at(vkey).tier = TierLevel::kSsd;
+          stats_.bytes_dram_to_ssd += bytes->size();
+          demoted = true;
+        }
+      }
+      if (!demoted) RemoveLocked(vkey);
+    } else {
+      ++stats_.evictions_ssd;
+      RemoveLocked(vkey);
+    }
+  }
+  return OkStatus();
+}
+
+void KvStore::RecordReuse(int n_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.reused_tokens += static_cast<uint64_t>(std::max(0, n_tokens));
+}
+
+StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::string& session_id) {
+  WaitForTenant(tenant);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = sessions_.find(SessionKey(tenant, session_id));
+  if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
+  auto it = entries_.find(s->second);
+  ATTIC_CHECK(it != entries_.end());
+  if (Expired(it->second)) {
+    RemoveLocked(std::string(s->second));
+    ++stats_.expired;
+    return NotFoundError("session '" + session_id + "' expired");
+  }
+  const EntryInfo& e = it->second;
+  SessionInfo info;
+  info.key = e.key;
+  info.tenant = e.tenant;
+  info.session_id = e.session_id;
+  info.n_tokens = static_cast<int>(e.tokens.size());
+  info.bytes = e.bytes;
+  info.tier = e.tier;
+  info.expires_at_ms = e.expires_at_ms;
+  return info;
+}
+
+StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant, const std::string& session_id) {
+  WaitForTenant(tenant);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = sessions_.find(SessionKey(tenant, session_id));
+  if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
+  const EntryInfo& e = entries_.at(s->second);
+  if (Expired(e)) return NotFoundError("session '" + session_id + "' expired");
+  return e.tokens;
+}
+
+Status KvStore::EraseSession(const std::string& tenant, const std::string& session_id) {
+  WaitForTenant(tenant);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = sessions_.find(SessionKey(tenant, session_id));
+  if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
+  RemoveLocked(std::string(s->second));
+  return OkStatus();
+}
+
+bool KvStore::Contains(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(key) != 0;
+}
+
+std::optional<TierLevel> KvStore::TierOf(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.tier;
+}
+
+uint64_t KvStore::MeanEntryBytesLocked() const {
+  if (entries_.empty()) return 0;
+  uint64_t total = 0;
+  for (const auto& [k, e] : entries_) total += e.bytes;
+  return std::max<uint64_t>(1, total / entries_.size());
+}
+
+void KvStore::SetLookAhead(const std::vector<QueuedJob>& jobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_ = jobs;
+  hint_.position.clear();
+  // Eviction window: (C_mem + C_disk) / S_kv jobs (paper 3.3).
+  uint64_t mean = MeanEntryBytesLocked();
+  uint64_t cap = dram_->capacity() + (ssd_ != nullptr ? ssd_->capacity() : 0);
+  size_t window = mean == 0 ? jobs.size() : std::min<uint64_t>(jobs.size(), cap / mean);
+  hint_.window = static_cast<int>(window);
+  for (size_t i = 0; i < window; ++i) {
+    auto m = FindLocked(jobs[i].tenant, jobs[i].session_id, jobs[i].tokens);
+    if (m) hint_.position.emplace(m->key, static_cast<int>(i));  // first (soonest) job wins
+  }
+}
+
+int KvStore::Prefetch() {
+  if (ssd_ == nullptr || policy_->kind() != PolicyKind::kSchedulerAware) return 0;
+  int promoted = 0;
+  for (int round = 0; round < 1024; ++round) {
+    // Under the lock: the first job in the prefetch window whose entry is on SSD and
+    // fits DRAM by evicting only entries not wanted before that job.
+    std::string key;
+    uint64_t size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t mean = MeanEntryBytesLocked();
+      if (mean == 0) break;
+      size_t window = std::min<uint64_t>(queue_.size(), dram_->capacity() / mean);  // C_mem / S_kv
+      for (size_t i = 0; i < window && key.empty(); ++i) {
+        auto m = FindLocked(queue_[i].tenant, queue_[i].session_id, queue_[i].tokens);
+        if (!m || m->tier != TierLevel::kSsd) continue;
+        const EntryInfo& info = entries_.at(m->key);
+        if (info.bytes > dram_->capacity()) continue;
+        uint64_t free = dram_->capacity() - dram_->bytes();
+        for (const auto& [k, e] : entries_) {
+          if (e.tier != TierLevel::kDram) continue;
+          auto p = hint_.position.find(k);
+          if (p == hint_.position.end() || p->second > static_cast<int>(i)) free += e.bytes;
+        }
+        if (free < info.bytes) break;
+        key = m->key;
+        size = info.bytes;
+      }
+    }
+    if (key.empty()) break;
+    // The read happens outside the lock: lookups and saves go on meanwhile.
+    auto bytes = ssd_->Get(key);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (!bytes.ok() || it == entries_.end() || it->second.tier != TierLevel::kSsd || bytes->size() != size) break;
+    if (!MakeRoomLocked(TierLevel::kDram, bytes->size(), key).ok() || !dram_->Put(key, *bytes).ok()) break;
+    ssd_->Erase(key).IgnoreError();
+    it->second.tier = TierLevel::kDram;
+    stats_.bytes_ssd_to_dram += bytes->size();
+    ++stats_.prefetches;
+    ++promoted;
+  }
+  return promoted;
+}
+
+void KvStore::RequestPrefetch() {
+  if (!prefetcher_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(pmu_);
+    prefetch_requested_ = true;
+  }
+  pcv_.notify_one();
+}
+
+void KvStore::PrefetchLoop() {
+  std::unique_lock<std::mutex> lock(pmu_);
+  for (;;) {
+    pcv_.wait(lock, [&] { return stop_prefetcher_ || prefetch_requested_; });
+    if (stop_prefetcher_) return;
+    prefetch_requested_ = false;
+    lock.unlock();
+    Prefetch();
+    lock.lock();
+  }
+}
+
+int KvStore::ExpireNow() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> dead;
+  for (const auto& [k, e] : entries_)
+    if (Expired(e)) dead.push_back(k);
+  for (const std::string& k : dead) RemoveLocked(k);
+  stats_.expired += dead.size();
+  return static_cast<int>(dead.size());
+}
+
+StoreStats KvStore::Stats() const {
+  StoreStats s;
+  {
+    std::lock_guard<std::mutex> wlock(wmu_);
+    s.async_saves = async_saves_;
+    s.save_waits = save_waits_;
+    s.pending_saves = pending_.size() + in_flight_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t async_saves = s.async_saves, save_waits = s.save_waits, pending = s.pending_saves;
+  s = stats_;
+  s.async_saves = async_saves;
+  s.save_waits = save_waits;
+  s.pending_saves = pending;
+  s.entries = entries_.size();
+  s.dram_bytes = dram_->bytes();
+  s.dram_capacity = dram_->capacity();
+  if (ssd_ != nullptr) {
+    s.ssd_bytes = ssd_->bytes();
+    s.ssd_capacity = ssd_->capacity();
+  }
+  return s;
+}
+
+}  // namespace attic::store

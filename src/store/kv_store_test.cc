@@ -1,0 +1,348 @@
+#include "attic/store/kv_store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "store/store_test_util.h"
+
+namespace attic::store {
+namespace {
+
+using testing::MakeEntry;
+using testing::Range;
+using testing::ScratchDir;
+
+// Every test entry below has 32 tokens of 2 layers x kv_dim 8: 8 KiB serialized.
+const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
+
+StoreOptions Options(uint64_t dram_entries, const std::string& ssd_dir = "", uint64_t ssd_entries = 0,
+                     PolicyKind policy = PolicyKind::kSchedulerAware) {
+  StoreOptions o;
+  o.fingerprint = "fp-A";
+  o.dram_bytes = dram_entries * kEntry;
+  o.ssd_dir = ssd_dir;
+  o.ssd_bytes = ssd_entries * kEntry;
+  o.policy = policy;
+  o.default_ttl_ms = 0;
+  o.prefix_block = 8;
+  return o;
+}
+
+std::unique_ptr<KvStore> OpenStore(const StoreOptions& o, const Clock* clock = nullptr) {
+  auto s = KvStore::Open(o, clock);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+void ExpectWithinCapacity(const KvStore& s) {
+  StoreStats st = s.Stats();
+  EXPECT_LE(st.dram_bytes, st.dram_capacity);
+  EXPECT_LE(st.ssd_bytes, st.ssd_capacity);
+}
+
+TEST(KvStore, SessionSaveLookupLoad) {
+  auto s = OpenStore(Options(4));
+  KvEntry e = MakeEntry(Range(100, 32), "chat-1", "alice");
+  ASSERT_TRUE(s->Save(e).ok());
+  // Next turn: history + new tokens.
+  std::vector<int32_t> prompt = Range(100, 32);
+  prompt.push_back(7);
+  auto m = s->Lookup("alice", "chat-1", prompt);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->n_tokens, 32);
+  EXPECT_EQ(m->tier, TierLevel::kDram);
+  auto loaded = s->Load(m->key);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->k, e.k);
+  EXPECT_EQ(loaded->v, e.v);
+  EXPECT_EQ(s->Stats().hits_dram, 1u);
+}
+
+TEST(KvStore, PrefixLookupFindsLongestWithoutSession) {
+  auto s = OpenStore(Options(8));
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32))).ok());
+  std::vector<int32_t> longer = Range(0, 32);
+  longer[20] = 999;  // diverges at 20
+  ASSERT_TRUE(s->Save(MakeEntry(longer)).ok());
+  std::vector<int32_t> prompt = Range(0, 40);
+  auto m = s->Lookup("default", "", prompt);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->n_tokens, 32);
+  std::vector<int32_t> p2 = longer;
+  p2.resize(27);  // partial block: the exact common prefix counts, not only whole blocks
+  auto m2 = s->Lookup("default", "", p2);
+  ASSERT_TRUE(m2.has_value());
+  EXPECT_EQ(m2->n_tokens, 27);
+  EXPECT_FALSE(s->Lookup("default", "", Range(500, 40)).has_value());
+  EXPECT_EQ(s->Stats().misses, 1u);
+}
+
+TEST(KvStore, LookupsAreTenantScoped) {
+  auto s = OpenStore(Options(4));
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "shared-id", "alice")).ok());
+  EXPECT_FALSE(s->Lookup("bob", "shared-id", Range(0, 40)).has_value());
+  EXPECT_FALSE(s->Lookup("bob", "", Range(0, 40)).has_value());
+  EXPECT_FALSE(s->GetSession("bob", "shared-id").ok());
+  EXPECT_TRUE(s->Lookup("alice", "", Range(0, 40)).has_value());
+}
+
+TEST(KvStore, NewTurnReplacesSessionEntry) {
+  auto s = OpenStore(Options(4));
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 16), "c")).ok());
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "c")).ok());
+  EXPECT_EQ(s->Stats().entries, 1u);
+  auto info = s->GetSession("default", "c");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->n_tokens, 32);
+  ASSERT_TRUE(s->EraseSession("default", "c").ok());
+  EXPECT_EQ(s->EraseSession("default", "c").code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->Stats().entries, 0u);
+  EXPECT_EQ(s->Stats().dram_bytes, 0u);
+}
+
+TEST(KvStore, FullDramDemotesToSsdAndLoadPromotes) {
+  ScratchDir dir("demote");
+  auto s = OpenStore(Options(2, dir.path(), 4, PolicyKind::kLru));
+  std::vector<KvEntry> e;
+  for (int i = 0; i < 3; ++i) {
+    e.push_back(MakeEntry(Range(1000 * i, 32), "s" + std::to_string(i), "default", 2, 8, "fp-A", i));
+    ASSERT_TRUE(s->Save(e.back()).ok());
+    ExpectWithinCapacity(*s);
+  }
+  auto first = s->Lookup("default", "s0", Range(0, 33));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->tier, TierLevel::kSsd);
+  EXPECT_EQ(s->Stats().evictions_dram, 1u);
+  auto loaded = s->Load(first->key);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->k, e[0].k);
+  EXPECT_EQ(s->TierOf(first->key), TierLevel::kDram);
+  ExpectWithinCapacity(*s);
+  EXPECT_GT(s->Stats().bytes_ssd_to_dram, 0u);
+}
+
+TEST(KvStore, CapacitiesAreHardBoundsUnderOverfill) {
+  ScratchDir dir("overfill");
+  for (PolicyKind p : {PolicyKind::kSchedulerAware, PolicyKind::kLru, PolicyKind::kFifo}) {
+    std::filesystem::remove_all(dir.path());
+    auto s = OpenStore(Options(3, dir.path(), 5, p));
+    for (int i = 0; i < 40; ++i) {
+      int n = 8 + (i * 7) % 40;  // mixed sizes
+      ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, n), "s" + std::to_string(i % 12))).ok());
+      std::vector<QueuedJob> q = {{"default", "s" + std::to_string((i + 1) % 12), Range((i + 1) * 100, 8)}};
+      s->SetLookAhead(q);
+      ExpectWithinCapacity(*s);
+    }
+    EXPECT_GT(s->Stats().evictions_ssd, 0u);
+    EXPECT_EQ(s->Save(MakeEntry(Range(0, 400))).code(), StatusCode::kResourceExhausted);
+  }
+}
+
+TEST(KvStore, TtlExpires) {
+  VirtualClock clock;
+  StoreOptions o = Options(4);
+  o.default_ttl_ms = 1000;
+  auto s = OpenStore(o, &clock);
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "a")).ok());
+  ASSERT_TRUE(s->Save(MakeEntry(Range(100, 32), "b"), "", 5000).ok());
+  clock.Advance(999);
+  EXPECT_TRUE(s->Lookup("default", "a", Range(0, 33)).has_value());
+  clock.Advance(1);
+  EXPECT_FALSE(s->Lookup("default", "a", Range(0, 33)).has_value());
+  EXPECT_EQ(s->ExpireNow(), 1);
+  EXPECT_TRUE(s->GetSession("default", "b").ok());
+  clock.Advance(5000);
+  EXPECT_EQ(s->GetSession("default", "b").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->Stats().entries, 0u);
+}
+
+TEST(KvStore, SsdTierSurvivesRestart) {
+  ScratchDir dir("restart");
+  KvEntry e = MakeEntry(Range(0, 32), "chat");
+  {
+    auto s = OpenStore(Options(0, dir.path(), 4));  // no DRAM: straight to SSD
+    ASSERT_TRUE(s->Save(e).ok());
+  }
+  auto s = OpenStore(Options(4, dir.path(), 4));
+  auto m = s->Lookup("default", "chat", Range(0, 40));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->tier, TierLevel::kSsd);
+  auto loaded = s->Load(m->key);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->v, e.v);
+}
+
+// Fault injection: each damaged entry is a clean miss after restart and is deleted.
+class KvStoreFault : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = OpenStore(Options(0, dir_.path(), 8));
+    ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "good")).ok());
+    ASSERT_TRUE(s->Save(MakeEntry(Range(500, 32), "victim")).ok());
+    victim_path_ = dir_.path() + "/" + MakeEntry(Range(500, 32), "victim").key().ToString() + ".kv";
+    ASSERT_TRUE(std::filesystem::exists(victim_path_));
+  }
+  void ExpectCleanMiss() {
+    auto s = OpenStore(Options(4, dir_.path(), 8));
+    EXPECT_FALSE(s->Lookup("default", "victim", Range(500, 40)).has_value());
+    EXPECT_FALSE(s->GetSession("default", "victim").ok());
+    EXPECT_FALSE(std::filesystem::exists(victim_path_));
+    auto good = s->Lookup("default", "good", Range(0, 40));
+    ASSERT_TRUE(good.has_value());
+    EXPECT_TRUE(s->Load(good->key).ok());
+    EXPECT_EQ(s->Stats().entries, 1u);
+  }
+  void Rewrite(const std::function<void(std::string&)>& damage) {
+    std::string bytes;
+    {
+      std::ifstream in(victim_path_, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    damage(bytes);
+    std::ofstream(victim_path_, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  ScratchDir dir_{"fault"};
+  std::string victim_path_;
+};
+
+TEST_F(KvStoreFault, SaveKilledMidway) {
+  // The kill happened before the rename: only a temp file with part of the data exists.
+  std::filesystem::rename(victim_path_, victim_path_ + ".tmp");
+  std::filesystem::resize_file(victim_path_ + ".tmp", 5000);
+  ExpectCleanMiss();
+  EXPECT_FALSE(std::filesystem::exists(victim_path_ + ".tmp"));
+}
+
+TEST_F(KvStoreFault, FlippedByte) {
+  Rewrite([](std::string& b) { b[b.size() - 17] ^= 0x01; });
+  ExpectCleanMiss();
+}
+
+TEST_F(KvStoreFault, TruncatedFile) {
+  Rewrite([](std::string& b) { b.resize(b.size() - 100); });
+  ExpectCleanMiss();
+}
+
+TEST_F(KvStoreFault, OtherModelFingerprint) {
+  KvEntry other = MakeEntry(Range(500, 32), "victim", "default", 2, 8, "fp-B");
+  Rewrite([&](std::string& b) { b = *SerializeEntry(other); });
+  ExpectCleanMiss();
+}
+
+TEST_F(KvStoreFault, CorruptionAfterOpenIsAMissOnLoad) {
+  auto s = OpenStore(Options(4, dir_.path(), 8));
+  auto m = s->Lookup("default", "victim", Range(500, 40));
+  ASSERT_TRUE(m.has_value());
+  Rewrite([](std::string& b) { b[b.size() / 2] ^= 0x40; });
+  EXPECT_EQ(s->Load(m->key).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(s->Lookup("default", "victim", Range(500, 40)).has_value());
+  EXPECT_EQ(s->Stats().corrupt, 1u);
+}
+
+TEST(KvStore, SchedulerAwareKeepsQueuedSessionsWhereLruDropsThem) {
+  // DRAM holds 2, SSD 2. Sessions s0..s3 saved in order, then s4 arrives while s0's
+  // next turn waits in the queue: LRU drops s0 from the store, scheduler-aware keeps it.
+  ScratchDir dir("policy");
+  for (PolicyKind p : {PolicyKind::kLru, PolicyKind::kSchedulerAware}) {
+    std::filesystem::remove_all(dir.path());
+    auto s = OpenStore(Options(2, dir.path(), 2, p));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i))).ok());
+    s->SetLookAhead({{"default", "s0", Range(0, 40)}});
+    ASSERT_TRUE(s->Save(MakeEntry(Range(400, 32), "s4")).ok());
+    ExpectWithinCapacity(*s);
+    bool kept = s->GetSession("default", "s0").ok();
+    EXPECT_EQ(kept, p == PolicyKind::kSchedulerAware) << PolicyName(p);
+  }
+}
+
+TEST(KvStore, PrefetchPromotesQueuedSessionsFromSsd) {
+  ScratchDir dir("prefetch");
+  auto s = OpenStore(Options(2, dir.path(), 4, PolicyKind::kSchedulerAware));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i))).ok());
+  ASSERT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kSsd);
+  s->SetLookAhead({{"default", "s0", Range(0, 40)}});
+  EXPECT_EQ(s->Prefetch(), 1);
+  EXPECT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kDram);
+  EXPECT_EQ(s->Stats().prefetches, 1u);
+  ExpectWithinCapacity(*s);
+}
+
+TEST(KvStore, RejectsOtherModelsEntryOnSave) {
+  auto s = OpenStore(Options(4));
+  EXPECT_EQ(s->Save(MakeEntry(Range(0, 32), "", "default", 2, 8, "fp-B")).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace attic::store
+
+namespace attic::store {
+namespace {
+
+TEST(KvStoreAsync, QueuedSavesAreNeverMissedAndRespectTheWriteBuffer) {
+  StoreOptions o = Options(64);
+  o.write_buffer_bytes = 3 * 32 * 2 * 8 * 4;  // KV of three 32-token entries
+  auto s = OpenStore(o);
+  for (int i = 0; i < 20; ++i) s->SaveAsync(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i)));
+  // A lookup of the tenant waits for its queued saves.
+  auto m = s->Lookup("default", "s19", Range(1900, 40));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->n_tokens, 32);
+  s->Flush();
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.entries, 20u);
+  EXPECT_EQ(st.async_saves, 20u);
+  EXPECT_EQ(st.pending_saves, 0u);
+}
+
+TEST(KvStoreAsync, DestructorFinishesQueuedSaves) {
+  ScratchDir dir("async");
+  {
+    auto s = OpenStore(Options(0, dir.path(), 8));
+    for (int i = 0; i < 4; ++i) s->SaveAsync(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i)));
+  }
+  auto s = OpenStore(Options(4, dir.path(), 8));
+  EXPECT_EQ(s->Stats().entries, 4u);
+}
+
+TEST(KvStoreAsync, ZeroWriteBufferSavesSynchronously) {
+  StoreOptions o = Options(4);
+  o.write_buffer_bytes = 0;
+  auto s = OpenStore(o);
+  s->SaveAsync(MakeEntry(Range(0, 32), "a"));
+  EXPECT_EQ(s->Stats().entries, 1u);
+  EXPECT_EQ(s->Stats().async_saves, 0u);
+}
+
+}  // namespace
+}  // namespace attic::store
+
+namespace attic::store {
+namespace {
+
+TEST(KvStorePrefetch, BackgroundThreadPromotesQueuedSession) {
+  ScratchDir dir("bgprefetch");
+  auto s = OpenStore(Options(2, dir.path(), 4, PolicyKind::kSchedulerAware));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i))).ok());
+  ASSERT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kSsd);
+  s->SetLookAhead({{"default", "s0", Range(0, 40)}});
+  s->RequestPrefetch();
+  for (int i = 0; i < 200 && s->GetSession("default", "s0")->tier != TierLevel::kDram; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kDram);
+  ExpectWithinCapacity(*s);
+}
+
+TEST(KvStorePrefetch, BaselinePoliciesDoNotPrefetch) {
+  ScratchDir dir("noprefetch");
+  auto s = OpenStore(Options(2, dir.path(), 4, PolicyKind::kLru));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, 32), "s" + std::to_string(i))).ok());
+  s->SetLookAhead({{"default", "s0", Range(0, 40)}});
+  EXPECT_EQ(s->Prefetch(), 0);
+}
+
+}  // namespace
+}  // namespace attic::store

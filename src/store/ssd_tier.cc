@@ -1,0 +1,196 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "attic/core/file.h"
+#include "attic/store/tier.h"
+
+namespace attic::store {
+
+namespace {
+
+constexpr char kSuffix[] = ".kv";
+constexpr char kTmpSuffix[] = ".tmp";
+constexpr size_t kChunk = 1 << 20;             // aligned I/O unit
+constexpr size_t kParallelThreshold = 8 << 20;  // split larger transfers across threads
+constexpr int kIoThreads = 4;
+
+Status Errno(const std::string& what, const std::string& path, int err) {
+  std::string msg = what + " '" + path + "': " + std::strerror(err);
+  if (err == ENOENT) return NotFoundError(msg);
+  if (err == ENOSPC) return ResourceExhaustedError(msg);
+  return UnavailableError(msg);
+}
+
+// pread/pwrite of [off, off+n) in kChunk pieces. Returns errno or 0; a short read is EIO.
+int TransferRange(int fd, char* rbuf, const char* wbuf, size_t off, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    size_t len = std::min(kChunk, n - done);
+    ssize_t r = rbuf != nullptr ? ::pread(fd, rbuf + off + done, len, static_cast<off_t>(off + done))
+                                : ::pwrite(fd, wbuf + off + done, len, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) return EIO;
+    done += static_cast<size_t>(r);
+  }
+  return 0;
+}
+
+// Whole-buffer transfer, split across up to kIoThreads threads in chunk-aligned ranges.
+int Transfer(int fd, char* rbuf, const char* wbuf, size_t n) {
+  if (n < kParallelThreshold) return TransferRange(fd, rbuf, wbuf, 0, n);
+  size_t chunks = (n + kChunk - 1) / kChunk;
+  size_t per = (chunks + kIoThreads - 1) / kIoThreads * kChunk;
+  std::vector<int> errs(kIoThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kIoThreads; ++t) {
+    size_t off = t * per;
+    if (off >= n) break;
+    size_t len = std::min(per, n - off);
+    threads.emplace_back([&, t, off, len] { errs[t] = TransferRange(fd, rbuf, wbuf, off, len); });
+  }
+  for (auto& th : threads) th.join();
+  for (int e : errs)
+    if (e != 0) return e;
+  return 0;
+}
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+void FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& dir, uint64_t capacity) {
+  ATTIC_RETURN_IF_ERROR(MakeDirectories(dir));
+  std::unique_ptr<SsdTier> tier(new SsdTier(dir, capacity));
+  std::error_code ec;
+  for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
+    if (!de.is_regular_file(ec)) continue;
+    std::string name = de.path().filename().string();
+    if (EndsWith(name, kTmpSuffix)) {  // an interrupted write: never visible, now gone
+      std::filesystem::remove(de.path(), ec);
+      ++tier->removed_temp_;
+      continue;
+    }
+    if (!EndsWith(name, kSuffix)) continue;
+    uint64_t size = de.file_size(ec);
+    if (ec) continue;
+    std::string key = name.substr(0, name.size() - std::strlen(kSuffix));
+    tier->sizes_[key] = size;
+    tier->bytes_ += size;
+  }
+  if (ec) return UnavailableError("cannot list KV directory '" + dir + "': " + ec.message());
+  return tier;
+}
+
+std::string SsdTier::PathOf(const std::string& key) const { return JoinPath(dir_, key + kSuffix); }
+
+Status SsdTier::Put(const std::string& key, std::string_view bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(key);
+    uint64_t old = it == sizes_.end() ? 0 : it->second;
+    if (bytes_ - old + pending_ + bytes.size() > capacity_)
+      return ResourceExhaustedError("SSD tier full: " + std::to_string(bytes_) + " + " + std::to_string(bytes.size()) +
+                                    " > " + std::to_string(capacity_));
+    pending_ += bytes.size();
+  }
+  std::string path = PathOf(key);
+  std::string tmp = path + kTmpSuffix;
+  auto finish = [&](Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ -= bytes.size();
+    if (st.ok()) {
+      auto it = sizes_.find(key);
+      if (it != sizes_.end()) bytes_ -= it->second;
+      sizes_[key] = bytes.size();
+      bytes_ += bytes.size();
+    }
+    return st;
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return finish(Errno("cannot create", tmp, errno));
+  int err = Transfer(fd, nullptr, bytes.data(), bytes.size());
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return finish(Errno("cannot write", path, err));
+  }
+  FsyncDir(dir_);
+  return finish(OkStatus());
+}
+
+StatusOr<std::string> SsdTier::Get(const std::string& key) {
+  std::string path = PathOf(key);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Errno("cannot stat", path, err);
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  int err = Transfer(fd, out.data(), nullptr, out.size());
+  ::close(fd);
+  if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
+  return out;
+}
+
+Status SsdTier::Erase(const std::string& key) {
+  std::string path = PathOf(key);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", path, errno);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sizes_.find(key);
+  if (it != sizes_.end()) {
+    bytes_ -= it->second;
+    sizes_.erase(it);
+  }
+  return OkStatus();
+}
+
+bool SsdTier::Contains(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sizes_.count(key) != 0;
+}
+
+int64_t SsdTier::SizeOf(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sizes_.find(key);
+  return it == sizes_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+std::vector<std::string> SsdTier::Keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : sizes_) keys.push_back(k);
+  return keys;
+}
+
+uint64_t SsdTier::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+}  // namespace attic::store

@@ -1,0 +1,281 @@
+// Scheduler + KV store (paper 001): a conversation's next turn reuses its stored KV from
+// DRAM, from SSD after demotion, and after a restart; greedy outputs equal recompute.
+// Resident (compute-buffer) reuse is disabled so that every reuse comes from the store.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "attic/engine/scheduler.h"
+#include "attic/store/kv_store.h"
+#include "test_util.h"
+
+namespace attic::engine {
+namespace {
+
+using attic::testing::SharedDir;
+using namespace std::chrono_literals;
+
+std::unique_ptr<Engine> LoadStories() {
+  EngineOptions o;
+  o.model_path = SharedDir() + "/models/stories260K-hf";
+  o.n_threads = 2;
+  o.max_batch_tokens = 64;
+  o.kv_cache_bytes = 8 << 20;
+  auto e = Engine::Load(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+struct Turn {
+  std::string text;
+  TokenUsage usage;
+};
+
+Turn RunTurn(Scheduler& s, const std::vector<int32_t>& prompt, const std::string& session, int max_tokens) {
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling.max_tokens = max_tokens;
+  req.session_id = session;
+  auto chan = s.Submit(std::move(req));
+  EXPECT_TRUE(chan.ok());
+  Turn t;
+  for (int step = 0; step < 5000; ++step) {
+    s.Step();
+    GenerationEvent ev;
+    bool ended = false;
+    while ((*chan)->Pop(&ev, 0ms)) {
+      if (ev.kind == GenerationEvent::Kind::kText) {
+        t.text += ev.text;
+      } else {
+        EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+        t.usage = ev.usage;
+        ended = true;
+      }
+    }
+    if (ended) break;
+  }
+  return t;
+}
+
+std::string Recompute(Engine& e, const std::vector<int32_t>& prompt, int max_tokens) {
+  Session s(e);
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  auto r = s.Generate(prompt, p);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? r->text : "";
+}
+
+SchedulerOptions NoResident() {
+  SchedulerOptions o;
+  o.max_resident = 0;
+  return o;
+}
+
+std::unique_ptr<store::KvStore> OpenStore(const Engine& e, uint64_t dram, const std::string& ssd_dir = "") {
+  store::StoreOptions o;
+  o.fingerprint = e.model().fingerprint();
+  o.dram_bytes = dram;
+  o.ssd_dir = ssd_dir;
+  o.ssd_bytes = 64 << 20;
+  auto s = store::KvStore::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// Turn 2 = turn 1's prompt + its reply + a new user message.
+// (A reply that ends with a stop token had all its tokens fed; one that hit max_tokens
+// had all but the last.)
+std::vector<int32_t> NextTurn(Engine& e, const std::vector<int32_t>& first, int max_tokens, const std::string& more,
+                              int* n_reply = nullptr) {
+  Session s(e);
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  auto r = s.Generate(first, p);
+  std::vector<int32_t> next = first;
+  next.insert(next.end(), r->tokens.begin(), r->tokens.end());
+  if (n_reply != nullptr) *n_reply = static_cast<int>(r->tokens.size());
+  auto m = *e.Tokenize(more, false);
+  next.insert(next.end(), m.begin(), m.end());
+  return next;
+}
+
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name)
+      : path_((std::filesystem::temp_directory_path() / ("attic-engine-store-" + name + "-" +
+                                                         std::to_string(::getpid()))).string()) {
+    std::filesystem::remove_all(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20);
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
+  Turn a = RunTurn(s, first, "conv", 20);
+  EXPECT_EQ(a.usage.cached_tokens, 0);
+  store->Flush();
+  EXPECT_EQ(store->Stats().entries, 1u);
+  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
+  Turn b = RunTurn(s, second, "conv", 20);
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
+  EXPECT_EQ(b.text, Recompute(*e, second, 20));
+  EXPECT_EQ(store->Stats().hits_dram, 1u);
+  store->Flush();
+  EXPECT_EQ(store->Stats().entries, 1u);  // the new turn replaced the old entry
+  // Without a session id the longest stored prefix is found too.
+  std::vector<int32_t> third = second;
+  third.push_back(third.back());
+  Turn c = RunTurn(s, third, "", 8);
+  EXPECT_GE(c.usage.cached_tokens, static_cast<int>(second.size()) - 1);
+  EXPECT_EQ(c.text, Recompute(*e, third, 8));
+}
+
+TEST(StoreIntegration, NextTurnReusesHistoryFromSsdAfterDemotion) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  ScratchDir dir("ssd");
+  std::vector<int32_t> first = *e->Tokenize("Once upon a time, there was a little dog named Max.", true);
+  std::vector<int32_t> other = *e->Tokenize("The cat and the mouse were friends. Every morning they", true);
+  // DRAM holds about one entry: saving the second session demotes the first to SSD.
+  const uint64_t kv_per_token = 2ull * e->model().config().n_layers * e->kv_pool().shape().kv_dim() * 4;
+  auto store = OpenStore(*e, 4096 + kv_per_token * (first.size() + 24), dir.path());
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  RunTurn(s, first, "a", 16);
+  RunTurn(s, other, "b", 16);
+  auto info = store->GetSession("default", "a");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tier, store::TierLevel::kSsd);
+  int n_reply = 0;
+  std::vector<int32_t> second = NextTurn(*e, first, 16, " Max was happy.", &n_reply);
+  Turn b = RunTurn(s, second, "a", 16);
+  EXPECT_GE(b.usage.cached_tokens, static_cast<int>(first.size()) + n_reply - 1);
+  EXPECT_EQ(b.text, Recompute(*e, second, 16));
+  EXPECT_EQ(store->Stats().hits_ssd, 1u);
+  store->Flush();
+  store::StoreStats st = store->Stats();
+  EXPECT_LE(st.dram_bytes, st.dram_capacity);
+  EXPECT_LE(st.ssd_bytes, st.ssd_capacity);
+}
+
+TEST(StoreIntegration, SessionSurvivesRestart) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  ScratchDir dir("restart");
+  std::vector<int32_t> first = *e->Tokenize("Sara had a big red ball. She liked to", true);
+  {
+    auto store = OpenStore(*e, 0, dir.path());  // DRAM of 0 bytes: straight to SSD
+    Scheduler s(*e, NoResident());
+    s.set_store(store.get());
+    RunTurn(s, first, "conv", 12);
+    s.Shutdown();
+  }
+  auto store = OpenStore(*e, 64 << 20, dir.path());
+  ASSERT_TRUE(store->GetSession("default", "conv").ok());
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  int n_reply = 0;
+  std::vector<int32_t> second = NextTurn(*e, first, 12, " They played all day.", &n_reply);
+  Turn b = RunTurn(s, second, "conv", 12);
+  EXPECT_GE(b.usage.cached_tokens, static_cast<int>(first.size()) + n_reply - 1);
+  EXPECT_EQ(b.text, Recompute(*e, second, 12));
+}
+
+// With resident reuse on, turns that adopt or copy resident KV still save complete,
+// exact pre-RoPE KV: a second scheduler without resident reuse continues from the store.
+TEST(StoreIntegration, TurnsBuiltOnResidentKvSaveExactEntries) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20);
+  std::vector<int32_t> first = *e->Tokenize("Once upon a time, there was a little dog named Max.", true);
+  std::vector<int32_t> second, branch;
+  {
+    Scheduler s(*e, SchedulerOptions{});
+    s.set_store(store.get());
+    RunTurn(s, first, "conv", 16);
+    second = NextTurn(*e, first, 16, " Max was happy.");
+    Turn b = RunTurn(s, second, "conv", 16);  // adopts the resident sequence
+    EXPECT_GT(b.usage.cached_tokens, 0);
+    // Another session sharing only the first prompt copies the resident prefix.
+    branch = first;
+    auto more = *e->Tokenize(" The sky was blue and", false);
+    branch.insert(branch.end(), more.begin(), more.end());
+    Turn c = RunTurn(s, branch, "other", 16);
+    EXPECT_GE(c.usage.cached_tokens, static_cast<int>(first.size()) - 1);
+    s.Shutdown();
+  }
+  store->Flush();
+  Scheduler s2(*e, NoResident());
+  s2.set_store(store.get());
+  for (auto [prompt, session] : {std::pair{second, std::string("conv")}, std::pair{branch, std::string("other")}}) {
+    int n_reply = 0;
+    std::vector<int32_t> next = NextTurn(*e, prompt, 16, " They went home.", &n_reply);
+    Turn t = RunTurn(s2, next, session, 16);
+    EXPECT_GE(t.usage.cached_tokens, static_cast<int>(prompt.size()) + n_reply - 1) << session;
+    EXPECT_EQ(t.text, Recompute(*e, next, 16)) << session;
+  }
+}
+
+// Decoupled truncation (paper 3.4): an overflowing conversation drops its oldest tokens
+// (after a kept head) in the stored KV instead of being rejected or recomputed, and the
+// drop is sticky so the next turn reuses nearly everything again.
+TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20);
+  SchedulerOptions o = NoResident();
+  o.truncate_ratio = 0.5;
+  o.truncate_keep_first = 4;
+  Scheduler s(*e, o);
+  s.set_store(store.get());
+  const int ctx = e->context_length();
+  std::string story = "Once upon a time, there was a little dog named Max. Max liked to run in the park. ";
+  std::vector<int32_t> first = *e->Tokenize(story, true);
+  while (static_cast<int>(first.size()) < ctx * 3 / 4) {
+    auto more = *e->Tokenize(story, false);
+    first.insert(first.end(), more.begin(), more.end());
+  }
+  Turn a = RunTurn(s, first, "long", 16);
+  EXPECT_EQ(a.usage.cached_tokens, 0);
+  // Turn 2 overflows the window.
+  std::vector<int32_t> second = NextTurn(*e, first, 16, " One day Max met a cat. The cat was very nice and " 
+                                         "they played together all day long in the sun.");
+  while (static_cast<int>(second.size()) <= ctx + 20) second.push_back(second[second.size() - 30]);
+  ASSERT_GT(static_cast<int>(second.size()), ctx);
+  Turn b = RunTurn(s, second, "long", 16);
+  EXPECT_LT(b.usage.prompt_tokens, ctx);
+  EXPECT_GT(b.usage.cached_tokens, 0);
+  // Turn 3 extends the full history again: the earlier drop is reused.
+  std::vector<int32_t> third = second;
+  {
+    store->Flush();
+    auto toks = store->SessionTokens("default", "long");
+    ASSERT_TRUE(toks.ok());
+    EXPECT_LT(static_cast<int>(toks->size()), ctx);
+  }
+  auto more = *e->Tokenize(" The end.", false);
+  third.insert(third.end(), more.begin(), more.end());
+  Turn c = RunTurn(s, third, "long", 8);
+  EXPECT_LT(c.usage.prompt_tokens, ctx);
+  EXPECT_GE(c.usage.cached_tokens, b.usage.prompt_tokens - 8) << "prompt " << c.usage.prompt_tokens;
+  // Without truncation the same prompt is rejected.
+  Scheduler plain(*e, NoResident());
+  GenerationRequest req;
+  req.prompt = third;
+  EXPECT_EQ(plain.Submit(std::move(req)).status().code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace attic::engine

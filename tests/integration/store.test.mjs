@@ -1,0 +1,132 @@
+// The KV store through `attic serve` (paper 001): a conversation's next turn reuses its
+// history from DRAM, from SSD (a DRAM tier too small to hold it), and after a restart;
+// greedy answers equal recomputation (another tenant, which never shares KV); the
+// session endpoints and the store's Prometheus counters. Resident (compute-buffer) reuse
+// is off (--max-resident 0) so that every reuse comes from the store.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { startServer, stories, request, metrics, tmpRoot } from './lib/server.mjs';
+
+const model = 'stories260K-hf';
+const keys = ['k-conv', 'k-ref'];
+const servers = [];
+after(async () => {
+  for (const s of servers) if (s.alive()) await s.stop();
+});
+
+async function start(extra) {
+  const s = await startServer(['-m', stories, '--chat-template', 'chatml', '--max-resident', '0',
+    ...keys.flatMap((k) => ['--api-key', k]), ...extra]);
+  servers.push(s);
+  return s;
+}
+const client = (s, apiKey) => new OpenAI({ apiKey, baseURL: s.baseURL, maxRetries: 0, timeout: 60000 });
+const auth = { authorization: 'Bearer k-conv' };
+
+// Two turns of one session; returns the second turn's response and its recomputation.
+async function twoTurns(s, session) {
+  const system = { role: 'system', content: 'You are a kind storyteller.' };
+  const user1 = { role: 'user', content: 'Tell me about a cat named Tom.' };
+  const t1 = await client(s, 'k-conv').chat.completions.create({
+    model, messages: [system, user1], max_tokens: 24, temperature: 0, session_id: session });
+  assert.equal(t1.usage.prompt_tokens_details.cached_tokens, 0);
+  const messages = [system, user1, { role: 'assistant', content: t1.choices[0].message.content },
+    { role: 'user', content: 'What did Tom do next?' }];
+  const t2 = await client(s, 'k-conv').chat.completions.create({
+    model, messages, max_tokens: 24, temperature: 0, session_id: session });
+  const ref = await client(s, 'k-ref').chat.completions.create({ model, messages, max_tokens: 24, temperature: 0 });
+  assert.equal(ref.usage.prompt_tokens_details.cached_tokens, 0);
+  return { t1, t2, ref, messages };
+}
+
+test('next turn reuses its history from DRAM, exactly', async () => {
+  const s = await start(['--kv-dram-bytes', String(64 << 20)]);
+  const { t1, t2, ref } = await twoTurns(s, 'conv-dram');
+  const cached = t2.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= 0.8 * t1.usage.prompt_tokens, `reused only ${cached} of ${t1.usage.prompt_tokens}`);
+  assert.ok(cached < t2.usage.prompt_tokens);
+  assert.equal(t2.choices[0].message.content, ref.choices[0].message.content);
+  const m = await metrics(s.port);
+  assert.ok(m['attic_kv_store_hits_total{tier="dram"}'] >= 1);
+  assert.ok(m['attic_kv_store_reused_tokens_total'] >= cached);
+  assert.ok(m['attic_kv_store_bytes{tier="dram"}'] <= m['attic_kv_store_capacity_bytes{tier="dram"}']);
+  const info = await request(s.port, { method: 'GET', path: '/v1/sessions/conv-dram', headers: auth });
+  assert.equal(info.status, 200, info.body);
+  const j = JSON.parse(info.body);
+  assert.equal(j.tier, 'dram');
+  assert.ok(j.tokens > t2.usage.prompt_tokens);
+  // Tenant-scoped: another key does not see it.
+  const other = await request(s.port, { method: 'GET', path: '/v1/sessions/conv-dram',
+    headers: { authorization: 'Bearer k-ref' } });
+  assert.equal(other.status, 404);
+  // A per-request TTL (extension field session_ttl, seconds).
+  await client(s, 'k-conv').chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 4, temperature: 0, session_id: 'short', session_ttl: 1 });
+  const live = await request(s.port, { method: 'GET', path: '/v1/sessions/short', headers: auth });
+  assert.equal(live.status, 200, live.body);
+  assert.ok(JSON.parse(live.body).expires_at * 1000 <= Date.now() + 1500);
+  await new Promise((r) => setTimeout(r, 1600));
+  const expired = await request(s.port, { method: 'GET', path: '/v1/sessions/short', headers: auth });
+  assert.equal(expired.status, 404);
+  await s.stop();
+});
+
+test('from SSD, and after a restart; DELETE erases a session', async () => {
+  const dir = path.join(tmpRoot, `kv-ssd-${process.pid}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  const args = ['--kv-dram-bytes', '1', '--kv-ssd-dir', dir, '--kv-ssd-bytes', String(256 << 20)];
+  let s = await start(args);
+  const { t1, t2, ref, messages } = await twoTurns(s, 'conv-ssd');
+  assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= 0.8 * t1.usage.prompt_tokens);
+  assert.equal(t2.choices[0].message.content, ref.choices[0].message.content);
+  let m = await metrics(s.port);
+  assert.ok(m['attic_kv_store_hits_total{tier="ssd"}'] >= 1);
+  assert.ok(m['attic_kv_store_bytes{tier="ssd"}'] <= m['attic_kv_store_capacity_bytes{tier="ssd"}']);
+  const r = await s.stop();
+  assert.equal(r.code, 0);
+
+  s = await start(args);
+  const info = await request(s.port, { method: 'GET', path: '/v1/sessions/conv-ssd', headers: auth });
+  assert.equal(info.status, 200, info.body);
+  assert.equal(JSON.parse(info.body).tier, 'ssd');
+  const more = [...messages, { role: 'assistant', content: t2.choices[0].message.content },
+    { role: 'user', content: 'And then?' }];
+  const t3 = await client(s, 'k-conv').chat.completions.create({
+    model, messages: more, max_tokens: 16, temperature: 0, session_id: 'conv-ssd' });
+  const ref3 = await client(s, 'k-ref').chat.completions.create({ model, messages: more, max_tokens: 16, temperature: 0 });
+  assert.ok(t3.usage.prompt_tokens_details.cached_tokens >= t2.usage.prompt_tokens,
+    `after restart reused ${t3.usage.prompt_tokens_details.cached_tokens}`);
+  assert.equal(t3.choices[0].message.content, ref3.choices[0].message.content);
+
+  const del = await request(s.port, { method: 'DELETE', path: '/v1/sessions/conv-ssd', headers: auth });
+  assert.equal(del.status, 200, del.body);
+  assert.equal(JSON.parse(del.body).deleted, true);
+  const gone = await request(s.port, { method: 'GET', path: '/v1/sessions/conv-ssd', headers: auth });
+  assert.equal(gone.status, 404);
+  m = await metrics(s.port);
+  assert.ok(m['attic_kv_store_lookups_total'] >= 1);
+  await s.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('decoupled truncation: an overlong conversation is shortened in the store, not rejected', async () => {
+  const s = await start(['--kv-dram-bytes', String(64 << 20), '--kv-truncate-ratio', '0.5', '--kv-truncate-keep', '4']);
+  const ids = (n, from = 0) => Array.from({ length: n }, (_, i) => 20 + ((i + from) * 7) % 400);
+  const c = client(s, 'k-conv');
+  const t1 = await c.completions.create({ model, prompt: ids(400), max_tokens: 8, temperature: 0, session_id: 'trunc' });
+  assert.equal(t1.usage.prompt_tokens, 400);
+  const t2 = await c.completions.create({ model, prompt: ids(600), max_tokens: 8, temperature: 0, session_id: 'trunc' });
+  assert.ok(t2.usage.prompt_tokens < 512, `prompt_tokens ${t2.usage.prompt_tokens}`);
+  assert.ok(t2.usage.prompt_tokens_details.cached_tokens > 0);
+  const m = await metrics(s.port);
+  assert.ok(m['attic_kv_store_reused_tokens_total'] > 0);
+  await s.stop();
+  // Without truncation the same prompt is a 400-class error.
+  const plain = await start(['--kv-dram-bytes', String(64 << 20)]);
+  await assert.rejects(client(plain, 'k-conv').completions.create({ model, prompt: ids(600), max_tokens: 8 }),
+    (e) => e.status >= 400 && e.status < 500);
+  await plain.stop();
+});
