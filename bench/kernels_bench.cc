@@ -7,19 +7,38 @@
 //   Per-model sums: the Linear time of one decode step / one prefill of m tokens
 //     (all layers + lm_head for decode; layers only for prefill, which needs the lm_head
 //     for the last token only) -> a Linear-only tokens/s ceiling.
-//   ThreadPool: cost of one empty ParallelFor / ParallelRange.
+//   Decode step: every layer's Linears with distinct weights (the realistic number; the
+//     per-matrix rows above are best-of-rounds of one shape and run ~15-25% higher), as
+//     separate Linear calls and with LinearMulti for q/k/v and gate/up.
+//   Crossover: GEMV vs GEMM time for m = 1..64 (sets KernelTable::gemv_max_m).
+//   ThreadPool: cost of one ParallelFor, empty and with 2/10 us tasks.
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
 //
-// Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--json FILE]
+// Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--json FILE]
 //                      [--only pool|gemv|step|crossover|gemm] [--model smollm2-135m|llama-1b]
 //                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
+//
+// Build: not in CMakeLists.txt yet (backend owner may not edit it). To add it:
+//   add_executable(kernels_bench bench/kernels_bench.cc)
+//   target_include_directories(kernels_bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src ${CBLAS_INCLUDE_DIR})
+//   target_link_libraries(kernels_bench PRIVATE attic_backend)
+//   if(ATTIC_HAVE_DNNL)
+//     target_compile_definitions(kernels_bench PRIVATE ATTIC_BENCH_DNNL=1)
+//   endif()
+// By hand, after `cmake --build build-kern --target attic_backend`:
+//   g++ -O2 -std=c++20 -DNDEBUG -DATTIC_BENCH_DNNL -Iinclude -Isrc \
+//     -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/kernels_bench.cc \
+//     build-kern/libattic_backend.a build-kern/libattic_tensor.a build-kern/libattic_core.a \
+//     -lopenblas -ldnnl -lxxhash -pthread -o build-kern/kernels_bench
+// On a shared machine run one section at a time when it is idle (numbers are best-of-5).
 #include <cblas.h>
+#include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdarg>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -41,6 +60,7 @@ namespace {
 // Command-line filters (empty = all).
 std::string g_model_filter, g_dtype_filter;
 int g_m_filter = 0;  // GEMM: only this m
+bool g_huge_pages = false;  // --huge-pages: weights in 2 MiB transparent huge pages
 bool Skip(const char* model, attic::DType dt) {
   return (!g_model_filter.empty() && g_model_filter != model) ||
          (!g_dtype_filter.empty() && g_dtype_filter != attic::DTypeName(dt));
@@ -116,14 +136,28 @@ void FillWeights(DType dt, uint8_t* p, int64_t n, int64_t k, uint64_t seed) {
 // `copies` independent copies of an [n, k] matrix.
 struct WeightSet {
   std::vector<AlignedBuffer> bufs;
+  std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> huge;  // --huge-pages buffers
   std::vector<WeightTensor> w;
   WeightSet(DType dt, int64_t n, int64_t k, int copies) {
     for (int c = 0; c < copies; ++c) {
-      bufs.emplace_back(attic::DTypeBytes(dt, static_cast<size_t>(n * k)));
-      FillWeights(dt, bufs.back().data(), n, k, static_cast<uint64_t>(c + 1) * 977 + static_cast<uint64_t>(n));
+      bufs.emplace_back();
+      const size_t bytes = attic::DTypeBytes(dt, static_cast<size_t>(n * k));
+      if (g_huge_pages && bytes >= (2u << 20)) {
+        // 2 MiB-aligned and THP-advised before first touch (the buffer is re-made here).
+        void* p = nullptr;
+        const size_t rounded = (bytes + (2u << 20) - 1) & ~size_t{(2u << 20) - 1};
+        if (posix_memalign(&p, 2u << 20, rounded) == 0) {
+          madvise(p, rounded, MADV_HUGEPAGE);
+          huge.emplace_back(static_cast<uint8_t*>(p), &std::free);
+          std::memset(p, 0, rounded);
+        }
+      }
+      if (huge.size() <= static_cast<size_t>(c)) bufs.back().Resize(bytes);
+      uint8_t* data = huge.size() > static_cast<size_t>(c) ? huge[static_cast<size_t>(c)].get() : bufs.back().data();
+      FillWeights(dt, data, n, k, static_cast<uint64_t>(c + 1) * 977 + static_cast<uint64_t>(n));
       WeightTensor t;
       t.dtype = dt;
-      t.data = bufs.back().data();
+      t.data = data;
       t.shape = {n, k};
       w.push_back(t);
     }
@@ -452,6 +486,7 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--quick") quick = true;
+    else if (a == "--huge-pages") g_huge_pages = true;
     else if (a == "--no-baselines") baselines = false;
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
@@ -459,7 +494,7 @@ int main(int argc, char** argv) {
     else if (a == "--dtype" && i + 1 < argc) g_dtype_filter = argv[++i];
     else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
       return 2;
     }
   }

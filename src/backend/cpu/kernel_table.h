@@ -1,5 +1,5 @@
 // Internal: one ISA's CPU kernel implementations, as a table of function pointers.
-// kernels.cc / convert.cc pick the table for ActiveIsa(); tests use KernelsFor(isa) to
+// kernels.cc picks the table for ActiveIsa(); tests use KernelsFor(isa) to
 // exercise every ISA the machine can run, whatever ATTIC_ISA says.
 //
 // Thread-safety: tables are immutable; kernels are reentrant (scratch is thread-local).

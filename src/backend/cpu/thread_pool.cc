@@ -22,8 +22,8 @@ namespace attic::backend {
 // matters on a small shared VM, where a worker may sit in the run queue for a timeslice:
 // the caller then simply runs the remaining tasks itself.
 //
-// Idle workers spin on the ticket (with pause) for ~kSpinIters, then sleep on a condition
-// variable; back-to-back kernels (a decode step is a few hundred) find them spinning.
+// Idle workers spin on the ticket for kSpinIters pauses (~0.6 ms on Zen 5), then sleep on
+// a condition variable; back-to-back kernels (a decode step is a few hundred) find them spinning.
 namespace {
 
 constexpr int kJobShift = 44;
