@@ -15,7 +15,8 @@
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
 //
-// Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--json FILE]
+// Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B]
+//                      [--json FILE]
 //                      [--only pool|gemv|step|crossover|gemm] [--model smollm2-135m|llama-1b]
 //                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
@@ -61,6 +62,7 @@ namespace {
 std::string g_model_filter, g_dtype_filter;
 int g_m_filter = 0;  // GEMM: only this m
 bool g_huge_pages = false;  // --huge-pages: weights in 2 MiB transparent huge pages
+int g_misalign = 0;         // --misalign B: weights start B bytes past a 64-byte boundary
 bool Skip(const char* model, attic::DType dt) {
   return (!g_model_filter.empty() && g_model_filter != model) ||
          (!g_dtype_filter.empty() && g_dtype_filter != attic::DTypeName(dt));
@@ -152,8 +154,8 @@ struct WeightSet {
           std::memset(p, 0, rounded);
         }
       }
-      if (huge.size() <= static_cast<size_t>(c)) bufs.back().Resize(bytes);
-      uint8_t* data = huge.size() > static_cast<size_t>(c) ? huge[static_cast<size_t>(c)].get() : bufs.back().data();
+      if (huge.size() <= static_cast<size_t>(c)) bufs.back().Resize(bytes + 64);
+      uint8_t* data = huge.size() > static_cast<size_t>(c) ? huge[static_cast<size_t>(c)].get() : bufs.back().data() + g_misalign;
       FillWeights(dt, data, n, k, static_cast<uint64_t>(c + 1) * 977 + static_cast<uint64_t>(n));
       WeightTensor t;
       t.dtype = dt;
@@ -487,6 +489,7 @@ int main(int argc, char** argv) {
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--quick") quick = true;
     else if (a == "--huge-pages") g_huge_pages = true;
+    else if (a == "--misalign" && i + 1 < argc) g_misalign = std::atoi(argv[++i]);
     else if (a == "--no-baselines") baselines = false;
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
@@ -494,7 +497,7 @@ int main(int argc, char** argv) {
     else if (a == "--dtype" && i + 1 < argc) g_dtype_filter = argv[++i];
     else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
       return 2;
     }
   }

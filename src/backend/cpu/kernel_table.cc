@@ -16,6 +16,7 @@ KernelTable MakeTable(Isa isa, const char* name) {
   t.f32_to_f16 = Fns::F32ToF16;
   t.row_to_f32 = Fns::RowToF32;
   t.gemv_prepare = Fns::GemvPrepare;
+  t.gemv_layout = Fns::GemvLayout;
   t.gemv = Fns::Gemv;
   t.gemm = Fns::Gemm;
   t.rmsnorm_row = Fns::RmsNormRow;
@@ -33,6 +34,7 @@ KernelTable MakeTable(Isa isa, const char* name) {
     static constexpr auto F32ToF16 = ns::F32ToF16;               \
     static constexpr auto RowToF32 = ns::RowToF32;               \
     static constexpr auto GemvPrepare = ns::GemvPrepare;         \
+    static constexpr auto GemvLayout = ns::GemvLayout;           \
     static constexpr auto Gemv = ns::Gemv;                       \
     static constexpr auto Gemm = ns::Gemm;                       \
     static constexpr auto RmsNormRow = ns::RmsNormRow;           \

@@ -28,12 +28,16 @@ struct KernelTable {
   // n elements of a weight row (any dtype; q8_0: n % 32 == 0) to f32.
   void (*row_to_f32)(DType dtype, const void* src, float* dst, int64_t n) = nullptr;
 
-  // GEMV, in two steps. gemv_prepare lays x out the way this ISA's gemv wants it (padded,
-  // permuted) and returns it: either x itself or a pointer into *scratch. Then gemv
-  // computes the slice y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j]) for i < m,
-  // n0 <= j < n1, streaming each weight row once for all m rows. Single-threaded; Linear
-  // prepares once and splits n over the pool. y has row stride W.rows().
-  const float* (*gemv_prepare)(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch) = nullptr;
+  // GEMV, in two steps. gemv_prepare lays x out the way this ISA's gemv wants it for
+  // weight w (padded, permuted, shifted to w's alignment) and returns it: either x itself
+  // or a pointer into *scratch. Weights with equal gemv_layout(w) (and dtype and k) can
+  // share one prepared x. Then gemv computes the slice y[i, j] = sum_k x[i, k] * W[j, k]
+  // (+ bias[j]) for i < m, n0 <= j < n1, streaming each weight row once for all m rows.
+  // Single-threaded; Linear prepares once and splits n over the pool. y has row stride
+  // W.rows().
+  const float* (*gemv_prepare)(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) =
+      nullptr;
+  int64_t (*gemv_layout)(const model::WeightTensor& w) = nullptr;
   void (*gemv)(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) = nullptr;
   // Whole GEMM y[m, n] = x[m, k] W[n, k]^T (+ bias), parallelised over `pool`.
@@ -88,7 +92,8 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const model::WeightTensor& w);
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
@@ -103,7 +108,8 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const model::WeightTensor& w);
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
@@ -118,7 +124,8 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
+const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const model::WeightTensor& w);
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 // bf16 GEMM uses vdpbf16ps when the CPU has AVX512-BF16 (x rounded to bf16), f32 FMA
 // on converted weight panels otherwise and for the other dtypes.

@@ -51,14 +51,14 @@ void ParallelChunks(ThreadPool& pool, int64_t n_chunks, const std::function<void
   });
 }
 
-// GEMV for outputs that share x (and so k and, here, dtype): one preparation of x, one
-// ParallelChunks over the rows of all the weights.
+// GEMV for outputs that share x (and so k and, here, dtype and gemv_layout): one
+// preparation of x, one ParallelChunks over the rows of all the weights.
 void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
                int n_outs) {
   const DType dtype = outs[0].w->dtype;
   const int64_t k = outs[0].w->cols();
   thread_local AlignedBuffer xp_buf;
-  const float* xp = t.gemv_prepare(dtype, x, m, k, &xp_buf);
+  const float* xp = t.gemv_prepare(*outs[0].w, x, m, &xp_buf);
   int64_t rows = 0;
   for (int i = 0; i < n_outs; ++i) rows += outs[i].w->rows();
   const int64_t row_bytes = std::max<int64_t>(1, static_cast<int64_t>(DTypeBytes(dtype, static_cast<size_t>(k))));
@@ -108,7 +108,9 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   if (m <= 0 || n_outs <= 0) return;
   const DType dtype = outs[0].w->dtype;
   bool fuse = m <= t.gemv_max_m[static_cast<int>(dtype)];
-  for (int i = 1; i < n_outs; ++i) fuse = fuse && outs[i].w->dtype == dtype && outs[i].w->cols() == outs[0].w->cols();
+  for (int i = 1; i < n_outs; ++i)
+    fuse = fuse && outs[i].w->dtype == dtype && outs[i].w->cols() == outs[0].w->cols() &&
+           t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
   if (!fuse) {
     for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
     return;

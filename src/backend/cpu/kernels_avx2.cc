@@ -241,7 +241,8 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-const float* GemvPrepare(DType, const float* x, int64_t, int64_t, AlignedBuffer*) { return x; }
+const float* GemvPrepare(const model::WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
+int64_t GemvLayout(const model::WeightTensor&) { return 0; }
 
 void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (w.dtype) {

@@ -38,9 +38,9 @@ struct F32W {
     *lo = _mm512_loadu_ps(p);
     *hi = _mm512_loadu_ps(p + 16);
   }
-  static void Load32Part(const float* p, int64_t r, __m512* lo, __m512* hi) {
-    *lo = _mm512_maskz_loadu_ps(TailMask16(r), p);
-    *hi = _mm512_maskz_loadu_ps(TailMask16(r > 16 ? r - 16 : 0), p + 16);
+  static void Load32Mask(const float* p, __mmask32 m, __m512* lo, __m512* hi) {
+    *lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p);
+    *hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), p + 16);
   }
 };
 struct F16W {
@@ -49,9 +49,9 @@ struct F16W {
     *lo = LoadF16(p);
     *hi = LoadF16(p + 16);
   }
-  static void Load32Part(const uint16_t* p, int64_t r, __m512* lo, __m512* hi) {
-    *lo = LoadF16Part(p, TailMask16(r));
-    *hi = LoadF16Part(p + 16, TailMask16(r > 16 ? r - 16 : 0));
+  static void Load32Mask(const uint16_t* p, __mmask32 m, __m512* lo, __m512* hi) {
+    *lo = LoadF16Part(p, static_cast<__mmask16>(m));
+    *hi = LoadF16Part(p + 16, static_cast<__mmask16>(m >> 16));
   }
 };
 struct Bf16W {
@@ -61,8 +61,7 @@ struct Bf16W {
     *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static void Load32(const uint16_t* p, __m512* lo, __m512* hi) { Split(_mm512_loadu_si512(p), lo, hi); }
-  static void Load32Part(const uint16_t* p, int64_t r, __m512* lo, __m512* hi) {
-    const __mmask32 m = r >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << r) - 1u);
+  static void Load32Mask(const uint16_t* p, __mmask32 m, __m512* lo, __m512* hi) {
     Split(_mm512_maskz_loadu_epi16(m, p), lo, hi);
   }
 };
@@ -70,33 +69,54 @@ struct Bf16W {
 // Rounds k up to whole 32-element chunks.
 inline int64_t PadK(int64_t k) { return (k + 31) & ~int64_t{31}; }
 
-// xp[i, :] = x[i, :] zero-padded to PadK(k); with even_odd, each 32-chunk is stored as
-// its 16 even elements then its 16 odd elements.
-void PrepareX(const float* x, int64_t m, int64_t k, bool even_odd, float* xp) {
-  const int64_t kp = PadK(k);
+// Lanes [0, r) of a 32-element chunk (r may be <= 0 or >= 32).
+inline __mmask32 FirstLanes(int64_t r) {
+  return r <= 0 ? __mmask32(0) : r >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << r) - 1u);
+}
+
+// Alignment shift of w's rows in elements: weight files put tensors at arbitrary offsets
+// (safetensors: whatever the JSON header length gives, e.g. 48 mod 64; GGUF: 32), and
+// then every 64-byte load would straddle two cache lines (~15% of DRAM throughput). When
+// all rows share one alignment (row bytes % 64 == 0), the GEMV walks each row from the
+// 64-byte boundary `shift` elements before its start, with those lanes masked off, and x
+// is shifted to match. 0 when the rows are aligned or cannot all be.
+inline int64_t RowShift(const model::WeightTensor& w) {
+  const int64_t esize = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kQ8_0 ? 0 : 2;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(w.data);
+  if (esize == 0 || addr % esize != 0 || (w.cols() * esize) % 64 != 0) return 0;
+  return static_cast<int64_t>(addr % 64) / esize;
+}
+
+// A row pointer moved back `shift` elements (to its 64-byte boundary). Integer arithmetic:
+// the result may point before the tensor; lanes there are always masked off.
+template <class T>
+inline const T* Back(const T* p, int64_t shift) {
+  return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(shift) * sizeof(T));
+}
+
+// xp[i, :] = [shift zeros, x[i, :], zeros] padded to PadK(k + shift); with even_odd, each
+// 32-chunk is stored as its 16 even elements then its 16 odd elements.
+void PrepareX(const float* x, int64_t m, int64_t k, int64_t shift, bool even_odd, float* xp) {
+  const int64_t ld = PadK(k + shift);
+  const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
   for (int64_t i = 0; i < m; ++i) {
-    const float* src = x + i * k;
-    float* dst = xp + i * kp;
-    if (!even_odd) {
-      std::memcpy(dst, src, static_cast<size_t>(k) * 4);
-      for (int64_t j = k; j < kp; ++j) dst[j] = 0.0f;
-      continue;
-    }
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
-    for (int64_t c = 0; c < kp; c += 32) {
-      const int64_t r = k - c;
-      __m512 a = _mm512_maskz_loadu_ps(TailMask16(r > 0 ? r : 0), src + c);
-      __m512 b = _mm512_maskz_loadu_ps(TailMask16(r > 16 ? r - 16 : 0), src + c + 16);
+    float* dst = xp + i * ld;
+    std::memset(dst, 0, static_cast<size_t>(ld) * 4);
+    std::memcpy(dst + shift, x + i * k, static_cast<size_t>(k) * 4);
+    if (!even_odd) continue;
+    for (int64_t c = 0; c < ld; c += 32) {
+      const __m512 a = _mm512_loadu_ps(dst + c), b = _mm512_loadu_ps(dst + c + 16);
       _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(a, even_idx, b));
       _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(a, odd_idx, b));
     }
   }
 }
 
-// out[i] = dot(w row, xp row i) for i < MB.
+// out[i] = dot(w row, xp row i) for i < MB. `w` is the row moved back `shift` elements
+// (see RowShift); kv = k + shift elements are walked, lanes [0, shift) masked off.
 template <class W, int MB>
-inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t k, float* out) {
+inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t kv, int64_t shift, float* out) {
   __m512 acc[MB][4];
   ATTIC_UNROLL
   for (int i = 0; i < MB; ++i)
@@ -104,7 +124,17 @@ inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t
     for (int u = 0; u < 4; ++u) acc[i][u] = _mm512_setzero_ps();
   const char* pf = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   int64_t kk = 0;
-  for (; kk + 64 <= k; kk += 64) {
+  if (shift > 0) {  // head chunk: lanes before the row start masked off
+    __m512 w0, w1;
+    W::Load32Mask(w, FirstLanes(kv) & ~FirstLanes(shift), &w0, &w1);
+    ATTIC_UNROLL
+    for (int i = 0; i < MB; ++i) {
+      acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp + i * ldx), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp + i * ldx + 16), acc[i][1]);
+    }
+    kk = 32;
+  }
+  for (; kk + 64 <= kv; kk += 64) {
     _mm_prefetch(pf + kk * sizeof(typename W::T), _MM_HINT_T0);
     if constexpr (sizeof(typename W::T) == 4) _mm_prefetch(pf + kk * 4 + 128, _MM_HINT_T0);
     _mm_prefetch(pf + kk * sizeof(typename W::T) + 64, _MM_HINT_T0);
@@ -120,9 +150,9 @@ inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t
       acc[i][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(xi + 48), acc[i][3]);
     }
   }
-  for (; kk < k; kk += 32) {
+  for (; kk < kv; kk += 32) {
     __m512 w0, w1;
-    W::Load32Part(w + kk, k - kk, &w0, &w1);
+    W::Load32Mask(w + kk, FirstLanes(kv - kk), &w0, &w1);
     ATTIC_UNROLL
     for (int i = 0; i < MB; ++i) {
       const float* xi = xp + i * ldx + kk;
@@ -148,24 +178,25 @@ inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // out[i * 4 + r] = dot(w row r, xp row i) for 4 weight rows and MB x rows. Each x load
 // feeds 4 FMAs: with several x rows the plain DotRow is bound by x loads, not DRAM.
 template <class W, int MB>
-inline void DotRows4(const typename W::T* const* rows, const float* xp, int64_t ldx, int64_t k, int64_t pf_bytes,
-                     float* out) {
+inline void DotRows4(const typename W::T* const* rows, const float* xp, int64_t ldx, int64_t kv, int64_t shift,
+                     int64_t pf_bytes, float* out) {
   __m512 acc[MB][4];
   ATTIC_UNROLL
   for (int i = 0; i < MB; ++i)
     ATTIC_UNROLL
     for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk += 32) {
+  for (int64_t kk = 0; kk < kv; kk += 32) {
     __m512 wl[4], wh[4];
-    if (kk + 32 <= k) {
+    if (kk + 32 <= kv && (kk > 0 || shift == 0)) {
       ATTIC_UNROLL
       for (int r = 0; r < 4; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + kk) + pf_bytes, _MM_HINT_T0);
         W::Load32(rows[r] + kk, &wl[r], &wh[r]);
       }
     } else {
+      const __mmask32 mask = FirstLanes(kv - kk) & (kk == 0 ? ~FirstLanes(shift) : ~__mmask32(0));
       ATTIC_UNROLL
-      for (int r = 0; r < 4; ++r) W::Load32Part(rows[r] + kk, k - kk, &wl[r], &wh[r]);
+      for (int r = 0; r < 4; ++r) W::Load32Mask(rows[r] + kk, mask, &wl[r], &wh[r]);
     }
     ATTIC_UNROLL
     for (int i = 0; i < MB; ++i) {
@@ -185,7 +216,7 @@ template <class W>
 void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) {
   using T = typename W::T;
-  const int64_t k = w.cols(), n = w.rows(), ldx = PadK(k);
+  const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
   const T* base = static_cast<const T*>(w.data);
   int64_t j = n0;
   if (m >= kGemvBlockedMinM) {
@@ -193,15 +224,16 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
     const int64_t pf_bytes = 4 * k * static_cast<int64_t>(sizeof(T));
     float out[16];
     for (; j + 4 <= n1; j += 4) {
-      const T* rows[4] = {base + j * k, base + (j + 1) * k, base + (j + 2) * k, base + (j + 3) * k};
+      const T* rows[4];
+      for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + r) * k, shift);
       for (int64_t i = 0; i < m; i += 4) {
         const float* xi = xp + i * ldx;
         const int64_t mb = std::min<int64_t>(4, m - i);
         switch (mb) {
-          case 1: DotRows4<W, 1>(rows, xi, ldx, k, pf_bytes, out); break;
-          case 2: DotRows4<W, 2>(rows, xi, ldx, k, pf_bytes, out); break;
-          case 3: DotRows4<W, 3>(rows, xi, ldx, k, pf_bytes, out); break;
-          default: DotRows4<W, 4>(rows, xi, ldx, k, pf_bytes, out); break;
+          case 1: DotRows4<W, 1>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+          case 2: DotRows4<W, 2>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+          case 3: DotRows4<W, 3>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+          default: DotRows4<W, 4>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
         }
         for (int64_t ii = 0; ii < mb; ++ii)
           for (int r = 0; r < 4; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
@@ -210,16 +242,16 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
   }
   float out[4];
   for (; j < n1; ++j) {
-    const T* row = base + j * k;
+    const T* row = Back(base + j * k, shift);
     const float b = bias ? bias[j] : 0.0f;
     for (int64_t i = 0; i < m; i += 4) {
       const float* xi = xp + i * ldx;
       const int64_t mb = std::min<int64_t>(4, m - i);
       switch (mb) {
-        case 1: DotRow<W, 1>(row, xi, ldx, k, out); break;
-        case 2: DotRow<W, 2>(row, xi, ldx, k, out); break;
-        case 3: DotRow<W, 3>(row, xi, ldx, k, out); break;
-        default: DotRow<W, 4>(row, xi, ldx, k, out); break;
+        case 1: DotRow<W, 1>(row, xi, ldx, kv, shift, out); break;
+        case 2: DotRow<W, 2>(row, xi, ldx, kv, shift, out); break;
+        case 3: DotRow<W, 3>(row, xi, ldx, kv, shift, out); break;
+        default: DotRow<W, 4>(row, xi, ldx, kv, shift, out); break;
       }
       for (int64_t ii = 0; ii < mb; ++ii) y[(i + ii) * n + j] = out[ii] + b;
     }
@@ -315,13 +347,17 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-// q8_0 uses x as is; the other dtypes a padded copy (bf16: even/odd permuted).
-const float* GemvPrepare(DType dtype, const float* x, int64_t m, int64_t k, AlignedBuffer* scratch) {
-  if (dtype == DType::kQ8_0) return x;
-  scratch->Reserve(static_cast<size_t>(m * PadK(k)) * 4);
-  PrepareX(x, m, k, dtype == DType::kBF16, scratch->as<float>());
+// q8_0 uses x as is; the other dtypes a padded copy shifted to the rows' alignment
+// (bf16: even/odd permuted).
+const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  if (w.dtype == DType::kQ8_0) return x;
+  const int64_t k = w.cols(), shift = RowShift(w);
+  scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 4);
+  PrepareX(x, m, k, shift, w.dtype == DType::kBF16, scratch->as<float>());
   return scratch->as<float>();
 }
+
+int64_t GemvLayout(const model::WeightTensor& w) { return RowShift(w); }
 
 void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (w.dtype) {

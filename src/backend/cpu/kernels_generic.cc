@@ -75,7 +75,8 @@ float DotRow(const float* x, const model::WeightTensor& w, int64_t j, int64_t k)
 
 }  // namespace
 
-const float* GemvPrepare(DType, const float* x, int64_t, int64_t, AlignedBuffer*) { return x; }
+const float* GemvPrepare(const model::WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
+int64_t GemvLayout(const model::WeightTensor&) { return 0; }
 
 void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
           int64_t n1) {
