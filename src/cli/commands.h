@@ -38,5 +38,7 @@ void AddServeCommand(CLI::App& app, RunFn* run);
 // `bench serve`, a subcommand of `bench` (call after AddBenchCommand). It has its own
 // RunFn because `bench`'s callback runs after its subcommand's and would replace it.
 void AddBenchServeCommand(CLI::App& app, RunFn* run);
+// `bench sessions` (multi-turn CA vs RE over the server), likewise with its own RunFn.
+void AddBenchSessionsCommand(CLI::App& app, RunFn* run);
 
 }  // namespace attic::cli

@@ -1,4 +1,4 @@
-// attic: the command-line front end (generate, chat, serve, bench, bench serve, make-model, ...).
+// attic: the command-line front end (generate, chat, serve, bench, bench serve, bench sessions, make-model, ...).
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -48,11 +48,14 @@ int main(int argc, char** argv) {
   attic::cli::AddServeCommand(app, &run);
   attic::cli::RunFn bench_serve_run;
   attic::cli::AddBenchServeCommand(app, &bench_serve_run);
+  attic::cli::RunFn bench_sessions_run;
+  attic::cli::AddBenchSessionsCommand(app, &bench_sessions_run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (bench_serve_run) return bench_serve_run();
+  if (bench_sessions_run) return bench_sessions_run();
   return run ? run() : 0;
 }

@@ -30,6 +30,8 @@ struct ServeFlags {
   uint64_t kv_ssd_bytes = 16ull << 30;
   std::string kv_policy = "scheduler-aware";
   double session_ttl_s = 86400;
+  std::string kv_preload = "layerwise";
+  std::string kv_truncate_mode = "decoupled";
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -90,6 +92,8 @@ int RunServe(ServeFlags f) {
   }
   if (f.max_body_mib <= 0) return Fail(InvalidArgumentError("--max-body-mib must be positive"));
   f.server.max_body_bytes = static_cast<size_t>(f.max_body_mib * (1 << 20));
+  f.server.scheduler.truncate_recompute = f.kv_truncate_mode == "recompute";
+  f.server.scheduler.kv_preload = f.kv_preload == "sync" ? engine::KvPreload::kSync : engine::KvPreload::kLayerwise;
   if (f.kv_dram_bytes > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);
     if (!policy.ok()) return Fail(policy.status());
@@ -188,6 +192,19 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   cmd->add_option("--kv-truncate-keep", s.scheduler.truncate_keep_first,
                   "tokens at the start of a conversation never dropped by truncation")
+      ->capture_default_str();
+  cmd->add_option("--kv-truncate-mode", f->kv_truncate_mode,
+                  "on context overflow: decoupled (reuse the kept tokens' stored KV at new positions) or recompute "
+                  "(prefill the kept tokens again)")
+      ->check(CLI::IsMember({"decoupled", "recompute"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-preload", f->kv_preload,
+                  "how stored KV enters the compute buffer: layerwise (layer l+1 while layer l computes) or sync")
+      ->check(CLI::IsMember({"layerwise", "sync"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-read-buffer-bytes", s.scheduler.kv_read_buffer_bytes,
+                  "stored KV of waiting jobs fetched ahead of admission (-1 = sized by S_buf from measured rates, "
+                  "0 = none)")
       ->capture_default_str();
   cmd->callback([run, f] { *run = [f] { return RunServe(*f); }; });
 }

@@ -214,7 +214,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->truncation = std::move(w.truncation);
   r->req.tenant = w.req.tenant;
   r->req.session_id = w.req.session_id;
-  if (store_ != nullptr && LoadFromStore(*r, std::max(options_.min_reuse_tokens, plan.n_reuse + 1))) {
+  if (store_ != nullptr && LoadFromStore(*r, w, std::max(options_.min_reuse_tokens, plan.n_reuse + 1))) {
     // Stored KV beats what is resident; the resident sequence stays for others.
   } else if (plan.source == nullptr) {
     r->kv = std::make_unique<kv::SequenceKv>(&pool_);
@@ -254,6 +254,22 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   if (store_ != nullptr && r->host == nullptr) {
     r->host = std::make_unique<HostKv>();
     r->host->valid = r->kv->n_slots() == 0;
+  }
+  if (r->host != nullptr && r->host->valid) {
+    // Room for every slot the sequence can reach, so that appending each step's new KV
+    // (the observer) never reallocates and copies the history (pages are touched only
+    // when written).
+    if (r->host->k.empty()) {
+      r->host->k.resize(pool_.shape().n_layers);
+      r->host->v.resize(pool_.shape().n_layers);
+    }
+    const size_t cap = static_cast<size_t>(max_slots) * pool_.shape().kv_dim();
+    for (int l = 0; l < pool_.shape().n_layers; ++l) {
+      if (r->load.job == nullptr) {  // the loader fills a loading sequence's host copy
+        r->host->k[l].reserve(cap);
+        r->host->v[l].reserve(cap);
+      }
+    }
   }
   r->id = w.id;
   r->channel = w.channel;
@@ -304,6 +320,10 @@ void Scheduler::Admit(SchedClock::time_point now) {
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
+  if (r.load.job) {  // stored KV still entering kv's blocks (cancelled before its first step)
+    load_stats_.wait_seconds += r.load.job->WaitAll();
+    r.load.job.reset();
+  }
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false);
     r.kv.reset();
@@ -343,6 +363,7 @@ void Scheduler::PublishStats() {
   stats_.steps = steps_;
   stats_.evicted_sequences = evicted_;
   stats_.peak_decode_batch = peak_decode_batch_;
+  stats_.kv_load = load_stats_;
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 

@@ -9,6 +9,7 @@
 #include "attic/engine/scheduler.h"
 #include "attic/kv/block_pool.h"
 #include "attic/tokenizer/tokenizer.h"
+#include "engine/kv_loader.h"
 
 namespace attic::engine {
 
@@ -30,6 +31,7 @@ struct Scheduler::Waiting {
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
   Truncation truncation;
+  std::shared_ptr<StagedFetch> staged;  // read buffer: its stored entry, fetched ahead
 };
 
 // Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached
@@ -69,6 +71,15 @@ struct Scheduler::Running {
   std::shared_ptr<ResultChannel> channel;
   std::unique_ptr<kv::SequenceKv> kv;
   std::unique_ptr<HostKv> host;   // with a KV store: the slots' pre-RoPE KV
+  // Stored KV still entering kv's blocks (layer-wise pre-loading); null when done.
+  // Declared after kv and host: destroyed first, and waits for the loader, which writes
+  // into both.
+  struct LoadGuard {
+    std::shared_ptr<LoadJob> job;
+    ~LoadGuard() {
+      if (job) job->WaitAll();
+    }
+  } load;
   std::string store_key;          // the store entry this turn extends ("" = none)
   Truncation truncation;
   std::vector<int32_t> stop_ids;  // sorted

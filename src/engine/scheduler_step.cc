@@ -100,14 +100,44 @@ int Scheduler::Step() {
       h->v[layer].insert(h->v[layer].end(), v, v + static_cast<size_t>(n) * kv_dim);
     };
   }
-  Status st = tf.Forward(batch, &logits_, observer);
+  // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
+  // buffer holds layer l back until the loader has entered it.
+  std::vector<LoadJob*> loading;
+  int prefill_rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Running* r = owners[i];
+    if (r->load.job && !r->load.job->done()) loading.push_back(r->load.job.get());
+    if (!r->decoding) prefill_rows += static_cast<int>(batch[i].tokens.size());
+  }
+  const SchedClock::time_point t_step = SchedClock::now();
+  Status st = tf.Begin(batch);
   if (!st.ok()) {
     for (Running* r : owners) Fail(*r, InternalError("forward step failed: " + st.message()));
     cleanup();
     return 0;
   }
+  double waited = 0;
+  for (int l = 0; l < pool_.shape().n_layers; ++l) {
+    for (LoadJob* job : loading) waited += job->WaitLayer(l);
+    tf.Layer(l, observer);
+  }
+  tf.Finish(&logits_);
   ++steps_;
   now = SchedClock::now();
+  load_stats_.wait_seconds += waited;
+  // Measured rates for the read buffer's S_buf: prefill seconds per token (steps that
+  // are mostly prefill, own compute only) and load seconds per token.
+  constexpr double kEma = 0.3;
+  auto ema = [](double& x, double v) { x = x == 0 ? v : (1 - kEma) * x + kEma * v; };
+  if (prefill_rows >= 32 && prefill_rows * 2 >= rows)
+    ema(load_stats_.t_prefill_per_token, (Seconds(now - t_step) - waited) / rows);
+  for (Running* r : owners) {
+    if (!r->load.job || !r->load.job->done()) continue;
+    const LoadJob& job = *r->load.job;
+    if (options_.kv_preload == KvPreload::kLayerwise) load_stats_.enter_seconds += job.enter_seconds;
+    if (!job.rows.empty()) ema(load_stats_.t_load_per_token, job.enter_seconds / job.rows.size());
+    r->load.job.reset();
+  }
   size_t row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!batch[i].want_logits) continue;

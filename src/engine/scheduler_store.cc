@@ -2,8 +2,10 @@
 // saving each finished turn's pre-RoPE KV, and handing the store look-ahead hints from
 // the waiting queue for prefetch and eviction (DESIGN.md decision 6).
 //
-// Loads run synchronously on the step loop (layer-wise overlap is future work, see
-// docs/store.md); saves go through the store's write buffer (KvStore::SaveAsync).
+// Loads: the entry is found at admission (fetched ahead by the read buffer when the job
+// waited), and its layers enter the compute buffer on the loader thread while the
+// job's first forward step computes the earlier layers (KvPreload::kLayerwise). Saves
+// go through the store's write buffer (KvStore::SaveAsync).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,9 +57,7 @@ void Scheduler::TruncatePrompt(GenerationRequest& req, int limit, Truncation* t)
   req.prompt = std::move(kept);
 }
 
-// Truncated prompt: stored rows [0, keep) + [keep+skip, c) re-enter at positions
-// 0, 1, ... (their K is pre-RoPE, so re-embedding is exact per token; the KV itself was
-// computed with the dropped tokens in context -- the paper's approximation).
+// Truncated prompt: the stored rows [0, keep) + [keep+skip, c) are reused.
 static bool GatherTruncated(const Truncation& t, int c, int cap, std::vector<int>* rows) {
   for (int i = 0; i < std::min(c, t.keep); ++i) rows->push_back(i);
   if (c >= t.keep)
@@ -66,77 +66,128 @@ static bool GatherTruncated(const Truncation& t, int c, int cap, std::vector<int
   return !rows->empty();
 }
 
-bool Scheduler::LoadFromStore(Running& r, int min_tokens) {
-  if (r.truncation.active) {
-    const std::vector<int32_t>& prompt = *r.prompt;
-    auto m = store_->Lookup(r.req.tenant, r.req.session_id, r.truncation.store_view);
-    if (!m) return false;
-    std::vector<int> rows;
-    if (!GatherTruncated(r.truncation, m->n_tokens, static_cast<int>(prompt.size()) - 1, &rows)) return false;
-    const int usable = static_cast<int>(rows.size());
-    if (usable < min_tokens) return false;
-    auto entry = store_->Load(m->key);
-    if (!entry.ok()) return false;
-    const kv::KvShape& shape = pool_.shape();
-    if (entry->n_layers != shape.n_layers || entry->kv_dim != shape.kv_dim() || entry->n_tokens() < m->n_tokens)
-      return false;
-    EnsureFree(BlocksFor(usable), nullptr);
-    std::vector<int32_t> positions(usable);
-    for (int i = 0; i < usable; ++i) positions[i] = i;
-    auto seq = std::make_unique<kv::SequenceKv>(&pool_);
-    if (!seq->Append(prompt.data(), positions.data(), usable).ok()) return false;
-    auto host = std::make_unique<HostKv>();
-    host->k.resize(shape.n_layers);
-    host->v.resize(shape.n_layers);
-    const size_t kvd = static_cast<size_t>(shape.kv_dim());
-    for (int l = 0; l < shape.n_layers; ++l) {
-      host->k[l].resize(usable * kvd);
-      host->v[l].resize(usable * kvd);
-      for (int i = 0; i < usable; ++i) {
-        std::copy_n(entry->k[l].begin() + rows[i] * kvd, kvd, host->k[l].begin() + i * kvd);
-        std::copy_n(entry->v[l].begin() + rows[i] * kvd, kvd, host->v[l].begin() + i * kvd);
-      }
-      engine_.transformer().EnterKv(seq.get(), l, 0, usable, host->k[l].data(), host->v[l].data());
-    }
-    r.kv = std::move(seq);
-    r.host = std::move(host);
-    store_->RecordReuse(usable);
-    return true;
-  }
+bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   const std::vector<int32_t>& prompt = *r.prompt;
-  auto m = store_->Lookup(r.req.tenant, r.req.session_id, prompt);
+  const bool trunc = r.truncation.active;
+  if (trunc && options_.truncate_recompute) return false;  // TT: recompute what is kept
+  auto m = store_->Lookup(r.req.tenant, r.req.session_id, trunc ? r.truncation.store_view : prompt);
   if (!m) return false;
-  // At least the last prompt token is computed, so that its logits exist.
-  const int usable = std::min<int>(m->n_tokens, static_cast<int>(prompt.size()) - 1);
+  // Entry rows to reuse, in slot order. At least the last prompt token is computed, so
+  // that its logits exist.
+  std::vector<int> rows;
+  if (trunc) {
+    if (!GatherTruncated(r.truncation, m->n_tokens, static_cast<int>(prompt.size()) - 1, &rows)) return false;
+  } else {
+    const int usable = std::min<int>(m->n_tokens, static_cast<int>(prompt.size()) - 1);
+    for (int i = 0; i < usable; ++i) rows.push_back(i);
+  }
+  const int usable = static_cast<int>(rows.size());
   if (usable < min_tokens) return false;
-  auto entry = store_->Load(m->key);
-  if (!entry.ok()) return false;  // a bad entry is a miss (the store dropped it)
+  // The entry's bytes: fetched ahead by the read buffer, else now (a bad entry is a
+  // miss; the store dropped it).
+  const auto t0 = SchedClock::now();
+  StatusOr<store::KvStore::Fetched> f = NotFoundError("");
+  if (w.staged != nullptr && w.staged->key == m->key) {
+    f = std::move(w.staged->Wait());
+    ++load_stats_.staged_used;
+  } else {
+    f = store_->Fetch(m->key);
+  }
+  load_stats_.fetch_seconds += std::chrono::duration<double>(SchedClock::now() - t0).count();
+  if (!f.ok()) return false;
   const kv::KvShape& shape = pool_.shape();
-  if (entry->n_layers != shape.n_layers || entry->kv_dim != shape.kv_dim() || entry->n_tokens() < usable) return false;
+  const store::KvEntry& meta = f->header.meta;
+  if (meta.n_layers != shape.n_layers || meta.kv_dim != shape.kv_dim() || meta.n_tokens() < m->n_tokens ||
+      meta.n_tokens() <= rows.back())
+    return false;
   EnsureFree(BlocksFor(usable), nullptr);
   auto seq = std::make_unique<kv::SequenceKv>(&pool_);
-  if (!seq->Append(entry->tokens.data(), entry->positions.data(), usable).ok()) return false;
-  Transformer& tf = engine_.transformer();
+  if (trunc) {
+    // Truncated: the kept rows re-enter at positions 0, 1, ... (K is pre-RoPE, so
+    // re-embedding is exact per token; the KV itself was computed with the dropped
+    // tokens in context -- the paper's approximation).
+    std::vector<int32_t> positions(usable);
+    for (int i = 0; i < usable; ++i) positions[i] = i;
+    if (!seq->Append(prompt.data(), positions.data(), usable).ok()) return false;
+  } else if (!seq->Append(meta.tokens.data(), meta.positions.data(), usable).ok()) {
+    return false;
+  }
   auto host = std::make_unique<HostKv>();
   host->k.resize(shape.n_layers);
   host->v.resize(shape.n_layers);
-  const size_t n = static_cast<size_t>(usable) * shape.kv_dim();
-  for (int l = 0; l < shape.n_layers; ++l) {
-    // RoPE is applied here, at the slots' positions (paper 3.4).
-    tf.EnterKv(seq.get(), l, 0, usable, entry->k[l].data(), entry->v[l].data());
-    host->k[l].assign(entry->k[l].begin(), entry->k[l].begin() + n);
-    host->v[l].assign(entry->v[l].begin(), entry->v[l].begin() + n);
+  auto job = std::make_shared<LoadJob>();
+  job->rows = std::move(rows);
+  job->blocks = seq->block_table();
+  job->positions = seq->positions();
+  job->host_k = &host->k;
+  job->host_v = &host->v;
+  const int64_t reach = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + w.req.sampling.max_tokens, max_slots_);
+  job->host_reserve = static_cast<size_t>(std::max<int64_t>(reach, usable)) * shape.kv_dim();
+  if (!trunc && usable == m->entry_tokens) r.store_key = m->key;  // the new turn's entry supersedes it
+  job->entry = std::move(*f);
+  if (loader_ == nullptr) loader_ = std::make_unique<KvLoader>(pool_, engine_.transformer().rope(), shape.n_kv_heads);
+  ++load_stats_.loads;
+  if (options_.kv_preload == KvPreload::kLayerwise) {
+    ++load_stats_.layerwise_loads;
+    loader_->Enter(job);  // the step's forward waits per layer
+  } else {
+    loader_->EnterNow(*job);
+    load_stats_.enter_seconds += job->enter_seconds;
   }
+  r.load.job = std::move(job);
   r.kv = std::move(seq);
   r.host = std::move(host);
-  // The new turn's entry supersedes the one it extends.
-  if (usable == m->entry_tokens) r.store_key = m->key;
   store_->RecordReuse(usable);
   return true;
 }
 
+int64_t Scheduler::ReadBufferBytesFor(int l_hist, int l_new, uint64_t entry_bytes) const {
+  if (options_.kv_read_buffer_bytes >= 0) return options_.kv_read_buffer_bytes;
+  // S_buf = B * (T_load * L_hist - T_pref * L_new), B = bytes per second of loading.
+  const double t_load = load_stats_.t_load_per_token, t_pref = load_stats_.t_prefill_per_token;
+  if (t_load <= 0 || t_pref <= 0 || l_hist <= 0) return static_cast<int64_t>(entry_bytes);  // not measured yet
+  const double gap = t_load * l_hist - t_pref * l_new;
+  if (gap <= 0) return 0;  // the job's own prefill hides its load
+  const double bandwidth = static_cast<double>(entry_bytes) / (t_load * l_hist);
+  return static_cast<int64_t>(bandwidth * gap);
+}
+
+// REQUIRES: mu_ held (called from Admit).
+void Scheduler::StageReads() {
+  if (options_.kv_read_buffer_bytes == 0) return;
+  constexpr int kMaxAhead = 2;  // jobs fetched ahead
+  int ahead = 0;
+  int64_t used = 0;
+  for (const auto& w : waiting_) {
+    if (ahead >= kMaxAhead) break;
+    ++ahead;
+    if (w->staged != nullptr) {
+      used += static_cast<int64_t>(w->staged->bytes);
+      continue;
+    }
+    uint64_t bytes = 0;
+    auto m = store_->Peek(w->req.tenant, w->req.session_id, w->truncation.active ? w->truncation.store_view : *w->prompt,
+                          &bytes);
+    if (!m || m->n_tokens < options_.min_reuse_tokens) continue;
+    if (options_.kv_read_buffer_bytes > 0) {
+      if (used + static_cast<int64_t>(bytes) > options_.kv_read_buffer_bytes) break;  // the buffer is full
+    } else if (ReadBufferBytesFor(m->n_tokens, static_cast<int>(w->prompt->size()) - m->n_tokens, bytes) <= 0) {
+      continue;  // S_buf = 0: the job's own prefill hides its load
+    }
+    auto fetch = std::make_shared<StagedFetch>();
+    fetch->key = m->key;
+    fetch->bytes = bytes;
+    if (loader_ == nullptr)
+      loader_ = std::make_unique<KvLoader>(pool_, engine_.transformer().rope(), pool_.shape().n_kv_heads);
+    loader_->Stage(fetch, store_);
+    w->staged = std::move(fetch);
+    used += static_cast<int64_t>(bytes);
+    ++load_stats_.staged;
+  }
+}
+
 void Scheduler::SaveToStore(Running& r, bool keep_host) {
-  if (store_ == nullptr || !r.kv || !r.host || !r.host->valid) return;
+  if (store_ == nullptr || !options_.store_save || !r.kv || !r.host || !r.host->valid) return;
   const kv::KvShape& shape = pool_.shape();
   const int n = r.kv->n_slots();
   if (n == 0 || r.host->n(shape.kv_dim()) != n || static_cast<int>(r.host->k.size()) != shape.n_layers) return;
@@ -170,6 +221,7 @@ void Scheduler::HintStore() {
   }
   store_->SetLookAhead(jobs);
   if (!jobs.empty()) store_->RequestPrefetch();
+  StageReads();
 }
 
 }  // namespace attic::engine

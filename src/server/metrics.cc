@@ -123,6 +123,21 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Line(&out, "attic_decode_batch_peak", "", s.peak_decode_batch);
   Header(&out, "attic_scheduler_steps_total", "counter", "Forward steps run by the scheduler.");
   Line(&out, "attic_scheduler_steps_total", "", static_cast<double>(s.steps));
+  // Loading stored KV into the compute buffer (paper 001 section 3.2).
+  const engine::KvLoadStats& k = s.kv_load;
+  Header(&out, "attic_kv_load_total", "counter", "Stored KV entries entered into the compute buffer, by mode.");
+  Line(&out, "attic_kv_load_total", "mode=\"layerwise\"", static_cast<double>(k.layerwise_loads));
+  Line(&out, "attic_kv_load_total", "mode=\"sync\"", static_cast<double>(k.loads - k.layerwise_loads));
+  Header(&out, "attic_kv_read_buffer_fetches_total", "counter",
+         "Stored entries of waiting jobs fetched ahead of admission (read buffer), and how many were used.");
+  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"issued\"", static_cast<double>(k.staged));
+  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"used\"", static_cast<double>(k.staged_used));
+  Header(&out, "attic_kv_load_seconds_total", "counter",
+         "Time spent loading stored KV: fetch (step loop, not hidden by the read buffer), enter (RoPE + copy "
+         "into the compute buffer, any thread), wait (step loop waiting for a layer to be entered).");
+  Line(&out, "attic_kv_load_seconds_total", "phase=\"fetch\"", k.fetch_seconds);
+  Line(&out, "attic_kv_load_seconds_total", "phase=\"enter\"", k.enter_seconds);
+  Line(&out, "attic_kv_load_seconds_total", "phase=\"wait\"", k.wait_seconds);
   return out;
 }
 
@@ -157,6 +172,16 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   Line(&out, "attic_kv_store_evictions_total", "tier=\"dram\"", static_cast<double>(s.evictions_dram));
   Line(&out, "attic_kv_store_evictions_total", "tier=\"ssd\"", static_cast<double>(s.evictions_ssd));
   counter("attic_kv_store_prefetches_total", "Entries prefetched SSD -> DRAM for queued requests.", s.prefetches);
+  counter("attic_kv_store_prefetches_useful_total",
+          "Prefetched entries a request then found in DRAM (before they left it).", s.prefetches_useful);
+  counter("attic_kv_store_saves_not_kept_total",
+          "Saves the scheduler-aware policy did not keep (every queued job needs the stored entries sooner).",
+          s.saves_not_kept);
+  counter("attic_kv_store_save_wait_seconds_total", "Time saves waited for room in the write buffer.",
+          s.save_wait_ms / 1000.0);
+  counter("attic_kv_store_lookup_waits_total", "Lookups that waited for the tenant's queued saves.", s.lookup_waits);
+  counter("attic_kv_store_lookup_wait_seconds_total", "Time lookups waited for the tenant's queued saves.",
+          s.lookup_wait_ms / 1000.0);
   counter("attic_kv_store_expired_total", "Entries freed after their TTL.", s.expired);
   counter("attic_kv_store_corrupt_total", "Entries found corrupt, truncated or of another model (deleted).",
           s.corrupt);

@@ -4,19 +4,43 @@ namespace attic::store {
 
 const char* TierName(TierLevel level) { return level == TierLevel::kDram ? "dram" : "ssd"; }
 
+StatusOr<std::shared_ptr<const std::string>> Tier::GetShared(const std::string& key) {
+  ATTIC_ASSIGN_OR_RETURN(std::string bytes, Get(key));
+  return std::make_shared<const std::string>(std::move(bytes));
+}
+
 Status DramTier::Put(const std::string& key, std::string_view bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key);
+    uint64_t old = it == values_.end() ? 0 : it->second->size();
+    if (bytes_ - old + bytes.size() > capacity_)
+      return ResourceExhaustedError("DRAM tier full: " + std::to_string(bytes_) + " + " +
+                                    std::to_string(bytes.size()) + " > " + std::to_string(capacity_));
+  }
+  return PutShared(key, std::make_shared<const std::string>(bytes));
+}
+
+Status DramTier::PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
-  uint64_t old = it == values_.end() ? 0 : it->second.size();
-  if (bytes_ - old + bytes.size() > capacity_)
-    return ResourceExhaustedError("DRAM tier full: " + std::to_string(bytes_) + " + " + std::to_string(bytes.size()) +
+  uint64_t old = it == values_.end() ? 0 : it->second->size();
+  if (bytes_ - old + bytes->size() > capacity_)
+    return ResourceExhaustedError("DRAM tier full: " + std::to_string(bytes_) + " + " + std::to_string(bytes->size()) +
                                   " > " + std::to_string(capacity_));
-  bytes_ = bytes_ - old + bytes.size();
-  values_[key] = std::string(bytes);
+  bytes_ = bytes_ - old + bytes->size();
+  values_[key] = std::move(bytes);
   return OkStatus();
 }
 
 StatusOr<std::string> DramTier::Get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(key);
+  if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");
+  return *it->second;
+}
+
+StatusOr<std::shared_ptr<const std::string>> DramTier::GetShared(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
   if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");
@@ -27,7 +51,7 @@ Status DramTier::Erase(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
   if (it != values_.end()) {
-    bytes_ -= it->second.size();
+    bytes_ -= it->second->size();
     values_.erase(it);
   }
   return OkStatus();
@@ -41,7 +65,7 @@ bool DramTier::Contains(const std::string& key) const {
 int64_t DramTier::SizeOf(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
-  return it == values_.end() ? -1 : static_cast<int64_t>(it->second.size());
+  return it == values_.end() ? -1 : static_cast<int64_t>(it->second->size());
 }
 
 std::vector<std::string> DramTier::Keys() const {

@@ -204,6 +204,23 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   return h;
 }
 
+const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer) {
+  return reinterpret_cast<const float*>(bytes.data() + h.data_offset + layer * h.layer_bytes);
+}
+
+const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer) {
+  return EntryLayerK(bytes, h, layer) + h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
+}
+
+Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer) {
+  if (bytes.size() != h.total_bytes || layer < 0 || layer >= h.meta.n_layers)
+    return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
+  const size_t per_layer = h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
+  if (LayerChecksum(EntryLayerK(bytes, h, layer), EntryLayerV(bytes, h, layer), per_layer) != h.layer_checksums[layer])
+    return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
+  return OkStatus();
+}
+
 StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint) {
   ATTIC_ASSIGN_OR_RETURN(EntryHeader h, ParseEntryHeader(bytes));
   if (!expected_fingerprint.empty() && h.meta.fingerprint != expected_fingerprint)

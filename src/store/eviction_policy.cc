@@ -47,16 +47,15 @@ const EntryInfo* FifoPolicy::PickVictim(TierLevel, const std::vector<const Entry
 }
 
 const EntryInfo* SchedulerAwarePolicy::PickVictim(TierLevel, const std::vector<const EntryInfo*>& c,
-                                                  const QueueHint& hint) const {
+                                                  const QueueHint&) const {
+  // Entries inside and behind the window are ordered alike (the last queued job's
+  // entry first), so the window only bounds how far the scheduler must show the queue.
   const EntryInfo* unwanted = nullptr;  // LRU among entries no queued job will read
   const EntryInfo* tail = nullptr;      // wanted entry of the latest queued job
-  int tail_pos = -1;
   for (const EntryInfo* e : c) {
-    auto it = hint.position.find(e->key);
-    if (it == hint.position.end()) {
+    if (e->queue_position < 0) {
       if (unwanted == nullptr || e->access_seq < unwanted->access_seq) unwanted = e;
-    } else if (it->second > tail_pos) {
-      tail_pos = it->second;
+    } else if (tail == nullptr || e->queue_position > tail->queue_position) {
       tail = e;
     }
   }

@@ -1,6 +1,7 @@
 #include "attic/store/kv_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "attic/core/hash.h"
@@ -17,6 +18,10 @@ int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = std::min(a.size(), b.size()), i = 0;
   while (i < n && a[i] == b[i]) ++i;
   return static_cast<int>(i);
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -86,10 +91,13 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
   std::unique_lock<std::mutex> lock(wmu_);
   if (pending_bytes_ + p.bytes > options_.write_buffer_bytes && !pending_.empty()) {
     ++save_waits_;
+    const auto t0 = std::chrono::steady_clock::now();
     wcv_.wait(lock, [&] { return pending_.empty() || pending_bytes_ + p.bytes <= options_.write_buffer_bytes; });
+    save_wait_ms_ += MsSince(t0);
   }
   pending_bytes_ += p.bytes;
   ++pending_tenants_[p.entry.tenant];
+  if (!p.entry.session_id.empty()) ++pending_tenants_[SessionKey(p.entry.tenant, p.entry.session_id)];
   pending_.push_back(std::move(p));
   wcv_.notify_all();
 }
@@ -104,20 +112,31 @@ void KvStore::WriterLoop() {
     ++in_flight_;
     lock.unlock();
     const std::string tenant = p.entry.tenant;
+    const std::string session =
+        p.entry.session_id.empty() ? std::string() : SessionKey(p.entry.tenant, p.entry.session_id);
     Status st = Save(std::move(p.entry), p.replaces, p.ttl_ms);
     if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
     lock.lock();
     --in_flight_;
     pending_bytes_ -= p.bytes;
     if (--pending_tenants_[tenant] == 0) pending_tenants_.erase(tenant);
+    if (!session.empty() && --pending_tenants_[session] == 0) pending_tenants_.erase(session);
     ++async_saves_;
     wcv_.notify_all();
   }
 }
 
-void KvStore::WaitForTenant(const std::string& tenant) {
+// With a session id only that session's queued saves matter (its entry is what the
+// caller reads; a concurrent save of another session only adds a prefix candidate), so
+// one conversation's lookup does not wait for every other conversation's save.
+void KvStore::WaitForTenant(const std::string& tenant, const std::string& session_id) {
+  const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
   std::unique_lock<std::mutex> lock(wmu_);
-  wcv_.wait(lock, [&] { return pending_tenants_.count(tenant) == 0; });
+  if (pending_tenants_.count(key) == 0) return;
+  ++lookup_waits_;
+  const auto t0 = std::chrono::steady_clock::now();
+  wcv_.wait(lock, [&] { return pending_tenants_.count(key) == 0; });
+  lookup_wait_ms_ += MsSince(t0);
 }
 
 void KvStore::Flush() {
@@ -205,7 +224,20 @@ void KvStore::RemoveLocked(const std::string& key) {
 
 std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const std::string& session_id,
                                               const std::vector<int32_t>& tokens) {
-  const EntryInfo* best = nullptr;
+  int n = 0;
+  const EntryInfo* best = FindEntryLocked(tenant, session_id, tokens, &n);
+  if (best == nullptr) return std::nullopt;
+  StoreMatch m;
+  m.key = best->key;
+  m.n_tokens = n;
+  m.entry_tokens = static_cast<int>(best->tokens.size());
+  m.tier = best->tier;
+  return m;
+}
+
+EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string& session_id,
+                                    const std::vector<int32_t>& tokens, int* n_tokens) {
+  EntryInfo* best = nullptr;
   int best_n = 0;
   auto consider = [&](const std::string& key) {
     auto it = entries_.find(key);
@@ -232,18 +264,14 @@ std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const s
   }
   if (deepest != nullptr)
     for (const std::string& key : *deepest) consider(key);
-  if (best == nullptr || best_n == 0) return std::nullopt;
-  StoreMatch m;
-  m.key = best->key;
-  m.n_tokens = best_n;
-  m.entry_tokens = static_cast<int>(best->tokens.size());
-  m.tier = best->tier;
-  return m;
+  if (best == nullptr || best_n == 0) return nullptr;
+  *n_tokens = best_n;
+  return best;
 }
 
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
                                           const std::vector<int32_t>& tokens) {
-  WaitForTenant(tenant);
+  WaitForTenant(tenant, session_id);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
   auto m = FindLocked(tenant, session_id, tokens);
@@ -251,6 +279,11 @@ std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::
     ++stats_.misses;
   } else if (m->tier == TierLevel::kDram) {
     ++stats_.hits_dram;
+    EntryInfo& e = entries_.at(m->key);
+    if (e.prefetched) {  // the job it was prefetched for (or a later one) reads it from DRAM
+      e.prefetched = false;
+      ++stats_.prefetches_useful;
+    }
   } else {
     ++stats_.hits_ssd;
   }
@@ -268,8 +301,8 @@ StatusOr<KvEntry> KvStore::Load(const std::string& key) {
   }
   EntryInfo& info = it->second;
   Tier* tier = TierFor(info.tier);
-  auto bytes = tier->Get(key);
-  StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(*bytes, options_.fingerprint) : bytes.status();
+  auto bytes = tier->GetShared(key);  // the DRAM tier's own buffer, not a copy
+  StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(**bytes, options_.fingerprint) : bytes.status();
   if (!entry.ok() || entry->key().ToString() != key) {
     std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
                  entry.ok() ? "misnamed" : entry.status().ToString().c_str());
@@ -278,21 +311,35 @@ StatusOr<KvEntry> KvStore::Load(const std::string& key) {
     return NotFoundError("KV entry " + key + " unreadable");
   }
   info.access_seq = ++seq_;
-  stats_.bytes_loaded += bytes->size();
-  if (info.tier == TierLevel::kSsd && bytes->size() <= dram_->capacity()) {
-    // Promote (the paper fetches whole sessions SSD -> DRAM). A failure leaves it on SSD.
-    if (MakeRoomLocked(TierLevel::kDram, bytes->size(), key).ok() && dram_->Put(key, *bytes).ok()) {
-      ssd_->Erase(key).IgnoreError();
-      info.tier = TierLevel::kDram;
-      stats_.bytes_ssd_to_dram += bytes->size();
-    }
+  stats_.bytes_loaded += (*bytes)->size();
+  if (info.tier == TierLevel::kDram && info.prefetched) {
+    info.prefetched = false;
+    ++stats_.prefetches_useful;
   }
+  // Promote (the paper fetches whole sessions SSD -> DRAM). A failure leaves it on SSD.
+  if (info.tier == TierLevel::kSsd && (*bytes)->size() <= dram_->capacity()) PromoteLocked(key, std::move(*bytes));
   return entry;
 }
 
-Status KvStore::PlaceLocked(const std::string& key, const std::string& bytes, TierLevel level) {
-  ATTIC_RETURN_IF_ERROR(MakeRoomLocked(level, bytes.size(), key));
-  return TierFor(level)->Put(key, bytes);
+bool KvStore::PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes) {
+  EntryInfo& info = entries_.at(key);
+  const uint64_t size = bytes->size();
+  // Free the SSD copy first: a DRAM entry demoted to make room takes its place instead
+  // of pushing another entry out of the SSD tier.
+  ssd_->Erase(key).IgnoreError();
+  bool lost = false;
+  if (MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost).ok() && !lost &&
+      dram_->PutShared(key, bytes).ok()) {
+    info.tier = TierLevel::kDram;
+    stats_.bytes_ssd_to_dram += size;
+    return true;
+  }
+  lost = false;
+  if (MakeRoomLocked(TierLevel::kSsd, size, key, &info, &lost).ok() && !lost && ssd_->PutShared(key, bytes).ok())
+    return false;  // stays on SSD
+  RemoveLocked(key);
+  ++stats_.evictions_ssd;
+  return false;
 }
 
 Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
@@ -300,11 +347,13 @@ Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms)
   if (entry.fingerprint != options_.fingerprint) return InvalidArgumentError("KV entry of another model");
   int64_t ttl = ttl_ms < 0 ? options_.default_ttl_ms : ttl_ms;
   entry.expires_at_ms = ttl == 0 ? 0 : clock_->NowMs() + ttl;
-  ATTIC_ASSIGN_OR_RETURN(std::string bytes, SerializeEntry(entry));
+  ATTIC_ASSIGN_OR_RETURN(std::string serialized, SerializeEntry(entry));
+  auto bytes = std::make_shared<const std::string>(std::move(serialized));
   const std::string key = entry.key().ToString();
 
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t inserted = 0;
+  const uint64_t size = bytes->size();
   auto drop = [&](const std::string& k) {
     auto it = entries_.find(k);
     if (it == entries_.end()) return;
@@ -318,52 +367,94 @@ Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms)
   if (!replaces.empty()) drop(replaces);
   drop(key);
 
-  Status st = ResourceExhaustedError("KV entry of " + std::to_string(bytes.size()) + " bytes fits no tier");
-  TierLevel level = TierLevel::kDram;
-  if (bytes.size() <= dram_->capacity()) st = PlaceLocked(key, bytes, TierLevel::kDram);
-  if (!st.ok() && ssd_ != nullptr && bytes.size() <= ssd_->capacity()) {
-    level = TierLevel::kSsd;
-    st = PlaceLocked(key, bytes, TierLevel::kSsd);
-  }
-  if (!st.ok()) return st;
   EntryInfo info;
   info.key = key;
   info.tenant = entry.tenant;
   info.session_id = entry.session_id;
   info.tokens = std::move(entry.tokens);
-  info.bytes = bytes.size();
-  info.tier = level;
+  info.bytes = size;
   info.expires_at_ms = entry.expires_at_ms;
   info.access_seq = ++seq_;
   // A session keeps its place in FIFO order across turns.
   info.inserted_seq = inserted != 0 ? inserted : info.access_seq;
+  // The first queued job of the session whose prompt extends the new entry will read it
+  // (the hint named the old entry). Not the job that produced it: its prompt is shorter.
+  if (!info.session_id.empty())
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      const QueuedJob& j = queue_[i];
+      if (j.session_id != info.session_id || j.tenant != info.tenant) continue;
+      if (CommonPrefix(j.tokens, info.tokens) == static_cast<int>(info.tokens.size()))
+        info.queue_position = static_cast<int>(i);
+      break;
+    }
+
+  // DRAM first; an entry that does not fit there (or, under a policy that ranks
+  // newcomers, would be DRAM's own victim) goes to SSD; one that would be the SSD's
+  // victim too is not kept.
+  Status st = ResourceExhaustedError("KV entry of " + std::to_string(size) + " bytes fits no tier");
+  bool lost = false, placed = false;
+  if (size <= dram_->capacity()) {
+    st = MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost);
+    if (st.ok() && !lost) {
+      st = dram_->PutShared(key, bytes);
+      placed = st.ok();
+      info.tier = TierLevel::kDram;
+    }
+  }
+  if (!placed && ssd_ != nullptr && size <= ssd_->capacity()) {
+    lost = false;
+    st = MakeRoomLocked(TierLevel::kSsd, size, key, &info, &lost);
+    if (st.ok() && !lost) {
+      st = ssd_->PutShared(key, bytes);
+      placed = st.ok();
+      info.tier = TierLevel::kSsd;
+    }
+  }
+  if (!placed) {
+    if (!lost) return st;
+    ++stats_.saves_not_kept;  // every stored entry is wanted sooner (scheduler-aware)
+    return OkStatus();
+  }
   IndexLocked(std::move(info));
   ++stats_.saves;
-  stats_.bytes_saved += bytes.size();
+  stats_.bytes_saved += size;
   return OkStatus();
 }
 
-Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned) {
+Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned,
+                               const EntryInfo* newcomer, bool* newcomer_lost) {
   Tier* tier = TierFor(level);
   if (tier == nullptr || need > tier->capacity()) return ResourceExhaustedError("entry larger than the tier");
+  const bool rank_newcomer = newcomer != nullptr && newcomer_lost != nullptr && policy_->RanksNewcomer();
+  if (newcomer_lost != nullptr) *newcomer_lost = false;
   while (tier->bytes() + need > tier->capacity()) {
     std::vector<const EntryInfo*> candidates;
     for (const auto& [k, e] : entries_)
-      if (e.tier == level && k != pinned) candidates.push_back(&e);
+      if (e.tier == level && k != pinned && &e != newcomer) candidates.push_back(&e);
     if (candidates.empty()) return ResourceExhaustedError(std::string(TierName(level)) + " tier cannot make room");
+    if (rank_newcomer) candidates.push_back(newcomer);
     const EntryInfo* victim = policy_->PickVictim(level, candidates, hint_);
     ATTIC_CHECK(victim != nullptr);
+    if (rank_newcomer && victim == newcomer) {
+      *newcomer_lost = true;
+      return OkStatus();
+    }
     std::string vkey = victim->key;
     EntryInfo& v = entries_.at(vkey);
     if (level == TierLevel::kDram) {
       ++stats_.evictions_dram;
+      v.prefetched = false;
       bool demoted = false;
       if (ssd_ != nullptr && v.bytes <= ssd_->capacity()) {
-        auto bytes = dram_->Get(vkey);
-        if (bytes.ok() && MakeRoomLocked(TierLevel::kSsd, bytes->size(), pinned).ok() && ssd_->Put(vkey, *bytes).ok()) {
+        // The demoted entry is itself a newcomer on SSD: under the scheduler-aware
+        // policy it is dropped rather than displace an SSD entry needed sooner.
+        auto bytes = dram_->GetShared(vkey);
+        bool lost = false;
+        if (bytes.ok() && MakeRoomLocked(TierLevel::kSsd, (*bytes)->size(), pinned, &v, &lost).ok() && !lost &&
+            ssd_->PutShared(vkey, *bytes).ok()) {
           dram_->Erase(vkey).IgnoreError();
-          entries_.at(vkey).tier = TierLevel::kSsd;
-          stats_.bytes_dram_to_ssd += bytes->size();
+          v.tier = TierLevel::kSsd;
+          stats_.bytes_dram_to_ssd += (*bytes)->size();
           demoted = true;
         }
       }
@@ -382,7 +473,7 @@ void KvStore::RecordReuse(int n_tokens) {
 }
 
 StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant);
+  WaitForTenant(tenant, session_id);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
@@ -406,7 +497,7 @@ StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::
 }
 
 StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant);
+  WaitForTenant(tenant, session_id);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
@@ -416,7 +507,7 @@ StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant,
 }
 
 Status KvStore::EraseSession(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant);
+  WaitForTenant(tenant, session_id);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
@@ -443,18 +534,21 @@ uint64_t KvStore::MeanEntryBytesLocked() const {
   return std::max<uint64_t>(1, total / entries_.size());
 }
 
-void KvStore::SetLookAhead(const std::vector<QueuedJob>& jobs) {
+void KvStore::SetLookAhead(std::vector<QueuedJob> jobs) {
   std::lock_guard<std::mutex> lock(mu_);
-  queue_ = jobs;
-  hint_.position.clear();
-  // Eviction window: (C_mem + C_disk) / S_kv jobs (paper 3.3).
+  queue_ = std::move(jobs);
+  for (auto& [k, e] : entries_) e.queue_position = -1;
+  // Eviction window: (C_mem + C_disk) / S_kv jobs (paper 3.3.2). Jobs behind it are
+  // resolved too: the policy evicts the entry of the last queued job first (Fig. 9).
   uint64_t mean = MeanEntryBytesLocked();
   uint64_t cap = dram_->capacity() + (ssd_ != nullptr ? ssd_->capacity() : 0);
-  size_t window = mean == 0 ? jobs.size() : std::min<uint64_t>(jobs.size(), cap / mean);
+  size_t window = mean == 0 ? queue_.size() : std::min<uint64_t>(queue_.size(), cap / mean);
   hint_.window = static_cast<int>(window);
-  for (size_t i = 0; i < window; ++i) {
-    auto m = FindLocked(jobs[i].tenant, jobs[i].session_id, jobs[i].tokens);
-    if (m) hint_.position.emplace(m->key, static_cast<int>(i));  // first (soonest) job wins
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    const QueuedJob& j = queue_[i];
+    int n = 0;
+    EntryInfo* e = FindEntryLocked(j.tenant, j.session_id, j.tokens, &n);
+    if (e != nullptr && e->queue_position < 0) e->queue_position = static_cast<int>(i);  // soonest job wins
   }
 }
 
@@ -477,11 +571,9 @@ int KvStore::Prefetch() {
         const EntryInfo& info = entries_.at(m->key);
         if (info.bytes > dram_->capacity()) continue;
         uint64_t free = dram_->capacity() - dram_->bytes();
-        for (const auto& [k, e] : entries_) {
-          if (e.tier != TierLevel::kDram) continue;
-          auto p = hint_.position.find(k);
-          if (p == hint_.position.end() || p->second > static_cast<int>(i)) free += e.bytes;
-        }
+        for (const auto& [k, e] : entries_)
+          if (e.tier == TierLevel::kDram && (e.queue_position < 0 || e.queue_position > static_cast<int>(i)))
+            free += e.bytes;
         if (free < info.bytes) break;
         key = m->key;
         size = info.bytes;
@@ -489,14 +581,12 @@ int KvStore::Prefetch() {
     }
     if (key.empty()) break;
     // The read happens outside the lock: lookups and saves go on meanwhile.
-    auto bytes = ssd_->Get(key);
+    auto bytes = ssd_->GetShared(key);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
-    if (!bytes.ok() || it == entries_.end() || it->second.tier != TierLevel::kSsd || bytes->size() != size) break;
-    if (!MakeRoomLocked(TierLevel::kDram, bytes->size(), key).ok() || !dram_->Put(key, *bytes).ok()) break;
-    ssd_->Erase(key).IgnoreError();
-    it->second.tier = TierLevel::kDram;
-    stats_.bytes_ssd_to_dram += bytes->size();
+    if (!bytes.ok() || it == entries_.end() || it->second.tier != TierLevel::kSsd || (*bytes)->size() != size) break;
+    if (!PromoteLocked(key, std::move(*bytes))) break;
+    entries_.at(key).prefetched = true;
     ++stats_.prefetches;
     ++promoted;
   }
@@ -540,14 +630,20 @@ StoreStats KvStore::Stats() const {
     std::lock_guard<std::mutex> wlock(wmu_);
     s.async_saves = async_saves_;
     s.save_waits = save_waits_;
+    s.save_wait_ms = save_wait_ms_;
+    s.lookup_waits = lookup_waits_;
+    s.lookup_wait_ms = lookup_wait_ms_;
     s.pending_saves = pending_.size() + in_flight_;
   }
+  const StoreStats w = s;  // the write-buffer side, read under wmu_
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t async_saves = s.async_saves, save_waits = s.save_waits, pending = s.pending_saves;
   s = stats_;
-  s.async_saves = async_saves;
-  s.save_waits = save_waits;
-  s.pending_saves = pending;
+  s.async_saves = w.async_saves;
+  s.save_waits = w.save_waits;
+  s.save_wait_ms = w.save_wait_ms;
+  s.lookup_waits = w.lookup_waits;
+  s.lookup_wait_ms = w.lookup_wait_ms;
+  s.pending_saves = w.pending_saves;
   s.entries = entries_.size();
   s.dram_bytes = dram_->bytes();
   s.dram_capacity = dram_->capacity();

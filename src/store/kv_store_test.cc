@@ -346,3 +346,250 @@ TEST(KvStorePrefetch, BaselinePoliciesDoNotPrefetch) {
 
 }  // namespace
 }  // namespace attic::store
+
+namespace attic::store {
+namespace {
+
+// Tiers filled before the store opens (Open indexes what the tiers hold).
+struct Preloaded {
+  std::unique_ptr<DramTier> dram, ssd;
+  void Put(TierLevel level, const KvEntry& e) {
+    auto bytes = SerializeEntry(e);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE((level == TierLevel::kDram ? dram : ssd)->Put(e.key().ToString(), *bytes).ok());
+  }
+  std::unique_ptr<KvStore> Open(PolicyKind policy) {
+    StoreOptions o = Options(0, "", 0, policy);
+    o.write_buffer_bytes = 0;
+    auto s = KvStore::Open(o, std::move(dram), std::move(ssd), nullptr);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::move(s).value();
+  }
+};
+
+// Session "jN": its entry has `n` tokens (32 -> 8 KiB = 1 unit, 96 -> 16 KiB = 2 units);
+// its queued job's prompt extends the entry by one token.
+KvEntry Job(int n, int size_tokens = 32) { return MakeEntry(Range(n * 1000, size_tokens), "j" + std::to_string(n)); }
+QueuedJob Queued(int n, int size_tokens = 32) { return {"default", "j" + std::to_string(n), Range(n * 1000, size_tokens + 1)}; }
+
+// Paper Fig. 9, worked by hand. DRAM 3 units: Job 2 (1) and Job 4 (2); SSD 4 units: Jobs
+// 3, 6, 8, 9 (1 each); waiting jobs 2..9 (5 and 7 are new sessions). S_kv = 7/6 units,
+// so the prefetch window is 3 / (7/6) = 2 jobs (2, 3) and the eviction window 6 jobs
+// (2..7). Job 3 is on SSD: fetching it needs DRAM room; every DRAM entry is wanted, the
+// one nearest the window's tail (Job 4) is demoted; its 2 units need one more SSD unit
+// than Job 3 freed, and the last arrived job (9, behind the window) leaves.
+TEST(KvStoreSchedulerAware, PrefetchFollowsPaperFigure9) {
+  Preloaded t{std::make_unique<DramTier>(3 * kEntry), std::make_unique<DramTier>(4 * kEntry, TierLevel::kSsd)};
+  t.Put(TierLevel::kDram, Job(2));
+  t.Put(TierLevel::kDram, Job(4, 96));
+  for (int j : {3, 6, 8, 9}) t.Put(TierLevel::kSsd, Job(j));
+  auto s = t.Open(PolicyKind::kSchedulerAware);
+  std::vector<QueuedJob> queue;
+  for (int j = 2; j <= 9; ++j) queue.push_back(j == 4 ? Queued(4, 96) : Queued(j));
+  s->SetLookAhead(queue);
+  EXPECT_EQ(s->Prefetch(), 1);
+  auto tier = [&](int j) { return s->GetSession("default", "j" + std::to_string(j)); };
+  EXPECT_EQ(tier(2)->tier, TierLevel::kDram);
+  EXPECT_EQ(tier(3)->tier, TierLevel::kDram);
+  EXPECT_EQ(tier(4)->tier, TierLevel::kSsd);
+  EXPECT_EQ(tier(6)->tier, TierLevel::kSsd);
+  EXPECT_EQ(tier(8)->tier, TierLevel::kSsd);
+  EXPECT_EQ(tier(9).status().code(), StatusCode::kNotFound);
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.prefetches, 1u);
+  EXPECT_EQ(st.evictions_dram, 1u);
+  EXPECT_EQ(st.evictions_ssd, 1u);
+  ExpectWithinCapacity(*s);
+  // Job 3's request finds it in DRAM: the prefetch was useful. Job 2 was not prefetched.
+  EXPECT_EQ(s->Lookup("default", "j3", Queued(3).tokens)->tier, TierLevel::kDram);
+  EXPECT_EQ(s->Lookup("default", "j2", Queued(2).tokens)->tier, TierLevel::kDram);
+  EXPECT_EQ(s->Stats().prefetches_useful, 1u);
+
+  // A finished turn of a session no queued job reads (2 units) would displace entries
+  // every waiting job wants sooner: DRAM (Jobs 2, 3) and SSD (Jobs 4, 6, 8) both rank
+  // it last, so it is not kept and nothing else moves.
+  ASSERT_TRUE(s->Save(MakeEntry(Range(70000, 96), "j1")).ok());
+  EXPECT_EQ(s->GetSession("default", "j1").status().code(), StatusCode::kNotFound);
+  st = s->Stats();
+  EXPECT_EQ(st.saves_not_kept, 1u);
+  EXPECT_EQ(st.entries, 5u);
+  EXPECT_EQ(st.evictions_dram, 1u);
+  EXPECT_EQ(st.evictions_ssd, 1u);
+}
+
+TEST(KvStoreSchedulerAware, BaselinesAlwaysKeepTheNewestSave) {
+  // The same full store under LRU: the new entry enters DRAM, pushing the least recently
+  // used entries down and out.
+  Preloaded t{std::make_unique<DramTier>(3 * kEntry), std::make_unique<DramTier>(4 * kEntry, TierLevel::kSsd)};
+  t.Put(TierLevel::kDram, Job(2));
+  t.Put(TierLevel::kDram, Job(4, 96));
+  for (int j : {3, 6, 8, 9}) t.Put(TierLevel::kSsd, Job(j));
+  auto s = t.Open(PolicyKind::kLru);
+  ASSERT_TRUE(s->Save(MakeEntry(Range(70000, 96), "j1")).ok());
+  EXPECT_EQ(s->GetSession("default", "j1")->tier, TierLevel::kDram);
+  EXPECT_EQ(s->Stats().saves_not_kept, 0u);
+  ExpectWithinCapacity(*s);
+}
+
+TEST(KvStoreSchedulerAware, NewEntryOfAQueuedSessionTakesItsJobsPlace) {
+  // DRAM only, 2 units, holding b and c; waiting: a's next turn, b's, c's. a's new entry
+  // (1 unit) is read by the first waiting job, so c's (the last in the queue) goes.
+  Preloaded t{std::make_unique<DramTier>(2 * kEntry), nullptr};
+  t.Put(TierLevel::kDram, Job(2));
+  t.Put(TierLevel::kDram, Job(3));
+  auto s = t.Open(PolicyKind::kSchedulerAware);
+  s->SetLookAhead({Queued(1), Queued(2), Queued(3)});
+  ASSERT_TRUE(s->Save(Job(1)).ok());
+  EXPECT_TRUE(s->GetSession("default", "j1").ok());
+  EXPECT_TRUE(s->GetSession("default", "j2").ok());
+  EXPECT_FALSE(s->GetSession("default", "j3").ok());
+
+  // The job that produced an entry does not protect it: its prompt is shorter than the
+  // entry (which adds the answer). With j2's and j1's jobs waiting, j4's save is
+  // ranked last and not kept, although j4's own (running) job is shown first.
+  s->SetLookAhead({{"default", "j4", Range(4000, 20)}, Queued(2), Queued(1)});
+  ASSERT_TRUE(s->Save(Job(4)).ok());
+  EXPECT_FALSE(s->GetSession("default", "j4").ok());
+  EXPECT_EQ(s->Stats().saves_not_kept, 1u);
+}
+
+TEST(KvStoreSchedulerAware, JobsBehindTheEvictionWindowGoLastInQueueFirst) {
+  // DRAM only, 2 units: a (saved first, least recently used) and b. Eviction window =
+  // 2 / 1 = 2 jobs; waiting: c's next turn, a new session, a's, b's -- a and b are
+  // behind the window. c's new entry needs a unit: b's job is the last in the queue, so
+  // b goes (LRU would drop a, whose job comes sooner).
+  Preloaded t{std::make_unique<DramTier>(2 * kEntry), nullptr};
+  auto s = t.Open(PolicyKind::kSchedulerAware);
+  ASSERT_TRUE(s->Save(Job(1)).ok());
+  ASSERT_TRUE(s->Save(Job(2)).ok());
+  s->SetLookAhead({Queued(3), Queued(9), Queued(1), Queued(2)});
+  ASSERT_TRUE(s->Save(Job(3)).ok());
+  EXPECT_TRUE(s->GetSession("default", "j1").ok());
+  EXPECT_FALSE(s->GetSession("default", "j2").ok());
+  EXPECT_TRUE(s->GetSession("default", "j3").ok());
+}
+
+TEST(KvStore, PromotionFreesTheSsdCopyFirst) {
+  // DRAM 2, SSD 2, LRU, all full: DRAM {s2, s3}, SSD {s0, s1}. Loading s0 moves it to
+  // DRAM; DRAM's least recently used (s2) takes s0's place on SSD. Nothing leaves the
+  // store (fetching before freeing would have pushed s1 out).
+  Preloaded t{std::make_unique<DramTier>(2 * kEntry), std::make_unique<DramTier>(2 * kEntry, TierLevel::kSsd)};
+  auto s = t.Open(PolicyKind::kLru);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(Job(i)).ok());
+  ASSERT_EQ(s->GetSession("default", "j0")->tier, TierLevel::kSsd);
+  ASSERT_EQ(s->GetSession("default", "j1")->tier, TierLevel::kSsd);
+  auto m = s->Lookup("default", "j0", Queued(0).tokens);
+  ASSERT_TRUE(m.has_value());
+  ASSERT_TRUE(s->Load(m->key).ok());
+  EXPECT_EQ(s->GetSession("default", "j0")->tier, TierLevel::kDram);
+  EXPECT_EQ(s->GetSession("default", "j2")->tier, TierLevel::kSsd);
+  EXPECT_EQ(s->GetSession("default", "j1")->tier, TierLevel::kSsd);
+  EXPECT_EQ(s->GetSession("default", "j3")->tier, TierLevel::kDram);
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.entries, 4u);
+  EXPECT_EQ(st.evictions_ssd, 0u);
+  ExpectWithinCapacity(*s);
+}
+
+TEST(KvStorePrefetch, PrefetchDemotedBeforeItsRequestIsNotUseful) {
+  // DRAM 1, SSD 3. a is prefetched for its queued job, then b's job comes first and b
+  // is prefetched in a's place: a's request finds it on SSD.
+  Preloaded t{std::make_unique<DramTier>(1 * kEntry), std::make_unique<DramTier>(3 * kEntry, TierLevel::kSsd)};
+  t.Put(TierLevel::kSsd, Job(1));
+  t.Put(TierLevel::kSsd, Job(2));
+  auto s = t.Open(PolicyKind::kSchedulerAware);
+  s->SetLookAhead({Queued(1)});
+  EXPECT_EQ(s->Prefetch(), 1);
+  s->SetLookAhead({Queued(2)});
+  EXPECT_EQ(s->Prefetch(), 1);
+  EXPECT_EQ(s->Lookup("default", "j1", Queued(1).tokens)->tier, TierLevel::kSsd);
+  EXPECT_EQ(s->Lookup("default", "j2", Queued(2).tokens)->tier, TierLevel::kDram);
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.prefetches, 2u);
+  EXPECT_EQ(st.prefetches_useful, 1u);
+}
+
+// A DRAM tier whose Put blocks while `hold` is set (a slow write).
+class GatedTier final : public Tier {
+ public:
+  explicit GatedTier(uint64_t capacity) : inner_(capacity) {}
+  void Hold() {
+    std::lock_guard<std::mutex> l(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  TierLevel level() const override { return TierLevel::kDram; }
+  Status Put(const std::string& key, std::string_view bytes) override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !held_; });
+    return inner_.Put(key, bytes);
+  }
+  StatusOr<std::string> Get(const std::string& key) override { return inner_.Get(key); }
+  Status Erase(const std::string& key) override { return inner_.Erase(key); }
+  bool Contains(const std::string& key) const override { return inner_.Contains(key); }
+  int64_t SizeOf(const std::string& key) const override { return inner_.SizeOf(key); }
+  std::vector<std::string> Keys() const override { return inner_.Keys(); }
+  uint64_t bytes() const override { return inner_.bytes(); }
+  uint64_t capacity() const override { return inner_.capacity(); }
+
+ private:
+  DramTier inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
+
+TEST(KvStoreAsync, WaitTimesAreCounted) {
+  StoreOptions o = Options(0);
+  o.write_buffer_bytes = 2 * 32 * 2 * 8 * 4;  // KV of one 32-token entry (2 layers, kv_dim 8)
+  auto gated = std::make_unique<GatedTier>(16 * kEntry);
+  GatedTier* gate = gated.get();
+  auto opened = KvStore::Open(o, std::move(gated), nullptr, nullptr);
+  ASSERT_TRUE(opened.ok());
+  auto s = std::move(opened).value();
+  std::vector<KvEntry> e;
+  for (int i = 0; i < 4; ++i) e.push_back(Job(i));
+  // The writer holds the store's lock while it is blocked in the tier, so the gate is
+  // opened by time, not by watching Stats().
+  auto release_later = [gate] {
+    return std::thread([gate] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gate->Release();
+    });
+  };
+
+  // The first save blocks in the tier; the buffer holds one entry's KV, so the third
+  // SaveAsync (at the latest) waits for room.
+  gate->Hold();
+  std::thread t1 = release_later();
+  for (int i = 0; i < 3; ++i) s->SaveAsync(e[i]);
+  t1.join();
+  s->Flush();
+  StoreStats st = s->Stats();
+  EXPECT_GE(st.save_waits, 1u);
+  EXPECT_GT(st.save_wait_ms, 0.0);
+  EXPECT_EQ(st.lookup_waits, 0u);
+
+  // A lookup of the tenant waits for its queued save.
+  gate->Hold();
+  std::thread t2 = release_later();
+  s->SaveAsync(e[3]);
+  EXPECT_TRUE(s->Lookup("default", "j3", Queued(3).tokens).has_value());
+  t2.join();
+  st = s->Stats();
+  EXPECT_EQ(st.lookup_waits, 1u);
+  EXPECT_GT(st.lookup_wait_ms, 0.0);
+  EXPECT_EQ(st.entries, 4u);
+  // Nothing queued: no further waits.
+  EXPECT_TRUE(s->GetSession("default", "j0").ok());
+  EXPECT_EQ(s->Stats().lookup_waits, 1u);
+}
+
+}  // namespace
+}  // namespace attic::store

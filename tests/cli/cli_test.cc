@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -136,5 +138,72 @@ TEST(Cli, UnknownChatTemplateNamesTheFlag) {
 }
 
 TEST(Cli, BadSamplingValue) { ExpectCleanError(RunAttic("generate -m " + Stories() + " -p hi --top-p 0"), "top_p"); }
+
+// The last line of `r.out` parsed as JSON (discarded if it is not).
+nlohmann::json LastJsonLine(const Result& r) {
+  std::string s = r.out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return nlohmann::json::parse(s.substr(s.rfind('\n') + 1), nullptr, false);
+}
+
+TEST(Cli, BenchSessionsTraceIsSeededAndBounded) {
+  const std::string args = "bench sessions --trace-only --datasets " + SharedDir() +
+                           "/datasets -s 20 --min-turns 2 --max-turns 5 --min-answer 10 --max-answer 50 --max-context 900";
+  Result a = RunAttic(args + " --seed 3"), b = RunAttic(args + " --seed 3"), c = RunAttic(args + " --seed 4");
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  nlohmann::json w = LastJsonLine(a);
+  ASSERT_FALSE(w.is_discarded()) << a.out;
+  ASSERT_EQ(w["trace"].size(), 20u);
+  double prev_arrival = 0;
+  int turns = 0;
+  for (const auto& s : w["trace"]) {
+    EXPECT_GE(s["arrival_s"].get<double>(), prev_arrival);
+    prev_arrival = s["arrival_s"].get<double>();
+    ASSERT_GE(s["turns"].size(), 1u);
+    EXPECT_LE(s["turns"].size(), 5u);
+    int prev_prompt = 0;
+    for (const auto& t : s["turns"]) {
+      EXPECT_GE(t["answer_tokens"].get<int>(), 10);
+      EXPECT_LE(t["answer_tokens"].get<int>(), 50);
+      EXPECT_FALSE(t["user"].get<std::string>().empty());
+      EXPECT_GT(t["est_prompt_tokens"].get<int>(), prev_prompt);  // the history grows
+      EXPECT_LE(t["est_prompt_tokens"].get<int>() + t["answer_tokens"].get<int>(), 900);
+      prev_prompt = t["est_prompt_tokens"].get<int>();
+      ++turns;
+    }
+  }
+  EXPECT_EQ(w["turns"].get<int>(), turns);
+}
+
+// Two sessions of two turns against real servers started by the benchmark: CA reuses
+// stored KV (store hits, cached tokens), RE recomputes everything.
+TEST(Cli, BenchSessionsCaReusesReRecomputes) {
+  TempDir d;
+  Result r = RunAttic("bench sessions -q -m " + Stories() + " --datasets " + SharedDir() +
+                      "/datasets -s 2 --min-turns 2 --max-turns 2 --rate 0 --think 0 --max-prompt-chars 120"
+                      " --min-answer 8 --max-answer 8 --max-context 450 -c 512 -t 1 --kv-budget-mib 16"
+                      " --kv-dram-mib 64 --kv-ssd-mib 64 --ssd-dir " + d.path() + " --json " + d.File("s.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJsonLine(r);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const auto& ca = j["ca"];
+  const auto& re = j["re"];
+  EXPECT_EQ(ca["turns_ok"], 4);
+  EXPECT_EQ(re["turns_ok"], 4);
+  EXPECT_GT(ca["store"]["hits_dram"].get<double>() + ca["store"]["hits_ssd"].get<double>(), 0);
+  EXPECT_GT(ca["cached_tokens"].get<double>(), 0);
+  EXPECT_GT(ca["history_reuse_later_turns"].get<double>(), 0.5);
+  EXPECT_EQ(re["cached_tokens"].get<double>(), 0);
+  EXPECT_EQ(re["store"]["lookups"].get<double>(), 0);
+  EXPECT_EQ(ca["prompt_tokens"].get<double>() > 0, true);
+  EXPECT_TRUE(j["ca_over_re"]["prefill_throughput_served"].is_number());
+  std::ifstream in(d.File("s.json"));
+  nlohmann::json full = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(full.is_discarded());
+  EXPECT_EQ(full["ca_turns"].size(), 4u);
+  EXPECT_EQ(full["re_turns"].size(), 4u);
+}
 
 }  // namespace

@@ -155,6 +155,7 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromSsdAfterDemotion) {
   s.set_store(store.get());
   RunTurn(s, first, "a", 16);
   RunTurn(s, other, "b", 16);
+  store->Flush();  // b's save (which demotes a) is done
   auto info = store->GetSession("default", "a");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->tier, store::TierLevel::kSsd);
@@ -270,11 +271,136 @@ TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
   Turn c = RunTurn(s, third, "long", 8);
   EXPECT_LT(c.usage.prompt_tokens, ctx);
   EXPECT_GE(c.usage.cached_tokens, b.usage.prompt_tokens - 8) << "prompt " << c.usage.prompt_tokens;
+  // TT (truncate, then recompute): the same tokens are dropped, nothing stored is
+  // reused, and the answer is exactly that of prefilling the truncated prompt afresh.
+  {
+    auto tt_store = OpenStore(*e, 64 << 20);
+    SchedulerOptions tto = o;
+    tto.truncate_recompute = true;
+    Scheduler tt(*e, tto);
+    tt.set_store(tt_store.get());
+    RunTurn(tt, first, "long", 16);
+    Turn tb = RunTurn(tt, second, "long", 16);
+    EXPECT_EQ(tb.usage.prompt_tokens, b.usage.prompt_tokens);
+    EXPECT_EQ(tb.usage.cached_tokens, 0);
+    // The kept tokens: the first 4, then the tail of the prompt.
+    std::vector<int32_t> kept(second.begin(), second.begin() + 4);
+    kept.insert(kept.end(), second.end() - (tb.usage.prompt_tokens - 4), second.end());
+    EXPECT_EQ(tb.text, Recompute(*e, kept, 16));
+  }
   // Without truncation the same prompt is rejected.
   Scheduler plain(*e, NoResident());
   GenerationRequest req;
   req.prompt = third;
   EXPECT_EQ(plain.Submit(std::move(req)).status().code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace attic::engine
+
+namespace attic::engine {
+namespace {
+
+// Every way stored KV can enter the compute buffer -- entered whole before the step
+// (sync), layer by layer by the loader thread while the step computes (layerwise), and
+// fetched ahead by the read buffer while earlier jobs run -- gives the same tokens as
+// recomputing the whole prompt.
+class PreloadModes : public ::testing::TestWithParam<std::tuple<KvPreload, int64_t>> {};
+
+TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20);
+  SchedulerOptions o = NoResident();
+  o.max_running = 1;  // one job at a time: the read buffer fetches the next ones ahead
+  o.kv_preload = std::get<0>(GetParam());
+  o.kv_read_buffer_bytes = std::get<1>(GetParam());
+  Scheduler s(*e, o);
+  s.set_store(store.get());
+  const std::vector<std::string> starts = {"Lily had a red ball. She", "Tom saw a big tree in the park.",
+                                           "Once upon a time, there was a cat.", "The sun was hot and the sky"};
+  std::vector<std::vector<int32_t>> next;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    std::vector<int32_t> first = *e->Tokenize(starts[i], true);
+    RunTurn(s, first, "s" + std::to_string(i), 12);
+    next.push_back(NextTurn(*e, first, 12, " They played all day."));
+  }
+  store->Flush();
+  // Queue every next turn at once, then drain.
+  std::vector<std::shared_ptr<ResultChannel>> chans;
+  for (size_t i = 0; i < next.size(); ++i) {
+    GenerationRequest req;
+    req.prompt = next[i];
+    req.sampling.max_tokens = 12;
+    req.session_id = "s" + std::to_string(i);
+    auto c = s.Submit(std::move(req));
+    ASSERT_TRUE(c.ok());
+    chans.push_back(*c);
+  }
+  std::vector<std::string> text(next.size());
+  std::vector<TokenUsage> usage(next.size());
+  size_t done = 0;
+  for (int step = 0; step < 5000 && done < next.size(); ++step) {
+    s.Step();
+    for (size_t i = 0; i < chans.size(); ++i) {
+      GenerationEvent ev;
+      while (chans[i]->Pop(&ev, 0ms)) {
+        if (ev.kind == GenerationEvent::Kind::kText) {
+          text[i] += ev.text;
+        } else {
+          ASSERT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+          usage[i] = ev.usage;
+          ++done;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(done, next.size());
+  for (size_t i = 0; i < next.size(); ++i) {
+    EXPECT_GT(usage[i].cached_tokens, 0) << i;
+    EXPECT_EQ(text[i], Recompute(*e, next[i], 12)) << i;
+  }
+  const KvLoadStats ls = s.Stats().kv_load;
+  EXPECT_EQ(ls.loads, next.size());
+  EXPECT_EQ(ls.layerwise_loads, o.kv_preload == KvPreload::kLayerwise ? next.size() : 0u);
+  if (o.kv_read_buffer_bytes != 0) {
+    EXPECT_GT(ls.staged_used, 0u);  // later jobs were fetched while earlier ones ran
+  } else {
+    EXPECT_EQ(ls.staged, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StoreIntegration, PreloadModes,
+                         ::testing::Values(std::make_tuple(KvPreload::kSync, int64_t{0}),
+                                           std::make_tuple(KvPreload::kLayerwise, int64_t{0}),
+                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20),
+                                           std::make_tuple(KvPreload::kSync, int64_t{256} << 20)));
+
+// A request cancelled while its stored KV is still being entered frees its blocks only
+// after the loader is done with them (no write into blocks another sequence owns).
+TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20);
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
+  RunTurn(s, first, "conv", 20);
+  store->Flush();
+  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
+  for (int i = 0; i < 20; ++i) {
+    GenerationRequest req;
+    req.prompt = second;
+    req.sampling.max_tokens = 4;
+    req.session_id = "conv";
+    auto c = s.Submit(std::move(req));
+    ASSERT_TRUE(c.ok());
+    (*c)->Cancel();  // cancelled before (or right after) admission
+    for (int k = 0; k < 3; ++k) s.Step();
+  }
+  // The store's entry and later turns are intact.
+  Turn b = RunTurn(s, second, "conv", 20);
+  EXPECT_EQ(b.text, Recompute(*e, second, 20));
 }
 
 }  // namespace

@@ -44,6 +44,13 @@ namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
 struct Truncation;
+class KvLoader;
+
+// How stored KV enters the compute buffer (paper 001 section 3.2).
+enum class KvPreload {
+  kSync,       // the whole entry is entered before the job's first forward step
+  kLayerwise,  // layer l+1 is entered by the loader thread while layer l computes
+};
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding)
@@ -63,6 +70,29 @@ struct SchedulerOptions {
   // later turns drop the same tokens first. 0 = off (overlong prompts are OutOfRange).
   double truncate_ratio = 0;
   int truncate_keep_first = 0;     // e.g. the system prompt or attention sinks
+  // Truncate then recompute (the paper's TT baseline): the same tokens are dropped, but
+  // the kept ones are prefilled again instead of reusing their stored KV.
+  bool truncate_recompute = false;
+  // Stored-KV loading (needs a KV store). Read buffer: bytes of stored entries of jobs
+  // still waiting that the loader fetches and verifies ahead of their admission; -1 =
+  // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
+  // measured load and prefill rates; 0 = no read buffer.
+  KvPreload kv_preload = KvPreload::kLayerwise;
+  int64_t kv_read_buffer_bytes = -1;
+  bool store_save = true;          // save each finished turn's KV (false: read-only store)
+};
+
+// Loading stored KV, since start (step loop; published with Stats()).
+struct KvLoadStats {
+  uint64_t loads = 0;               // entries entered into the compute buffer
+  uint64_t layerwise_loads = 0;     // of which pre-loaded layer by layer
+  uint64_t staged = 0;              // read-buffer fetches issued
+  uint64_t staged_used = 0;         // read-buffer fetches a job then used
+  double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
+  double enter_seconds = 0;         // entering (RoPE + copy), on whichever thread
+  double wait_seconds = 0;          // step loop waiting for a layer to be entered
+  double t_load_per_token = 0;      // measured (EMA), seconds
+  double t_prefill_per_token = 0;   // measured (EMA), seconds
 };
 
 struct TokenUsage {
@@ -136,6 +166,7 @@ struct SchedulerStats {
   uint64_t steps = 0;
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
+  KvLoadStats kv_load;
 };
 
 // What happened to one request; reported on the step loop when it ends.
@@ -206,7 +237,10 @@ class Scheduler {
   void Finish(Running& r, const std::string& reason);
   void Fail(Running& r, const Status& status);
   void Retire(Running& r);
-  bool LoadFromStore(Running& r, int min_tokens);
+  bool LoadFromStore(Running& r, Waiting& w, int min_tokens);
+  // Read buffer: starts fetching the stored entries of the next waiting jobs.
+  void StageReads();
+  int64_t ReadBufferBytesFor(int l_hist, int l_new, uint64_t entry_bytes) const;
   // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
   void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
   // Saves the turn's KV (asynchronously). keep_host: the sequence stays resident and
@@ -225,6 +259,8 @@ class Scheduler {
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
+  std::unique_ptr<KvLoader> loader_;  // created with the first stored-KV load
+  KvLoadStats load_stats_;            // step loop
 
   // Guarded by mu_.
   mutable std::mutex mu_;

@@ -80,6 +80,13 @@ struct EntryHeader {
 // Parses and verifies the header only (magic, version, bounds, header checksum).
 // DataLoss on anything malformed.
 StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
+// Layer l's K and V inside a serialized entry whose header is `h` (bytes.size() must
+// be h.total_bytes): [n_tokens, kv_dim] f32 each, 16-byte aligned when `bytes` is.
+const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer);
+const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer);
+// Checks layer l's checksum. DataLoss on a mismatch.
+Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
+
 // Parses and verifies everything. `expected_fingerprint` non-empty: another model's
 // entry is FailedPrecondition. A truncated buffer or a bad checksum is DataLoss.
 StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint = "");

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "attic/core/status.h"
@@ -30,14 +29,17 @@ struct EntryInfo {
   int64_t expires_at_ms = 0;  // 0 = never
   uint64_t inserted_seq = 0;  // when first stored (FIFO order)
   uint64_t access_seq = 0;    // last save or load (LRU order)
+  bool prefetched = false;    // promoted by Prefetch and not yet read from DRAM
+  // Upcoming access, from the scheduler's waiting queue (KvStore::SetLookAhead): the
+  // position of the first queued job that will read this entry (0 = next to run), or
+  // -1 when no job the scheduler showed will.
+  int queue_position = -1;
 };
 
-// Upcoming accesses, from the scheduler's waiting queue: entry key -> position of the
-// first queued job that will read it (0 = next to run). Only jobs inside the look-ahead
-// eviction window are listed.
+// The look-ahead eviction window: positions < window are inside it ((C_mem + C_disk) /
+// S_kv jobs, paper 3.3.2); larger ones are queued behind it.
 struct QueueHint {
-  std::unordered_map<std::string, int> position;
-  int window = 0;  // jobs in the window
+  int window = 0;
 };
 
 enum class PolicyKind { kSchedulerAware, kLru, kFifo };
@@ -48,10 +50,15 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual PolicyKind kind() const = 0;
-  // Picks the entry to move out of tier `from` among `candidates` (all in that tier,
-  // non-empty). Never returns null.
+  // Picks the entry to move out of tier `from` among `candidates` (non-empty). Never
+  // returns null.
   virtual const EntryInfo* PickVictim(TierLevel from, const std::vector<const EntryInfo*>& candidates,
                                       const QueueHint& hint) const = 0;
+  // Whether an entry entering a tier (a save, a demotion from DRAM, a promotion) is
+  // ranked with the entries already there: when it would be the victim itself it goes
+  // to the tier below, or leaves the store, instead of displacing an entry needed
+  // sooner. false: the newcomer always enters (classic LRU/FIFO caches).
+  virtual bool RanksNewcomer() const { return false; }
 };
 
 // Least recently saved/loaded first.
@@ -68,15 +75,20 @@ class FifoPolicy final : public EvictionPolicy {
   const EntryInfo* PickVictim(TierLevel, const std::vector<const EntryInfo*>& c, const QueueHint&) const override;
 };
 
-// Scheduler-aware (paper 3.3): entries no queued job in the look-ahead window will read
-// go first (least recently used among them); when every candidate is wanted, the one
-// whose job is nearest the window's tail (the last to run) goes -- for DRAM->SSD it
-// is the entry needed latest, for SSD->out the job last in the queue.
+// Scheduler-aware (paper 3.3.2): entries that no queued job will read go first (least
+// recently used among them); then entries of jobs queued behind the eviction window,
+// the last in the queue first; entries of jobs inside the window are exempt until every
+// candidate is one, and then the one nearest the window's tail goes. For DRAM->SSD that
+// is "the item at the tail of the window has a higher priority to be evicted", for
+// SSD->out "the last arrived job in the queue" (Fig. 9) -- in both tiers the entry read
+// last goes first, which under the FCFS queue is also the furthest next use. Newcomers
+// (saves, demotions) are ranked with the residents.
 class SchedulerAwarePolicy final : public EvictionPolicy {
  public:
   PolicyKind kind() const override { return PolicyKind::kSchedulerAware; }
   const EntryInfo* PickVictim(TierLevel from, const std::vector<const EntryInfo*>& c,
                               const QueueHint& hint) const override;
+  bool RanksNewcomer() const override { return true; }
 };
 
 std::unique_ptr<EvictionPolicy> MakePolicy(PolicyKind kind);

@@ -88,11 +88,17 @@ struct StoreStats {
   uint64_t bytes_ssd_to_dram = 0;   // promotions and prefetches
   uint64_t evictions_dram = 0;      // entries moved out of DRAM
   uint64_t evictions_ssd = 0;       // entries dropped from the store
-  uint64_t prefetches = 0;
+  uint64_t prefetches = 0;          // entries promoted SSD -> DRAM by Prefetch
+  uint64_t prefetches_useful = 0;   // ... then found in DRAM by a request's Lookup before leaving DRAM
+  uint64_t saves_not_kept = 0;      // saves the scheduler-aware policy kept in no tier (all wanted sooner)
   uint64_t expired = 0;
   uint64_t corrupt = 0;             // entries found bad and deleted
   uint64_t async_saves = 0;         // saves done by the writer thread
   uint64_t save_waits = 0;          // SaveAsync calls that waited for write-buffer room
+  double save_wait_ms = 0;          // ... total time they waited
+  uint64_t lookup_waits = 0;        // Lookup/GetSession/SessionTokens/EraseSession calls that
+                                    // waited for the tenant's queued saves
+  double lookup_wait_ms = 0;        // ... total time they waited
   uint64_t pending_saves = 0;       // queued in the write buffer now
   uint64_t entries = 0;
   uint64_t dram_bytes = 0, dram_capacity = 0;
@@ -117,7 +123,8 @@ class KvStore {
   // Counts a lookup and a hit/miss.
   std::optional<StoreMatch> Lookup(const std::string& tenant, const std::string& session_id,
                                    const std::vector<int32_t>& tokens);
-  // Reads and verifies an entry. An entry on SSD is promoted to DRAM when it fits. A bad
+  // Reads and verifies an entry. An entry on SSD is promoted to DRAM when it fits (under
+  // the scheduler-aware policy: unless it would be DRAM's first victim itself). A bad
   // entry is deleted and reported as NotFound.
   StatusOr<KvEntry> Load(const std::string& key);
   // Stores `entry` (fingerprint must be empty or the store's). Replaces the previous
@@ -125,12 +132,31 @@ class KvStore {
   // default. ResourceExhausted when it fits no tier.
   Status Save(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
   // Queues the save for the writer thread and returns (the caller's turn does not wait
-  // for the write). Lookups, GetSession and EraseSession of the same tenant wait for its
-  // queued saves first, so a queued save is never missed. Errors are logged.
+  // for the write). Lookups, GetSession and EraseSession of the same session (of the
+  // same tenant, for a lookup without a session id) wait for its queued saves first, so
+  // a queued save of that session is never missed. Errors are logged.
   void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
   // Waits until every queued save is done.
   void Flush();
   void RecordReuse(int n_tokens);
+
+  // --- Streaming load (layer-wise pre-loading, paper 3.2; kv_store_read.cc) ---
+  // An entry's serialized bytes, shared rather than copied out of the DRAM tier, with
+  // its parsed header; layer l's K/V are EntryLayerK/V(*bytes, header, l).
+  struct Fetched {
+    std::string key;
+    std::shared_ptr<const std::string> bytes;
+    EntryHeader header;
+    TierLevel from = TierLevel::kDram;
+  };
+  // Reads `key`'s entry without deserializing it: tier I/O happens outside the store's
+  // lock; every layer's checksum is verified; an SSD entry is promoted to DRAM when it
+  // fits (as Load). A bad entry is deleted and reported as NotFound.
+  StatusOr<Fetched> Fetch(const std::string& key);
+  // Lookup without counting it (read-buffer planning); *bytes = the entry's size.
+  std::optional<StoreMatch> Peek(const std::string& tenant, const std::string& session_id,
+                                 const std::vector<int32_t>& tokens, uint64_t* bytes);
+  // --- end streaming load ---
 
   StatusOr<SessionInfo> GetSession(const std::string& tenant, const std::string& session_id);
   // Token ids of the session's stored entry (NotFound when none or expired).
@@ -139,8 +165,9 @@ class KvStore {
   bool Contains(const std::string& key) const;
   std::optional<TierLevel> TierOf(const std::string& key) const;
 
-  // Look-ahead hint: the waiting queue, next job first. Sets the eviction window.
-  void SetLookAhead(const std::vector<QueuedJob>& jobs);
+  // Look-ahead hint: the waiting queue, next job first. Every job shown is resolved to
+  // the entry it would read; the eviction window is (C_mem + C_disk) / S_kv of them.
+  void SetLookAhead(std::vector<QueuedJob> jobs);
   // Prefetch (paper 3.3, part of the scheduler-aware policy; a no-op under LRU/FIFO):
   // promotes SSD entries of jobs in the prefetch window (DRAM capacity / mean entry
   // size) to DRAM, evicting only entries not wanted sooner. SSD reads happen outside
@@ -158,6 +185,7 @@ class KvStore {
  private:
   KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
   Status Rebuild();
+  StatusOr<Fetched> FetchOnce(const std::string& key);  // kv_store_read.cc
   Tier* TierFor(TierLevel level) const { return level == TierLevel::kDram ? dram_.get() : ssd_.get(); }
   std::vector<uint64_t> PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const;
   void IndexLocked(EntryInfo info);
@@ -165,14 +193,23 @@ class KvStore {
   bool Expired(const EntryInfo& e) const;
   std::optional<StoreMatch> FindLocked(const std::string& tenant, const std::string& session_id,
                                        const std::vector<int32_t>& tokens);
+  // The entry FindLocked would pick; *n_tokens = its common prefix with `tokens`.
+  EntryInfo* FindEntryLocked(const std::string& tenant, const std::string& session_id,
+                             const std::vector<int32_t>& tokens, int* n_tokens);
   // Frees `need` bytes in `level` (excluding `pinned`). DRAM victims are demoted to SSD
-  // when possible. ResourceExhausted when impossible.
-  Status MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned);
-  Status PlaceLocked(const std::string& key, const std::string& bytes, TierLevel level);
+  // when possible. ResourceExhausted when impossible. With `newcomer` (the entry that
+  // needs the room) and a policy that RanksNewcomer(): when the newcomer itself is the
+  // victim, stops and sets *newcomer_lost (room is then not made).
+  Status MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned,
+                        const EntryInfo* newcomer = nullptr, bool* newcomer_lost = nullptr);
+  // Moves `key`, an SSD entry whose bytes were just read, to DRAM: its SSD copy is freed
+  // first so that entries demoted to make DRAM room can take its place. Returns whether
+  // it is in DRAM now; otherwise it stays on SSD, or is dropped when not even that fits.
+  bool PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes);
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
   void PrefetchLoop();
-  void WaitForTenant(const std::string& tenant);
+  void WaitForTenant(const std::string& tenant, const std::string& session_id);
 
   const StoreOptions options_;
   const Clock* clock_;
@@ -202,7 +239,8 @@ class KvStore {
   uint64_t pending_bytes_ = 0;
   int in_flight_ = 0;  // popped by the writer, not yet saved
   std::unordered_map<std::string, int> pending_tenants_;  // queued + in flight
-  uint64_t async_saves_ = 0, save_waits_ = 0;
+  uint64_t async_saves_ = 0, save_waits_ = 0, lookup_waits_ = 0;
+  double save_wait_ms_ = 0, lookup_wait_ms_ = 0;
   bool stop_writer_ = false;
   std::thread writer_;
 

@@ -35,6 +35,13 @@ class Tier {
   virtual Status Put(const std::string& key, std::string_view bytes) = 0;
   // NotFound when absent; DataLoss/Unavailable on I/O errors.
   virtual StatusOr<std::string> Get(const std::string& key) = 0;
+  // Same, as shared immutable bytes: the DRAM tier hands out its own copy without
+  // copying (layer-wise loading reads straight from it); others read into a new buffer.
+  virtual StatusOr<std::shared_ptr<const std::string>> GetShared(const std::string& key);
+  // Put of bytes the caller already holds shared (the DRAM tier keeps them, no copy).
+  virtual Status PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) {
+    return Put(key, *bytes);
+  }
   // Removes `key`; OK when absent.
   virtual Status Erase(const std::string& key) = 0;
   virtual bool Contains(const std::string& key) const = 0;
@@ -53,6 +60,8 @@ class DramTier final : public Tier {
   TierLevel level() const override { return level_; }
   Status Put(const std::string& key, std::string_view bytes) override;
   StatusOr<std::string> Get(const std::string& key) override;
+  StatusOr<std::shared_ptr<const std::string>> GetShared(const std::string& key) override;
+  Status PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) override;
   Status Erase(const std::string& key) override;
   bool Contains(const std::string& key) const override;
   int64_t SizeOf(const std::string& key) const override;
@@ -64,7 +73,9 @@ class DramTier final : public Tier {
   const uint64_t capacity_;
   const TierLevel level_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::string> values_;
+  // Values are immutable once stored; a reader holding one keeps it alive after Erase
+  // (its bytes then no longer count toward the tier).
+  std::unordered_map<std::string, std::shared_ptr<const std::string>> values_;
   uint64_t bytes_ = 0;
 };
 
@@ -72,6 +83,9 @@ class DramTier final : public Tier {
 // (`.tmp` suffix), is fsync'ed and renamed over the final name (and the directory
 // fsync'ed), so an interrupted write is never visible under the key. Large values are
 // written and read with pwrite/pread in 1 MiB aligned chunks, split across threads.
+// Written and read files are dropped from the OS page cache (posix_fadvise DONTNEED):
+// host memory for KV is the DRAM tier's, within its capacity, and reads measure the
+// device.
 class SsdTier final : public Tier {
  public:
   // Creates `dir` if needed, removes leftover temporary files and indexes existing

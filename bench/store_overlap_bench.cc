@@ -1,0 +1,366 @@
+// store_overlap_bench: the overlap ablation of paper 001 (Fig. 19 and 20) on this machine.
+//
+// Every job is "a returning conversation": H history tokens whose KV the store holds
+// (saved by an earlier turn) plus N new prompt tokens, answered with one token (TTFT) or
+// with --answer tokens (turn time). It runs the real Scheduler + KvStore + forward pass
+// in-process (no HTTP), one configuration after another, each --reps times (medians):
+//
+//   resident        no store; the history's KV is already in the compute buffer: the
+//                   paper's ideal ("compute-only" time of the N new tokens, attending to H)
+//   sync            no pre-loading: the whole entry is read, verified and entered into
+//                   the compute buffer before the job's forward starts
+//   layerwise       layer-wise pre-loading: layer l+1's KV enters the compute buffer
+//                   (RoPE applied) while layer l computes; no read buffer
+//   layerwise+rbuf  also a read buffer: the next queued jobs' entries are fetched and
+//                   verified while the current job runs (S_buf from measured rates)
+//   ssd             the entries were demoted to the SSD tier; no prefetch (LRU policy)
+//   ssd+prefetch    same, scheduler-aware prefetch pulls queued jobs' entries to DRAM
+//   recompute       no store: the whole H+N prompt is prefilled (RE)
+//
+// Single-job configurations report TTFT (submit -> first token) of one job on an idle
+// server. The back-to-back rows queue --jobs jobs at once (max one running, as the
+// paper's Fig. 19 serves one batch at a time) and report the mean time per job.
+// Fig. 20: mean turn time of back-to-back turns that each answer --answer tokens and
+// save their KV, with the store's asynchronous save (write buffer) and with a
+// synchronous save on the step loop.
+//
+// Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
+//          [--answer 32] [--reps 3] [--threads 2] [--json FILE]
+// Output: a table on stdout, then one JSON line (also to --json).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attic/engine/scheduler.h"
+#include "attic/store/kv_store.h"
+
+using namespace attic;
+using namespace attic::engine;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string model;
+  int history = 1000;
+  int fresh = 100;
+  int jobs = 6;
+  int answer = 32;
+  int reps = 3;
+  int threads = 2;
+  std::string json;
+};
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Runs the step loop until every channel has finished. Returns, per channel, the time
+// from `start` to its first text event and to its finish.
+struct JobTimes {
+  double first_ms = 0, end_ms = 0;
+};
+
+std::vector<JobTimes> Drive(Scheduler& s, const std::vector<std::shared_ptr<ResultChannel>>& chans, Clock::time_point start) {
+  std::vector<JobTimes> t(chans.size());
+  std::vector<bool> seen(chans.size(), false), done(chans.size(), false);
+  size_t n_done = 0;
+  while (n_done < chans.size()) {
+    s.Step();
+    const auto now = Clock::now();
+    for (size_t i = 0; i < chans.size(); ++i) {
+      GenerationEvent ev;
+      while (!done[i] && chans[i]->Pop(&ev, 0ms)) {
+        if (!seen[i]) {
+          seen[i] = true;
+          t[i].first_ms = Ms(now - start);
+        }
+        if (ev.kind != GenerationEvent::Kind::kText) {
+          if (ev.kind == GenerationEvent::Kind::kError) {
+            std::fprintf(stderr, "store_overlap_bench: request failed: %s\n", ev.status.ToString().c_str());
+            std::exit(1);
+          }
+          done[i] = true;
+          ++n_done;
+          t[i].end_ms = Ms(now - start);
+        }
+      }
+    }
+  }
+  return t;
+}
+
+std::shared_ptr<ResultChannel> Submit(Scheduler& s, std::vector<int32_t> prompt, const std::string& session,
+                                      int max_tokens) {
+  GenerationRequest req;
+  req.prompt = std::move(prompt);
+  req.session_id = session;
+  req.sampling.max_tokens = max_tokens;
+  req.ignore_eos = true;
+  auto c = s.Submit(std::move(req));
+  if (!c.ok()) {
+    std::fprintf(stderr, "store_overlap_bench: submit: %s\n", c.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *c;
+}
+
+struct Config {
+  std::string name;
+  bool store = true;
+  bool resident = false;            // keep finished sequences in the compute buffer
+  KvPreload preload = KvPreload::kLayerwise;
+  int64_t read_buffer = 0;          // SchedulerOptions::kv_read_buffer_bytes
+  bool ssd = false;                 // demote every entry to SSD before the timed jobs
+  store::PolicyKind policy = store::PolicyKind::kSchedulerAware;
+  bool async_save = true;
+  bool save = true;                 // save each turn (false: read-only store)
+};
+
+class Bench {
+ public:
+  Bench(Engine& e, const Args& a) : e_(e), a_(a) {
+    // History and new tokens: real text, so the prompts look like a conversation's.
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> tok(100, e.model().config().vocab_size - 1);
+    for (int s = 0; s < a.jobs; ++s) {
+      std::vector<int32_t> h(a.history), n(a.fresh);
+      for (auto& x : h) x = tok(rng);
+      for (auto& x : n) x = tok(rng);
+      hist_.push_back(h);
+      fresh_.push_back(n);
+    }
+  }
+
+  // Returns per-job times of the timed phase; `jobs` jobs back to back (1 = single job).
+  std::vector<JobTimes> Run(const Config& c, int jobs, int answer) {
+    const std::string ssd_dir =
+        (std::filesystem::temp_directory_path() / ("attic-overlap-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(ssd_dir);
+    std::unique_ptr<store::KvStore> store;
+    const uint64_t entry_bytes = EntryBytes();
+    if (c.store) {
+      store::StoreOptions o;
+      o.fingerprint = e_.model().fingerprint();
+      // SSD runs: DRAM holds two entries (so prefetch has room), everything else on SSD.
+      o.dram_bytes = c.ssd ? 2 * entry_bytes + (1 << 20) : 64 * entry_bytes;
+      if (c.ssd) {
+        o.ssd_dir = ssd_dir;
+        o.ssd_bytes = 64 * entry_bytes;
+      }
+      o.policy = c.policy;
+      o.write_buffer_bytes = c.async_save ? 256ull << 20 : 0;
+      auto s = store::KvStore::Open(o);
+      if (!s.ok()) {
+        std::fprintf(stderr, "store_overlap_bench: %s\n", s.status().ToString().c_str());
+        std::exit(1);
+      }
+      store = std::move(*s);
+    }
+    SchedulerOptions so;
+    so.max_running = 1;
+    so.max_resident = c.resident ? 64 : 0;
+    so.kv_preload = c.preload;
+    so.kv_read_buffer_bytes = c.read_buffer;
+    so.store_save = c.save;
+    Scheduler sched(e_, so);
+    sched.set_store(store.get());
+    // Turn 1 of every session: its history (saved to the store, or kept resident).
+    for (int j = 0; j < jobs; ++j) {
+      auto ch = Submit(sched, hist_[j], "s" + std::to_string(j), 1);
+      Drive(sched, {ch}, Clock::now());
+    }
+    if (store) store->Flush();
+    if (c.ssd) {
+      DemoteAllToSsd(*store);
+    }
+    // The timed jobs: turn 2 = history + new tokens (history's last token is recomputed
+    // only if the entry lacks it; the entry holds all H tokens).
+    std::vector<std::shared_ptr<ResultChannel>> chans;
+    const auto start = Clock::now();
+    for (int j = 0; j < jobs; ++j) {
+      std::vector<int32_t> p = hist_[j];
+      p.insert(p.end(), fresh_[j].begin(), fresh_[j].end());
+      chans.push_back(Submit(sched, std::move(p), "s" + std::to_string(j), answer));
+    }
+    auto t = Drive(sched, chans, start);
+    if (store) store->Flush();
+    sched.Shutdown();
+    std::filesystem::remove_all(ssd_dir);
+    return t;
+  }
+
+ private:
+  uint64_t EntryBytes() const {
+    const auto& cfg = e_.model().config();
+    return static_cast<uint64_t>(a_.history + a_.fresh + a_.answer) * cfg.n_layers * cfg.kv_dim() * 2 * 4 + (64 << 10);
+  }
+
+  // Pushes every session entry out of DRAM (whose capacity is two entries): saves two
+  // filler entries of another tenant, which demotes whatever DRAM holds, then erases them.
+  void DemoteAllToSsd(store::KvStore& s) {
+    const auto& cfg = e_.model().config();
+    for (int f = 0; f < 2; ++f) {
+      store::KvEntry e;
+      e.tenant = "filler";
+      e.session_id = "f" + std::to_string(f);
+      e.n_layers = cfg.n_layers;
+      e.kv_dim = cfg.kv_dim();
+      e.tokens.assign(a_.history, 1 + f);
+      e.positions.resize(a_.history);
+      for (int i = 0; i < a_.history; ++i) e.positions[i] = i;
+      e.k.assign(cfg.n_layers, std::vector<float>(static_cast<size_t>(a_.history) * cfg.kv_dim(), 0.f));
+      e.v = e.k;
+      if (!s.Save(std::move(e)).ok()) std::fprintf(stderr, "store_overlap_bench: filler save failed\n");
+    }
+    for (int f = 0; f < 2; ++f) (void)s.EraseSession("filler", "f" + std::to_string(f));
+  }
+
+  Engine& e_;
+  const Args& a_;
+  std::vector<std::vector<int32_t>> hist_, fresh_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "store_overlap_bench: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--model") a.model = next();
+    else if (k == "--history") a.history = std::atoi(next().c_str());
+    else if (k == "--new") a.fresh = std::atoi(next().c_str());
+    else if (k == "--jobs") a.jobs = std::atoi(next().c_str());
+    else if (k == "--answer") a.answer = std::atoi(next().c_str());
+    else if (k == "--reps") a.reps = std::atoi(next().c_str());
+    else if (k == "--threads") a.threads = std::atoi(next().c_str());
+    else if (k == "--json") a.json = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] "
+                   "[--reps 3] [--threads 2] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1) {
+    std::fprintf(stderr, "store_overlap_bench: --model is required; --history >= 16, --new >= 1, --jobs >= 2\n");
+    return 2;
+  }
+  EngineOptions eo;
+  eo.model_path = a.model;
+  eo.n_threads = a.threads;
+  eo.context_length = std::max(2048, a.history + a.fresh + a.answer + 16);
+  eo.max_batch_tokens = 512;
+  const auto load = Engine::Load(eo);
+  if (!load.ok()) {
+    std::fprintf(stderr, "store_overlap_bench: %s\n", load.status().ToString().c_str());
+    return 1;
+  }
+  Engine& e = **load;
+  {
+    const auto& cfg = e.model().config();
+    const int64_t per_seq = static_cast<int64_t>(eo.context_length) * cfg.n_layers * cfg.kv_dim() * 2 * 4;
+    e.ResizeKvCache(per_seq * (a.jobs + 1));
+  }
+  Bench b(e, a);
+
+  const std::vector<Config> single = {
+      {"resident", false, true, KvPreload::kLayerwise, 0},
+      {"sync", true, false, KvPreload::kSync, 0},
+      {"layerwise", true, false, KvPreload::kLayerwise, 0},
+      {"recompute", false, false, KvPreload::kSync, 0},
+  };
+  const std::vector<Config> queued = {
+      {"resident", false, true, KvPreload::kLayerwise, 0},
+      {"sync", true, false, KvPreload::kSync, 0},
+      {"layerwise", true, false, KvPreload::kLayerwise, 0},
+      {"layerwise+rbuf", true, false, KvPreload::kLayerwise, -1},
+      {"ssd", true, false, KvPreload::kLayerwise, -1, true, store::PolicyKind::kLru},
+      {"ssd+prefetch", true, false, KvPreload::kLayerwise, -1, true, store::PolicyKind::kSchedulerAware},
+      {"recompute", false, false, KvPreload::kSync, 0},
+  };
+  const std::vector<Config> saving = {
+      {"async save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true},
+      {"sync save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, false},
+      {"no save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true, false},
+  };
+
+  std::map<std::string, std::vector<double>> ttft, per_job, turn;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    std::fprintf(stderr, "[rep %d/%d] single-job TTFT\n", rep + 1, a.reps);
+    for (const auto& c : single) ttft[c.name].push_back(b.Run(c, 1, 1)[0].first_ms);
+    std::fprintf(stderr, "[rep %d/%d] back-to-back jobs\n", rep + 1, a.reps);
+    for (const auto& c : queued) {
+      auto t = b.Run(c, a.jobs, 1);
+      double last = 0;
+      for (const auto& x : t) last = std::max(last, x.end_ms);
+      per_job[c.name].push_back(last / a.jobs);
+    }
+    std::fprintf(stderr, "[rep %d/%d] turn time with saving\n", rep + 1, a.reps);
+    for (const auto& c : saving) {
+      auto t = b.Run(c, a.jobs, a.answer);
+      double last = 0;
+      for (const auto& x : t) last = std::max(last, x.end_ms);
+      turn[c.name].push_back(last / a.jobs);
+    }
+  }
+
+  nlohmann::json out;
+  out["model"] = a.model;
+  out["history_tokens"] = a.history;
+  out["new_tokens"] = a.fresh;
+  out["jobs"] = a.jobs;
+  out["answer_tokens"] = a.answer;
+  out["reps"] = a.reps;
+  const double base1 = Median(ttft["resident"]);
+  const double baseq = Median(per_job["resident"]);
+  std::printf("## Single job: TTFT of %d history + %d new tokens (median of %d)\n\n", a.history, a.fresh, a.reps);
+  std::printf("| configuration | TTFT ms | vs resident |\n|---|---|---|\n");
+  for (const auto& c : single) {
+    double m = Median(ttft[c.name]);
+    std::printf("| %s | %.1f | %.2fx |\n", c.name.c_str(), m, m / base1);
+    out["single"][c.name] = {{"ttft_ms", m}, {"vs_resident", m / base1}, {"runs", ttft[c.name]}};
+  }
+  std::printf("\n## %d jobs queued back to back: mean time per job (median of %d)\n\n", a.jobs, a.reps);
+  std::printf("| configuration | ms per job | vs resident |\n|---|---|---|\n");
+  for (const auto& c : queued) {
+    double m = Median(per_job[c.name]);
+    std::printf("| %s | %.1f | %.2fx |\n", c.name.c_str(), m, m / baseq);
+    out["queued"][c.name] = {{"ms_per_job", m}, {"vs_resident", m / baseq}, {"runs", per_job[c.name]}};
+  }
+  const double base_t = Median(turn["no save"]);
+  std::printf("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)\n\n", a.jobs, a.answer,
+              a.reps);
+  std::printf("| configuration | ms per turn | vs no save |\n|---|---|---|\n");
+  for (const auto& c : saving) {
+    double m = Median(turn[c.name]);
+    std::printf("| %s | %.1f | %.3fx |\n", c.name.c_str(), m, m / base_t);
+    out["saving"][c.name] = {{"ms_per_turn", m}, {"vs_no_save", m / base_t}, {"runs", turn[c.name]}};
+  }
+  const std::string line = out.dump();
+  std::printf("\n%s\n", line.c_str());
+  if (!a.json.empty()) std::ofstream(a.json) << line << "\n";
+  return 0;
+}
