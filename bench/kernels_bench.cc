@@ -14,25 +14,18 @@
 //   ThreadPool: cost of one ParallelFor, empty and with 2/10 us tasks.
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
+//   A/B (--only ab, not part of the default run): one decode step (as in "Decode step",
+//     fused) for several weight dtypes (--ab bf16,f16 by default) timed in rotating order
+//     round by round (--rounds N), so that a noisy machine slows all of them alike; prints
+//     medians per dtype and per matrix kind, and the median per-round time ratio to the
+//     first dtype. Use this to compare dtypes; compare builds by running them alternately.
 //
 // Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B]
 //                      [--json FILE]
-//                      [--only pool|gemv|step|crossover|gemm] [--model smollm2-135m|llama-1b]
-//                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048]
+//                      [--only pool|gemv|step|crossover|gemm|ab] [--model smollm2-135m|llama-1b]
+//                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048] [--ab DT,DT,...] [--rounds N]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
-//
-// Build: not in CMakeLists.txt yet (backend owner may not edit it). To add it:
-//   add_executable(kernels_bench bench/kernels_bench.cc)
-//   target_include_directories(kernels_bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src ${CBLAS_INCLUDE_DIR})
-//   target_link_libraries(kernels_bench PRIVATE attic_backend)
-//   if(ATTIC_HAVE_DNNL)
-//     target_compile_definitions(kernels_bench PRIVATE ATTIC_BENCH_DNNL=1)
-//   endif()
-// By hand, after `cmake --build build-kern --target attic_backend`:
-//   g++ -O2 -std=c++20 -DNDEBUG -DATTIC_BENCH_DNNL -Iinclude -Isrc \
-//     -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/kernels_bench.cc \
-//     build-kern/libattic_backend.a build-kern/libattic_tensor.a build-kern/libattic_core.a \
-//     -lopenblas -ldnnl -lxxhash -pthread -o build-kern/kernels_bench
+// Built by CMake (target kernels_bench; -DATTIC_BENCH_DNNL when oneDNN is found).
 // On a shared machine run one section at a time when it is idle (numbers are best-of-5).
 #include <cblas.h>
 #include <sys/mman.h>
@@ -478,11 +471,116 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
   json.End();
 }
 
+// Interleaved A/B of one decode step (m = 1, every layer's own weights, fused q/k/v and
+// gate/up as the engine calls them) for several weight dtypes: each round times one step
+// per dtype, in rotating order, so slow phases of a shared machine hit all dtypes alike.
+// Prints per-dtype medians (whole step and per matrix kind) and the median per-round
+// ratio of each dtype's step time to the first dtype's.
+void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Json& json) {
+  json.Begin("ab");
+  const std::vector<ModelShape> models = Models();
+  const ModelShape* model = nullptr;
+  for (const ModelShape& m : models)
+    if (g_model_filter.empty() ? std::string(m.name) == "llama-1b" : g_model_filter == m.name) model = &m;
+  if (model == nullptr) return;
+  const int n_mats = static_cast<int>(model->mats.size());  // 7 per layer + lm_head
+  struct Set {
+    DType dt;
+    std::vector<std::unique_ptr<WeightSet>> owned;
+    std::vector<WeightTensor> w;  // [layer * 7 + matrix], then lm_head
+    double bytes = 0;
+    std::vector<double> step_ms;
+    std::vector<std::vector<double>> mat_ms;  // [matrix kind][round]
+  };
+  std::vector<Set> sets(dtypes.size());
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    Set& set = sets[d];
+    set.dt = dtypes[d];
+    for (int l = 0; l <= model->n_layers; ++l) {
+      for (const Mat& mat : model->mats) {
+        if ((l < model->n_layers) != (mat.per_layer != 0)) continue;
+        set.owned.push_back(std::make_unique<WeightSet>(set.dt, mat.n, mat.k, 1));
+        set.w.push_back(set.owned.back()->w[0]);
+        set.bytes += static_cast<double>(attic::DTypeBytes(set.dt, static_cast<size_t>(mat.n * mat.k)));
+      }
+    }
+    set.mat_ms.resize(static_cast<size_t>(n_mats) - 2);  // q/k/v fused, gate/up fused
+  }
+  const int64_t hidden = model->mats[0].k, ffn = model->mats[4].n, vocab = model->mats.back().n;
+  std::vector<float> x = RandomF32(std::max(hidden, ffn)), q(hidden * 4), kv(hidden * 4), g(ffn), u(ffn), logits(vocab);
+  const char* kinds[] = {"qkv", "wo", "gate_up", "w_down", "lm_head"};
+  auto step = [&](Set& set, std::vector<double>* kind_s) {
+    auto timed = [&](int kind, const std::function<void()>& fn) {
+      const double t0 = Now();
+      fn();
+      (*kind_s)[static_cast<size_t>(kind)] += Now() - t0;
+    };
+    for (int l = 0; l < model->n_layers; ++l) {
+      const WeightTensor* lw = &set.w[static_cast<size_t>(l) * 7];
+      timed(0, [&] {
+        attic::backend::LinearOutput qkv[3] = {{&lw[0], nullptr, q.data()}, {&lw[1], nullptr, kv.data()},
+                                               {&lw[2], nullptr, kv.data() + hidden}};
+        attic::backend::LinearMulti(pool, x.data(), 1, qkv, 3);
+      });
+      timed(1, [&] { attic::backend::Linear(pool, q.data(), 1, lw[3], nullptr, x.data()); });
+      timed(2, [&] {
+        attic::backend::LinearOutput gu[2] = {{&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}};
+        attic::backend::LinearMulti(pool, x.data(), 1, gu, 2);
+      });
+      timed(3, [&] { attic::backend::Linear(pool, g.data(), 1, lw[6], nullptr, x.data()); });
+    }
+    timed(4, [&] { attic::backend::Linear(pool, x.data(), 1, set.w.back(), nullptr, logits.data()); });
+  };
+  for (Set& set : sets) {  // warm-up: first touch, page faults
+    std::vector<double> k(5);
+    step(set, &k);
+  }
+  printf("\n== A/B decode step (%s, m=1, fused, distinct weights, %d threads, misalign %d), %d rounds ==\n",
+         model->name, pool.n_threads(), g_misalign, rounds);
+  std::vector<std::vector<double>> ratios(sets.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> t(sets.size());
+    for (size_t o = 0; o < sets.size(); ++o) {
+      const size_t d = (o + static_cast<size_t>(r)) % sets.size();
+      std::vector<double> k(5);
+      const double t0 = Now();
+      step(sets[d], &k);
+      t[d] = Now() - t0;
+      sets[d].step_ms.push_back(t[d] * 1e3);
+      for (size_t i = 0; i < 5; ++i) sets[d].mat_ms[i].push_back(k[i] * 1e3);
+    }
+    for (size_t d = 0; d < sets.size(); ++d) ratios[d].push_back(t[d] / t[0]);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  printf("%-5s %9s %7s %9s", "dtype", "step_ms", "GB/s", "vs_first");
+  for (const char* kname : kinds) printf(" %9s", kname);
+  printf("   (medians; per-kind ms summed over layers)\n");
+  for (size_t d = 0; d < sets.size(); ++d) {
+    const double ms = median(sets[d].step_ms);
+    printf("%-5s %9.2f %7.1f %9.3f", attic::DTypeName(sets[d].dt), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
+    std::string kj;
+    for (size_t i = 0; i < 5; ++i) {
+      printf(" %9.2f", median(sets[d].mat_ms[i]));
+      kj += Fmt(", \"%s_ms\": %.3f", kinds[i], median(sets[d].mat_ms[i]));
+    }
+    printf("\n");
+    json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"rounds\": %d, \"step_ms\": %.3f, \"gbps\": %.2f, "
+                 "\"time_ratio_vs_first\": %.4f%s}",
+                 model->name, attic::DTypeName(sets[d].dt), rounds, ms, sets[d].bytes / ms / 1e6, median(ratios[d]),
+                 kj.c_str()));
+  }
+  json.End();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2;
+  int threads = 2, rounds = 15;
   bool quick = false, baselines = true;
+  std::vector<DType> ab_dtypes = {DType::kBF16, DType::kF16};
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -496,8 +594,21 @@ int main(int argc, char** argv) {
     else if (a == "--model" && i + 1 < argc) g_model_filter = argv[++i];
     else if (a == "--dtype" && i + 1 < argc) g_dtype_filter = argv[++i];
     else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (a == "--ab" && i + 1 < argc) {
+      ab_dtypes.clear();
+      std::string list = argv[++i];
+      for (size_t b = 0; b <= list.size();) {
+        size_t e = list.find(',', b);
+        if (e == std::string::npos) e = list.size();
+        const std::string name = list.substr(b, e - b);
+        for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0})
+          if (name == attic::DTypeName(dt)) ab_dtypes.push_back(dt);
+        b = e + 1;
+      }
+    }
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B] [--json FILE] [--only pool|gemv|step|crossover|gemm] [--model NAME] [--dtype DT] [--m M]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B] [--json FILE] [--only pool|gemv|step|crossover|gemm|ab] [--model NAME] [--dtype DT] [--m M] [--ab DT,DT,...] [--rounds N]\n", argv[0]);
       return 2;
     }
   }
@@ -509,6 +620,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "step") BenchStep(pool, json);
   if (only.empty() || only == "crossover") BenchCrossover(pool, json);
   if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
+  if (only == "ab") BenchAb(pool, rounds, ab_dtypes, json);
   std::string doc = json.Done();
   if (json_path.empty()) {
     printf("\n%s", doc.c_str());

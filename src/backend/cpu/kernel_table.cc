@@ -64,10 +64,12 @@ const KernelTable& Avx512Table() {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
-    // ~2x the f32 rate (vdpbf16ps), so it wins earliest; q8_0's GEMV is the simplest.
+    // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;
+    // the vdpbf16ps GEMV (AVX512-BF16) halves that GEMV's work and stays ahead up to
+    // m = 32-64. q8_0's GEMV is the simplest.
     t.gemv_max_m[static_cast<int>(DType::kF32)] = 24;
     t.gemv_max_m[static_cast<int>(DType::kF16)] = 32;
-    t.gemv_max_m[static_cast<int>(DType::kBF16)] = 16;
+    t.gemv_max_m[static_cast<int>(DType::kBF16)] = avx512::Bf16GemvUsesDot() ? 32 : 16;
     t.gemv_max_m[static_cast<int>(DType::kQ8_0)] = 10;
     return t;
   }();

@@ -126,7 +126,13 @@ void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
 const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
 int64_t GemvLayout(const model::WeightTensor& w);
+// bf16 GEMV uses vdpbf16ps with x rounded to bf16 when the CPU has AVX512-BF16
+// (Bf16GemvUsesDot()), exact f32 FMA otherwise.
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+bool Bf16GemvUsesDot();
+// Tests only: with `disabled`, bf16 GEMV takes the f32-FMA form as on CPUs without
+// AVX512-BF16. Not thread-safe; no GEMV may run concurrently.
+void SetBf16GemvDotDisabledForTesting(bool disabled);
 // bf16 GEMM uses vdpbf16ps when the CPU has AVX512-BF16 (x rounded to bf16), f32 FMA
 // on converted weight panels otherwise and for the other dtypes.
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);

@@ -1,12 +1,16 @@
 // AVX-512 kernels: conversions, GEMV (decode) and elementwise ops. GEMM is in
 // gemm_avx512.cc.
 //
-// GEMV numerics: weights are widened to f32 exactly (bf16 by a shift, f16 by vcvtph2ps,
-// q8_0 by int8->f32 times the block scale) and multiplied with f32 activations by FMA, so
-// the result is true f32 math whatever the weight dtype. At decode sizes the loop is
-// bound by DRAM bandwidth, so this costs nothing against vdpbf16ps, which would need the
-// activations rounded to bf16.
+// GEMV numerics: f32, f16 and q8_0 weights are widened to f32 exactly (f16 by vcvtph2ps,
+// q8_0 by int8->f32 times the block scale) and multiplied with f32 activations by FMA:
+// true f32 math. bf16 weights on CPUs with AVX512-BF16 use vdpbf16ps with the activations
+// rounded to bf16 (as the bf16 GEMM does, and llama.cpp): in a 1B-shape decode step on
+// Zen 5 (`kernels_bench --only ab`) the f32-FMA form, which widens the weights by a
+// shift, ran 0-15% slower than the f16 GEMV over the same bytes, vdpbf16ps (half the
+// activation bytes and instructions per weight) 5-15% faster. Without AVX512-BF16 bf16
+// takes the exact f32-FMA form.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -258,6 +262,124 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
   }
 }
 
+// bf16 GEMV with vdpbf16ps (CPUs with AVX512-BF16). x is prepared as bf16 (round to
+// nearest even, as F32ToBf16), shifted and zero-padded like the f32 layout but in natural
+// order: vdpbf16ps multiplies weight and x lanes pairwise, so the pairs need not start
+// at even columns. Lanes outside a row are masked off (they may hold other rows or file
+// bytes, and 0 * inf would be NaN). m = 1 walks one row at a time with no software
+// prefetch: on Zen 5 that streamed fastest of the forms measured (prefetching 8-16 KiB
+// ahead, 2 or 4 interleaved rows: 5-10% slower, from the file mapping and from huge
+// pages alike). From m = 2 on, 4 rows are blocked so that each x load feeds 4 dot
+// products, as in the f32 form.
+std::atomic<bool> g_bf16_dot_disabled{false};  // tests: force the f32-FMA form
+
+inline bool UseBf16Dot() {
+  return !g_bf16_dot_disabled.load(std::memory_order_relaxed) && GetCpuFeatures().avx512_bf16;
+}
+
+void PrepareXBf16(const float* x, int64_t m, int64_t k, int64_t shift, uint16_t* xb) {
+  const int64_t ld = PadK(k + shift);
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* dst = xb + i * ld;
+    std::memset(dst, 0, static_cast<size_t>(ld) * 2);
+    F32ToBf16(x + i * k, dst + shift, k);
+  }
+}
+
+// acc + pairwise dot products of 32 bf16 weights and the 32 bf16 x values at x.
+inline __m512 DotBf16(__m512 acc, __m512i w, const uint16_t* x) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_loadu_si512(x));
+}
+
+// dot(row, xb) for one weight row (m = 1); `row` moved back `shift` elements (RowShift).
+inline float DotRowBf16Dot(const uint16_t* row, const uint16_t* xb, int64_t kv, int64_t shift) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t kk = 0;
+  if (shift > 0) {  // head chunk: lanes before the row start masked off
+    acc0 = DotBf16(acc0, _mm512_maskz_loadu_epi16(FirstLanes(kv) & ~FirstLanes(shift), row), xb);
+    kk = 32;
+  }
+  for (; kk + 64 <= kv; kk += 64) {
+    acc0 = DotBf16(acc0, _mm512_loadu_si512(row + kk), xb + kk);
+    acc1 = DotBf16(acc1, _mm512_loadu_si512(row + kk + 32), xb + kk + 32);
+  }
+  for (; kk < kv; kk += 32) acc0 = DotBf16(acc0, _mm512_maskz_loadu_epi16(FirstLanes(kv - kk), row + kk), xb + kk);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+// out[i * 4 + r] = dot(row r, xb row i) for 4 weight rows and MB x rows.
+template <int MB>
+inline void DotRows4Bf16Dot(const uint16_t* const* rows, const uint16_t* xb, int64_t ldx, int64_t kv, int64_t shift,
+                            int64_t pf_bytes, float* out) {
+  __m512 acc[MB][4];
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i)
+    ATTIC_UNROLL
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  auto accumulate = [&](const __m512i* wv, int64_t kk) __attribute__((always_inline)) {
+    ATTIC_UNROLL
+    for (int i = 0; i < MB; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + i * ldx + kk);  // one x load, 4 rows
+      ATTIC_UNROLL
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wv[r], xv);
+    }
+  };
+  auto masked = [&](int64_t kk, __mmask32 mask) __attribute__((always_inline)) {
+    __m512i wv[4];
+    ATTIC_UNROLL
+    for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_epi16(mask, rows[r] + kk);
+    accumulate(wv, kk);
+  };
+  int64_t kk = 0;
+  if (shift > 0) {  // head chunk: lanes before the row start masked off
+    masked(0, FirstLanes(kv) & ~FirstLanes(shift));
+    kk = 32;
+  }
+  for (; kk + 32 <= kv; kk += 32) {
+    __m512i wv[4];
+    ATTIC_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + kk) + pf_bytes, _MM_HINT_T0);
+      wv[r] = _mm512_loadu_si512(rows[r] + kk);
+    }
+    accumulate(wv, kk);
+  }
+  if (kk < kv) masked(kk, FirstLanes(kv - kk));
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i) _mm_storeu_ps(out + 4 * i, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+void GemvBf16Dot(const uint16_t* xb, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+                 int64_t n1) {
+  const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
+  const uint16_t* base = static_cast<const uint16_t*>(w.data);
+  if (m == 1) {
+    for (int64_t j = n0; j < n1; ++j)
+      y[j] = DotRowBf16Dot(Back(base + j * k, shift), xb, kv, shift) + (bias ? bias[j] : 0.0f);
+    return;
+  }
+  // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
+  const int64_t pf_bytes = 4 * k * 2;
+  float out[16];
+  for (int64_t j = n0; j < n1; j += 4) {
+    const int64_t nr = std::min<int64_t>(4, n1 - j);
+    const uint16_t* rows[4];  // a partial group repeats its last row (results dropped)
+    for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + std::min<int64_t>(r, nr - 1)) * k, shift);
+    for (int64_t i = 0; i < m; i += 4) {
+      const uint16_t* xi = xb + i * ldx;
+      const int64_t mb = std::min<int64_t>(4, m - i);
+      switch (mb) {
+        case 1: DotRows4Bf16Dot<1>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+        case 2: DotRows4Bf16Dot<2>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+        case 3: DotRows4Bf16Dot<3>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+        default: DotRows4Bf16Dot<4>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
+      }
+      for (int64_t ii = 0; ii < mb; ++ii)
+        for (int64_t r = 0; r < nr; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
+    }
+  }
+}
+
 // 32 int8 of a q8_0 block as two f32 vectors.
 inline void LoadQ8(const uint8_t* q, __m512* lo, __m512* hi) {
   *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
@@ -348,10 +470,16 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
 }
 
 // q8_0 uses x as is; the other dtypes a padded copy shifted to the rows' alignment
-// (bf16: even/odd permuted).
+// (bf16: as bf16 for vdpbf16ps, or f32 even/odd permuted without AVX512-BF16; the
+// returned pointer is then only meaningful to Gemv).
 const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
   if (w.dtype == DType::kQ8_0) return x;
   const int64_t k = w.cols(), shift = RowShift(w);
+  if (w.dtype == DType::kBF16 && UseBf16Dot()) {
+    scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 2);
+    PrepareXBf16(x, m, k, shift, scratch->as<uint16_t>());
+    return scratch->as<float>();
+  }
   scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 4);
   PrepareX(x, m, k, shift, w.dtype == DType::kBF16, scratch->as<float>());
   return scratch->as<float>();
@@ -359,10 +487,19 @@ const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m
 
 int64_t GemvLayout(const model::WeightTensor& w) { return RowShift(w); }
 
+void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
+bool Bf16GemvUsesDot() { return UseBf16Dot(); }
+
 void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
-    case DType::kBF16: GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1); return;
+    case DType::kBF16:
+      if (UseBf16Dot()) {
+        GemvBf16Dot(reinterpret_cast<const uint16_t*>(x), m, w, bias, y, n0, n1);
+      } else {
+        GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1);
+      }
+      return;
     case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
   }

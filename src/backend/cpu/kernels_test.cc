@@ -4,8 +4,9 @@
 // Tolerances (per output element, S = sum_k |x_k * w_k| + |bias|):
 //   f32 math (all GEMV paths; GEMM with f32/f16/q8_0 weights; bf16 GEMM without
 //   AVX512-BF16): |y - ref| <= 1e-5 * S + 1e-6, ref computed from the dequantised weights.
-//   bf16 GEMM with vdpbf16ps: x is rounded to bf16 (rel. error <= 2^-9 per element), so
-//   |y - ref| <= 4e-3 * S.
+//   bf16 GEMM and GEMV with vdpbf16ps (CPUs with AVX512-BF16): x is rounded to bf16
+//   (rel. error <= 2^-9 per element), so |y - ref| <= 4e-3 * S; against a reference
+//   with x rounded the same way, the GEMV keeps the f32 bound.
 //   Conversions: bit-exact vs attic::F16ToF32 / Bf16ToF32 / F32ToBf16 / F32ToF16 (NaN
 //   payloads excepted). RmsNorm/Add: 1e-6 relative; SiluMul/Softmax: 2e-6 relative.
 #include <gtest/gtest.h>
@@ -106,7 +107,8 @@ struct Shape {
 
 double LinearTol(const KernelTable& t, DType dtype, LinearPath path, int64_t m) {
   if (path == LinearPath::kAuto) path = m <= t.gemv_max_m[static_cast<int>(dtype)] ? LinearPath::kGemv : LinearPath::kGemm;
-  if (path == LinearPath::kGemm && dtype == DType::kBF16 && t.isa == Isa::kAvx512 && GetCpuFeatures().avx512_bf16)
+  if (dtype == DType::kBF16 && t.isa == Isa::kAvx512 &&
+      (path == LinearPath::kGemm ? GetCpuFeatures().avx512_bf16 : avx512::Bf16GemvUsesDot()))
     return 4e-3;
   return 1e-5;
 }
@@ -221,16 +223,72 @@ TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
     std::vector<float> x = RandomVec(rng, 64), ya(96), yb(40);
     LinearOutput outs[2] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}};
     LinearMulti(pool, x.data(), 1, outs, 2);
-    CheckLinear(x, a, nullptr, 1, ya.data(), 1e-5, "multi misaligned a");
-    CheckLinear(x, b, nullptr, 1, yb.data(), 1e-5, "multi misaligned b");
+    const double tol = LinearTol(ActiveKernels(), DType::kBF16, LinearPath::kGemv, 1);
+    CheckLinear(x, a, nullptr, 1, ya.data(), tol, "multi misaligned a");
+    CheckLinear(x, b, nullptr, 1, yb.data(), tol, "multi misaligned b");
   }
   // Public entry point.
   TestWeight a = MakeWeight(rng, DType::kBF16, 64, 100), b = MakeWeight(rng, DType::kBF16, 33, 100);
   std::vector<float> x = RandomVec(rng, 100), ya(64), yb(33);
   LinearOutput outs[2] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}};
   LinearMulti(pool, x.data(), 1, outs, 2);
-  CheckLinear(x, a, nullptr, 1, ya.data(), 1e-5, "multi a");
-  CheckLinear(x, b, nullptr, 1, yb.data(), 1e-5, "multi b");
+  const double tol = LinearTol(ActiveKernels(), DType::kBF16, LinearPath::kGemv, 1);
+  CheckLinear(x, a, nullptr, 1, ya.data(), tol, "multi a");
+  CheckLinear(x, b, nullptr, 1, yb.data(), tol, "multi b");
+}
+
+// The AVX-512 bf16 GEMV, both forms (vdpbf16ps where the CPU has AVX512-BF16, and the
+// f32-FMA form), over row counts that leave partial 4-row groups, k around the 32-lane
+// chunks, every row alignment, several threads, and weights whose neighbouring bytes
+// (the lanes the GEMV loads but masks off) are +inf: any leak would make y inf or NaN.
+// vdpbf16ps is checked against a double reference with x rounded to bf16 (so only f32
+// accumulation error remains: the 1e-5 bound), the FMA form against the exact one.
+void RunBf16GemvCases(bool dot) {
+  const KernelTable* t = KernelsFor(Isa::kAvx512);
+  std::mt19937 rng(dot ? 91 : 92);
+  ThreadPool pool2(2), pool1(1);
+  const std::vector<Shape> shapes = {{1, 1, 1},    {1, 3, 2},     {1, 4, 31},    {1, 5, 32},   {1, 7, 33},
+                                     {1, 130, 2048}, {1, 67, 100}, {2, 9, 63},    {3, 6, 64},   {4, 13, 65},
+                                     {5, 33, 576},  {8, 47, 257},  {13, 18, 129}, {16, 70, 1024}, {1, 300, 2304}};
+  for (size_t offset : {size_t{0}, size_t{2}, size_t{16}, size_t{32}, size_t{48}, size_t{62}}) {
+    for (const Shape& s : shapes) {
+      TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, offset);
+      // +inf in every byte pair around the tensor within its storage.
+      uint16_t* first = static_cast<uint16_t*>(const_cast<void*>(tw.w.data));
+      for (uint16_t* p = reinterpret_cast<uint16_t*>(tw.storage.data() + (offset & 1)); p < first; ++p) *p = 0x7f80;
+      for (uint16_t* p = first + s.n * s.k;
+           reinterpret_cast<uint8_t*>(p + 1) <= tw.storage.data() + tw.storage.size(); ++p)
+        *p = 0x7f80;
+      std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
+      std::vector<float> xr = x;  // x as the dot form sees it
+      if (dot)
+        for (float& v : xr) v = Bf16ToF32(F32ToBf16(v));
+      for (bool with_bias : {false, true}) {
+        ThreadPool& pool = with_bias ? pool1 : pool2;
+        std::vector<float> y(static_cast<size_t>(s.m * s.n), std::nanf(""));
+        LinearWithPath(*t, LinearPath::kGemv, pool, x.data(), s.m, tw.w, with_bias ? bias.data() : nullptr, y.data());
+        CheckLinear(xr, tw, with_bias ? bias.data() : nullptr, s.m, y.data(), 1e-5,
+                    std::string(dot ? "bf16 dot" : "bf16 fma") + " offset=" + std::to_string(offset) +
+                        " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                        (with_bias ? " bias" : ""));
+      }
+    }
+  }
+}
+
+TEST(LinearTest, Bf16GemvDotMatchesRoundedReference) {
+  if (KernelsFor(Isa::kAvx512) == nullptr || !avx512::Bf16GemvUsesDot()) GTEST_SKIP() << "no AVX512-BF16";
+  RunBf16GemvCases(true);
+}
+
+TEST(LinearTest, Bf16GemvFmaFormMatchesReference) {
+  if (KernelsFor(Isa::kAvx512) == nullptr) GTEST_SKIP() << "no AVX-512";
+  struct Restore {
+    ~Restore() { avx512::SetBf16GemvDotDisabledForTesting(false); }
+  } restore;
+  avx512::SetBf16GemvDotDisabledForTesting(true);
+  ASSERT_FALSE(avx512::Bf16GemvUsesDot());
+  RunBf16GemvCases(false);
 }
 
 // --- conversions -------------------------------------------------------------------------
