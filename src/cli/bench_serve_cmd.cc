@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/openai_client.h"
 
 namespace attic::cli {
 
@@ -72,78 +73,26 @@ std::string MakePrompt(int words, uint64_t seed) {
   return s;
 }
 
-httplib::Headers AuthHeaders(const BenchServeFlags& f) {
-  httplib::Headers h;
-  if (!f.api_key.empty()) h.emplace("Authorization", "Bearer " + f.api_key);
-  return h;
-}
-
 Sample RunOne(httplib::Client& cli, const BenchServeFlags& f, const std::string& prompt,
                Interference* watch = nullptr) {
-  Sample s;
   json body{{"model", f.model},       {"max_tokens", f.max_tokens}, {"temperature", 0},
             {"stream", true},         {"ignore_eos", true},         {"stream_options", {{"include_usage", true}}}};
   if (f.chat) body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
   else body["prompt"] = prompt;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = f.chat ? "/v1/chat/completions" : "/v1/completions";
-  req.headers = AuthHeaders(f);
-  req.headers.emplace("Content-Type", "application/json");
-  req.body = body.dump();
-  std::string buf;
-  Clock::time_point t0 = Clock::now(), first{}, last{};
-  bool got_first = false;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buf.append(data, n);
-    size_t end;
-    while ((end = buf.find("\n\n")) != std::string::npos) {
-      std::string event = buf.substr(0, end);
-      buf.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      std::string payload = event.substr(6);
-      if (payload == "[DONE]") continue;
-      json j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        s.error = j["error"].value("message", "error");
-        continue;
-      }
-      if (j.contains("usage") && j["usage"].is_object()) {
-        s.prompt_tokens = j["usage"].value("prompt_tokens", 0);
-        s.completion_tokens = j["usage"].value("completion_tokens", 0);
-      }
-      if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
-        const json& c = j["choices"][0];
-        std::string piece = c.contains("delta") ? c["delta"].value("content", "") : c.value("text", "");
-        if (!piece.empty()) {
-          last = Clock::now();
-          if (!got_first) first = last, got_first = true;
-          s.chunk_times.push_back(last);
-          if (watch != nullptr && static_cast<int>(s.chunk_times.size()) == watch->ready_after) {
-            watch->streams_ready.fetch_add(1);
-          }
-        }
-      }
-    }
-    return true;
-  };
-  auto res = cli.send(req);
-  if (!res) {
-    s.error = "connection error: " + httplib::to_string(res.error());
-    return s;
-  }
-  if (res->status != 200) {
-    s.error = "HTTP " + std::to_string(res->status) + ": " + res->body;
-    return s;
-  }
-  if (!s.error.empty() || !got_first) {
-    if (s.error.empty()) s.error = "no tokens received";
-    return s;
-  }
-  s.ok = true;
-  s.ttft = std::chrono::duration<double>(first - t0).count();
-  s.decode_s = std::chrono::duration<double>(last - first).count();
+  Sample s;
+  StreamedCompletion c =
+      StreamCompletion(cli, f.chat ? "/v1/chat/completions" : "/v1/completions", f.api_key, body, [&](const std::string&) {
+        s.chunk_times.push_back(Clock::now());
+        if (watch != nullptr && static_cast<int>(s.chunk_times.size()) == watch->ready_after)
+          watch->streams_ready.fetch_add(1);
+      });
+  s.ok = c.ok;
+  s.error = c.error;
+  s.prompt_tokens = c.prompt_tokens;
+  s.completion_tokens = c.completion_tokens;
+  if (!s.ok) return s;
+  s.ttft = std::chrono::duration<double>(c.first - c.sent).count();
+  s.decode_s = std::chrono::duration<double>(c.last - c.first).count();
   return s;
 }
 
@@ -157,36 +106,18 @@ void SendLongPrompt(const BenchServeFlags& f, uint64_t seed, Interference* in) {
   httplib::Client cli(f.url);
   cli.set_read_timeout(600, 0);
   in->sent = Clock::now();
-  auto res = cli.Post("/v1/completions", AuthHeaders(f), body.dump(), "application/json");
+  auto res = cli.Post("/v1/completions", AuthHeaders(f.api_key), body.dump(), "application/json");
   in->done = Clock::now();
   in->ttft_ms = std::chrono::duration<double, std::milli>(in->done - in->sent).count();
   if (!res) in->error = "connection error: " + httplib::to_string(res.error());
   else if (res->status != 200) in->error = "HTTP " + std::to_string(res->status) + ": " + res->body;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
 int RunBenchServe(BenchServeFlags f) {
   {
-    httplib::Client cli(f.url);
-    cli.set_read_timeout(10, 0);
-    auto res = cli.Get("/v1/models", AuthHeaders(f));
-    if (!res || res->status != 200) {
-      return Fail(UnavailableError("cannot reach " + f.url + "/v1/models" +
-                                   (res ? " (HTTP " + std::to_string(res->status) + ")" : "")));
-    }
-    if (f.model.empty()) {
-      json j = json::parse(res->body, nullptr, false);
-      if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
-        return Fail(InvalidArgumentError("unexpected /v1/models reply"));
-      }
-      f.model = j["data"][0].value("id", "");
-    }
+    auto id = ServedModelId(f.url, f.api_key);
+    if (!id.ok()) return Fail(id.status());
+    if (f.model.empty()) f.model = *id;
     // Warm-up: first-use costs are not throughput.
     httplib::Client warm(f.url);
     warm.set_read_timeout(600, 0);

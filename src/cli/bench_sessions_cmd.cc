@@ -88,6 +88,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/openai_client.h"
 
 namespace attic::cli {
 
@@ -456,12 +457,6 @@ std::vector<std::string> SplitWords(const std::string& s) {
 
 // --- Client ----------------------------------------------------------------------------
 
-httplib::Headers AuthHeaders(const std::string& api_key) {
-  httplib::Headers h;
-  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  return h;
-}
-
 // Prometheus text -> {"name{labels}": value}.
 std::map<std::string, double> ScrapeMetrics(const std::string& url) {
   std::map<std::string, double> m;
@@ -506,82 +501,18 @@ TurnResult SendTurn(httplib::Client& cli, const std::string& model, const std::s
             {"stream", true},
             {"stream_options", {{"include_usage", true}}}};
   if (ignore_eos) body["ignore_eos"] = true;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  req.headers = AuthHeaders(api_key);
-  req.headers.emplace("Content-Type", "application/json");
-  req.body = body.dump();
-  std::string buf;
-  bool got_first = false;
-  Clock::time_point first{};
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buf.append(data, n);
-    size_t end;
-    while ((end = buf.find("\n\n")) != std::string::npos) {
-      std::string event = buf.substr(0, end);
-      buf.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      std::string payload = event.substr(6);
-      if (payload == "[DONE]") continue;
-      json j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        r.error = j["error"].value("message", "error");
-        continue;
-      }
-      if (j.contains("usage") && j["usage"].is_object()) {
-        const json& u = j["usage"];
-        r.prompt_tokens = u.value("prompt_tokens", 0);
-        r.completion_tokens = u.value("completion_tokens", 0);
-        if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
-          r.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0);
-      }
-      if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
-        const json& c = j["choices"][0];
-        std::string piece = c.contains("delta") && c["delta"].is_object() ? c["delta"].value("content", "") : "";
-        if (!piece.empty()) {
-          if (!got_first) first = Clock::now(), got_first = true;
-          r.answer += piece;
-        }
-      }
-    }
-    return true;
-  };
-  const Clock::time_point t0 = Clock::now();
-  r.sent_s = std::chrono::duration<double>(t0 - run_start).count();
-  auto res = cli.send(req);
-  r.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!res) {
-    r.error = "connection error: " + httplib::to_string(res.error());
-  } else if (res->status != 200) {
-    // An error body goes through the content receiver, not res->body.
-    const std::string& b = res->body.empty() ? buf : res->body;
-    r.error = "HTTP " + std::to_string(res->status) + ": " + b.substr(0, 300);
-  } else if (r.error.empty() && !got_first) {
-    r.error = "no content received";
-  }
-  if (!r.error.empty()) return r;
+  StreamedCompletion c = StreamCompletion(cli, "/v1/chat/completions", api_key, body);
+  r.sent_s = std::chrono::duration<double>(c.sent - run_start).count();
+  r.total_s = std::chrono::duration<double>(Clock::now() - c.sent).count();
+  r.error = c.error;
+  r.prompt_tokens = c.prompt_tokens;
+  r.completion_tokens = c.completion_tokens;
+  r.cached_tokens = c.cached_tokens;
+  r.answer = std::move(c.text);
+  if (!c.ok) return r;
   r.ok = true;
-  r.ttft_s = std::chrono::duration<double>(first - t0).count();
+  r.ttft_s = std::chrono::duration<double>(c.first - c.sent).count();
   return r;
-}
-
-StatusOr<std::string> ModelId(const std::string& url, const std::string& api_key) {
-  httplib::Client cli(url);
-  cli.set_read_timeout(30, 0);
-  for (int i = 0; i < 100; ++i) {  // /health first: a just-started server may still be binding
-    auto h = cli.Get("/health");
-    if (h && h->status == 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  auto res = cli.Get("/v1/models", AuthHeaders(api_key));
-  if (!res || res->status != 200)
-    return UnavailableError("cannot reach " + url + "/v1/models" + (res ? " (HTTP " + std::to_string(res->status) + ")" : ""));
-  json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
-    return InvalidArgumentError("unexpected /v1/models reply from " + url);
-  return j["data"][0].value("id", "");
 }
 
 struct RunResult {
@@ -594,7 +525,7 @@ struct RunResult {
 
 StatusOr<RunResult> Replay(const std::string& mode, const std::string& url, const ServerProcess* proc,
                            const std::vector<SessionSpec>& work, const SessionsFlags& f, const std::string& nonce) {
-  auto model = ModelId(url, f.api_key);
+  auto model = ServedModelId(url, f.api_key);
   if (!model.ok()) return model.status();
   const bool ignore_eos = !f.no_ignore_eos;
   {  // Warm-up (first-use costs are not the workload); its stored session is deleted.
@@ -688,13 +619,6 @@ StatusOr<RunResult> Replay(const std::string& mode, const std::string& url, cons
 }
 
 // --- Analysis --------------------------------------------------------------------------
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 // Total length of the union of [start, end) intervals.
 double UnionLength(std::vector<std::pair<double, double>> iv) {

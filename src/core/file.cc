@@ -11,22 +11,21 @@
 
 namespace attic {
 
-namespace {
-Status ErrnoError(const std::string& what, const std::string& path, int err) {
+Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   std::string msg = what + " '" + path + "': " + std::strerror(err);
   if (err == ENOENT) return NotFoundError(msg);
+  if (err == ENOSPC) return ResourceExhaustedError(msg);
   return UnavailableError(msg);
 }
-}  // namespace
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path, errno);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    return ErrnoError("cannot stat", path, err);
+    return ErrnoStatus("cannot stat", path, err);
   }
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
@@ -40,7 +39,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
-      return ErrnoError("cannot mmap", path, err);
+      return ErrnoStatus("cannot mmap", path, err);
     }
     f->data_ = static_cast<const uint8_t*>(p);
   }
@@ -70,7 +69,7 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
 Status WriteFileAtomic(const std::string& path, std::string_view contents) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp, errno);
+  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
   size_t off = 0;
   while (off < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + off, contents.size() - off);
@@ -79,19 +78,19 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents) {
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return ErrnoError("cannot write", tmp, err);
+      return ErrnoStatus("cannot write", tmp, err);
     }
     off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return ErrnoError("cannot flush", tmp, err);
+    return ErrnoStatus("cannot flush", tmp, err);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return ErrnoError("cannot rename to", path, err);
+    return ErrnoStatus("cannot rename to", path, err);
   }
   return OkStatus();
 }

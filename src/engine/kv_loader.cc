@@ -49,11 +49,9 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
   {
     std::lock_guard<std::mutex> lock(mu_);
     fetches_.push_back([fetch, store] {
-      const auto t0 = std::chrono::steady_clock::now();
       auto r = store->Fetch(fetch->key);
       std::lock_guard<std::mutex> l(fetch->mu);
       fetch->result = std::move(r);
-      fetch->seconds = Since(t0);
       fetch->ready = true;
       fetch->cv.notify_all();
     });
@@ -61,89 +59,74 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
   cv_.notify_all();
 }
 
-void KvLoader::EnterLayer(LoadJob& job, int layer, std::vector<float>& scratch) {
-  const kv::KvShape& s = pool_.shape();
-  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+void KvLoader::EnterLayer(LoadJob& job, int layer, Scratch& scratch) {
+  const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
   const std::string_view bytes(*job.entry.bytes);
   const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
   const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
   const int n = static_cast<int>(job.rows.size());
-  if (job.host_k != nullptr) {
+  auto gather = [&](const float* src, int first, int m, float* dst) {
+    for (int i = 0; i < m; ++i)
+      std::memcpy(dst + static_cast<size_t>(i) * kvd, src + static_cast<size_t>(job.rows[first + i]) * kvd, kvd * 4);
+  };
+  if (job.host_k != nullptr) {  // pre-RoPE copy, for saving the turn
     auto& hk = (*job.host_k)[layer];
     auto& hv = (*job.host_v)[layer];
-    hk.reserve(std::max(job.host_reserve, static_cast<size_t>(n) * kvd));
-    hv.reserve(std::max(job.host_reserve, static_cast<size_t>(n) * kvd));
     hk.resize(static_cast<size_t>(n) * kvd);
     hv.resize(static_cast<size_t>(n) * kvd);
-    for (int i = 0; i < n; ++i) {
-      std::memcpy(hk.data() + static_cast<size_t>(i) * kvd, ek + static_cast<size_t>(job.rows[i]) * kvd, kvd * 4);
-      std::memcpy(hv.data() + static_cast<size_t>(i) * kvd, ev + static_cast<size_t>(job.rows[i]) * kvd, kvd * 4);
-    }
+    gather(ek, 0, n, hk.data());
+    gather(ev, 0, n, hv.data());
   }
-  // RoPE a block's worth of rows at a time, then scatter into the block layout
-  // [kv_head][row][head_dim].
-  scratch.resize(static_cast<size_t>(bs) * kvd);
+  // A block's worth of rows at a time: gather, rotate K to the slots' positions, write.
+  scratch.k.resize(static_cast<size_t>(bs) * kvd);
+  scratch.v.resize(static_cast<size_t>(bs) * kvd);
   for (int first = 0; first < n; first += bs) {
     const int m = std::min(bs, n - first);
-    for (int i = 0; i < m; ++i)
-      std::memcpy(scratch.data() + static_cast<size_t>(i) * kvd, ek + static_cast<size_t>(job.rows[first + i]) * kvd,
-                  kvd * 4);
-    rope_.Apply(scratch.data(), m, n_kv_heads_, job.positions.data() + first);
-    for (int i = 0; i < m; ++i) {
-      const int slot = first + i;
-      const int32_t b = job.blocks[slot / bs];
-      const int row = slot % bs;
-      float* kb = pool_.k_block(layer, b);
-      float* vb = pool_.v_block(layer, b);
-      const float* vrow = ev + static_cast<size_t>(job.rows[slot]) * kvd;
-      for (int h = 0; h < s.n_kv_heads; ++h) {
-        std::memcpy(kb + (static_cast<int64_t>(h) * bs + row) * hd, scratch.data() + static_cast<size_t>(i) * kvd + h * hd,
-                    hd * 4);
-        std::memcpy(vb + (static_cast<int64_t>(h) * bs + row) * hd, vrow + h * hd, hd * 4);
-      }
+    gather(ek, first, m, scratch.k.data());
+    gather(ev, first, m, scratch.v.data());
+    rope_.Apply(scratch.k.data(), m, n_kv_heads_, job.positions.data() + first);
+    pool_.WriteRows(layer, job.blocks.data(), first, m, scratch.k.data(), scratch.v.data());
+  }
+}
+
+void KvLoader::Run(LoadJob& job, Scratch& scratch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int l = 0; l < job.n_layers(); ++l) {
+    EnterLayer(job, l, scratch);
+    if (l + 1 == job.n_layers()) job.enter_seconds = Since(t0);
+    {
+      std::lock_guard<std::mutex> jl(job.mu);
+      job.layers_done.store(l + 1, std::memory_order_release);
     }
+    job.cv.notify_all();
   }
 }
 
 void KvLoader::EnterNow(LoadJob& job) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> scratch;
-  for (int l = 0; l < job.n_layers(); ++l) EnterLayer(job, l, scratch);
-  job.enter_seconds = Since(t0);
-  job.layers_done.store(job.n_layers(), std::memory_order_release);
+  Scratch scratch;
+  Run(job, scratch);
 }
 
 void KvLoader::Loop() {
-  std::vector<float> scratch;
+  Scratch scratch;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !enters_.empty() || !fetches_.empty(); });
-    if (!enters_.empty()) {
+    if (!enters_.empty()) {  // entering goes first: a step may be waiting for it
       std::shared_ptr<LoadJob> job = std::move(enters_.front());
       enters_.pop_front();
       lock.unlock();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int l = 0; l < job->n_layers(); ++l) {
-        EnterLayer(*job, l, scratch);
-        if (l + 1 == job->n_layers()) job->enter_seconds = Since(t0);
-        {
-          std::lock_guard<std::mutex> jl(job->mu);
-          job->layers_done.store(l + 1, std::memory_order_release);
-        }
-        job->cv.notify_all();
-      }
+      Run(*job, scratch);
       lock.lock();
-      continue;
-    }
-    if (!fetches_.empty()) {
-      auto f = std::move(fetches_.front());
+    } else if (!fetches_.empty()) {
+      auto fetch = std::move(fetches_.front());
       fetches_.pop_front();
       lock.unlock();
-      f();
+      fetch();
       lock.lock();
-      continue;
+    } else {
+      return;  // stopping, and nothing is queued
     }
-    if (stop_) return;
   }
 }
 

@@ -36,7 +36,6 @@ struct LoadJob {
   // Optional host copy of the rows' pre-RoPE K and V per layer (for saving the turn).
   std::vector<std::vector<float>>* host_k = nullptr;
   std::vector<std::vector<float>>* host_v = nullptr;
-  size_t host_reserve = 0;           // floats to reserve per layer (the sequence's reach)
 
   int n_layers() const { return entry.header.meta.n_layers; }
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
@@ -59,7 +58,6 @@ struct StagedFetch {
   std::condition_variable cv;
   bool ready = false;
   StatusOr<store::KvStore::Fetched> result = UnavailableError("not fetched yet");
-  double seconds = 0;
   // Blocks until the fetch is done.
   StatusOr<store::KvStore::Fetched>& Wait();
 };
@@ -79,8 +77,13 @@ class KvLoader {
   void Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store);
 
  private:
+  struct Scratch {
+    std::vector<float> k, v;  // one block's rows
+  };
   void Loop();
-  void EnterLayer(LoadJob& job, int layer, std::vector<float>& scratch);
+  // Enters every layer, publishing each as it is done.
+  void Run(LoadJob& job, Scratch& scratch);
+  void EnterLayer(LoadJob& job, int layer, Scratch& scratch);
 
   kv::BlockPool& pool_;
   const attention::RopeTable& rope_;

@@ -214,6 +214,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->truncation = std::move(w.truncation);
   r->req.tenant = w.req.tenant;
   r->req.session_id = w.req.session_id;
+  r->max_slots = max_slots;
   if (store_ != nullptr && LoadFromStore(*r, w, std::max(options_.min_reuse_tokens, plan.n_reuse + 1))) {
     // Stored KV beats what is resident; the resident sequence stays for others.
   } else if (plan.source == nullptr) {
@@ -255,26 +256,13 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     r->host = std::make_unique<HostKv>();
     r->host->valid = r->kv->n_slots() == 0;
   }
-  if (r->host != nullptr && r->host->valid) {
-    // Room for every slot the sequence can reach, so that appending each step's new KV
-    // (the observer) never reallocates and copies the history (pages are touched only
-    // when written).
-    if (r->host->k.empty()) {
-      r->host->k.resize(pool_.shape().n_layers);
-      r->host->v.resize(pool_.shape().n_layers);
-    }
-    const size_t cap = static_cast<size_t>(max_slots) * pool_.shape().kv_dim();
-    for (int l = 0; l < pool_.shape().n_layers; ++l) {
-      if (r->load.job == nullptr) {  // the loader fills a loading sequence's host copy
-        r->host->k[l].reserve(cap);
-        r->host->v[l].reserve(cap);
-      }
-    }
-  }
+  // Room for every slot the sequence can reach (a loading sequence's was made before its
+  // load started).
+  if (r->host != nullptr && r->host->valid && r->load.job == nullptr)
+    r->host->Reserve(pool_.shape().n_layers, static_cast<size_t>(max_slots) * pool_.shape().kv_dim());
   r->id = w.id;
   r->channel = w.channel;
   r->req = std::move(w.req);
-  r->max_slots = max_slots;
   r->reserved_blocks = need;
   r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);

@@ -40,6 +40,15 @@ struct Scheduler::HostKv {
   std::vector<std::vector<float>> k, v;
   bool valid = true;  // false once a slot's KV is unknown (then the turn is not saved)
   int n(int kv_dim) const { return k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim); }
+  // Sizes the per-layer lists and reserves `floats` per layer, so that appending each
+  // step's new KV never reallocates and copies the history (pages are touched only when
+  // written).
+  void Reserve(int n_layers, size_t floats) {
+    k.resize(n_layers);
+    v.resize(n_layers);
+    for (auto& x : k) x.reserve(floats);
+    for (auto& x : v) x.reserve(floats);
+  }
   void Truncate(int n_slots, int kv_dim) {
     for (auto& x : k) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));
     for (auto& x : v) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));

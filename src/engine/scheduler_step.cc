@@ -88,14 +88,9 @@ int Scheduler::Step() {
   KvObserver observer;
   if (store_ != nullptr) {
     const int kv_dim = pool_.shape().kv_dim();
-    const int n_layers = pool_.shape().n_layers;
-    observer = [&owners, kv_dim, n_layers](int layer, int entry, const float* k, const float* v, int n) {
-      HostKv* h = owners[entry]->host.get();
+    observer = [&owners, kv_dim](int layer, int entry, const float* k, const float* v, int n) {
+      HostKv* h = owners[entry]->host.get();  // sized by HostKv::Reserve at admission
       if (h == nullptr || !h->valid) return;
-      if (h->k.empty()) {
-        h->k.resize(n_layers);
-        h->v.resize(n_layers);
-      }
       h->k[layer].insert(h->k[layer].end(), k, k + static_cast<size_t>(n) * kv_dim);
       h->v[layer].insert(h->v[layer].end(), v, v + static_cast<size_t>(n) * kv_dim);
     };

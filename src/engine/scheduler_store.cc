@@ -113,25 +113,21 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
     return false;
   }
   auto host = std::make_unique<HostKv>();
-  host->k.resize(shape.n_layers);
-  host->v.resize(shape.n_layers);
+  host->Reserve(shape.n_layers, static_cast<size_t>(std::max(r.max_slots, usable)) * shape.kv_dim());
   auto job = std::make_shared<LoadJob>();
   job->rows = std::move(rows);
   job->blocks = seq->block_table();
   job->positions = seq->positions();
   job->host_k = &host->k;
   job->host_v = &host->v;
-  const int64_t reach = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + w.req.sampling.max_tokens, max_slots_);
-  job->host_reserve = static_cast<size_t>(std::max<int64_t>(reach, usable)) * shape.kv_dim();
   if (!trunc && usable == m->entry_tokens) r.store_key = m->key;  // the new turn's entry supersedes it
   job->entry = std::move(*f);
-  if (loader_ == nullptr) loader_ = std::make_unique<KvLoader>(pool_, engine_.transformer().rope(), shape.n_kv_heads);
   ++load_stats_.loads;
   if (options_.kv_preload == KvPreload::kLayerwise) {
     ++load_stats_.layerwise_loads;
-    loader_->Enter(job);  // the step's forward waits per layer
+    Loader().Enter(job);  // the step's forward waits per layer
   } else {
-    loader_->EnterNow(*job);
+    Loader().EnterNow(*job);
     load_stats_.enter_seconds += job->enter_seconds;
   }
   r.load.job = std::move(job);
@@ -141,8 +137,13 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   return true;
 }
 
-int64_t Scheduler::ReadBufferBytesFor(int l_hist, int l_new, uint64_t entry_bytes) const {
-  if (options_.kv_read_buffer_bytes >= 0) return options_.kv_read_buffer_bytes;
+KvLoader& Scheduler::Loader() {
+  if (loader_ == nullptr)
+    loader_ = std::make_unique<KvLoader>(pool_, engine_.transformer().rope(), pool_.shape().n_kv_heads);
+  return *loader_;
+}
+
+int64_t Scheduler::AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const {
   // S_buf = B * (T_load * L_hist - T_pref * L_new), B = bytes per second of loading.
   const double t_load = load_stats_.t_load_per_token, t_pref = load_stats_.t_prefill_per_token;
   if (t_load <= 0 || t_pref <= 0 || l_hist <= 0) return static_cast<int64_t>(entry_bytes);  // not measured yet
@@ -171,15 +172,13 @@ void Scheduler::StageReads() {
     if (!m || m->n_tokens < options_.min_reuse_tokens) continue;
     if (options_.kv_read_buffer_bytes > 0) {
       if (used + static_cast<int64_t>(bytes) > options_.kv_read_buffer_bytes) break;  // the buffer is full
-    } else if (ReadBufferBytesFor(m->n_tokens, static_cast<int>(w->prompt->size()) - m->n_tokens, bytes) <= 0) {
+    } else if (AutoReadBufferBytes(m->n_tokens, static_cast<int>(w->prompt->size()) - m->n_tokens, bytes) <= 0) {
       continue;  // S_buf = 0: the job's own prefill hides its load
     }
     auto fetch = std::make_shared<StagedFetch>();
     fetch->key = m->key;
     fetch->bytes = bytes;
-    if (loader_ == nullptr)
-      loader_ = std::make_unique<KvLoader>(pool_, engine_.transformer().rope(), pool_.shape().n_kv_heads);
-    loader_->Stage(fetch, store_);
+    Loader().Stage(fetch, store_);
     w->staged = std::move(fetch);
     used += static_cast<int64_t>(bytes);
     ++load_stats_.staged;
@@ -208,7 +207,7 @@ void Scheduler::SaveToStore(Running& r, bool keep_host) {
     r.host.reset();
   }
   // Asynchronous: the writer thread serializes and places it (paper 3.2); the next
-  // lookup of this tenant waits for it.
+  // lookup of this session waits for it.
   store_->SaveAsync(std::move(e), r.store_key, r.req.session_ttl_ms);
 }
 
@@ -219,8 +218,9 @@ void Scheduler::HintStore() {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, *w->prompt});
   }
-  store_->SetLookAhead(jobs);
-  if (!jobs.empty()) store_->RequestPrefetch();
+  const bool any = !jobs.empty();
+  store_->SetLookAhead(std::move(jobs));
+  if (any) store_->RequestPrefetch();
   StageReads();
 }
 

@@ -72,14 +72,18 @@ void SequenceKv::Release() {
 }
 
 void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const float* v) {
-  const KvShape& s = pool_->shape();
+  pool_->WriteRows(layer, blocks_.data(), first, n, k, v);
+}
+
+void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
+  const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
   for (int i = 0; i < n; ++i) {
     int slot = first + i;
-    int32_t b = blocks_[slot / bs];
+    int32_t b = blocks[slot / bs];
     int row = slot % bs;
-    float* kb = pool_->k_block(layer, b);
-    float* vb = pool_->v_block(layer, b);
+    float* kb = k_block(layer, b);
+    float* vb = v_block(layer, b);
     for (int h = 0; h < s.n_kv_heads; ++h) {
       std::memcpy(kb + (static_cast<int64_t>(h) * bs + row) * hd, k + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);
       std::memcpy(vb + (static_cast<int64_t>(h) * bs + row) * hd, v + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);

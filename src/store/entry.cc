@@ -221,26 +221,33 @@ Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer)
   return OkStatus();
 }
 
-StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint) {
+StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint) {
   ATTIC_ASSIGN_OR_RETURN(EntryHeader h, ParseEntryHeader(bytes));
   if (!expected_fingerprint.empty() && h.meta.fingerprint != expected_fingerprint)
     return FailedPreconditionError("KV entry belongs to another model");
   if (bytes.size() != h.total_bytes)
     return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
-  KvEntry e = std::move(h.meta);
-  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  for (int l = 0; l < h.meta.n_layers; ++l) ATTIC_RETURN_IF_ERROR(VerifyEntryLayer(bytes, h, l));
+  return h;
+}
+
+KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
+  KvEntry& e = h.meta;
+  const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
   e.k.resize(e.n_layers);
   e.v.resize(e.n_layers);
   for (int l = 0; l < e.n_layers; ++l) {
-    const char* p = bytes.data() + h.data_offset + l * h.layer_bytes;
-    e.k[l].resize(per_layer);
-    e.v[l].resize(per_layer);
-    std::memcpy(e.k[l].data(), p, per_layer * sizeof(float));
-    std::memcpy(e.v[l].data(), p + per_layer * sizeof(float), per_layer * sizeof(float));
-    if (LayerChecksum(e.k[l].data(), e.v[l].data(), per_layer) != h.layer_checksums[l])
-      return DataLossError("KV entry layer " + std::to_string(l) + " checksum mismatch");
+    const float* k = EntryLayerK(bytes, h, l);
+    const float* v = EntryLayerV(bytes, h, l);
+    e.k[l].assign(k, k + per_layer);
+    e.v[l].assign(v, v + per_layer);
   }
-  return e;
+  return std::move(e);
+}
+
+StatusOr<KvEntry> DeserializeEntry(std::string_view bytes, const std::string& expected_fingerprint) {
+  ATTIC_ASSIGN_OR_RETURN(EntryHeader h, VerifyEntry(bytes, expected_fingerprint));
+  return MaterializeEntry(bytes, std::move(h));
 }
 
 }  // namespace attic::store

@@ -152,7 +152,9 @@ Status KvStore::Rebuild() {
     std::sort(keys.begin(), keys.end());
     for (const std::string& key : keys) {
       auto bytes = tier->Get(key);
-      StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(*bytes, options_.fingerprint) : bytes.status();
+      // Verified in place: only the header is kept.
+      StatusOr<EntryHeader> header = bytes.ok() ? VerifyEntry(*bytes, options_.fingerprint) : bytes.status();
+      StatusOr<KvEntry> entry = header.ok() ? StatusOr<KvEntry>(std::move(header->meta)) : header.status();
       if (!entry.ok() || entry->key().ToString() != key || entries_.count(key) != 0) {
         // Corrupt, truncated, another model's, misnamed or duplicated: never served.
         std::fprintf(stderr, "attic: KV store: dropping entry %s (%s)\n", key.c_str(),
@@ -291,34 +293,8 @@ std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::
 }
 
 StatusOr<KvEntry> KvStore::Load(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return NotFoundError("no KV entry " + key);
-  if (Expired(it->second)) {
-    RemoveLocked(key);
-    ++stats_.expired;
-    return NotFoundError("KV entry " + key + " expired");
-  }
-  EntryInfo& info = it->second;
-  Tier* tier = TierFor(info.tier);
-  auto bytes = tier->GetShared(key);  // the DRAM tier's own buffer, not a copy
-  StatusOr<KvEntry> entry = bytes.ok() ? DeserializeEntry(**bytes, options_.fingerprint) : bytes.status();
-  if (!entry.ok() || entry->key().ToString() != key) {
-    std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
-                 entry.ok() ? "misnamed" : entry.status().ToString().c_str());
-    RemoveLocked(key);
-    ++stats_.corrupt;
-    return NotFoundError("KV entry " + key + " unreadable");
-  }
-  info.access_seq = ++seq_;
-  stats_.bytes_loaded += (*bytes)->size();
-  if (info.tier == TierLevel::kDram && info.prefetched) {
-    info.prefetched = false;
-    ++stats_.prefetches_useful;
-  }
-  // Promote (the paper fetches whole sessions SSD -> DRAM). A failure leaves it on SSD.
-  if (info.tier == TierLevel::kSsd && (*bytes)->size() <= dram_->capacity()) PromoteLocked(key, std::move(*bytes));
-  return entry;
+  ATTIC_ASSIGN_OR_RETURN(Fetched f, Fetch(key));
+  return MaterializeEntry(*f.bytes, std::move(f.header));
 }
 
 bool KvStore::PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes) {
@@ -627,30 +603,23 @@ int KvStore::ExpireNow() {
 StoreStats KvStore::Stats() const {
   StoreStats s;
   {
-    std::lock_guard<std::mutex> wlock(wmu_);
-    s.async_saves = async_saves_;
-    s.save_waits = save_waits_;
-    s.save_wait_ms = save_wait_ms_;
-    s.lookup_waits = lookup_waits_;
-    s.lookup_wait_ms = lookup_wait_ms_;
-    s.pending_saves = pending_.size() + in_flight_;
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+    s.entries = entries_.size();
+    s.dram_bytes = dram_->bytes();
+    s.dram_capacity = dram_->capacity();
+    if (ssd_ != nullptr) {
+      s.ssd_bytes = ssd_->bytes();
+      s.ssd_capacity = ssd_->capacity();
+    }
   }
-  const StoreStats w = s;  // the write-buffer side, read under wmu_
-  std::lock_guard<std::mutex> lock(mu_);
-  s = stats_;
-  s.async_saves = w.async_saves;
-  s.save_waits = w.save_waits;
-  s.save_wait_ms = w.save_wait_ms;
-  s.lookup_waits = w.lookup_waits;
-  s.lookup_wait_ms = w.lookup_wait_ms;
-  s.pending_saves = w.pending_saves;
-  s.entries = entries_.size();
-  s.dram_bytes = dram_->bytes();
-  s.dram_capacity = dram_->capacity();
-  if (ssd_ != nullptr) {
-    s.ssd_bytes = ssd_->bytes();
-    s.ssd_capacity = ssd_->capacity();
-  }
+  std::lock_guard<std::mutex> wlock(wmu_);  // the write-buffer side (never nested in mu_)
+  s.async_saves = async_saves_;
+  s.save_waits = save_waits_;
+  s.save_wait_ms = save_wait_ms_;
+  s.lookup_waits = lookup_waits_;
+  s.lookup_wait_ms = lookup_wait_ms_;
+  s.pending_saves = pending_.size() + in_flight_;
   return s;
 }
 

@@ -1,6 +1,7 @@
-// KvStore::Fetch: the store side of layer-wise pre-loading (paper 001 section 3.2). The
-// entry's bytes are handed out shared (a DRAM-tier value is not copied), verified layer
-// by layer, and read from SSD outside the store's lock so lookups and saves go on.
+// KvStore::Fetch (and Load on top of it): the store side of layer-wise pre-loading
+// (paper 001 section 3.2). The entry's bytes are handed out shared (a DRAM-tier value is
+// not copied), verified, and read from SSD outside the store's lock so lookups and saves
+// go on; Peek plans the read buffer.
 #include <cstdio>
 
 #include "attic/store/kv_store.h"
@@ -23,57 +24,44 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotFoundError("no KV entry " + key);
-    if (Expired(it->second)) {
+    EntryInfo& info = it->second;
+    if (Expired(info)) {
       RemoveLocked(key);
       ++stats_.expired;
       return NotFoundError("KV entry " + key + " expired");
     }
-    level = it->second.tier;
+    level = info.tier;
     tier = TierFor(level);
-    it->second.access_seq = ++seq_;
-  }
-  auto bytes = tier->GetShared(key);
-  Status bad = bytes.ok() ? OkStatus() : bytes.status();
-  Fetched f;
-  if (bad.ok()) {
-    auto h = ParseEntryHeader(**bytes);
-    if (!h.ok()) {
-      bad = h.status();
-    } else if (h->meta.fingerprint != options_.fingerprint) {
-      bad = FailedPreconditionError("KV entry belongs to another model");
-    } else if (h->meta.key().ToString() != key) {
-      bad = DataLossError("misnamed KV entry");
-    } else {
-      for (int l = 0; l < h->meta.n_layers && bad.ok(); ++l) bad = VerifyEntryLayer(**bytes, *h, l);
+    info.access_seq = ++seq_;
+    if (level == TierLevel::kDram && info.prefetched) {
+      info.prefetched = false;
+      ++stats_.prefetches_useful;
     }
-    if (bad.ok()) f.header = std::move(*h);
   }
+  // The read and the checksums happen outside the lock: lookups and saves go on.
+  auto bytes = tier->GetShared(key);
+  StatusOr<EntryHeader> header = bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint) : bytes.status();
+  if (header.ok() && header->meta.key().ToString() != key) header = DataLossError("misnamed KV entry");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
-  if (!bad.ok() && !bytes.ok()) {
+  if (!bytes.ok()) {
     if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
     if (it->second.tier != level) return UnavailableError("KV entry " + key + " moved");
   }
-  if (!bad.ok()) {
-    std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(), bad.ToString().c_str());
+  if (!header.ok()) {
+    std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
+                 header.status().ToString().c_str());
     if (it != entries_.end()) RemoveLocked(key);
     ++stats_.corrupt;
     return NotFoundError("KV entry " + key + " unreadable");
   }
-  f.key = key;
-  f.bytes = std::move(*bytes);
-  f.from = level;
+  Fetched f{std::move(*bytes), std::move(*header)};
   stats_.bytes_loaded += f.bytes->size();
-  if (it != entries_.end() && it->second.tier == TierLevel::kSsd && level == TierLevel::kSsd &&
-      f.bytes->size() <= dram_->capacity()) {
-    PromoteLocked(key, f.bytes);  // the paper fetches whole sessions SSD -> DRAM; a failure leaves it on SSD
-  }
+  // The paper fetches whole sessions SSD -> DRAM; a failure leaves it on SSD.
+  if (it != entries_.end() && it->second.tier == TierLevel::kSsd && f.bytes->size() <= dram_->capacity())
+    PromoteLocked(key, f.bytes);
   return f;
 }
-
-}  // namespace attic::store
-
-namespace attic::store {
 
 std::optional<StoreMatch> KvStore::Peek(const std::string& tenant, const std::string& session_id,
                                         const std::vector<int32_t>& tokens, uint64_t* bytes) {

@@ -21,13 +21,6 @@ constexpr size_t kChunk = 1 << 20;             // aligned I/O unit
 constexpr size_t kParallelThreshold = 8 << 20;  // split larger transfers across threads
 constexpr int kIoThreads = 4;
 
-Status Errno(const std::string& what, const std::string& path, int err) {
-  std::string msg = what + " '" + path + "': " + std::strerror(err);
-  if (err == ENOENT) return NotFoundError(msg);
-  if (err == ENOSPC) return ResourceExhaustedError(msg);
-  return UnavailableError(msg);
-}
-
 // pread/pwrite of [off, off+n) in kChunk pieces. Returns errno or 0; a short read is EIO.
 int TransferRange(int fd, char* rbuf, const char* wbuf, size_t off, size_t n) {
   size_t done = 0;
@@ -128,7 +121,7 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
     return st;
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return finish(Errno("cannot create", tmp, errno));
+  if (fd < 0) return finish(ErrnoStatus("cannot create", tmp, errno));
   int err = Transfer(fd, nullptr, bytes.data(), bytes.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (err == 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // written back: drop the cached pages
@@ -136,7 +129,7 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
-    return finish(Errno("cannot write", path, err));
+    return finish(ErrnoStatus("cannot write", path, err));
   }
   FsyncDir(dir_);
   return finish(OkStatus());
@@ -145,12 +138,12 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
 StatusOr<std::string> SsdTier::Get(const std::string& key) {
   std::string path = PathOf(key);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path, errno);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    return Errno("cannot stat", path, err);
+    return ErrnoStatus("cannot stat", path, err);
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -163,7 +156,7 @@ StatusOr<std::string> SsdTier::Get(const std::string& key) {
 
 Status SsdTier::Erase(const std::string& key) {
   std::string path = PathOf(key);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", path, errno);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove", path, errno);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sizes_.find(key);
   if (it != sizes_.end()) {

@@ -31,32 +31,50 @@ std::unique_ptr<Engine> LoadStories() {
 struct Turn {
   std::string text;
   TokenUsage usage;
+  bool finished = false;
 };
 
-Turn RunTurn(Scheduler& s, const std::vector<int32_t>& prompt, const std::string& session, int max_tokens) {
-  GenerationRequest req;
-  req.prompt = prompt;
-  req.sampling.max_tokens = max_tokens;
-  req.session_id = session;
-  auto chan = s.Submit(std::move(req));
-  EXPECT_TRUE(chan.ok());
-  Turn t;
-  for (int step = 0; step < 5000; ++step) {
+struct TurnSpec {
+  std::vector<int32_t> prompt;
+  std::string session;
+  int max_tokens = 0;
+};
+
+// Submits every turn at once and steps the scheduler until all have finished.
+std::vector<Turn> RunTurns(Scheduler& s, const std::vector<TurnSpec>& specs) {
+  std::vector<std::shared_ptr<ResultChannel>> chans;
+  for (const TurnSpec& spec : specs) {
+    GenerationRequest req;
+    req.prompt = spec.prompt;
+    req.sampling.max_tokens = spec.max_tokens;
+    req.session_id = spec.session;
+    auto chan = s.Submit(std::move(req));
+    EXPECT_TRUE(chan.ok()) << chan.status().ToString();
+    chans.push_back(chan.ok() ? *chan : nullptr);
+  }
+  std::vector<Turn> turns(specs.size());
+  size_t done = 0;
+  for (int step = 0; step < 5000 && done < specs.size(); ++step) {
     s.Step();
-    GenerationEvent ev;
-    bool ended = false;
-    while ((*chan)->Pop(&ev, 0ms)) {
-      if (ev.kind == GenerationEvent::Kind::kText) {
-        t.text += ev.text;
-      } else {
-        EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
-        t.usage = ev.usage;
-        ended = true;
+    for (size_t i = 0; i < chans.size(); ++i) {
+      GenerationEvent ev;
+      while (chans[i] != nullptr && !turns[i].finished && chans[i]->Pop(&ev, 0ms)) {
+        if (ev.kind == GenerationEvent::Kind::kText) {
+          turns[i].text += ev.text;
+        } else {
+          EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+          turns[i].usage = ev.usage;
+          turns[i].finished = true;
+          ++done;
+        }
       }
     }
-    if (ended) break;
   }
-  return t;
+  return turns;
+}
+
+Turn RunTurn(Scheduler& s, const std::vector<int32_t>& prompt, const std::string& session, int max_tokens) {
+  return RunTurns(s, {{prompt, session, max_tokens}})[0];
 }
 
 std::string Recompute(Engine& e, const std::vector<int32_t>& prompt, int max_tokens) {
@@ -327,38 +345,15 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   }
   store->Flush();
   // Queue every next turn at once, then drain.
-  std::vector<std::shared_ptr<ResultChannel>> chans;
-  for (size_t i = 0; i < next.size(); ++i) {
-    GenerationRequest req;
-    req.prompt = next[i];
-    req.sampling.max_tokens = 12;
-    req.session_id = "s" + std::to_string(i);
-    auto c = s.Submit(std::move(req));
-    ASSERT_TRUE(c.ok());
-    chans.push_back(*c);
-  }
-  std::vector<std::string> text(next.size());
-  std::vector<TokenUsage> usage(next.size());
+  std::vector<TurnSpec> specs;
+  for (size_t i = 0; i < next.size(); ++i) specs.push_back({next[i], "s" + std::to_string(i), 12});
+  const std::vector<Turn> turns = RunTurns(s, specs);
   size_t done = 0;
-  for (int step = 0; step < 5000 && done < next.size(); ++step) {
-    s.Step();
-    for (size_t i = 0; i < chans.size(); ++i) {
-      GenerationEvent ev;
-      while (chans[i]->Pop(&ev, 0ms)) {
-        if (ev.kind == GenerationEvent::Kind::kText) {
-          text[i] += ev.text;
-        } else {
-          ASSERT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
-          usage[i] = ev.usage;
-          ++done;
-        }
-      }
-    }
-  }
+  for (const Turn& t : turns) done += t.finished ? 1 : 0;
   ASSERT_EQ(done, next.size());
   for (size_t i = 0; i < next.size(); ++i) {
-    EXPECT_GT(usage[i].cached_tokens, 0) << i;
-    EXPECT_EQ(text[i], Recompute(*e, next[i], 12)) << i;
+    EXPECT_GT(turns[i].usage.cached_tokens, 0) << i;
+    EXPECT_EQ(turns[i].text, Recompute(*e, next[i], 12)) << i;
   }
   const KvLoadStats ls = s.Stats().kv_load;
   EXPECT_EQ(ls.loads, next.size());

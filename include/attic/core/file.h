@@ -33,6 +33,10 @@ class MappedFile {
   std::string path_;
 };
 
+// "<what> '<path>': <strerror>" as a Status: NotFound for ENOENT, ResourceExhausted for
+// ENOSPC, else Unavailable.
+Status ErrnoStatus(const std::string& what, const std::string& path, int err);
+
 bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 StatusOr<std::string> ReadFileToString(const std::string& path);

@@ -240,7 +240,10 @@ class Scheduler {
   bool LoadFromStore(Running& r, Waiting& w, int min_tokens);
   // Read buffer: starts fetching the stored entries of the next waiting jobs.
   void StageReads();
-  int64_t ReadBufferBytesFor(int l_hist, int l_new, uint64_t entry_bytes) const;
+  KvLoader& Loader();  // created with the first stored-KV load
+  // The paper's S_buf for one job, from the measured load and prefill rates (the whole
+  // entry while they are not measured yet).
+  int64_t AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const;
   // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
   void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
   // Saves the turn's KV (asynchronously). keep_host: the sequence stays resident and
@@ -259,7 +262,7 @@ class Scheduler {
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
-  std::unique_ptr<KvLoader> loader_;  // created with the first stored-KV load
+  std::unique_ptr<KvLoader> loader_;  // see Loader()
   KvLoadStats load_stats_;            // step loop
 
   // Guarded by mu_.

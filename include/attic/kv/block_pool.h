@@ -49,6 +49,10 @@ class BlockPool {
   float* v_pool(int layer) { return v_[layer].as<float>(); }
   float* k_block(int layer, int32_t block) { return k_pool(layer) + block * shape_.block_stride(); }
   float* v_block(int layer, int32_t block) { return v_pool(layer) + block * shape_.block_stride(); }
+  // Writes K and V ([n, kv_dim] each) into slots [first, first+n) of the sequence whose
+  // block table is `blocks`, at `layer`. Touches only those blocks, so it may run on
+  // another thread than the one allocating (the KV loader).
+  void WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v);
 
  private:
   KvShape shape_;

@@ -144,10 +144,8 @@ class KvStore {
   // An entry's serialized bytes, shared rather than copied out of the DRAM tier, with
   // its parsed header; layer l's K/V are EntryLayerK/V(*bytes, header, l).
   struct Fetched {
-    std::string key;
     std::shared_ptr<const std::string> bytes;
     EntryHeader header;
-    TierLevel from = TierLevel::kDram;
   };
   // Reads `key`'s entry without deserializing it: tier I/O happens outside the store's
   // lock; every layer's checksum is verified; an SSD entry is promoted to DRAM when it
