@@ -33,7 +33,9 @@ struct LoadJob {
   std::vector<int> rows;             // entry rows, in slot order
   std::vector<int32_t> blocks;       // the sequence's first blocks (covering the rows)
   std::vector<int32_t> positions;    // the slots' positions (RoPE)
-  // Optional host copy of the rows' pre-RoPE K and V per layer (for saving the turn).
+  // Optional host copy of the rows' pre-RoPE K and V per layer (for saving the turn),
+  // when the rows are not a prefix of the entry (truncation); else the scheduler keeps
+  // the entry's rows in place.
   std::vector<std::vector<float>>* host_k = nullptr;
   std::vector<std::vector<float>>* host_v = nullptr;
 

@@ -259,7 +259,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   // Room for every slot the sequence can reach (a loading sequence's was made before its
   // load started).
   if (r->host != nullptr && r->host->valid && r->load.job == nullptr)
-    r->host->Reserve(pool_.shape().n_layers, static_cast<size_t>(max_slots) * pool_.shape().kv_dim());
+    r->host->Reserve(pool_.shape().n_layers, max_slots, pool_.shape().kv_dim());
   r->id = w.id;
   r->channel = w.channel;
   r->req = std::move(w.req);

@@ -37,21 +37,27 @@ struct Scheduler::Waiting {
 // Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached
 // so that a turn can be saved without recomputation. Per layer: [n, kv_dim].
 struct Scheduler::HostKv {
+  // Slots [0, base.n_rows): the stored entry they were loaded from, shared in place (no
+  // copy of the history); the slots after it: k, v per layer, [rows, kv_dim].
+  store::KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   bool valid = true;  // false once a slot's KV is unknown (then the turn is not saved)
-  int n(int kv_dim) const { return k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim); }
-  // Sizes the per-layer lists and reserves `floats` per layer, so that appending each
-  // step's new KV never reallocates and copies the history (pages are touched only when
-  // written).
-  void Reserve(int n_layers, size_t floats) {
+  int n(int kv_dim) const { return base.n_rows + (k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim)); }
+  // Sizes the per-layer lists and reserves room for slots up to `max_slots`, so that
+  // appending each step's new KV never reallocates and copies (pages are touched only
+  // when written).
+  void Reserve(int n_layers, int max_slots, int kv_dim) {
     k.resize(n_layers);
     v.resize(n_layers);
+    const size_t floats = static_cast<size_t>(std::max(0, max_slots - base.n_rows)) * kv_dim;
     for (auto& x : k) x.reserve(floats);
     for (auto& x : v) x.reserve(floats);
   }
   void Truncate(int n_slots, int kv_dim) {
-    for (auto& x : k) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));
-    for (auto& x : v) x.resize(std::min(x.size(), static_cast<size_t>(n_slots) * kv_dim));
+    base.n_rows = std::min(base.n_rows, n_slots);
+    const size_t own = static_cast<size_t>(n_slots - base.n_rows) * kv_dim;
+    for (auto& x : k) x.resize(std::min(x.size(), own));
+    for (auto& x : v) x.resize(std::min(x.size(), own));
   }
 };
 

@@ -113,13 +113,16 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
     return false;
   }
   auto host = std::make_unique<HostKv>();
-  host->Reserve(shape.n_layers, static_cast<size_t>(std::max(r.max_slots, usable)) * shape.kv_dim());
+  if (!trunc) host->base = store::EntryRowsBase(f->bytes, f->header, usable);  // the history, in place
+  host->Reserve(shape.n_layers, std::max(r.max_slots, usable), shape.kv_dim());
   auto job = std::make_shared<LoadJob>();
   job->rows = std::move(rows);
   job->blocks = seq->block_table();
   job->positions = seq->positions();
-  job->host_k = &host->k;
-  job->host_v = &host->v;
+  if (trunc) {  // the kept rows are not a prefix of the entry: the loader copies them
+    job->host_k = &host->k;
+    job->host_v = &host->v;
+  }
   if (!trunc && usable == m->entry_tokens) r.store_key = m->key;  // the new turn's entry supersedes it
   job->entry = std::move(*f);
   ++load_stats_.loads;
@@ -198,6 +201,7 @@ void Scheduler::SaveToStore(Running& r, bool keep_host) {
   e.kv_dim = shape.kv_dim();
   e.tokens = r.kv->tokens();
   e.positions = r.kv->positions();
+  e.base = r.host->base;  // the stored history is written from where it is
   if (keep_host) {
     e.k = r.host->k;
     e.v = r.host->v;

@@ -1,5 +1,6 @@
 #include "attic/store/entry.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "attic/core/hash.h"
@@ -132,8 +133,10 @@ void KvEntry::TruncateTo(int n) {
   if (n >= n_tokens()) return;
   tokens.resize(n);
   positions.resize(n);
-  for (auto& x : k) x.resize(static_cast<size_t>(n) * kv_dim);
-  for (auto& x : v) x.resize(static_cast<size_t>(n) * kv_dim);
+  base.n_rows = std::min(base.n_rows, n);
+  const size_t own = static_cast<size_t>(n - base.n_rows) * kv_dim;
+  for (auto& x : k) x.resize(own);
+  for (auto& x : v) x.resize(own);
 }
 
 Status ValidateEntry(const KvEntry& e) {
@@ -143,29 +146,58 @@ Status ValidateEntry(const KvEntry& e) {
   if (e.positions.size() != e.tokens.size()) return InvalidArgumentError("positions/tokens size mismatch");
   if (e.tenant.size() > kMaxString || e.session_id.size() > kMaxString || e.fingerprint.size() > kMaxString)
     return InvalidArgumentError("tenant/session/fingerprint too long");
-  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  const KvRowsBase& b = e.base;
+  if (b.n_rows < 0 || b.n_rows > e.n_tokens() || (b.n_rows > 0 && b.bytes == nullptr) || b.n_rows > b.base_tokens ||
+      (b.bytes != nullptr && b.data_offset + e.n_layers * b.layer_bytes > b.bytes->size()) ||
+      (b.bytes != nullptr && b.layer_bytes != 2ull * b.base_tokens * e.kv_dim * sizeof(float)))
+    return InvalidArgumentError("bad KV row base");
+  const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
   if (e.k.size() != static_cast<size_t>(e.n_layers) || e.v.size() != static_cast<size_t>(e.n_layers))
     return InvalidArgumentError("k/v layer count mismatch");
   for (int l = 0; l < e.n_layers; ++l)
-    if (e.k[l].size() != per_layer || e.v[l].size() != per_layer) return InvalidArgumentError("k/v layer size mismatch");
+    if (e.k[l].size() != own || e.v[l].size() != own) return InvalidArgumentError("k/v layer size mismatch");
   return OkStatus();
+}
+
+KvRowsBase EntryRowsBase(std::shared_ptr<const std::string> bytes, const EntryHeader& h, int n_rows) {
+  KvRowsBase b;
+  b.bytes = std::move(bytes);
+  b.data_offset = h.data_offset;
+  b.layer_bytes = h.layer_bytes;
+  b.base_tokens = h.meta.n_tokens();
+  b.n_rows = n_rows;
+  return b;
 }
 
 StatusOr<std::string> SerializeEntry(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
-  size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
-  std::vector<uint64_t> checksums(e.n_layers);
-  for (int l = 0; l < e.n_layers; ++l) checksums[l] = LayerChecksum(e.k[l].data(), e.v[l].data(), per_layer);
+  const size_t row = static_cast<size_t>(e.kv_dim) * sizeof(float);
+  const size_t per_layer = e.tokens.size() * row;
+  const size_t base = static_cast<size_t>(e.base.n_rows) * row;
+  // The header's size does not depend on the checksums: write it with zeros, append the
+  // layers (base rows, then own rows), then fill in the checksums of what was written.
+  std::vector<uint64_t> checksums(e.n_layers, 0);
   std::string out = HeaderBody(e, checksums);
-  uint64_t hc = Hash64(out.data(), out.size(), 0x68);
-  Writer(&out).Pod(hc);
-  out.resize(AlignUp(out.size()), '\0');
+  const size_t body = out.size();
+  out.resize(AlignUp(body + sizeof(uint64_t)), '\0');
+  const size_t data = out.size();
   out.reserve(e.SerializedBytes());
   for (int l = 0; l < e.n_layers; ++l) {
-    out.append(reinterpret_cast<const char*>(e.k[l].data()), per_layer * sizeof(float));
-    out.append(reinterpret_cast<const char*>(e.v[l].data()), per_layer * sizeof(float));
+    if (base > 0) out.append(reinterpret_cast<const char*>(e.base.k(l)), base);
+    out.append(reinterpret_cast<const char*>(e.k[l].data()), per_layer - base);
+    if (base > 0) out.append(reinterpret_cast<const char*>(e.base.v(l, e.kv_dim)), base);
+    out.append(reinterpret_cast<const char*>(e.v[l].data()), per_layer - base);
   }
   ATTIC_CHECK(out.size() == e.SerializedBytes());
+  for (int l = 0; l < e.n_layers; ++l) {
+    const float* k = reinterpret_cast<const float*>(out.data() + data + 2 * l * per_layer);
+    checksums[l] = LayerChecksum(k, k + per_layer / sizeof(float), per_layer / sizeof(float));
+  }
+  const std::string header = HeaderBody(e, checksums);
+  ATTIC_CHECK(header.size() == body);
+  std::memcpy(out.data(), header.data(), body);
+  const uint64_t hc = Hash64(out.data(), body, 0x68);
+  std::memcpy(out.data() + body, &hc, sizeof(hc));
   return out;
 }
 

@@ -31,6 +31,40 @@ TEST(KvEntry, RoundTripsThroughBytes) {
   EXPECT_EQ(back->key().ToString(), e.key().ToString());
 }
 
+// An entry whose first rows are read in place from an earlier serialized entry (a turn
+// extending a stored history) serializes to exactly the bytes of the same entry with all
+// rows in its own vectors.
+TEST(KvEntry, RowsFromABaseEntrySerializeLikeOwnRows) {
+  KvEntry full = MakeEntry(Range(5, 37), "s1", "alice", 3, 16);
+  const int n_base = 20;
+  KvEntry earlier = full;
+  earlier.TruncateTo(n_base + 4);  // the earlier turn held more rows than are reused
+  auto earlier_bytes = SerializeEntry(earlier);
+  ASSERT_TRUE(earlier_bytes.ok());
+  auto shared = std::make_shared<const std::string>(std::move(*earlier_bytes));
+  auto h = ParseEntryHeader(*shared);
+  ASSERT_TRUE(h.ok());
+  KvEntry split = full;
+  split.base = EntryRowsBase(shared, *h, n_base);
+  for (int l = 0; l < split.n_layers; ++l) {
+    split.k[l].erase(split.k[l].begin(), split.k[l].begin() + n_base * split.kv_dim);
+    split.v[l].erase(split.v[l].begin(), split.v[l].begin() + n_base * split.kv_dim);
+  }
+  auto a = SerializeEntry(full);
+  auto b = SerializeEntry(split);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(*a == *b);
+  // Truncating into the base keeps only base rows.
+  split.TruncateTo(10);
+  full.TruncateTo(10);
+  EXPECT_TRUE(*SerializeEntry(full) == *SerializeEntry(split));
+  // Rows claimed from a base that has fewer are refused.
+  KvEntry bad = split;
+  bad.base.n_rows = static_cast<int>(bad.base.base_tokens) + 1;
+  EXPECT_FALSE(ValidateEntry(bad).ok());
+}
+
 TEST(KvEntry, LayerDataIsPageAligned) {
   KvEntry e = MakeEntry(Range(0, 10));
   auto h = ParseEntryHeader(*SerializeEntry(e));

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,22 @@ struct EntryKey {
 
 uint64_t TokenHash(const int32_t* tokens, size_t n);
 
+// The first `n_rows` rows of every layer's K and V, read in place from another
+// serialized entry (shared, not copied). A turn that extends a stored history keeps the
+// history here instead of copying it, and saving writes it straight from there.
+struct KvRowsBase {
+  std::shared_ptr<const std::string> bytes;  // null = no base
+  uint64_t data_offset = 0;                  // of the base entry (EntryHeader)
+  uint64_t layer_bytes = 0;
+  int64_t base_tokens = 0;                   // rows per layer in the base entry
+  int n_rows = 0;                            // rows used, <= base_tokens
+
+  const float* k(int layer) const {
+    return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes);
+  }
+  const float* v(int layer, int kv_dim) const { return k(layer) + base_tokens * kv_dim; }
+};
+
 struct KvEntry {
   std::string tenant = "default";
   std::string session_id;
@@ -54,7 +71,9 @@ struct KvEntry {
   int64_t expires_at_ms = 0;        // unix ms; 0 = never
   std::vector<int32_t> tokens;      // [n_tokens]
   std::vector<int32_t> positions;   // [n_tokens] positions the KV was computed at
-  // Per layer l: k[l], v[l] are [n_tokens, kv_dim] f32, K before RoPE.
+  // Per layer l: rows [0, base.n_rows) of K and V come from `base`; k[l], v[l] hold the
+  // rest, [n_tokens - base.n_rows, kv_dim] f32. K is before RoPE.
+  KvRowsBase base;
   std::vector<std::vector<float>> k, v;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
@@ -80,6 +99,9 @@ struct EntryHeader {
 // Parses and verifies the header only (magic, version, bounds, header checksum).
 // DataLoss on anything malformed.
 StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
+// Rows [0, n_rows) of the serialized entry `bytes` (header `h`) as a KvEntry base.
+KvRowsBase EntryRowsBase(std::shared_ptr<const std::string> bytes, const EntryHeader& h, int n_rows);
+
 // Layer l's K and V inside a serialized entry whose header is `h` (bytes.size() must
 // be h.total_bytes): [n_tokens, kv_dim] f32 each, 16-byte aligned when `bytes` is.
 const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer);
