@@ -5,7 +5,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import OpenAI from 'openai';
-import { startServer, stories, longContextModel, metrics } from './lib/server.mjs';
+import { startServer, stories, longContextModel, metrics, streamEvents } from './lib/server.mjs';
 
 const servers = [];
 after(async () => {
@@ -79,15 +79,15 @@ test('a 2,000-token prompt delays 8 decoding streams by about one prefill chunk'
   const times = Array.from({ length: 8 }, () => []);
   let release;
   const ready = new Promise((r) => { release = r; });
-  const streams = times.map(async (ts, i) => {
-    const stream = await mk('load').completions.create({
-      model, prompt: `Stream ${i}: once upon a time`, max_tokens: 700, temperature: 0, ignore_eos: true, stream: true,
-    });
-    for await (const c of stream) {
-      if (c.choices[0]?.text) ts.push(performance.now());
-      if (times.every((t) => t.length >= 30)) release();
-    }
-  });
+  // The streams are read with a minimal SSE reader (see streamEvents): ~8,000 chunks/s
+  // here, more than the openai client parses on a shared 2-core machine.
+  const streams = times.map((ts, i) => streamEvents(s.port, {
+    apiKey: 'load',
+    body: { model, prompt: `Stream ${i}: once upon a time`, max_tokens: 700, temperature: 0, ignore_eos: true },
+  }, (c, at) => {
+    if (c.choices[0]?.text) ts.push(at);
+    if (times.every((t) => t.length >= 30)) release();
+  }));
   await ready;
   const tSend = performance.now();
   const longMs = await timeLong('load');

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -107,6 +108,42 @@ export function request(port, { method = 'POST', path: p = '/v1/chat/completions
     req.setTimeout(60000, () => req.destroy(new Error('request timed out')));
     if (data !== undefined) req.write(data);
     req.end();
+  });
+}
+
+// A streaming request read with node's http module and a minimal SSE parser; calls
+// onEvent(parsedChunk, receivedAtMs) for each `data:` event and resolves at the end of the
+// stream. For timing tests: the openai client's per-chunk cost is far above a tiny
+// model's decode rate, so its timestamps would measure the client's own backlog.
+export function streamEvents(port, { path: p = '/v1/completions', apiKey, body }, onEvent) {
+  return new Promise((resolve, reject) => {
+    const data = Buffer.from(JSON.stringify({ ...body, stream: true }));
+    const headers = { 'content-type': 'application/json', 'content-length': data.length };
+    if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: p, headers, agent: false }, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        reject(new Error(`HTTP ${res.statusCode}`));
+        return;
+      }
+      let pending = '';
+      res.setEncoding('utf8');
+      res.on('data', (text) => {
+        const now = performance.now();
+        pending += text;
+        let end;
+        while ((end = pending.indexOf('\n\n')) >= 0) {
+          const event = pending.slice(0, end);
+          pending = pending.slice(end + 2);
+          if (event.startsWith('data: ') && event !== 'data: [DONE]') onEvent(JSON.parse(event.slice(6)), now);
+        }
+      });
+      res.on('end', resolve);
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.setTimeout(120000, () => req.destroy(new Error('request timed out')));
+    req.end(data);
   });
 }
 
