@@ -1,6 +1,7 @@
 // attic: the command-line front end (generate, chat, serve, bench, bench serve, bench sessions, make-model, ...).
 #include <cstdio>
 
+#include "attic/core/huge_pages.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -38,6 +39,7 @@ int Fail(const Status& s) {
 }  // namespace attic::cli
 
 int main(int argc, char** argv) {
+  attic::ReexecWithHugePageMalloc(argv);
   CLI::App app{"Attic: an LLM inference server whose core is a KV-cache store"};
   app.require_subcommand(1);
   attic::cli::RunFn run;
