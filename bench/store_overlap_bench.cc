@@ -25,7 +25,7 @@
 // synchronous save on the step loop.
 //
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
-//          [--answer 32] [--reps 3] [--threads 2] [--json FILE]
+//          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
 // Output: a table on stdout, then one JSON line (also to --json).
 #include <unistd.h>
 
@@ -42,6 +42,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attic/core/huge_pages.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
 
@@ -61,6 +62,7 @@ struct Args {
   int reps = 3;
   int threads = 2;
   std::string json;
+  std::string only;  // "", "single", "queued" or "saving"
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -254,6 +256,7 @@ class Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ReexecWithHugePageMalloc(argv);
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
@@ -272,10 +275,11 @@ int main(int argc, char** argv) {
     else if (k == "--reps") a.reps = std::atoi(next().c_str());
     else if (k == "--threads") a.threads = std::atoi(next().c_str());
     else if (k == "--json") a.json = next();
+    else if (k == "--only") a.only = next();
     else {
       std::fprintf(stderr,
                    "usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] "
-                   "[--reps 3] [--threads 2] [--json FILE]\n");
+                   "[--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]\n");
       return 2;
     }
   }
@@ -305,6 +309,7 @@ int main(int argc, char** argv) {
       {"resident", false, true, KvPreload::kLayerwise, 0},
       {"sync", true, false, KvPreload::kSync, 0},
       {"layerwise", true, false, KvPreload::kLayerwise, 0},
+      {"inline", true, false, KvPreload::kInline, 0},
       {"recompute", false, false, KvPreload::kSync, 0},
   };
   const std::vector<Config> queued = {
@@ -324,10 +329,13 @@ int main(int argc, char** argv) {
 
   std::map<std::string, std::vector<double>> ttft, per_job, turn;
   for (int rep = 0; rep < a.reps; ++rep) {
+    auto want = [&](const char* section) { return a.only.empty() || a.only == section; };
     std::fprintf(stderr, "[rep %d/%d] single-job TTFT\n", rep + 1, a.reps);
-    for (const auto& c : single) ttft[c.name].push_back(b.Run(c, 1, 1)[0].first_ms);
+    if (want("single"))
+      for (const auto& c : single) ttft[c.name].push_back(b.Run(c, 1, 1)[0].first_ms);
     std::fprintf(stderr, "[rep %d/%d] back-to-back jobs\n", rep + 1, a.reps);
     for (const auto& c : queued) {
+      if (!want("queued")) break;
       auto t = b.Run(c, a.jobs, 1);
       double last = 0;
       for (const auto& x : t) last = std::max(last, x.end_ms);
@@ -335,6 +343,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "[rep %d/%d] turn time with saving\n", rep + 1, a.reps);
     for (const auto& c : saving) {
+      if (!want("saving")) break;
       auto t = b.Run(c, a.jobs, a.answer);
       double last = 0;
       for (const auto& x : t) last = std::max(last, x.end_ms);

@@ -100,6 +100,35 @@ void RopeTable::ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int3
   Rotate(x, n_tokens, n_heads, positions, -1.0f);
 }
 
+void RopeTable::ApplyToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride,
+                           int32_t position) const {
+  const int half = head_dim_ / 2;
+  const float* c;
+  const float* s;
+  std::vector<float> local_cos, local_sin;  // positions past the table (rare)
+  if (position >= 0 && position < table_positions_) {
+    c = &cos_[static_cast<size_t>(position) * half];
+    s = &sin_[static_cast<size_t>(position) * half];
+  } else {
+    local_cos.resize(half);
+    local_sin.resize(half);
+    ComputeCosSin(inv_freq_, position, local_cos.data(), local_sin.data());
+    c = local_cos.data();
+    s = local_sin.data();
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    const float* x1 = src + static_cast<int64_t>(h) * head_dim_;
+    const float* x2 = x1 + half;
+    float* y1 = dst + h * dst_head_stride;
+    float* y2 = y1 + half;
+    for (int i = 0; i < half; ++i) {
+      const float a = x1[i], b = x2[i];
+      y1[i] = a * c[i] - b * s[i];
+      y2[i] = b * c[i] + a * s[i];
+    }
+  }
+}
+
 // HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]; each product and
 // the sum rounded to f32 (the same operation order, so results are bit-identical when the
 // compiler does not contract to FMA, which the baseline x86-64 target cannot).

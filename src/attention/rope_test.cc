@@ -119,6 +119,37 @@ TEST(RopeTest, InverseUndoesApply) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], orig[i], 1e-6) << i;
 }
 
+// ApplyToken writes each head to its own strided destination (the compute buffer's
+// [head][row][head_dim] blocks). It must match the double-precision formula, and equal
+// Apply bit for bit: stored KV entering the compute buffer must be exactly what the
+// forward pass would have written there (reuse exactness).
+TEST(RopeTest, ApplyTokenIntoStridedHeadsMatchesApply) {
+  const int head_dim = 64, n_heads = 3, stride = 16 * head_dim;
+  RopeTable rope(head_dim, 10000.0f, RopeScaling{}, 1024);
+  const std::vector<int32_t> pos = {0, 1, 77, 1023, 1024, 40000};  // tabulated and computed
+  const int n = static_cast<int>(pos.size());
+  const std::vector<float> x = RandomVec(static_cast<size_t>(n) * n_heads * head_dim, 9);
+  std::vector<float> applied = x;
+  rope.Apply(applied.data(), n, n_heads, pos.data());
+  const auto& inv = rope.inv_freq();
+  const std::vector<double> naive = NaiveRope(x, n, n_heads, head_dim, pos, [&](int32_t p, int i) {
+    return static_cast<double>(static_cast<float>(p) * inv[i]);
+  });
+  for (int t = 0; t < n; ++t) {
+    std::vector<float> dst(static_cast<size_t>(n_heads) * stride, -7.0f);
+    rope.ApplyToken(x.data() + static_cast<size_t>(t) * n_heads * head_dim, dst.data(), n_heads, stride, pos[t]);
+    for (int h = 0; h < n_heads; ++h) {
+      for (int i = 0; i < head_dim; ++i) {
+        const size_t src = (static_cast<size_t>(t) * n_heads + h) * head_dim + i;
+        const float got = dst[static_cast<size_t>(h) * stride + i];
+        EXPECT_EQ(got, applied[src]) << "token " << t << " head " << h << " dim " << i;
+        EXPECT_NEAR(got, naive[src], 1e-5) << "token " << t << " head " << h << " dim " << i;
+      }
+      EXPECT_EQ(dst[static_cast<size_t>(h) * stride + head_dim], -7.0f);  // nothing past the head
+    }
+  }
+}
+
 TEST(RopeTest, TabulatedAndComputedPositionsAgreeExactly) {
   RopeTable small(64, 10000.0f, RopeScaling{}, 16);   // position 100 computed on the fly
   RopeTable large(64, 10000.0f, RopeScaling{}, 4096);  // position 100 tabulated

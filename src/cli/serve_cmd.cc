@@ -93,7 +93,9 @@ int RunServe(ServeFlags f) {
   if (f.max_body_mib <= 0) return Fail(InvalidArgumentError("--max-body-mib must be positive"));
   f.server.max_body_bytes = static_cast<size_t>(f.max_body_mib * (1 << 20));
   f.server.scheduler.truncate_recompute = f.kv_truncate_mode == "recompute";
-  f.server.scheduler.kv_preload = f.kv_preload == "sync" ? engine::KvPreload::kSync : engine::KvPreload::kLayerwise;
+  f.server.scheduler.kv_preload = f.kv_preload == "sync"     ? engine::KvPreload::kSync
+                                  : f.kv_preload == "inline" ? engine::KvPreload::kInline
+                                                             : engine::KvPreload::kLayerwise;
   if (f.kv_dram_bytes > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);
     if (!policy.ok()) return Fail(policy.status());
@@ -199,8 +201,10 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
       ->check(CLI::IsMember({"decoupled", "recompute"}))
       ->capture_default_str();
   cmd->add_option("--kv-preload", f->kv_preload,
-                  "how stored KV enters the compute buffer: layerwise (layer l+1 while layer l computes) or sync")
-      ->check(CLI::IsMember({"layerwise", "sync"}))
+                  "how stored KV enters the compute buffer: layerwise (a loader thread enters layer l+1 while layer "
+                  "l computes), inline (the compute threads enter layer l just before computing it) or sync (all "
+                  "layers before the first step)")
+      ->check(CLI::IsMember({"layerwise", "inline", "sync"}))
       ->capture_default_str();
   cmd->add_option("--kv-read-buffer-bytes", s.scheduler.kv_read_buffer_bytes,
                   "stored KV of waiting jobs fetched ahead of admission (-1 = sized by S_buf from measured rates, "

@@ -12,6 +12,10 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double LoadJob::WaitLayer(int l) {
+  if (inline_loader != nullptr) {
+    while (layers_done.load(std::memory_order_relaxed) <= l) inline_loader->EnterNextLayer(*this, *inline_threads);
+    return 0;
+  }
   if (layers_done.load(std::memory_order_acquire) > l) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu);
@@ -59,40 +63,54 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
   cv_.notify_all();
 }
 
-void KvLoader::EnterLayer(LoadJob& job, int layer, Scratch& scratch) {
-  const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
+void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
+  const kv::KvShape& s = pool_.shape();
+  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
   const std::string_view bytes(*job.entry.bytes);
   const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
   const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
+  const int64_t head_stride = static_cast<int64_t>(bs) * hd;  // block layout [head][row][hd]
+  for (int i = first; i < first + m; ++i) {
+    const int32_t b = job.blocks[i / bs];
+    const int row = i % bs;
+    const size_t src = static_cast<size_t>(job.rows[i]) * kvd;
+    rope_.ApplyToken(ek + src, pool_.k_block(layer, b) + row * hd, n_kv_heads_, head_stride, job.positions[i]);
+    float* vb = pool_.v_block(layer, b) + row * hd;
+    for (int h = 0; h < n_kv_heads_; ++h) std::memcpy(vb + h * head_stride, ev + src + h * hd, hd * sizeof(float));
+  }
+}
+
+void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads) {
+  const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
   const int n = static_cast<int>(job.rows.size());
-  auto gather = [&](const float* src, int first, int m, float* dst) {
-    for (int i = 0; i < m; ++i)
-      std::memcpy(dst + static_cast<size_t>(i) * kvd, src + static_cast<size_t>(job.rows[first + i]) * kvd, kvd * 4);
-  };
-  if (job.host_k != nullptr) {  // pre-RoPE copy, for saving the turn
+  if (job.host_k != nullptr) {  // pre-RoPE copy of the (non-prefix) rows, for saving the turn
+    const std::string_view bytes(*job.entry.bytes);
+    const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
+    const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
     auto& hk = (*job.host_k)[layer];
     auto& hv = (*job.host_v)[layer];
     hk.resize(static_cast<size_t>(n) * kvd);
     hv.resize(static_cast<size_t>(n) * kvd);
-    gather(ek, 0, n, hk.data());
-    gather(ev, 0, n, hv.data());
+    for (int i = 0; i < n; ++i) {
+      const size_t src = static_cast<size_t>(job.rows[i]) * kvd, dst = static_cast<size_t>(i) * kvd;
+      std::memcpy(hk.data() + dst, ek + src, kvd * sizeof(float));
+      std::memcpy(hv.data() + dst, ev + src, kvd * sizeof(float));
+    }
   }
-  // A block's worth of rows at a time: gather, rotate K to the slots' positions, write.
-  scratch.k.resize(static_cast<size_t>(bs) * kvd);
-  scratch.v.resize(static_cast<size_t>(bs) * kvd);
-  for (int first = 0; first < n; first += bs) {
-    const int m = std::min(bs, n - first);
-    gather(ek, first, m, scratch.k.data());
-    gather(ev, first, m, scratch.v.data());
-    rope_.Apply(scratch.k.data(), m, n_kv_heads_, job.positions.data() + first);
-    pool_.WriteRows(layer, job.blocks.data(), first, m, scratch.k.data(), scratch.v.data());
+  // One block of slots per task: K rotated straight into the block, V copied (one pass).
+  const int64_t n_blocks = (n + bs - 1) / bs;
+  auto enter_block = [&](int64_t c, int) { EnterRows(job, layer, static_cast<int>(c) * bs, std::min(bs, n - static_cast<int>(c) * bs)); };
+  if (threads != nullptr) {
+    threads->ParallelFor(n_blocks, enter_block);
+  } else {
+    for (int64_t c = 0; c < n_blocks; ++c) enter_block(c, 0);
   }
 }
 
-void KvLoader::Run(LoadJob& job, Scratch& scratch) {
+void KvLoader::Run(LoadJob& job, backend::ThreadPool* threads) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < job.n_layers(); ++l) {
-    EnterLayer(job, l, scratch);
+    EnterLayer(job, l, threads);
     if (l + 1 == job.n_layers()) job.enter_seconds = Since(t0);
     {
       std::lock_guard<std::mutex> jl(job.mu);
@@ -102,13 +120,17 @@ void KvLoader::Run(LoadJob& job, Scratch& scratch) {
   }
 }
 
-void KvLoader::EnterNow(LoadJob& job) {
-  Scratch scratch;
-  Run(job, scratch);
+void KvLoader::EnterNow(LoadJob& job, backend::ThreadPool& threads) { Run(job, &threads); }
+
+void KvLoader::EnterNextLayer(LoadJob& job, backend::ThreadPool& threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int l = job.layers_done.load(std::memory_order_relaxed);
+  EnterLayer(job, l, &threads);
+  job.enter_seconds += Since(t0);
+  job.layers_done.store(l + 1, std::memory_order_release);
 }
 
 void KvLoader::Loop() {
-  Scratch scratch;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !enters_.empty() || !fetches_.empty(); });
@@ -116,7 +138,7 @@ void KvLoader::Loop() {
       std::shared_ptr<LoadJob> job = std::move(enters_.front());
       enters_.pop_front();
       lock.unlock();
-      Run(*job, scratch);
+      Run(*job, nullptr);
       lock.lock();
     } else if (!fetches_.empty()) {
       auto fetch = std::move(fetches_.front());

@@ -22,10 +22,13 @@
 #include <vector>
 
 #include "attic/attention/rope.h"
+#include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::engine {
+
+class KvLoader;
 
 // Stored KV entering the compute buffer: slot i of the sequence <- entry row rows[i].
 struct LoadJob {
@@ -39,15 +42,20 @@ struct LoadJob {
   std::vector<std::vector<float>>* host_k = nullptr;
   std::vector<std::vector<float>>* host_v = nullptr;
 
+  // Inline entering (KvPreload::kInline): no loader thread; WaitLayer(l) itself enters
+  // the layers up to l, on the calling thread and `inline_threads`, just before the
+  // forward computes them (so they are still in cache when attention reads them).
+  KvLoader* inline_loader = nullptr;
+  backend::ThreadPool* inline_threads = nullptr;
   int n_layers() const { return entry.header.meta.n_layers; }
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
   // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
-  // seconds spent waiting.
+  // seconds spent waiting (0 for inline entering, whose time is enter_seconds).
   double WaitLayer(int l);
   double WaitAll() { return WaitLayer(n_layers() - 1); }
 
   std::atomic<int> layers_done{0};
-  double enter_seconds = 0;  // loader time, set when done
+  double enter_seconds = 0;  // time spent entering, complete when done()
   std::mutex mu;
   std::condition_variable cv;
 };
@@ -73,19 +81,22 @@ class KvLoader {
 
   // Queues the job (entering goes before queued fetches).
   void Enter(std::shared_ptr<LoadJob> job);
-  // Enters every layer on the calling thread (no pre-loading).
-  void EnterNow(LoadJob& job);
+  // Enters every layer now, on the calling thread and `threads` (no pre-loading).
+  void EnterNow(LoadJob& job, backend::ThreadPool& threads);
+  // Enters the job's next layer now, on the calling thread and `threads` (inline mode).
+  void EnterNextLayer(LoadJob& job, backend::ThreadPool& threads);
   // Queues a read-buffer fetch.
   void Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store);
 
  private:
-  struct Scratch {
-    std::vector<float> k, v;  // one block's rows
-  };
   void Loop();
-  // Enters every layer, publishing each as it is done.
-  void Run(LoadJob& job, Scratch& scratch);
-  void EnterLayer(LoadJob& job, int layer, Scratch& scratch);
+  // Enters every layer (over `threads` when given, else on this thread), publishing
+  // each as it is done.
+  void Run(LoadJob& job, backend::ThreadPool* threads);
+  void EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads);
+  // Slots [first, first + m) of one layer: K rotated to the slots' positions straight
+  // into the blocks, V copied.
+  void EnterRows(const LoadJob& job, int layer, int first, int m);
 
   kv::BlockPool& pool_;
   const attention::RopeTable& rope_;

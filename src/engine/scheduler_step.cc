@@ -96,7 +96,8 @@ int Scheduler::Step() {
     };
   }
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
-  // buffer holds layer l back until the loader has entered it.
+  // buffer holds layer l back until the loader has entered it (inline entering: enters
+  // it now).
   std::vector<LoadJob*> loading;
   int prefill_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -119,17 +120,20 @@ int Scheduler::Step() {
   tf.Finish(&logits_);
   ++steps_;
   now = SchedClock::now();
+  double entered_inline = 0;  // entering done by this step's own threads
+  for (LoadJob* job : loading)
+    if (job->inline_loader != nullptr) entered_inline += job->enter_seconds;
   load_stats_.wait_seconds += waited;
   // Measured rates for the read buffer's S_buf: prefill seconds per token (steps that
   // are mostly prefill, own compute only) and load seconds per token.
   constexpr double kEma = 0.3;
   auto ema = [](double& x, double v) { x = x == 0 ? v : (1 - kEma) * x + kEma * v; };
   if (prefill_rows >= 32 && prefill_rows * 2 >= rows)
-    ema(load_stats_.t_prefill_per_token, (Seconds(now - t_step) - waited) / rows);
+    ema(load_stats_.t_prefill_per_token, (Seconds(now - t_step) - waited - entered_inline) / rows);
   for (Running* r : owners) {
     if (!r->load.job || !r->load.job->done()) continue;
     const LoadJob& job = *r->load.job;
-    if (options_.kv_preload == KvPreload::kLayerwise) load_stats_.enter_seconds += job.enter_seconds;
+    if (options_.kv_preload != KvPreload::kSync) load_stats_.enter_seconds += job.enter_seconds;
     if (!job.rows.empty()) ema(load_stats_.t_load_per_token, job.enter_seconds / job.rows.size());
     r->load.job.reset();
   }

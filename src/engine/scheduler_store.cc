@@ -129,8 +129,12 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   if (options_.kv_preload == KvPreload::kLayerwise) {
     ++load_stats_.layerwise_loads;
     Loader().Enter(job);  // the step's forward waits per layer
+  } else if (options_.kv_preload == KvPreload::kInline) {
+    ++load_stats_.layerwise_loads;
+    job->inline_loader = &Loader();  // the step's forward enters each layer first
+    job->inline_threads = &engine_.threads();
   } else {
-    Loader().EnterNow(*job);
+    Loader().EnterNow(*job, engine_.threads());
     load_stats_.enter_seconds += job->enter_seconds;
   }
   r.load.job = std::move(job);

@@ -38,9 +38,13 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
       ++stats_.prefetches_useful;
     }
   }
-  // The read and the checksums happen outside the lock: lookups and saves go on.
+  // The read and the checksums happen outside the lock: lookups and saves go on. The
+  // layer checksums guard what crossed a persistence boundary (every SSD read, and
+  // restart); DRAM-tier bytes never left this process's memory, so only their header is
+  // checked (verifying 46 MB of a 1k-token 135M entry took ~3 ms of a ~80 ms TTFT).
   auto bytes = tier->GetShared(key);
-  StatusOr<EntryHeader> header = bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint) : bytes.status();
+  StatusOr<EntryHeader> header =
+      bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint, level != TierLevel::kDram) : bytes.status();
   if (header.ok() && header->meta.key().ToString() != key) header = DataLossError("misnamed KV entry");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);

@@ -357,7 +357,7 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   }
   const KvLoadStats ls = s.Stats().kv_load;
   EXPECT_EQ(ls.loads, next.size());
-  EXPECT_EQ(ls.layerwise_loads, o.kv_preload == KvPreload::kLayerwise ? next.size() : 0u);
+  EXPECT_EQ(ls.layerwise_loads, o.kv_preload != KvPreload::kSync ? next.size() : 0u);
   if (o.kv_read_buffer_bytes != 0) {
     EXPECT_GT(ls.staged_used, 0u);  // later jobs were fetched while earlier ones ran
   } else {
@@ -369,6 +369,8 @@ INSTANTIATE_TEST_SUITE_P(StoreIntegration, PreloadModes,
                          ::testing::Values(std::make_tuple(KvPreload::kSync, int64_t{0}),
                                            std::make_tuple(KvPreload::kLayerwise, int64_t{0}),
                                            std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20),
+                                           std::make_tuple(KvPreload::kInline, int64_t{0}),
+                                           std::make_tuple(KvPreload::kInline, int64_t{256} << 20),
                                            std::make_tuple(KvPreload::kSync, int64_t{256} << 20)));
 
 // A request cancelled while its stored KV is still being entered frees its blocks only
@@ -376,26 +378,31 @@ INSTANTIATE_TEST_SUITE_P(StoreIntegration, PreloadModes,
 TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
-  auto store = OpenStore(*e, 64 << 20);
-  Scheduler s(*e, NoResident());
-  s.set_store(store.get());
-  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
-  RunTurn(s, first, "conv", 20);
-  store->Flush();
-  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
-  for (int i = 0; i < 20; ++i) {
-    GenerationRequest req;
-    req.prompt = second;
-    req.sampling.max_tokens = 4;
-    req.session_id = "conv";
-    auto c = s.Submit(std::move(req));
-    ASSERT_TRUE(c.ok());
-    (*c)->Cancel();  // cancelled before (or right after) admission
-    for (int k = 0; k < 3; ++k) s.Step();
+  for (KvPreload mode : {KvPreload::kLayerwise, KvPreload::kInline, KvPreload::kSync}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    auto store = OpenStore(*e, 64 << 20);
+    SchedulerOptions o = NoResident();
+    o.kv_preload = mode;
+    Scheduler s(*e, o);
+    s.set_store(store.get());
+    std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
+    RunTurn(s, first, "conv", 20);
+    store->Flush();
+    std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
+    for (int i = 0; i < 20; ++i) {
+      GenerationRequest req;
+      req.prompt = second;
+      req.sampling.max_tokens = 4;
+      req.session_id = "conv";
+      auto c = s.Submit(std::move(req));
+      ASSERT_TRUE(c.ok());
+      (*c)->Cancel();  // cancelled before (or right after) admission
+      for (int k = 0; k < 3; ++k) s.Step();
+    }
+    // The store's entry and later turns are intact.
+    Turn b = RunTurn(s, second, "conv", 20);
+    EXPECT_EQ(b.text, Recompute(*e, second, 20));
   }
-  // The store's entry and later turns are intact.
-  Turn b = RunTurn(s, second, "conv", 20);
-  EXPECT_EQ(b.text, Recompute(*e, second, 20));
 }
 
 }  // namespace

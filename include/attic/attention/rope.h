@@ -32,6 +32,10 @@ class RopeTable {
 
   // x: [n_tokens, n_heads, head_dim]; rotates token t by positions[t]. In place.
   void Apply(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const;
+  // One token, out of place: src [n_heads, head_dim] (contiguous) rotated by `position`
+  // into dst, head h at dst + h * dst_head_stride (the compute buffer's block layout).
+  // Same numerics as Apply.
+  void ApplyToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride, int32_t position) const;
   // The inverse rotation (rotate by -position); used to recover pre-RoPE K.
   void ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const;
 

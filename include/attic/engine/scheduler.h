@@ -50,6 +50,8 @@ class KvLoader;
 enum class KvPreload {
   kSync,       // the whole entry is entered before the job's first forward step
   kLayerwise,  // layer l+1 is entered by the loader thread while layer l computes
+  kInline,     // layer l is entered by the compute threads just before layer l computes
+               // (no loader thread: for machines without a core to spare for it)
 };
 
 struct SchedulerOptions {

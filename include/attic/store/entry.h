@@ -109,10 +109,11 @@ const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer
 // Checks layer l's checksum. DataLoss on a mismatch.
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
 
-// Parses the header and verifies the size and every layer's checksum, without copying
-// the KV. `expected_fingerprint` non-empty: another model's entry is FailedPrecondition.
-// A truncated buffer or a bad checksum is DataLoss.
-StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint = "");
+// Parses the header and verifies the size and every layer's checksum (unless
+// !check_layers), without copying the KV. `expected_fingerprint` non-empty: another
+// model's entry is FailedPrecondition. A truncated buffer or a bad checksum is DataLoss.
+StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint = "",
+                                  bool check_layers = true);
 // The entry VerifyEntry accepted, copied out of `bytes`.
 KvEntry MaterializeEntry(std::string_view bytes, EntryHeader header);
 
