@@ -554,13 +554,27 @@ int KvStore::Prefetch() {
         key = m->key;
         size = info.bytes;
       }
+      if (!key.empty()) prefetching_ = key;  // a Fetch of it waits for this read
     }
     if (key.empty()) break;
-    // The read happens outside the lock: lookups and saves go on meanwhile.
+    // The read and its checksums happen outside the lock: lookups and saves go on
+    // meanwhile. (A DRAM-tier fetch checks only the header, so what enters DRAM from SSD
+    // is verified here.)
     auto bytes = ssd_->GetShared(key);
+    Status verified = bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint).status() : bytes.status();
     std::lock_guard<std::mutex> lock(mu_);
+    prefetching_.clear();
+    prefetch_done_.notify_all();
     auto it = entries_.find(key);
-    if (!bytes.ok() || it == entries_.end() || it->second.tier != TierLevel::kSsd || (*bytes)->size() != size) break;
+    if (it == entries_.end() || it->second.tier != TierLevel::kSsd) break;
+    if (!verified.ok() || (*bytes)->size() != size) {
+      if (verified.code() == StatusCode::kNotFound || verified.code() == StatusCode::kUnavailable) break;
+      std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
+                   verified.ToString().c_str());
+      RemoveLocked(key);
+      ++stats_.corrupt;
+      continue;
+    }
     if (!PromoteLocked(key, std::move(*bytes))) break;
     entries_.at(key).prefetched = true;
     ++stats_.prefetches;

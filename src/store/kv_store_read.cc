@@ -21,7 +21,8 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
   Tier* tier = nullptr;
   TierLevel level;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    prefetch_done_.wait(lock, [&] { return prefetching_ != key; });  // then it is in DRAM (or not)
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotFoundError("no KV entry " + key);
     EntryInfo& info = it->second;

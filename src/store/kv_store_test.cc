@@ -243,6 +243,21 @@ TEST_F(KvStoreFault, CorruptionAfterOpenIsAMissOnLoad) {
   EXPECT_EQ(s->Stats().corrupt, 1u);
 }
 
+// DRAM-tier fetches check only the header, so a prefetch must verify what it brings
+// into DRAM from SSD: a file damaged after start-up is dropped, not promoted and served.
+TEST_F(KvStoreFault, CorruptionAfterOpenIsNotPrefetched) {
+  auto s = OpenStore(Options(4, dir_.path(), 8, PolicyKind::kSchedulerAware));
+  auto m = s->Lookup("default", "victim", Range(500, 40));
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(m->tier, TierLevel::kSsd);
+  Rewrite([](std::string& b) { b[b.size() / 2] ^= 0x40; });
+  s->SetLookAhead({{"default", "victim", Range(500, 40)}});
+  EXPECT_EQ(s->Prefetch(), 0);
+  EXPECT_EQ(s->Stats().corrupt, 1u);
+  EXPECT_FALSE(s->Lookup("default", "victim", Range(500, 40)).has_value());
+  EXPECT_EQ(s->Fetch(m->key).status().code(), StatusCode::kNotFound);
+}
+
 TEST(KvStore, SchedulerAwareKeepsQueuedSessionsWhereLruDropsThem) {
   // DRAM holds 2, SSD 2. Sessions s0..s3 saved in order, then s4 arrives while s0's
   // next turn waits in the queue: LRU drops s0 from the store, scheduler-aware keeps it.

@@ -242,6 +242,11 @@ class KvStore {
   bool stop_writer_ = false;
   std::thread writer_;
 
+  // The entry the prefetcher is reading from SSD now (guarded by mu_); a Fetch of it
+  // waits (prefetch_done_) instead of reading it a second time.
+  std::string prefetching_;
+  std::condition_variable prefetch_done_;
+
   // Prefetch thread (RequestPrefetch).
   std::mutex pmu_;
   std::condition_variable pcv_;
