@@ -221,6 +221,7 @@ void KvStore::RemoveLocked(const std::string& key) {
     if (p->second.empty()) prefixes_.erase(p);
   }
   TierFor(e.tier)->Erase(key).IgnoreError();
+  if (e.ssd_copy && e.tier != TierLevel::kSsd) ssd_->Erase(key).IgnoreError();
   entries_.erase(it);
 }
 
@@ -300,16 +301,19 @@ StatusOr<KvEntry> KvStore::Load(const std::string& key) {
 bool KvStore::PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes) {
   EntryInfo& info = entries_.at(key);
   const uint64_t size = bytes->size();
-  // Free the SSD copy first: a DRAM entry demoted to make room takes its place instead
-  // of pushing another entry out of the SSD tier.
-  ssd_->Erase(key).IgnoreError();
+  // The SSD file stays (inclusive tiers), as a droppable copy: when DRAM victims demoted
+  // to make room need SSD space, it goes first, so they take its place instead of pushing
+  // another entry out of the SSD tier.
+  info.ssd_copy = true;
   bool lost = false;
-  if (MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost).ok() && !lost &&
-      dram_->PutShared(key, bytes).ok()) {
-    info.tier = TierLevel::kDram;
+  if (MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost).ok() && !lost && dram_->PutShared(key, bytes).ok()) {
+    info.tier = TierLevel::kDram;  // ssd_copy: whether its file survived the room-making
     stats_.bytes_ssd_to_dram += size;
     return true;
   }
+  const bool file_kept = info.ssd_copy;
+  info.ssd_copy = false;
+  if (file_kept) return false;  // stays on SSD
   lost = false;
   if (MakeRoomLocked(TierLevel::kSsd, size, key, &info, &lost).ok() && !lost && ssd_->PutShared(key, bytes).ok())
     return false;  // stays on SSD
@@ -403,6 +407,14 @@ Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string
   if (tier == nullptr || need > tier->capacity()) return ResourceExhaustedError("entry larger than the tier");
   const bool rank_newcomer = newcomer != nullptr && newcomer_lost != nullptr && policy_->RanksNewcomer();
   if (newcomer_lost != nullptr) *newcomer_lost = false;
+  if (level == TierLevel::kSsd) {  // SSD copies of promoted entries go before any entry
+    for (auto& [k, e] : entries_) {
+      if (tier->bytes() + need <= tier->capacity()) break;
+      if (!e.ssd_copy) continue;
+      ssd_->Erase(k).IgnoreError();
+      e.ssd_copy = false;
+    }
+  }
   while (tier->bytes() + need > tier->capacity()) {
     std::vector<const EntryInfo*> candidates;
     for (const auto& [k, e] : entries_)
@@ -421,7 +433,12 @@ Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string
       ++stats_.evictions_dram;
       v.prefetched = false;
       bool demoted = false;
-      if (ssd_ != nullptr && v.bytes <= ssd_->capacity()) {
+      if (v.ssd_copy) {  // its bytes are still on SSD: nothing to write
+        dram_->Erase(vkey).IgnoreError();
+        v.tier = TierLevel::kSsd;
+        v.ssd_copy = false;
+        demoted = true;
+      } else if (ssd_ != nullptr && v.bytes <= ssd_->capacity()) {
         // The demoted entry is itself a newcomer on SSD: under the scheduler-aware
         // policy it is dropped rather than displace an SSD entry needed sooner.
         auto bytes = dram_->GetShared(vkey);

@@ -506,6 +506,35 @@ TEST(KvStore, PromotionFreesTheSsdCopyFirst) {
   ExpectWithinCapacity(*s);
 }
 
+TEST(KvStore, PromotedEntriesKeepTheirSsdCopyAndDemoteWithoutWriting) {
+  // DRAM 2, SSD 4, LRU: DRAM {j2, j3}, SSD {j0, j1}. Loading j0 and j1 promotes them
+  // (j2, j3 are written to SSD to make room); their files stay. Loading j2 then demotes
+  // j0 (least recently used) by dropping its DRAM copy: no bytes are written, and j0
+  // still loads, from SSD.
+  Preloaded t{std::make_unique<DramTier>(2 * kEntry), std::make_unique<DramTier>(4 * kEntry, TierLevel::kSsd)};
+  auto s = t.Open(PolicyKind::kLru);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(Job(i)).ok());
+  auto load = [&](int i) {
+    auto m = s->Lookup("default", "j" + std::to_string(i), Queued(i).tokens);
+    ASSERT_TRUE(m.has_value());
+    ASSERT_TRUE(s->Load(m->key).ok());
+  };
+  load(0);
+  load(1);
+  const uint64_t written = s->Stats().bytes_dram_to_ssd;
+  EXPECT_EQ(written, 4 * kEntry);  // j0, j1 at the saves; j2, j3 for the promotions
+  load(2);
+  EXPECT_EQ(s->GetSession("default", "j0")->tier, TierLevel::kSsd);
+  EXPECT_EQ(s->GetSession("default", "j2")->tier, TierLevel::kDram);
+  EXPECT_EQ(s->Stats().bytes_dram_to_ssd, written);
+  load(0);
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.entries, 4u);
+  EXPECT_EQ(st.evictions_ssd, 0u);
+  EXPECT_EQ(st.corrupt, 0u);
+  ExpectWithinCapacity(*s);
+}
+
 TEST(KvStorePrefetch, PrefetchDemotedBeforeItsRequestIsNotUseful) {
   // DRAM 1, SSD 3. a is prefetched for its queued job, then b's job comes first and b
   // is prefetched in a's place: a's request finds it on SSD.

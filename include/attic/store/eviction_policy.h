@@ -30,6 +30,9 @@ struct EntryInfo {
   uint64_t inserted_seq = 0;  // when first stored (FIFO order)
   uint64_t access_seq = 0;    // last save or load (LRU order)
   bool prefetched = false;    // promoted by Prefetch and not yet read from DRAM
+  // A promoted entry keeps its SSD file (inclusive tiers): demoting it again writes
+  // nothing. The copy is dropped first whenever the SSD tier needs room.
+  bool ssd_copy = false;
   // Upcoming access, from the scheduler's waiting queue (KvStore::SetLookAhead): the
   // position of the first queued job that will read this entry (0 = next to run), or
   // -1 when no job the scheduler showed will.
