@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
 
 namespace attic::engine {
 namespace {
@@ -83,6 +85,64 @@ TEST(Sampler, TopKTopPMinPRestrictTheCandidates) {
   m = seen(p);
   EXPECT_EQ(m.size(), 3u);
   EXPECT_TRUE(m.count(4));
+}
+
+// Against a deliberately naive reference: sort the whole vocabulary, normalize, cut at
+// top-k / min-p / top-p, renormalize. Every sampled token must be in that set and the
+// frequencies must follow its probabilities.
+TEST(Sampler, MatchesNaiveNucleusOnALargerVocabulary) {
+  const int V = 300;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  std::vector<float> base(V);
+  for (auto& x : base) x = nd(rng);
+  struct Case {
+    int top_k;
+    float top_p, min_p, temperature;
+  };
+  for (const Case& c : {Case{0, 0.6f, 0.0f, 1.0f}, Case{0, 1.0f, 0.05f, 0.8f}, Case{40, 0.9f, 0.0f, 1.3f},
+                        Case{0, 0.95f, 0.02f, 1.0f}}) {
+    SCOPED_TRACE(testing::Message() << "top_k " << c.top_k << " top_p " << c.top_p << " min_p " << c.min_p);
+    std::vector<int> order(V);
+    for (int i = 0; i < V; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return base[a] > base[b] || (base[a] == base[b] && a < b); });
+    size_t keep = c.top_k > 0 ? c.top_k : V;
+    std::vector<double> p(keep);
+    double z = 0;
+    for (size_t i = 0; i < keep; ++i) z += (p[i] = std::exp((base[order[i]] - base[order[0]]) / c.temperature));
+    for (auto& x : p) x /= z;
+    size_t n = keep;
+    if (c.min_p > 0) {
+      n = 0;
+      while (n < keep && p[n] >= c.min_p * p[0]) ++n;
+    }
+    if (c.top_p < 1) {
+      double cum = 0;
+      size_t m = 0;
+      while (m < n && cum < c.top_p) cum += p[m++];
+      n = m;
+    }
+    double kept = 0;
+    for (size_t i = 0; i < n; ++i) kept += p[i];
+    std::map<int, double> want;
+    for (size_t i = 0; i < n; ++i) want[order[i]] = p[i] / kept;
+
+    SamplingParams sp;
+    sp.temperature = c.temperature;
+    sp.top_k = c.top_k;
+    sp.top_p = c.top_p;
+    sp.min_p = c.min_p;
+    sp.seed = 11;
+    Sampler s(sp);
+    const int draws = 60000;
+    std::map<int, int> got;
+    for (int i = 0; i < draws; ++i) {
+      auto l = base;
+      ++got[s.Sample(l.data(), V)];
+    }
+    for (const auto& [id, k] : got) EXPECT_TRUE(want.count(id)) << "token " << id << " is outside the nucleus";
+    for (const auto& [id, q] : want) EXPECT_NEAR(got[id] / double(draws), q, 0.01) << "token " << id;
+  }
 }
 
 TEST(Sampler, ValidateRejectsBadValues) {

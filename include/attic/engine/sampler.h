@@ -36,7 +36,12 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  struct Candidate {
+    float logit;
+    int32_t id;
+    double weight;  // exp((logit - max) / temperature)
+  };
+  std::vector<Candidate> cand_;
 };
 
 int32_t Argmax(const float* x, int n);
