@@ -3,6 +3,7 @@
 // one JSON body or as SSE chunks. A client that goes away cancels its request.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "server/server_internal.h"
 
@@ -47,7 +48,11 @@ struct StreamState {
 
 StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
   const int ctx = engine.context_length();
-  const size_t max_bytes = static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
+  // With decoupled truncation the scheduler shortens an overlong conversation instead
+  // (its text is then bounded by the request body limit only).
+  const bool truncates = options.kv_store && options.scheduler.truncate_ratio > 0;
+  const size_t max_bytes =
+      truncates ? std::numeric_limits<size_t>::max() : static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
   auto too_long = [ctx](const std::string& what) {
     return OutOfRangeError("This model's maximum context length is " + std::to_string(ctx) + " tokens; " + what);
   };
@@ -74,8 +79,6 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
     ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(r.prompt_text, true));
   }
   if (ids.empty()) return InvalidArgumentError("the prompt is empty");
-  // With decoupled truncation the scheduler shortens an overlong conversation instead.
-  const bool truncates = options.kv_store && options.scheduler.truncate_ratio > 0;
   if (static_cast<int64_t>(ids.size()) > ctx && !truncates) {
     return too_long("however, your " + std::string(r.kind == ApiKind::kChat ? "messages" : "prompt") +
                     " resulted in " + std::to_string(ids.size()) + " tokens");

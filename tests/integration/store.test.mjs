@@ -123,10 +123,20 @@ test('decoupled truncation: an overlong conversation is shortened in the store, 
   assert.ok(t2.usage.prompt_tokens_details.cached_tokens > 0);
   const m = await metrics(s.port);
   assert.ok(m['attic_kv_store_reused_tokens_total'] > 0);
+  // A chat whose text is many times the window (here ~40k characters for 512 tokens) is
+  // truncated too, not refused before tokenizing.
+  const story = 'Once upon a time there was a little dog who liked to run in the park. '.repeat(560);
+  const long = await c.chat.completions.create({
+    model, messages: [{ role: 'user', content: story }], max_tokens: 4, temperature: 0, session_id: 'long-chat',
+  });
+  assert.ok(long.usage.prompt_tokens < 512, `prompt_tokens ${long.usage.prompt_tokens}`);
   await s.stop();
-  // Without truncation the same prompt is a 400-class error.
+  // Without truncation both are 400-class errors.
   const plain = await start(['--kv-dram-bytes', String(64 << 20)]);
   await assert.rejects(client(plain, 'k-conv').completions.create({ model, prompt: ids(600), max_tokens: 8 }),
     (e) => e.status >= 400 && e.status < 500);
+  await assert.rejects(client(plain, 'k-conv').chat.completions.create({
+    model, messages: [{ role: 'user', content: story }], max_tokens: 4,
+  }), (e) => e.status >= 400 && e.status < 500);
   await plain.stop();
 });
