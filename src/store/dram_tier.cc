@@ -4,9 +4,9 @@ namespace attic::store {
 
 const char* TierName(TierLevel level) { return level == TierLevel::kDram ? "dram" : "ssd"; }
 
-StatusOr<std::shared_ptr<const std::string>> Tier::GetShared(const std::string& key) {
+StatusOr<SharedBytes> Tier::GetShared(const std::string& key) {
   ATTIC_ASSIGN_OR_RETURN(std::string bytes, Get(key));
-  return std::make_shared<const std::string>(std::move(bytes));
+  return SharedBytes(CopyBytes(bytes));
 }
 
 Status DramTier::Put(const std::string& key, std::string_view bytes) {
@@ -18,10 +18,10 @@ Status DramTier::Put(const std::string& key, std::string_view bytes) {
       return ResourceExhaustedError("DRAM tier full: " + std::to_string(bytes_) + " + " +
                                     std::to_string(bytes.size()) + " > " + std::to_string(capacity_));
   }
-  return PutShared(key, std::make_shared<const std::string>(bytes));
+  return PutShared(key, SharedBytes(CopyBytes(bytes)));
 }
 
-Status DramTier::PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) {
+Status DramTier::PutShared(const std::string& key, SharedBytes bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
   uint64_t old = it == values_.end() ? 0 : it->second->size();
@@ -37,10 +37,10 @@ StatusOr<std::string> DramTier::Get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
   if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");
-  return *it->second;
+  return std::string(it->second->view());
 }
 
-StatusOr<std::shared_ptr<const std::string>> DramTier::GetShared(const std::string& key) {
+StatusOr<SharedBytes> DramTier::GetShared(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = values_.find(key);
   if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");

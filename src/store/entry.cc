@@ -159,7 +159,7 @@ Status ValidateEntry(const KvEntry& e) {
   return OkStatus();
 }
 
-KvRowsBase EntryRowsBase(std::shared_ptr<const std::string> bytes, const EntryHeader& h, int n_rows) {
+KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   KvRowsBase b;
   b.bytes = std::move(bytes);
   b.data_offset = h.data_offset;
@@ -169,36 +169,41 @@ KvRowsBase EntryRowsBase(std::shared_ptr<const std::string> bytes, const EntryHe
   return b;
 }
 
-StatusOr<std::string> SerializeEntry(const KvEntry& e) {
+StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
   const size_t row = static_cast<size_t>(e.kv_dim) * sizeof(float);
   const size_t per_layer = e.tokens.size() * row;
   const size_t base = static_cast<size_t>(e.base.n_rows) * row;
-  // The header's size does not depend on the checksums: write it with zeros, append the
-  // layers (base rows, then own rows), then fill in the checksums of what was written.
+  // The header's size does not depend on the checksums: lay out the layers (base rows,
+  // then own rows), checksum each as it is written, then write the header.
   std::vector<uint64_t> checksums(e.n_layers, 0);
-  std::string out = HeaderBody(e, checksums);
-  const size_t body = out.size();
-  out.resize(AlignUp(body + sizeof(uint64_t)), '\0');
-  const size_t data = out.size();
-  out.reserve(e.SerializedBytes());
+  const size_t body = HeaderBody(e, checksums).size();
+  const size_t data = AlignUp(body + sizeof(uint64_t));
+  std::unique_ptr<Bytes> out = Bytes::Allocate(e.SerializedBytes());
+  ATTIC_CHECK(data + 2 * e.n_layers * per_layer == out->size());
+  char* p = out->data();
+  std::memset(p + body, 0, data - body);
   for (int l = 0; l < e.n_layers; ++l) {
-    if (base > 0) out.append(reinterpret_cast<const char*>(e.base.k(l)), base);
-    out.append(reinterpret_cast<const char*>(e.k[l].data()), per_layer - base);
-    if (base > 0) out.append(reinterpret_cast<const char*>(e.base.v(l, e.kv_dim)), base);
-    out.append(reinterpret_cast<const char*>(e.v[l].data()), per_layer - base);
-  }
-  ATTIC_CHECK(out.size() == e.SerializedBytes());
-  for (int l = 0; l < e.n_layers; ++l) {
-    const float* k = reinterpret_cast<const float*>(out.data() + data + 2 * l * per_layer);
-    checksums[l] = LayerChecksum(k, k + per_layer / sizeof(float), per_layer / sizeof(float));
+    char* k = p + data + 2 * l * per_layer;
+    char* v = k + per_layer;
+    if (base > 0) std::memcpy(k, e.base.k(l), base);
+    std::memcpy(k + base, e.k[l].data(), per_layer - base);
+    if (base > 0) std::memcpy(v, e.base.v(l, e.kv_dim), base);
+    std::memcpy(v + base, e.v[l].data(), per_layer - base);
+    checksums[l] = LayerChecksum(reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(v),
+                                 per_layer / sizeof(float));
   }
   const std::string header = HeaderBody(e, checksums);
   ATTIC_CHECK(header.size() == body);
-  std::memcpy(out.data(), header.data(), body);
-  const uint64_t hc = Hash64(out.data(), body, 0x68);
-  std::memcpy(out.data() + body, &hc, sizeof(hc));
+  std::memcpy(p, header.data(), body);
+  const uint64_t hc = Hash64(p, body, 0x68);
+  std::memcpy(p + body, &hc, sizeof(hc));
   return out;
+}
+
+StatusOr<std::string> SerializeEntry(const KvEntry& e) {
+  ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<Bytes> bytes, SerializeEntryBytes(e));
+  return std::string(bytes->view());
 }
 
 StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {

@@ -39,9 +39,9 @@ TEST(KvEntry, RowsFromABaseEntrySerializeLikeOwnRows) {
   const int n_base = 20;
   KvEntry earlier = full;
   earlier.TruncateTo(n_base + 4);  // the earlier turn held more rows than are reused
-  auto earlier_bytes = SerializeEntry(earlier);
+  auto earlier_bytes = SerializeEntryBytes(earlier);
   ASSERT_TRUE(earlier_bytes.ok());
-  auto shared = std::make_shared<const std::string>(std::move(*earlier_bytes));
+  SharedBytes shared(std::move(*earlier_bytes));
   auto h = ParseEntryHeader(*shared);
   ASSERT_TRUE(h.ok());
   KvEntry split = full;

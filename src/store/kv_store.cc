@@ -298,7 +298,7 @@ StatusOr<KvEntry> KvStore::Load(const std::string& key) {
   return MaterializeEntry(*f.bytes, std::move(f.header));
 }
 
-bool KvStore::PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes) {
+bool KvStore::PromoteLocked(const std::string& key, SharedBytes bytes) {
   EntryInfo& info = entries_.at(key);
   const uint64_t size = bytes->size();
   // The SSD file stays (inclusive tiers), as a droppable copy: when DRAM victims demoted
@@ -327,8 +327,8 @@ Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms)
   if (entry.fingerprint != options_.fingerprint) return InvalidArgumentError("KV entry of another model");
   int64_t ttl = ttl_ms < 0 ? options_.default_ttl_ms : ttl_ms;
   entry.expires_at_ms = ttl == 0 ? 0 : clock_->NowMs() + ttl;
-  ATTIC_ASSIGN_OR_RETURN(std::string serialized, SerializeEntry(entry));
-  auto bytes = std::make_shared<const std::string>(std::move(serialized));
+  ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<Bytes> serialized, SerializeEntryBytes(entry));
+  SharedBytes bytes(std::move(serialized));
   const std::string key = entry.key().ToString();
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -38,9 +38,11 @@ int TransferRange(int fd, char* rbuf, const char* wbuf, size_t off, size_t n) {
   return 0;
 }
 
-// Whole-buffer transfer, split across up to kIoThreads threads in chunk-aligned ranges.
-int Transfer(int fd, char* rbuf, const char* wbuf, size_t n) {
-  if (n < kParallelThreshold) return TransferRange(fd, rbuf, wbuf, 0, n);
+// Runs fn(off, len) over [0, n) split across up to kIoThreads threads in chunk-aligned
+// ranges (one range below kParallelThreshold). Returns the first nonzero errno, or 0.
+template <typename Fn>
+int SplitRanges(size_t n, Fn fn) {
+  if (n < kParallelThreshold) return fn(size_t{0}, n);
   size_t chunks = (n + kChunk - 1) / kChunk;
   size_t per = (chunks + kIoThreads - 1) / kIoThreads * kChunk;
   std::vector<int> errs(kIoThreads, 0);
@@ -49,11 +51,36 @@ int Transfer(int fd, char* rbuf, const char* wbuf, size_t n) {
     size_t off = t * per;
     if (off >= n) break;
     size_t len = std::min(per, n - off);
-    threads.emplace_back([&, t, off, len] { errs[t] = TransferRange(fd, rbuf, wbuf, off, len); });
+    threads.emplace_back([&, t, off, len] { errs[t] = fn(off, len); });
   }
   for (auto& th : threads) th.join();
   for (int e : errs)
     if (e != 0) return e;
+  return 0;
+}
+
+// Whole-buffer transfer through the page cache.
+int Transfer(int fd, char* rbuf, const char* wbuf, size_t n) {
+  return SplitRanges(n, [&](size_t off, size_t len) { return TransferRange(fd, rbuf, wbuf, off, len); });
+}
+
+// O_DIRECT read of the file's bytes [off, off + len) into buf + off: offsets are
+// kChunk-aligned, and the file's tail is requested rounded up to Bytes::kAlign (the
+// buffer's capacity covers it; the read stops at the end of the file).
+int DirectReadRange(int fd, char* buf, size_t off, size_t len) {
+  const size_t end = off + len;
+  const size_t stop = (end + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
+  size_t pos = off;
+  while (pos < end) {
+    ssize_t r = ::pread(fd, buf + pos, std::min(kChunk, stop - pos), static_cast<off_t>(pos));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) return EIO;  // the file is shorter than it was
+    pos += static_cast<size_t>(r);
+    if (pos < end && pos % Bytes::kAlign != 0) return EIO;  // a short read mid-file
+  }
   return 0;
 }
 
@@ -152,6 +179,40 @@ StatusOr<std::string> SsdTier::Get(const std::string& key) {
   ::close(fd);
   if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
   return out;
+}
+
+StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
+  std::string path = PathOf(key);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  bool direct = fd >= 0;
+  if (!direct) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // e.g. tmpfs has no O_DIRECT
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus("cannot stat", path, err);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  std::unique_ptr<Bytes> out = Bytes::Allocate(size);
+  int err = 0;
+  if (direct) {
+    err = SplitRanges(size, [&](size_t off, size_t len) { return DirectReadRange(fd, out->data(), off, len); });
+    if (err == EINVAL) {  // the file system refused this direct read: read it buffered
+      ::close(fd);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+      direct = false;
+    }
+  }
+  if (!direct) {
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    err = Transfer(fd, out->data(), nullptr, size);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  }
+  ::close(fd);
+  if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
+  return SharedBytes(std::move(out));
 }
 
 Status SsdTier::Erase(const std::string& key) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attic/core/status.h"
+#include "attic/store/bytes.h"
 
 namespace attic::store {
 
@@ -49,7 +50,7 @@ uint64_t TokenHash(const int32_t* tokens, size_t n);
 // serialized entry (shared, not copied). A turn that extends a stored history keeps the
 // history here instead of copying it, and saving writes it straight from there.
 struct KvRowsBase {
-  std::shared_ptr<const std::string> bytes;  // null = no base
+  SharedBytes bytes;                         // null = no base
   uint64_t data_offset = 0;                  // of the base entry (EntryHeader)
   uint64_t layer_bytes = 0;
   int64_t base_tokens = 0;                   // rows per layer in the base entry
@@ -86,6 +87,9 @@ struct KvEntry {
 
 // Checks shapes (k/v per layer, positions per token). InvalidArgument when inconsistent.
 Status ValidateEntry(const KvEntry& entry);
+// The serialized entry in a store buffer (aligned, for the tiers).
+StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& entry);
+// The same bytes as a string.
 StatusOr<std::string> SerializeEntry(const KvEntry& entry);
 
 struct EntryHeader {
@@ -100,7 +104,7 @@ struct EntryHeader {
 // DataLoss on anything malformed.
 StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
 // Rows [0, n_rows) of the serialized entry `bytes` (header `h`) as a KvEntry base.
-KvRowsBase EntryRowsBase(std::shared_ptr<const std::string> bytes, const EntryHeader& h, int n_rows);
+KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows);
 
 // Layer l's K and V inside a serialized entry whose header is `h` (bytes.size() must
 // be h.total_bytes): [n_tokens, kv_dim] f32 each, 16-byte aligned when `bytes` is.

@@ -144,7 +144,7 @@ class KvStore {
   // An entry's serialized bytes, shared rather than copied out of the DRAM tier, with
   // its parsed header; layer l's K/V are EntryLayerK/V(*bytes, header, l).
   struct Fetched {
-    std::shared_ptr<const std::string> bytes;
+    SharedBytes bytes;
     EntryHeader header;
   };
   // Reads `key`'s entry without deserializing it: tier I/O happens outside the store's
@@ -203,7 +203,7 @@ class KvStore {
   // Moves `key`, an SSD entry whose bytes were just read, to DRAM: its SSD copy is freed
   // first so that entries demoted to make DRAM room can take its place. Returns whether
   // it is in DRAM now; otherwise it stays on SSD, or is dropped when not even that fits.
-  bool PromoteLocked(const std::string& key, std::shared_ptr<const std::string> bytes);
+  bool PromoteLocked(const std::string& key, SharedBytes bytes);
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
   void PrefetchLoop();

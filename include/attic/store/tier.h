@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attic/core/status.h"
+#include "attic/store/bytes.h"
 
 namespace attic::store {
 
@@ -37,11 +38,9 @@ class Tier {
   virtual StatusOr<std::string> Get(const std::string& key) = 0;
   // Same, as shared immutable bytes: the DRAM tier hands out its own copy without
   // copying (layer-wise loading reads straight from it); others read into a new buffer.
-  virtual StatusOr<std::shared_ptr<const std::string>> GetShared(const std::string& key);
+  virtual StatusOr<SharedBytes> GetShared(const std::string& key);
   // Put of bytes the caller already holds shared (the DRAM tier keeps them, no copy).
-  virtual Status PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) {
-    return Put(key, *bytes);
-  }
+  virtual Status PutShared(const std::string& key, SharedBytes bytes) { return Put(key, *bytes); }
   // Removes `key`; OK when absent.
   virtual Status Erase(const std::string& key) = 0;
   virtual bool Contains(const std::string& key) const = 0;
@@ -60,8 +59,8 @@ class DramTier final : public Tier {
   TierLevel level() const override { return level_; }
   Status Put(const std::string& key, std::string_view bytes) override;
   StatusOr<std::string> Get(const std::string& key) override;
-  StatusOr<std::shared_ptr<const std::string>> GetShared(const std::string& key) override;
-  Status PutShared(const std::string& key, std::shared_ptr<const std::string> bytes) override;
+  StatusOr<SharedBytes> GetShared(const std::string& key) override;
+  Status PutShared(const std::string& key, SharedBytes bytes) override;
   Status Erase(const std::string& key) override;
   bool Contains(const std::string& key) const override;
   int64_t SizeOf(const std::string& key) const override;
@@ -75,7 +74,7 @@ class DramTier final : public Tier {
   mutable std::mutex mu_;
   // Values are immutable once stored; a reader holding one keeps it alive after Erase
   // (its bytes then no longer count toward the tier).
-  std::unordered_map<std::string, std::shared_ptr<const std::string>> values_;
+  std::unordered_map<std::string, SharedBytes> values_;
   uint64_t bytes_ = 0;
 };
 
@@ -96,6 +95,9 @@ class SsdTier final : public Tier {
   TierLevel level() const override { return TierLevel::kSsd; }
   Status Put(const std::string& key, std::string_view bytes) override;
   StatusOr<std::string> Get(const std::string& key) override;
+  // Reads with O_DIRECT into an aligned buffer (no page-cache copy) where the file
+  // system supports it, else through the page cache.
+  StatusOr<SharedBytes> GetShared(const std::string& key) override;
   Status Erase(const std::string& key) override;
   bool Contains(const std::string& key) const override;
   int64_t SizeOf(const std::string& key) const override;
