@@ -18,22 +18,31 @@ Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   return UnavailableError(msg);
 }
 
-StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+StatusOr<OpenedFile> OpenForReading(const std::string& path, int extra_flags) {
+  OpenedFile f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
+  if (f.fd < 0) return ErrnoStatus("cannot open", path, errno);
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(f.fd, &st) != 0) {
     int err = errno;
-    ::close(fd);
+    ::close(f.fd);
     return ErrnoStatus("cannot stat", path, err);
   }
-  if (S_ISDIR(st.st_mode)) {
+  f.size = static_cast<uint64_t>(st.st_size);
+  f.is_directory = S_ISDIR(st.st_mode);
+  return f;
+}
+
+StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  ATTIC_ASSIGN_OR_RETURN(OpenedFile opened, OpenForReading(path));
+  const int fd = opened.fd;
+  if (opened.is_directory) {
     ::close(fd);
     return InvalidArgumentError("'" + path + "' is a directory, expected a file");
   }
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = static_cast<size_t>(opened.size);
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

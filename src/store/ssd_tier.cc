@@ -163,37 +163,18 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
 }
 
 StatusOr<std::string> SsdTier::Get(const std::string& key) {
-  std::string path = PathOf(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoStatus("cannot stat", path, err);
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  int err = Transfer(fd, out.data(), nullptr, out.size());
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
-  return out;
+  ATTIC_ASSIGN_OR_RETURN(SharedBytes bytes, GetShared(key));
+  return std::string(bytes->view());
 }
 
 StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
   std::string path = PathOf(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  bool direct = fd >= 0;
-  if (!direct) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // e.g. tmpfs has no O_DIRECT
-  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoStatus("cannot stat", path, err);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
+  StatusOr<OpenedFile> opened = OpenForReading(path, O_DIRECT);
+  bool direct = opened.ok();
+  if (!direct) opened = OpenForReading(path);  // e.g. tmpfs has no O_DIRECT
+  if (!opened.ok()) return opened.status();
+  int fd = opened->fd;
+  const size_t size = static_cast<size_t>(opened->size);
   std::unique_ptr<Bytes> out = Bytes::Allocate(size);
   int err = 0;
   if (direct) {

@@ -37,6 +37,15 @@ class MappedFile {
 // ENOSPC, else Unavailable.
 Status ErrnoStatus(const std::string& what, const std::string& path, int err);
 
+// Opens `path` read-only (O_CLOEXEC | extra_flags) and stats it; the descriptor is the
+// caller's to close. On failure nothing is left open (ErrnoStatus).
+struct OpenedFile {
+  int fd = -1;
+  uint64_t size = 0;
+  bool is_directory = false;
+};
+StatusOr<OpenedFile> OpenForReading(const std::string& path, int extra_flags = 0);
+
 bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 StatusOr<std::string> ReadFileToString(const std::string& path);
