@@ -39,6 +39,8 @@ struct BenchServeFlags {
   int prompt_words = 32;
   bool chat = false;
   int long_prompt = 0;  // tokens of the interfering prompt (0 = none)
+  double temperature = 0;  // of the streams (0 = greedy; >0 includes sampling's cost)
+  double top_p = 1;
   std::string json_out;
 };
 
@@ -75,8 +77,9 @@ std::string MakePrompt(int words, uint64_t seed) {
 
 Sample RunOne(httplib::Client& cli, const BenchServeFlags& f, const std::string& prompt,
                Interference* watch = nullptr) {
-  json body{{"model", f.model},       {"max_tokens", f.max_tokens}, {"temperature", 0},
-            {"stream", true},         {"ignore_eos", true},         {"stream_options", {{"include_usage", true}}}};
+  json body{{"model", f.model},      {"max_tokens", f.max_tokens}, {"temperature", f.temperature},
+            {"top_p", f.top_p},       {"stream", true},             {"ignore_eos", true},
+            {"stream_options", {{"include_usage", true}}}};
   if (f.chat) body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
   else body["prompt"] = prompt;
   Sample s;
@@ -266,6 +269,9 @@ void AddBenchServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--long-prompt", f->long_prompt,
                   "also send one prompt of this many tokens mid-run and report the streams' delay (0 = off)")
       ->capture_default_str();
+  cmd->add_option("--temperature", f->temperature, "sampling temperature of the streams (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", f->top_p, "nucleus sampling of the streams")->capture_default_str();
   cmd->add_option("--json", f->json_out, "also write the JSON to this file");
   cmd->callback([run, f] { *run = [f] { return RunBenchServe(*f); }; });
 }
