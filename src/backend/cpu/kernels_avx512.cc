@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
@@ -213,6 +214,20 @@ inline void DotRows4(const typename W::T* const* rows, const float* xp, int64_t 
   for (int i = 0; i < MB; ++i) _mm_storeu_ps(out + 4 * i, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
 }
 
+// Calls fn(std::integral_constant<int, MB>{}, i) for each block of MB <= 4 x rows
+// [i, i + MB) of m: the kernels take the block height as a template parameter.
+template <class Fn>
+inline void ForXBlocks(int64_t m, Fn&& fn) {
+  for (int64_t i = 0; i < m; i += 4) {
+    switch (std::min<int64_t>(4, m - i)) {
+      case 1: fn(std::integral_constant<int, 1>{}, i); break;
+      case 2: fn(std::integral_constant<int, 2>{}, i); break;
+      case 3: fn(std::integral_constant<int, 3>{}, i); break;
+      default: fn(std::integral_constant<int, 4>{}, i); break;
+    }
+  }
+}
+
 // From this many x rows on, GEMV blocks 4 weight rows at a time (DotRows4).
 constexpr int64_t kGemvBlockedMinM = 2;
 
@@ -230,35 +245,21 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
     for (; j + 4 <= n1; j += 4) {
       const T* rows[4];
       for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + r) * k, shift);
-      for (int64_t i = 0; i < m; i += 4) {
-        const float* xi = xp + i * ldx;
-        const int64_t mb = std::min<int64_t>(4, m - i);
-        switch (mb) {
-          case 1: DotRows4<W, 1>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-          case 2: DotRows4<W, 2>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-          case 3: DotRows4<W, 3>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-          default: DotRows4<W, 4>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-        }
+      ForXBlocks(m, [&](auto mb, int64_t i) {
+        DotRows4<W, mb>(rows, xp + i * ldx, ldx, kv, shift, pf_bytes, out);
         for (int64_t ii = 0; ii < mb; ++ii)
           for (int r = 0; r < 4; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
-      }
+      });
     }
   }
   float out[4];
   for (; j < n1; ++j) {
     const T* row = Back(base + j * k, shift);
     const float b = bias ? bias[j] : 0.0f;
-    for (int64_t i = 0; i < m; i += 4) {
-      const float* xi = xp + i * ldx;
-      const int64_t mb = std::min<int64_t>(4, m - i);
-      switch (mb) {
-        case 1: DotRow<W, 1>(row, xi, ldx, kv, shift, out); break;
-        case 2: DotRow<W, 2>(row, xi, ldx, kv, shift, out); break;
-        case 3: DotRow<W, 3>(row, xi, ldx, kv, shift, out); break;
-        default: DotRow<W, 4>(row, xi, ldx, kv, shift, out); break;
-      }
+    ForXBlocks(m, [&](auto mb, int64_t i) {
+      DotRow<W, mb>(row, xp + i * ldx, ldx, kv, shift, out);
       for (int64_t ii = 0; ii < mb; ++ii) y[(i + ii) * n + j] = out[ii] + b;
-    }
+    });
   }
 }
 
@@ -365,18 +366,11 @@ void GemvBf16Dot(const uint16_t* xb, int64_t m, const model::WeightTensor& w, co
     const int64_t nr = std::min<int64_t>(4, n1 - j);
     const uint16_t* rows[4];  // a partial group repeats its last row (results dropped)
     for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + std::min<int64_t>(r, nr - 1)) * k, shift);
-    for (int64_t i = 0; i < m; i += 4) {
-      const uint16_t* xi = xb + i * ldx;
-      const int64_t mb = std::min<int64_t>(4, m - i);
-      switch (mb) {
-        case 1: DotRows4Bf16Dot<1>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-        case 2: DotRows4Bf16Dot<2>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-        case 3: DotRows4Bf16Dot<3>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-        default: DotRows4Bf16Dot<4>(rows, xi, ldx, kv, shift, pf_bytes, out); break;
-      }
+    ForXBlocks(m, [&](auto mb, int64_t i) {
+      DotRows4Bf16Dot<mb>(rows, xb + i * ldx, ldx, kv, shift, pf_bytes, out);
       for (int64_t ii = 0; ii < mb; ++ii)
         for (int64_t r = 0; r < nr; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
-    }
+    });
   }
 }
 
