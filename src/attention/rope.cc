@@ -82,14 +82,20 @@ RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& s
   }
 }
 
+std::pair<const float*, const float*> RopeTable::Angles(int32_t position, float* scratch) const {
+  const int half = head_dim_ / 2;
+  if (position >= 0 && position < table_positions_)
+    return {&cos_[static_cast<size_t>(position) * half], &sin_[static_cast<size_t>(position) * half]};
+  ComputeCosSin(inv_freq_, position, scratch, scratch + half);
+  return {scratch, scratch + half};
+}
+
 void RopeTable::CosSin(int32_t position, float* cos_out, float* sin_out) const {
   const int half = head_dim_ / 2;
-  if (position >= 0 && position < table_positions_) {
-    std::copy_n(&cos_[static_cast<size_t>(position) * half], half, cos_out);
-    std::copy_n(&sin_[static_cast<size_t>(position) * half], half, sin_out);
-  } else {
-    ComputeCosSin(inv_freq_, position, cos_out, sin_out);
-  }
+  std::vector<float> scratch(static_cast<size_t>(head_dim_));
+  const auto [c, s] = Angles(position, scratch.data());
+  std::copy_n(c, half, cos_out);
+  std::copy_n(s, half, sin_out);
 }
 
 void RopeTable::Apply(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const {
@@ -102,59 +108,36 @@ void RopeTable::ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int3
 
 void RopeTable::ApplyToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride,
                            int32_t position) const {
-  const int half = head_dim_ / 2;
-  const float* c;
-  const float* s;
-  std::vector<float> local_cos, local_sin;  // positions past the table (rare)
-  if (position >= 0 && position < table_positions_) {
-    c = &cos_[static_cast<size_t>(position) * half];
-    s = &sin_[static_cast<size_t>(position) * half];
-  } else {
-    local_cos.resize(half);
-    local_sin.resize(half);
-    ComputeCosSin(inv_freq_, position, local_cos.data(), local_sin.data());
-    c = local_cos.data();
-    s = local_sin.data();
+  std::vector<float> scratch;  // positions past the table only
+  if (position < 0 || position >= table_positions_) scratch.resize(static_cast<size_t>(head_dim_));
+  RotateToken(src, dst, n_heads, dst_head_stride, position, 1.0f, scratch.data());
+}
+
+void RopeTable::Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* positions, float sign) const {
+  std::vector<float> scratch(static_cast<size_t>(head_dim_));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* xt = x + t * n_heads * static_cast<int64_t>(head_dim_);
+    RotateToken(xt, xt, n_heads, head_dim_, positions[t], sign, scratch.data());
   }
+}
+
+// HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]; each product and
+// the sum rounded to f32 (the same operation order, so results are bit-identical when the
+// compiler does not contract to FMA, which the baseline x86-64 target cannot). In place
+// when src == dst (each pair is read before it is written).
+void RopeTable::RotateToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride, int32_t position,
+                            float sign, float* scratch) const {
+  const int half = head_dim_ / 2;
+  const auto [c, s] = Angles(position, scratch);
   for (int h = 0; h < n_heads; ++h) {
     const float* x1 = src + static_cast<int64_t>(h) * head_dim_;
     const float* x2 = x1 + half;
     float* y1 = dst + h * dst_head_stride;
     float* y2 = y1 + half;
     for (int i = 0; i < half; ++i) {
-      const float a = x1[i], b = x2[i];
-      y1[i] = a * c[i] - b * s[i];
-      y2[i] = b * c[i] + a * s[i];
-    }
-  }
-}
-
-// HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]; each product and
-// the sum rounded to f32 (the same operation order, so results are bit-identical when the
-// compiler does not contract to FMA, which the baseline x86-64 target cannot).
-void RopeTable::Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* positions, float sign) const {
-  const int half = head_dim_ / 2;
-  std::vector<float> local_cos(half), local_sin(half);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int32_t pos = positions[t];
-    const float* c;
-    const float* s;
-    if (pos >= 0 && pos < table_positions_) {
-      c = &cos_[static_cast<size_t>(pos) * half];
-      s = &sin_[static_cast<size_t>(pos) * half];
-    } else {
-      ComputeCosSin(inv_freq_, pos, local_cos.data(), local_sin.data());
-      c = local_cos.data();
-      s = local_sin.data();
-    }
-    for (int h = 0; h < n_heads; ++h) {
-      float* x1 = x + (t * n_heads + h) * static_cast<int64_t>(head_dim_);
-      float* x2 = x1 + half;
-      for (int i = 0; i < half; ++i) {
-        const float a = x1[i], b = x2[i], si = sign * s[i];
-        x1[i] = a * c[i] - b * si;
-        x2[i] = b * c[i] + a * si;
-      }
+      const float a = x1[i], b = x2[i], si = sign * s[i];
+      y1[i] = a * c[i] - b * si;
+      y2[i] = b * c[i] + a * si;
     }
   }
 }

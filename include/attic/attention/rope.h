@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "attic/model/config.h"
@@ -40,7 +41,14 @@ class RopeTable {
   void ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int32_t* positions) const;
 
  private:
+  // cos and sin of `position`'s angles: the table's, or computed into `scratch`
+  // ([head_dim] floats; unused, and may be null, for tabulated positions).
+  std::pair<const float*, const float*> Angles(int32_t position, float* scratch) const;
   void Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* positions, float sign) const;
+  // One token's heads rotated by sign * position, src -> dst (head h at dst + h *
+  // dst_head_stride; src == dst rotates in place).
+  void RotateToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride, int32_t position, float sign,
+                   float* scratch) const;
   int head_dim_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   int table_positions_ = 0;
