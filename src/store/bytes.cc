@@ -72,11 +72,6 @@ Bytes::~Bytes() {
   std::free(data_);
 }
 
-void Bytes::Resize(size_t n) {
-  ATTIC_CHECK(n <= capacity_);
-  size_ = n;
-}
-
 size_t Bytes::PooledBytes() {
   Pool& pool = GetPool();
   std::lock_guard<std::mutex> lock(pool.mu);

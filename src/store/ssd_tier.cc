@@ -1,5 +1,4 @@
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,19 +20,35 @@ constexpr size_t kChunk = 1 << 20;             // aligned I/O unit
 constexpr size_t kParallelThreshold = 8 << 20;  // split larger transfers across threads
 constexpr int kIoThreads = 4;
 
-// pread/pwrite of [off, off+n) in kChunk pieces. Returns errno or 0; a short read is EIO.
-int TransferRange(int fd, char* rbuf, const char* wbuf, size_t off, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    size_t len = std::min(kChunk, n - done);
-    ssize_t r = rbuf != nullptr ? ::pread(fd, rbuf + off + done, len, static_cast<off_t>(off + done))
-                                : ::pwrite(fd, wbuf + off + done, len, static_cast<off_t>(off + done));
+// pwrite of buf[off, off + n) in kChunk pieces. Returns errno or 0.
+int WriteRange(int fd, const char* buf, size_t off, size_t n) {
+  for (size_t pos = off; pos < off + n;) {
+    ssize_t r = ::pwrite(fd, buf + pos, std::min(kChunk, off + n - pos), static_cast<off_t>(pos));
     if (r < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     if (r == 0) return EIO;
-    done += static_cast<size_t>(r);
+    pos += static_cast<size_t>(r);
+  }
+  return 0;
+}
+
+// pread of the file's bytes [off, off + n) into buf + off in kChunk pieces. Offsets are
+// kChunk-aligned and the file's tail is requested rounded up to Bytes::kAlign (the
+// buffer's capacity covers it; the read stops at the end of the file), as O_DIRECT
+// needs. Returns errno or 0; a file shorter than expected is EIO.
+int ReadRange(int fd, char* buf, size_t off, size_t n) {
+  const size_t end = off + n;
+  const size_t stop = (end + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
+  for (size_t pos = off; pos < end;) {
+    ssize_t r = ::pread(fd, buf + pos, std::min(kChunk, stop - pos), static_cast<off_t>(pos));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) return EIO;
+    pos += static_cast<size_t>(r);
   }
   return 0;
 }
@@ -56,31 +71,6 @@ int SplitRanges(size_t n, Fn fn) {
   for (auto& th : threads) th.join();
   for (int e : errs)
     if (e != 0) return e;
-  return 0;
-}
-
-// Whole-buffer transfer through the page cache.
-int Transfer(int fd, char* rbuf, const char* wbuf, size_t n) {
-  return SplitRanges(n, [&](size_t off, size_t len) { return TransferRange(fd, rbuf, wbuf, off, len); });
-}
-
-// O_DIRECT read of the file's bytes [off, off + len) into buf + off: offsets are
-// kChunk-aligned, and the file's tail is requested rounded up to Bytes::kAlign (the
-// buffer's capacity covers it; the read stops at the end of the file).
-int DirectReadRange(int fd, char* buf, size_t off, size_t len) {
-  const size_t end = off + len;
-  const size_t stop = (end + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
-  size_t pos = off;
-  while (pos < end) {
-    ssize_t r = ::pread(fd, buf + pos, std::min(kChunk, stop - pos), static_cast<off_t>(pos));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) return EIO;  // the file is shorter than it was
-    pos += static_cast<size_t>(r);
-    if (pos < end && pos % Bytes::kAlign != 0) return EIO;  // a short read mid-file
-  }
   return 0;
 }
 
@@ -149,7 +139,7 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return finish(ErrnoStatus("cannot create", tmp, errno));
-  int err = Transfer(fd, nullptr, bytes.data(), bytes.size());
+  int err = SplitRanges(bytes.size(), [&](size_t off, size_t n) { return WriteRange(fd, bytes.data(), off, n); });
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (err == 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // written back: drop the cached pages
   ::close(fd);
@@ -168,32 +158,26 @@ StatusOr<std::string> SsdTier::Get(const std::string& key) {
 }
 
 StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
-  std::string path = PathOf(key);
-  StatusOr<OpenedFile> opened = OpenForReading(path, O_DIRECT);
-  bool direct = opened.ok();
-  if (!direct) opened = OpenForReading(path);  // e.g. tmpfs has no O_DIRECT
-  if (!opened.ok()) return opened.status();
-  int fd = opened->fd;
-  const size_t size = static_cast<size_t>(opened->size);
-  std::unique_ptr<Bytes> out = Bytes::Allocate(size);
-  int err = 0;
-  if (direct) {
-    err = SplitRanges(size, [&](size_t off, size_t len) { return DirectReadRange(fd, out->data(), off, len); });
-    if (err == EINVAL) {  // the file system refused this direct read: read it buffered
-      ::close(fd);
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return ErrnoStatus("cannot open", path, errno);
-      direct = false;
+  const std::string path = PathOf(key);
+  // O_DIRECT straight into the aligned buffer where the file system allows it; else
+  // (tmpfs, or a refused read) through the page cache.
+  for (const bool direct : {true, false}) {
+    StatusOr<OpenedFile> f = OpenForReading(path, direct ? O_DIRECT : 0);
+    if (!f.ok()) {
+      if (direct) continue;
+      return f.status();
     }
+    const size_t size = static_cast<size_t>(f->size);
+    std::unique_ptr<Bytes> out = Bytes::Allocate(size);
+    if (!direct) ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    const int err = SplitRanges(size, [&](size_t off, size_t n) { return ReadRange(f->fd, out->data(), off, n); });
+    if (!direct) ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(f->fd);
+    if (direct && err == EINVAL) continue;
+    if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
+    return SharedBytes(std::move(out));
   }
-  if (!direct) {
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    err = Transfer(fd, out->data(), nullptr, size);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  }
-  ::close(fd);
-  if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
-  return SharedBytes(std::move(out));
+  return UnavailableError("cannot read '" + path + "'");  // not reached
 }
 
 Status SsdTier::Erase(const std::string& key) {

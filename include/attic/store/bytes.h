@@ -35,8 +35,6 @@ class Bytes {
   const char* data() const { return data_; }
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
-  // REQUIRES: n <= capacity().
-  void Resize(size_t n);
   std::string_view view() const { return {data_, size_}; }
   operator std::string_view() const { return view(); }
 
