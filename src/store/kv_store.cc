@@ -151,26 +151,25 @@ Status KvStore::Rebuild() {
     std::vector<std::string> keys = tier->Keys();
     std::sort(keys.begin(), keys.end());
     for (const std::string& key : keys) {
-      auto bytes = tier->Get(key);
       // Verified in place: only the header is kept.
-      StatusOr<EntryHeader> header = bytes.ok() ? VerifyEntry(*bytes, options_.fingerprint) : bytes.status();
-      StatusOr<KvEntry> entry = header.ok() ? StatusOr<KvEntry>(std::move(header->meta)) : header.status();
-      if (!entry.ok() || entry->key().ToString() != key || entries_.count(key) != 0) {
+      StatusOr<Fetched> read = ReadChecked(*tier, key, true);
+      if (!read.ok() || entries_.count(key) != 0) {
         // Corrupt, truncated, another model's, misnamed or duplicated: never served.
         std::fprintf(stderr, "attic: KV store: dropping entry %s (%s)\n", key.c_str(),
-                     entry.ok() ? "misnamed" : entry.status().ToString().c_str());
+                     read.ok() ? "duplicated" : read.status().ToString().c_str());
         tier->Erase(key).IgnoreError();
         ++stats_.corrupt;
         continue;
       }
+      KvEntry& entry = read->header.meta;
       EntryInfo info;
       info.key = key;
-      info.tenant = entry->tenant;
-      info.session_id = entry->session_id;
-      info.tokens = std::move(entry->tokens);
-      info.bytes = bytes->size();
+      info.tenant = entry.tenant;
+      info.session_id = entry.session_id;
+      info.tokens = std::move(entry.tokens);
+      info.bytes = read->bytes->size();
       info.tier = tier->level();
-      info.expires_at_ms = entry->expires_at_ms;
+      info.expires_at_ms = entry.expires_at_ms;
       info.inserted_seq = info.access_seq = ++seq_;
       if (Expired(info)) {
         tier->Erase(key).IgnoreError();
@@ -577,22 +576,19 @@ int KvStore::Prefetch() {
     // The read and its checksums happen outside the lock: lookups and saves go on
     // meanwhile. (A DRAM-tier fetch checks only the header, so what enters DRAM from SSD
     // is verified here.)
-    auto bytes = ssd_->GetShared(key);
-    Status verified = bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint).status() : bytes.status();
+    StatusOr<Fetched> read = ReadChecked(*ssd_, key, true);
     std::lock_guard<std::mutex> lock(mu_);
     prefetching_.clear();
     prefetch_done_.notify_all();
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.tier != TierLevel::kSsd) break;
-    if (!verified.ok() || (*bytes)->size() != size) {
-      if (verified.code() == StatusCode::kNotFound || verified.code() == StatusCode::kUnavailable) break;
-      std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
-                   verified.ToString().c_str());
-      RemoveLocked(key);
-      ++stats_.corrupt;
+    if (!read.ok() || read->bytes->size() != size) {
+      const Status why = read.ok() ? DataLossError("size changed") : read.status();
+      if (why.code() == StatusCode::kNotFound || why.code() == StatusCode::kUnavailable) break;
+      DropUnreadableLocked(key, why);
       continue;
     }
-    if (!PromoteLocked(key, std::move(*bytes))) break;
+    if (!PromoteLocked(key, std::move(read->bytes))) break;
     entries_.at(key).prefetched = true;
     ++stats_.prefetches;
     ++promoted;

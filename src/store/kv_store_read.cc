@@ -43,29 +43,34 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
   // layer checksums guard what crossed a persistence boundary (every SSD read, and
   // restart); DRAM-tier bytes never left this process's memory, so only their header is
   // checked (verifying 46 MB of a 1k-token 135M entry took ~3 ms of a ~80 ms TTFT).
-  auto bytes = tier->GetShared(key);
-  StatusOr<EntryHeader> header =
-      bytes.ok() ? VerifyEntry(**bytes, options_.fingerprint, level != TierLevel::kDram) : bytes.status();
-  if (header.ok() && header->meta.key().ToString() != key) header = DataLossError("misnamed KV entry");
+  StatusOr<Fetched> read = ReadChecked(*tier, key, level != TierLevel::kDram);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
-  if (!bytes.ok()) {
+  if (!read.ok()) {
     if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
     if (it->second.tier != level) return UnavailableError("KV entry " + key + " moved");
-  }
-  if (!header.ok()) {
-    std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(),
-                 header.status().ToString().c_str());
-    if (it != entries_.end()) RemoveLocked(key);
-    ++stats_.corrupt;
+    DropUnreadableLocked(key, read.status());
     return NotFoundError("KV entry " + key + " unreadable");
   }
-  Fetched f{std::move(*bytes), std::move(*header)};
+  Fetched f = std::move(*read);
   stats_.bytes_loaded += f.bytes->size();
   // The paper fetches whole sessions SSD -> DRAM; a failure leaves it on SSD.
   if (it != entries_.end() && it->second.tier == TierLevel::kSsd && f.bytes->size() <= dram_->capacity())
     PromoteLocked(key, f.bytes);
   return f;
+}
+
+StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& key, bool check_layers) const {
+  ATTIC_ASSIGN_OR_RETURN(SharedBytes bytes, tier.GetShared(key));
+  ATTIC_ASSIGN_OR_RETURN(EntryHeader header, VerifyEntry(*bytes, options_.fingerprint, check_layers));
+  if (header.meta.key().ToString() != key) return DataLossError("misnamed KV entry");
+  return Fetched{std::move(bytes), std::move(header)};
+}
+
+void KvStore::DropUnreadableLocked(const std::string& key, const Status& why) {
+  std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(), why.ToString().c_str());
+  RemoveLocked(key);
+  ++stats_.corrupt;
 }
 
 std::optional<StoreMatch> KvStore::Peek(const std::string& tenant, const std::string& session_id,

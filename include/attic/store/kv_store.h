@@ -184,6 +184,11 @@ class KvStore {
   KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
   Status Rebuild();
   StatusOr<Fetched> FetchOnce(const std::string& key);  // kv_store_read.cc
+  // Reads `key` from `tier` and checks header, size, fingerprint and name (and the layer
+  // checksums unless !check_layers). Takes no lock.
+  StatusOr<Fetched> ReadChecked(Tier& tier, const std::string& key, bool check_layers) const;
+  // Logs, deletes and counts an entry found unreadable. REQUIRES: mu_ held.
+  void DropUnreadableLocked(const std::string& key, const Status& why);
   Tier* TierFor(TierLevel level) const { return level == TierLevel::kDram ? dram_.get() : ssd_.get(); }
   std::vector<uint64_t> PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const;
   void IndexLocked(EntryInfo info);
