@@ -64,19 +64,15 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
 }
 
 void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
-  const kv::KvShape& s = pool_.shape();
-  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+  const int kvd = pool_.shape().kv_dim();
   const std::string_view bytes(*job.entry.bytes);
   const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
   const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
-  const int64_t head_stride = static_cast<int64_t>(bs) * hd;  // block layout [head][row][hd]
   for (int i = first; i < first + m; ++i) {
-    const int32_t b = job.blocks[i / bs];
-    const int row = i % bs;
     const size_t src = static_cast<size_t>(job.rows[i]) * kvd;
-    rope_.ApplyToken(ek + src, pool_.k_block(layer, b) + row * hd, n_kv_heads_, head_stride, job.positions[i]);
-    float* vb = pool_.v_block(layer, b) + row * hd;
-    for (int h = 0; h < n_kv_heads_; ++h) std::memcpy(vb + h * head_stride, ev + src + h * hd, hd * sizeof(float));
+    rope_.ApplyToken(ek + src, pool_.k_slot(layer, job.blocks.data(), i), n_kv_heads_, pool_.shape().head_stride(),
+                     job.positions[i]);
+    pool_.WriteRows(layer, job.blocks.data(), i, 1, nullptr, ev + src);
   }
 }
 

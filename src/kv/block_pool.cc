@@ -77,32 +77,30 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
 
 void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
   const KvShape& s = shape_;
-  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+  const int hd = s.head_dim, kvd = s.kv_dim();
+  const int64_t hs = s.head_stride();
   for (int i = 0; i < n; ++i) {
-    int slot = first + i;
-    int32_t b = blocks[slot / bs];
-    int row = slot % bs;
-    float* kb = k_block(layer, b);
-    float* vb = v_block(layer, b);
+    float* kd = k != nullptr ? k_slot(layer, blocks, first + i) : nullptr;
+    float* vd = v_slot(layer, blocks, first + i);
     for (int h = 0; h < s.n_kv_heads; ++h) {
-      std::memcpy(kb + (static_cast<int64_t>(h) * bs + row) * hd, k + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);
-      std::memcpy(vb + (static_cast<int64_t>(h) * bs + row) * hd, v + static_cast<int64_t>(i) * kvd + h * hd, hd * 4);
+      const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
+      if (kd != nullptr) std::memcpy(kd + h * hs, k + src, hd * 4);
+      std::memcpy(vd + h * hs, v + src, hd * 4);
     }
   }
 }
 
 void SequenceKv::ReadKv(int layer, int first, int n, float* k, float* v) const {
   const KvShape& s = pool_->shape();
-  const int hd = s.head_dim, kvd = s.kv_dim(), bs = s.block_size;
+  const int hd = s.head_dim, kvd = s.kv_dim();
+  const int64_t hs = s.head_stride();
   for (int i = 0; i < n; ++i) {
-    int slot = first + i;
-    int32_t b = blocks_[slot / bs];
-    int row = slot % bs;
-    const float* kb = pool_->k_block(layer, b);
-    const float* vb = pool_->v_block(layer, b);
+    const float* ks = pool_->k_slot(layer, blocks_.data(), first + i);
+    const float* vs = pool_->v_slot(layer, blocks_.data(), first + i);
     for (int h = 0; h < s.n_kv_heads; ++h) {
-      std::memcpy(k + static_cast<int64_t>(i) * kvd + h * hd, kb + (static_cast<int64_t>(h) * bs + row) * hd, hd * 4);
-      std::memcpy(v + static_cast<int64_t>(i) * kvd + h * hd, vb + (static_cast<int64_t>(h) * bs + row) * hd, hd * 4);
+      const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
+      std::memcpy(k + dst, ks + h * hs, hd * 4);
+      std::memcpy(v + dst, vs + h * hs, hd * 4);
     }
   }
 }

@@ -25,6 +25,8 @@ struct KvShape {
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
+  // A block is [kv_head][row][head_dim]: floats from one head's rows to the next head's.
+  int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
   // Bytes of K+V one block occupies across all layers.
   int64_t block_bytes() const { return 2 * n_layers * block_stride() * 4; }
 };
@@ -49,9 +51,17 @@ class BlockPool {
   float* v_pool(int layer) { return v_[layer].as<float>(); }
   float* k_block(int layer, int32_t block) { return k_pool(layer) + block * shape_.block_stride(); }
   float* v_block(int layer, int32_t block) { return v_pool(layer) + block * shape_.block_stride(); }
-  // Writes K and V ([n, kv_dim] each) into slots [first, first+n) of the sequence whose
-  // block table is `blocks`, at `layer`. Touches only those blocks, so it may run on
-  // another thread than the one allocating (the KV loader).
+  // Head 0 of slot `slot` of the sequence whose block table is `blocks`, at `layer`;
+  // head h is h * shape().head_stride() floats further.
+  float* k_slot(int layer, const int32_t* blocks, int slot) {
+    return k_block(layer, blocks[slot / shape_.block_size]) + (slot % shape_.block_size) * shape_.head_dim;
+  }
+  float* v_slot(int layer, const int32_t* blocks, int slot) {
+    return v_block(layer, blocks[slot / shape_.block_size]) + (slot % shape_.block_size) * shape_.head_dim;
+  }
+  // Writes K and V ([n, kv_dim] each; k may be null: V only) into slots [first, first+n)
+  // of the sequence whose block table is `blocks`, at `layer`. Touches only those
+  // blocks, so it may run on another thread than the one allocating (the KV loader).
   void WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v);
 
  private:
