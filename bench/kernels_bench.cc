@@ -601,9 +601,7 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b <= list.size();) {
         size_t e = list.find(',', b);
         if (e == std::string::npos) e = list.size();
-        const std::string name = list.substr(b, e - b);
-        for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0})
-          if (name == attic::DTypeName(dt)) ab_dtypes.push_back(dt);
+        if (auto dt = attic::ParseDType(list.substr(b, e - b)); dt.ok()) ab_dtypes.push_back(*dt);
         b = e + 1;
       }
     }

@@ -334,27 +334,48 @@ int main(int argc, char** argv) {
       {"no save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true, false},
   };
 
-  std::map<std::string, std::vector<double>> ttft, per_job, turn;
+  // One table per section: single jobs report TTFT, queued jobs and saving turns the
+  // mean time per job (the last one's end / jobs), each against its base configuration.
+  struct Section {
+    const char* key;       // --only and the JSON key
+    const char* progress;  // stderr label
+    std::string title;
+    const char* column;    // the value's column and JSON field
+    const char* field;
+    const char* base;      // configuration the ratios are against
+    const char* vs_field;
+    int ratio_digits;
+    const std::vector<Config>& configs;
+    int jobs, answer;
+    std::map<std::string, std::vector<double>> runs;
+  };
+  auto fmt = [](const char* f, auto... v) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), f, v...);
+    return std::string(buf);
+  };
+  std::vector<Section> sections = {
+      {"single", "single-job TTFT",
+       fmt("## Single job: TTFT of %d history + %d new tokens (median of %d)", a.history, a.fresh, a.reps), "TTFT ms",
+       "ttft_ms", "resident", "vs_resident", 2, single, 1, 1, {}},
+      {"queued", "back-to-back jobs",
+       fmt("\n## %d jobs queued back to back: mean time per job (median of %d)", a.jobs, a.reps), "ms per job",
+       "ms_per_job", "resident", "vs_resident", 2, queued, a.jobs, 1, {}},
+      {"saving", "turn time with saving",
+       fmt("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)", a.jobs, a.answer, a.reps),
+       "ms per turn", "ms_per_turn", "no save", "vs_no_save", 3, saving, a.jobs, a.answer, {}},
+  };
+  auto wanted = [&](const Section& sec) { return a.only.empty() || a.only == sec.key; };
   for (int rep = 0; rep < a.reps; ++rep) {
-    auto want = [&](const char* section) { return a.only.empty() || a.only == section; };
-    std::fprintf(stderr, "[rep %d/%d] single-job TTFT\n", rep + 1, a.reps);
-    if (want("single"))
-      for (const auto& c : single) ttft[c.name].push_back(b.Run(c, 1, 1)[0].first_ms);
-    std::fprintf(stderr, "[rep %d/%d] back-to-back jobs\n", rep + 1, a.reps);
-    for (const auto& c : queued) {
-      if (!want("queued")) break;
-      auto t = b.Run(c, a.jobs, 1);
-      double last = 0;
-      for (const auto& x : t) last = std::max(last, x.end_ms);
-      per_job[c.name].push_back(last / a.jobs);
-    }
-    std::fprintf(stderr, "[rep %d/%d] turn time with saving\n", rep + 1, a.reps);
-    for (const auto& c : saving) {
-      if (!want("saving")) break;
-      auto t = b.Run(c, a.jobs, a.answer);
-      double last = 0;
-      for (const auto& x : t) last = std::max(last, x.end_ms);
-      turn[c.name].push_back(last / a.jobs);
+    for (Section& sec : sections) {
+      std::fprintf(stderr, "[rep %d/%d] %s\n", rep + 1, a.reps, sec.progress);
+      if (!wanted(sec)) continue;
+      for (const auto& c : sec.configs) {
+        const std::vector<JobTimes> t = b.Run(c, sec.jobs, sec.answer);
+        double last = 0;
+        for (const auto& x : t) last = std::max(last, x.end_ms);
+        sec.runs[c.name].push_back(sec.jobs == 1 ? t[0].first_ms : last / sec.jobs);
+      }
     }
   }
 
@@ -365,36 +386,14 @@ int main(int argc, char** argv) {
   out["jobs"] = a.jobs;
   out["answer_tokens"] = a.answer;
   out["reps"] = a.reps;
-  const double base1 = Median(ttft["resident"]);
-  const double baseq = Median(per_job["resident"]);
-  auto ran = [&](const char* section) { return a.only.empty() || a.only == section; };
-  if (ran("single")) {
-    std::printf("## Single job: TTFT of %d history + %d new tokens (median of %d)\n\n", a.history, a.fresh, a.reps);
-    std::printf("| configuration | TTFT ms | vs resident |\n|---|---|---|\n");
-    for (const auto& c : single) {
-      double m = Median(ttft[c.name]);
-      std::printf("| %s | %.1f | %.2fx |\n", c.name.c_str(), m, m / base1);
-      out["single"][c.name] = {{"ttft_ms", m}, {"vs_resident", m / base1}, {"runs", ttft[c.name]}};
-    }
-  }
-  if (ran("queued")) {
-    std::printf("\n## %d jobs queued back to back: mean time per job (median of %d)\n\n", a.jobs, a.reps);
-    std::printf("| configuration | ms per job | vs resident |\n|---|---|---|\n");
-    for (const auto& c : queued) {
-      double m = Median(per_job[c.name]);
-      std::printf("| %s | %.1f | %.2fx |\n", c.name.c_str(), m, m / baseq);
-      out["queued"][c.name] = {{"ms_per_job", m}, {"vs_resident", m / baseq}, {"runs", per_job[c.name]}};
-    }
-  }
-  if (ran("saving")) {
-    const double base_t = Median(turn["no save"]);
-    std::printf("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)\n\n", a.jobs, a.answer,
-                a.reps);
-    std::printf("| configuration | ms per turn | vs no save |\n|---|---|---|\n");
-    for (const auto& c : saving) {
-      double m = Median(turn[c.name]);
-      std::printf("| %s | %.1f | %.3fx |\n", c.name.c_str(), m, m / base_t);
-      out["saving"][c.name] = {{"ms_per_turn", m}, {"vs_no_save", m / base_t}, {"runs", turn[c.name]}};
+  for (Section& sec : sections) {
+    if (!wanted(sec)) continue;
+    const double base = Median(sec.runs[sec.base]);
+    std::printf("%s\n\n| configuration | %s | vs %s |\n|---|---|---|\n", sec.title.c_str(), sec.column, sec.base);
+    for (const auto& c : sec.configs) {
+      const double m = Median(sec.runs[c.name]);
+      std::printf("| %s | %.1f | %.*fx |\n", c.name.c_str(), m, sec.ratio_digits, m / base);
+      out[sec.key][c.name] = {{sec.field, m}, {sec.vs_field, m / base}, {"runs", sec.runs[c.name]}};
     }
   }
   const std::string line = out.dump();
