@@ -20,10 +20,13 @@ constexpr size_t kChunk = 1 << 20;             // aligned I/O unit
 constexpr size_t kParallelThreshold = 8 << 20;  // split larger transfers across threads
 constexpr int kIoThreads = 4;
 
-// pwrite of buf[off, off + n) in kChunk pieces. Returns errno or 0.
-int WriteRange(int fd, const char* buf, size_t off, size_t n) {
-  for (size_t pos = off; pos < off + n;) {
-    ssize_t r = ::pwrite(fd, buf + pos, std::min(kChunk, off + n - pos), static_cast<off_t>(pos));
+// Calls io(pos, len) (a pread or pwrite at pos, returning its result) over [off, end) in
+// kChunk pieces, the last request reaching up to `stop` >= end. Returns errno or 0; no
+// progress (end of file) is EIO.
+template <typename Io>
+int ChunkedIo(size_t off, size_t end, size_t stop, Io io) {
+  for (size_t pos = off; pos < end;) {
+    const ssize_t r = io(pos, std::min(kChunk, stop - pos));
     if (r < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -34,23 +37,20 @@ int WriteRange(int fd, const char* buf, size_t off, size_t n) {
   return 0;
 }
 
-// pread of the file's bytes [off, off + n) into buf + off in kChunk pieces. Offsets are
-// kChunk-aligned and the file's tail is requested rounded up to Bytes::kAlign (the
-// buffer's capacity covers it; the read stops at the end of the file), as O_DIRECT
-// needs. Returns errno or 0; a file shorter than expected is EIO.
+int WriteRange(int fd, const char* buf, size_t off, size_t n) {
+  return ChunkedIo(off, off + n, off + n, [&](size_t pos, size_t len) {
+    return ::pwrite(fd, buf + pos, len, static_cast<off_t>(pos));
+  });
+}
+
+// Reads the file's bytes [off, off + n) into buf + off. Offsets are kChunk-aligned and
+// the file's tail is requested rounded up to Bytes::kAlign (the buffer's capacity covers
+// it; the read stops at the end of the file), as O_DIRECT needs.
 int ReadRange(int fd, char* buf, size_t off, size_t n) {
-  const size_t end = off + n;
-  const size_t stop = (end + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
-  for (size_t pos = off; pos < end;) {
-    ssize_t r = ::pread(fd, buf + pos, std::min(kChunk, stop - pos), static_cast<off_t>(pos));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) return EIO;
-    pos += static_cast<size_t>(r);
-  }
-  return 0;
+  const size_t stop = (off + n + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
+  return ChunkedIo(off, off + n, stop, [&](size_t pos, size_t len) {
+    return ::pread(fd, buf + pos, len, static_cast<off_t>(pos));
+  });
 }
 
 // Runs fn(off, len) over [0, n) split across up to kIoThreads threads in chunk-aligned
