@@ -180,16 +180,22 @@ inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(s);
 }
 
+// Zeroes the accumulators of an MB x 4 block kernel.
+template <int MB>
+inline void ZeroAcc(__m512 (&acc)[MB][4]) {
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i)
+    ATTIC_UNROLL
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+}
+
 // out[i * 4 + r] = dot(w row r, xp row i) for 4 weight rows and MB x rows. Each x load
 // feeds 4 FMAs: with several x rows the plain DotRow is bound by x loads, not DRAM.
 template <class W, int MB>
 inline void DotRows4(const typename W::T* const* rows, const float* xp, int64_t ldx, int64_t kv, int64_t shift,
                      int64_t pf_bytes, float* out) {
   __m512 acc[MB][4];
-  ATTIC_UNROLL
-  for (int i = 0; i < MB; ++i)
-    ATTIC_UNROLL
-    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  ZeroAcc(acc);
   for (int64_t kk = 0; kk < kv; kk += 32) {
     __m512 wl[4], wh[4];
     if (kk + 32 <= kv && (kk > 0 || shift == 0)) {
@@ -313,10 +319,7 @@ template <int MB>
 inline void DotRows4Bf16Dot(const uint16_t* const* rows, const uint16_t* xb, int64_t ldx, int64_t kv, int64_t shift,
                             int64_t pf_bytes, float* out) {
   __m512 acc[MB][4];
-  ATTIC_UNROLL
-  for (int i = 0; i < MB; ++i)
-    ATTIC_UNROLL
-    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  ZeroAcc(acc);
   auto accumulate = [&](const __m512i* wv, int64_t kk) __attribute__((always_inline)) {
     ATTIC_UNROLL
     for (int i = 0; i < MB; ++i) {
