@@ -5,6 +5,7 @@
 //
 // FLOPs count the work the causal mask leaves: 4 * head_dim * n_heads * sum_i visible(i)
 // (QK^T and PV, 2 FLOPs per multiply-add). Decode also reports KV bytes read per second.
+// Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
 //
 // Usage: attention_bench [--threads N] [--reps N] [--json-only]
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
@@ -22,6 +23,7 @@
 #include "attic/attention/attention.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
+#include "attic/tensor/dtype.h"
 
 namespace {
 
@@ -51,13 +53,14 @@ struct AlignedFloats {
 // One layer's paged KV with blocks in shuffled order (as a block pool would hand them out).
 struct Layer {
   AlignedFloats k, v;
+  std::vector<uint16_t> kh, vh;  // f16 storage
   std::vector<int32_t> table;
   KvLayerView view;
 };
 
 constexpr int kBlockSize = 16;
 
-Layer MakeLayer(const ModelShape& m, int n_slots, std::mt19937& rng) {
+Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
   Layer l;
   const int n_blocks = (n_slots + kBlockSize - 1) / kBlockSize;
   const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * kBlockSize * m.head_dim;
@@ -69,8 +72,17 @@ Layer MakeLayer(const ModelShape& m, int n_slots, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (size_t i = 0; i < l.k.size; ++i) l.k.p[i] = u(rng);
   for (size_t i = 0; i < l.v.size; ++i) l.v.p[i] = u(rng);
-  l.view.k_pool = l.k.p;
-  l.view.v_pool = l.v.p;
+  if (f16) {
+    l.kh.resize(l.k.size);
+    l.vh.resize(l.v.size);
+    for (size_t i = 0; i < l.k.size; ++i) l.kh[i] = attic::F32ToF16(l.k.p[i]);
+    for (size_t i = 0; i < l.v.size; ++i) l.vh[i] = attic::F32ToF16(l.v.p[i]);
+    l.view.k_f16 = l.kh.data();
+    l.view.v_f16 = l.vh.data();
+  } else {
+    l.view.k_pool = l.k.p;
+    l.view.v_pool = l.v.p;
+  }
   l.view.block_stride = stride;
   l.view.block_size = kBlockSize;
   l.view.block_table = l.table.data();
@@ -83,13 +95,14 @@ double Now() {
 }
 
 struct Result {
-  std::string model, mode;
+  std::string model, mode, kv;
   int n = 0;
   double ms = 0, gflops = 0, gbps = 0;
 };
 
-Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int reps, std::mt19937& rng) {
-  Layer layer = MakeLayer(m, n, rng);
+Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
+                    std::mt19937& rng) {
+  Layer layer = MakeLayer(m, n, f16, rng);
   const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
   std::vector<float> q(static_cast<size_t>(n) * m.n_heads * m.head_dim), out(q.size());
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -103,13 +116,14 @@ Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n
     if (r > 0) best = std::min(best, Now() - t0);
   }
   const double flops = 4.0 * m.head_dim * m.n_heads * (static_cast<double>(n) * (n + 1) / 2);
-  return Result{m.name, "prefill", n, best * 1e3, flops / best * 1e-9, 0};
+  return Result{m.name, "prefill", f16 ? "f16" : "f32", n, best * 1e3, flops / best * 1e-9, 0};
 }
 
 // Times one decode step over all layers (reported per layer).
-Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int reps, std::mt19937& rng) {
+Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
+                   std::mt19937& rng) {
   std::vector<Layer> layers;
-  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, rng));
+  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
   const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
   std::vector<float> q(static_cast<size_t>(m.n_heads) * m.head_dim), out(q.size());
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -125,8 +139,8 @@ Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
   }
   const double per_layer = best / m.n_layers;
   const double flops = 4.0 * m.head_dim * m.n_heads * n;
-  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * sizeof(float);
-  return Result{m.name, "decode", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * (f16 ? 2 : 4);
+  return Result{m.name, "decode", f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
 }  // namespace
@@ -151,23 +165,25 @@ int main(int argc, char** argv) {
   const ModelShape shapes[] = {{"smollm2-135m", 9, 3, 64, 30}, {"llama-1b", 32, 8, 64, 16}};
   std::vector<Result> results;
   for (const ModelShape& m : shapes) {
-    for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, reps, rng));
-    for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, reps, rng));
+    for (bool f16 : {false, true}) {
+      for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
+      for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
+    }
   }
   const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());
   if (!json_only) {
     std::printf("attention_bench  isa=%s threads=%d (best of %d)\n", isa, threads, reps);
-    std::printf("%-14s %-8s %6s %12s %10s %10s\n", "model", "mode", "n", "ms/layer", "GFLOP/s", "KV GB/s");
+    std::printf("%-14s %-8s %-4s %6s %12s %10s %10s\n", "model", "mode", "kv", "n", "ms/layer", "GFLOP/s", "KV GB/s");
     for (const Result& r : results) {
-      std::printf("%-14s %-8s %6d %12.4f %10.1f %10s\n", r.model.c_str(), r.mode.c_str(), r.n, r.ms, r.gflops,
+      std::printf("%-14s %-8s %-4s %6d %12.4f %10.1f %10s\n", r.model.c_str(), r.mode.c_str(), r.kv.c_str(), r.n, r.ms, r.gflops,
                   r.gbps > 0 ? std::to_string(r.gbps).substr(0, 6).c_str() : "-");
     }
   }
   std::printf("{\"bench\":\"attention\",\"isa\":\"%s\",\"threads\":%d,\"results\":[", isa, threads);
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%s{\"model\":\"%s\",\"mode\":\"%s\",\"n\":%d,\"ms_per_layer\":%.5f,\"gflops\":%.2f,\"kv_gbps\":%.2f}",
-                i ? "," : "", r.model.c_str(), r.mode.c_str(), r.n, r.ms, r.gflops, r.gbps);
+    std::printf("%s{\"model\":\"%s\",\"mode\":\"%s\",\"kv\":\"%s\",\"n\":%d,\"ms_per_layer\":%.5f,\"gflops\":%.2f,\"kv_gbps\":%.2f}",
+                i ? "," : "", r.model.c_str(), r.mode.c_str(), r.kv.c_str(), r.n, r.ms, r.gflops, r.gbps);
   }
   std::printf("]}\n");
   return 0;

@@ -23,7 +23,7 @@
 // Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B]
 //                      [--json FILE]
 //                      [--only pool|gemv|step|crossover|gemm|ab] [--model smollm2-135m|llama-1b]
-//                      [--dtype bf16|f16|f32|q8_0] [--m 512|2048] [--ab DT,DT,...] [--rounds N]
+//                      [--dtype bf16|f16|f32|q8_0] [--m 64|128|512|2048] [--ab DT,DT,...] [--rounds N]
 // Output: a human table on stdout and one JSON document (stdout after the table, or FILE).
 // Built by CMake (target kernels_bench; -DATTIC_BENCH_DNNL when oneDNN is found).
 // On a shared machine run one section at a time when it is idle (numbers are best-of-5).
@@ -316,19 +316,23 @@ void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
          "GFLOP/s", "dnnl_bf16", "blas_f32");
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
   for (const ModelShape& model : Models()) {
-    for (int64_t m : {512, 2048}) {
+    for (int64_t m : {64, 128, 512, 2048}) {
       if (quick && m == 2048 && std::string(model.name) == "llama-1b") continue;
-      if (g_m_filter && m != g_m_filter) continue;
+      if (g_m_filter ? m != g_m_filter : m < 512) continue;
       for (DType dt : dtypes) {
         if ((quick && (dt == DType::kF32 || dt == DType::kQ8_0)) || Skip(model.name, dt)) continue;
         double layer_s = 0, layer_flop = 0;
         for (const Mat& mat : model.mats) {
           if (!mat.per_layer) continue;
-          WeightSet ws(dt, mat.n, mat.k, 1);
+          // Small m: one weight copy per layer, cycled, so the weights come from DRAM as in
+          // a real forward pass (at m >= 512 one copy; the packing cost is amortized).
+          const int copies = m < 512 ? model.n_layers : 1;
+          WeightSet ws(dt, mat.n, mat.k, copies);
           std::vector<float> x = RandomF32(m * mat.k), y(static_cast<size_t>(m * mat.n));
           const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(mat.n) * static_cast<double>(mat.k);
-          double s = TimePerCall([&](int) {
-            cpu::LinearWithPath(t, cpu::LinearPath::kGemm, pool, x.data(), m, ws.w[0], nullptr, y.data());
+          double s = TimePerCall([&](int i) {
+            cpu::LinearWithPath(t, cpu::LinearPath::kGemm, pool, x.data(), m, ws.w[static_cast<size_t>(i % copies)],
+                                nullptr, y.data());
           }, quick ? 0.1 : 0.3, 2);
           double dnnl_gf = 0, blas_gf = 0;
 #ifdef ATTIC_BENCH_DNNL

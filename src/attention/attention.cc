@@ -217,7 +217,7 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
 }  // namespace
 
 float* ThreadScratch(int which, size_t n) {
-  thread_local std::array<std::vector<float>, 4> buffers;
+  thread_local std::array<std::vector<float>, 5> buffers;
   std::vector<float>& b = buffers[which];
   if (b.size() < n + 16) b.resize(n + 16);
   const uintptr_t a = reinterpret_cast<uintptr_t>(b.data());

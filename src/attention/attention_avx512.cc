@@ -151,15 +151,13 @@ void TransposedKernelT(const AttendParams& p, const TileJob& job, float* o, floa
   const float* kp[kChunk];
   const float* vp[kChunk];
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  float* widened = p.kv.k_f16 != nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
+  int64_t off[kChunk];
   for (int c = job.slot_begin; c < max_lim; c += kChunk) {
     const int n = std::min(kChunk, max_lim - c);
     const int n8 = (n + 7) & ~7;
-    for (int j = 0; j < n; ++j) {
-      const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-      const int64_t off = map.Offset(slot);
-      kp[j] = p.kv.k_pool + off;
-      vp[j] = p.kv.v_pool + off;
-    }
+    for (int j = 0; j < n; ++j) off[j] = map.Offset(p.indices ? p.indices[c + j] : c + j);
+    KvRows(p.kv, off, n, d, widened, kp, vp);
     for (int j = n; j < n8; ++j) {  // padding: valid rows, masked below
       kp[j] = kp[0];
       vp[j] = vp[0];
@@ -332,6 +330,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
   float* kbuf = ThreadScratch(2, static_cast<size_t>(2 * kDecodeChunk) * d);
   float* vbuf = kbuf + kDecodeChunk * d;
+  const bool f16 = p.kv.k_f16 != nullptr;
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
 
   int32_t lim[R];
@@ -362,18 +361,30 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     for (int gi = 0; gi < kGroups; ++gi) {
       const int c0 = c + gi * kGroup;
       const int n = std::clamp(max_lim - c0, 0, kGroup);
-      if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {
-        const int64_t off = map.Offset(c0);
-        kb[gi] = p.kv.k_pool + off;
-        vb[gi] = p.kv.v_pool + off;
-        continue;
-      }
       float* kg = kbuf + gi * kGroup * d;
       float* vg = vbuf + gi * kGroup * d;
+      if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // 16 rows in one run
+        const int64_t off = map.Offset(c0);
+        if (f16) {  // widened into the group's buffer (half the bytes from memory)
+          backend::ConvertF16ToF32(p.kv.k_f16 + off, kg, kGroup * d);
+          backend::ConvertF16ToF32(p.kv.v_f16 + off, vg, kGroup * d);
+          kb[gi] = kg;
+          vb[gi] = vg;
+        } else {
+          kb[gi] = p.kv.k_pool + off;
+          vb[gi] = p.kv.v_pool + off;
+        }
+        continue;
+      }
       for (int j = 0; j < n; ++j) {
         const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
-        std::copy_n(p.kv.k_pool + off, d, kg + j * d);
-        std::copy_n(p.kv.v_pool + off, d, vg + j * d);
+        if (f16) {
+          backend::ConvertF16ToF32(p.kv.k_f16 + off, kg + j * d, d);
+          backend::ConvertF16ToF32(p.kv.v_f16 + off, vg + j * d, d);
+        } else {
+          std::copy_n(p.kv.k_pool + off, d, kg + j * d);
+          std::copy_n(p.kv.v_pool + off, d, vg + j * d);
+        }
       }
       std::fill(kg + n * d, kg + kGroup * d, 0.0f);
       std::fill(vg + n * d, vg + kGroup * d, 0.0f);

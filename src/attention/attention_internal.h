@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "attic/attention/attention.h"
+#include "attic/backend/convert.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 
@@ -67,9 +68,32 @@ void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape
 void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape,
                     const AttendRequest* requests, int n_requests);
 
-// A per-thread, 64-byte aligned scratch buffer of at least n floats; `which` (0..3)
+// A per-thread, 64-byte aligned scratch buffer of at least n floats; `which` (0..4)
 // selects one of several independent buffers. Contents are unspecified.
 float* ThreadScratch(int which, size_t n);
+constexpr int kF16Scratch = 4;  // the buffer kernels widen f16 KV rows into
+
+// Points kp[j] / vp[j] (j < n) at the K / V rows of the slots at element offsets off[j]:
+// in place for f32 storage; for f16 storage the rows are widened into `buf` ([2n][d]
+// floats) first.
+inline void KvRows(const KvLayerView& kv, const int64_t* off, int n, int d, float* buf, const float** kp,
+                   const float** vp) {
+  if (kv.k_f16 == nullptr) {
+    for (int j = 0; j < n; ++j) {
+      kp[j] = kv.k_pool + off[j];
+      vp[j] = kv.v_pool + off[j];
+    }
+    return;
+  }
+  for (int j = 0; j < n; ++j) {
+    float* kd = buf + static_cast<int64_t>(j) * d;
+    float* vd = buf + static_cast<int64_t>(n + j) * d;
+    backend::ConvertF16ToF32(kv.k_f16 + off[j], kd, d);
+    backend::ConvertF16ToF32(kv.v_f16 + off[j], vd, d);
+    kp[j] = kd;
+    vp[j] = vd;
+  }
+}
 
 // Maps slots to the offset of their K (or V) row for one KV head; shifts instead of
 // dividing when block_size is a power of two.

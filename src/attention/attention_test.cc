@@ -9,11 +9,13 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/attention_internal.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
+#include "attic/tensor/dtype.h"
 
 namespace attic::backend {
 // Readable parameter names in gtest output.
@@ -25,13 +27,18 @@ namespace {
 
 using backend::Isa;
 
+// Whether the AttentionTest being run stores KV as f16 (set by the fixture).
+bool g_kv_f16 = false;
+
 // A paged KV layer with its blocks placed at shuffled positions of a larger pool. Rows
 // that hold no slot (unused blocks, the tail of the last block) are NaN, so any read
-// outside the valid slots poisons the result.
+// outside the valid slots poisons the result. With g_kv_f16 the values are f16-exact (so
+// the f32 reference sees what the kernels read) and View() hands out an f16 copy.
 struct PagedKv {
   int n_kv_heads, block_size, head_dim, n_slots;
   std::vector<float> k_pool, v_pool;
   std::vector<int32_t> block_table;
+  mutable std::vector<uint16_t> k_half, v_half;
 
   PagedKv(int n_kv_heads_, int block_size_, int head_dim_, int n_slots_, std::mt19937& rng)
       : n_kv_heads(n_kv_heads_), block_size(block_size_), head_dim(head_dim_), n_slots(n_slots_) {
@@ -48,12 +55,13 @@ struct PagedKv {
     for (int s = 0; s < n_slots; ++s) {
       for (int h = 0; h < n_kv_heads; ++h) {
         for (int i = 0; i < head_dim; ++i) {
-          k_pool[Offset(h, s) + i] = u(rng);
-          v_pool[Offset(h, s) + i] = u(rng);
+          k_pool[Offset(h, s) + i] = Representable(u(rng));
+          v_pool[Offset(h, s) + i] = Representable(u(rng));
         }
       }
     }
   }
+  static float Representable(float x) { return g_kv_f16 ? F16ToF32(F32ToF16(x)) : x; }
   int64_t stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   size_t Offset(int h, int s) const {
     return static_cast<size_t>(block_table[s / block_size]) * stride() +
@@ -75,8 +83,19 @@ struct PagedKv {
   }
   KvLayerView View() const {
     KvLayerView v;
-    v.k_pool = k_pool.data();
-    v.v_pool = v_pool.data();
+    if (g_kv_f16) {
+      k_half.resize(k_pool.size());
+      v_half.resize(v_pool.size());
+      for (size_t i = 0; i < k_pool.size(); ++i) {
+        k_half[i] = F32ToF16(k_pool[i]);
+        v_half[i] = F32ToF16(v_pool[i]);
+      }
+      v.k_f16 = k_half.data();
+      v.v_f16 = v_half.data();
+    } else {
+      v.k_pool = k_pool.data();
+      v.v_pool = v_pool.data();
+    }
     v.block_stride = stride();
     v.block_size = block_size;
     v.block_table = block_table.data();
@@ -135,22 +154,26 @@ AttentionShape Shape(int n_heads, int n_kv_heads, int d) {
   return AttentionShape{n_heads, n_kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
 }
 
-class AttentionTest : public ::testing::TestWithParam<Isa> {
+// Each ISA's kernels, over f32 and over f16 KV storage.
+class AttentionTest : public ::testing::TestWithParam<std::tuple<Isa, bool>> {
  protected:
+  Isa isa() const { return std::get<0>(GetParam()); }
   void SetUp() override {
+    g_kv_f16 = std::get<1>(GetParam());
     const auto& f = backend::GetCpuFeatures();
-    if (GetParam() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
+    if (isa() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
       GTEST_SKIP() << "no AVX-512 on this CPU";
     }
-    if (GetParam() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+    if (isa() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
   }
+  void TearDown() override { g_kv_f16 = false; }
 
   // Runs the ISA's Attend and checks it against the naive reference.
   void Check(const std::string& what, backend::ThreadPool& pool, const AttentionShape& shape, const PagedKv& kv,
              const std::vector<float>& q, int n_q, const std::vector<int32_t>& kv_end,
              const std::vector<int32_t>* indices = nullptr) {
     std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
-    internal::AttendIsa(GetParam(), pool, shape, q.data(), n_q, kv_end.data(), indices ? indices->data() : nullptr,
+    internal::AttendIsa(isa(), pool, shape, q.data(), n_q, kv_end.data(), indices ? indices->data() : nullptr,
                         indices ? static_cast<int>(indices->size()) : 0, kv.View(), out.data());
     const std::vector<double> want = NaiveAttention(shape, q, n_q, kv_end, indices, kv);
     double worst = 0;
@@ -380,7 +403,7 @@ TEST_P(AttentionTest, BatchOfMixedRequests) {
     reqs[i] = AttendRequest{qs[i].data(), cases[i].n_q, ends[i].data(), cases[i].sparse ? idx[i].data() : nullptr,
                             static_cast<int>(idx[i].size()), kvs[i].View(), outs[i].data()};
   }
-  internal::AttendBatchIsa(GetParam(), pool, shape, reqs.data(), static_cast<int>(reqs.size()));
+  internal::AttendBatchIsa(isa(), pool, shape, reqs.data(), static_cast<int>(reqs.size()));
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<double> want = NaiveAttention(shape, qs[i], cases[i].n_q, ends[i], cases[i].sparse ? &idx[i] : nullptr, kvs[i]);
     double worst = 0;
@@ -392,8 +415,13 @@ TEST_P(AttentionTest, BatchOfMixedRequests) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, AttentionTest, ::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(backend::IsaName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isas, AttentionTest,
+                         ::testing::Combine(::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Isa, bool>>& info) {
+                           return std::string(backend::IsaName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_f16" : "_f32");
+                         });
 
 TEST(AttentionPublicTest, AttendMatchesActiveIsaKernels) {
   std::mt19937 rng(21);

@@ -113,14 +113,13 @@ void VecTile(const AttendParams& p, const TileJob& job, float* o, float* m_out, 
   const SlotMap map(p.kv, job.kv_head, d);
   const float* kp[kChunk];
   const float* vp[kChunk];
+  float* widened = p.kv.k_f16 != nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
+  int64_t off[kChunk];
   for (int c = job.slot_begin; c < max_lim; c += kChunk) {
     const int n = std::min(kChunk, max_lim - c);
     const int nb = (n + kJb - 1) / kJb * kJb;
-    for (int j = 0; j < n; ++j) {
-      const int64_t off = map.Offset(p.indices ? p.indices[c + j] : c + j);
-      kp[j] = p.kv.k_pool + off;
-      vp[j] = p.kv.v_pool + off;
-    }
+    for (int j = 0; j < n; ++j) off[j] = map.Offset(p.indices ? p.indices[c + j] : c + j);
+    KvRows(p.kv, off, n, d, widened, kp, vp);
     for (int j = n; j < nb; ++j) {  // padding: valid rows, masked below
       kp[j] = kp[0];
       vp[j] = vp[0];

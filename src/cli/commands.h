@@ -21,6 +21,7 @@ struct ModelFlags {
   int ctx = 0;
   int batch = 512;
   std::string chat_template;
+  std::string kv_dtype = "f16";
 };
 
 // The default model: $ATTIC_MODEL, else ../shared/models/stories260K-hf.

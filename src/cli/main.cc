@@ -18,6 +18,10 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
   cmd->add_option("-c,--ctx", f->ctx, "context window in tokens (0 = the model's maximum)")->capture_default_str();
   cmd->add_option("-b,--batch", f->batch, "tokens per forward step (prefill chunk)")->capture_default_str();
   cmd->add_option("--chat-template", f->chat_template, "chat template family: chatml, llama3, llama2 (default: detect)");
+  cmd->add_option("--kv-dtype", f->kv_dtype,
+                  "element type of the compute buffer's KV cache: f16 (half the memory and decode reads) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
 }
 
 engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
@@ -27,6 +31,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.context_length = f.ctx;
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
+  o.kv_dtype = f.kv_dtype == "f32" ? DType::kF32 : DType::kF16;
   o.show_progress = progress;
   return o;
 }

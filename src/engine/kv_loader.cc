@@ -68,11 +68,14 @@ void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
   const std::string_view bytes(*job.entry.bytes);
   const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
   const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
+  // K rotated into a row buffer (one token: stays in L1), then stored with V.
+  thread_local std::vector<float> krow;
+  krow.resize(static_cast<size_t>(kvd));
+  const int hd = pool_.shape().head_dim;
   for (int i = first; i < first + m; ++i) {
     const size_t src = static_cast<size_t>(job.rows[i]) * kvd;
-    rope_.ApplyToken(ek + src, pool_.k_slot(layer, job.blocks.data(), i), n_kv_heads_, pool_.shape().head_stride(),
-                     job.positions[i]);
-    pool_.WriteRows(layer, job.blocks.data(), i, 1, nullptr, ev + src);
+    rope_.ApplyToken(ek + src, krow.data(), n_kv_heads_, hd, job.positions[i]);
+    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), ev + src);
   }
 }
 

@@ -238,11 +238,11 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
       ATTIC_CHECK(st.ok());  // guaranteed by the availability check above
       const auto& sb = src.block_table();
       const auto& db = r->kv->block_table();
-      const size_t bytes = static_cast<size_t>(pool_.shape().block_stride()) * sizeof(float);
+      const size_t bytes = static_cast<size_t>(pool_.shape().block_layer_bytes());
       for (int l = 0; l < pool_.shape().n_layers; ++l) {
         for (size_t i = 0; i < db.size(); ++i) {
-          std::memcpy(pool_.k_block(l, db[i]), pool_.k_block(l, sb[i]), bytes);
-          std::memcpy(pool_.v_block(l, db[i]), pool_.v_block(l, sb[i]), bytes);
+          std::memcpy(pool_.k_block_bytes(l, db[i]), pool_.k_block_bytes(l, sb[i]), bytes);
+          std::memcpy(pool_.v_block_bytes(l, db[i]), pool_.v_block_bytes(l, sb[i]), bytes);
         }
       }
       if (src_host_ok(**it)) {

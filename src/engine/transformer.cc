@@ -10,6 +10,21 @@
 namespace attic::engine {
 
 namespace {
+
+// Attention's view of one layer of the compute buffer (the block table is the caller's).
+attention::KvLayerView KvView(kv::BlockPool& pool, int layer) {
+  attention::KvLayerView v;
+  if (pool.shape().dtype == DType::kF16) {
+    v.k_f16 = static_cast<const uint16_t*>(pool.k_data(layer));
+    v.v_f16 = static_cast<const uint16_t*>(pool.v_data(layer));
+  } else {
+    v.k_pool = static_cast<const float*>(pool.k_data(layer));
+    v.v_pool = static_cast<const float*>(pool.v_data(layer));
+  }
+  v.block_stride = pool.shape().block_stride();
+  v.block_size = pool.shape().block_size;
+  return v;
+}
 float* F(AlignedBuffer& b) { return b.as<float>(); }
 }  // namespace
 
@@ -155,10 +170,7 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
     r.kv_end = kv_end_.data() + off;
     r.indices = nullptr;
     r.n_indices = 0;
-    r.kv.k_pool = e.seq->pool()->k_pool(layer);
-    r.kv.v_pool = e.seq->pool()->v_pool(layer);
-    r.kv.block_stride = e.seq->pool()->shape().block_stride();
-    r.kv.block_size = e.seq->pool()->shape().block_size;
+    r.kv = KvView(*e.seq->pool(), layer);
     r.kv.block_table = e.seq->block_table().data();
     r.kv.n_slots = e.seq->n_slots();
     r.out = attn + static_cast<int64_t>(off) * qd;

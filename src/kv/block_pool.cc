@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attic/backend/convert.h"
+
 namespace attic::kv {
 
 BlockPool::BlockPool(const KvShape& shape, int n_blocks) : shape_(shape), n_blocks_(n_blocks) {
   ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
-  size_t bytes = static_cast<size_t>(n_blocks) * shape.block_stride() * sizeof(float);
+  ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16);
+  size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
   for (int l = 0; l < shape.n_layers; ++l) {
@@ -75,34 +78,60 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
   pool_->WriteRows(layer, blocks_.data(), first, n, k, v);
 }
 
+namespace {
+
+// One head's row between f32 and the pool's element type.
+inline void PutRow(DType t, const float* src, uint8_t* dst, int64_t n) {
+  if (t == DType::kF16) {
+    backend::ConvertF32ToF16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  }
+}
+inline void GetRow(DType t, const uint8_t* src, float* dst, int64_t n) {
+  if (t == DType::kF16) {
+    backend::ConvertF16ToF32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  }
+}
+
+}  // namespace
+
 void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
   const KvShape& s = shape_;
-  const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t hs = s.head_stride();
+  const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
+  const int64_t hs = s.head_stride() * eb;
   for (int i = 0; i < n; ++i) {
-    float* kd = k != nullptr ? k_slot(layer, blocks, first + i) : nullptr;
-    float* vd = v_slot(layer, blocks, first + i);
+    const int64_t at = SlotOffset(blocks, first + i) * eb;
+    uint8_t* kd = k_[layer].data() + at;
+    uint8_t* vd = v_[layer].data() + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {
       const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
-      if (kd != nullptr) std::memcpy(kd + h * hs, k + src, hd * 4);
-      std::memcpy(vd + h * hs, v + src, hd * 4);
+      if (k != nullptr) PutRow(s.dtype, k + src, kd + h * hs, hd);
+      PutRow(s.dtype, v + src, vd + h * hs, hd);
+    }
+  }
+}
+
+void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const {
+  const KvShape& s = shape_;
+  const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
+  const int64_t hs = s.head_stride() * eb;
+  for (int i = 0; i < n; ++i) {
+    const int64_t at = SlotOffset(blocks, first + i) * eb;
+    const uint8_t* ks = k_[layer].data() + at;
+    const uint8_t* vs = v_[layer].data() + at;
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
+      GetRow(s.dtype, ks + h * hs, k + dst, hd);
+      GetRow(s.dtype, vs + h * hs, v + dst, hd);
     }
   }
 }
 
 void SequenceKv::ReadKv(int layer, int first, int n, float* k, float* v) const {
-  const KvShape& s = pool_->shape();
-  const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t hs = s.head_stride();
-  for (int i = 0; i < n; ++i) {
-    const float* ks = pool_->k_slot(layer, blocks_.data(), first + i);
-    const float* vs = pool_->v_slot(layer, blocks_.data(), first + i);
-    for (int h = 0; h < s.n_kv_heads; ++h) {
-      const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
-      std::memcpy(k + dst, ks + h * hs, hd * 4);
-      std::memcpy(v + dst, vs + h * hs, hd * 4);
-    }
-  }
+  pool_->ReadRows(layer, blocks_.data(), first, n, k, v);
 }
 
 }  // namespace attic::kv

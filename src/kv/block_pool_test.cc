@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 namespace attic::kv {
@@ -52,7 +53,7 @@ TEST(SequenceKv, WriteReadRoundTripAcrossBlocksAndTruncate) {
   EXPECT_EQ(k, k2);
   EXPECT_EQ(v, v2);
   // Slot 5 (block 1, row 1), head 2 lives where the layout comment says.
-  const float* kb = pool.k_block(1, seq.block_table()[1]);
+  const float* kb = reinterpret_cast<const float*>(pool.k_block_bytes(1, seq.block_table()[1]));
   EXPECT_EQ(kb[(2 * 4 + 1) * 4 + 3], k[5 * kvd + 2 * 4 + 3]);
   seq.Truncate(4);
   EXPECT_EQ(seq.n_slots(), 4);
@@ -60,6 +61,37 @@ TEST(SequenceKv, WriteReadRoundTripAcrossBlocksAndTruncate) {
   EXPECT_EQ(pool.n_free(), 7);
   seq.Release();
   EXPECT_EQ(pool.n_free(), 8);
+}
+
+TEST(BlockPool, F16HalvesTheBytesAndRoundsLikeTheScalarConversion) {
+  KvShape s = Shape();
+  const int64_t f32_bytes = s.block_bytes();
+  s.dtype = DType::kF16;
+  EXPECT_EQ(s.block_bytes() * 2, f32_bytes);
+  BlockPool pool(s, 4);
+  SequenceKv seq(&pool);
+  const int n = 7, kvd = s.kv_dim();
+  std::vector<int32_t> tok(n, 1), pos(n);
+  for (int i = 0; i < n; ++i) pos[i] = i;
+  ASSERT_TRUE(seq.Append(tok.data(), pos.data(), n).ok());
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-300, 300);
+  std::vector<float> k(n * kvd), v(n * kvd);
+  for (auto& x : k) x = u(rng);
+  for (auto& x : v) x = u(rng);
+  k[3] = 1e-6f;   // f16 subnormal
+  v[4] = 1e5f;    // overflows f16 to inf
+  seq.WriteKv(0, 0, n, k.data(), v.data());
+  std::vector<float> k2(n * kvd), v2(n * kvd);
+  seq.ReadKv(0, 0, n, k2.data(), v2.data());
+  for (int i = 0; i < n * kvd; ++i) {
+    ASSERT_EQ(k2[i], F16ToF32(F32ToF16(k[i]))) << i;
+    ASSERT_EQ(v2[i], F16ToF32(F32ToF16(v[i]))) << i;
+  }
+  EXPECT_TRUE(std::isinf(v2[4]));
+  // Slot 5 (block 1, row 1), head 2 as f16 where the layout comment says.
+  const uint16_t* kb = reinterpret_cast<const uint16_t*>(pool.k_block_bytes(0, seq.block_table()[1]));
+  EXPECT_EQ(kb[(2 * 4 + 1) * 4 + 3], F32ToF16(k[5 * kvd + 2 * 4 + 3]));
 }
 
 TEST(SequenceKv, AppendIsAllOrNothingWhenFull) {

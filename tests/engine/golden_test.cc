@@ -22,10 +22,11 @@ nlohmann::json Golden() {
   return nlohmann::json::parse(*text);
 }
 
-std::unique_ptr<Engine> LoadOrDie(const std::string& path) {
+std::unique_ptr<Engine> LoadOrDie(const std::string& path, DType kv_dtype = DType::kF32) {
   EngineOptions o;
   o.model_path = path;
   o.n_threads = 2;
+  o.kv_dtype = kv_dtype;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(*e) : nullptr;
@@ -66,6 +67,20 @@ INSTANTIATE_TEST_SUITE_P(Stories, GoldenTest,
                            for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s;
                          });
+
+// The f16 KV cache (the CLI's default) rounds K and V to f16 (~5e-4 relative): the
+// reference's greedy tokens must survive that.
+TEST(Golden, F16KvCacheKeepsTheGreedyTokens) {
+  auto golden = Golden();
+  auto e = LoadOrDie(SharedDir() + "/models/stories260K-hf", DType::kF16);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->kv_pool().shape().dtype, DType::kF16);
+  for (const auto& c : golden["cases"]) {
+    auto want = c["greedy_ids"].get<std::vector<int32_t>>();
+    auto got = Greedy(*e, c["prompt_ids"].get<std::vector<int32_t>>(), static_cast<int>(want.size()));
+    EXPECT_EQ(got, want) << "prompt '" << c["prompt"].get<std::string>() << "'";
+  }
+}
 
 TEST(Golden, Fp32FirstStepLogitsWithin1e4) {
   auto golden = Golden();

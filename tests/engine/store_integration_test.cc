@@ -17,10 +17,11 @@ namespace {
 using attic::testing::SharedDir;
 using namespace std::chrono_literals;
 
-std::unique_ptr<Engine> LoadStories() {
+std::unique_ptr<Engine> LoadStories(DType kv_dtype = DType::kF32) {
   EngineOptions o;
   o.model_path = SharedDir() + "/models/stories260K-hf";
   o.n_threads = 2;
+  o.kv_dtype = kv_dtype;
   o.max_batch_tokens = 64;
   o.kv_cache_bytes = 8 << 20;
   auto e = Engine::Load(o);
@@ -322,11 +323,12 @@ namespace {
 // Every way stored KV can enter the compute buffer -- entered whole before the step
 // (sync), layer by layer by the loader thread while the step computes (layerwise), and
 // fetched ahead by the read buffer while earlier jobs run -- gives the same tokens as
-// recomputing the whole prompt.
-class PreloadModes : public ::testing::TestWithParam<std::tuple<KvPreload, int64_t>> {};
+// recomputing the whole prompt, with an f32 or an f16 compute buffer (stored K is f32
+// pre-RoPE either way; entering rounds it exactly as computing it does).
+class PreloadModes : public ::testing::TestWithParam<std::tuple<KvPreload, int64_t, DType>> {};
 
 TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
-  auto e = LoadStories();
+  auto e = LoadStories(std::get<2>(GetParam()));
   ASSERT_NE(e, nullptr);
   auto store = OpenStore(*e, 64 << 20);
   SchedulerOptions o = NoResident();
@@ -366,12 +368,15 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StoreIntegration, PreloadModes,
-                         ::testing::Values(std::make_tuple(KvPreload::kSync, int64_t{0}),
-                                           std::make_tuple(KvPreload::kLayerwise, int64_t{0}),
-                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20),
-                                           std::make_tuple(KvPreload::kInline, int64_t{0}),
-                                           std::make_tuple(KvPreload::kInline, int64_t{256} << 20),
-                                           std::make_tuple(KvPreload::kSync, int64_t{256} << 20)));
+                         ::testing::Values(std::make_tuple(KvPreload::kSync, int64_t{0}, DType::kF32),
+                                           std::make_tuple(KvPreload::kLayerwise, int64_t{0}, DType::kF32),
+                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(KvPreload::kInline, int64_t{0}, DType::kF32),
+                                           std::make_tuple(KvPreload::kInline, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(KvPreload::kSync, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(KvPreload::kSync, int64_t{0}, DType::kF16),
+                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20, DType::kF16),
+                                           std::make_tuple(KvPreload::kInline, int64_t{0}, DType::kF16)));
 
 // A request cancelled while its stored KV is still being entered frees its blocks only
 // after the loader is done with them (no write into blocks another sequence owns).

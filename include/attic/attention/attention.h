@@ -16,12 +16,16 @@
 namespace attic::attention {
 
 // One layer's KV of one sequence, in a paged pool.
-// Layout of each block: K and V are separate arrays, each [n_kv_heads][block_size][head_dim] f32.
+// Layout of each block: K and V are separate arrays, each [n_kv_heads][block_size][head_dim]
+// f32 (k_pool / v_pool) or f16 (k_f16 / v_f16: set these instead, and leave k_pool / v_pool
+// null; the kernels widen the rows they read, so decode reads half the bytes).
 // Slot s lives in block block_table[s / block_size] at row s % block_size.
 struct KvLayerView {
   const float* k_pool = nullptr;   // this layer's K storage; block b starts at k_pool + b * block_stride
   const float* v_pool = nullptr;
-  int64_t block_stride = 0;        // floats per block (= n_kv_heads * block_size * head_dim)
+  const uint16_t* k_f16 = nullptr;  // ... or f16 storage, same layout
+  const uint16_t* v_f16 = nullptr;
+  int64_t block_stride = 0;        // elements per block (= n_kv_heads * block_size * head_dim)
   int block_size = 0;
   const int32_t* block_table = nullptr;
   int n_slots = 0;                 // slots that hold valid KV

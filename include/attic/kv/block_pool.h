@@ -3,8 +3,10 @@
 // (their block table). K here has RoPE applied (it is what attention reads); KV that
 // outlives a step is saved pre-RoPE by the store (DESIGN.md decision 1).
 //
-// Layout: for layer l and block b, K is [n_kv_heads][block_size][head_dim] f32 at
-// k_pool(l) + b * block_stride(), V likewise at v_pool(l) + b * block_stride().
+// Layout: for layer l and block b, K is [n_kv_heads][block_size][head_dim] elements of
+// shape().dtype (f32, or f16 to halve the bytes decode attention reads) at element
+// b * block_stride() of k_data(l), V likewise in v_data(l). Rows enter and leave as f32
+// (WriteRows / ReadKv convert).
 //
 // Thread-safety: BlockPool allocation is not thread-safe; the engine's step loop owns it.
 #pragma once
@@ -14,6 +16,7 @@
 
 #include "attic/core/status.h"
 #include "attic/tensor/buffer.h"
+#include "attic/tensor/dtype.h"
 
 namespace attic::kv {
 
@@ -22,13 +25,18 @@ struct KvShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 16;
+  DType dtype = DType::kF32;  // element type of the stored rows: kF32 or kF16
 
   int kv_dim() const { return n_kv_heads * head_dim; }
+  int elem_bytes() const { return dtype == DType::kF16 ? 2 : 4; }
+  // Elements of one layer's K (or V) in one block.
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
-  // A block is [kv_head][row][head_dim]: floats from one head's rows to the next head's.
+  // A block is [kv_head][row][head_dim]: elements from one head's rows to the next head's.
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
+  // Bytes of one layer's K (or V) in one block.
+  int64_t block_layer_bytes() const { return block_stride() * elem_bytes(); }
   // Bytes of K+V one block occupies across all layers.
-  int64_t block_bytes() const { return 2 * n_layers * block_stride() * 4; }
+  int64_t block_bytes() const { return 2 * n_layers * block_layer_bytes(); }
 };
 
 class BlockPool {
@@ -47,24 +55,25 @@ class BlockPool {
   StatusOr<int32_t> Allocate();
   void Free(int32_t block);
 
-  float* k_pool(int layer) { return k_[layer].as<float>(); }
-  float* v_pool(int layer) { return v_[layer].as<float>(); }
-  float* k_block(int layer, int32_t block) { return k_pool(layer) + block * shape_.block_stride(); }
-  float* v_block(int layer, int32_t block) { return v_pool(layer) + block * shape_.block_stride(); }
-  // Head 0 of slot `slot` of the sequence whose block table is `blocks`, at `layer`;
-  // head h is h * shape().head_stride() floats further.
-  float* k_slot(int layer, const int32_t* blocks, int slot) {
-    return k_block(layer, blocks[slot / shape_.block_size]) + (slot % shape_.block_size) * shape_.head_dim;
-  }
-  float* v_slot(int layer, const int32_t* blocks, int slot) {
-    return v_block(layer, blocks[slot / shape_.block_size]) + (slot % shape_.block_size) * shape_.head_dim;
-  }
+  // Layer `layer`'s K (V) storage: shape().dtype elements, block b at b * block_stride().
+  void* k_data(int layer) { return k_[layer].data(); }
+  void* v_data(int layer) { return v_[layer].data(); }
+  uint8_t* k_block_bytes(int layer, int32_t block) { return k_[layer].data() + block * shape_.block_layer_bytes(); }
+  uint8_t* v_block_bytes(int layer, int32_t block) { return v_[layer].data() + block * shape_.block_layer_bytes(); }
   // Writes K and V ([n, kv_dim] each; k may be null: V only) into slots [first, first+n)
   // of the sequence whose block table is `blocks`, at `layer`. Touches only those
   // blocks, so it may run on another thread than the one allocating (the KV loader).
   void WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v);
+  // Reads K and V of those slots into [n, kv_dim] f32 arrays.
+  void ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const;
 
  private:
+  // Element offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *
+  // shape().head_stride() elements further.
+  int64_t SlotOffset(const int32_t* blocks, int slot) const {
+    return blocks[slot / shape_.block_size] * shape_.block_stride() + (slot % shape_.block_size) * shape_.head_dim;
+  }
+
   KvShape shape_;
   int n_blocks_;
   std::vector<AlignedBuffer> k_, v_;  // [n_layers]
