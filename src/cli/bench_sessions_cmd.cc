@@ -13,16 +13,23 @@
 //     enough) and, when it needs more turns than that conversation has, goes on with
 //     the user messages of the next one (a new topic in the same chat).
 //   * Turns per session: 1 + a geometric variable with mean --mean-turns - 1 (the
-//     paper's ShareGPT mean is 5.75 turns), clamped to [--min-turns, --max-turns].
+//     paper's ShareGPT mean is 5.75 turns), clamped to [--min-turns, --max-turns]
+//     (default [3, 16], so the clamp barely moves the mean).
 //   * The answer length of a turn (sent as max_tokens; with ignore_eos the random-weight
 //     model produces exactly that many tokens) is the real answer's length in the
 //     dataset (the ShareGPT reply, MT-Bench's GPT-4 reference answer; for MT-Bench
 //     questions without one, a length drawn from the real answers) at ~4 characters a
-//     token, clamped to [--min-answer, --max-answer]. User messages longer than
-//     --max-prompt-chars are cut there.
+//     token, clamped to [--min-answer, --max-answer] (default [16, 1024]: the real
+//     lengths, bar a few outliers). User messages longer than --max-prompt-chars are cut
+//     there.
 //   * A session stops early when its estimated context (history + new message +
 //     answer, ~4 characters a token and 8 template tokens a message) would pass
-//     --max-context: the benchmark measures reuse, not context overflow/truncation.
+//     --max-context (default 90% of the servers' 4K window, the paper's LLaMA-2
+//     context): the benchmark measures reuse, not context overflow/truncation. The
+//     paper's sessions are long (47% over 2K tokens); these defaults let the real
+//     conversations grow toward the window: with the default 12 sessions and seed, 3
+//     end past 2K and the longest reaches 3.4K (the previous defaults, at most 6 turns
+//     of at most 256 answer tokens in 2K, kept every session under 2K).
 //   * After an answer has fully arrived the user "thinks" for an exponential time
 //     (mean --think s) and sends the next turn.
 //   * Every turn is a streaming POST /v1/chat/completions with messages = the whole
@@ -111,17 +118,17 @@ struct SessionsFlags {
   int sessions = 12;
   double rate = 0.5;
   double think = 2.0;
-  int min_turns = 3, max_turns = 6;
+  int min_turns = 3, max_turns = 16;
   double mean_turns = 5.75;
   int max_prompt_chars = 1600;
-  int min_answer = 16, max_answer = 256;
-  int max_context = 2048;
+  int min_answer = 16, max_answer = 1024;
+  int max_context = 0;  // 0: 90% of --ctx (the estimate is ~4 characters a token)
   uint64_t seed = 1;
   bool no_ignore_eos = false;
   // Servers started by the benchmark.
   int threads = 2;
   int ctx = 4096;
-  int64_t kv_budget_mib = 1024;
+  int64_t kv_budget_mib = 2048;
   int max_running = 16;
   int64_t kv_dram_mib = 512;
   int64_t kv_ssd_mib = 8192;
@@ -903,6 +910,7 @@ int RunBenchSessions(SessionsFlags f) {
     return Fail(InvalidArgumentError("--min-turns must be >= 1 and <= --max-turns"));
   if (f.min_answer < 1 || f.max_answer < f.min_answer)
     return Fail(InvalidArgumentError("--min-answer must be >= 1 and <= --max-answer"));
+  if (f.max_context == 0) f.max_context = f.ctx * 9 / 10;
   if (f.max_prompt_chars < 1 || f.max_context < 1 || f.mean_turns < 1)
     return Fail(InvalidArgumentError("--max-prompt-chars, --max-context and --mean-turns must be >= 1"));
   if (f.only != "both" && f.only != "ca" && f.only != "re")
@@ -1203,7 +1211,8 @@ void AddBenchSessionsCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   cmd->add_option("--min-answer", f->min_answer, "fewest answer tokens")->capture_default_str();
   cmd->add_option("--max-answer", f->max_answer, "most answer tokens")->capture_default_str();
-  cmd->add_option("--max-context", f->max_context, "a session ends before its estimated context passes this")
+  cmd->add_option("--max-context", f->max_context,
+                  "a session ends before its estimated context passes this (0 = 90% of --ctx)")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "workload seed")->capture_default_str();
   cmd->add_flag("--no-ignore-eos", f->no_ignore_eos, "let answers end at EOS instead of at max_tokens");
