@@ -251,6 +251,12 @@ inline __m512 BroadcastMax(__m512 x) {
   return _mm512_max_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
+// 16 K/V elements widened to f32: f32 rows as they are, f16 rows converted in the load.
+inline __m512 LoadKv(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 LoadKv(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 constexpr int kDecodeRows = 8;
 constexpr int kGroup = 16;              // slots per score vector
 constexpr int kGroups = 4;              // score vectors per online-softmax step
@@ -270,8 +276,8 @@ constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGr
   return js;
 }
 
-template <int R, int VB, int JS, int kD>
-inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const float* const* vb,
+template <int R, int VB, int JS, int kD, class T>
+inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vb,
                            const __m512* alpha, int col, int d_runtime = 0) {
   const int d = kD ? kD : d_runtime;
   __m512 acc[JS][R][VB];
@@ -285,7 +291,7 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
     }
   }
   for (int gi = 0; gi < kGroups; ++gi) {
-    const float* vg = vb[gi] + col;
+    const T* vg = vb[gi] + col;
     const float* pg = p + gi * kGroup;
 #pragma GCC unroll 16
     for (int j = 0; j < kGroup; j += JS) {
@@ -293,7 +299,7 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
       for (int js = 0; js < JS; ++js) {
         __m512 vv[VB];
 #pragma GCC unroll 8
-        for (int v = 0; v < VB; ++v) vv[v] = _mm512_loadu_ps(vg + (j + js) * d + 16 * v);
+        for (int v = 0; v < VB; ++v) vv[v] = LoadKv(vg + (j + js) * d + 16 * v);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m512 pr = _mm512_set1_ps(pg[r * kDecodeChunk + j + js]);
@@ -320,7 +326,8 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 // (rows head_dim apart); any other group (index lists, block edges, the tail) is first
 // gathered into a local buffer, zero-padded. 64 slots per softmax step keep the serial
 // max -> exp -> rescale chain short relative to the independent dot products.
-template <int R, int kD>
+// T: the KV element type (float, or uint16_t for f16, widened as it is loaded).
+template <int R, int kD, class T>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 16;
@@ -328,9 +335,11 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const float qscale = p.shape.scale * kLog2e;
   float* qs = ThreadScratch(0, static_cast<size_t>(R) * d);
   float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
-  float* kbuf = ThreadScratch(2, static_cast<size_t>(2 * kDecodeChunk) * d);
-  float* vbuf = kbuf + kDecodeChunk * d;
-  const bool f16 = p.kv.k_f16 != nullptr;
+  constexpr bool f16 = sizeof(T) == 2;
+  T* kbuf = reinterpret_cast<T*>(ThreadScratch(2, static_cast<size_t>(2 * kDecodeChunk) * d));
+  T* vbuf = kbuf + kDecodeChunk * d;
+  const T* k_pool = f16 ? reinterpret_cast<const T*>(p.kv.k_f16) : reinterpret_cast<const T*>(p.kv.k_pool);
+  const T* v_pool = f16 ? reinterpret_cast<const T*>(p.kv.v_f16) : reinterpret_cast<const T*>(p.kv.v_pool);
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
 
   int32_t lim[R];
@@ -355,39 +364,46 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   alignas(64) float pbuf[R][kDecodeChunk];
   __m512 alpha[R];
+  // The next chunk's K and V rows are prefetched into L2 while this one is computed: the
+  // blocks of a sequence are scattered over the pool, and each short run (one block's
+  // rows of one head) otherwise starts with a full DRAM round trip the hardware
+  // prefetcher has not caught up with.
+  const int row_bytes = d * static_cast<int>(sizeof(T));
+  auto prefetch_chunk = [&](int c_next) {
+    const int end = std::min(max_lim, c_next + kDecodeChunk);
+    for (int j = c_next; j < end; ++j) {
+      const int64_t at = map.Offset(p.indices ? p.indices[j] : j);
+      for (int b = 0; b < row_bytes; b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(k_pool + at) + b, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(v_pool + at) + b, _MM_HINT_T1);
+      }
+    }
+  };
+  constexpr int kAhead = 1;  // chunks prefetched ahead
+  for (int a = 0; a < kAhead; ++a)
+    if (job.slot_begin + a * kDecodeChunk < max_lim) prefetch_chunk(job.slot_begin + a * kDecodeChunk);
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
-    const float* kb[kGroups];
-    const float* vb[kGroups];
+    if (c + kAhead * kDecodeChunk < max_lim) prefetch_chunk(c + kAhead * kDecodeChunk);
+    const T* kb[kGroups];
+    const T* vb[kGroups];
     for (int gi = 0; gi < kGroups; ++gi) {
       const int c0 = c + gi * kGroup;
       const int n = std::clamp(max_lim - c0, 0, kGroup);
-      float* kg = kbuf + gi * kGroup * d;
-      float* vg = vbuf + gi * kGroup * d;
       if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // 16 rows in one run
         const int64_t off = map.Offset(c0);
-        if (f16) {  // widened into the group's buffer (half the bytes from memory)
-          backend::ConvertF16ToF32(p.kv.k_f16 + off, kg, kGroup * d);
-          backend::ConvertF16ToF32(p.kv.v_f16 + off, vg, kGroup * d);
-          kb[gi] = kg;
-          vb[gi] = vg;
-        } else {
-          kb[gi] = p.kv.k_pool + off;
-          vb[gi] = p.kv.v_pool + off;
-        }
+        kb[gi] = k_pool + off;
+        vb[gi] = v_pool + off;
         continue;
       }
+      T* kg = kbuf + gi * kGroup * d;
+      T* vg = vbuf + gi * kGroup * d;
       for (int j = 0; j < n; ++j) {
         const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
-        if (f16) {
-          backend::ConvertF16ToF32(p.kv.k_f16 + off, kg + j * d, d);
-          backend::ConvertF16ToF32(p.kv.v_f16 + off, vg + j * d, d);
-        } else {
-          std::copy_n(p.kv.k_pool + off, d, kg + j * d);
-          std::copy_n(p.kv.v_pool + off, d, vg + j * d);
-        }
+        std::copy_n(k_pool + off, d, kg + j * d);
+        std::copy_n(v_pool + off, d, vg + j * d);
       }
-      std::fill(kg + n * d, kg + kGroup * d, 0.0f);
-      std::fill(vg + n * d, vg + kGroup * d, 0.0f);
+      std::fill(kg + n * d, kg + kGroup * d, T{0});
+      std::fill(vg + n * d, vg + kGroup * d, T{0});
       kb[gi] = kg;
       vb[gi] = vg;
     }
@@ -396,7 +412,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     for (int r = 0; r < R; ++r) {
       __m512 s[kGroups];
       for (int gi = 0; gi < kGroups; ++gi) {
-        const float* k = kb[gi];
+        const T* k = kb[gi];
         __m512 acc[kGroup];
 #pragma GCC unroll 16
         for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
@@ -406,14 +422,14 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
           for (int j = 0; j < kGroup; ++j) {
 #pragma GCC unroll 8
             for (int v = 0; v < kD / 16; ++v) {
-              acc[j] = _mm512_fmadd_ps(_mm512_load_ps(qs + r * d + 16 * v), _mm512_loadu_ps(k + j * d + 16 * v), acc[j]);
+              acc[j] = _mm512_fmadd_ps(_mm512_load_ps(qs + r * d + 16 * v), LoadKv(k + j * d + 16 * v), acc[j]);
             }
           }
         } else {
           for (int v = 0; v < dv; ++v) {
             const __m512 qv = _mm512_load_ps(qs + r * d + 16 * v);
 #pragma GCC unroll 16
-            for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + j * d + 16 * v), acc[j]);
+            for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_fmadd_ps(qv, LoadKv(k + j * d + 16 * v), acc[j]);
           }
         }
         s[gi] = Reduce16(acc);
@@ -436,10 +452,10 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     }
     if constexpr (kD > 0) {
       for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {
-        AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
+        AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
       }
     } else {
-      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, d);
+      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, d);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -449,26 +465,32 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   }
 }
 
-template <int kD>
+template <int kD, class T>
 void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelT<1, kD>(p, job, o, m, l);
-    case 2: return DecodeKernelT<2, kD>(p, job, o, m, l);
-    case 3: return DecodeKernelT<3, kD>(p, job, o, m, l);
-    case 4: return DecodeKernelT<4, kD>(p, job, o, m, l);
-    case 5: return DecodeKernelT<5, kD>(p, job, o, m, l);
-    case 6: return DecodeKernelT<6, kD>(p, job, o, m, l);
-    case 7: return DecodeKernelT<7, kD>(p, job, o, m, l);
-    default: return DecodeKernelT<8, kD>(p, job, o, m, l);
+    case 1: return DecodeKernelT<1, kD, T>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD, T>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD, T>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD, T>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD, T>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD, T>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD, T>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD, T>(p, job, o, m, l);
+  }
+}
+
+template <class T>
+void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (p.shape.head_dim) {
+    case 64: return DecodeKernelD<64, T>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128, T>(p, job, o, m, l);
+    default: return DecodeKernelD<0, T>(p, job, o, m, l);
   }
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
-  switch (p.shape.head_dim) {
-    case 64: return DecodeKernelD<64>(p, job, o, m, l);
-    case 128: return DecodeKernelD<128>(p, job, o, m, l);
-    default: return DecodeKernelD<0>(p, job, o, m, l);
-  }
+  if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
+  return DecodeKernelE<float>(p, job, o, m, l);
 }
 
 }  // namespace
