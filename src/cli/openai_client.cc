@@ -80,6 +80,9 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
     }
     return true;
   };
+  // Without TCP_NODELAY the request's body (a second write after the headers) can wait
+  // for the server's delayed ACK of the headers: ~40 ms added to every measured TTFT.
+  cli.set_tcp_nodelay(true);
   r.sent = Clock::now();
   auto res = cli.send(req);
   if (!res) {
