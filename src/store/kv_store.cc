@@ -1,5 +1,9 @@
 #include "attic/store/kv_store.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -103,6 +107,8 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
 }
 
 void KvStore::WriterLoop() {
+  if (options_.writer_nice != 0)  // best effort: a refused lower priority only costs overlap
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.writer_nice);
   std::unique_lock<std::mutex> lock(wmu_);
   for (;;) {
     wcv_.wait(lock, [&] { return stop_writer_ || !pending_.empty(); });

@@ -49,6 +49,11 @@ struct StoreOptions {
   // Write buffer of SaveAsync (paper 3.2): KV bytes of saves queued for the writer
   // thread; a save that does not fit waits for room. 0 = SaveAsync saves synchronously.
   uint64_t write_buffer_bytes = 256ull << 20;
+  // Nice value of the writer thread (Linux, per thread): on a CPU server the asynchronous
+  // save is CPU work, and at the default 10 it takes the cores only when the forward pass
+  // leaves them idle or the write buffer is full (paper 3.2: saving off the critical
+  // path). 0 = the priority of the thread that opened the store.
+  int writer_nice = 10;
 };
 
 struct StoreMatch {
