@@ -1,4 +1,6 @@
 // Server setup: options, routes, authentication, the step loop, start and stop.
+#include <sys/socket.h>
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -107,6 +109,13 @@ Status Server::Start() {
   im.http.set_read_timeout(5, 0);
   im.http.set_write_timeout(10, 0);
   im.http.set_tcp_nodelay(true);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
+  // silently take half the connections (and their sessions): bind exclusively, with
+  // SO_REUSEADDR only so a restart can reuse a port left in TIME_WAIT.
+  im.http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   int port = o.port;
   if (port == 0) {
     port = im.http.bind_to_any_port(o.host);

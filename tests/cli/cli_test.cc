@@ -1,7 +1,11 @@
 // The `attic` command on bad input: a clear message on stderr and a non-zero exit code,
 // never a crash (a signal) or a hang. Runs the real binary.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -135,6 +139,27 @@ TEST(Cli, InvalidUtf8Prompt) {
 TEST(Cli, UnknownChatTemplateNamesTheFlag) {
   ExpectCleanError(RunAttic("generate -m " + Stories() + " --chat -p hi"), "--chat-template");
   ExpectCleanError(RunAttic("generate -m " + Stories() + " --chat-template nonsense -p hi"), "--chat-template");
+}
+
+// A port another server listens on is an error, even when that server allowed port sharing
+// (SO_REUSEPORT, as httplib's defaults do): two servers splitting one port's connections
+// would serve each conversation's turns from different KV stores.
+TEST(Cli, ServeOnAPortInUseIsAnError) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int yes = 1;
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof(yes)), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  ExpectCleanError(RunAttic("serve -m " + Stories() + " --port " + std::to_string(port)), "address in use");
+  ::close(fd);
 }
 
 TEST(Cli, BadSamplingValue) { ExpectCleanError(RunAttic("generate -m " + Stories() + " -p hi --top-p 0"), "top_p"); }
