@@ -284,6 +284,8 @@ class Scheduler {
   uint64_t evicted_ = 0;
   int peak_decode_batch_ = 0;
   std::vector<float> logits_;
+  std::vector<Running*> sample_rows_;  // this step's rows that sample a token
+  std::vector<int32_t> sampled_;       // ... and their tokens
   std::vector<RequestRecord> reports_;  // delivered to observer_ at the end of a step
 };
 
