@@ -128,7 +128,7 @@ struct SessionsFlags {
   // Servers started by the benchmark.
   int threads = 2;
   int ctx = 4096;
-  int64_t kv_budget_mib = 2048;
+  int64_t kv_budget_mib = 4096;
   int max_running = 16;
   int64_t kv_dram_mib = 512;
   int64_t kv_ssd_mib = 8192;

@@ -21,7 +21,7 @@ struct ModelFlags {
   int ctx = 0;
   int batch = 512;
   std::string chat_template;
-  std::string kv_dtype = "f16";
+  std::string kv_dtype = "f32";
 };
 
 // The default model: $ATTIC_MODEL, else ../shared/models/stories260K-hf.

@@ -19,7 +19,8 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
   cmd->add_option("-b,--batch", f->batch, "tokens per forward step (prefill chunk)")->capture_default_str();
   cmd->add_option("--chat-template", f->chat_template, "chat template family: chatml, llama3, llama2 (default: detect)");
   cmd->add_option("--kv-dtype", f->kv_dtype,
-                  "element type of the compute buffer's KV cache: f16 (half the memory and decode reads) or f32")
+                  "element type of the compute buffer's KV cache: f32 (exact: greedy output independent of "
+                  "batching) or f16 (half the memory per token)")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
 }
