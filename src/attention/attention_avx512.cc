@@ -379,11 +379,9 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
       }
     }
   };
-  constexpr int kAhead = 1;  // chunks prefetched ahead
-  for (int a = 0; a < kAhead; ++a)
-    if (job.slot_begin + a * kDecodeChunk < max_lim) prefetch_chunk(job.slot_begin + a * kDecodeChunk);
+  if (job.slot_begin < max_lim) prefetch_chunk(job.slot_begin);
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
-    if (c + kAhead * kDecodeChunk < max_lim) prefetch_chunk(c + kAhead * kDecodeChunk);
+    if (c + kDecodeChunk < max_lim) prefetch_chunk(c + kDecodeChunk);
     const T* kb[kGroups];
     const T* vb[kGroups];
     for (int gi = 0; gi < kGroups; ++gi) {

@@ -32,7 +32,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.context_length = f.ctx;
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
-  o.kv_dtype = f.kv_dtype == "f32" ? DType::kF32 : DType::kF16;
+  o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
   o.show_progress = progress;
   return o;
 }

@@ -96,7 +96,7 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
       std::memcpy(hv.data() + dst, ev + src, kvd * sizeof(float));
     }
   }
-  // One block of slots per task: K rotated straight into the block, V copied (one pass).
+  // One block of slots per task (EnterRows: each row's K rotated, then K and V stored).
   const int64_t n_blocks = (n + bs - 1) / bs;
   auto enter_block = [&](int64_t c, int) { EnterRows(job, layer, static_cast<int>(c) * bs, std::min(bs, n - static_cast<int>(c) * bs)); };
   if (threads != nullptr) {

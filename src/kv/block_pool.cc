@@ -80,17 +80,11 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
 
 namespace {
 
-// One head's row between f32 and the pool's element type.
+// One head's row from f32 into the pool's element type (reading back is
+// backend::ConvertRowToF32).
 inline void PutRow(DType t, const float* src, uint8_t* dst, int64_t n) {
   if (t == DType::kF16) {
     backend::ConvertF32ToF16(src, reinterpret_cast<uint16_t*>(dst), n);
-  } else {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-  }
-}
-inline void GetRow(DType t, const uint8_t* src, float* dst, int64_t n) {
-  if (t == DType::kF16) {
-    backend::ConvertF16ToF32(reinterpret_cast<const uint16_t*>(src), dst, n);
   } else {
     std::memcpy(dst, src, static_cast<size_t>(n) * 4);
   }
@@ -124,8 +118,8 @@ void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, flo
     const uint8_t* vs = v_[layer].data() + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {
       const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
-      GetRow(s.dtype, ks + h * hs, k + dst, hd);
-      GetRow(s.dtype, vs + h * hs, v + dst, hd);
+      backend::ConvertRowToF32(s.dtype, ks + h * hs, k + dst, hd);
+      backend::ConvertRowToF32(s.dtype, vs + h * hs, v + dst, hd);
     }
   }
 }

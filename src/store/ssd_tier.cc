@@ -164,7 +164,7 @@ StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
   for (const bool direct : {true, false}) {
     StatusOr<OpenedFile> f = OpenForReading(path, direct ? O_DIRECT : 0);
     if (!f.ok()) {
-      if (direct) continue;
+      if (direct && f.status().code() != StatusCode::kNotFound) continue;  // O_DIRECT refused
       return f.status();
     }
     const size_t size = static_cast<size_t>(f->size);
