@@ -5,6 +5,8 @@
 //
 // FLOPs count the work the causal mask leaves: 4 * head_dim * n_heads * sum_i visible(i)
 // (QK^T and PV, 2 FLOPs per multiply-add). Decode also reports KV bytes read per second.
+// chunkQ is a turn's prefill over stored history: Q new queries after 2048 slots, cycling
+// through n_layers KV layers (the shape of a returning conversation's step).
 // Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
 //
 // Usage: attention_bench [--threads N] [--reps N] [--json-only]
@@ -143,6 +145,33 @@ Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
   return Result{m.name, "decode", f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
+// A turn's chunk: n_q new queries after `history` stored slots (query i sees history + i + 1
+// slots), cycling through n_layers distinct KV layers as a forward step does. `n` in the
+// table is history + n_q.
+Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, bool f16, int reps,
+                  std::mt19937& rng) {
+  const int n = history + n_q;
+  std::vector<Layer> layers;
+  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
+  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  std::vector<float> q(static_cast<size_t>(n_q) * m.n_heads * m.head_dim), out(q.size());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  std::vector<int32_t> kv_end(n_q);
+  for (int i = 0; i < n_q; ++i) kv_end[i] = history + i + 1;
+  double best = 1e30;
+  for (int r = 0; r < reps * 2 + 1; ++r) {
+    const double t0 = Now();
+    for (const Layer& layer : layers)
+      attic::attention::Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, layer.view, out.data());
+    if (r > 0) best = std::min(best, Now() - t0);
+  }
+  const double per_layer = best / m.n_layers;
+  const double visible = static_cast<double>(n_q) * history + static_cast<double>(n_q) * (n_q + 1) / 2;
+  const double flops = 4.0 * m.head_dim * m.n_heads * visible;
+  return Result{m.name, "chunk" + std::to_string(n_q), f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, 0};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,6 +197,7 @@ int main(int argc, char** argv) {
     for (bool f16 : {false, true}) {
       for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
       for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
+      for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, 2048, n_q, f16, reps, rng));
     }
   }
   const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());
