@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -106,6 +107,32 @@ TEST(Bytes, AlignedAndLargeBuffersAreRecycled) {
   EXPECT_LT(Bytes::PooledBytes(), pooled + capacity);
   auto c = CopyBytes("hello");
   EXPECT_EQ(c->view(), "hello");
+}
+
+// A pooled buffer that does not fit is grown (or shrunk) in place of a fresh mapping: the
+// result is aligned, writable over its whole capacity, and takes the buffer off the list.
+TEST(Bytes, PooledBuffersAreGrownAndShrunkToFit) {
+  auto fill = [](Bytes& b, char c) {
+    std::memset(b.data(), c, b.capacity());
+    EXPECT_EQ(b.data()[0], c);
+    EXPECT_EQ(b.data()[b.capacity() - 1], c);
+  };
+  auto a = Bytes::Allocate(size_t{8} << 20);
+  fill(*a, 1);
+  const size_t before = Bytes::PooledBytes();
+  a.reset();
+  ASSERT_EQ(Bytes::PooledBytes(), before + (size_t{8} << 20));
+  auto grown = Bytes::Allocate((size_t{20} << 20) + 7);  // no pooled buffer within a quarter
+  EXPECT_EQ(Bytes::PooledBytes(), before);               // the 8 MiB one was grown
+  EXPECT_EQ(grown->capacity(), size_t{22} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(grown->data()) % Bytes::kAlign, 0u);
+  EXPECT_EQ(grown->data()[0], 1);  // its pages were kept
+  fill(*grown, 2);
+  grown.reset();
+  auto shrunk = Bytes::Allocate(size_t{14} << 20);  // only a larger one, not twice as large
+  EXPECT_EQ(Bytes::PooledBytes(), before);
+  EXPECT_EQ(shrunk->capacity(), size_t{14} << 20);
+  fill(*shrunk, 3);
 }
 
 }  // namespace
