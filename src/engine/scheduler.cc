@@ -299,6 +299,16 @@ void Scheduler::Admit(SchedClock::time_point now) {
     ++it;
   }
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    // A conversation's next turn whose previous turn is still being saved waits in the
+    // queue (first come, first served) rather than blocking the step loop in the store's
+    // lookup while other sequences could decode; with nothing running, the lookup's wait
+    // blocks nobody (and the loop does not spin).
+    Waiting& head = *waiting_.front();
+    if (store_ != nullptr && !running_.empty() && store_->SavePending(head.req.tenant, head.req.session_id)) {
+      if (!head.deferred_for_save) ++load_stats_.deferred_for_save;
+      head.deferred_for_save = true;
+      break;
+    }
     if (!TryAdmit(*waiting_.front(), now)) break;
     waiting_.pop_front();
   }

@@ -32,6 +32,7 @@ struct Scheduler::Waiting {
   std::shared_ptr<ResultChannel> channel;
   Truncation truncation;
   std::shared_ptr<StagedFetch> staged;  // read buffer: its stored entry, fetched ahead
+  bool deferred_for_save = false;       // admission put off while its session's save was queued
 };
 
 // Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached

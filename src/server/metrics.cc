@@ -132,6 +132,9 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
          "Stored entries of waiting jobs fetched ahead of admission (read buffer), and how many were used.");
   Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"issued\"", static_cast<double>(k.staged));
   Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"used\"", static_cast<double>(k.staged_used));
+  Header(&out, "attic_kv_admissions_deferred_total", "counter",
+         "Requests left waiting (not blocking the step loop) until their session's queued save was stored.");
+  Line(&out, "attic_kv_admissions_deferred_total", "", static_cast<double>(k.deferred_for_save));
   Header(&out, "attic_kv_load_seconds_total", "counter",
          "Time spent loading stored KV: fetch (step loop, not hidden by the read buffer), enter (RoPE + copy "
          "into the compute buffer, any thread), wait (step loop waiting for a layer to be entered).");

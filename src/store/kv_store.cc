@@ -120,6 +120,7 @@ void KvStore::WriterLoop() {
     const std::string tenant = p.entry.tenant;
     const std::string session =
         p.entry.session_id.empty() ? std::string() : SessionKey(p.entry.tenant, p.entry.session_id);
+    if (options_.before_async_save) options_.before_async_save();
     Status st = Save(std::move(p.entry), p.replaces, p.ttl_ms);
     if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
     lock.lock();
@@ -143,6 +144,12 @@ void KvStore::WaitForTenant(const std::string& tenant, const std::string& sessio
   const auto t0 = std::chrono::steady_clock::now();
   wcv_.wait(lock, [&] { return pending_tenants_.count(key) == 0; });
   lookup_wait_ms_ += MsSince(t0);
+}
+
+bool KvStore::SavePending(const std::string& tenant, const std::string& session_id) const {
+  const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
+  std::lock_guard<std::mutex> lock(wmu_);
+  return pending_tenants_.count(key) != 0;
 }
 
 void KvStore::Flush() {

@@ -5,7 +5,10 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
@@ -159,6 +162,87 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
   Turn c = RunTurn(s, third, "", 8);
   EXPECT_GE(c.usage.cached_tokens, static_cast<int>(second.size()) - 1);
   EXPECT_EQ(c.text, Recompute(*e, third, 8));
+}
+
+// A turn whose session is still being saved waits in the queue while the other running
+// sequences keep decoding (the step loop never blocks on the save), then reuses the
+// saved history once it is stored.
+TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false;
+  store::StoreOptions so;
+  so.fingerprint = e->model().fingerprint();
+  so.dram_bytes = 64 << 20;
+  so.before_async_save = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !hold; });
+  };
+  auto opened = store::KvStore::Open(so);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<store::KvStore> store = std::move(*opened);
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      hold = false;
+    }
+    cv.notify_all();
+  };
+  struct Release {  // a failed assertion must not leave the writer held (the store joins it)
+    std::function<void()> f;
+    ~Release() { f(); }
+  } release_at_exit{release};
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    hold = true;  // turn 1's save stays queued
+  }
+  Turn a = RunTurn(s, first, "conv", 20);
+  ASSERT_TRUE(a.finished);
+  ASSERT_TRUE(store->SavePending("default", "conv"));
+  // Another conversation decodes; then conv's next turn arrives.
+  GenerationRequest bg;
+  bg.prompt = *e->Tokenize("Once upon a time", true);
+  bg.sampling.max_tokens = 60;
+  bg.session_id = "other";
+  auto bg_chan = s.Submit(std::move(bg));
+  ASSERT_TRUE(bg_chan.ok());
+  s.Step();  // bg admitted and prefilled
+  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
+  GenerationRequest next;
+  next.prompt = second;
+  next.sampling.max_tokens = 20;
+  next.session_id = "conv";
+  auto next_chan = s.Submit(std::move(next));
+  ASSERT_TRUE(next_chan.ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.Step(), 1);  // bg's decode rows only: conv's turn waits
+  EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 1u);
+  GenerationEvent ev;
+  EXPECT_FALSE((*next_chan)->Pop(&ev, 0ms));
+  release();
+  store->Flush();
+  std::string text;
+  TokenUsage usage;
+  bool finished = false;
+  for (int step = 0; step < 500 && !finished; ++step) {
+    s.Step();
+    while (!finished && (*next_chan)->Pop(&ev, 0ms)) {
+      if (ev.kind == GenerationEvent::Kind::kText) {
+        text += ev.text;
+      } else {
+        ASSERT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+        usage = ev.usage;
+        finished = true;
+      }
+    }
+  }
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
+  EXPECT_EQ(text, Recompute(*e, second, 20));
 }
 
 TEST(StoreIntegration, NextTurnReusesHistoryFromSsdAfterDemotion) {

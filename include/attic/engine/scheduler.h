@@ -93,6 +93,7 @@ struct KvLoadStats {
   double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
   double enter_seconds = 0;         // entering (RoPE + copy), on whichever thread
   double wait_seconds = 0;          // step loop waiting for a layer to be entered
+  uint64_t deferred_for_save = 0;   // admissions put off a step: the session's save was queued
   double t_load_per_token = 0;      // measured (EMA), seconds
   double t_prefill_per_token = 0;   // measured (EMA), seconds
 };

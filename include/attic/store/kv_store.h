@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <mutex>
@@ -54,6 +55,8 @@ struct StoreOptions {
   // leaves them idle or the write buffer is full (paper 3.2: saving off the critical
   // path). 0 = the priority of the thread that opened the store.
   int writer_nice = 10;
+  // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
+  std::function<void()> before_async_save;
 };
 
 struct StoreMatch {
@@ -141,6 +144,9 @@ class KvStore {
   // same tenant, for a lookup without a session id) wait for its queued saves first, so
   // a queued save of that session is never missed. Errors are logged.
   void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
+  // Whether a Lookup of (tenant, session_id) would wait for a queued save now (a caller
+  // that must not block, like the scheduler's step loop, tries again later).
+  bool SavePending(const std::string& tenant, const std::string& session_id) const;
   // Waits until every queued save is done.
   void Flush();
   void RecordReuse(int n_tokens);
