@@ -71,6 +71,12 @@ void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const Attention
 // A per-thread, 64-byte aligned scratch buffer of at least n floats; `which` (0..4)
 // selects one of several independent buffers. Contents are unspecified.
 float* ThreadScratch(int which, size_t n);
+
+// Rotate-half over one head: y1 = x1*c - x2*(sign*s), y2 = x2*c + x1*(sign*s), `half`
+// pairs, each operation rounded in that order (bit-identical to RopeTable's scalar loop).
+// In place when y1 == x1 and y2 == x2. rope_avx512.cc; only with backend::Isa::kAvx512.
+void RotateHalfAvx512(const float* x1, const float* x2, float* y1, float* y2, const float* c, const float* s,
+                      float sign, int half);
 constexpr int kF16Scratch = 4;  // the buffer kernels widen f16 KV rows into
 
 // Points kp[j] / vp[j] (j < n) at the K / V rows of the slots at element offsets off[j]:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/attention_internal.h"
+#include "attic/backend/cpu_features.h"
 #include "attic/core/status.h"
 
 namespace attic::attention {
@@ -74,6 +76,7 @@ RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& s
       break;
   }
   const int half = head_dim / 2;
+  avx512_ = backend::ActiveIsa() == backend::Isa::kAvx512;
   table_positions_ = std::clamp(max_position_embeddings, 0, kMaxTablePositions);
   cos_.resize(static_cast<size_t>(table_positions_) * half);
   sin_.resize(cos_.size());
@@ -134,6 +137,10 @@ void RopeTable::RotateToken(const float* src, float* dst, int n_heads, int64_t d
     const float* x2 = x1 + half;
     float* y1 = dst + h * dst_head_stride;
     float* y2 = y1 + half;
+    if (avx512_) {
+      internal::RotateHalfAvx512(x1, x2, y1, y2, c, s, sign, half);
+      continue;
+    }
     for (int i = 0; i < half; ++i) {
       const float a = x1[i], b = x2[i], si = sign * s[i];
       y1[i] = a * c[i] - b * si;
