@@ -716,7 +716,8 @@ json Summarize(const RunResult& r) {
            {"evictions_ssd", metric("attic_kv_store_evictions_total{tier=\"ssd\"}")},
            {"save_waits", metric("attic_kv_store_save_waits_total")},
            {"lookup_waits", metric("attic_kv_store_lookup_waits_total")},
-           {"lookup_wait_s", metric("attic_kv_store_lookup_wait_seconds_total")}}},
+           {"lookup_wait_s", metric("attic_kv_store_lookup_wait_seconds_total")},
+           {"admissions_deferred_for_save", metric("attic_kv_admissions_deferred_total")}}},
          // Where loading stored KV spent its time (servers that export it).
          {"kv_load",
           {{"loads_layerwise", metric("attic_kv_load_total{mode=\"layerwise\"}")},

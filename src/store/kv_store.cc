@@ -106,11 +106,22 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
   wcv_.notify_all();
 }
 
+// REQUIRES: wmu_ held.
+void KvStore::SetWriterUrgentLocked(bool urgent) {
+  if (urgent == writer_urgent_ || writer_tid_ == 0 || options_.writer_nice == 0) return;
+  // Raising a thread's priority back may be refused (no CAP_SYS_NICE, RLIMIT_NICE): the
+  // save then just keeps its background priority.
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(writer_tid_), urgent ? 0 : options_.writer_nice) == 0)
+    writer_urgent_ = urgent;
+}
+
 void KvStore::WriterLoop() {
-  if (options_.writer_nice != 0)  // best effort: a refused lower priority only costs overlap
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.writer_nice);
   std::unique_lock<std::mutex> lock(wmu_);
+  writer_tid_ = static_cast<int>(syscall(SYS_gettid));
+  if (options_.writer_nice != 0)  // best effort: a refused lower priority only costs overlap
+    setpriority(PRIO_PROCESS, static_cast<id_t>(writer_tid_), options_.writer_nice);
   for (;;) {
+    if (pending_.empty()) SetWriterUrgentLocked(false);  // nobody waits on a save now
     wcv_.wait(lock, [&] { return stop_writer_ || !pending_.empty(); });
     if (pending_.empty()) return;  // stopping, and everything is written
     PendingSave p = std::move(pending_.front());
@@ -140,16 +151,19 @@ void KvStore::WaitForTenant(const std::string& tenant, const std::string& sessio
   const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
   std::unique_lock<std::mutex> lock(wmu_);
   if (pending_tenants_.count(key) == 0) return;
+  SetWriterUrgentLocked(true);
   ++lookup_waits_;
   const auto t0 = std::chrono::steady_clock::now();
   wcv_.wait(lock, [&] { return pending_tenants_.count(key) == 0; });
   lookup_wait_ms_ += MsSince(t0);
 }
 
-bool KvStore::SavePending(const std::string& tenant, const std::string& session_id) const {
+bool KvStore::SavePending(const std::string& tenant, const std::string& session_id) {
   const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
   std::lock_guard<std::mutex> lock(wmu_);
-  return pending_tenants_.count(key) != 0;
+  if (pending_tenants_.count(key) == 0) return false;
+  SetWriterUrgentLocked(true);  // somebody waits for it: no longer background work
+  return true;
 }
 
 void KvStore::Flush() {

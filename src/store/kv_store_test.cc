@@ -2,9 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "store/store_test_util.h"
@@ -633,6 +640,58 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
   // Nothing queued: no further waits.
   EXPECT_TRUE(s->GetSession("default", "j0").ok());
   EXPECT_EQ(s->Stats().lookup_waits, 1u);
+}
+
+// The writer saves at background priority (writer_nice) until somebody waits for a queued
+// save: then it runs at normal priority until the write buffer is empty.
+TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
+  StoreOptions o = Options(0);
+  o.writer_nice = 10;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = true;
+  std::vector<int> nice_seen;
+  o.before_async_save = [&] {
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+    std::unique_lock<std::mutex> lock(mu);
+    nice_seen.push_back(nice);
+    cv.notify_all();
+    cv.wait(lock, [&] { return !hold; });
+  };
+  auto opened = KvStore::Open(o);
+  ASSERT_TRUE(opened.ok());
+  auto s = std::move(opened).value();
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      hold = false;
+    }
+    cv.notify_all();
+  };
+  struct Release {  // a failed assertion must not leave the writer held (the store joins it)
+    std::function<void()> f;
+    ~Release() { f(); }
+  } release_at_exit{release};
+  s->SaveAsync(Job(0));
+  s->SaveAsync(Job(1));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !nice_seen.empty(); });
+  }
+  EXPECT_FALSE(s->SavePending("default", "j9"));
+  EXPECT_TRUE(s->SavePending("default", "j1"));  // job 1's save is awaited
+  release();
+  s->Flush();
+  ASSERT_EQ(nice_seen.size(), 2u);
+  EXPECT_EQ(nice_seen[0], 10);  // background
+  if (nice_seen[1] != 0 && geteuid() != 0) GTEST_SKIP() << "raising the writer's priority back is not permitted here";
+  EXPECT_EQ(nice_seen[1], 0);   // awaited
+  s->SaveAsync(Job(2));
+  s->Flush();
+  ASSERT_EQ(nice_seen.size(), 3u);
+  EXPECT_EQ(nice_seen[2], 10);  // background again once the buffer had emptied
+  EXPECT_FALSE(s->SavePending("default", "j1"));
 }
 
 }  // namespace

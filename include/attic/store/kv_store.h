@@ -53,7 +53,9 @@ struct StoreOptions {
   // Nice value of the writer thread (Linux, per thread): on a CPU server the asynchronous
   // save is CPU work, and at the default 10 it takes the cores only when the forward pass
   // leaves them idle or the write buffer is full (paper 3.2: saving off the critical
-  // path). 0 = the priority of the thread that opened the store.
+  // path). 0 = the priority of the thread that opened the store. While a caller waits for
+  // a queued save (KvStore::SavePending, a lookup of that session), the writer runs at
+  // nice 0 where the system allows raising it back.
   int writer_nice = 10;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
@@ -145,8 +147,10 @@ class KvStore {
   // a queued save of that session is never missed. Errors are logged.
   void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
   // Whether a Lookup of (tenant, session_id) would wait for a queued save now (a caller
-  // that must not block, like the scheduler's step loop, tries again later).
-  bool SavePending(const std::string& tenant, const std::string& session_id) const;
+  // that must not block, like the scheduler's step loop, tries again later). Either way
+  // a wait makes the writer urgent: it runs at normal priority (not writer_nice) until
+  // the write buffer is empty.
+  bool SavePending(const std::string& tenant, const std::string& session_id);
   // Waits until every queued save is done.
   void Flush();
   void RecordReuse(int n_tokens);
@@ -256,6 +260,9 @@ class KvStore {
   uint64_t async_saves_ = 0, save_waits_ = 0, lookup_waits_ = 0;
   double save_wait_ms_ = 0, lookup_wait_ms_ = 0;
   bool stop_writer_ = false;
+  int writer_tid_ = 0;         // the writer's thread id (for its priority)
+  bool writer_urgent_ = false;  // running at normal priority: a caller waits on a save
+  void SetWriterUrgentLocked(bool urgent);
   std::thread writer_;
 
   // The entry the prefetcher is reading from SSD now (guarded by mu_); a Fetch of it
