@@ -2,16 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "store/store_test_util.h"
@@ -22,6 +15,7 @@ namespace {
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
+using testing::WriterGate;
 
 // Every test entry below has 32 tokens of 2 layers x kv_dim 8: 8 KiB serialized.
 const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
@@ -647,50 +641,30 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
 TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
   StoreOptions o = Options(0);
   o.writer_nice = 10;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool hold = true;
-  std::vector<int> nice_seen;
-  o.before_async_save = [&] {
-    errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
-    std::unique_lock<std::mutex> lock(mu);
-    nice_seen.push_back(nice);
-    cv.notify_all();
-    cv.wait(lock, [&] { return !hold; });
-  };
+  WriterGate gate;
+  o.before_async_save = gate.Hook();
   auto opened = KvStore::Open(o);
   ASSERT_TRUE(opened.ok());
   auto s = std::move(opened).value();
-  auto release = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      hold = false;
-    }
-    cv.notify_all();
-  };
-  struct Release {  // a failed assertion must not leave the writer held (the store joins it)
-    std::function<void()> f;
-    ~Release() { f(); }
-  } release_at_exit{release};
+  WriterGate::ReleaseAtExit release{&gate};
+  gate.Hold();
   s->SaveAsync(Job(0));
   s->SaveAsync(Job(1));
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return !nice_seen.empty(); });
-  }
+  gate.WaitArrivals(1);
   EXPECT_FALSE(s->SavePending("default", "j9"));
   EXPECT_TRUE(s->SavePending("default", "j1"));  // job 1's save is awaited
-  release();
+  gate.Release();
   s->Flush();
-  ASSERT_EQ(nice_seen.size(), 2u);
-  EXPECT_EQ(nice_seen[0], 10);  // background
-  if (nice_seen[1] != 0 && geteuid() != 0) GTEST_SKIP() << "raising the writer's priority back is not permitted here";
-  EXPECT_EQ(nice_seen[1], 0);   // awaited
+  std::vector<int> nice = gate.nice_seen();
+  ASSERT_EQ(nice.size(), 2u);
+  EXPECT_EQ(nice[0], 10);  // background
+  if (nice[1] != 0 && geteuid() != 0) GTEST_SKIP() << "raising the writer's priority back is not permitted here";
+  EXPECT_EQ(nice[1], 0);   // awaited
   s->SaveAsync(Job(2));
   s->Flush();
-  ASSERT_EQ(nice_seen.size(), 3u);
-  EXPECT_EQ(nice_seen[2], 10);  // background again once the buffer had emptied
+  nice = gate.nice_seen();
+  ASSERT_EQ(nice.size(), 3u);
+  EXPECT_EQ(nice[2], 10);  // background again once the buffer had emptied
   EXPECT_FALSE(s->SavePending("default", "j1"));
 }
 

@@ -1,11 +1,17 @@
 // Helpers for the store tests: small random entries and scratch directories.
 #pragma once
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "attic/store/entry.h"
 
@@ -54,6 +60,54 @@ class ScratchDir {
 
  private:
   std::string path_;
+};
+
+// Holds the store's writer thread before each queued save (install Hook() as
+// StoreOptions::before_async_save) while Hold() is in effect, and records the writer's
+// nice value at each arrival. Declare the gate before the store (the hook refers to it)
+// and a ReleaseAtExit after it (destroyed first), so that a failed assertion never
+// leaves the writer held while the store's destructor joins it.
+class WriterGate {
+ public:
+  std::function<void()> Hook() {
+    return [this] {
+      const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+      std::unique_lock<std::mutex> lock(mu_);
+      nice_seen_.push_back(nice);
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !held_; });
+    };
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until the writer has reached the gate `n` times in all.
+  void WaitArrivals(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return nice_seen_.size() >= n; });
+  }
+  std::vector<int> nice_seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return nice_seen_;
+  }
+  struct ReleaseAtExit {
+    WriterGate* gate;
+    ~ReleaseAtExit() { gate->Release(); }
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  std::vector<int> nice_seen_;
 };
 
 }  // namespace attic::store::testing

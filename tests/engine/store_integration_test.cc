@@ -5,13 +5,11 @@
 
 #include <unistd.h>
 
-#include <condition_variable>
 #include <filesystem>
-#include <functional>
-#include <mutex>
 
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
+#include "store/store_test_util.h"
 #include "test_util.h"
 
 namespace attic::engine {
@@ -170,37 +168,19 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
 TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool hold = false;
+  store::testing::WriterGate gate;
   store::StoreOptions so;
   so.fingerprint = e->model().fingerprint();
   so.dram_bytes = 64 << 20;
-  so.before_async_save = [&] {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return !hold; });
-  };
+  so.before_async_save = gate.Hook();
   auto opened = store::KvStore::Open(so);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<store::KvStore> store = std::move(*opened);
-  auto release = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      hold = false;
-    }
-    cv.notify_all();
-  };
-  struct Release {  // a failed assertion must not leave the writer held (the store joins it)
-    std::function<void()> f;
-    ~Release() { f(); }
-  } release_at_exit{release};
+  store::testing::WriterGate::ReleaseAtExit release{&gate};
   Scheduler s(*e, NoResident());
   s.set_store(store.get());
   std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    hold = true;  // turn 1's save stays queued
-  }
+  gate.Hold();  // turn 1's save stays queued
   Turn a = RunTurn(s, first, "conv", 20);
   ASSERT_TRUE(a.finished);
   ASSERT_TRUE(store->SavePending("default", "conv"));
@@ -223,7 +203,7 @@ TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 1u);
   GenerationEvent ev;
   EXPECT_FALSE((*next_chan)->Pop(&ev, 0ms));
-  release();
+  gate.Release();
   store->Flush();
   std::string text;
   TokenUsage usage;
