@@ -304,7 +304,9 @@ void Scheduler::Admit(SchedClock::time_point now) {
     // lookup while other sequences could decode; with nothing running, the lookup's wait
     // blocks nobody (and the loop does not spin).
     Waiting& head = *waiting_.front();
-    if (store_ != nullptr && !running_.empty() && store_->SavePending(head.req.tenant, head.req.session_id)) {
+    if (store_ != nullptr && !running_.empty() &&
+        store_->SavePending(head.req.tenant, head.req.session_id,
+                            head.truncation.active ? head.truncation.store_view : *head.prompt)) {
       if (!head.deferred_for_save) ++load_stats_.deferred_for_save;
       head.deferred_for_save = true;
       break;

@@ -100,6 +100,7 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
     save_wait_ms_ += MsSince(t0);
   }
   pending_bytes_ += p.bytes;
+  p.prefix = pending_prefixes_.emplace(p.entry.tenant, p.entry.tokens);
   ++pending_tenants_[p.entry.tenant];
   if (!p.entry.session_id.empty()) ++pending_tenants_[SessionKey(p.entry.tenant, p.entry.session_id)];
   pending_.push_back(std::move(p));
@@ -137,6 +138,7 @@ void KvStore::WriterLoop() {
     lock.lock();
     --in_flight_;
     pending_bytes_ -= p.bytes;
+    pending_prefixes_.erase(p.prefix);
     if (--pending_tenants_[tenant] == 0) pending_tenants_.erase(tenant);
     if (!session.empty() && --pending_tenants_[session] == 0) pending_tenants_.erase(session);
     ++async_saves_;
@@ -146,22 +148,42 @@ void KvStore::WriterLoop() {
 
 // With a session id only that session's queued saves matter (its entry is what the
 // caller reads; a concurrent save of another session only adds a prefix candidate), so
-// one conversation's lookup does not wait for every other conversation's save.
-void KvStore::WaitForTenant(const std::string& tenant, const std::string& session_id) {
-  const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
+// one conversation's lookup does not wait for every other conversation's save. Without
+// one, only the tenant's queued saves that share a longer prefix with the request than
+// the stored entries do.
+bool KvStore::AwaitedLocked(const std::string& tenant, const std::string& session_id,
+                            const std::vector<int32_t>* tokens, int stored) const {
+  if (!session_id.empty()) return pending_tenants_.count(SessionKey(tenant, session_id)) != 0;
+  if (tokens == nullptr) return pending_tenants_.count(tenant) != 0;
+  const auto [first, last] = pending_prefixes_.equal_range(tenant);
+  for (auto it = first; it != last; ++it)
+    if (CommonPrefix(it->second, *tokens) > stored) return true;
+  return false;
+}
+
+int KvStore::StoredPrefix(const std::string& tenant, const std::vector<int32_t>& tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  return FindEntryLocked(tenant, "", tokens, &n) != nullptr ? n : 0;
+}
+
+void KvStore::WaitForTenant(const std::string& tenant, const std::string& session_id,
+                            const std::vector<int32_t>* tokens) {
+  const int stored = session_id.empty() && tokens != nullptr ? StoredPrefix(tenant, *tokens) : 0;
   std::unique_lock<std::mutex> lock(wmu_);
-  if (pending_tenants_.count(key) == 0) return;
+  if (!AwaitedLocked(tenant, session_id, tokens, stored)) return;
   SetWriterUrgentLocked(true);
   ++lookup_waits_;
   const auto t0 = std::chrono::steady_clock::now();
-  wcv_.wait(lock, [&] { return pending_tenants_.count(key) == 0; });
+  wcv_.wait(lock, [&] { return !AwaitedLocked(tenant, session_id, tokens, stored); });
   lookup_wait_ms_ += MsSince(t0);
 }
 
-bool KvStore::SavePending(const std::string& tenant, const std::string& session_id) {
-  const std::string key = session_id.empty() ? tenant : SessionKey(tenant, session_id);
+bool KvStore::SavePending(const std::string& tenant, const std::string& session_id,
+                          const std::vector<int32_t>& tokens) {
+  const int stored = session_id.empty() ? StoredPrefix(tenant, tokens) : 0;
   std::lock_guard<std::mutex> lock(wmu_);
-  if (pending_tenants_.count(key) == 0) return false;
+  if (!AwaitedLocked(tenant, session_id, &tokens, stored)) return false;
   SetWriterUrgentLocked(true);  // somebody waits for it: no longer background work
   return true;
 }
@@ -300,7 +322,7 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
 
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
                                           const std::vector<int32_t>& tokens) {
-  WaitForTenant(tenant, session_id);
+  WaitForTenant(tenant, session_id, &tokens);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
   auto m = FindLocked(tenant, session_id, tokens);

@@ -651,8 +651,8 @@ TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
   s->SaveAsync(Job(0));
   s->SaveAsync(Job(1));
   gate.WaitArrivals(1);
-  EXPECT_FALSE(s->SavePending("default", "j9"));
-  EXPECT_TRUE(s->SavePending("default", "j1"));  // job 1's save is awaited
+  EXPECT_FALSE(s->SavePending("default", "j9", Queued(9).tokens));
+  EXPECT_TRUE(s->SavePending("default", "j1", Queued(1).tokens));  // job 1's save is awaited
   gate.Release();
   s->Flush();
   std::vector<int> nice = gate.nice_seen();
@@ -665,7 +665,40 @@ TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
   nice = gate.nice_seen();
   ASSERT_EQ(nice.size(), 3u);
   EXPECT_EQ(nice[2], 10);  // background again once the buffer had emptied
-  EXPECT_FALSE(s->SavePending("default", "j1"));
+  EXPECT_FALSE(s->SavePending("default", "j1", Queued(1).tokens));
+}
+
+// Without a session id a lookup waits only for the tenant's queued saves that could give
+// it a longer match than the stored entries, not for every other conversation's save.
+TEST(KvStoreAsync, SessionlessLookupWaitsOnlyForSavesThatExtendItsMatch) {
+  StoreOptions o = Options(16);
+  WriterGate gate;
+  o.before_async_save = gate.Hook();
+  auto opened = KvStore::Open(o);
+  ASSERT_TRUE(opened.ok());
+  auto s = std::move(opened).value();
+  WriterGate::ReleaseAtExit release{&gate};
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 16))).ok());  // stored: tokens 0..15
+  auto concat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t> queued = concat(Range(0, 8), Range(100, 24));
+  gate.Hold();
+  s->SaveAsync(MakeEntry(queued));               // shares 8 tokens with the stored entry
+  s->SaveAsync(MakeEntry(Range(7000, 32), "", "other-tenant"));
+  gate.WaitArrivals(1);
+  // Stored 16-token match beats the queued entry's 8: no wait.
+  EXPECT_FALSE(s->SavePending("default", "", concat(Range(0, 16), Range(500, 4))));
+  EXPECT_FALSE(s->SavePending("default", "", Range(9000, 20)));  // shares nothing
+  // The queued entry would match 30 tokens, the stored one 8: wait for it.
+  const std::vector<int32_t> extends = concat(Range(0, 8), Range(100, 30));
+  EXPECT_TRUE(s->SavePending("default", "", extends));
+  EXPECT_EQ(s->Stats().lookup_waits, 0u);
+  gate.Release();
+  auto m = s->Lookup("default", "", extends);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->n_tokens, 32);  // the queued save was waited for, not missed
 }
 
 }  // namespace

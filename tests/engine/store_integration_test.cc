@@ -183,7 +183,7 @@ TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   gate.Hold();  // turn 1's save stays queued
   Turn a = RunTurn(s, first, "conv", 20);
   ASSERT_TRUE(a.finished);
-  ASSERT_TRUE(store->SavePending("default", "conv"));
+  ASSERT_TRUE(store->SavePending("default", "conv", first));
   // Another conversation decodes; then conv's next turn arrives.
   GenerationRequest bg;
   bg.prompt = *e->Tokenize("Once upon a time", true);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <mutex>
@@ -146,11 +147,13 @@ class KvStore {
   // same tenant, for a lookup without a session id) wait for its queued saves first, so
   // a queued save of that session is never missed. Errors are logged.
   void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
-  // Whether a Lookup of (tenant, session_id) would wait for a queued save now (a caller
-  // that must not block, like the scheduler's step loop, tries again later). Either way
-  // a wait makes the writer urgent: it runs at normal priority (not writer_nice) until
-  // the write buffer is empty.
-  bool SavePending(const std::string& tenant, const std::string& session_id);
+  // Whether a Lookup of (tenant, session_id, tokens) would wait for a queued save now (a
+  // caller that must not block, like the scheduler's step loop, tries again later). With
+  // a session id that is a queued save of the session; without, a queued save of the
+  // tenant sharing a longer prefix with `tokens` than any stored entry does. Either way a
+  // wait makes the writer urgent: it runs at normal priority (not writer_nice) until the
+  // write buffer is empty.
+  bool SavePending(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>& tokens);
   // Waits until every queued save is done.
   void Flush();
   void RecordReuse(int n_tokens);
@@ -227,7 +230,15 @@ class KvStore {
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
   void PrefetchLoop();
-  void WaitForTenant(const std::string& tenant, const std::string& session_id);
+  // Waits for the queued saves a lookup must not miss (see SavePending); `tokens` null:
+  // every queued save of the session, or of the tenant without a session id.
+  void WaitForTenant(const std::string& tenant, const std::string& session_id,
+                     const std::vector<int32_t>* tokens = nullptr);
+  // The longest common prefix of `tokens` with a stored entry of `tenant` (takes mu_).
+  int StoredPrefix(const std::string& tenant, const std::vector<int32_t>& tokens);
+  // REQUIRES: wmu_ held.
+  bool AwaitedLocked(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>* tokens,
+                     int stored) const;
 
   const StoreOptions options_;
   const Clock* clock_;
@@ -245,11 +256,15 @@ class KvStore {
   StoreStats stats_;
 
   // Write buffer (SaveAsync). Lock order: never hold mu_ while taking wmu_.
+  // Token ids of the queued and in-flight saves, by tenant (a session-less lookup waits
+  // only for those that could extend its match).
+  std::multimap<std::string, std::vector<int32_t>> pending_prefixes_;
   struct PendingSave {
     KvEntry entry;
     std::string replaces;
     int64_t ttl_ms = -1;
     uint64_t bytes = 0;
+    std::multimap<std::string, std::vector<int32_t>>::iterator prefix;
   };
   mutable std::mutex wmu_;
   std::condition_variable wcv_;
