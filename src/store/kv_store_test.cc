@@ -636,16 +636,22 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
   EXPECT_EQ(s->Stats().lookup_waits, 1u);
 }
 
+// A store whose writer stops at `gate` before each queued save.
+std::unique_ptr<KvStore> OpenGated(StoreOptions o, WriterGate* gate) {
+  o.before_async_save = gate->Hook();
+  auto opened = KvStore::Open(o);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return opened.ok() ? std::move(opened).value() : nullptr;
+}
+
 // The writer saves at background priority (writer_nice) until somebody waits for a queued
 // save: then it runs at normal priority until the write buffer is empty.
 TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
   StoreOptions o = Options(0);
   o.writer_nice = 10;
   WriterGate gate;
-  o.before_async_save = gate.Hook();
-  auto opened = KvStore::Open(o);
-  ASSERT_TRUE(opened.ok());
-  auto s = std::move(opened).value();
+  auto s = OpenGated(o, &gate);
+  ASSERT_NE(s, nullptr);
   WriterGate::ReleaseAtExit release{&gate};
   gate.Hold();
   s->SaveAsync(Job(0));
@@ -673,10 +679,8 @@ TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
 TEST(KvStoreAsync, SessionlessLookupWaitsOnlyForSavesThatExtendItsMatch) {
   StoreOptions o = Options(16);
   WriterGate gate;
-  o.before_async_save = gate.Hook();
-  auto opened = KvStore::Open(o);
-  ASSERT_TRUE(opened.ok());
-  auto s = std::move(opened).value();
+  auto s = OpenGated(o, &gate);
+  ASSERT_NE(s, nullptr);
   WriterGate::ReleaseAtExit release{&gate};
   ASSERT_TRUE(s->Save(MakeEntry(Range(0, 16))).ok());  // stored: tokens 0..15
   auto concat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
