@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "attic/engine/scheduler.h"
@@ -42,35 +43,39 @@ struct TurnSpec {
   int max_tokens = 0;
 };
 
+std::shared_ptr<ResultChannel> SubmitTurn(Scheduler& s, const TurnSpec& spec) {
+  GenerationRequest req;
+  req.prompt = spec.prompt;
+  req.sampling.max_tokens = spec.max_tokens;
+  req.session_id = spec.session;
+  auto chan = s.Submit(std::move(req));
+  EXPECT_TRUE(chan.ok()) << chan.status().ToString();
+  return chan.ok() ? *chan : nullptr;
+}
+
+// Moves the events `chan` has now into `turn` (text, then usage at the finish).
+void Drain(ResultChannel* chan, Turn* turn) {
+  GenerationEvent ev;
+  while (chan != nullptr && !turn->finished && chan->Pop(&ev, 0ms)) {
+    if (ev.kind == GenerationEvent::Kind::kText) {
+      turn->text += ev.text;
+    } else {
+      EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+      turn->usage = ev.usage;
+      turn->finished = true;
+    }
+  }
+}
+
 // Submits every turn at once and steps the scheduler until all have finished.
 std::vector<Turn> RunTurns(Scheduler& s, const std::vector<TurnSpec>& specs) {
   std::vector<std::shared_ptr<ResultChannel>> chans;
-  for (const TurnSpec& spec : specs) {
-    GenerationRequest req;
-    req.prompt = spec.prompt;
-    req.sampling.max_tokens = spec.max_tokens;
-    req.session_id = spec.session;
-    auto chan = s.Submit(std::move(req));
-    EXPECT_TRUE(chan.ok()) << chan.status().ToString();
-    chans.push_back(chan.ok() ? *chan : nullptr);
-  }
+  for (const TurnSpec& spec : specs) chans.push_back(SubmitTurn(s, spec));
   std::vector<Turn> turns(specs.size());
-  size_t done = 0;
-  for (int step = 0; step < 5000 && done < specs.size(); ++step) {
+  auto all_done = [&] { return std::all_of(turns.begin(), turns.end(), [](const Turn& t) { return t.finished; }); };
+  for (int step = 0; step < 5000 && !all_done(); ++step) {
     s.Step();
-    for (size_t i = 0; i < chans.size(); ++i) {
-      GenerationEvent ev;
-      while (chans[i] != nullptr && !turns[i].finished && chans[i]->Pop(&ev, 0ms)) {
-        if (ev.kind == GenerationEvent::Kind::kText) {
-          turns[i].text += ev.text;
-        } else {
-          EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
-          turns[i].usage = ev.usage;
-          turns[i].finished = true;
-          ++done;
-        }
-      }
-    }
+    for (size_t i = 0; i < chans.size(); ++i) Drain(chans[i].get(), &turns[i]);
   }
   return turns;
 }
@@ -185,44 +190,26 @@ TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   ASSERT_TRUE(a.finished);
   ASSERT_TRUE(store->SavePending("default", "conv", first));
   // Another conversation decodes; then conv's next turn arrives.
-  GenerationRequest bg;
-  bg.prompt = *e->Tokenize("Once upon a time", true);
-  bg.sampling.max_tokens = 60;
-  bg.session_id = "other";
-  auto bg_chan = s.Submit(std::move(bg));
-  ASSERT_TRUE(bg_chan.ok());
+  auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 60});
+  ASSERT_NE(bg_chan, nullptr);
   s.Step();  // bg admitted and prefilled
   std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
-  GenerationRequest next;
-  next.prompt = second;
-  next.sampling.max_tokens = 20;
-  next.session_id = "conv";
-  auto next_chan = s.Submit(std::move(next));
-  ASSERT_TRUE(next_chan.ok());
+  auto next_chan = SubmitTurn(s, {second, "conv", 20});
+  ASSERT_NE(next_chan, nullptr);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(s.Step(), 1);  // bg's decode rows only: conv's turn waits
   EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 1u);
   GenerationEvent ev;
-  EXPECT_FALSE((*next_chan)->Pop(&ev, 0ms));
+  EXPECT_FALSE(next_chan->Pop(&ev, 0ms));
   gate.Release();
   store->Flush();
-  std::string text;
-  TokenUsage usage;
-  bool finished = false;
-  for (int step = 0; step < 500 && !finished; ++step) {
+  Turn b;
+  for (int step = 0; step < 500 && !b.finished; ++step) {
     s.Step();
-    while (!finished && (*next_chan)->Pop(&ev, 0ms)) {
-      if (ev.kind == GenerationEvent::Kind::kText) {
-        text += ev.text;
-      } else {
-        ASSERT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
-        usage = ev.usage;
-        finished = true;
-      }
-    }
+    Drain(next_chan.get(), &b);
   }
-  ASSERT_TRUE(finished);
-  EXPECT_EQ(usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
-  EXPECT_EQ(text, Recompute(*e, second, 20));
+  ASSERT_TRUE(b.finished);
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
+  EXPECT_EQ(b.text, Recompute(*e, second, 20));
 }
 
 TEST(StoreIntegration, NextTurnReusesHistoryFromSsdAfterDemotion) {
@@ -459,13 +446,9 @@ TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
     store->Flush();
     std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
     for (int i = 0; i < 20; ++i) {
-      GenerationRequest req;
-      req.prompt = second;
-      req.sampling.max_tokens = 4;
-      req.session_id = "conv";
-      auto c = s.Submit(std::move(req));
-      ASSERT_TRUE(c.ok());
-      (*c)->Cancel();  // cancelled before (or right after) admission
+      auto c = SubmitTurn(s, {second, "conv", 4});
+      ASSERT_NE(c, nullptr);
+      c->Cancel();  // cancelled before (or right after) admission
       for (int k = 0; k < 3; ++k) s.Step();
     }
     // The store's entry and later turns are intact.
