@@ -152,25 +152,12 @@ void TransposedKernelT(const AttendParams& p, const TileJob& job, float* o, floa
   const float* vp[kChunk];
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   float* widened = p.kv.k_f16 != nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
-  // The next chunk's K and V rows are prefetched into L2 while this one is computed (as
-  // in the decode kernel): a tile over a long stored history streams its K/V from DRAM
-  // once or twice, and the scattered blocks defeat the hardware prefetcher.
-  const bool f16 = p.kv.k_f16 != nullptr;
-  const char* k_base = f16 ? reinterpret_cast<const char*>(p.kv.k_f16) : reinterpret_cast<const char*>(p.kv.k_pool);
-  const char* v_base = f16 ? reinterpret_cast<const char*>(p.kv.v_f16) : reinterpret_cast<const char*>(p.kv.v_pool);
-  const int64_t elem = f16 ? 2 : 4;
-  const int row_bytes = d * static_cast<int>(elem);
   int64_t off[kChunk];
   for (int c = job.slot_begin; c < max_lim; c += kChunk) {
     const int n = std::min(kChunk, max_lim - c);
     const int n8 = (n + 7) & ~7;
-    for (int j = c + kChunk; j < std::min(max_lim, c + 2 * kChunk); ++j) {
-      const int64_t at = map.Offset(p.indices ? p.indices[j] : j) * elem;
-      for (int b = 0; b < row_bytes; b += 64) {
-        _mm_prefetch(k_base + at + b, _MM_HINT_T1);
-        _mm_prefetch(v_base + at + b, _MM_HINT_T1);
-      }
-    }
+    // A tile over a long stored history streams its K/V from DRAM once or twice.
+    PrefetchKvRows(p.kv, map, p.indices, c + kChunk, std::min(max_lim, c + 2 * kChunk), d);
     for (int j = 0; j < n; ++j) off[j] = map.Offset(p.indices ? p.indices[c + j] : c + j);
     KvRows(p.kv, off, n, d, widened, kp, vp);
     for (int j = n; j < n8; ++j) {  // padding: valid rows, masked below
@@ -379,24 +366,10 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   alignas(64) float pbuf[R][kDecodeChunk];
   __m512 alpha[R];
-  // The next chunk's K and V rows are prefetched into L2 while this one is computed: the
-  // blocks of a sequence are scattered over the pool, and each short run (one block's
-  // rows of one head) otherwise starts with a full DRAM round trip the hardware
-  // prefetcher has not caught up with.
-  const int row_bytes = d * static_cast<int>(sizeof(T));
-  auto prefetch_chunk = [&](int c_next) {
-    const int end = std::min(max_lim, c_next + kDecodeChunk);
-    for (int j = c_next; j < end; ++j) {
-      const int64_t at = map.Offset(p.indices ? p.indices[j] : j);
-      for (int b = 0; b < row_bytes; b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(k_pool + at) + b, _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(v_pool + at) + b, _MM_HINT_T1);
-      }
-    }
-  };
-  if (job.slot_begin < max_lim) prefetch_chunk(job.slot_begin);
+  // The next chunk's K and V rows are prefetched while this one is computed.
+  PrefetchKvRows(p.kv, map, p.indices, job.slot_begin, std::min(max_lim, job.slot_begin + kDecodeChunk), d);
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
-    if (c + kDecodeChunk < max_lim) prefetch_chunk(c + kDecodeChunk);
+    PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kb[kGroups];
     const T* vb[kGroups];
     for (int gi = 0; gi < kGroups; ++gi) {

@@ -135,4 +135,28 @@ class SlotMap {
   int shift_;
 };
 
+// Prefetches into L2 the K and V rows of virtual slots [begin, end) (through `indices`
+// when set) of the head `map` addresses. The kernels call it for the chunk after the one
+// they compute: a sequence's blocks are scattered over the pool, and each short run (one
+// block's rows of one head) otherwise starts with a DRAM round trip the hardware
+// prefetcher has not caught up with.
+inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int32_t* indices, int begin, int end,
+                           int head_dim) {
+  const bool f16 = kv.k_f16 != nullptr;
+  const char* k = f16 ? reinterpret_cast<const char*>(kv.k_f16) : reinterpret_cast<const char*>(kv.k_pool);
+  const char* v = f16 ? reinterpret_cast<const char*>(kv.v_f16) : reinterpret_cast<const char*>(kv.v_pool);
+  const int64_t elem = f16 ? 2 : 4;
+  const int64_t row_bytes = head_dim * elem;
+  // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
+  // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
+  auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
+  for (int j = begin; j < end; ++j) {
+    const int64_t at = map.Offset(indices ? indices[j] : j) * elem;
+    for (int64_t b = 0; b < row_bytes; b += 64) {
+      prefetch(k + at + b);
+      prefetch(v + at + b);
+    }
+  }
+}
+
 }  // namespace attic::attention::internal
