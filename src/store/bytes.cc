@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "attic/core/status.h"
 
@@ -53,36 +54,33 @@ char* MapAligned(size_t capacity, char* from = nullptr, size_t from_capacity = 0
   return p;
 }
 
-// A pooled buffer of exactly `capacity` bytes, or nullptr when the pool is empty.
-// REQUIRES: pool.mu held.
-char* TakePooled(Pool& pool, size_t capacity) {
-  if (pool.free.empty()) return nullptr;
+// Takes the pooled buffer that best serves a request of `capacity` bytes off the list:
+// one at most a quarter larger (used as it is, its tail trimmed); else the largest smaller
+// one (grown: only the growth is new memory); else the smallest larger one (trimmed),
+// unless that would drop most of its pages (a later large entry is better served by it; a
+// small one is cheap to fault in). {nullptr, 0} when none. REQUIRES: pool.mu held.
+std::pair<char*, size_t> TakePooled(Pool& pool, size_t capacity) {
+  if (pool.free.empty()) return {nullptr, 0};
   auto it = pool.free.lower_bound(capacity);
-  // As it is: a buffer at most a quarter larger.
-  if (it != pool.free.end() && it->first - capacity <= it->first / 4) {
-    char* data = it->second;
-    const size_t got = it->first;
-    pool.free.erase(it);
-    pool.bytes -= got;
-    if (got == capacity) return data;
-    ::munmap(data + capacity, got - capacity);  // the spare tail (whole huge pages)
-    return data;
+  const bool fits = it != pool.free.end() && it->first - capacity <= it->first / 4;
+  if (!fits) {
+    if (it != pool.free.begin()) {
+      --it;
+    } else if (capacity < it->first / 2) {
+      return {nullptr, 0};
+    }
   }
-  // Else the largest smaller buffer, grown (only the growth is new memory), or failing
-  // that the smallest larger one shrunk, unless that would drop most of its pages (a
-  // later large entry is better served by it; a small one is cheap to fault in).
-  const bool grow = it != pool.free.begin();
-  if (grow) {
-    --it;
-  } else if (capacity < it->first / 2) {
-    return nullptr;
-  }
-  char* data = it->second;
-  const size_t got = it->first;
+  const std::pair<char*, size_t> taken{it->second, it->first};
   pool.free.erase(it);
-  pool.bytes -= got;
-  if (!grow) {
-    ::munmap(data + capacity, got - capacity);
+  pool.bytes -= taken.second;
+  return taken;
+}
+
+// `data` (a pooled mapping of `got` bytes) resized to `capacity`: the spare tail (whole
+// huge pages) unmapped, or grown by mremap. nullptr when growing fails (data is gone).
+char* Resize(char* data, size_t got, size_t capacity) {
+  if (got >= capacity) {
+    if (got > capacity) ::munmap(data + capacity, got - capacity);
     return data;
   }
   char* moved = MapAligned(capacity, data, got);
@@ -100,12 +98,14 @@ std::unique_ptr<Bytes> Bytes::Allocate(size_t size) {
     return std::unique_ptr<Bytes>(new Bytes(static_cast<char*>(p), size, capacity));
   }
   const size_t capacity = RoundUp(size, kHuge);
-  char* data = nullptr;
+  std::pair<char*, size_t> pooled;
   {
     Pool& pool = GetPool();
     std::lock_guard<std::mutex> lock(pool.mu);
-    data = TakePooled(pool, capacity);
+    pooled = TakePooled(pool, capacity);
   }
+  // The mapping calls run outside the pool's lock.
+  char* data = pooled.first != nullptr ? Resize(pooled.first, pooled.second, capacity) : nullptr;
   if (data == nullptr) data = MapAligned(capacity);
   ATTIC_CHECK(data != nullptr);
   return std::unique_ptr<Bytes>(new Bytes(data, size, capacity));
