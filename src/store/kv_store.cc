@@ -167,25 +167,28 @@ int KvStore::StoredPrefix(const std::string& tenant, const std::vector<int32_t>&
   return FindEntryLocked(tenant, "", tokens, &n) != nullptr ? n : 0;
 }
 
-void KvStore::WaitForTenant(const std::string& tenant, const std::string& session_id,
-                            const std::vector<int32_t>* tokens) {
+bool KvStore::AwaitQueuedSaves(const std::string& tenant, const std::string& session_id,
+                               const std::vector<int32_t>* tokens, bool wait) {
+  {
+    // Nothing queued for the session (or tenant): no prefix search.
+    std::lock_guard<std::mutex> lock(wmu_);
+    if (pending_tenants_.count(session_id.empty() ? tenant : SessionKey(tenant, session_id)) == 0) return false;
+  }
   const int stored = session_id.empty() && tokens != nullptr ? StoredPrefix(tenant, *tokens) : 0;
   std::unique_lock<std::mutex> lock(wmu_);
-  if (!AwaitedLocked(tenant, session_id, tokens, stored)) return;
-  SetWriterUrgentLocked(true);
+  if (!AwaitedLocked(tenant, session_id, tokens, stored)) return false;
+  SetWriterUrgentLocked(true);  // somebody waits for it: no longer background work
+  if (!wait) return true;
   ++lookup_waits_;
   const auto t0 = std::chrono::steady_clock::now();
   wcv_.wait(lock, [&] { return !AwaitedLocked(tenant, session_id, tokens, stored); });
   lookup_wait_ms_ += MsSince(t0);
+  return true;
 }
 
 bool KvStore::SavePending(const std::string& tenant, const std::string& session_id,
                           const std::vector<int32_t>& tokens) {
-  const int stored = session_id.empty() ? StoredPrefix(tenant, tokens) : 0;
-  std::lock_guard<std::mutex> lock(wmu_);
-  if (!AwaitedLocked(tenant, session_id, &tokens, stored)) return false;
-  SetWriterUrgentLocked(true);  // somebody waits for it: no longer background work
-  return true;
+  return AwaitQueuedSaves(tenant, session_id, &tokens, false);
 }
 
 void KvStore::Flush() {
@@ -322,7 +325,7 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
 
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
                                           const std::vector<int32_t>& tokens) {
-  WaitForTenant(tenant, session_id, &tokens);
+  AwaitQueuedSaves(tenant, session_id, &tokens, /*wait=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
   auto m = FindLocked(tenant, session_id, tokens);
@@ -514,7 +517,7 @@ void KvStore::RecordReuse(int n_tokens) {
 }
 
 StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant, session_id);
+  AwaitQueuedSaves(tenant, session_id, nullptr, /*wait=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
@@ -538,7 +541,7 @@ StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::
 }
 
 StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant, session_id);
+  AwaitQueuedSaves(tenant, session_id, nullptr, /*wait=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
@@ -548,7 +551,7 @@ StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant,
 }
 
 Status KvStore::EraseSession(const std::string& tenant, const std::string& session_id) {
-  WaitForTenant(tenant, session_id);
+  AwaitQueuedSaves(tenant, session_id, nullptr, /*wait=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");

@@ -230,12 +230,14 @@ class KvStore {
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
   void PrefetchLoop();
-  // Waits for the queued saves a lookup must not miss (see SavePending); `tokens` null:
-  // every queued save of the session, or of the tenant without a session id.
-  void WaitForTenant(const std::string& tenant, const std::string& session_id,
-                     const std::vector<int32_t>* tokens = nullptr);
   // The longest common prefix of `tokens` with a stored entry of `tenant` (takes mu_).
   int StoredPrefix(const std::string& tenant, const std::vector<int32_t>& tokens);
+  // Whether a lookup must wait for the queued saves it could read (see SavePending;
+  // `tokens` null: every queued save of the session, or of the tenant without a session
+  // id); then the writer is made urgent, and with `wait` the call waits for them. The
+  // prefix search runs only when something is queued.
+  bool AwaitQueuedSaves(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>* tokens,
+                        bool wait);
   // REQUIRES: wmu_ held.
   bool AwaitedLocked(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>* tokens,
                      int stored) const;
