@@ -2,14 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "attention/attention_internal.h"
 #include "attic/backend/cpu_features.h"
-
-#include <cmath>
-#include <random>
-#include <vector>
 
 namespace attic::attention {
 namespace {

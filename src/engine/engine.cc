@@ -44,10 +44,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
   if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
-  e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
-  e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens);
   if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF16)
     return InvalidArgumentError("the KV cache holds f32 or f16");
+  e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
+  e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens);
   kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
   shape.dtype = options.kv_dtype;
   int n_blocks = options.kv_cache_bytes > 0

@@ -311,7 +311,7 @@ void Scheduler::Admit(SchedClock::time_point now) {
       head.deferred_for_save = true;
       break;
     }
-    if (!TryAdmit(*waiting_.front(), now)) break;
+    if (!TryAdmit(head, now)) break;
     waiting_.pop_front();
   }
   if (store_ != nullptr) HintStore();

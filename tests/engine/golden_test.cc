@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(Stories, GoldenTest,
                            return s;
                          });
 
-// The f16 KV cache (the CLI's default) rounds K and V to f16 (~5e-4 relative): the
+// The f16 KV cache (`--kv-dtype f16`) rounds K and V to f16 (~5e-4 relative): the
 // reference's greedy tokens must survive that.
 TEST(Golden, F16KvCacheKeepsTheGreedyTokens) {
   auto golden = Golden();

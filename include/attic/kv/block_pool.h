@@ -6,7 +6,7 @@
 // Layout: for layer l and block b, K is [n_kv_heads][block_size][head_dim] elements of
 // shape().dtype (f32, or f16 to halve the bytes decode attention reads) at element
 // b * block_stride() of k_data(l), V likewise in v_data(l). Rows enter and leave as f32
-// (WriteRows / ReadKv convert).
+// (WriteRows / ReadRows convert).
 //
 // Thread-safety: BlockPool allocation is not thread-safe; the engine's step loop owns it.
 #pragma once
