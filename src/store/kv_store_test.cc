@@ -15,7 +15,7 @@ namespace {
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
-using testing::WriterGate;
+using testing::Gate;
 
 // Every test entry below has 32 tokens of 2 layers x kv_dim 8: 8 KiB serialized.
 const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
@@ -554,25 +554,13 @@ TEST(KvStorePrefetch, PrefetchDemotedBeforeItsRequestIsNotUseful) {
   EXPECT_EQ(st.prefetches_useful, 1u);
 }
 
-// A DRAM tier whose Put blocks while `hold` is set (a slow write).
-class GatedTier final : public Tier {
+// A DRAM tier whose Put blocks while the gate is held (a slow write).
+class GatedTier final : public Tier, public Gate {
  public:
   explicit GatedTier(uint64_t capacity) : inner_(capacity) {}
-  void Hold() {
-    std::lock_guard<std::mutex> l(mu_);
-    held_ = true;
-  }
-  void Release() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      held_ = false;
-    }
-    cv_.notify_all();
-  }
   TierLevel level() const override { return TierLevel::kDram; }
   Status Put(const std::string& key, std::string_view bytes) override {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return !held_; });
+    Pass();
     return inner_.Put(key, bytes);
   }
   StatusOr<std::string> Get(const std::string& key) override { return inner_.Get(key); }
@@ -585,9 +573,6 @@ class GatedTier final : public Tier {
 
  private:
   DramTier inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false;
 };
 
 TEST(KvStoreAsync, WaitTimesAreCounted) {
@@ -637,7 +622,7 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
 }
 
 // A store whose writer stops at `gate` before each queued save.
-std::unique_ptr<KvStore> OpenGated(StoreOptions o, WriterGate* gate) {
+std::unique_ptr<KvStore> OpenGated(StoreOptions o, Gate* gate) {
   o.before_async_save = gate->Hook();
   auto opened = KvStore::Open(o);
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
@@ -649,10 +634,10 @@ std::unique_ptr<KvStore> OpenGated(StoreOptions o, WriterGate* gate) {
 TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
   StoreOptions o = Options(0);
   o.writer_nice = 10;
-  WriterGate gate;
+  Gate gate;
   auto s = OpenGated(o, &gate);
   ASSERT_NE(s, nullptr);
-  WriterGate::ReleaseAtExit release{&gate};
+  Gate::ReleaseAtExit release{&gate};
   gate.Hold();
   s->SaveAsync(Job(0));
   s->SaveAsync(Job(1));
@@ -678,10 +663,10 @@ TEST(KvStoreAsync, WriterRunsAtNormalPriorityWhileASaveIsAwaited) {
 // it a longer match than the stored entries, not for every other conversation's save.
 TEST(KvStoreAsync, SessionlessLookupWaitsOnlyForSavesThatExtendItsMatch) {
   StoreOptions o = Options(16);
-  WriterGate gate;
+  Gate gate;
   auto s = OpenGated(o, &gate);
   ASSERT_NE(s, nullptr);
-  WriterGate::ReleaseAtExit release{&gate};
+  Gate::ReleaseAtExit release{&gate};
   ASSERT_TRUE(s->Save(MakeEntry(Range(0, 16))).ok());  // stored: tokens 0..15
   auto concat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
     a.insert(a.end(), b.begin(), b.end());

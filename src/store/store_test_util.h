@@ -62,21 +62,23 @@ class ScratchDir {
   std::string path_;
 };
 
-// Holds the store's writer thread before each queued save (install Hook() as
-// StoreOptions::before_async_save) while Hold() is in effect, and records the writer's
-// nice value at each arrival. Declare the gate before the store (the hook refers to it)
-// and a ReleaseAtExit after it (destroyed first), so that a failed assertion never
-// leaves the writer held while the store's destructor joins it.
-class WriterGate {
+// A gate threads pass through (Pass) unless it is held, recording each passing thread's
+// nice value. Tests hold the store's writer before each queued save with it (install
+// Hook() as StoreOptions::before_async_save), or a tier's writes. Declare the gate before
+// the store (the hook refers to it) and a ReleaseAtExit after it (destroyed first), so
+// that a failed assertion never leaves the writer held while the store's destructor
+// joins it.
+class Gate {
  public:
+  void Pass() {
+    const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+    std::unique_lock<std::mutex> lock(mu_);
+    nice_seen_.push_back(nice);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !held_; });
+  }
   std::function<void()> Hook() {
-    return [this] {
-      const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
-      std::unique_lock<std::mutex> lock(mu_);
-      nice_seen_.push_back(nice);
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return !held_; });
-    };
+    return [this] { Pass(); };
   }
   void Hold() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -89,7 +91,7 @@ class WriterGate {
     }
     cv_.notify_all();
   }
-  // Blocks until the writer has reached the gate `n` times in all.
+  // Blocks until threads have reached the gate `n` times in all.
   void WaitArrivals(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return nice_seen_.size() >= n; });
@@ -99,7 +101,7 @@ class WriterGate {
     return nice_seen_;
   }
   struct ReleaseAtExit {
-    WriterGate* gate;
+    Gate* gate;
     ~ReleaseAtExit() { gate->Release(); }
   };
 

@@ -173,7 +173,7 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
 TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
-  store::testing::WriterGate gate;
+  store::testing::Gate gate;
   store::StoreOptions so;
   so.fingerprint = e->model().fingerprint();
   so.dram_bytes = 64 << 20;
@@ -181,7 +181,7 @@ TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   auto opened = store::KvStore::Open(so);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<store::KvStore> store = std::move(*opened);
-  store::testing::WriterGate::ReleaseAtExit release{&gate};
+  store::testing::Gate::ReleaseAtExit release{&gate};
   Scheduler s(*e, NoResident());
   s.set_store(store.get());
   std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
