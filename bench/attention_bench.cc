@@ -9,7 +9,9 @@
 // through n_layers KV layers (the shape of a returning conversation's step).
 // Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
 //
-// Usage: attention_bench [--threads N] [--reps N] [--json-only]
+// Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
+//
+// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--json-only]
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
 // Output: a human table, then one JSON object on the last line.
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "attic/attention/attention.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
+#include "attic/kv/block_pool.h"
 #include "attic/tensor/dtype.h"
 
 namespace {
@@ -60,12 +63,12 @@ struct Layer {
   KvLayerView view;
 };
 
-constexpr int kBlockSize = 16;
+int g_block_size = attic::kv::kDefaultBlockSize;
 
 Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
   Layer l;
-  const int n_blocks = (n_slots + kBlockSize - 1) / kBlockSize;
-  const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * kBlockSize * m.head_dim;
+  const int n_blocks = (n_slots + g_block_size - 1) / g_block_size;
+  const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * g_block_size * m.head_dim;
   l.table.resize(n_blocks);
   for (int i = 0; i < n_blocks; ++i) l.table[i] = i;
   std::shuffle(l.table.begin(), l.table.end(), rng);
@@ -86,7 +89,7 @@ Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
     l.view.v_pool = l.v.p;
   }
   l.view.block_stride = stride;
-  l.view.block_size = kBlockSize;
+  l.view.block_size = g_block_size;
   l.view.block_table = l.table.data();
   l.view.n_slots = n_slots;
   return l;
@@ -182,10 +185,12 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) {
+      g_block_size = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--json-only")) {
       json_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--reps N] [--json-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--reps N] [--block-size N] [--json-only]\n", argv[0]);
       return 2;
     }
   }
@@ -202,14 +207,15 @@ int main(int argc, char** argv) {
   }
   const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());
   if (!json_only) {
-    std::printf("attention_bench  isa=%s threads=%d (best of %d)\n", isa, threads, reps);
+    std::printf("attention_bench  isa=%s threads=%d block_size=%d (best of %d)\n", isa, threads, g_block_size, reps);
     std::printf("%-14s %-8s %-4s %6s %12s %10s %10s\n", "model", "mode", "kv", "n", "ms/layer", "GFLOP/s", "KV GB/s");
     for (const Result& r : results) {
       std::printf("%-14s %-8s %-4s %6d %12.4f %10.1f %10s\n", r.model.c_str(), r.mode.c_str(), r.kv.c_str(), r.n, r.ms, r.gflops,
                   r.gbps > 0 ? std::to_string(r.gbps).substr(0, 6).c_str() : "-");
     }
   }
-  std::printf("{\"bench\":\"attention\",\"isa\":\"%s\",\"threads\":%d,\"results\":[", isa, threads);
+  std::printf("{\"bench\":\"attention\",\"isa\":\"%s\",\"threads\":%d,\"block_size\":%d,\"results\":[", isa, threads,
+              g_block_size);
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::printf("%s{\"model\":\"%s\",\"mode\":\"%s\",\"kv\":\"%s\",\"n\":%d,\"ms_per_layer\":%.5f,\"gflops\":%.2f,\"kv_gbps\":%.2f}",

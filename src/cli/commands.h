@@ -22,6 +22,7 @@ struct ModelFlags {
   int batch = 512;
   std::string chat_template;
   std::string kv_dtype = "f32";
+  int kv_block_size = kv::kDefaultBlockSize;
 };
 
 // The default model: $ATTIC_MODEL, else ../shared/models/stories260K-hf.

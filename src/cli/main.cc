@@ -23,6 +23,11 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
                   "batching) or f16 (half the memory per token)")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
+  cmd->add_option("--kv-block-size", f->kv_block_size,
+                  "tokens per block of the compute buffer's KV cache (longer blocks: faster decode attention, "
+                  "more slots reserved per sequence)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
 }
 
 engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
@@ -33,6 +38,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
   o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
+  o.kv_block_size = f.kv_block_size;
   o.show_progress = progress;
   return o;
 }

@@ -61,6 +61,21 @@ TEST(Cli, GeneratesGoldenStory) {
   EXPECT_NE(r.out.find(", there was a little girl named Lily."), std::string::npos) << r.out;
 }
 
+// The KV block size is layout only: greedy output is the same with one-token blocks,
+// 16-token blocks (60 tokens cross several) and the default.
+TEST(Cli, GreedyOutputDoesNotDependOnTheKvBlockSize) {
+  const std::string args = "generate -m " + Stories() + " -p 'Once upon a time' -n 60";
+  auto text = [](const Result& r) { return r.out.substr(0, r.out.find("[prompt")); };  // without the timings
+  Result def = RunAttic(args);
+  ASSERT_EQ(def.exit_code, 0) << def.out;
+  EXPECT_NE(def.out.find(", there was a little girl named Lily."), std::string::npos) << def.out;
+  for (const char* bs : {"1", "16"}) {
+    Result r = RunAttic(args + " --kv-block-size " + bs);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(text(r), text(def)) << "--kv-block-size " << bs;
+  }
+}
+
 TEST(Cli, MissingModelDirectory) { ExpectCleanError(RunAttic("generate -m /nonexistent/dir -p hi"), "/nonexistent/dir"); }
 
 TEST(Cli, MissingSafetensors) {

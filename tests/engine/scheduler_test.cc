@@ -21,6 +21,7 @@ std::unique_ptr<Engine> LoadStories(int max_batch_tokens, int64_t kv_bytes) {
   o.n_threads = 2;
   o.max_batch_tokens = max_batch_tokens;
   o.kv_cache_bytes = kv_bytes;
+  o.kv_block_size = 16;  // the budget tests below count in blocks of 16 tokens
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(*e) : nullptr;

@@ -27,7 +27,7 @@ struct EngineOptions {
   int n_threads = 0;            // 0 = every online CPU
   int context_length = 0;       // 0 = the model's max_position_embeddings
   int max_batch_tokens = 512;   // tokens per forward step (prefill chunk size)
-  int kv_block_size = 16;       // tokens per KV block
+  int kv_block_size = kv::kDefaultBlockSize;  // tokens per KV block
   int64_t kv_cache_bytes = 0;   // compute-buffer KV budget; 0 = one full context
   DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, or kF16 (half the bytes)
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
