@@ -717,6 +717,7 @@ json Summarize(const RunResult& r) {
            {"save_waits", metric("attic_kv_store_save_waits_total")},
            {"lookup_waits", metric("attic_kv_store_lookup_waits_total")},
            {"lookup_wait_s", metric("attic_kv_store_lookup_wait_seconds_total")},
+           {"write_buffer_hits", metric("attic_kv_store_write_buffer_hits_total")},
            {"admissions_deferred_for_save", metric("attic_kv_admissions_deferred_total")}}},
          // Where loading stored KV spent its time (servers that export it).
          {"kv_load",

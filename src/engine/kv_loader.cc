@@ -63,19 +63,35 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
   cv_.notify_all();
 }
 
+const float* LoadJob::K(int layer, int row) const {
+  if (queued) {
+    const store::KvEntry& e = *queued;
+    if (row < e.base.n_rows) return e.base.k(layer) + static_cast<size_t>(row) * e.kv_dim;
+    return e.k[layer].data() + static_cast<size_t>(row - e.base.n_rows) * e.kv_dim;
+  }
+  const size_t kvd = entry.header.meta.kv_dim;
+  return store::EntryLayerK(*entry.bytes, entry.header, layer) + row * kvd;
+}
+
+const float* LoadJob::V(int layer, int row) const {
+  if (queued) {
+    const store::KvEntry& e = *queued;
+    if (row < e.base.n_rows) return e.base.v(layer, e.kv_dim) + static_cast<size_t>(row) * e.kv_dim;
+    return e.v[layer].data() + static_cast<size_t>(row - e.base.n_rows) * e.kv_dim;
+  }
+  const size_t kvd = entry.header.meta.kv_dim;
+  return store::EntryLayerV(*entry.bytes, entry.header, layer) + row * kvd;
+}
+
 void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
   const int kvd = pool_.shape().kv_dim();
-  const std::string_view bytes(*job.entry.bytes);
-  const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
-  const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
   // K rotated into a row buffer (one token: stays in L1), then stored with V.
   thread_local std::vector<float> krow;
   krow.resize(static_cast<size_t>(kvd));
   const int hd = pool_.shape().head_dim;
   for (int i = first; i < first + m; ++i) {
-    const size_t src = static_cast<size_t>(job.rows[i]) * kvd;
-    rope_.ApplyToken(ek + src, krow.data(), n_kv_heads_, hd, job.positions[i]);
-    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), ev + src);
+    rope_.ApplyToken(job.K(layer, job.rows[i]), krow.data(), n_kv_heads_, hd, job.positions[i]);
+    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), job.V(layer, job.rows[i]));
   }
 }
 
@@ -83,17 +99,14 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
   const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
   const int n = static_cast<int>(job.rows.size());
   if (job.host_k != nullptr) {  // pre-RoPE copy of the (non-prefix) rows, for saving the turn
-    const std::string_view bytes(*job.entry.bytes);
-    const float* ek = store::EntryLayerK(bytes, job.entry.header, layer);
-    const float* ev = store::EntryLayerV(bytes, job.entry.header, layer);
     auto& hk = (*job.host_k)[layer];
     auto& hv = (*job.host_v)[layer];
     hk.resize(static_cast<size_t>(n) * kvd);
     hv.resize(static_cast<size_t>(n) * kvd);
     for (int i = 0; i < n; ++i) {
-      const size_t src = static_cast<size_t>(job.rows[i]) * kvd, dst = static_cast<size_t>(i) * kvd;
-      std::memcpy(hk.data() + dst, ek + src, kvd * sizeof(float));
-      std::memcpy(hv.data() + dst, ev + src, kvd * sizeof(float));
+      const size_t dst = static_cast<size_t>(i) * kvd;
+      std::memcpy(hk.data() + dst, job.K(layer, job.rows[i]), kvd * sizeof(float));
+      std::memcpy(hv.data() + dst, job.V(layer, job.rows[i]), kvd * sizeof(float));
     }
   }
   // One block of slots per task (EnterRows: each row's K rotated, then K and V stored).

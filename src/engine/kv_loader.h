@@ -32,7 +32,10 @@ class KvLoader;
 
 // Stored KV entering the compute buffer: slot i of the sequence <- entry row rows[i].
 struct LoadJob {
+  // The source: a stored entry's bytes, or (read-through of the write buffer) the entry
+  // of a save still queued, shared with the store's writer.
   store::KvStore::Fetched entry;
+  std::shared_ptr<const store::KvEntry> queued;
   std::vector<int> rows;             // entry rows, in slot order
   std::vector<int32_t> blocks;       // the sequence's first blocks (covering the rows)
   std::vector<int32_t> positions;    // the slots' positions (RoPE)
@@ -47,7 +50,10 @@ struct LoadJob {
   // forward computes them (so they are still in cache when attention reads them).
   KvLoader* inline_loader = nullptr;
   backend::ThreadPool* inline_threads = nullptr;
-  int n_layers() const { return entry.header.meta.n_layers; }
+  int n_layers() const { return queued ? queued->n_layers : entry.header.meta.n_layers; }
+  // Pre-RoPE K and V of the source's row `row` in `layer` ([kv_dim] f32 each).
+  const float* K(int layer, int row) const;
+  const float* V(int layer, int row) const;
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
   // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
   // seconds spent waiting (0 for inline entering, whose time is enter_seconds).

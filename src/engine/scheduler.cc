@@ -299,12 +299,17 @@ void Scheduler::Admit(SchedClock::time_point now) {
     ++it;
   }
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
-    // A conversation's next turn whose previous turn is still being saved waits in the
-    // queue (first come, first served) rather than blocking the step loop in the store's
-    // lookup while other sequences could decode; with nothing running, the lookup's wait
-    // blocks nobody (and the loop does not spin).
+    // A conversation's next turn whose previous turn is still being saved reads that
+    // turn's KV from the write buffer. A lookup that cannot (no session id: a prefix
+    // search; truncation) and would wait for a queued save waits in the queue (first
+    // come, first served) rather than blocking the step loop in the store's lookup while
+    // other sequences could decode; with nothing running, the lookup's wait blocks
+    // nobody (and the loop does not spin).
     Waiting& head = *waiting_.front();
+    int common = 0;
     if (store_ != nullptr && !running_.empty() &&
+        (head.truncation.active ||
+         store_->ReadQueuedSave(head.req.tenant, head.req.session_id, *head.prompt, &common) == nullptr) &&
         store_->SavePending(head.req.tenant, head.req.session_id,
                             head.truncation.active ? head.truncation.store_view : *head.prompt)) {
       if (!head.deferred_for_save) ++load_stats_.deferred_for_save;

@@ -66,10 +66,73 @@ static bool GatherTruncated(const Truncation& t, int c, int cap, std::vector<int
   return !rows->empty();
 }
 
+// The session's previous turn is still in the write buffer: its KV is read from there
+// (the store's writer shares the entry `e`, whose tokens share `common` with the
+// prompt) instead of waiting for the save.
+bool Scheduler::LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEntry> e, int common, int min_tokens) {
+  const std::vector<int32_t>& prompt = *r.prompt;
+  const kv::KvShape& shape = pool_.shape();
+  const int usable = std::min(common, static_cast<int>(prompt.size()) - 1);
+  if (usable < min_tokens || e->n_layers != shape.n_layers || e->kv_dim != shape.kv_dim()) return false;
+  EnsureFree(BlocksFor(usable), nullptr);
+  auto seq = std::make_unique<kv::SequenceKv>(&pool_);
+  if (!seq->Append(e->tokens.data(), e->positions.data(), usable).ok()) return false;
+  // The turn's own save needs the rows' pre-RoPE KV: the entry's stored history in
+  // place, then a copy of the rows the queued save adds (the previous turn's).
+  auto host = std::make_unique<HostKv>();
+  host->base = e->base;
+  host->base.n_rows = std::min(e->base.n_rows, usable);
+  host->Reserve(shape.n_layers, std::max(r.max_slots, usable), shape.kv_dim());
+  if (usable > e->base.n_rows) {
+    const size_t n = static_cast<size_t>(usable - e->base.n_rows) * shape.kv_dim();
+    for (int l = 0; l < shape.n_layers; ++l) {
+      host->k[l].assign(e->k[l].begin(), e->k[l].begin() + n);
+      host->v[l].assign(e->v[l].begin(), e->v[l].begin() + n);
+    }
+  }
+  auto job = std::make_shared<LoadJob>();
+  job->rows.resize(usable);
+  for (int i = 0; i < usable; ++i) job->rows[i] = i;
+  job->blocks = seq->block_table();
+  job->positions = seq->positions();
+  job->queued = std::move(e);
+  ++load_stats_.loads;
+  ++load_stats_.write_buffer_loads;
+  StartLoad(r, std::move(job));
+  r.kv = std::move(seq);
+  r.host = std::move(host);
+  store_->RecordWriteBufferHit();
+  store_->RecordReuse(usable);
+  return true;
+}
+
+// Hands a load job to the loader the way KvPreload says.
+void Scheduler::StartLoad(Running& r, std::shared_ptr<LoadJob> job) {
+  if (options_.kv_preload == KvPreload::kLayerwise) {
+    ++load_stats_.layerwise_loads;
+    Loader().Enter(job);  // the step's forward waits per layer
+  } else if (options_.kv_preload == KvPreload::kInline) {
+    ++load_stats_.layerwise_loads;
+    job->inline_loader = &Loader();  // the step's forward enters each layer first
+    job->inline_threads = &engine_.threads();
+  } else {
+    Loader().EnterNow(*job, engine_.threads());
+    load_stats_.enter_seconds += job->enter_seconds;
+  }
+  r.load.job = std::move(job);
+}
+
 bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   const std::vector<int32_t>& prompt = *r.prompt;
   const bool trunc = r.truncation.active;
   if (trunc && options_.truncate_recompute) return false;  // TT: recompute what is kept
+  if (!trunc) {
+    int common = 0;
+    auto queued = store_->ReadQueuedSave(r.req.tenant, r.req.session_id, prompt, &common);
+    // The session's newest state: a stored entry would be an older one (waiting for the
+    // save would block the step loop for nothing).
+    if (queued != nullptr) return LoadFromQueuedSave(r, std::move(queued), common, min_tokens);
+  }
   auto m = store_->Lookup(r.req.tenant, r.req.session_id, trunc ? r.truncation.store_view : prompt);
   if (!m) return false;
   // Entry rows to reuse, in slot order. At least the last prompt token is computed, so
@@ -126,18 +189,7 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   if (!trunc && usable == m->entry_tokens) r.store_key = m->key;  // the new turn's entry supersedes it
   job->entry = std::move(*f);
   ++load_stats_.loads;
-  if (options_.kv_preload == KvPreload::kLayerwise) {
-    ++load_stats_.layerwise_loads;
-    Loader().Enter(job);  // the step's forward waits per layer
-  } else if (options_.kv_preload == KvPreload::kInline) {
-    ++load_stats_.layerwise_loads;
-    job->inline_loader = &Loader();  // the step's forward enters each layer first
-    job->inline_threads = &engine_.threads();
-  } else {
-    Loader().EnterNow(*job, engine_.threads());
-    load_stats_.enter_seconds += job->enter_seconds;
-  }
-  r.load.job = std::move(job);
+  StartLoad(r, std::move(job));
   r.kv = std::move(seq);
   r.host = std::move(host);
   store_->RecordReuse(usable);

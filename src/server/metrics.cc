@@ -159,6 +159,9 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   Line(&out, "attic_kv_store_hits_total", "tier=\"dram\"", static_cast<double>(s.hits_dram));
   Line(&out, "attic_kv_store_hits_total", "tier=\"ssd\"", static_cast<double>(s.hits_ssd));
   counter("attic_kv_store_misses_total", "KV store lookups that found nothing.", s.misses);
+  counter("attic_kv_store_write_buffer_hits_total",
+          "DRAM hits read from a save still in the write buffer (the session's next turn did not wait for it).",
+          s.write_buffer_hits);
   counter("attic_kv_store_reused_tokens_total", "Prompt tokens whose KV came from the store.", s.reused_tokens);
   counter("attic_kv_store_saves_total", "Turns saved into the store.", s.saves);
   counter("attic_kv_store_async_saves_total", "Saves done by the store's writer thread.", s.async_saves);

@@ -87,9 +87,10 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
     if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
     return;
   }
+  Stamp(&entry, ttl_ms);  // the TTL runs from the end of the turn
   PendingSave p;
   p.bytes = EntryKvBytes(entry);
-  p.entry = std::move(entry);
+  p.entry = std::make_shared<const KvEntry>(std::move(entry));
   p.replaces = replaces;
   p.ttl_ms = ttl_ms;
   std::unique_lock<std::mutex> lock(wmu_);
@@ -100,9 +101,9 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
     save_wait_ms_ += MsSince(t0);
   }
   pending_bytes_ += p.bytes;
-  p.prefix = pending_prefixes_.emplace(p.entry.tenant, p.entry.tokens);
-  ++pending_tenants_[p.entry.tenant];
-  if (!p.entry.session_id.empty()) ++pending_tenants_[SessionKey(p.entry.tenant, p.entry.session_id)];
+  p.prefix = pending_prefixes_.emplace(p.entry->tenant, p.entry->tokens);
+  ++pending_tenants_[p.entry->tenant];
+  if (!p.entry->session_id.empty()) ++pending_tenants_[SessionKey(p.entry->tenant, p.entry->session_id)];
   pending_.push_back(std::move(p));
   wcv_.notify_all();
 }
@@ -128,15 +129,17 @@ void KvStore::WriterLoop() {
     PendingSave p = std::move(pending_.front());
     pending_.pop_front();
     ++in_flight_;
+    writing_ = p.entry;
     lock.unlock();
-    const std::string tenant = p.entry.tenant;
+    const std::string tenant = p.entry->tenant;
     const std::string session =
-        p.entry.session_id.empty() ? std::string() : SessionKey(p.entry.tenant, p.entry.session_id);
+        p.entry->session_id.empty() ? std::string() : SessionKey(p.entry->tenant, p.entry->session_id);
     if (options_.before_async_save) options_.before_async_save();
-    Status st = Save(std::move(p.entry), p.replaces, p.ttl_ms);
+    Status st = Place(*p.entry, p.replaces);
     if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
     lock.lock();
     --in_flight_;
+    writing_.reset();
     pending_bytes_ -= p.bytes;
     pending_prefixes_.erase(p.prefix);
     if (--pending_tenants_[tenant] == 0) pending_tenants_.erase(tenant);
@@ -191,6 +194,35 @@ bool KvStore::SavePending(const std::string& tenant, const std::string& session_
   return AwaitQueuedSaves(tenant, session_id, &tokens, false);
 }
 
+std::shared_ptr<const KvEntry> KvStore::ReadQueuedSave(const std::string& tenant, const std::string& session_id,
+                                                       const std::vector<int32_t>& tokens, int* n_common) const {
+  if (session_id.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(wmu_);
+  if (pending_tenants_.count(SessionKey(tenant, session_id)) == 0) return nullptr;
+  auto mine = [&](const std::shared_ptr<const KvEntry>& e) {
+    return e != nullptr && e->tenant == tenant && e->session_id == session_id;
+  };
+  std::shared_ptr<const KvEntry> newest = writing_;  // queued saves are newer than it
+  for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+    if (mine(it->entry)) {
+      newest = it->entry;
+      break;
+    }
+  }
+  if (!mine(newest)) return nullptr;
+  const int n = CommonPrefix(newest->tokens, tokens);
+  if (n == 0) return nullptr;
+  *n_common = n;
+  return newest;
+}
+
+void KvStore::RecordWriteBufferHit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.lookups;
+  ++stats_.hits_dram;
+  ++stats_.write_buffer_hits;
+}
+
 void KvStore::Flush() {
   std::unique_lock<std::mutex> lock(wmu_);
   wcv_.wait(lock, [&] { return pending_.empty() && in_flight_ == 0; });
@@ -218,7 +250,7 @@ Status KvStore::Rebuild() {
       info.key = key;
       info.tenant = entry.tenant;
       info.session_id = entry.session_id;
-      info.tokens = std::move(entry.tokens);
+      info.tokens = entry.tokens;
       info.bytes = read->bytes->size();
       info.tier = tier->level();
       info.expires_at_ms = entry.expires_at_ms;
@@ -373,11 +405,19 @@ bool KvStore::PromoteLocked(const std::string& key, SharedBytes bytes) {
   return false;
 }
 
+void KvStore::Stamp(KvEntry* entry, int64_t ttl_ms) const {
+  if (entry->fingerprint.empty()) entry->fingerprint = options_.fingerprint;
+  const int64_t ttl = ttl_ms < 0 ? options_.default_ttl_ms : ttl_ms;
+  entry->expires_at_ms = ttl == 0 ? 0 : clock_->NowMs() + ttl;
+}
+
 Status KvStore::Save(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
-  if (entry.fingerprint.empty()) entry.fingerprint = options_.fingerprint;
+  Stamp(&entry, ttl_ms);
+  return Place(entry, replaces);
+}
+
+Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
   if (entry.fingerprint != options_.fingerprint) return InvalidArgumentError("KV entry of another model");
-  int64_t ttl = ttl_ms < 0 ? options_.default_ttl_ms : ttl_ms;
-  entry.expires_at_ms = ttl == 0 ? 0 : clock_->NowMs() + ttl;
   ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<Bytes> serialized, SerializeEntryBytes(entry));
   SharedBytes bytes(std::move(serialized));
   const std::string key = entry.key().ToString();

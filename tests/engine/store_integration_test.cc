@@ -170,7 +170,77 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
 // A turn whose session is still being saved waits in the queue while the other running
 // sequences keep decoding (the step loop never blocks on the save), then reuses the
 // saved history once it is stored.
-TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
+// A conversation's next turn arriving while its previous turn is still in the write
+// buffer reads that turn's KV from there (paper 3.2: the next job never waits for a
+// save), turn after turn, with or without stored history under it.
+TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  store::testing::Gate gate;
+  store::StoreOptions so;
+  so.fingerprint = e->model().fingerprint();
+  so.dram_bytes = 64 << 20;
+  so.before_async_save = gate.Hook();
+  auto opened = store::KvStore::Open(so);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<store::KvStore> store = std::move(*opened);
+  store::testing::Gate::ReleaseAtExit release{&gate};
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  std::vector<int32_t> t1 = *e->Tokenize("Lily had a red ball. She", true);
+  gate.Hold();  // no save is stored until the gate opens
+  ASSERT_TRUE(RunTurn(s, t1, "conv", 12).finished);
+  // Turn 2 while turn 1's save is queued; another conversation decodes meanwhile.
+  auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 40});
+  ASSERT_NE(bg_chan, nullptr);
+  s.Step();
+  std::vector<int32_t> t2 = NextTurn(*e, t1, 12, " Then they went home.");
+  Turn b = RunTurn(s, t2, "conv", 12);
+  ASSERT_TRUE(b.finished);
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(t1.size()) + 12 - 1);
+  EXPECT_EQ(b.text, Recompute(*e, t2, 12));
+  // Turn 3 reads turn 2's queued save (which holds turn 1's rows as its own).
+  std::vector<int32_t> t3 = NextTurn(*e, t2, 12, " The sun was warm.");
+  Turn c = RunTurn(s, t3, "conv", 12);
+  ASSERT_TRUE(c.finished);
+  EXPECT_EQ(c.usage.cached_tokens, static_cast<int>(t2.size()) + 12 - 1);
+  EXPECT_EQ(c.text, Recompute(*e, t3, 12));
+  EXPECT_TRUE(store->SavePending("default", "conv", t3));  // nothing was stored yet
+  EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 2u);
+  EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 0u);
+  EXPECT_EQ(store->Stats().write_buffer_hits, 2u);
+  EXPECT_EQ(store->Stats().lookup_waits, 0u);
+
+  gate.Release();
+  store->Flush();
+  auto stored = store->SessionTokens("default", "conv");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(t3.size()) + 12 - 1);  // turn 3's save replaced the others
+  // Turn 4 loads the stored entry; its save is queued again, and turn 5 reads it: the
+  // stored history in place under the queued turn's own rows.
+  gate.Hold();
+  std::vector<int32_t> t4 = NextTurn(*e, t3, 12, " Lily smiled.");
+  Turn d = RunTurn(s, t4, "conv", 12);
+  ASSERT_TRUE(d.finished);
+  EXPECT_EQ(d.text, Recompute(*e, t4, 12));
+  std::vector<int32_t> t5 = NextTurn(*e, t4, 12, " Then she slept.");
+  Turn f = RunTurn(s, t5, "conv", 12);
+  ASSERT_TRUE(f.finished);
+  EXPECT_EQ(f.usage.cached_tokens, static_cast<int>(t4.size()) + 12 - 1);
+  EXPECT_EQ(f.text, Recompute(*e, t5, 12));
+  EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 3u);
+  gate.Release();
+  store->Flush();
+  for (int step = 0; step < 500 && s.Stats().running + s.Stats().waiting > 0; ++step) s.Step();  // bg finishes
+  store->Flush();
+  stored = store->SessionTokens("default", "conv");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(t5.size()) + 12 - 1);
+}
+
+// Without a session id a lookup is a prefix search over the tenant's entries: a turn that
+// would extend its match with a queued save waits in the queue for it while others decode.
+TEST(StoreIntegration, SessionlessNextTurnWaitsForTheSaveItExtendsWithoutStallingOthers) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   store::testing::Gate gate;
@@ -186,17 +256,17 @@ TEST(StoreIntegration, NextTurnWaitsForItsSaveWithoutStallingOthers) {
   s.set_store(store.get());
   std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
   gate.Hold();  // turn 1's save stays queued
-  Turn a = RunTurn(s, first, "conv", 20);
+  Turn a = RunTurn(s, first, "", 20);
   ASSERT_TRUE(a.finished);
-  ASSERT_TRUE(store->SavePending("default", "conv", first));
-  // Another conversation decodes; then conv's next turn arrives.
+  ASSERT_TRUE(store->SavePending("default", "", first));
+  // Another conversation decodes; then the next turn arrives.
   auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 60});
   ASSERT_NE(bg_chan, nullptr);
   s.Step();  // bg admitted and prefilled
   std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
-  auto next_chan = SubmitTurn(s, {second, "conv", 20});
+  auto next_chan = SubmitTurn(s, {second, "", 20});
   ASSERT_NE(next_chan, nullptr);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.Step(), 1);  // bg's decode rows only: conv's turn waits
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.Step(), 1);  // bg's decode rows only: the next turn waits
   EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 1u);
   GenerationEvent ev;
   EXPECT_FALSE(next_chan->Pop(&ev, 0ms));

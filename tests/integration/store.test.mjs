@@ -33,6 +33,10 @@ async function twoTurns(s, session) {
   const t1 = await client(s, 'k-conv').chat.completions.create({
     model, messages: [system, user1], max_tokens: 24, temperature: 0, session_id: session });
   assert.equal(t1.usage.prompt_tokens_details.cached_tokens, 0);
+  // GET waits for the session's queued save: turn 2 then reads its history from the tier
+  // it was stored in, not from the write buffer.
+  const stored = await request(s.port, { method: 'GET', path: `/v1/sessions/${session}`, headers: auth });
+  assert.equal(stored.status, 200, stored.body);
   const messages = [system, user1, { role: 'assistant', content: t1.choices[0].message.content },
     { role: 'user', content: 'What did Tom do next?' }];
   const t2 = await client(s, 'k-conv').chat.completions.create({

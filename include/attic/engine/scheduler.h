@@ -45,6 +45,7 @@ namespace attic::engine {
 using SchedClock = std::chrono::steady_clock;
 struct Truncation;
 class KvLoader;
+struct LoadJob;
 
 // How stored KV enters the compute buffer (paper 001 section 3.2).
 enum class KvPreload {
@@ -88,6 +89,7 @@ struct SchedulerOptions {
 struct KvLoadStats {
   uint64_t loads = 0;               // entries entered into the compute buffer
   uint64_t layerwise_loads = 0;     // of which pre-loaded layer by layer
+  uint64_t write_buffer_loads = 0;  // of which read from a save still queued (not waited for)
   uint64_t staged = 0;              // read-buffer fetches issued
   uint64_t staged_used = 0;         // read-buffer fetches a job then used
   double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
@@ -241,6 +243,8 @@ class Scheduler {
   void Fail(Running& r, const Status& status);
   void Retire(Running& r);
   bool LoadFromStore(Running& r, Waiting& w, int min_tokens);
+  bool LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEntry> e, int common, int min_tokens);
+  void StartLoad(Running& r, std::shared_ptr<LoadJob> job);
   // Read buffer: starts fetching the stored entries of the next waiting jobs.
   void StageReads();
   KvLoader& Loader();  // created with the first stored-KV load

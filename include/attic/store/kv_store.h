@@ -107,6 +107,7 @@ struct StoreStats {
   uint64_t async_saves = 0;         // saves done by the writer thread
   uint64_t save_waits = 0;          // SaveAsync calls that waited for write-buffer room
   double save_wait_ms = 0;          // ... total time they waited
+  uint64_t write_buffer_hits = 0;   // lookups served from a queued save (ReadQueuedSave)
   uint64_t lookup_waits = 0;        // Lookup/GetSession/SessionTokens/EraseSession calls that
                                     // waited for the tenant's queued saves
   double lookup_wait_ms = 0;        // ... total time they waited
@@ -154,6 +155,16 @@ class KvStore {
   // wait makes the writer urgent: it runs at normal priority (not writer_nice) until the
   // write buffer is empty.
   bool SavePending(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>& tokens);
+  // Read-through of the write buffer (paper 3.2: the next job never waits for a save):
+  // the newest queued or in-flight save of the session (session ids only) sharing a
+  // prefix with `tokens`, held shared while the writer stores it; *n_common = the
+  // shared prefix. nullptr when there is none. The caller that reuses it reports the
+  // hit with RecordWriteBufferHit.
+  std::shared_ptr<const KvEntry> ReadQueuedSave(const std::string& tenant, const std::string& session_id,
+                                                const std::vector<int32_t>& tokens, int* n_common) const;
+  // A lookup served by ReadQueuedSave: a DRAM hit (the write buffer is host memory),
+  // also counted in write_buffer_hits.
+  void RecordWriteBufferHit();
   // Waits until every queued save is done.
   void Flush();
   void RecordReuse(int n_tokens);
@@ -229,6 +240,11 @@ class KvStore {
   bool PromoteLocked(const std::string& key, SharedBytes bytes);
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
+  // Save of an entry whose fingerprint and expiry are filled in (SaveAsync fills them
+  // when it queues it).
+  Status Place(const KvEntry& entry, const std::string& replaces);
+  // Fills in the default fingerprint and the expiry from the TTL.
+  void Stamp(KvEntry* entry, int64_t ttl_ms) const;
   void PrefetchLoop();
   // The longest common prefix of `tokens` with a stored entry of `tenant` (takes mu_).
   int StoredPrefix(const std::string& tenant, const std::vector<int32_t>& tokens);
@@ -262,7 +278,7 @@ class KvStore {
   // only for those that could extend its match).
   std::multimap<std::string, std::vector<int32_t>> pending_prefixes_;
   struct PendingSave {
-    KvEntry entry;
+    std::shared_ptr<const KvEntry> entry;  // shared with ReadQueuedSave's readers
     std::string replaces;
     int64_t ttl_ms = -1;
     uint64_t bytes = 0;
@@ -273,6 +289,7 @@ class KvStore {
   std::deque<PendingSave> pending_;
   uint64_t pending_bytes_ = 0;
   int in_flight_ = 0;  // popped by the writer, not yet saved
+  std::shared_ptr<const KvEntry> writing_;  // the in-flight save's entry
   std::unordered_map<std::string, int> pending_tenants_;  // queued + in flight
   uint64_t async_saves_ = 0, save_waits_ = 0, lookup_waits_ = 0;
   double save_wait_ms_ = 0, lookup_wait_ms_ = 0;
