@@ -1,9 +1,12 @@
 #include "attic/engine/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "attic/backend/kernels.h"
 #include "attic/core/file.h"
 #include "attic/core/progress.h"
 
@@ -47,6 +50,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF16)
     return InvalidArgumentError("the KV cache holds f32 or f16");
   e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
+  const int64_t prepack_max = options.prepack_max_bytes >= 0
+                                  ? options.prepack_max_bytes
+                                  : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 8;
+  const uint64_t packed = backend::PrepackWeights(*e->model_, *e->threads_, static_cast<uint64_t>(prepack_max));
+  if (packed > 0 && options.show_progress)
+    std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
   e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens);
   kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
   shape.dtype = options.kv_dtype;

@@ -10,16 +10,27 @@
 #include "attic/backend/thread_pool.h"
 #include "attic/model/weights.h"
 
+namespace attic::model {
+class Model;
+}
+
 namespace attic::backend {
 
 // y[m, n] = x[m, k] * W[n, k]^T (+ bias[n] if bias != nullptr).
-// Small m (decode, batched decode; m <= 16 for bf16, 32 for f16, 24 for f32, 10 for q8_0
-// on AVX-512) is a GEMV streaming each weight row once for all m rows, in true f32 math
+// Small m (decode, batched decode; m <= 32 for bf16 (12 when prepacked, PrepackWeights),
+// 32 for f16, 24 for f32, 10 for q8_0 on AVX-512) is a GEMV streaming each weight row once for all m rows, in true f32 math
 // (weights widened exactly). Larger m is a packed, register-blocked GEMM: f32 FMA on
 // widened weights for f32/f16/q8_0 (true f32 math), and for bf16 weights on CPUs with
 // AVX512-BF16 vdpbf16ps with x rounded to bf16 (error <= 2^-9 * sum|x*w|, typically
 // ~1e-4 of it; llama.cpp makes the same trade). Parallel over `pool`; no other threads are used. `y` must not alias `x`.
 void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+
+// Adds the CPU GEMM's packed layout of `model`'s bf16 matrices (WeightTensor::packed) on
+// CPUs with AVX512-BF16, when that copy is at most `max_bytes`: the GEMM then skips
+// packing each weight panel on every call (prefill of short chunks ~1.2-1.3x faster) at
+// the cost of a second copy of those matrices. Results are bit-identical to the unpacked
+// GEMM. Returns the bytes added (0: nothing packed).
+uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes);
 
 // One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
 struct LinearOutput {

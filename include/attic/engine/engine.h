@@ -32,6 +32,10 @@ struct EngineOptions {
   DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, or kF16 (half the bytes)
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
   bool show_progress = false;   // progress bar on stderr while loading
+  // A second copy of the bf16 matrices in the prefill GEMM's packed layout
+  // (backend::PrepackWeights) when it takes at most this many bytes; -1 = an eighth of
+  // physical memory, 0 = never.
+  int64_t prepack_max_bytes = -1;
 };
 
 class Engine {

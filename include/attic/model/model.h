@@ -60,6 +60,10 @@ class Model {
   // The dtype most matmul weights are stored in.
   DType weight_dtype() const { return weight_dtype_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // For backends that add their own layouts of the weights at load time
+  // (WeightTensor::packed); `memory` then lives as long as the model.
+  ModelWeights& mutable_weights() { return weights_; }
+  void Own(std::shared_ptr<void> memory) { owned_maps_.push_back(std::move(memory)); }
 
  private:
   friend class ModelBuilder;

@@ -15,6 +15,9 @@ struct WeightTensor {
   DType dtype = DType::kF32;
   const void* data = nullptr;     // nullptr = absent (e.g. no bias)
   std::vector<int64_t> shape;     // e.g. {out, in}; {n} for vectors
+  // The same matrix in the CPU GEMM's packed layout (backend::PrepackWeights), or null.
+  // Owned by the Model; `data` stays the reference (GEMV, embedding rows).
+  const void* packed = nullptr;
 
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }

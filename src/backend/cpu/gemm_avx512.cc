@@ -9,6 +9,11 @@
 // from cache. Measured (2 threads, Zen 5): ~720-800 GFLOP/s bf16, ~380-450 f32 path, vs
 // oneDNN 2.6 bf16 matmul ~650-790 and OpenBLAS sgemm ~205.
 //
+// Prepacked weights (PrepackBf16): a bf16 matrix packed once at load, panel after panel
+// ([panel][ceil(k/2)][kNR] pairs, the k blocks of a panel consecutive), lets a call skip
+// PackPanelBf16 -- at m ~ 32-64 that packing costs about as much as the products. Same
+// panels, same micro-kernel, same order: bit-identical results.
+//
 // Two micro-kernels:
 //  - f32: weights (f32, f16, bf16 without AVX512-BF16, q8_0) widened to f32 while packing,
 //    FMA with f32 x: true f32 math (within ~1e-6 relative of double).
@@ -248,18 +253,22 @@ struct GemmArgs {
 
 // Computes output columns [n_begin, n_end) for all m rows: for each k block, packs the
 // weight rows of the range into panels, then sweeps x over them kMc rows at a time.
+// Panel p's k block starting at pair k0 / 2: in the call's pack buffer, or in the
+// prepacked matrix (n_begin is a multiple of kNR).
 template <bool kBf16>
 void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   thread_local AlignedBuffer pack_buf;
   const int64_t kc_blk = KBlock(g.k, kBf16 ? kKcBf16 : kKcF32);
   const int64_t n_panels = (n_end - n_begin + kNR - 1) / kNR;
-  pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 4);
+  const uint32_t* prepacked = kBf16 ? static_cast<const uint32_t*>(g.w->packed) : nullptr;
+  const int64_t pairs = (g.k + 1) / 2;  // of a prepacked panel
+  if (prepacked == nullptr) pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 4);
   for (int64_t k0 = 0; k0 < g.k; k0 += kc_blk) {
     const int64_t kc = std::min(kc_blk, g.k - k0);
     const int64_t kp = (kc + 1) / 2;
     const int64_t panel_elems = (kBf16 ? kp : kc) * kNR;
     const bool first = k0 == 0;
-    for (int64_t p = 0; p < n_panels; ++p) {
+    for (int64_t p = 0; p < n_panels && prepacked == nullptr; ++p) {
       const int64_t nv = std::min<int64_t>(kNR, n_end - n_begin - p * kNR);
       if constexpr (kBf16) {
         PackPanelBf16(*g.w, n_begin + p * kNR, nv, k0, kp, pack_buf.as<uint32_t>() + p * panel_elems);
@@ -267,6 +276,10 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
         PackPanelF32(*g.w, n_begin + p * kNR, nv, k0, kc, pack_buf.as<float>() + p * panel_elems);
       }
     }
+    auto bf16_panel = [&](int64_t p) {
+      if (prepacked != nullptr) return prepacked + ((n_begin / kNR + p) * pairs + k0 / 2) * kNR;
+      return static_cast<const uint32_t*>(pack_buf.as<uint32_t>() + p * panel_elems);
+    };
     for (int64_t i0 = 0; i0 < g.m; i0 += kMc) {
       const int64_t i_end = std::min(g.m, i0 + kMc);
       for (int64_t p = 0; p < n_panels; ++p) {
@@ -277,8 +290,7 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
           const int mr = static_cast<int>(std::min<int64_t>(kMR, i_end - i));
           float* c = g.y + i * g.n + jp;
           if constexpr (kBf16) {
-            kMicroBf16[mr](g.xb + i * g.lda_pairs + k0 / 2, g.lda_pairs, pack_buf.as<uint32_t>() + p * panel_elems, kp,
-                           c, g.n, nv, first, bias);
+            kMicroBf16[mr](g.xb + i * g.lda_pairs + k0 / 2, g.lda_pairs, bf16_panel(p), kp, c, g.n, nv, first, bias);
           } else {
             kMicroF32[mr](g.x + i * g.k + k0, g.k, pack_buf.as<float>() + p * panel_elems, kc, c, g.n, nv, first, bias);
           }
@@ -302,9 +314,27 @@ void RunGemm(ThreadPool& pool, const GemmArgs& g) {
 
 }  // namespace
 
+bool CanPrepackBf16(const model::WeightTensor& w) {
+  return w.dtype == DType::kBF16 && w.shape.size() == 2 && w.rows() > 0 && GetCpuFeatures().avx512_bf16;
+}
+
+uint64_t PrepackedBf16Bytes(const model::WeightTensor& w) {
+  const int64_t panels = (w.rows() + kNR - 1) / kNR;
+  return static_cast<uint64_t>(panels * ((w.cols() + 1) / 2) * kNR) * 4;
+}
+
+void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
+  const int64_t n = w.rows(), pairs = (w.cols() + 1) / 2, panels = (n + kNR - 1) / kNR;
+  uint32_t* dst = static_cast<uint32_t*>(out);
+  pool.ParallelFor(panels, [&](int64_t p, int) {
+    PackPanelBf16(w, p * kNR, std::min<int64_t>(kNR, n - p * kNR), 0, pairs, dst + p * pairs * kNR);
+  });
+}
+
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
   GemmArgs g{x, nullptr, 0, m, w.rows(), w.cols(), &w, bias, y};
   const bool bf16 = w.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
+  ATTIC_CHECK(bf16 || w.packed == nullptr);
   if (!bf16) {
     RunGemm<false>(pool, g);
     return;

@@ -43,8 +43,10 @@ struct KernelTable {
   // Whole GEMM y[m, n] = x[m, k] W[n, k]^T (+ bias), parallelised over `pool`.
   void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias,
                float* y) = nullptr;
-  // Linear uses gemv for m <= gemv_max_m[dtype], gemm above.
+  // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
+  // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
+  int64_t gemv_max_m_packed = 4;
 
   // Elementwise / row ops (single row or flat range; callers split work).
   void (*rmsnorm_row)(const float* x, const float* weight, int64_t n, float eps, float* out) = nullptr;
@@ -134,7 +136,11 @@ bool Bf16GemvUsesDot();
 // AVX512-BF16. Not thread-safe; no GEMV may run concurrently.
 void SetBf16GemvDotDisabledForTesting(bool disabled);
 // bf16 GEMM uses vdpbf16ps when the CPU has AVX512-BF16 (x rounded to bf16), f32 FMA
-// on converted weight panels otherwise and for the other dtypes.
+// on converted weight panels otherwise and for the other dtypes. A bf16 weight with
+// `packed` set (PrepackBf16's layout) is read from there instead of being packed.
+bool CanPrepackBf16(const model::WeightTensor& w);
+uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
+void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attic/backend/convert.h"
+#include "attic/model/model.h"
 #include "backend/cpu/kernel_table.h"
 
 namespace attic::backend {
@@ -85,11 +86,15 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
   });
 }
 
+// Largest m that takes the GEMV path for `w`.
+int64_t GemvMaxM(const KernelTable& t, const model::WeightTensor& w) {
+  return w.packed != nullptr && t.isa == Isa::kAvx512 ? t.gemv_max_m_packed : t.gemv_max_m[static_cast<int>(w.dtype)];
+}
+
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
                     const model::WeightTensor& w, const float* bias, float* y) {
   if (m <= 0 || w.rows() <= 0) return;
-  bool use_gemv = path == LinearPath::kGemv ||
-                  (path == LinearPath::kAuto && m <= t.gemv_max_m[static_cast<int>(w.dtype)]);
+  bool use_gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && m <= GemvMaxM(t, w));
   if (!use_gemv) {
     t.gemm(pool, x, m, w, bias, y);
     return;
@@ -107,7 +112,8 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
                      int n_outs) {
   if (m <= 0 || n_outs <= 0) return;
   const DType dtype = outs[0].w->dtype;
-  bool fuse = m <= t.gemv_max_m[static_cast<int>(dtype)];
+  bool fuse = true;
+  for (int i = 0; i < n_outs; ++i) fuse = fuse && m <= GemvMaxM(t, *outs[i].w);
   for (int i = 1; i < n_outs; ++i)
     fuse = fuse && outs[i].w->dtype == dtype && outs[i].w->cols() == outs[0].w->cols() &&
            t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
@@ -126,6 +132,29 @@ void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTens
 
 void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
   cpu::LinearMultiWith(cpu::ActiveKernels(), pool, x, m, outs, n_outs);
+}
+
+uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {
+  if (ActiveIsa() != Isa::kAvx512) return 0;  // the layout is the AVX-512 GEMM's
+  model::ModelWeights& mw = model.mutable_weights();
+  std::vector<model::WeightTensor*> ws;
+  for (auto& l : mw.layers)
+    for (model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) ws.push_back(w);
+  ws.push_back(&mw.lm_head);
+  uint64_t total = 0;
+  for (model::WeightTensor* w : ws) {
+    if (!w->present() || !cpu::avx512::CanPrepackBf16(*w)) return 0;  // all or nothing: one rule per model
+    total += cpu::avx512::PrepackedBf16Bytes(*w);
+  }
+  if (ws.empty() || total > max_bytes) return 0;
+  for (model::WeightTensor* w : ws) {
+    auto buf = std::make_shared<AlignedBuffer>();
+    buf->Reserve(cpu::avx512::PrepackedBf16Bytes(*w));
+    cpu::avx512::PrepackBf16(pool, *w, buf->data());
+    w->packed = buf->data();
+    model.Own(std::move(buf));
+  }
+  return total;
 }
 
 void RmsNorm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {

@@ -153,6 +153,32 @@ const std::vector<Shape>& Q8Shapes() {
 TEST(LinearTest, F32) { RunLinearCases(DType::kF32, FloatShapes()); }
 TEST(LinearTest, F16) { RunLinearCases(DType::kF16, FloatShapes()); }
 TEST(LinearTest, Bf16) { RunLinearCases(DType::kBF16, FloatShapes()); }
+
+// Prepacked bf16 weights (PrepackWeights' layout): the GEMM reads the same panels it
+// would have packed, so its output is bit-identical; the automatic path (GEMV up to
+// gemv_max_m_packed rows) still meets the reference bound.
+TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
+  const KernelTable* t = KernelsFor(Isa::kAvx512);
+  if (t == nullptr || !GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "needs AVX512-BF16";
+  std::mt19937 rng(77);
+  ThreadPool pool(2);
+  for (const Shape& s : FloatShapes()) {
+    TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
+    ASSERT_TRUE(avx512::CanPrepackBf16(tw.w));
+    std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
+    const std::string what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+    std::vector<float> plain(static_cast<size_t>(s.m * s.n)), packed(plain.size(), std::nanf(""));
+    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), plain.data());
+    AlignedBuffer buf(avx512::PrepackedBf16Bytes(tw.w));
+    avx512::PrepackBf16(pool, tw.w, buf.data());
+    tw.w.packed = buf.data();
+    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), packed.data());
+    EXPECT_EQ(std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)), 0) << what;
+    std::vector<float> y(plain.size(), std::nanf(""));
+    LinearWith(*t, pool, x.data(), s.m, tw.w, bias.data(), y.data());
+    CheckLinear(x, tw, bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + what);
+  }
+}
 TEST(LinearTest, Q8_0) { RunLinearCases(DType::kQ8_0, Q8Shapes()); }
 
 // Tensors in weight files start anywhere (safetensors: 48 mod 64 is common); the AVX-512
