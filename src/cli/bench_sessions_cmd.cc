@@ -1051,6 +1051,12 @@ int RunBenchSessions(SessionsFlags f) {
                                       : std::string("- (no store)");
       },
       "");
+  row("DRAM hits read from the write buffer (save still queued)",
+      [](const json& s) {
+        const json& st = s["store"];
+        return Num(st, "lookups") > 0 ? Fmt("%.0f", Num(st, "write_buffer_hits")) : std::string("-");
+      },
+      "");
   row("history tokens reused (later turns)",
       [](const json& s) { return Fmt("%.1f%%", 100 * Num(s, "history_reuse_later_turns")); }, "");
   {
