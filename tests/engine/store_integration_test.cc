@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
@@ -99,11 +100,14 @@ SchedulerOptions NoResident() {
   return o;
 }
 
-std::unique_ptr<store::KvStore> OpenStore(const Engine& e, uint64_t dram, const std::string& ssd_dir = "") {
+// `before_save`: StoreOptions::before_async_save (a test's gate on the writer).
+std::unique_ptr<store::KvStore> OpenStore(const Engine& e, uint64_t dram, const std::string& ssd_dir = "",
+                                          std::function<void()> before_save = nullptr) {
   store::StoreOptions o;
   o.fingerprint = e.model().fingerprint();
   o.dram_bytes = dram;
   o.ssd_dir = ssd_dir;
+  o.before_async_save = std::move(before_save);
   o.ssd_bytes = 64 << 20;
   auto s = store::KvStore::Open(o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -167,9 +171,6 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
   EXPECT_EQ(c.text, Recompute(*e, third, 8));
 }
 
-// A turn whose session is still being saved waits in the queue while the other running
-// sequences keep decoding (the step loop never blocks on the save), then reuses the
-// saved history once it is stored.
 // A conversation's next turn arriving while its previous turn is still in the write
 // buffer reads that turn's KV from there (paper 3.2: the next job never waits for a
 // save), turn after turn, with or without stored history under it.
@@ -177,13 +178,8 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   store::testing::Gate gate;
-  store::StoreOptions so;
-  so.fingerprint = e->model().fingerprint();
-  so.dram_bytes = 64 << 20;
-  so.before_async_save = gate.Hook();
-  auto opened = store::KvStore::Open(so);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<store::KvStore> store = std::move(*opened);
+  auto store = OpenStore(*e, 64 << 20, "", gate.Hook());
+  ASSERT_NE(store, nullptr);
   store::testing::Gate::ReleaseAtExit release{&gate};
   Scheduler s(*e, NoResident());
   s.set_store(store.get());
@@ -194,17 +190,18 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 40});
   ASSERT_NE(bg_chan, nullptr);
   s.Step();
-  std::vector<int32_t> t2 = NextTurn(*e, t1, 12, " Then they went home.");
-  Turn b = RunTurn(s, t2, "conv", 12);
-  ASSERT_TRUE(b.finished);
-  EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(t1.size()) + 12 - 1);
-  EXPECT_EQ(b.text, Recompute(*e, t2, 12));
+  // Each next turn reuses all that was computed before it and answers as recomputation.
+  auto next_turn = [&](const std::vector<int32_t>& prev, const std::string& more) {
+    std::vector<int32_t> p = NextTurn(*e, prev, 12, more);
+    Turn t = RunTurn(s, p, "conv", 12);
+    EXPECT_TRUE(t.finished);
+    EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prev.size()) + 12 - 1);
+    EXPECT_EQ(t.text, Recompute(*e, p, 12));
+    return p;
+  };
+  std::vector<int32_t> t2 = next_turn(t1, " Then they went home.");
   // Turn 3 reads turn 2's queued save (which holds turn 1's rows as its own).
-  std::vector<int32_t> t3 = NextTurn(*e, t2, 12, " The sun was warm.");
-  Turn c = RunTurn(s, t3, "conv", 12);
-  ASSERT_TRUE(c.finished);
-  EXPECT_EQ(c.usage.cached_tokens, static_cast<int>(t2.size()) + 12 - 1);
-  EXPECT_EQ(c.text, Recompute(*e, t3, 12));
+  std::vector<int32_t> t3 = next_turn(t2, " The sun was warm.");
   EXPECT_TRUE(store->SavePending("default", "conv", t3));  // nothing was stored yet
   EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 2u);
   EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 0u);
@@ -219,15 +216,7 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   // Turn 4 loads the stored entry; its save is queued again, and turn 5 reads it: the
   // stored history in place under the queued turn's own rows.
   gate.Hold();
-  std::vector<int32_t> t4 = NextTurn(*e, t3, 12, " Lily smiled.");
-  Turn d = RunTurn(s, t4, "conv", 12);
-  ASSERT_TRUE(d.finished);
-  EXPECT_EQ(d.text, Recompute(*e, t4, 12));
-  std::vector<int32_t> t5 = NextTurn(*e, t4, 12, " Then she slept.");
-  Turn f = RunTurn(s, t5, "conv", 12);
-  ASSERT_TRUE(f.finished);
-  EXPECT_EQ(f.usage.cached_tokens, static_cast<int>(t4.size()) + 12 - 1);
-  EXPECT_EQ(f.text, Recompute(*e, t5, 12));
+  std::vector<int32_t> t5 = next_turn(next_turn(t3, " Lily smiled."), " Then she slept.");
   EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 3u);
   gate.Release();
   store->Flush();
@@ -244,13 +233,8 @@ TEST(StoreIntegration, SessionlessNextTurnWaitsForTheSaveItExtendsWithoutStallin
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   store::testing::Gate gate;
-  store::StoreOptions so;
-  so.fingerprint = e->model().fingerprint();
-  so.dram_bytes = 64 << 20;
-  so.before_async_save = gate.Hook();
-  auto opened = store::KvStore::Open(so);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<store::KvStore> store = std::move(*opened);
+  auto store = OpenStore(*e, 64 << 20, "", gate.Hook());
+  ASSERT_NE(store, nullptr);
   store::testing::Gate::ReleaseAtExit release{&gate};
   Scheduler s(*e, NoResident());
   s.set_store(store.get());
