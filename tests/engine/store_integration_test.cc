@@ -114,6 +114,23 @@ std::unique_ptr<store::KvStore> OpenStore(const Engine& e, uint64_t dram, const 
   return s.ok() ? std::move(*s) : nullptr;
 }
 
+// A scheduler (no resident KV) over a store whose writer stops at `gate` while it is
+// held; members in destruction order: the gate opens, then the store drains.
+struct GatedStore {
+  std::unique_ptr<Engine> e = LoadStories();
+  store::testing::Gate gate;
+  std::unique_ptr<store::KvStore> store = e ? OpenStore(*e, 64 << 20, "", gate.Hook()) : nullptr;
+  store::testing::Gate::ReleaseAtExit release{&gate};
+  std::unique_ptr<Scheduler> s = store ? MakeScheduler() : nullptr;
+
+  bool ok() const { return s != nullptr; }
+  std::unique_ptr<Scheduler> MakeScheduler() {
+    auto sched = std::make_unique<Scheduler>(*e, NoResident());
+    sched->set_store(store.get());
+    return sched;
+  }
+};
+
 // Turn 2 = turn 1's prompt + its reply + a new user message.
 // (A reply that ends with a stop token had all its tokens fed; one that hit max_tokens
 // had all but the last.)
@@ -175,54 +192,48 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
 // buffer reads that turn's KV from there (paper 3.2: the next job never waits for a
 // save), turn after turn, with or without stored history under it.
 TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
-  auto e = LoadStories();
-  ASSERT_NE(e, nullptr);
-  store::testing::Gate gate;
-  auto store = OpenStore(*e, 64 << 20, "", gate.Hook());
-  ASSERT_NE(store, nullptr);
-  store::testing::Gate::ReleaseAtExit release{&gate};
-  Scheduler s(*e, NoResident());
-  s.set_store(store.get());
-  std::vector<int32_t> t1 = *e->Tokenize("Lily had a red ball. She", true);
-  gate.Hold();  // no save is stored until the gate opens
-  ASSERT_TRUE(RunTurn(s, t1, "conv", 12).finished);
+  GatedStore g;
+  ASSERT_TRUE(g.ok());
+  std::vector<int32_t> t1 = *g.e->Tokenize("Lily had a red ball. She", true);
+  g.gate.Hold();  // no save is stored until the gate opens
+  ASSERT_TRUE(RunTurn(*g.s, t1, "conv", 12).finished);
   // Turn 2 while turn 1's save is queued; another conversation decodes meanwhile.
-  auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 40});
+  auto bg_chan = SubmitTurn(*g.s, {*g.e->Tokenize("Once upon a time", true), "other", 40});
   ASSERT_NE(bg_chan, nullptr);
-  s.Step();
+  g.s->Step();
   // Each next turn reuses all that was computed before it and answers as recomputation.
   auto next_turn = [&](const std::vector<int32_t>& prev, const std::string& more) {
-    std::vector<int32_t> p = NextTurn(*e, prev, 12, more);
-    Turn t = RunTurn(s, p, "conv", 12);
+    std::vector<int32_t> p = NextTurn(*g.e, prev, 12, more);
+    Turn t = RunTurn(*g.s, p, "conv", 12);
     EXPECT_TRUE(t.finished);
     EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prev.size()) + 12 - 1);
-    EXPECT_EQ(t.text, Recompute(*e, p, 12));
+    EXPECT_EQ(t.text, Recompute(*g.e, p, 12));
     return p;
   };
   std::vector<int32_t> t2 = next_turn(t1, " Then they went home.");
   // Turn 3 reads turn 2's queued save (which holds turn 1's rows as its own).
   std::vector<int32_t> t3 = next_turn(t2, " The sun was warm.");
-  EXPECT_TRUE(store->SavePending("default", "conv", t3));  // nothing was stored yet
-  EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 2u);
-  EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 0u);
-  EXPECT_EQ(store->Stats().write_buffer_hits, 2u);
-  EXPECT_EQ(store->Stats().lookup_waits, 0u);
+  EXPECT_TRUE(g.store->SavePending("default", "conv", t3));  // nothing was stored yet
+  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 2u);
+  EXPECT_EQ(g.s->Stats().kv_load.deferred_for_save, 0u);
+  EXPECT_EQ(g.store->Stats().write_buffer_hits, 2u);
+  EXPECT_EQ(g.store->Stats().lookup_waits, 0u);
 
-  gate.Release();
-  store->Flush();
-  auto stored = store->SessionTokens("default", "conv");
+  g.gate.Release();
+  g.store->Flush();
+  auto stored = g.store->SessionTokens("default", "conv");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(t3.size()) + 12 - 1);  // turn 3's save replaced the others
   // Turn 4 loads the stored entry; its save is queued again, and turn 5 reads it: the
   // stored history in place under the queued turn's own rows.
-  gate.Hold();
+  g.gate.Hold();
   std::vector<int32_t> t5 = next_turn(next_turn(t3, " Lily smiled."), " Then she slept.");
-  EXPECT_EQ(s.Stats().kv_load.write_buffer_loads, 3u);
-  gate.Release();
-  store->Flush();
-  for (int step = 0; step < 500 && s.Stats().running + s.Stats().waiting > 0; ++step) s.Step();  // bg finishes
-  store->Flush();
-  stored = store->SessionTokens("default", "conv");
+  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 3u);
+  g.gate.Release();
+  g.store->Flush();
+  for (int step = 0; step < 500 && g.s->Stats().running + g.s->Stats().waiting > 0; ++step) g.s->Step();  // bg finishes
+  g.store->Flush();
+  stored = g.store->SessionTokens("default", "conv");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(t5.size()) + 12 - 1);
 }
@@ -230,40 +241,34 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
 // Without a session id a lookup is a prefix search over the tenant's entries: a turn that
 // would extend its match with a queued save waits in the queue for it while others decode.
 TEST(StoreIntegration, SessionlessNextTurnWaitsForTheSaveItExtendsWithoutStallingOthers) {
-  auto e = LoadStories();
-  ASSERT_NE(e, nullptr);
-  store::testing::Gate gate;
-  auto store = OpenStore(*e, 64 << 20, "", gate.Hook());
-  ASSERT_NE(store, nullptr);
-  store::testing::Gate::ReleaseAtExit release{&gate};
-  Scheduler s(*e, NoResident());
-  s.set_store(store.get());
-  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
-  gate.Hold();  // turn 1's save stays queued
-  Turn a = RunTurn(s, first, "", 20);
+  GatedStore g;
+  ASSERT_TRUE(g.ok());
+  std::vector<int32_t> first = *g.e->Tokenize("Lily had a red ball. She", true);
+  g.gate.Hold();  // turn 1's save stays queued
+  Turn a = RunTurn(*g.s, first, "", 20);
   ASSERT_TRUE(a.finished);
-  ASSERT_TRUE(store->SavePending("default", "", first));
+  ASSERT_TRUE(g.store->SavePending("default", "", first));
   // Another conversation decodes; then the next turn arrives.
-  auto bg_chan = SubmitTurn(s, {*e->Tokenize("Once upon a time", true), "other", 60});
+  auto bg_chan = SubmitTurn(*g.s, {*g.e->Tokenize("Once upon a time", true), "other", 60});
   ASSERT_NE(bg_chan, nullptr);
-  s.Step();  // bg admitted and prefilled
-  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.");
-  auto next_chan = SubmitTurn(s, {second, "", 20});
+  g.s->Step();  // bg admitted and prefilled
+  std::vector<int32_t> second = NextTurn(*g.e, first, 20, " Then they went home.");
+  auto next_chan = SubmitTurn(*g.s, {second, "", 20});
   ASSERT_NE(next_chan, nullptr);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.Step(), 1);  // bg's decode rows only: the next turn waits
-  EXPECT_EQ(s.Stats().kv_load.deferred_for_save, 1u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(g.s->Step(), 1);  // bg's decode rows only: the next turn waits
+  EXPECT_EQ(g.s->Stats().kv_load.deferred_for_save, 1u);
   GenerationEvent ev;
   EXPECT_FALSE(next_chan->Pop(&ev, 0ms));
-  gate.Release();
-  store->Flush();
+  g.gate.Release();
+  g.store->Flush();
   Turn b;
   for (int step = 0; step < 500 && !b.finished; ++step) {
-    s.Step();
+    g.s->Step();
     Drain(next_chan.get(), &b);
   }
   ASSERT_TRUE(b.finished);
   EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
-  EXPECT_EQ(b.text, Recompute(*e, second, 20));
+  EXPECT_EQ(b.text, Recompute(*g.e, second, 20));
 }
 
 TEST(StoreIntegration, NextTurnReusesHistoryFromSsdAfterDemotion) {
