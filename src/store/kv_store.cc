@@ -250,7 +250,7 @@ Status KvStore::Rebuild() {
       info.key = key;
       info.tenant = entry.tenant;
       info.session_id = entry.session_id;
-      info.tokens = entry.tokens;
+      info.tokens = std::move(entry.tokens);
       info.bytes = read->bytes->size();
       info.tier = tier->level();
       info.expires_at_ms = entry.expires_at_ms;
@@ -442,7 +442,7 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
   info.key = key;
   info.tenant = entry.tenant;
   info.session_id = entry.session_id;
-  info.tokens = std::move(entry.tokens);
+  info.tokens = entry.tokens;  // the entry may be shared (a queued save's readers)
   info.bytes = size;
   info.expires_at_ms = entry.expires_at_ms;
   info.access_seq = ++seq_;
