@@ -92,7 +92,6 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
   p.bytes = EntryKvBytes(entry);
   p.entry = std::make_shared<const KvEntry>(std::move(entry));
   p.replaces = replaces;
-  p.ttl_ms = ttl_ms;
   std::unique_lock<std::mutex> lock(wmu_);
   if (pending_bytes_ + p.bytes > options_.write_buffer_bytes && !pending_.empty()) {
     ++save_waits_;
@@ -101,7 +100,6 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
     save_wait_ms_ += MsSince(t0);
   }
   pending_bytes_ += p.bytes;
-  p.prefix = pending_prefixes_.emplace(p.entry->tenant, p.entry->tokens);
   ++pending_tenants_[p.entry->tenant];
   if (!p.entry->session_id.empty()) ++pending_tenants_[SessionKey(p.entry->tenant, p.entry->session_id)];
   pending_.push_back(std::move(p));
@@ -128,7 +126,6 @@ void KvStore::WriterLoop() {
     if (pending_.empty()) return;  // stopping, and everything is written
     PendingSave p = std::move(pending_.front());
     pending_.pop_front();
-    ++in_flight_;
     writing_ = p.entry;
     lock.unlock();
     const std::string tenant = p.entry->tenant;
@@ -138,10 +135,8 @@ void KvStore::WriterLoop() {
     Status st = Place(*p.entry, p.replaces);
     if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
     lock.lock();
-    --in_flight_;
     writing_.reset();
     pending_bytes_ -= p.bytes;
-    pending_prefixes_.erase(p.prefix);
     if (--pending_tenants_[tenant] == 0) pending_tenants_.erase(tenant);
     if (!session.empty() && --pending_tenants_[session] == 0) pending_tenants_.erase(session);
     ++async_saves_;
@@ -158,10 +153,11 @@ bool KvStore::AwaitedLocked(const std::string& tenant, const std::string& sessio
                             const std::vector<int32_t>* tokens, int stored) const {
   if (!session_id.empty()) return pending_tenants_.count(SessionKey(tenant, session_id)) != 0;
   if (tokens == nullptr) return pending_tenants_.count(tenant) != 0;
-  const auto [first, last] = pending_prefixes_.equal_range(tenant);
-  for (auto it = first; it != last; ++it)
-    if (CommonPrefix(it->second, *tokens) > stored) return true;
-  return false;
+  auto extends = [&](const std::shared_ptr<const KvEntry>& e) {
+    return e != nullptr && e->tenant == tenant && CommonPrefix(e->tokens, *tokens) > stored;
+  };
+  if (extends(writing_)) return true;
+  return std::any_of(pending_.begin(), pending_.end(), [&](const PendingSave& p) { return extends(p.entry); });
 }
 
 int KvStore::StoredPrefix(const std::string& tenant, const std::vector<int32_t>& tokens) {
@@ -225,7 +221,7 @@ void KvStore::RecordWriteBufferHit() {
 
 void KvStore::Flush() {
   std::unique_lock<std::mutex> lock(wmu_);
-  wcv_.wait(lock, [&] { return pending_.empty() && in_flight_ == 0; });
+  wcv_.wait(lock, [&] { return pending_.empty() && writing_ == nullptr; });
 }
 
 Status KvStore::Rebuild() {
@@ -738,7 +734,7 @@ StoreStats KvStore::Stats() const {
   s.save_wait_ms = save_wait_ms_;
   s.lookup_waits = lookup_waits_;
   s.lookup_wait_ms = lookup_wait_ms_;
-  s.pending_saves = pending_.size() + in_flight_;
+  s.pending_saves = pending_.size() + (writing_ != nullptr ? 1 : 0);
   return s;
 }
 

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <thread>
 #include <mutex>
@@ -274,22 +273,16 @@ class KvStore {
   StoreStats stats_;
 
   // Write buffer (SaveAsync). Lock order: never hold mu_ while taking wmu_.
-  // Token ids of the queued and in-flight saves, by tenant (a session-less lookup waits
-  // only for those that could extend its match).
-  std::multimap<std::string, std::vector<int32_t>> pending_prefixes_;
   struct PendingSave {
-    std::shared_ptr<const KvEntry> entry;  // shared with ReadQueuedSave's readers
+    std::shared_ptr<const KvEntry> entry;  // stamped (SaveAsync); shared with ReadQueuedSave's readers
     std::string replaces;
-    int64_t ttl_ms = -1;
     uint64_t bytes = 0;
-    std::multimap<std::string, std::vector<int32_t>>::iterator prefix;
   };
   mutable std::mutex wmu_;
   std::condition_variable wcv_;
   std::deque<PendingSave> pending_;
   uint64_t pending_bytes_ = 0;
-  int in_flight_ = 0;  // popped by the writer, not yet saved
-  std::shared_ptr<const KvEntry> writing_;  // the in-flight save's entry
+  std::shared_ptr<const KvEntry> writing_;  // the save the writer has popped and not yet placed
   std::unordered_map<std::string, int> pending_tenants_;  // queued + in flight
   uint64_t async_saves_ = 0, save_waits_ = 0, lookup_waits_ = 0;
   double save_wait_ms_ = 0, lookup_wait_ms_ = 0;
