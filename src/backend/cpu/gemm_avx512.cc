@@ -268,12 +268,14 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
     const int64_t kp = (kc + 1) / 2;
     const int64_t panel_elems = (kBf16 ? kp : kc) * kNR;
     const bool first = k0 == 0;
-    for (int64_t p = 0; p < n_panels && prepacked == nullptr; ++p) {
-      const int64_t nv = std::min<int64_t>(kNR, n_end - n_begin - p * kNR);
-      if constexpr (kBf16) {
-        PackPanelBf16(*g.w, n_begin + p * kNR, nv, k0, kp, pack_buf.as<uint32_t>() + p * panel_elems);
-      } else {
-        PackPanelF32(*g.w, n_begin + p * kNR, nv, k0, kc, pack_buf.as<float>() + p * panel_elems);
+    if (prepacked == nullptr) {
+      for (int64_t p = 0; p < n_panels; ++p) {
+        const int64_t nv = std::min<int64_t>(kNR, n_end - n_begin - p * kNR);
+        if constexpr (kBf16) {
+          PackPanelBf16(*g.w, n_begin + p * kNR, nv, k0, kp, pack_buf.as<uint32_t>() + p * panel_elems);
+        } else {
+          PackPanelF32(*g.w, n_begin + p * kNR, nv, k0, kc, pack_buf.as<float>() + p * panel_elems);
+        }
       }
     }
     auto bf16_panel = [&](int64_t p) {

@@ -146,7 +146,7 @@ uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_byte
     if (!w->present() || !cpu::avx512::CanPrepackBf16(*w)) return 0;  // all or nothing: one rule per model
     total += cpu::avx512::PrepackedBf16Bytes(*w);
   }
-  if (ws.empty() || total > max_bytes) return 0;
+  if (total > max_bytes) return 0;
   for (model::WeightTensor* w : ws) {
     auto buf = std::make_shared<AlignedBuffer>();
     buf->Reserve(cpu::avx512::PrepackedBf16Bytes(*w));
