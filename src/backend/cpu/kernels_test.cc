@@ -179,6 +179,7 @@ TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
     CheckLinear(x, tw, bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + what);
   }
 }
+
 TEST(LinearTest, Q8_0) { RunLinearCases(DType::kQ8_0, Q8Shapes()); }
 
 // Tensors in weight files start anywhere (safetensors: 48 mod 64 is common); the AVX-512
