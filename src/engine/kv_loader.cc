@@ -64,21 +64,13 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
 }
 
 const float* LoadJob::K(int layer, int row) const {
-  if (queued) {
-    const store::KvEntry& e = *queued;
-    if (row < e.base.n_rows) return e.base.k(layer) + static_cast<size_t>(row) * e.kv_dim;
-    return e.k[layer].data() + static_cast<size_t>(row - e.base.n_rows) * e.kv_dim;
-  }
+  if (queued) return queued->k_row(layer, row);
   const size_t kvd = entry.header.meta.kv_dim;
   return store::EntryLayerK(*entry.bytes, entry.header, layer) + row * kvd;
 }
 
 const float* LoadJob::V(int layer, int row) const {
-  if (queued) {
-    const store::KvEntry& e = *queued;
-    if (row < e.base.n_rows) return e.base.v(layer, e.kv_dim) + static_cast<size_t>(row) * e.kv_dim;
-    return e.v[layer].data() + static_cast<size_t>(row - e.base.n_rows) * e.kv_dim;
-  }
+  if (queued) return queued->v_row(layer, row);
   const size_t kvd = entry.header.meta.kv_dim;
   return store::EntryLayerV(*entry.bytes, entry.header, layer) + row * kvd;
 }

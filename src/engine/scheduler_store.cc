@@ -77,13 +77,23 @@ bool Scheduler::LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEn
   EnsureFree(BlocksFor(usable), nullptr);
   auto seq = std::make_unique<kv::SequenceKv>(&pool_);
   if (!seq->Append(e->tokens.data(), e->positions.data(), usable).ok()) return false;
-  // The turn's own save needs the rows' pre-RoPE KV: the entry's stored history in
-  // place, then a copy of the rows the queued save adds (the previous turn's).
+  // The turn's own save needs the rows' pre-RoPE KV: the queued entry's rows, shared in
+  // place (it is immutable once queued; copying them here would stall the step loop
+  // for the whole history when turns follow each other faster than the writer). A
+  // chain of such entries (turns that each read the previous one's queued save) is
+  // cut at kMaxUnserializedDepth by copying the queued entry's own rows instead.
+  constexpr int kMaxUnserializedDepth = 8;
   auto host = std::make_unique<HostKv>();
-  host->base = e->base;
-  host->base.n_rows = std::min(e->base.n_rows, usable);
+  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
+  if (!copy) {
+    host->base.entry = e;
+    host->base.n_rows = usable;
+  } else {
+    host->base = e->base;
+    host->base.n_rows = std::min(e->base.n_rows, usable);
+  }
   host->Reserve(shape.n_layers, std::max(r.max_slots, usable), shape.kv_dim());
-  if (usable > e->base.n_rows) {
+  if (copy && usable > e->base.n_rows) {
     const size_t n = static_cast<size_t>(usable - e->base.n_rows) * shape.kv_dim();
     for (int l = 0; l < shape.n_layers; ++l) {
       host->k[l].assign(e->k[l].begin(), e->k[l].begin() + n);

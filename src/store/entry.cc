@@ -147,9 +147,13 @@ Status ValidateEntry(const KvEntry& e) {
   if (e.tenant.size() > kMaxString || e.session_id.size() > kMaxString || e.fingerprint.size() > kMaxString)
     return InvalidArgumentError("tenant/session/fingerprint too long");
   const KvRowsBase& b = e.base;
-  if (b.n_rows < 0 || b.n_rows > e.n_tokens() || (b.n_rows > 0 && b.bytes == nullptr) || b.n_rows > b.base_tokens ||
-      (b.bytes != nullptr && b.data_offset + e.n_layers * b.layer_bytes > b.bytes->size()) ||
-      (b.bytes != nullptr && b.layer_bytes != 2ull * b.base_tokens * e.kv_dim * sizeof(float)))
+  const bool serialized = b.bytes != nullptr && b.entry == nullptr;
+  if (b.n_rows < 0 || b.n_rows > e.n_tokens() || (b.n_rows > 0 && b.bytes == nullptr && b.entry == nullptr) ||
+      (b.bytes != nullptr && b.entry != nullptr) || (serialized && b.n_rows > b.base_tokens) ||
+      (serialized && b.data_offset + e.n_layers * b.layer_bytes > b.bytes->size()) ||
+      (serialized && b.layer_bytes != 2ull * b.base_tokens * e.kv_dim * sizeof(float)) ||
+      (b.entry != nullptr && (b.n_rows > b.entry->n_tokens() || b.entry->n_layers != e.n_layers ||
+                              b.entry->kv_dim != e.kv_dim || !ValidateEntry(*b.entry).ok())))
     return InvalidArgumentError("bad KV row base");
   const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
   if (e.k.size() != static_cast<size_t>(e.n_layers) || e.v.size() != static_cast<size_t>(e.n_layers))
@@ -157,6 +161,53 @@ Status ValidateEntry(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l)
     if (e.k[l].size() != own || e.v[l].size() != own) return InvalidArgumentError("k/v layer size mismatch");
   return OkStatus();
+}
+
+const float* KvRowsBase::k_row(int layer, int row, int kv_dim) const {
+  if (entry != nullptr) return entry->k_row(layer, row);
+  return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes) +
+         static_cast<size_t>(row) * kv_dim;
+}
+
+const float* KvRowsBase::v_row(int layer, int row, int kv_dim) const {
+  if (entry != nullptr) return entry->v_row(layer, row);
+  return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes) +
+         static_cast<size_t>(base_tokens + row) * kv_dim;
+}
+
+void KvRowsBase::CopyRows(int layer, int first, int n, int kv_dim, float* k_out, float* v_out) const {
+  if (n <= 0) return;
+  const size_t row = static_cast<size_t>(kv_dim);
+  if (entry == nullptr) {  // serialized: contiguous
+    std::memcpy(k_out, k_row(layer, first, kv_dim), n * row * sizeof(float));
+    std::memcpy(v_out, v_row(layer, first, kv_dim), n * row * sizeof(float));
+    return;
+  }
+  // The unserialized entry's own base first, then its own rows.
+  const KvEntry& e = *entry;
+  const int from_base = std::max(0, std::min(first + n, e.base.n_rows) - first);
+  e.base.CopyRows(layer, first, from_base, kv_dim, k_out, v_out);
+  const int own_first = first + from_base - e.base.n_rows;
+  const size_t rest = static_cast<size_t>(n - from_base) * row;
+  if (rest == 0) return;
+  std::memcpy(k_out + from_base * row, e.k[layer].data() + own_first * row, rest * sizeof(float));
+  std::memcpy(v_out + from_base * row, e.v[layer].data() + own_first * row, rest * sizeof(float));
+}
+
+int KvRowsBase::unserialized_depth() const {
+  int depth = 0;
+  for (const KvRowsBase* b = this; b->entry != nullptr; b = &b->entry->base) ++depth;
+  return depth;
+}
+
+const float* KvEntry::k_row(int layer, int row) const {
+  if (row < base.n_rows) return base.k_row(layer, row, kv_dim);
+  return k[layer].data() + static_cast<size_t>(row - base.n_rows) * kv_dim;
+}
+
+const float* KvEntry::v_row(int layer, int row) const {
+  if (row < base.n_rows) return base.v_row(layer, row, kv_dim);
+  return v[layer].data() + static_cast<size_t>(row - base.n_rows) * kv_dim;
 }
 
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
@@ -186,9 +237,8 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l) {
     char* k = p + data + 2 * l * per_layer;
     char* v = k + per_layer;
-    if (base > 0) std::memcpy(k, e.base.k(l), base);
+    e.base.CopyRows(l, 0, e.base.n_rows, e.kv_dim, reinterpret_cast<float*>(k), reinterpret_cast<float*>(v));
     std::memcpy(k + base, e.k[l].data(), per_layer - base);
-    if (base > 0) std::memcpy(v, e.base.v(l, e.kv_dim), base);
     std::memcpy(v + base, e.v[l].data(), per_layer - base);
     checksums[l] = LayerChecksum(reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(v),
                                  per_layer / sizeof(float));

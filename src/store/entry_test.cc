@@ -65,6 +65,67 @@ TEST(KvEntry, RowsFromABaseEntrySerializeLikeOwnRows) {
   EXPECT_FALSE(ValidateEntry(bad).ok());
 }
 
+// Turns that each extend the previous turn's save while it is still queued: every
+// entry's first rows are an unserialized entry's, whose first rows are a serialized
+// entry's. The chain reads and serializes exactly like one entry holding every row.
+TEST(KvEntry, RowsFromAChainOfUnserializedEntriesSerializeLikeOwnRows) {
+  const int kv_dim = 16;
+  KvEntry full = MakeEntry(Range(5, 45), "s1", "alice", 3, kv_dim);
+  // Own rows [from, to) of `full` as an entry's k/v.
+  auto own = [&](KvEntry& e, int from, int to) {
+    for (int l = 0; l < e.n_layers; ++l) {
+      e.k[l].assign(full.k[l].begin() + from * kv_dim, full.k[l].begin() + to * kv_dim);
+      e.v[l].assign(full.v[l].begin() + from * kv_dim, full.v[l].begin() + to * kv_dim);
+    }
+  };
+  KvEntry stored = full;
+  stored.TruncateTo(12);  // serialized: rows [0, 12)
+  SharedBytes bytes(std::move(*SerializeEntryBytes(stored)));
+  auto h = ParseEntryHeader(*bytes);
+  ASSERT_TRUE(h.ok());
+
+  auto turn2 = std::make_shared<KvEntry>(full);  // rows [0, 10) from the stored entry, own [10, 25)
+  turn2->TruncateTo(25);
+  turn2->base = EntryRowsBase(bytes, *h, 10);
+  own(*turn2, 10, 25);
+  auto turn3 = std::make_shared<KvEntry>(full);  // rows [0, 22) from turn 2, own [22, 33)
+  turn3->TruncateTo(33);
+  turn3->base.entry = turn2;
+  turn3->base.n_rows = 22;
+  own(*turn3, 22, 33);
+  KvEntry turn4 = full;  // rows [0, 30) from turn 3, own [30, 45)
+  turn4.base.entry = turn3;
+  turn4.base.n_rows = 30;
+  own(turn4, 30, 45);
+
+  EXPECT_EQ(turn4.base.unserialized_depth(), 2);
+  ASSERT_TRUE(ValidateEntry(turn4).ok()) << ValidateEntry(turn4).ToString();
+  for (int l = 0; l < full.n_layers; ++l)
+    for (int row = 0; row < full.n_tokens(); ++row) {
+      ASSERT_EQ(std::vector<float>(turn4.k_row(l, row), turn4.k_row(l, row) + kv_dim),
+                std::vector<float>(full.k[l].begin() + row * kv_dim, full.k[l].begin() + (row + 1) * kv_dim))
+          << "layer " << l << " row " << row;
+      ASSERT_EQ(std::vector<float>(turn4.v_row(l, row), turn4.v_row(l, row) + kv_dim),
+                std::vector<float>(full.v[l].begin() + row * kv_dim, full.v[l].begin() + (row + 1) * kv_dim))
+          << "layer " << l << " row " << row;
+    }
+  EXPECT_TRUE(*SerializeEntry(full) == *SerializeEntry(turn4));
+  // Truncating into the chain keeps only the rows it holds.
+  turn4.TruncateTo(17);
+  full.TruncateTo(17);
+  EXPECT_TRUE(*SerializeEntry(full) == *SerializeEntry(turn4));
+  // A base claiming more rows than its entry holds is refused.
+  KvEntry bad = turn4;
+  bad.base.n_rows = 34;
+  bad.tokens = Range(5, 40);
+  bad.positions = Range(0, 40);
+  for (int l = 0; l < bad.n_layers; ++l) {
+    bad.k[l].resize(6 * kv_dim);
+    bad.v[l].resize(6 * kv_dim);
+  }
+  EXPECT_FALSE(ValidateEntry(bad).ok());
+}
+
 TEST(KvEntry, LayerDataIsPageAligned) {
   KvEntry e = MakeEntry(Range(0, 10));
   auto h = ParseEntryHeader(*SerializeEntry(e));

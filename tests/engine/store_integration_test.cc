@@ -211,7 +211,7 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
     return p;
   };
   std::vector<int32_t> t2 = next_turn(t1, " Then they went home.");
-  // Turn 3 reads turn 2's queued save (which holds turn 1's rows as its own).
+  // Turn 3 reads turn 2's queued save, whose first rows are turn 1's queued save, shared.
   std::vector<int32_t> t3 = next_turn(t2, " The sun was warm.");
   EXPECT_TRUE(g.store->SavePending("default", "conv", t3));  // nothing was stored yet
   EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 2u);
@@ -236,6 +236,37 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   stored = g.store->SessionTokens("default", "conv");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(t5.size()) + 12 - 1);
+}
+
+// Turns that follow each other faster than the writer stores them: each reads the
+// previous turn's queued save, a chain of unserialized entries that admission cuts by
+// copying once it is deeper than a few (the step loop never copies a whole history).
+TEST(StoreIntegration, ALongRunOfTurnsReadingQueuedSavesStaysExact) {
+  GatedStore g;
+  ASSERT_TRUE(g.ok());
+  std::vector<int32_t> prompt = *g.e->Tokenize("Lily had a red ball. She", true);
+  g.gate.Hold();
+  ASSERT_TRUE(RunTurn(*g.s, prompt, "conv", 6).finished);
+  const int kTurns = 11;  // deeper than the chain admission keeps
+  for (int turn = 2; turn <= kTurns; ++turn) {
+    std::vector<int32_t> next = NextTurn(*g.e, prompt, 6, " Then she ran.");
+    Turn t = RunTurn(*g.s, next, "conv", 6);
+    ASSERT_TRUE(t.finished);
+    EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prompt.size()) + 6 - 1) << "turn " << turn;
+    EXPECT_EQ(t.text, Recompute(*g.e, next, 6)) << "turn " << turn;
+    prompt = std::move(next);
+  }
+  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, static_cast<uint64_t>(kTurns - 1));
+  g.gate.Release();
+  g.store->Flush();
+  // The last save holds every row; the next turn loads it from the store.
+  auto stored = g.store->SessionTokens("default", "conv");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(static_cast<int>(stored->size()), static_cast<int>(prompt.size()) + 6 - 1);
+  std::vector<int32_t> last = NextTurn(*g.e, prompt, 6, " The end.");
+  Turn t = RunTurn(*g.s, last, "conv", 6);
+  EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prompt.size()) + 6 - 1);
+  EXPECT_EQ(t.text, Recompute(*g.e, last, 6));
 }
 
 // Without a session id a lookup is a prefix search over the tenant's entries: a turn that

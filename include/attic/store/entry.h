@@ -46,20 +46,28 @@ struct EntryKey {
 
 uint64_t TokenHash(const int32_t* tokens, size_t n);
 
-// The first `n_rows` rows of every layer's K and V, read in place from another
-// serialized entry (shared, not copied). A turn that extends a stored history keeps the
-// history here instead of copying it, and saving writes it straight from there.
+struct KvEntry;
+
+// The first `n_rows` rows of every layer's K and V, shared in place, not copied: either
+// rows of another serialized entry (`bytes`), or rows of an entry not serialized yet
+// (`entry`: a queued save, immutable once queued; its own first rows may in turn come
+// from a base). A turn that extends a stored history keeps the history here instead of
+// copying it, and saving writes it straight from there.
 struct KvRowsBase {
-  SharedBytes bytes;                         // null = no base
+  SharedBytes bytes;                         // a serialized entry, or null
   uint64_t data_offset = 0;                  // of the base entry (EntryHeader)
   uint64_t layer_bytes = 0;
   int64_t base_tokens = 0;                   // rows per layer in the base entry
-  int n_rows = 0;                            // rows used, <= base_tokens
+  std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
+  int n_rows = 0;                            // rows used, <= the base's rows
 
-  const float* k(int layer) const {
-    return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes);
-  }
-  const float* v(int layer, int kv_dim) const { return k(layer) + base_tokens * kv_dim; }
+  // Row `row` (< n_rows) of layer `layer`'s K / V, kv_dim floats.
+  const float* k_row(int layer, int row, int kv_dim) const;
+  const float* v_row(int layer, int row, int kv_dim) const;
+  // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out.
+  void CopyRows(int layer, int first, int n, int kv_dim, float* k_out, float* v_out) const;
+  // Entries not serialized yet between these rows and serialized bytes (0 = none).
+  int unserialized_depth() const;
 };
 
 struct KvEntry {
@@ -78,6 +86,9 @@ struct KvEntry {
   std::vector<std::vector<float>> k, v;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
+  // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows.
+  const float* k_row(int layer, int row) const;
+  const float* v_row(int layer, int row) const;
   EntryKey key() const;
   // Size of Serialize()'s output.
   uint64_t SerializedBytes() const;
