@@ -306,10 +306,9 @@ void Scheduler::Admit(SchedClock::time_point now) {
     // other sequences could decode; with nothing running, the lookup's wait blocks
     // nobody (and the loop does not spin).
     Waiting& head = *waiting_.front();
-    int common = 0;
-    if (store_ != nullptr && !running_.empty() &&
-        (head.truncation.active ||
-         store_->ReadQueuedSave(head.req.tenant, head.req.session_id, *head.prompt, &common) == nullptr) &&
+    if (store_ != nullptr && !head.truncation.active)
+      head.queued_save = store_->ReadQueuedSave(head.req.tenant, head.req.session_id, *head.prompt, &head.queued_common);
+    if (store_ != nullptr && !running_.empty() && head.queued_save == nullptr &&
         store_->SavePending(head.req.tenant, head.req.session_id,
                             head.truncation.active ? head.truncation.store_view : *head.prompt)) {
       if (!head.deferred_for_save) ++load_stats_.deferred_for_save;

@@ -33,6 +33,11 @@ struct Scheduler::Waiting {
   Truncation truncation;
   std::shared_ptr<StagedFetch> staged;  // read buffer: its stored entry, fetched ahead
   bool deferred_for_save = false;       // admission put off while its session's save was queued
+  // Its session's save still in the write buffer, read by Admit for this admission
+  // attempt (KvStore::ReadQueuedSave) and loaded from by LoadFromStore; the prompt
+  // shares `queued_common` tokens with it.
+  std::shared_ptr<const store::KvEntry> queued_save;
+  int queued_common = 0;
 };
 
 // Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached

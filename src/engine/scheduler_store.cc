@@ -136,13 +136,10 @@ bool Scheduler::LoadFromStore(Running& r, Waiting& w, int min_tokens) {
   const std::vector<int32_t>& prompt = *r.prompt;
   const bool trunc = r.truncation.active;
   if (trunc && options_.truncate_recompute) return false;  // TT: recompute what is kept
-  if (!trunc) {
-    int common = 0;
-    auto queued = store_->ReadQueuedSave(r.req.tenant, r.req.session_id, prompt, &common);
-    // The session's newest state: a stored entry would be an older one (waiting for the
-    // save would block the step loop for nothing).
-    if (queued != nullptr) return LoadFromQueuedSave(r, std::move(queued), common, min_tokens);
-  }
+  // The session's newest state, still in the write buffer (Admit read it): a stored
+  // entry would be an older one (waiting for the save would block the step loop for
+  // nothing).
+  if (w.queued_save != nullptr) return LoadFromQueuedSave(r, std::move(w.queued_save), w.queued_common, min_tokens);
   auto m = store_->Lookup(r.req.tenant, r.req.session_id, trunc ? r.truncation.store_view : prompt);
   if (!m) return false;
   // Entry rows to reuse, in slot order. At least the last prompt token is computed, so
