@@ -147,14 +147,17 @@ Status ValidateEntry(const KvEntry& e) {
   if (e.tenant.size() > kMaxString || e.session_id.size() > kMaxString || e.fingerprint.size() > kMaxString)
     return InvalidArgumentError("tenant/session/fingerprint too long");
   const KvRowsBase& b = e.base;
-  const bool serialized = b.bytes != nullptr && b.entry == nullptr;
-  if (b.n_rows < 0 || b.n_rows > e.n_tokens() || (b.n_rows > 0 && b.bytes == nullptr && b.entry == nullptr) ||
-      (b.bytes != nullptr && b.entry != nullptr) || (serialized && b.n_rows > b.base_tokens) ||
-      (serialized && b.data_offset + e.n_layers * b.layer_bytes > b.bytes->size()) ||
-      (serialized && b.layer_bytes != 2ull * b.base_tokens * e.kv_dim * sizeof(float)) ||
-      (b.entry != nullptr && (b.n_rows > b.entry->n_tokens() || b.entry->n_layers != e.n_layers ||
-                              b.entry->kv_dim != e.kv_dim || !ValidateEntry(*b.entry).ok())))
-    return InvalidArgumentError("bad KV row base");
+  bool base_ok = b.n_rows >= 0 && b.n_rows <= e.n_tokens();
+  if (b.entry != nullptr) {  // an unserialized entry of the same shape, holding the rows
+    base_ok = base_ok && b.bytes == nullptr && b.n_rows <= b.entry->n_tokens() && b.entry->n_layers == e.n_layers &&
+              b.entry->kv_dim == e.kv_dim && ValidateEntry(*b.entry).ok();
+  } else if (b.bytes != nullptr) {  // a serialized entry's layers, inside its bytes
+    base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
+              b.layer_bytes == 2ull * b.base_tokens * e.kv_dim * sizeof(float);
+  } else {
+    base_ok = base_ok && b.n_rows == 0;
+  }
+  if (!base_ok) return InvalidArgumentError("bad KV row base");
   const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
   if (e.k.size() != static_cast<size_t>(e.n_layers) || e.v.size() != static_cast<size_t>(e.n_layers))
     return InvalidArgumentError("k/v layer count mismatch");
