@@ -112,11 +112,10 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
                      int n_outs) {
   if (m <= 0 || n_outs <= 0) return;
   const DType dtype = outs[0].w->dtype;
-  bool fuse = true;
-  for (int i = 0; i < n_outs; ++i) fuse = fuse && m <= GemvMaxM(t, *outs[i].w);
+  bool fuse = m <= GemvMaxM(t, *outs[0].w);
   for (int i = 1; i < n_outs; ++i)
-    fuse = fuse && outs[i].w->dtype == dtype && outs[i].w->cols() == outs[0].w->cols() &&
-           t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
+    fuse = fuse && m <= GemvMaxM(t, *outs[i].w) && outs[i].w->dtype == dtype &&
+           outs[i].w->cols() == outs[0].w->cols() && t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
   if (!fuse) {
     for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
     return;
