@@ -43,8 +43,9 @@ struct Scheduler::Waiting {
 // Pre-RoPE K and V of a sequence's slots, kept on the host while a KV store is attached
 // so that a turn can be saved without recomputation. Per layer: [n, kv_dim].
 struct Scheduler::HostKv {
-  // Slots [0, base.n_rows): the stored entry they were loaded from, shared in place (no
-  // copy of the history); the slots after it: k, v per layer, [rows, kv_dim].
+  // Slots [0, base.n_rows): the entry they were loaded from (stored, or a save still
+  // queued), shared in place (no copy of the history); the slots after it: k, v per
+  // layer, [rows, kv_dim].
   store::KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   bool valid = true;  // false once a slot's KV is unknown (then the turn is not saved)
