@@ -49,6 +49,9 @@ struct Scheduler::HostKv {
   store::KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   bool valid = true;  // false once a slot's KV is unknown (then the turn is not saved)
+  // The last save made from these rows while the sequence stayed resident (its rows are
+  // rows [0, saved->n_tokens()) here unless a branch replaced them), or null.
+  std::shared_ptr<const store::KvEntry> saved;
   int n(int kv_dim) const { return base.n_rows + (k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim)); }
   // Sizes the per-layer lists and reserves room for slots up to `max_slots`, so that
   // appending each step's new KV never reallocates and copies (pages are touched only
@@ -60,6 +63,18 @@ struct Scheduler::HostKv {
     for (auto& x : k) x.reserve(floats);
     for (auto& x : v) x.reserve(floats);
   }
+  // Makes rows [0, n) of `e` (an immutable entry not serialized yet: a queued save) the
+  // base, shared in place, and reserves room up to `max_slots` (see Reserve). A chain of
+  // such entries deeper than kMaxUnserializedDepth is cut by copying e's own rows (one
+  // level) instead. REQUIRES: no own rows yet.
+  static constexpr int kMaxUnserializedDepth = 8;
+  void BaseOn(std::shared_ptr<const store::KvEntry> e, int n, int max_slots, int n_layers, int kv_dim);
+  // Once the writer has placed `saved` in the DRAM tier, its rows are read from the
+  // tier's bytes (shared): the base becomes those bytes and the own rows they cover are
+  // dropped. This ends a chain of unserialized saves and frees their rows' second copy.
+  // tokens / positions: the sequence's slots now.
+  void RebaseOnPlacedSave(store::KvStore& store, const std::vector<int32_t>& tokens,
+                          const std::vector<int32_t>& positions, int kv_dim);
   void Truncate(int n_slots, int kv_dim) {
     base.n_rows = std::min(base.n_rows, n_slots);
     const size_t own = static_cast<size_t>(n_slots - base.n_rows) * kv_dim;

@@ -79,27 +79,9 @@ bool Scheduler::LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEn
   if (!seq->Append(e->tokens.data(), e->positions.data(), usable).ok()) return false;
   // The turn's own save needs the rows' pre-RoPE KV: the queued entry's rows, shared in
   // place (it is immutable once queued; copying them here would stall the step loop
-  // for the whole history when turns follow each other faster than the writer). A
-  // chain of such entries (turns that each read the previous one's queued save) is
-  // cut at kMaxUnserializedDepth by copying the queued entry's own rows instead.
-  constexpr int kMaxUnserializedDepth = 8;
+  // for the whole history when turns follow each other faster than the writer).
   auto host = std::make_unique<HostKv>();
-  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
-  if (!copy) {
-    host->base.entry = e;
-    host->base.n_rows = usable;
-  } else {
-    host->base = e->base;
-    host->base.n_rows = std::min(e->base.n_rows, usable);
-  }
-  host->Reserve(shape.n_layers, std::max(r.max_slots, usable), shape.kv_dim());
-  if (copy && usable > e->base.n_rows) {
-    const size_t n = static_cast<size_t>(usable - e->base.n_rows) * shape.kv_dim();
-    for (int l = 0; l < shape.n_layers; ++l) {
-      host->k[l].assign(e->k[l].begin(), e->k[l].begin() + n);
-      host->v[l].assign(e->v[l].begin(), e->v[l].begin() + n);
-    }
-  }
+  host->BaseOn(e, usable, std::max(r.max_slots, usable), shape.n_layers, shape.kv_dim());
   auto job = std::make_shared<LoadJob>();
   job->rows.resize(usable);
   for (int i = 0; i < usable; ++i) job->rows[i] = i;
@@ -114,6 +96,45 @@ bool Scheduler::LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEn
   store_->RecordWriteBufferHit();
   store_->RecordReuse(usable);
   return true;
+}
+
+void Scheduler::HostKv::BaseOn(std::shared_ptr<const store::KvEntry> e, int n, int max_slots, int n_layers,
+                               int kv_dim) {
+  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
+  if (!copy) {
+    base.entry = e;
+    base.n_rows = n;
+  } else {
+    base = e->base;
+    base.n_rows = std::min(e->base.n_rows, n);
+  }
+  Reserve(n_layers, std::max(max_slots, n), kv_dim);
+  if (copy && n > e->base.n_rows) {
+    const size_t floats = static_cast<size_t>(n - e->base.n_rows) * kv_dim;
+    for (int l = 0; l < n_layers; ++l) {
+      k[l].assign(e->k[l].begin(), e->k[l].begin() + floats);
+      v[l].assign(e->v[l].begin(), e->v[l].begin() + floats);
+    }
+  }
+}
+
+void Scheduler::HostKv::RebaseOnPlacedSave(store::KvStore& store, const std::vector<int32_t>& tokens,
+                                           const std::vector<int32_t>& positions, int kv_dim) {
+  if (saved == nullptr) return;
+  const int n_saved = saved->n_tokens();
+  if (n_saved < base.n_rows || n_saved > n(kv_dim) || static_cast<int>(tokens.size()) < n_saved) return;
+  auto f = store.FetchFromDram(saved->key().ToString());
+  if (!f.ok()) return;  // not placed yet, or not in DRAM: keep sharing the entry
+  const store::KvEntry& meta = f->header.meta;
+  // The rows must still be the save's (a branch may have replaced its tail since).
+  if (meta.n_tokens() != n_saved || !std::equal(meta.tokens.begin(), meta.tokens.end(), tokens.begin()) ||
+      !std::equal(meta.positions.begin(), meta.positions.end(), positions.begin()))
+    return;
+  const size_t covered = static_cast<size_t>(n_saved - base.n_rows) * kv_dim;  // own rows now in the tier's bytes
+  for (auto* rows : {&k, &v})
+    for (auto& x : *rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(covered, x.size())));
+  base = store::EntryRowsBase(f->bytes, f->header, n_saved);
+  saved.reset();
 }
 
 // Hands a load job to the loader the way KvPreload says.
@@ -264,18 +285,24 @@ void Scheduler::SaveToStore(Running& r, bool keep_host) {
   e.kv_dim = shape.kv_dim();
   e.tokens = r.kv->tokens();
   e.positions = r.kv->positions();
-  e.base = r.host->base;  // the stored history is written from where it is
-  if (keep_host) {
-    e.k = r.host->k;
-    e.v = r.host->v;
-  } else {  // the sequence is not kept resident: hand its buffers over
-    e.k = std::move(r.host->k);
-    e.v = std::move(r.host->v);
-    r.host.reset();
-  }
+  HostKv& host = *r.host;
+  if (keep_host) host.RebaseOnPlacedSave(*store_, e.tokens, e.positions, shape.kv_dim());
+  e.base = host.base;  // the stored history is written from where it is
+  // The rows since the base move into the entry (no copy on the step loop).
+  e.k = std::move(host.k);
+  e.v = std::move(host.v);
   // Asynchronous: the writer thread serializes and places it (paper 3.2); the next
   // lookup of this session waits for it.
-  store_->SaveAsync(std::move(e), r.store_key, r.req.session_ttl_ms);
+  std::shared_ptr<const store::KvEntry> saved = store_->SaveAsync(std::move(e), r.store_key, r.req.session_ttl_ms);
+  if (!keep_host) {
+    r.host.reset();
+    return;
+  }
+  // Staying resident: the saved entry, immutable from now on, is the base of all its
+  // rows (shared with the writer, as a queued save read by a next turn is).
+  host = HostKv();
+  host.BaseOn(saved, n, n, shape.n_layers, shape.kv_dim());
+  host.saved = std::move(saved);
 }
 
 // REQUIRES: mu_ held (called from Admit).

@@ -81,16 +81,17 @@ uint64_t EntryKvBytes(const KvEntry& e) {
 }
 }  // namespace
 
-void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
-  if (!writer_.joinable()) {
-    Status st = Save(std::move(entry), replaces, ttl_ms);
-    if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
-    return;
-  }
+std::shared_ptr<const KvEntry> KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {
   Stamp(&entry, ttl_ms);  // the TTL runs from the end of the turn
+  auto shared = std::make_shared<const KvEntry>(std::move(entry));
+  if (!writer_.joinable()) {
+    Status st = Place(*shared, replaces);
+    if (!st.ok()) std::fprintf(stderr, "attic: KV store: save failed: %s\n", st.ToString().c_str());
+    return shared;
+  }
   PendingSave p;
-  p.bytes = EntryKvBytes(entry);
-  p.entry = std::make_shared<const KvEntry>(std::move(entry));
+  p.bytes = EntryKvBytes(*shared);
+  p.entry = shared;
   p.replaces = replaces;
   std::unique_lock<std::mutex> lock(wmu_);
   if (pending_bytes_ + p.bytes > options_.write_buffer_bytes && !pending_.empty()) {
@@ -104,6 +105,7 @@ void KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_
   if (!p.entry->session_id.empty()) ++pending_tenants_[SessionKey(p.entry->tenant, p.entry->session_id)];
   pending_.push_back(std::move(p));
   wcv_.notify_all();
+  return shared;
 }
 
 // REQUIRES: wmu_ held.

@@ -60,6 +60,19 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
   return f;
 }
 
+StatusOr<KvStore::Fetched> KvStore::FetchFromDram(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.tier != TierLevel::kDram || Expired(it->second))
+      return NotFoundError("KV entry " + key + " is not in DRAM");
+  }
+  // A demotion between the check and the read makes GetShared fail: NotFound as well.
+  StatusOr<Fetched> read = ReadChecked(*dram_, key, false);
+  if (!read.ok()) return NotFoundError("KV entry " + key + " is not in DRAM");
+  return read;
+}
+
 StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& key, bool check_layers) const {
   ATTIC_ASSIGN_OR_RETURN(SharedBytes bytes, tier.GetShared(key));
   ATTIC_ASSIGN_OR_RETURN(EntryHeader header, VerifyEntry(*bytes, options_.fingerprint, check_layers));

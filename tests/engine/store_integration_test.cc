@@ -389,6 +389,49 @@ TEST(StoreIntegration, TurnsBuiltOnResidentKvSaveExactEntries) {
   }
 }
 
+// A conversation that stays resident saves each turn from the rows it shares with its
+// previous save (nothing copied at turn end): while the writer is held the saves chain
+// (cut by copying one level once deeper than a few), once they are placed a save reads
+// its history from the DRAM tier's bytes. Every save stays exact: a scheduler without
+// resident reuse continues from the last one.
+TEST(StoreIntegration, ALongResidentConversationSavesExactEntries) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  store::testing::Gate gate;
+  auto store = OpenStore(*e, 64 << 20, "", gate.Hook());
+  store::testing::Gate::ReleaseAtExit release{&gate};
+  std::vector<int32_t> prompt = *e->Tokenize("Lily had a red ball. She", true);
+  {
+    Scheduler s(*e, SchedulerOptions{});
+    s.set_store(store.get());
+    gate.Hold();
+    ASSERT_TRUE(RunTurn(s, prompt, "conv", 6).finished);
+    const int kHeld = 10, kPlaced = 3;  // turns while the writer is held, then after
+    for (int turn = 2; turn <= kHeld + kPlaced; ++turn) {
+      if (turn == kHeld + 1) {
+        gate.Release();
+        store->Flush();
+      }
+      std::vector<int32_t> next = NextTurn(*e, prompt, 6, " Then she ran.");
+      Turn t = RunTurn(s, next, "conv", 6);
+      ASSERT_TRUE(t.finished);
+      EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prompt.size()) + 6 - 1) << "turn " << turn;
+      EXPECT_EQ(t.text, Recompute(*e, next, 6)) << "turn " << turn;
+      if (turn > kHeld) store->Flush();  // placed before the next turn ends
+      prompt = std::move(next);
+    }
+    EXPECT_EQ(s.Stats().kv_load.loads, 0u);  // every turn reused resident KV
+    s.Shutdown();
+  }
+  store->Flush();
+  Scheduler s2(*e, NoResident());
+  s2.set_store(store.get());
+  std::vector<int32_t> last = NextTurn(*e, prompt, 6, " The end.");
+  Turn t = RunTurn(s2, last, "conv", 6);
+  EXPECT_EQ(t.usage.cached_tokens, static_cast<int>(prompt.size()) + 6 - 1);
+  EXPECT_EQ(t.text, Recompute(*e, last, 6));
+}
+
 // Decoupled truncation (paper 3.4): an overflowing conversation drops its oldest tokens
 // (after a kept head) in the stored KV instead of being rejected or recomputed, and the
 // drop is sticky so the next turn reuses nearly everything again.

@@ -145,8 +145,10 @@ class KvStore {
   // Queues the save for the writer thread and returns (the caller's turn does not wait
   // for the write). Lookups, GetSession and EraseSession of the same session (of the
   // same tenant, for a lookup without a session id) wait for its queued saves first, so
-  // a queued save of that session is never missed. Errors are logged.
-  void SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
+  // a queued save of that session is never missed. Errors are logged. Returns the
+  // entry as queued (stamped, immutable): a caller that keeps using its rows (a
+  // sequence that stays resident) shares them instead of keeping a copy.
+  std::shared_ptr<const KvEntry> SaveAsync(KvEntry entry, const std::string& replaces = "", int64_t ttl_ms = -1);
   // Whether a Lookup of (tenant, session_id, tokens) would wait for a queued save now (a
   // caller that must not block, like the scheduler's step loop, tries again later). With
   // a session id that is a queued save of the session; without, a queued save of the
@@ -179,6 +181,10 @@ class KvStore {
   // lock; every layer's checksum is verified; an SSD entry is promoted to DRAM when it
   // fits (as Load). A bad entry is deleted and reported as NotFound.
   StatusOr<Fetched> Fetch(const std::string& key);
+  // The entry's bytes if it sits in the DRAM tier now (header checked, nothing read
+  // from SSD, nothing waited for, no statistics or recency touched); NotFound otherwise.
+  // For a caller that holds the same rows elsewhere and would rather share the tier's.
+  StatusOr<Fetched> FetchFromDram(const std::string& key);
   // Lookup without counting it (read-buffer planning); *bytes = the entry's size.
   std::optional<StoreMatch> Peek(const std::string& tenant, const std::string& session_id,
                                  const std::vector<int32_t>& tokens, uint64_t* bytes);
