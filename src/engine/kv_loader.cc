@@ -76,14 +76,37 @@ const float* LoadJob::V(int layer, int row) const {
 }
 
 void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
-  const int kvd = pool_.shape().kv_dim();
-  // K rotated into a row buffer (one token: stays in L1), then stored with V.
+  const kv::KvShape& shape = pool_.shape();
+  const int kvd = shape.kv_dim(), hd = shape.head_dim;
+  // A serialized entry keeps each layer's rows contiguous: resolve the layer once.
+  const float* k_layer = nullptr;
+  const float* v_layer = nullptr;
+  if (!job.queued) {
+    k_layer = store::EntryLayerK(*job.entry.bytes, job.entry.header, layer);
+    v_layer = store::EntryLayerV(*job.entry.bytes, job.entry.header, layer);
+  }
+  auto k_src = [&](int row) { return k_layer ? k_layer + static_cast<size_t>(row) * kvd : job.K(layer, row); };
+  auto v_src = [&](int row) { return v_layer ? v_layer + static_cast<size_t>(row) * kvd : job.V(layer, row); };
+  if (shape.dtype == DType::kF32) {
+    // K rotated straight into its slot (heads head_stride apart), V copied head by head.
+    const int64_t hs = shape.head_stride();
+    const int32_t* blocks = job.blocks.data();
+    for (int i = first; i < first + m; ++i) {
+      const int row = job.rows[i];
+      rope_.ApplyToken(k_src(row), pool_.k_slot_f32(layer, blocks, i), n_kv_heads_, hs, job.positions[i]);
+      const float* v = v_src(row);
+      float* vd = pool_.v_slot_f32(layer, blocks, i);
+      for (int h = 0; h < n_kv_heads_; ++h) std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(float));
+    }
+    return;
+  }
+  // Other element types: K rotated into a row buffer (one token: stays in L1), then
+  // converted and stored with V.
   thread_local std::vector<float> krow;
   krow.resize(static_cast<size_t>(kvd));
-  const int hd = pool_.shape().head_dim;
   for (int i = first; i < first + m; ++i) {
-    rope_.ApplyToken(job.K(layer, job.rows[i]), krow.data(), n_kv_heads_, hd, job.positions[i]);
-    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), job.V(layer, job.rows[i]));
+    rope_.ApplyToken(k_src(job.rows[i]), krow.data(), n_kv_heads_, hd, job.positions[i]);
+    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), v_src(job.rows[i]));
   }
 }
 

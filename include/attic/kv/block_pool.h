@@ -73,6 +73,15 @@ class BlockPool {
   void WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v);
   // Reads K and V of those slots into [n, kv_dim] f32 arrays.
   void ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const;
+  // An f32 pool's storage of slot `slot` (of the sequence whose block table is `blocks`)
+  // in layer `layer`'s K / V: head 0; head h is shape().head_stride() floats further.
+  // For writers that produce a row in place (the KV loader rotates K straight into it).
+  float* k_slot_f32(int layer, const int32_t* blocks, int slot) {
+    return reinterpret_cast<float*>(k_[layer].data()) + SlotOffset(blocks, slot);
+  }
+  float* v_slot_f32(int layer, const int32_t* blocks, int slot) {
+    return reinterpret_cast<float*>(v_[layer].data()) + SlotOffset(blocks, slot);
+  }
 
  private:
   // Element offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *
