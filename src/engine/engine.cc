@@ -62,7 +62,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   int n_blocks = options.kv_cache_bytes > 0
                      ? kv::BlockPool::BlocksForBudget(shape, options.kv_cache_bytes)
                      : (e->context_length_ + options.kv_block_size - 1) / options.kv_block_size + 1;
-  e->kv_pool_ = std::make_unique<kv::BlockPool>(shape, n_blocks);
+  e->kv_pool_ = e->NewKvPool(shape, n_blocks);
 
   // Chat template: the flag wins, else detect from the model.
   if (!options.chat_template.empty()) {
@@ -86,11 +86,27 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   return e;
 }
 
+std::unique_ptr<kv::BlockPool> Engine::NewKvPool(const kv::KvShape& shape, int n_blocks) const {
+  // Zeroing a pool of gigabytes faults in every page (seconds on some machines): on the
+  // compute threads, with a progress bar on a terminal.
+  std::unique_ptr<ProgressBar> bar;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    if (!bar) bar = std::make_unique<ProgressBar>("allocating KV cache", total, StderrIsTerminal());
+    bar->Update(done);
+  };
+  constexpr int64_t kShowBytes = 256 << 20;
+  const bool show = options_.show_progress && static_cast<int64_t>(n_blocks) * shape.block_bytes() >= kShowBytes;
+  auto pool = std::make_unique<kv::BlockPool>(shape, n_blocks, threads_.get(),
+                                              show ? std::function<void(uint64_t, uint64_t)>(progress) : nullptr);
+  if (bar) bar->Finish();
+  return pool;
+}
+
 void Engine::ResizeKvCache(int64_t bytes) {
   ATTIC_CHECK(kv_pool_->n_used() == 0);
   kv::KvShape shape = kv_pool_->shape();
   kv_pool_.reset();  // free the old pool before allocating the new one
-  kv_pool_ = std::make_unique<kv::BlockPool>(shape, kv::BlockPool::BlocksForBudget(shape, bytes));
+  kv_pool_ = NewKvPool(shape, kv::BlockPool::BlocksForBudget(shape, bytes));
   options_.kv_cache_bytes = bytes;
 }
 

@@ -4,18 +4,43 @@
 #include <cstring>
 
 #include "attic/backend/convert.h"
+#include "attic/backend/thread_pool.h"
 
 namespace attic::kv {
 
-BlockPool::BlockPool(const KvShape& shape, int n_blocks) : shape_(shape), n_blocks_(n_blocks) {
+BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* threads,
+                     const std::function<void(uint64_t, uint64_t)>& progress)
+    : shape_(shape), n_blocks_(n_blocks) {
   ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
   ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16);
-  size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
+  const size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
   for (int l = 0; l < shape.n_layers; ++l) {
-    k_[l].Resize(bytes);
-    v_[l].Resize(bytes);
+    k_[l].ResizeUninitialized(bytes);
+    v_[l].ResizeUninitialized(bytes);
+  }
+  // Zeroed in chunks (one per task), a round of one chunk per thread between progress
+  // reports.
+  constexpr size_t kChunk = 32 << 20;
+  const size_t rounded = AlignedBuffer::Rounded(bytes);
+  const size_t per_buffer = (rounded + kChunk - 1) / kChunk;
+  const int64_t n_chunks = static_cast<int64_t>(2 * shape.n_layers * per_buffer);
+  auto zero = [&](int64_t c, int) {
+    AlignedBuffer& b = (c % 2 == 0 ? k_ : v_)[static_cast<size_t>(c / 2 / per_buffer)];
+    const size_t at = static_cast<size_t>(c / 2 % per_buffer) * kChunk;
+    std::memset(b.data() + at, 0, std::min(kChunk, rounded - at));
+  };
+  const int64_t round = threads != nullptr ? threads->n_threads() : 1;
+  const uint64_t total = 2ull * shape.n_layers * rounded;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
+    const int64_t n = std::min(round, n_chunks - c0);
+    if (threads != nullptr && n > 1) {
+      threads->ParallelFor(n, [&](int64_t i, int t) { zero(c0 + i, t); });
+    } else {
+      for (int64_t i = 0; i < n; ++i) zero(c0 + i, 0);
+    }
+    if (progress) progress(std::min(total, static_cast<uint64_t>(c0 + n) * kChunk), total);
   }
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);

@@ -66,6 +66,7 @@ class Engine {
 
  private:
   Engine() = default;
+  std::unique_ptr<kv::BlockPool> NewKvPool(const kv::KvShape& shape, int n_blocks) const;
   EngineOptions options_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -12,11 +12,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attic/core/status.h"
 #include "attic/tensor/buffer.h"
 #include "attic/tensor/dtype.h"
+
+namespace attic::backend {
+class ThreadPool;
+}
 
 namespace attic::kv {
 
@@ -48,8 +53,12 @@ struct KvShape {
 
 class BlockPool {
  public:
-  // Allocates n_blocks blocks up front (bounded memory: the pool never grows).
-  BlockPool(const KvShape& shape, int n_blocks);
+  // Allocates n_blocks blocks up front (bounded memory: the pool never grows) and zeroes
+  // them, touching every page now rather than in the middle of a forward step. With
+  // `threads`, the zeroing runs on them (gigabytes of fresh pages take seconds to fault
+  // in) and `progress(done_bytes, total_bytes)`, if set, is called as it goes.
+  BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* threads = nullptr,
+            const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
   // The largest pool within `budget_bytes` (at least one block).
   static int BlocksForBudget(const KvShape& shape, int64_t budget_bytes);
 

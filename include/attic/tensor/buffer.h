@@ -32,15 +32,21 @@ class AlignedBuffer {
 
   // Discards the old contents; the new memory is zeroed.
   void Resize(size_t bytes) {
+    ResizeUninitialized(bytes);
+    if (data_ != nullptr) std::memset(data_, 0, Rounded(bytes));
+  }
+  // Like Resize, but the new memory is not initialised: for a caller that writes every
+  // byte before reading it, or zeroes it itself (in parallel, with progress).
+  void ResizeUninitialized(size_t bytes) {
     std::free(data_);
     data_ = nullptr;
     size_ = bytes;
     if (bytes == 0) return;
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, rounded));
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, Rounded(bytes)));
     if (data_ == nullptr) std::abort();
-    std::memset(data_, 0, rounded);
   }
+  // The bytes actually allocated (a multiple of kAlignment).
+  static size_t Rounded(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
   // Grows (never shrinks) without preserving contents.
   void Reserve(size_t bytes) {
     if (bytes > size_) Resize(bytes);
