@@ -63,38 +63,24 @@ void KvLoader::Stage(std::shared_ptr<StagedFetch> fetch, store::KvStore* store) 
   cv_.notify_all();
 }
 
-const float* LoadJob::K(int layer, int row) const {
-  if (queued) return queued->k_row(layer, row);
-  const size_t kvd = entry.header.meta.kv_dim;
-  return store::EntryLayerK(*entry.bytes, entry.header, layer) + row * kvd;
-}
-
-const float* LoadJob::V(int layer, int row) const {
-  if (queued) return queued->v_row(layer, row);
-  const size_t kvd = entry.header.meta.kv_dim;
-  return store::EntryLayerV(*entry.bytes, entry.header, layer) + row * kvd;
+LoadJob::SourceLayer LoadJob::Layer(int layer) const {
+  if (queued) return {queued.get(), layer, nullptr, nullptr, static_cast<size_t>(queued->kv_dim)};
+  return {nullptr, layer, store::EntryLayerK(*entry.bytes, entry.header, layer),
+          store::EntryLayerV(*entry.bytes, entry.header, layer), static_cast<size_t>(entry.header.meta.kv_dim)};
 }
 
 void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
   const kv::KvShape& shape = pool_.shape();
   const int kvd = shape.kv_dim(), hd = shape.head_dim;
-  // A serialized entry keeps each layer's rows contiguous: resolve the layer once.
-  const float* k_layer = nullptr;
-  const float* v_layer = nullptr;
-  if (!job.queued) {
-    k_layer = store::EntryLayerK(*job.entry.bytes, job.entry.header, layer);
-    v_layer = store::EntryLayerV(*job.entry.bytes, job.entry.header, layer);
-  }
-  auto k_src = [&](int row) { return k_layer ? k_layer + static_cast<size_t>(row) * kvd : job.K(layer, row); };
-  auto v_src = [&](int row) { return v_layer ? v_layer + static_cast<size_t>(row) * kvd : job.V(layer, row); };
+  const LoadJob::SourceLayer src = job.Layer(layer);
   if (shape.dtype == DType::kF32) {
     // K rotated straight into its slot (heads head_stride apart), V copied head by head.
     const int64_t hs = shape.head_stride();
     const int32_t* blocks = job.blocks.data();
     for (int i = first; i < first + m; ++i) {
       const int row = job.rows[i];
-      rope_.ApplyToken(k_src(row), pool_.k_slot_f32(layer, blocks, i), n_kv_heads_, hs, job.positions[i]);
-      const float* v = v_src(row);
+      rope_.ApplyToken(src.K(row), pool_.k_slot_f32(layer, blocks, i), n_kv_heads_, hs, job.positions[i]);
+      const float* v = src.V(row);
       float* vd = pool_.v_slot_f32(layer, blocks, i);
       for (int h = 0; h < n_kv_heads_; ++h) std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(float));
     }
@@ -105,8 +91,8 @@ void KvLoader::EnterRows(const LoadJob& job, int layer, int first, int m) {
   thread_local std::vector<float> krow;
   krow.resize(static_cast<size_t>(kvd));
   for (int i = first; i < first + m; ++i) {
-    rope_.ApplyToken(k_src(job.rows[i]), krow.data(), n_kv_heads_, hd, job.positions[i]);
-    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), v_src(job.rows[i]));
+    rope_.ApplyToken(src.K(job.rows[i]), krow.data(), n_kv_heads_, hd, job.positions[i]);
+    pool_.WriteRows(layer, job.blocks.data(), i, 1, krow.data(), src.V(job.rows[i]));
   }
 }
 
@@ -118,10 +104,11 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
     auto& hv = (*job.host_v)[layer];
     hk.resize(static_cast<size_t>(n) * kvd);
     hv.resize(static_cast<size_t>(n) * kvd);
+    const LoadJob::SourceLayer src = job.Layer(layer);
     for (int i = 0; i < n; ++i) {
       const size_t dst = static_cast<size_t>(i) * kvd;
-      std::memcpy(hk.data() + dst, job.K(layer, job.rows[i]), kvd * sizeof(float));
-      std::memcpy(hv.data() + dst, job.V(layer, job.rows[i]), kvd * sizeof(float));
+      std::memcpy(hk.data() + dst, src.K(job.rows[i]), kvd * sizeof(float));
+      std::memcpy(hv.data() + dst, src.V(job.rows[i]), kvd * sizeof(float));
     }
   }
   // One block of slots per task (EnterRows: each row's K rotated, then K and V stored).

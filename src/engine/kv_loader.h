@@ -51,9 +51,19 @@ struct LoadJob {
   KvLoader* inline_loader = nullptr;
   backend::ThreadPool* inline_threads = nullptr;
   int n_layers() const { return queued ? queued->n_layers : entry.header.meta.n_layers; }
-  // Pre-RoPE K and V of the source's row `row` in `layer` ([kv_dim] f32 each).
-  const float* K(int layer, int row) const;
-  const float* V(int layer, int row) const;
+  // The source's layer `layer`: K(row) / V(row) are the pre-RoPE K and V of entry row
+  // `row` ([kv_dim] f32 each). A serialized entry's layer is resolved once (its rows are
+  // contiguous); a queued save's rows are looked up through its bases.
+  struct SourceLayer {
+    const store::KvEntry* queued;
+    int layer;
+    const float* k;  // a serialized entry's layer, or null (queued)
+    const float* v;
+    size_t kv_dim;
+    const float* K(int row) const { return k ? k + row * kv_dim : queued->k_row(layer, row); }
+    const float* V(int row) const { return v ? v + row * kv_dim : queued->v_row(layer, row); }
+  };
+  SourceLayer Layer(int layer) const;
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
   // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
   // seconds spent waiting (0 for inline entering, whose time is enter_seconds).

@@ -26,7 +26,7 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   const size_t rounded = AlignedBuffer::Rounded(bytes);
   const size_t per_buffer = (rounded + kChunk - 1) / kChunk;
   const int64_t n_chunks = static_cast<int64_t>(2 * shape.n_layers * per_buffer);
-  auto zero = [&](int64_t c, int) {
+  auto zero = [&](int64_t c) {
     AlignedBuffer& b = (c % 2 == 0 ? k_ : v_)[static_cast<size_t>(c / 2 / per_buffer)];
     const size_t at = static_cast<size_t>(c / 2 % per_buffer) * kChunk;
     std::memset(b.data() + at, 0, std::min(kChunk, rounded - at));
@@ -35,10 +35,10 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   const uint64_t total = 2ull * shape.n_layers * rounded;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
-    if (threads != nullptr && n > 1) {
-      threads->ParallelFor(n, [&](int64_t i, int t) { zero(c0 + i, t); });
+    if (threads != nullptr) {
+      threads->ParallelFor(n, [&](int64_t i, int) { zero(c0 + i); });
     } else {
-      for (int64_t i = 0; i < n; ++i) zero(c0 + i, 0);
+      zero(c0);  // a round is one chunk
     }
     if (progress) progress(std::min(total, static_cast<uint64_t>(c0 + n) * kChunk), total);
   }
