@@ -11,7 +11,9 @@
 //
 // Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
 //
-// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--json-only]
+// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--only prefill|decode|chunk]
+//                        [--history N] [--kv f32|f16] [--json-only]
+// --history sets the stored slots the chunk cases follow (default 2048).
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
 // Output: a human table, then one JSON object on the last line.
 #include <algorithm>
@@ -178,8 +180,9 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 3;
+  int threads = 2, reps = 3, history = 2048;
   bool json_only = false;
+  std::string only, kv_only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
@@ -187,10 +190,19 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) {
       g_block_size = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--history") && i + 1 < argc) {
+      history = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc) {
+      kv_only = argv[++i];
     } else if (!std::strcmp(argv[i], "--json-only")) {
       json_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--reps N] [--block-size N] [--json-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--threads N] [--reps N] [--block-size N] [--only prefill|decode|chunk] [--history N] "
+                   "[--kv f32|f16] [--json-only]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -200,9 +212,14 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (const ModelShape& m : shapes) {
     for (bool f16 : {false, true}) {
-      for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
-      for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
-      for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, 2048, n_q, f16, reps, rng));
+      if (!kv_only.empty() && kv_only != (f16 ? "f16" : "f32")) continue;
+      auto want = [&](const char* mode) { return only.empty() || only == mode; };
+      if (want("prefill"))
+        for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
+      if (want("decode"))
+        for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
+      if (want("chunk"))
+        for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, history, n_q, f16, reps, rng));
     }
   }
   const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());

@@ -119,7 +119,7 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
   const bool few = ks.few != nullptr && rows_per_head <= ks.few_rows_max && shape.head_dim % ks.few_head_dim_multiple == 0;
   pr.kernel = few ? ks.few : ks.tile;
-  pr.tile_rows = few ? rows_per_head : ks.tile_rows;
+  pr.tile_rows = few ? rows_per_head : static_cast<int64_t>(ks.tile_rows) * ks.max_tiles_per_job;
   pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;
   pr.tile_vis.assign(pr.n_tiles, 0);
   for (int64_t t = 0; t < pr.n_tiles; ++t) {
