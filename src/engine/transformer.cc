@@ -135,9 +135,8 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
 
   // Attention block.
   backend::RmsNorm(pool_, x, w.attn_norm, n, hidden, c.rms_norm_eps, xn);
-  backend::Linear(pool_, xn, n, w.wq, w.bq, q);
-  backend::Linear(pool_, xn, n, w.wk, w.bk, k);
-  backend::Linear(pool_, xn, n, w.wv, w.bv, v);
+  const backend::LinearOutput qkv[] = {{&w.wq, w.bq, q}, {&w.wk, w.bk, k}, {&w.wv, w.bv, v}};
+  backend::LinearMulti(pool_, xn, n, qkv, 3);
   auto& batch = *batch_;
   if (observer) {
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -183,8 +182,8 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
   float* gate = F(gate_);
   float* up = F(up_);
   backend::RmsNorm(pool_, x, w.ffn_norm, n, hidden, c.rms_norm_eps, xn);
-  backend::Linear(pool_, xn, n, w.w_gate, nullptr, gate);
-  backend::Linear(pool_, xn, n, w.w_up, nullptr, up);
+  const backend::LinearOutput gate_up[] = {{&w.w_gate, nullptr, gate}, {&w.w_up, nullptr, up}};
+  backend::LinearMulti(pool_, xn, n, gate_up, 2);
   backend::SiluMul(pool_, gate, up, n * c.intermediate_size);
   backend::Linear(pool_, gate, n, w.w_down, nullptr, xn);
   backend::Add(x, xn, n * hidden);

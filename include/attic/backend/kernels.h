@@ -40,9 +40,11 @@ struct LinearOutput {
 };
 
 // Linear for several weights that share x (q/k/v, gate/up), bit-identical to calling
-// Linear for each. On the GEMV path (decode) it is one pool dispatch over all the weight
-// rows: saves the per-call overhead and balances small matrices (the 135M model's k/v
-// projections are 221 KB) across threads. REQUIRES: all weights have x's k columns.
+// Linear for each. On the GEMV path (decode), and on the AVX-512 GEMM path when the
+// weights share dtype and prepacking, it is one pool dispatch over all the weights'
+// rows with x prepared once: saves the per-call overhead (one barrier instead of one per
+// weight) and balances small matrices (the 135M model's k/v projections are 221 KB)
+// across threads. REQUIRES: all weights have x's k columns.
 void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 
 // out[i, :] = x[i, :] / rms(x[i, :]) * weight; rows of length n. out may alias x.

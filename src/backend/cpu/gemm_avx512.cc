@@ -24,6 +24,7 @@
 //    llama.cpp makes for bf16 weights too.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "attic/backend/cpu_features.h"
 #include "attic/tensor/buffer.h"
@@ -322,16 +323,27 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// Splits n into tasks of up to kMaxTaskPanels panels, at least 4 per thread when n allows,
-// claimed dynamically (a thread sharing its core with another process takes fewer).
+// Splits each output's n into tasks of up to kMaxTaskPanels panels, at least 4 per
+// thread when the outputs' panels together allow, and runs them all in one pool
+// dispatch, claimed dynamically (a thread sharing its core with another process takes
+// fewer). Outputs that share x (q/k/v, gate/up) so cost one barrier, not one each.
 template <bool kBf16>
-void RunGemm(ThreadPool& pool, const GemmArgs& g) {
-  const int64_t panels = (g.n + kNR - 1) / kNR;
+void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
+  int64_t panels = 0;
+  for (int i = 0; i < n_gs; ++i) panels += (gs[i].n + kNR - 1) / kNR;
   const int64_t per_task = std::clamp<int64_t>(panels / (4 * pool.n_threads()), 1, kMaxTaskPanels);
   const int64_t rows = per_task * kNR;
-  pool.ParallelFor((g.n + rows - 1) / rows, [&](int64_t t, int) {
-    GemmRange<kBf16>(g, t * rows, std::min(g.n, (t + 1) * rows));
-  });
+  struct Task {
+    int g;
+    int64_t begin, end;
+  };
+  thread_local std::vector<Task> tasks;
+  tasks.clear();
+  for (int i = 0; i < n_gs; ++i)
+    for (int64_t b = 0; b < gs[i].n; b += rows) tasks.push_back({i, b, std::min(gs[i].n, b + rows)});
+  const Task* t = tasks.data();
+  pool.ParallelFor(static_cast<int64_t>(tasks.size()),
+                   [&](int64_t i, int) { GemmRange<kBf16>(gs[t[i].g], t[i].begin, t[i].end); });
 }
 
 }  // namespace
@@ -353,27 +365,51 @@ void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
   });
 }
 
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
-  GemmArgs g{x, nullptr, 0, m, w.rows(), w.cols(), &w, bias, y};
-  const bool bf16 = w.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
-  ATTIC_CHECK(bf16 || w.packed == nullptr);
+void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
+  constexpr int kMaxOuts = 8;
+  ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxOuts);
+  const model::WeightTensor& w0 = *outs[0].w;
+  const bool bf16 = w0.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
+  GemmArgs gs[kMaxOuts];
+  for (int i = 0; i < n_outs; ++i) {
+    const model::WeightTensor& w = *outs[i].w;
+    ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());
+    ATTIC_CHECK(bf16 || w.packed == nullptr);
+    gs[i] = GemmArgs{x, nullptr, 0, m, w.rows(), w.cols(), &w, outs[i].bias, outs[i].y};
+  }
   if (!bf16) {
-    RunGemm<false>(pool, g);
+    RunGemm<false>(pool, gs, n_outs);
     return;
   }
+  // x rounded to bf16 pairs once for every output; on the calling thread when it is
+  // small (a short chunk's rows): a pool dispatch would cost more than the conversion.
   thread_local AlignedBuffer xb_buf;
-  g.lda_pairs = (g.k + 1) / 2;
-  xb_buf.Reserve(static_cast<size_t>(m * g.lda_pairs) * 4);
+  const int64_t k = w0.cols(), lda_pairs = (k + 1) / 2;
+  xb_buf.Reserve(static_cast<size_t>(m * lda_pairs) * 4);
   uint32_t* xb = xb_buf.as<uint32_t>();
-  g.xb = xb;
-  pool.ParallelRange(m, 1, [&](int64_t b, int64_t e, int) {
+  auto convert = [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
-      uint16_t* row = reinterpret_cast<uint16_t*>(xb + i * g.lda_pairs);
-      F32ToBf16(x + i * g.k, row, g.k);
-      if (g.k & 1) row[g.k] = 0;
+      uint16_t* row = reinterpret_cast<uint16_t*>(xb + i * lda_pairs);
+      F32ToBf16(x + i * k, row, k);
+      if (k & 1) row[k] = 0;
     }
-  });
-  RunGemm<true>(pool, g);
+  };
+  constexpr int64_t kInlineConvertElems = 1 << 16;
+  if (m * k <= kInlineConvertElems) {
+    convert(0, m, 0);
+  } else {
+    pool.ParallelRange(m, 1, convert);
+  }
+  for (int i = 0; i < n_outs; ++i) {
+    gs[i].xb = xb;
+    gs[i].lda_pairs = lda_pairs;
+  }
+  RunGemm<true>(pool, gs, n_outs);
+}
+
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
+  const LinearOutput out{&w, bias, y};
+  GemmMulti(pool, x, m, &out, 1);
 }
 
 }  // namespace attic::backend::cpu::avx512

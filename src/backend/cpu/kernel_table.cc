@@ -62,6 +62,7 @@ const KernelTable& Avx2Table() {
 const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
+    t.gemm_multi = avx512::GemmMulti;
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
     // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;

@@ -43,6 +43,9 @@ struct KernelTable {
   // Whole GEMM y[m, n] = x[m, k] W[n, k]^T (+ bias), parallelised over `pool`.
   void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias,
                float* y) = nullptr;
+  // Optional: gemm for several weights sharing x (same dtype, k and prepacking), in one
+  // pool dispatch, bit-identical to gemm on each. nullptr: LinearMulti calls gemm per weight.
+  void (*gemm_multi)(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
@@ -142,6 +145,7 @@ bool CanPrepackBf16(const model::WeightTensor& w);
 uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
 void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);
 void Add(float* x, const float* y, int64_t n);

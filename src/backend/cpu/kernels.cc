@@ -23,6 +23,8 @@ constexpr int64_t kGemvParallelBytes = 48 << 10;
 constexpr int64_t kGemvRowAlign = 16;
 // Target weight bytes per dynamically scheduled GEMV chunk.
 constexpr int64_t kGemvChunkBytes = 256 << 10;
+// Most weights one gemm_multi call takes.
+constexpr int kMaxGemmOuts = 8;
 
 }  // namespace
 
@@ -116,11 +118,20 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   for (int i = 1; i < n_outs; ++i)
     fuse = fuse && m <= GemvMaxM(t, *outs[i].w) && outs[i].w->dtype == dtype &&
            outs[i].w->cols() == outs[0].w->cols() && t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
-  if (!fuse) {
-    for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
+  if (fuse) {
+    GemvMulti(t, pool, x, m, outs, n_outs);
     return;
   }
-  GemvMulti(t, pool, x, m, outs, n_outs);
+  // All on the GEMM path with one dtype, k and prepacking: one GEMM dispatch.
+  bool gemm_fuse = t.gemm_multi != nullptr && n_outs <= kMaxGemmOuts;
+  for (int i = 0; i < n_outs; ++i)
+    gemm_fuse = gemm_fuse && m > GemvMaxM(t, *outs[i].w) && outs[i].w->rows() > 0 && outs[i].w->dtype == dtype &&
+                outs[i].w->cols() == outs[0].w->cols() && (outs[i].w->packed == nullptr) == (outs[0].w->packed == nullptr);
+  if (gemm_fuse) {
+    t.gemm_multi(pool, x, m, outs, n_outs);
+    return;
+  }
+  for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
 }
 
 }  // namespace cpu

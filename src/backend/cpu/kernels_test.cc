@@ -230,7 +230,7 @@ TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
       const int64_t k = 576;
       TestWeight a = MakeWeight(rng, dt, 576, k), b = MakeWeight(rng, dt, 192, k), c = MakeWeight(rng, dt, 200, k);
       std::vector<float> bias = RandomVec(rng, 200);
-      for (int64_t m : {1, 2, 5, 17, 40}) {
+      for (int64_t m : {1, 2, 5, 17, 40, 130}) {  // 130: x converted on the pool
         std::vector<float> x = RandomVec(rng, m * k);
         std::vector<float> ya(m * 576), yb(m * 192), yc(m * 200), ra(m * 576), rb(m * 192), rc(m * 200);
         LinearOutput outs[3] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}, {&c.w, bias.data(), yc.data()}};
@@ -243,6 +243,36 @@ TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
         EXPECT_EQ(yc, rc) << t->name << " " << DTypeName(dt) << " m=" << m;
       }
     }
+  }
+  // Prepacked bf16 weights on the GEMM path (one dispatch for all three) equal separate
+  // prepacked calls and the unpacked GEMM.
+  if (const KernelTable* t = KernelsFor(Isa::kAvx512); t != nullptr && GetCpuFeatures().avx512_bf16) {
+    const int64_t k = 576;
+    TestWeight w[3] = {MakeWeight(rng, DType::kBF16, 576, k), MakeWeight(rng, DType::kBF16, 192, k),
+                       MakeWeight(rng, DType::kBF16, 200, k)};
+    std::vector<float> bias = RandomVec(rng, 200);
+    std::vector<float> unpacked[3];
+    const int64_t m = 30;
+    std::vector<float> x = RandomVec(rng, m * k);
+    for (int i = 0; i < 3; ++i) {
+      unpacked[i].resize(static_cast<size_t>(m * w[i].w.rows()));
+      LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), m, w[i].w, i == 2 ? bias.data() : nullptr,
+                     unpacked[i].data());
+    }
+    AlignedBuffer bufs[3];
+    for (int i = 0; i < 3; ++i) {
+      bufs[i].Reserve(avx512::PrepackedBf16Bytes(w[i].w));
+      avx512::PrepackBf16(pool, w[i].w, bufs[i].data());
+      w[i].w.packed = bufs[i].data();
+    }
+    std::vector<float> y[3];
+    LinearOutput outs[3];
+    for (int i = 0; i < 3; ++i) {
+      y[i].assign(unpacked[i].size(), std::nanf(""));
+      outs[i] = {&w[i].w, i == 2 ? bias.data() : nullptr, y[i].data()};
+    }
+    LinearMultiWith(*t, pool, x.data(), m, outs, 3);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], unpacked[i]) << "prepacked multi, output " << i;
   }
   // Different alignments: not fused, same results.
   {
