@@ -333,17 +333,10 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
   for (int i = 0; i < n_gs; ++i) panels += (gs[i].n + kNR - 1) / kNR;
   const int64_t per_task = std::clamp<int64_t>(panels / (4 * pool.n_threads()), 1, kMaxTaskPanels);
   const int64_t rows = per_task * kNR;
-  struct Task {
-    int g;
-    int64_t begin, end;
-  };
-  thread_local std::vector<Task> tasks;
-  tasks.clear();
-  for (int i = 0; i < n_gs; ++i)
-    for (int64_t b = 0; b < gs[i].n; b += rows) tasks.push_back({i, b, std::min(gs[i].n, b + rows)});
-  const Task* t = tasks.data();
+  const std::vector<RowRange>& tasks = CutRows(n_gs, rows, [&](int i) { return gs[i].n; });
+  const RowRange* t = tasks.data();
   pool.ParallelFor(static_cast<int64_t>(tasks.size()),
-                   [&](int64_t i, int) { GemmRange<kBf16>(gs[t[i].g], t[i].begin, t[i].end); });
+                   [&](int64_t i, int) { GemmRange<kBf16>(gs[t[i].out], t[i].begin, t[i].end); });
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 // Thread-safety: tables are immutable; kernels are reentrant (scratch is thread-local).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/kernels.h"
@@ -72,6 +74,22 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
 enum class LinearPath { kAuto, kGemv, kGemm };
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
                     const model::WeightTensor& w, const float* bias, float* y);
+
+// Rows [begin, end) of output `out` of a multi-output GEMV/GEMM: one unit of work.
+struct RowRange {
+  int out;
+  int64_t begin, end;
+};
+// Cuts each output's rows(i) rows (i < n_outs) into ranges of `step` rows, in order,
+// into a thread-local list that stays valid until the calling thread's next call.
+template <class RowsOf>
+const std::vector<RowRange>& CutRows(int n_outs, int64_t step, RowsOf rows) {
+  thread_local std::vector<RowRange> ranges;
+  ranges.clear();
+  for (int i = 0; i < n_outs; ++i)
+    for (int64_t b = 0, n = rows(i); b < n; b += step) ranges.push_back({i, b, std::min(n, b + step)});
+  return ranges;
+}
 
 // Runs fn(chunk) for chunk in [0, n_chunks) on the pool. The chunks are cut into one
 // contiguous region per thread, each walked in order (sequential memory streams for the

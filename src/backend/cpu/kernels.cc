@@ -72,16 +72,8 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
   // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks.
   int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, rows / (4 * pool.n_threads()));
   rows_per_chunk = std::max(kGemvRowAlign, rows_per_chunk / kGemvRowAlign * kGemvRowAlign);
-  struct Chunk {
-    int out;
-    int64_t begin, end;
-  };
-  thread_local std::vector<Chunk> chunks;
-  chunks.clear();
-  for (int i = 0; i < n_outs; ++i)
-    for (int64_t b = 0, n = outs[i].w->rows(); b < n; b += rows_per_chunk)
-      chunks.push_back({i, b, std::min(n, b + rows_per_chunk)});
-  const Chunk* c = chunks.data();
+  const std::vector<RowRange>& chunks = CutRows(n_outs, rows_per_chunk, [&](int i) { return outs[i].w->rows(); });
+  const RowRange* c = chunks.data();
   ParallelChunks(pool, static_cast<int64_t>(chunks.size()), [&](int64_t ci) {
     const LinearOutput& o = outs[c[ci].out];
     t.gemv(xp, m, *o.w, o.bias, o.y, c[ci].begin, c[ci].end);
