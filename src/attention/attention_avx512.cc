@@ -29,6 +29,7 @@
 #include <cmath>
 
 #include "attention/attention_internal.h"
+#include "attic/core/status.h"
 
 namespace attic::attention::internal {
 namespace {
@@ -172,7 +173,8 @@ void TransposedKernel(const AttendParams& p, const TileJob& job, float* o, float
   const int d = p.shape.head_dim;
   const int g = p.group;
   const float qscale = p.shape.scale * kLog2e;
-  const int n_sub = std::min(kMaxSubTiles, (job.n_rows + kStride - 1) / kStride);
+  const int n_sub = (job.n_rows + kStride - 1) / kStride;
+  ATTIC_CHECK(n_sub <= kMaxSubTiles);  // the planner's jobs are at most tile_rows * max_tiles_per_job rows
   float* qt_all = ThreadScratch(0, static_cast<size_t>(n_sub) * d * kStride);
   float* ot_all = ThreadScratch(1, static_cast<size_t>(n_sub) * d * kStride);
   float* st = ThreadScratch(2, static_cast<size_t>(kChunk) * kStride);

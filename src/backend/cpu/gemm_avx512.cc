@@ -359,11 +359,10 @@ void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
 }
 
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
-  constexpr int kMaxOuts = 8;
-  ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxOuts);
+  ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxGemmOuts);
   const model::WeightTensor& w0 = *outs[0].w;
   const bool bf16 = w0.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
-  GemmArgs gs[kMaxOuts];
+  GemmArgs gs[kMaxGemmOuts];
   for (int i = 0; i < n_outs; ++i) {
     const model::WeightTensor& w = *outs[i].w;
     ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());

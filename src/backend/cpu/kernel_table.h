@@ -18,6 +18,9 @@
 
 namespace attic::backend::cpu {
 
+// Most weights one KernelTable::gemm_multi call takes.
+constexpr int kMaxGemmOuts = 8;
+
 struct KernelTable {
   Isa isa = Isa::kGeneric;
   const char* name = "";
@@ -47,6 +50,7 @@ struct KernelTable {
                float* y) = nullptr;
   // Optional: gemm for several weights sharing x (same dtype, k and prepacking), in one
   // pool dispatch, bit-identical to gemm on each. nullptr: LinearMulti calls gemm per weight.
+  // REQUIRES: n_outs <= kMaxGemmOuts.
   void (*gemm_multi)(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).

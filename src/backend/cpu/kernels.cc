@@ -23,8 +23,6 @@ constexpr int64_t kGemvParallelBytes = 48 << 10;
 constexpr int64_t kGemvRowAlign = 16;
 // Target weight bytes per dynamically scheduled GEMV chunk.
 constexpr int64_t kGemvChunkBytes = 256 << 10;
-// Most weights one gemm_multi call takes.
-constexpr int kMaxGemmOuts = 8;
 
 }  // namespace
 
@@ -105,21 +103,22 @@ void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t 
 void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
                      int n_outs) {
   if (m <= 0 || n_outs <= 0) return;
-  const DType dtype = outs[0].w->dtype;
-  bool fuse = m <= GemvMaxM(t, *outs[0].w);
-  for (int i = 1; i < n_outs; ++i)
-    fuse = fuse && m <= GemvMaxM(t, *outs[i].w) && outs[i].w->dtype == dtype &&
-           outs[i].w->cols() == outs[0].w->cols() && t.gemv_layout(*outs[i].w) == t.gemv_layout(*outs[0].w);
-  if (fuse) {
+  // One pass: do the weights share x's preparation (dtype, k), and do they all take the
+  // GEMV path (with one x layout) or all the GEMM path (with one prepacking)?
+  const model::WeightTensor& w0 = *outs[0].w;
+  bool same = true, all_gemv = true, all_gemm = true;
+  for (int i = 0; i < n_outs; ++i) {
+    const model::WeightTensor& w = *outs[i].w;
+    same = same && w.dtype == w0.dtype && w.cols() == w0.cols();
+    const bool gemv = m <= GemvMaxM(t, w);
+    all_gemv = all_gemv && gemv && t.gemv_layout(w) == t.gemv_layout(w0);
+    all_gemm = all_gemm && !gemv && (w.packed == nullptr) == (w0.packed == nullptr);
+  }
+  if (same && all_gemv) {
     GemvMulti(t, pool, x, m, outs, n_outs);
     return;
   }
-  // All on the GEMM path with one dtype, k and prepacking: one GEMM dispatch.
-  bool gemm_fuse = t.gemm_multi != nullptr && n_outs <= kMaxGemmOuts;
-  for (int i = 0; i < n_outs; ++i)
-    gemm_fuse = gemm_fuse && m > GemvMaxM(t, *outs[i].w) && outs[i].w->rows() > 0 && outs[i].w->dtype == dtype &&
-                outs[i].w->cols() == outs[0].w->cols() && (outs[i].w->packed == nullptr) == (outs[0].w->packed == nullptr);
-  if (gemm_fuse) {
+  if (same && all_gemm && t.gemm_multi != nullptr && n_outs <= kMaxGemmOuts) {
     t.gemm_multi(pool, x, m, outs, n_outs);
     return;
   }
