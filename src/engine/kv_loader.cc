@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attic/core/thread_name.h"
+
 namespace attic::engine {
 
 namespace {
@@ -30,7 +32,7 @@ StatusOr<store::KvStore::Fetched>& StagedFetch::Wait() {
 }
 
 KvLoader::KvLoader(kv::BlockPool& pool, const attention::RopeTable& rope, int n_kv_heads)
-    : pool_(pool), rope_(rope), n_kv_heads_(n_kv_heads), thread_([this] { Loop(); }) {}
+    : pool_(pool), rope_(rope), n_kv_heads_(n_kv_heads), thread_(StartNamedThread("attic-loader", [this] { Loop(); })) {}
 
 KvLoader::~KvLoader() {
   {

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "attic/core/hash.h"
+#include "attic/core/thread_name.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
@@ -130,8 +131,9 @@ Status Server::Start() {
     std::lock_guard<std::mutex> lock(im.state_mu);
     im.started = true;
   }
-  im.step_thread = std::thread([&im] { im.StepLoop(); });
-  im.http_thread = std::thread([&im] { im.http.listen_after_bind(); });
+  im.step_thread = StartNamedThread("attic-step", [&im] { im.StepLoop(); });
+  // The HTTP request workers, started by this thread, inherit its name.
+  im.http_thread = StartNamedThread("attic-http", [&im] { im.http.listen_after_bind(); });
   return OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "attic/core/hash.h"
+#include "attic/core/thread_name.h"
 
 namespace attic::store {
 
@@ -52,9 +53,9 @@ StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, st
 KvStore::KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd,
                  const Clock* clock)
     : options_(options), clock_(clock), dram_(std::move(dram)), ssd_(std::move(ssd)), policy_(MakePolicy(options.policy)) {
-  if (options_.write_buffer_bytes > 0) writer_ = std::thread([this] { WriterLoop(); });
+  if (options_.write_buffer_bytes > 0) writer_ = StartNamedThread("attic-writer", [this] { WriterLoop(); });
   if (ssd_ != nullptr && options_.policy == PolicyKind::kSchedulerAware)
-    prefetcher_ = std::thread([this] { PrefetchLoop(); });
+    prefetcher_ = StartNamedThread("attic-prefetch", [this] { PrefetchLoop(); });
 }
 
 KvStore::~KvStore() {

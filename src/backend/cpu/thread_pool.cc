@@ -7,10 +7,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "attic/core/status.h"
+#include "attic/core/thread_name.h"
 
 namespace attic::backend {
 
@@ -90,7 +92,8 @@ struct ThreadPool::Impl {
 ThreadPool::ThreadPool(int n_threads) : impl_(new Impl) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads; ++i) impl_->workers.emplace_back([this, i] { impl_->WorkerLoop(i); });
+  for (int i = 1; i < n_threads; ++i)
+    impl_->workers.push_back(StartNamedThread("attic-pool-" + std::to_string(i), [this, i] { impl_->WorkerLoop(i); }));
 }
 
 ThreadPool::~ThreadPool() {
