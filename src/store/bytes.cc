@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "attic/core/status.h"
 
@@ -31,22 +32,31 @@ Pool& GetPool() {
 
 size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+using Piece = std::pair<char*, size_t>;  // pooled pages: address, bytes (multiples of kHuge)
+
 // A kHuge-aligned range of `capacity` bytes (a multiple of kHuge): a reservation with
-// room to align, its unaligned ends unmapped. With `from`, the pages of that mapping
-// (from_capacity bytes) are moved to the start of the range (mremap: no copy, no new
-// faults) and `from` is gone; otherwise the range is fresh anonymous memory.
-char* MapAligned(size_t capacity, char* from = nullptr, size_t from_capacity = 0) {
+// room to align, its unaligned ends unmapped. The pages of `pieces` (at most capacity
+// bytes together) are moved to its start, one after the other (mremap: no copy, no new
+// faults) and the pieces are gone; the rest of the range is fresh anonymous memory.
+// nullptr on failure (the pieces not yet moved are unmapped).
+char* MapAligned(size_t capacity, const std::vector<Piece>& pieces) {
   const size_t span = capacity + kHuge;
   void* r = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r == MAP_FAILED) return nullptr;
+  if (r == MAP_FAILED) {
+    for (const Piece& piece : pieces) ::munmap(piece.first, piece.second);
+    return nullptr;
+  }
   char* base = static_cast<char*>(r);
   char* p = reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(base), kHuge));
-  if (from != nullptr) {
-    void* moved = ::mremap(from, from_capacity, capacity, MREMAP_MAYMOVE | MREMAP_FIXED, p);
+  size_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    void* moved = ::mremap(pieces[i].first, pieces[i].second, pieces[i].second, MREMAP_MAYMOVE | MREMAP_FIXED, p + at);
     if (moved == MAP_FAILED) {
+      for (size_t j = i; j < pieces.size(); ++j) ::munmap(pieces[j].first, pieces[j].second);
       ::munmap(base, span);
       return nullptr;
     }
+    at += pieces[i].second;
   }
   if (p > base) ::munmap(base, static_cast<size_t>(p - base));
   if (base + span > p + capacity) ::munmap(p + capacity, static_cast<size_t>(base + span - (p + capacity)));
@@ -54,38 +64,31 @@ char* MapAligned(size_t capacity, char* from = nullptr, size_t from_capacity = 0
   return p;
 }
 
-// Takes the pooled buffer that best serves a request of `capacity` bytes off the list:
-// one at most a quarter larger (used as it is, its tail trimmed); else the largest smaller
-// one (grown: only the growth is new memory); else the smallest larger one (trimmed),
-// unless that would drop most of its pages (a later large entry is better served by it; a
-// small one is cheap to fault in). {nullptr, 0} when none. REQUIRES: pool.mu held.
-std::pair<char*, size_t> TakePooled(Pool& pool, size_t capacity) {
-  if (pool.free.empty()) return {nullptr, 0};
-  auto it = pool.free.lower_bound(capacity);
-  const bool fits = it != pool.free.end() && it->first - capacity <= it->first / 4;
-  if (!fits) {
-    if (it != pool.free.begin()) {
-      --it;
-    } else if (capacity < it->first / 2) {
-      return {nullptr, 0};
+// Takes pages for a request of `capacity` bytes off the list: the smallest pooled buffer
+// at least that large, split -- its head is taken and its tail (whole huge pages, still
+// mapped and faulted in) stays on the list; else the largest ones, until they cover the
+// request or the list is empty (gathered into one range: only what they lack is new
+// memory). Faulting fresh pages is what a save costs most on a busy VM (measured: ~70%
+// of the writer's CPU went to clearing new pages), so pooled pages are never dropped for
+// a better fit. REQUIRES: pool.mu held.
+std::vector<Piece> TakePooled(Pool& pool, size_t capacity) {
+  std::vector<Piece> taken;
+  size_t need = capacity;
+  while (need > 0 && !pool.free.empty()) {
+    auto it = pool.free.lower_bound(need);
+    if (it == pool.free.end()) --it;
+    Piece piece{it->second, it->first};
+    pool.free.erase(it);
+    pool.bytes -= piece.second;
+    if (piece.second > need) {  // split: the tail stays pooled
+      pool.free.emplace(piece.second - need, piece.first + need);
+      pool.bytes += piece.second - need;
+      piece.second = need;
     }
+    taken.push_back(piece);
+    need -= piece.second;
   }
-  const std::pair<char*, size_t> taken{it->second, it->first};
-  pool.free.erase(it);
-  pool.bytes -= taken.second;
   return taken;
-}
-
-// `data` (a pooled mapping of `got` bytes) resized to `capacity`: the spare tail (whole
-// huge pages) unmapped, or grown by mremap. nullptr when growing fails (data is gone).
-char* Resize(char* data, size_t got, size_t capacity) {
-  if (got >= capacity) {
-    if (got > capacity) ::munmap(data + capacity, got - capacity);
-    return data;
-  }
-  char* moved = MapAligned(capacity, data, got);
-  if (moved == nullptr) ::munmap(data, got);
-  return moved;
 }
 
 }  // namespace
@@ -98,15 +101,18 @@ std::unique_ptr<Bytes> Bytes::Allocate(size_t size) {
     return std::unique_ptr<Bytes>(new Bytes(static_cast<char*>(p), size, capacity));
   }
   const size_t capacity = RoundUp(size, kHuge);
-  std::pair<char*, size_t> pooled;
+  std::vector<Piece> pooled;
   {
     Pool& pool = GetPool();
     std::lock_guard<std::mutex> lock(pool.mu);
     pooled = TakePooled(pool, capacity);
   }
-  // The mapping calls run outside the pool's lock.
-  char* data = pooled.first != nullptr ? Resize(pooled.first, pooled.second, capacity) : nullptr;
-  if (data == nullptr) data = MapAligned(capacity);
+  // The mapping calls run outside the pool's lock. One piece of the whole size is used
+  // where it is.
+  char* data = nullptr;
+  if (pooled.size() == 1 && pooled[0].second == capacity) data = pooled[0].first;
+  if (data == nullptr) data = MapAligned(capacity, pooled);
+  if (data == nullptr) data = MapAligned(capacity, {});
   ATTIC_CHECK(data != nullptr);
   return std::unique_ptr<Bytes>(new Bytes(data, size, capacity));
 }

@@ -109,14 +109,22 @@ TEST(Bytes, AlignedAndLargeBuffersAreRecycled) {
   EXPECT_EQ(c->view(), "hello");
 }
 
-// A pooled buffer that does not fit is grown (or shrunk) in place of a fresh mapping: the
-// result is aligned, writable over its whole capacity, and takes the buffer off the list.
+// Takes everything on the (process-wide) free list out of the way, for tests that count
+// its bytes; nullptr when it is empty.
+std::unique_ptr<Bytes> TakeWholePool() {
+  return Bytes::PooledBytes() > 0 ? Bytes::Allocate(Bytes::PooledBytes()) : nullptr;
+}
+
+// A pooled buffer that does not fit is grown, or split, in place of a fresh mapping: the
+// result is aligned, writable over its whole capacity, and keeps the pooled pages.
 TEST(Bytes, PooledBuffersAreGrownAndShrunkToFit) {
   auto fill = [](Bytes& b, char c) {
     std::memset(b.data(), c, b.capacity());
     EXPECT_EQ(b.data()[0], c);
     EXPECT_EQ(b.data()[b.capacity() - 1], c);
   };
+  const std::unique_ptr<Bytes> drain = TakeWholePool();  // what earlier tests left pooled
+  ASSERT_EQ(Bytes::PooledBytes(), 0u);
   auto a = Bytes::Allocate(size_t{8} << 20);
   fill(*a, 1);
   const size_t before = Bytes::PooledBytes();
@@ -129,10 +137,47 @@ TEST(Bytes, PooledBuffersAreGrownAndShrunkToFit) {
   EXPECT_EQ(grown->data()[0], 1);  // its pages were kept
   fill(*grown, 2);
   grown.reset();
-  auto shrunk = Bytes::Allocate(size_t{14} << 20);  // only a larger one, not twice as large
+  auto head = Bytes::Allocate(size_t{6} << 20);  // only a larger one: it is split
+  EXPECT_EQ(Bytes::PooledBytes(), before + (size_t{16} << 20));  // its tail stays pooled
+  EXPECT_EQ(head->capacity(), size_t{6} << 20);
+  EXPECT_EQ(head->data()[0], 2);  // pages of the pooled buffer, not fresh ones
+  auto tail = Bytes::Allocate(size_t{16} << 20);  // the tail serves the next request whole
   EXPECT_EQ(Bytes::PooledBytes(), before);
-  EXPECT_EQ(shrunk->capacity(), size_t{14} << 20);
-  fill(*shrunk, 3);
+  EXPECT_EQ(tail->data()[0], 2);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tail->data()) % Bytes::kAlign, 0u);
+  fill(*head, 3);
+  fill(*tail, 4);
+  head.reset();
+  tail.reset();  // both pieces go back to the pool and unmap cleanly
+  EXPECT_EQ(Bytes::PooledBytes(), before + (size_t{22} << 20));
+}
+
+// Smaller pooled buffers are gathered into one range for a larger request: their pages,
+// in order, then fresh ones for the rest.
+TEST(Bytes, PooledBuffersAreGatheredForALargerRequest) {
+  const std::unique_ptr<Bytes> drain = TakeWholePool();  // what earlier tests left pooled
+  ASSERT_EQ(Bytes::PooledBytes(), 0u);
+  auto a = Bytes::Allocate(size_t{4} << 20);
+  auto b = Bytes::Allocate(size_t{6} << 20);
+  std::memset(a->data(), 5, a->capacity());
+  std::memset(b->data(), 6, b->capacity());
+  const size_t before = Bytes::PooledBytes();
+  a.reset();
+  b.reset();
+  ASSERT_EQ(Bytes::PooledBytes(), before + (size_t{10} << 20));
+  auto big = Bytes::Allocate((size_t{14} << 20) + 3);
+  EXPECT_EQ(Bytes::PooledBytes(), before);  // both taken
+  ASSERT_EQ(big->capacity(), size_t{16} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->data()) % Bytes::kAlign, 0u);
+  // The larger piece comes first, then the smaller one, then new (zeroed) pages.
+  EXPECT_EQ(big->data()[0], 6);
+  EXPECT_EQ(big->data()[(size_t{6} << 20) - 1], 6);
+  EXPECT_EQ(big->data()[size_t{6} << 20], 5);
+  EXPECT_EQ(big->data()[(size_t{10} << 20) - 1], 5);
+  EXPECT_EQ(big->data()[size_t{10} << 20], 0);
+  std::memset(big->data(), 7, big->capacity());
+  big.reset();
+  EXPECT_EQ(Bytes::PooledBytes(), before + (size_t{16} << 20));
 }
 
 }  // namespace

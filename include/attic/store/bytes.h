@@ -8,9 +8,11 @@
 // and on a virtual machine the host may have reclaimed it: ~2 ms per MB measured on the
 // development VM, against ~0.1 ms to write it), so a freed large buffer goes to a
 // process-wide free list (at most kPoolBytes) and the next large entry reuses its pages:
-// a buffer of a similar size as it is, else a smaller one grown in place or a larger one
-// shrunk (mremap keeps the pages it already has; only a grown tail is new). A session's
-// entry grows a little every turn, so its next save then faults in only the growth.
+// the head of the smallest pooled buffer that is large enough (its tail stays pooled),
+// else the largest pooled buffers gathered into one range (mremap moves pages without
+// copying or faulting them; only what they lack is new). A session's entry grows a little
+// every turn, so a save faults in about the growth while the pool holds enough (measured
+// over `attic bench sessions`' CA replay: 1,283 -> 774 MB of new pages for 2,647 MB saved).
 //
 // Thread-safety: a Bytes is a value owned by one thread until shared as SharedBytes
 // (immutable from then on); Allocate and the destructor may run on any thread.
