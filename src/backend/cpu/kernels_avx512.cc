@@ -23,18 +23,21 @@ namespace attic::backend::cpu::avx512 {
 
 namespace {
 
-// GEMV. For one x row (decode), weight rows are processed one at a time, so each thread
-// reads its slice of W strictly sequentially (best for the hardware prefetchers: rows of
-// the 135M model are only 1 KiB), with a software prefetch kPrefetchBytes ahead (8 KiB
-// measured best: 1 KiB gives ~48 GB/s with 2 threads, 8 KiB ~65-70 GB/s, the machine's
-// streaming limit). From two x rows on, 4 weight rows are blocked together (DotRows4) so
-// each x load feeds 4 FMAs; there the loop is FMA-bound, not DRAM-bound.
+// GEMV. 4 weight rows are blocked together (DotRows4), so each x load feeds 4 FMAs, with
+// a software prefetch one 4-row group ahead. Every m, one row (decode) included, takes
+// this form, and a partial group repeats its last row: a row's result is then the same
+// bits whatever m is and wherever the row sits in x, so a sequence's projections do not
+// depend on what else shared its step (up to the GEMM crossover, gemv_max_m). On the
+// development Xeon (AVX512-BF16) this was also the fastest m = 1 form measured: SmolLM2-
+// 135M bf16 decode 59-62 against 48-51 tok/s for one row at a time with its own
+// accumulators; f32 unchanged within noise.
 //
 // x is laid out once per call (GemvPrepare): rows padded to whole 32-element chunks with
 // zeros, so only weight loads need masks. Each loader widens 32 weights to two f32
 // vectors; bf16 splits a 64-byte load into its even elements (shift left 16) and odd
 // elements (mask the low half) -- two cheap ALU ops, no shuffles -- against x permuted
 // to match (each 32-chunk stored as its 16 even then its 16 odd elements).
+// q8_0 GEMV: software prefetch this far ahead of the row being read.
 constexpr int64_t kPrefetchBytes = 8192;
 
 struct F32W {
@@ -118,58 +121,6 @@ void PrepareX(const float* x, int64_t m, int64_t k, int64_t shift, bool even_odd
   }
 }
 
-// out[i] = dot(w row, xp row i) for i < MB. `w` is the row moved back `shift` elements
-// (see RowShift); kv = k + shift elements are walked, lanes [0, shift) masked off.
-template <class W, int MB>
-inline void DotRow(const typename W::T* w, const float* xp, int64_t ldx, int64_t kv, int64_t shift, float* out) {
-  __m512 acc[MB][4];
-  ATTIC_UNROLL
-  for (int i = 0; i < MB; ++i)
-    ATTIC_UNROLL
-    for (int u = 0; u < 4; ++u) acc[i][u] = _mm512_setzero_ps();
-  const char* pf = reinterpret_cast<const char*>(w) + kPrefetchBytes;
-  int64_t kk = 0;
-  if (shift > 0) {  // head chunk: lanes before the row start masked off
-    __m512 w0, w1;
-    W::Load32Mask(w, FirstLanes(kv) & ~FirstLanes(shift), &w0, &w1);
-    ATTIC_UNROLL
-    for (int i = 0; i < MB; ++i) {
-      acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp + i * ldx), acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp + i * ldx + 16), acc[i][1]);
-    }
-    kk = 32;
-  }
-  for (; kk + 64 <= kv; kk += 64) {
-    _mm_prefetch(pf + kk * sizeof(typename W::T), _MM_HINT_T0);
-    if constexpr (sizeof(typename W::T) == 4) _mm_prefetch(pf + kk * 4 + 128, _MM_HINT_T0);
-    _mm_prefetch(pf + kk * sizeof(typename W::T) + 64, _MM_HINT_T0);
-    __m512 w0, w1, w2, w3;
-    W::Load32(w + kk, &w0, &w1);
-    W::Load32(w + kk + 32, &w2, &w3);
-    ATTIC_UNROLL
-    for (int i = 0; i < MB; ++i) {
-      const float* xi = xp + i * ldx + kk;
-      acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xi), acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), acc[i][1]);
-      acc[i][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(xi + 32), acc[i][2]);
-      acc[i][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(xi + 48), acc[i][3]);
-    }
-  }
-  for (; kk < kv; kk += 32) {
-    __m512 w0, w1;
-    W::Load32Mask(w + kk, FirstLanes(kv - kk), &w0, &w1);
-    ATTIC_UNROLL
-    for (int i = 0; i < MB; ++i) {
-      const float* xi = xp + i * ldx + kk;
-      acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xi), acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), acc[i][1]);
-    }
-  }
-  ATTIC_UNROLL
-  for (int i = 0; i < MB; ++i)
-    out[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3])));
-}
-
 // Horizontal sums of four vectors: {sum(a), sum(b), sum(c), sum(d)}.
 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a02 b02 a13 b13
@@ -234,37 +185,23 @@ inline void ForXBlocks(int64_t m, Fn&& fn) {
   }
 }
 
-// From this many x rows on, GEMV blocks 4 weight rows at a time (DotRows4).
-constexpr int64_t kGemvBlockedMinM = 2;
-
 template <class W>
 void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) {
   using T = typename W::T;
   const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
   const T* base = static_cast<const T*>(w.data);
-  int64_t j = n0;
-  if (m >= kGemvBlockedMinM) {
-    // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
-    const int64_t pf_bytes = 4 * k * static_cast<int64_t>(sizeof(T));
-    float out[16];
-    for (; j + 4 <= n1; j += 4) {
-      const T* rows[4];
-      for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + r) * k, shift);
-      ForXBlocks(m, [&](auto mb, int64_t i) {
-        DotRows4<W, mb>(rows, xp + i * ldx, ldx, kv, shift, pf_bytes, out);
-        for (int64_t ii = 0; ii < mb; ++ii)
-          for (int r = 0; r < 4; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
-      });
-    }
-  }
-  float out[4];
-  for (; j < n1; ++j) {
-    const T* row = Back(base + j * k, shift);
-    const float b = bias ? bias[j] : 0.0f;
+  // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
+  const int64_t pf_bytes = 4 * k * static_cast<int64_t>(sizeof(T));
+  float out[16];
+  for (int64_t j = n0; j < n1; j += 4) {
+    const int64_t nr = std::min<int64_t>(4, n1 - j);
+    const T* rows[4];  // a partial group repeats its last row (results dropped)
+    for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + std::min<int64_t>(r, nr - 1)) * k, shift);
     ForXBlocks(m, [&](auto mb, int64_t i) {
-      DotRow<W, mb>(row, xp + i * ldx, ldx, kv, shift, out);
-      for (int64_t ii = 0; ii < mb; ++ii) y[(i + ii) * n + j] = out[ii] + b;
+      DotRows4<W, mb>(rows, xp + i * ldx, ldx, kv, shift, pf_bytes, out);
+      for (int64_t ii = 0; ii < mb; ++ii)
+        for (int64_t r = 0; r < nr; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
     });
   }
 }
@@ -273,11 +210,7 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
 // nearest even, as F32ToBf16), shifted and zero-padded like the f32 layout but in natural
 // order: vdpbf16ps multiplies weight and x lanes pairwise, so the pairs need not start
 // at even columns. Lanes outside a row are masked off (they may hold other rows or file
-// bytes, and 0 * inf would be NaN). m = 1 walks one row at a time with no software
-// prefetch: on Zen 5 that streamed fastest of the forms measured (prefetching 8-16 KiB
-// ahead, 2 or 4 interleaved rows: 5-10% slower, from the file mapping and from huge
-// pages alike). From m = 2 on, 4 rows are blocked so that each x load feeds 4 dot
-// products, as in the f32 form.
+// bytes, and 0 * inf would be NaN). 4 rows are blocked for every m, as in the f32 form.
 std::atomic<bool> g_bf16_dot_disabled{false};  // tests: force the f32-FMA form
 
 inline bool UseBf16Dot() {
@@ -291,27 +224,6 @@ void PrepareXBf16(const float* x, int64_t m, int64_t k, int64_t shift, uint16_t*
     std::memset(dst, 0, static_cast<size_t>(ld) * 2);
     F32ToBf16(x + i * k, dst + shift, k);
   }
-}
-
-// acc + pairwise dot products of 32 bf16 weights and the 32 bf16 x values at x.
-inline __m512 DotBf16(__m512 acc, __m512i w, const uint16_t* x) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_loadu_si512(x));
-}
-
-// dot(row, xb) for one weight row (m = 1); `row` moved back `shift` elements (RowShift).
-inline float DotRowBf16Dot(const uint16_t* row, const uint16_t* xb, int64_t kv, int64_t shift) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t kk = 0;
-  if (shift > 0) {  // head chunk: lanes before the row start masked off
-    acc0 = DotBf16(acc0, _mm512_maskz_loadu_epi16(FirstLanes(kv) & ~FirstLanes(shift), row), xb);
-    kk = 32;
-  }
-  for (; kk + 64 <= kv; kk += 64) {
-    acc0 = DotBf16(acc0, _mm512_loadu_si512(row + kk), xb + kk);
-    acc1 = DotBf16(acc1, _mm512_loadu_si512(row + kk + 32), xb + kk + 32);
-  }
-  for (; kk < kv; kk += 32) acc0 = DotBf16(acc0, _mm512_maskz_loadu_epi16(FirstLanes(kv - kk), row + kk), xb + kk);
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 // out[i * 4 + r] = dot(row r, xb row i) for 4 weight rows and MB x rows.
@@ -357,11 +269,6 @@ void GemvBf16Dot(const uint16_t* xb, int64_t m, const model::WeightTensor& w, co
                  int64_t n1) {
   const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
   const uint16_t* base = static_cast<const uint16_t*>(w.data);
-  if (m == 1) {
-    for (int64_t j = n0; j < n1; ++j)
-      y[j] = DotRowBf16Dot(Back(base + j * k, shift), xb, kv, shift) + (bias ? bias[j] : 0.0f);
-    return;
-  }
   // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
   const int64_t pf_bytes = 4 * k * 2;
   float out[16];

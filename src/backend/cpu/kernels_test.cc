@@ -222,6 +222,47 @@ TEST(LinearTest, PublicEntryPointMatchesReference) {
   }
 }
 
+// A GEMV row's result does not depend on the other rows of x: the same row alone (a
+// decode step), among others at any position (a batch), with one or two threads, gives
+// the same bits. Otherwise a sequence's logits would depend on what shared its step, and
+// seeded sampling would not be reproducible under load.
+void ExpectGemvRowsIndependentOfM(const KernelTable& t, DType dt, const std::string& form) {
+  std::mt19937 rng(31 + static_cast<int>(dt));
+  ThreadPool pool1(1), pool2(2);
+  const Shape shapes[] = {{0, 37, 64}, {0, 130, 576}, {0, 9, 100}, {0, 600, 576}};
+  for (const Shape& s : shapes) {
+    for (size_t offset : {size_t{0}, size_t{48}}) {
+      TestWeight tw = MakeWeight(rng, dt, s.n, s.k, dt == DType::kQ8_0 ? 0 : offset);
+      const std::vector<float> row = RandomVec(rng, s.k);
+      std::vector<float> alone(static_cast<size_t>(s.n));
+      LinearWithPath(t, LinearPath::kGemv, pool1, row.data(), 1, tw.w, nullptr, alone.data());
+      const int64_t max_m = std::max<int64_t>(t.gemv_max_m[static_cast<int>(dt)], 5);
+      for (int64_t m = 1; m <= max_m; ++m) {
+        for (int64_t at : {int64_t{0}, m / 2, m - 1}) {
+          std::vector<float> x = RandomVec(rng, m * s.k);
+          std::copy(row.begin(), row.end(), x.begin() + at * s.k);
+          std::vector<float> y(static_cast<size_t>(m * s.n));
+          LinearWithPath(t, LinearPath::kGemv, m % 2 ? pool2 : pool1, x.data(), m, tw.w, nullptr, y.data());
+          const std::vector<float> got(y.begin() + at * s.n, y.begin() + (at + 1) * s.n);
+          ASSERT_EQ(got, alone) << t.name << " " << form << " " << DTypeName(dt) << " n=" << s.n << " k=" << s.k
+                                << " offset=" << offset << " m=" << m << " row " << at;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearTest, GemvRowResultsIndependentOfTheOtherRows) {
+  for (const KernelTable* t : Tables())
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) ExpectGemvRowsIndependentOfM(*t, dt, "");
+  if (KernelsFor(Isa::kAvx512) == nullptr) return;
+  struct Restore {
+    ~Restore() { avx512::SetBf16GemvDotDisabledForTesting(false); }
+  } restore;
+  avx512::SetBf16GemvDotDisabledForTesting(!avx512::Bf16GemvUsesDot());  // the other bf16 form
+  ExpectGemvRowsIndependentOfM(*KernelsFor(Isa::kAvx512), DType::kBF16, "other bf16 form");
+}
+
 TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
   std::mt19937 rng(21);
   ThreadPool pool(2);
