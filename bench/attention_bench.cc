@@ -5,13 +5,15 @@
 //
 // FLOPs count the work the causal mask leaves: 4 * head_dim * n_heads * sum_i visible(i)
 // (QK^T and PV, 2 FLOPs per multiply-add). Decode also reports KV bytes read per second.
+// batchB is continuous batching's decode: B sequences, one query each over 2048 slots of
+// its own, in one AttendBatch call.
 // chunkQ is a turn's prefill over stored history: Q new queries after 2048 slots, cycling
 // through n_layers KV layers (the shape of a returning conversation's step).
 // Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
 //
 // Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
 //
-// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--only prefill|decode|chunk]
+// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk]
 //                        [--history N] [--kv f32|f16] [--json-only]
 // --history sets the stored slots the chunk cases follow (default 2048).
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
@@ -150,6 +152,39 @@ Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
   return Result{m.name, "decode", f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
+// Continuous batching's decode step: `batch` sequences, each one query over its own n
+// slots, in one AttendBatch call per layer, cycling through a few layers (enough KV to
+// come from DRAM). Reported per layer; KV GB/s counts every sequence's rows.
+Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int batch, bool f16, int reps,
+                        std::mt19937& rng) {
+  const int n_layers = std::min(m.n_layers, 4);
+  std::vector<std::vector<Layer>> layers(n_layers);
+  for (auto& l : layers)
+    for (int b = 0; b < batch; ++b) l.push_back(MakeLayer(m, n, f16, rng));
+  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  const size_t row = static_cast<size_t>(m.n_heads) * m.head_dim;
+  std::vector<float> q(row * batch), out(q.size());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  const int32_t kv_end = n;
+  std::vector<attic::attention::AttendRequest> reqs(batch);
+  double best = 1e30;
+  for (int r = 0; r < reps * 4 + 1; ++r) {
+    const double t0 = Now();
+    for (const auto& l : layers) {
+      for (int b = 0; b < batch; ++b)
+        reqs[b] = attic::attention::AttendRequest{q.data() + b * row, 1, &kv_end, nullptr, 0, l[b].view, out.data() + b * row};
+      attic::attention::AttendBatch(pool, shape, reqs.data(), batch);
+    }
+    if (r > 0) best = std::min(best, Now() - t0);
+  }
+  const double per_layer = best / n_layers;
+  const double flops = 4.0 * m.head_dim * m.n_heads * n * batch;
+  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * (f16 ? 2 : 4) * batch;
+  return Result{m.name, "batch" + std::to_string(batch), f16 ? "f16" : "f32", n, per_layer * 1e3,
+                flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+}
+
 // A turn's chunk: n_q new queries after `history` stored slots (query i sees history + i + 1
 // slots), cycling through n_layers distinct KV layers as a forward step does. `n` in the
 // table is history + n_q.
@@ -200,7 +235,7 @@ int main(int argc, char** argv) {
       json_only = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--threads N] [--reps N] [--block-size N] [--only prefill|decode|chunk] [--history N] "
+                   "usage: %s [--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk] [--history N] "
                    "[--kv f32|f16] [--json-only]\n",
                    argv[0]);
       return 2;
@@ -218,6 +253,8 @@ int main(int argc, char** argv) {
         for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
       if (want("decode"))
         for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
+      if (want("batch"))
+        for (int batch : {4, 16}) results.push_back(BenchDecodeBatch(pool, m, 2048, batch, f16, reps, rng));
       if (want("chunk"))
         for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, history, n_q, f16, reps, rng));
     }

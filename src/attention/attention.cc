@@ -16,9 +16,11 @@ namespace attic::attention {
 namespace internal {
 namespace {
 
-// A tile's slots are split across jobs only when there are too few tiles to keep every
-// thread busy (decode, short chunks over long contexts); each piece keeps at least this
-// many slots so the merge stays negligible.
+// A tile's slots are split across jobs only when its request has too few tiles to keep
+// every thread busy (decode, short chunks over long contexts); each piece keeps at least
+// this many slots so the merge stays negligible. The split depends on the request alone
+// (and the pool size), never on the rest of the batch: a sequence's attention output is
+// then the same bits whatever shared its step.
 constexpr int kMinSplitSlots = 128;
 constexpr int kSplitAlign = 64;  // the decode kernel steps 64 slots at a time
 // Aim for this many jobs per thread so dynamic claiming evens out the load.
@@ -146,10 +148,9 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
   }
   if (prs.empty()) return;
 
-  // Too few tiles to keep every thread busy (decode, short chunks over long contexts):
-  // split each tile's slots into pieces, merged afterwards.
+  // A request with too few tiles to keep every thread busy on its own (decode, short
+  // chunks over long contexts) has each tile's slots split into pieces, merged afterwards.
   const int64_t target = static_cast<int64_t>(kJobsPerThread) * pool.n_threads();
-  const int64_t want_splits = pool.n_threads() > 1 && units < target ? (target + units - 1) / units : 1;
 
   std::vector<PlannedJob> jobs;
   std::vector<SplitTile> split_tiles;
@@ -158,6 +159,8 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
   for (int ri = 0; ri < static_cast<int>(prs.size()); ++ri) {
     const PreparedRequest& pr = prs[ri];
     const int64_t rows_per_head = static_cast<int64_t>(pr.params.n_q) * pr.params.group;
+    const int64_t own_units = pr.n_tiles * shape.n_kv_heads;
+    const int64_t want_splits = pool.n_threads() > 1 && own_units < target ? (target + own_units - 1) / own_units : 1;
     for (int h = 0; h < shape.n_kv_heads; ++h) {
       for (int64_t t = 0; t < pr.n_tiles; ++t) {
         const int64_t r0 = t * pr.tile_rows;

@@ -64,8 +64,8 @@ struct AttendRequest {
 
 // Attend for several sequences (same shape) in one parallel pass: continuous batching's
 // per-sequence decode steps are too small to keep the pool busy one call at a time.
-// Each request gets the same result Attend would give up to the last bits (how slots are
-// split across threads depends on the whole batch).
+// Each request gets exactly the result Attend gives it alone: how its slots are split
+// across threads depends on the request and the pool size, not on the rest of the batch.
 void AttendBatch(backend::ThreadPool& pool, const AttentionShape& shape, const AttendRequest* requests,
                  int n_requests);
 
