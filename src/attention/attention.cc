@@ -25,6 +25,8 @@ constexpr int kMinSplitSlots = 128;
 constexpr int kSplitAlign = 64;  // the decode kernel steps 64 slots at a time
 // Aim for this many jobs per thread so dynamic claiming evens out the load.
 constexpr int kJobsPerThread = 8;
+// AttendMode::kRowInvariant: slots split at multiples of this, whatever the request.
+constexpr int kInvariantSplitSlots = 1024;
 constexpr int kDriverScratch = 3;  // ThreadScratch buffer the driver uses; kernels use 0..2
 
 struct PlannedJob {
@@ -92,7 +94,7 @@ void MergeSplitTile(const AttendParams& p, const SplitTile& t, const float* part
   }
 }
 
-PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req) {
+PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req, AttendMode mode) {
   const KvLayerView& kv = req.kv;
   ATTIC_CHECK(kv.block_size > 0 && kv.n_slots >= 0);
   ATTIC_CHECK(req.indices != nullptr || req.n_indices == 0);
@@ -119,7 +121,8 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   p.kv = kv;
 
   const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
-  const bool few = ks.few != nullptr && rows_per_head <= ks.few_rows_max && shape.head_dim % ks.few_head_dim_multiple == 0;
+  const bool few = mode == AttendMode::kFastest && ks.few != nullptr && rows_per_head <= ks.few_rows_max &&
+                   shape.head_dim % ks.few_head_dim_multiple == 0;
   pr.kernel = few ? ks.few : ks.tile;
   pr.tile_rows = few ? rows_per_head : static_cast<int64_t>(ks.tile_rows) * ks.max_tiles_per_job;
   pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;
@@ -134,7 +137,7 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
 }
 
 void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const AttentionShape& shape,
-                       const AttendRequest* requests, int n_requests) {
+                       const AttendRequest* requests, int n_requests, AttendMode mode) {
   ATTIC_CHECK(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0);
   ATTIC_CHECK(shape.head_dim > 0);
   const int d = shape.head_dim;
@@ -143,7 +146,7 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
   int64_t units = 0;
   for (int i = 0; i < n_requests; ++i) {
     if (requests[i].n_q <= 0) continue;
-    prs.push_back(Prepare(ks, shape, requests[i]));
+    prs.push_back(Prepare(ks, shape, requests[i], mode));
     units += prs.back().n_tiles * shape.n_kv_heads;
   }
   if (prs.empty()) return;
@@ -168,7 +171,10 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
         const int vis = pr.tile_vis[t];
         int64_t splits = std::max<int64_t>(1, std::min<int64_t>(want_splits, vis / kMinSplitSlots));
         int64_t len = vis;
-        if (splits > 1) {
+        if (mode == AttendMode::kRowInvariant) {
+          len = kInvariantSplitSlots;
+          splits = std::max<int64_t>(1, (vis + len - 1) / len);
+        } else if (splits > 1) {
           len = ((vis + splits - 1) / splits + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
           splits = (vis + len - 1) / len;
         }
@@ -237,14 +243,14 @@ KernelSet KernelsFor(backend::Isa isa) {
 }
 
 void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape,
-                    const AttendRequest* requests, int n_requests) {
-  AttendWithKernels(KernelsFor(isa), pool, shape, requests, n_requests);
+                    const AttendRequest* requests, int n_requests, AttendMode mode) {
+  AttendWithKernels(KernelsFor(isa), pool, shape, requests, n_requests, mode);
 }
 
 void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
                const int32_t* kv_end, const int32_t* indices, int n_indices, const KvLayerView& kv, float* out) {
   const AttendRequest req{q, n_q, kv_end, indices, n_indices, kv, out};
-  AttendWithKernels(KernelsFor(isa), pool, shape, &req, 1);
+  AttendWithKernels(KernelsFor(isa), pool, shape, &req, 1, AttendMode::kFastest);
 }
 
 }  // namespace internal
@@ -255,8 +261,8 @@ void Attend(backend::ThreadPool& pool, const AttentionShape& shape, const float*
 }
 
 void AttendBatch(backend::ThreadPool& pool, const AttentionShape& shape, const AttendRequest* requests,
-                 int n_requests) {
-  internal::AttendBatchIsa(backend::ActiveIsa(), pool, shape, requests, n_requests);
+                 int n_requests, AttendMode mode) {
+  internal::AttendBatchIsa(backend::ActiveIsa(), pool, shape, requests, n_requests, mode);
 }
 
 }  // namespace attic::attention

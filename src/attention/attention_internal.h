@@ -67,7 +67,7 @@ KernelSet Avx512Kernels();  // REQUIRES: the CPU supports AVX-512 F/BW/VL/DQ.
 void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
                const int32_t* kv_end, const int32_t* indices, int n_indices, const KvLayerView& kv, float* out);
 void AttendBatchIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape,
-                    const AttendRequest* requests, int n_requests);
+                    const AttendRequest* requests, int n_requests, AttendMode mode = AttendMode::kFastest);
 
 // A per-thread, 64-byte aligned scratch buffer of at least n floats; `which` (0..4)
 // selects one of several independent buffers. Contents are unspecified.

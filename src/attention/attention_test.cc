@@ -422,6 +422,45 @@ TEST_P(AttentionTest, BatchOfMixedRequests) {
   }
 }
 
+TEST_P(AttentionTest, RowInvariantModeGivesAQueryTheSameBitsAnywhere) {
+  // AttendMode::kRowInvariant: the last query of a causal chunk over a long context gives
+  // the same bits alone (decode-sized), in chunks of any length (one tile or several),
+  // next to other requests, and with one or two threads; and stays within the reference.
+  std::mt19937 rng(31);
+  backend::ThreadPool pool1(1), pool2(2);
+  const AttentionShape shape = Shape(8, 4, 64);
+  const int n_slots = 2500;  // several 1024-slot pieces
+  PagedKv kv(4, 16, 64, n_slots, rng), other_kv(4, 16, 64, 900, rng);
+  const int max_q = 150;
+  std::vector<float> q = RandomQ(max_q, 8, 64, 1.0f, rng), other_q = RandomQ(40, 8, 64, 1.0f, rng);
+  const size_t row = 8 * 64;
+  std::vector<int32_t> ends(max_q), other_ends(40);
+  for (int i = 0; i < max_q; ++i) ends[i] = n_slots - max_q + i + 1;
+  for (int i = 0; i < 40; ++i) other_ends[i] = 900 - 40 + i + 1;
+  std::vector<float> want;
+  for (int n_q : {1, 3, 50, 150}) {
+    for (bool company : {false, true}) {
+      for (backend::ThreadPool* pool : {&pool1, &pool2}) {
+        std::vector<float> out(static_cast<size_t>(n_q) * row), other_out(other_q.size());
+        std::vector<AttendRequest> reqs;
+        if (company) reqs.push_back(AttendRequest{other_q.data(), 40, other_ends.data(), nullptr, 0, other_kv.View(), other_out.data()});
+        reqs.push_back(AttendRequest{q.data() + (max_q - n_q) * row, n_q, ends.data() + (max_q - n_q), nullptr, 0,
+                                     kv.View(), out.data()});
+        internal::AttendBatchIsa(isa(), *pool, shape, reqs.data(), static_cast<int>(reqs.size()),
+                                 AttendMode::kRowInvariant);
+        const std::vector<float> last(out.end() - row, out.end());
+        if (want.empty()) {
+          want = last;
+          const std::vector<float> q1(q.end() - row, q.end());
+          const std::vector<double> ref = NaiveAttention(shape, q1, 1, {n_slots}, nullptr, kv);
+          for (size_t e = 0; e < ref.size(); ++e) EXPECT_NEAR(last[e], ref[e], 1e-5 * (1.0 + std::abs(ref[e]))) << e;
+        }
+        EXPECT_EQ(last, want) << "n_q=" << n_q << (company ? " with company" : "") << " threads=" << pool->n_threads();
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, AttentionTest,
                          ::testing::Combine(::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
                                             ::testing::Bool()),

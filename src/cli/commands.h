@@ -23,6 +23,7 @@ struct ModelFlags {
   std::string chat_template;
   std::string kv_dtype = "f32";
   int kv_block_size = kv::kDefaultBlockSize;
+  bool deterministic = false;
 };
 
 // The default model: $ATTIC_MODEL, else ../shared/models/stories260K-hf.

@@ -28,6 +28,9 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
                   "more slots reserved per sequence)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_flag("--deterministic", f->deterministic,
+                "every sequence's output independent of what shares its steps (batching, prefill chunks, "
+                "reuse): seeded sampling is reproducible under any load; prefill and decode run slower");
 }
 
 engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
@@ -39,6 +42,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.chat_template = f.chat_template;
   o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
   o.kv_block_size = f.kv_block_size;
+  o.deterministic = f.deterministic;
   o.show_progress = progress;
   return o;
 }

@@ -135,11 +135,12 @@ int RunServe(ServeFlags f) {
   const auto& pool = e.kv_pool();
   std::fprintf(stderr,
                "attic: serving '%s' (context %d tokens, %d tokens per step, up to %d running / %d waiting, "
-               "KV %d blocks = %.0f MiB, %s)\n",
+               "KV %d blocks = %.0f MiB, %s%s)\n",
                (*srv)->model_name().c_str(), e.context_length(), e.transformer().max_batch_tokens(),
                (*srv)->scheduler().options().max_running, (*srv)->scheduler().options().max_waiting, pool.n_blocks(),
                static_cast<double>(pool.n_blocks()) * pool.shape().block_bytes() / (1 << 20),
-               f.server.api_keys.empty() ? "no API keys" : "API keys required");
+               f.server.api_keys.empty() ? "no API keys" : "API keys required",
+               e.options().deterministic ? ", deterministic" : "");
   std::fprintf(stderr, "attic: listening on http://%s:%d\n", f.server.host.c_str(), (*srv)->port());
   std::fflush(stderr);
   live.store(srv->get());

@@ -28,8 +28,14 @@ attention::KvLayerView KvView(kv::BlockPool& pool, int layer) {
 float* F(AlignedBuffer& b) { return b.as<float>(); }
 }  // namespace
 
-Transformer::Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens)
-    : model_(model), config_(model.config()), pool_(pool), rope_(model.config()), max_tokens_(max_batch_tokens) {
+Transformer::Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens, bool row_invariant)
+    : model_(model),
+      config_(model.config()),
+      pool_(pool),
+      rope_(model.config()),
+      max_tokens_(max_batch_tokens),
+      linear_mode_(row_invariant ? backend::LinearMode::kRowInvariant : backend::LinearMode::kFastest),
+      attend_mode_(row_invariant ? attention::AttendMode::kRowInvariant : attention::AttendMode::kFastest) {
   const size_t t = static_cast<size_t>(max_tokens_);
   const auto& c = config_;
   x_.Resize(t * c.hidden_size * 4);
@@ -136,7 +142,7 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
   // Attention block.
   backend::RmsNorm(pool_, x, w.attn_norm, n, hidden, c.rms_norm_eps, xn);
   const backend::LinearOutput qkv[] = {{&w.wq, w.bq, q}, {&w.wk, w.bk, k}, {&w.wv, w.bv, v}};
-  backend::LinearMulti(pool_, xn, n, qkv, 3);
+  backend::LinearMulti(pool_, xn, n, qkv, 3, linear_mode_);
   auto& batch = *batch_;
   if (observer) {
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -174,8 +180,8 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
     r.kv.n_slots = e.seq->n_slots();
     r.out = attn + static_cast<int64_t>(off) * qd;
   }
-  attention::AttendBatch(pool_, shape, requests_.data(), static_cast<int>(requests_.size()));
-  backend::Linear(pool_, attn, n, w.wo, nullptr, xn);
+  attention::AttendBatch(pool_, shape, requests_.data(), static_cast<int>(requests_.size()), attend_mode_);
+  backend::Linear(pool_, attn, n, w.wo, nullptr, xn, linear_mode_);
   backend::Add(x, xn, n * hidden);
 
   // Feed-forward block.
@@ -183,9 +189,9 @@ void Transformer::Layer(int layer, const KvObserver& observer) {
   float* up = F(up_);
   backend::RmsNorm(pool_, x, w.ffn_norm, n, hidden, c.rms_norm_eps, xn);
   const backend::LinearOutput gate_up[] = {{&w.w_gate, nullptr, gate}, {&w.w_up, nullptr, up}};
-  backend::LinearMulti(pool_, xn, n, gate_up, 2);
+  backend::LinearMulti(pool_, xn, n, gate_up, 2, linear_mode_);
   backend::SiluMul(pool_, gate, up, n * c.intermediate_size);
-  backend::Linear(pool_, gate, n, w.w_down, nullptr, xn);
+  backend::Linear(pool_, gate, n, w.w_down, nullptr, xn, linear_mode_);
   backend::Add(x, xn, n * hidden);
 }
 
@@ -205,7 +211,7 @@ void Transformer::Finish(std::vector<float>* logits) {
     logits->resize(static_cast<size_t>(n_out) * c.vocab_size);
     if (n_out > 0) {
       backend::RmsNorm(pool_, rows, model_.weights().final_norm, n_out, hidden, c.rms_norm_eps, rows);
-      backend::Linear(pool_, rows, n_out, model_.weights().lm_head, nullptr, logits->data());
+      backend::Linear(pool_, rows, n_out, model_.weights().lm_head, nullptr, logits->data(), linear_mode_);
     }
   }
   batch_ = nullptr;

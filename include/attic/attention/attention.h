@@ -62,11 +62,23 @@ struct AttendRequest {
   float* out = nullptr;             // [n_q, n_heads, head_dim]
 };
 
+// How AttendBatch plans a request's work.
+//   kFastest       a few-row kernel for decode-sized requests, and a request's slots split
+//                  across threads by its own size and the pool size: a query's last bits
+//                  depend on how many queries its request has (a row of a prefill chunk
+//                  vs the same row alone), never on the other requests.
+//   kRowInvariant  one kernel for every request and slots split at fixed 1024-slot
+//                  boundaries: a query's result depends only on the query, its visible
+//                  slots and their KV, whatever its request or the batch holds, and on no
+//                  pool size (a deterministic server; decode attention runs the general
+//                  tile kernel, slower than the few-row one).
+enum class AttendMode { kFastest, kRowInvariant };
+
 // Attend for several sequences (same shape) in one parallel pass: continuous batching's
 // per-sequence decode steps are too small to keep the pool busy one call at a time.
-// Each request gets exactly the result Attend gives it alone: how its slots are split
-// across threads depends on the request and the pool size, not on the rest of the batch.
+// Each request gets exactly the result Attend gives it alone (in kFastest mode, how its
+// slots are split across threads depends on the request and the pool size only).
 void AttendBatch(backend::ThreadPool& pool, const AttentionShape& shape, const AttendRequest* requests,
-                 int n_requests);
+                 int n_requests, AttendMode mode = AttendMode::kFastest);
 
 }  // namespace attic::attention

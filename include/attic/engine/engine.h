@@ -32,6 +32,9 @@ struct EngineOptions {
   DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, or kF16 (half the bytes)
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
   bool show_progress = false;   // progress bar on stderr while loading
+  // Every sequence's output independent of what shares its steps (Transformer's
+  // row_invariant): seeded sampling reproducible under any load; slower.
+  bool deterministic = false;
   // A second copy of the bf16 matrices in the prefill GEMM's packed layout
   // (backend::PrepackWeights) when it takes at most this many bytes; -1 = an eighth of
   // physical memory, 0 = never.

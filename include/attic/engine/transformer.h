@@ -16,6 +16,7 @@
 
 #include "attic/attention/attention.h"
 #include "attic/attention/rope.h"
+#include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
 #include "attic/kv/block_pool.h"
@@ -39,7 +40,10 @@ using KvObserver = std::function<void(int layer, int entry, const float* k_pre_r
 class Transformer {
  public:
   // max_batch_tokens bounds the tokens of one step (scratch memory is sized for it).
-  Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens);
+  // row_invariant: every row's result is the same bits whatever else shares its step
+  // (GEMV for every Linear, AttendMode::kRowInvariant): a sequence's output then does not
+  // depend on batching, chunking or reuse, at some cost in prefill and decode speed.
+  Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens, bool row_invariant = false);
 
   const model::ModelConfig& config() const { return config_; }
   int max_batch_tokens() const { return max_tokens_; }
@@ -69,6 +73,8 @@ class Transformer {
   backend::ThreadPool& pool_;
   attention::RopeTable rope_;
   int max_tokens_;
+  backend::LinearMode linear_mode_;
+  attention::AttendMode attend_mode_;
 
   // Current step.
   std::vector<BatchEntry>* batch_ = nullptr;

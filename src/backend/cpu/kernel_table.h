@@ -72,10 +72,12 @@ const KernelTable& ActiveKernels();
 // Linear with an explicit table (kernels.cc's Linear is LinearWith(ActiveKernels(), ...)).
 void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
                 const float* bias, float* y);
-void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
-                     int n_outs);
-// The same with the GEMV/GEMM choice forced (tests and benchmarks).
+// The GEMV/GEMM choice: by m (kAuto), or forced (kGemv: LinearMode::kRowInvariant;
+// tests and benchmarks).
 enum class LinearPath { kAuto, kGemv, kGemm };
+// kGemm is not accepted here: LinearMulti's GEMM path is only taken automatically.
+void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
+                     int n_outs, LinearPath path = LinearPath::kAuto);
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
                     const model::WeightTensor& w, const float* bias, float* y);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attic/backend/convert.h"
+#include "attic/core/status.h"
 #include "attic/model/model.h"
 #include "backend/cpu/kernel_table.h"
 
@@ -101,7 +102,8 @@ void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t 
 }
 
 void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
-                     int n_outs) {
+                     int n_outs, LinearPath path) {
+  ATTIC_CHECK(path != LinearPath::kGemm);
   if (m <= 0 || n_outs <= 0) return;
   // One pass: do the weights share x's preparation (dtype, k), and do they all take the
   // GEMV path (with one x layout) or all the GEMM path (with one prepacking)?
@@ -110,7 +112,7 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   for (int i = 0; i < n_outs; ++i) {
     const model::WeightTensor& w = *outs[i].w;
     same = same && w.dtype == w0.dtype && w.cols() == w0.cols();
-    const bool gemv = m <= GemvMaxM(t, w);
+    const bool gemv = path == LinearPath::kGemv || m <= GemvMaxM(t, w);
     all_gemv = all_gemv && gemv && t.gemv_layout(w) == t.gemv_layout(w0);
     all_gemm = all_gemm && !gemv && (w.packed == nullptr) == (w0.packed == nullptr);
   }
@@ -122,17 +124,24 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
     t.gemm_multi(pool, x, m, outs, n_outs);
     return;
   }
-  for (int i = 0; i < n_outs; ++i) LinearWith(t, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
+  for (int i = 0; i < n_outs; ++i) LinearWithPath(t, path, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
 }
 
 }  // namespace cpu
 
-void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
-  cpu::LinearWith(cpu::ActiveKernels(), pool, x, m, w, bias, y);
+namespace {
+cpu::LinearPath PathFor(LinearMode mode) {
+  return mode == LinearMode::kRowInvariant ? cpu::LinearPath::kGemv : cpu::LinearPath::kAuto;
+}
+}  // namespace
+
+void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y,
+            LinearMode mode) {
+  cpu::LinearWithPath(cpu::ActiveKernels(), PathFor(mode), pool, x, m, w, bias, y);
 }
 
-void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
-  cpu::LinearMultiWith(cpu::ActiveKernels(), pool, x, m, outs, n_outs);
+void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs, LinearMode mode) {
+  cpu::LinearMultiWith(cpu::ActiveKernels(), pool, x, m, outs, n_outs, PathFor(mode));
 }
 
 uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {

@@ -263,6 +263,36 @@ TEST(LinearTest, GemvRowResultsIndependentOfTheOtherRows) {
   ExpectGemvRowsIndependentOfM(*KernelsFor(Isa::kAvx512), DType::kBF16, "other bf16 form");
 }
 
+// LinearMode::kRowInvariant (the public entry points): far beyond the GEMM crossover a
+// row still gets the bits it gets alone, and the result meets the reference bound.
+TEST(LinearTest, RowInvariantModeHoldsBeyondTheCrossover) {
+  std::mt19937 rng(41);
+  ThreadPool pool(2);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    TestWeight a = MakeWeight(rng, dt, 200, 576), b = MakeWeight(rng, dt, 64, 576);
+    const std::vector<float> row = RandomVec(rng, 576);
+    std::vector<float> alone(200), alone_b(64);
+    Linear(pool, row.data(), 1, a.w, nullptr, alone.data(), LinearMode::kRowInvariant);
+    Linear(pool, row.data(), 1, b.w, nullptr, alone_b.data(), LinearMode::kRowInvariant);
+    for (int64_t m : {40, 130}) {
+      std::vector<float> x = RandomVec(rng, m * 576);
+      std::copy(row.begin(), row.end(), x.begin() + (m - 7) * 576);
+      std::vector<float> y(m * 200), yb(m * 64);
+      Linear(pool, x.data(), m, a.w, nullptr, y.data(), LinearMode::kRowInvariant);
+      EXPECT_EQ(std::vector<float>(y.begin() + (m - 7) * 200, y.begin() + (m - 6) * 200), alone)
+          << DTypeName(dt) << " m=" << m;
+      CheckLinear(x, a, nullptr, m, y.data(), LinearTol(ActiveKernels(), dt, LinearPath::kGemv, m),
+                  std::string("row-invariant ") + DTypeName(dt));
+      LinearOutput outs[2] = {{&a.w, nullptr, y.data()}, {&b.w, nullptr, yb.data()}};
+      LinearMulti(pool, x.data(), m, outs, 2, LinearMode::kRowInvariant);
+      EXPECT_EQ(std::vector<float>(y.begin() + (m - 7) * 200, y.begin() + (m - 6) * 200), alone)
+          << "multi " << DTypeName(dt) << " m=" << m;
+      EXPECT_EQ(std::vector<float>(yb.begin() + (m - 7) * 64, yb.begin() + (m - 6) * 64), alone_b)
+          << "multi " << DTypeName(dt) << " m=" << m;
+    }
+  }
+}
+
 TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
   std::mt19937 rng(21);
   ThreadPool pool(2);

@@ -1,0 +1,155 @@
+// Deterministic mode (EngineOptions::deterministic, Transformer's row_invariant): a
+// sequence's logits must be the same bits whether it runs alone, prefilled in one chunk,
+// or in other chunks next to other sequences' prefill chunks and decode rows (steps far
+// beyond the GEMV/GEMM crossover). Without it they differ in the last bits, which is
+// enough to change a sampled token. Also checks the mode still computes the same model:
+// its logits stay within the usual tolerance of the default mode's.
+//
+// The model is a tiny random one with head_dim 64 (so AVX-512 has its few-row decode
+// attention kernel as well as the tile kernel), written to disk in f32 and in bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "attic/engine/transformer.h"
+#include "attic/model/tensor_specs.h"
+#include "attic/model/writer.h"
+#include "test_util.h"
+
+namespace attic::engine {
+namespace {
+
+model::ModelConfig TinyConfig(DType dtype) {
+  model::ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.hidden_size = 128;
+  c.intermediate_size = 256;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  c.torch_dtype = dtype;
+  return c;
+}
+
+std::unique_ptr<model::Model> WriteAndLoad(const attic::testing::TempDir& dir, DType dtype) {
+  const model::ModelConfig c = TinyConfig(dtype);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.15f);
+  std::vector<model::NamedTensor> tensors;
+  for (const auto& spec : model::ModelTensorSpecs(c)) {
+    model::NamedTensor t{spec.name, spec.shape, std::vector<float>(spec.numel())};
+    for (auto& x : t.data) x = spec.kind == model::TensorKind::kNorm ? 1.0f + nd(rng) : nd(rng);
+    tensors.push_back(std::move(t));
+  }
+  model::WriteOptions wo;
+  wo.dtype = dtype;
+  const std::string path = dir.File(std::string("m-") + DTypeName(dtype));
+  EXPECT_TRUE(model::WriteHfModel(path, c, tensors, wo).ok());
+  auto m = model::Model::Load(path);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<int32_t> u(3, 299);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = u(rng);
+  return t;
+}
+
+// The logits of `tokens`' last prompt token and of `n_decode` decode steps (feeding the
+// given tokens), prefilled in chunks of `chunk`. With `company`, every step also carries
+// a 60-token prefill chunk of another sequence and two other decoding sequences.
+std::vector<std::vector<float>> StepLogits(Transformer& tf, const std::vector<int32_t>& prompt,
+                                    const std::vector<int32_t>& decode, int chunk, bool company) {
+  kv::BlockPool kvp(tf.kv_shape(16), 256);
+  kv::SequenceKv seq(&kvp), other(&kvp), d1(&kvp), d2(&kvp);
+  std::mt19937 rng(99);
+  const std::vector<int32_t> other_tokens = RandomTokens(rng, 60 * 20);
+  int other_pos = 0;
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits;
+  size_t pos = 0;
+  const size_t total = prompt.size() + decode.size();
+  while (pos < total) {
+    std::vector<BatchEntry> b;
+    if (company) {
+      BatchEntry o;
+      o.seq = &other;
+      o.tokens.assign(other_tokens.begin() + other_pos, other_tokens.begin() + other_pos + 60);
+      other_pos += 60;
+      b.push_back(o);
+      for (kv::SequenceKv* d : {&d1, &d2}) {
+        BatchEntry e;
+        e.seq = d;
+        e.tokens = RandomTokens(rng, d->n_slots() == 0 ? 5 : 1);
+        b.push_back(e);
+      }
+    }
+    BatchEntry e;
+    e.seq = &seq;
+    if (pos < prompt.size()) {
+      const size_t n = std::min(prompt.size() - pos, static_cast<size_t>(chunk));
+      e.tokens.assign(prompt.begin() + pos, prompt.begin() + pos + n);
+      pos += n;
+    } else {
+      e.tokens = {decode[pos - prompt.size()]};
+      ++pos;
+    }
+    e.want_logits = pos >= prompt.size();
+    const size_t at = company ? b.size() / 2 : 0;  // somewhere in the middle of the step
+    b.insert(b.begin() + at, e);
+    EXPECT_TRUE(tf.Forward(b, &logits).ok());
+    if (!e.want_logits) continue;
+    // Logits rows come in batch order, one per entry that wants them (all do here).
+    const int vocab = tf.config().vocab_size;
+    out.emplace_back(logits.begin() + at * vocab, logits.begin() + (at + 1) * vocab);
+  }
+  return out;
+}
+
+class DeterministicTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DeterministicTest, LogitsDoNotDependOnBatchingOrChunking) {
+  attic::testing::TempDir dir;
+  auto m = WriteAndLoad(dir, GetParam());
+  ASSERT_NE(m, nullptr);
+  backend::ThreadPool pool(2);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 70), decode = RandomTokens(rng, 6);
+
+  Transformer det(*m, pool, 256, /*row_invariant=*/true);
+  const auto alone = StepLogits(det, prompt, decode, 256, false);
+  ASSERT_EQ(alone.size(), 7u);
+  EXPECT_EQ(StepLogits(det, prompt, decode, 7, false), alone) << "chunks of 7, alone";
+  EXPECT_EQ(StepLogits(det, prompt, decode, 70, true), alone) << "one chunk, with company";
+  EXPECT_EQ(StepLogits(det, prompt, decode, 13, true), alone) << "chunks of 13, with company";
+
+  // Same model: within the default mode's tolerance of its result.
+  Transformer fast(*m, pool, 256);
+  const auto ref = StepLogits(fast, prompt, decode, 256, false);
+  const double tol = GetParam() == DType::kBF16 ? 2e-2 : 1e-4;
+  for (size_t s = 0; s < ref.size(); ++s) {
+    double max_ref = 1, max_err = 0;
+    for (size_t i = 0; i < ref[s].size(); ++i) {
+      max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[s][i])));
+      max_err = std::max(max_err, std::abs(static_cast<double>(alone[s][i]) - ref[s][i]));
+    }
+    EXPECT_LE(max_err, tol * max_ref) << "step " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DeterministicTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace attic::engine
