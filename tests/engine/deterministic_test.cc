@@ -13,47 +13,32 @@
 #include <random>
 
 #include "attic/engine/transformer.h"
-#include "attic/model/tensor_specs.h"
 #include "attic/model/writer.h"
+#include "model/test_models.h"
 #include "test_util.h"
 
 namespace attic::engine {
 namespace {
 
-model::ModelConfig TinyConfig(DType dtype) {
-  model::ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
+// model_test's tiny GQA config, widened to head_dim 64.
+model::ModelConfig Config(DType dtype) {
+  model::ModelConfig c = model::testing::TinyConfig();
   c.hidden_size = 128;
   c.intermediate_size = 256;
-  c.n_layers = 2;
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.head_dim = 64;
   c.vocab_size = 300;
   c.max_position_embeddings = 2048;
-  c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0f;
-  c.tie_word_embeddings = true;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
   c.torch_dtype = dtype;
   return c;
 }
 
 std::unique_ptr<model::Model> WriteAndLoad(const attic::testing::TempDir& dir, DType dtype) {
-  const model::ModelConfig c = TinyConfig(dtype);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 0.15f);
-  std::vector<model::NamedTensor> tensors;
-  for (const auto& spec : model::ModelTensorSpecs(c)) {
-    model::NamedTensor t{spec.name, spec.shape, std::vector<float>(spec.numel())};
-    for (auto& x : t.data) x = spec.kind == model::TensorKind::kNorm ? 1.0f + nd(rng) : nd(rng);
-    tensors.push_back(std::move(t));
-  }
   model::WriteOptions wo;
   wo.dtype = dtype;
   const std::string path = dir.File(std::string("m-") + DTypeName(dtype));
-  EXPECT_TRUE(model::WriteHfModel(path, c, tensors, wo).ok());
+  EXPECT_TRUE(model::WriteRandomHfModel(path, Config(dtype), model::RandomWeights{7, 0.15f}, wo).ok());
   auto m = model::Model::Load(path);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(*m) : nullptr;
