@@ -185,10 +185,13 @@ inline void ForXBlocks(int64_t m, Fn&& fn) {
   }
 }
 
-template <class W>
-void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
-               int64_t n1) {
-  using T = typename W::T;
+// The blocked GEMV over weight rows [n0, n1) of w (elements T) and x prepared as X:
+// groups of 4 weight rows (a partial group repeats its last row, results dropped) times
+// blocks of up to 4 x rows. dot4(mb, rows, x, ldx, kv, shift, pf_bytes, out) is the
+// form's DotRows4 for an mb-row block.
+template <class T, class X, class Dot4>
+void GemvBlocked(const X* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+                 int64_t n1, Dot4 dot4) {
   const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
   const T* base = static_cast<const T*>(w.data);
   // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
@@ -196,14 +199,20 @@ void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const f
   float out[16];
   for (int64_t j = n0; j < n1; j += 4) {
     const int64_t nr = std::min<int64_t>(4, n1 - j);
-    const T* rows[4];  // a partial group repeats its last row (results dropped)
+    const T* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + std::min<int64_t>(r, nr - 1)) * k, shift);
     ForXBlocks(m, [&](auto mb, int64_t i) {
-      DotRows4<W, mb>(rows, xp + i * ldx, ldx, kv, shift, pf_bytes, out);
+      dot4(mb, rows, xp + i * ldx, ldx, kv, shift, pf_bytes, out);
       for (int64_t ii = 0; ii < mb; ++ii)
         for (int64_t r = 0; r < nr; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
     });
   }
+}
+
+template <class W>
+void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+               int64_t n1) {
+  GemvBlocked<typename W::T>(xp, m, w, bias, y, n0, n1, [](auto mb, auto... args) { DotRows4<W, mb>(args...); });
 }
 
 // bf16 GEMV with vdpbf16ps (CPUs with AVX512-BF16). x is prepared as bf16 (round to
@@ -267,21 +276,7 @@ inline void DotRows4Bf16Dot(const uint16_t* const* rows, const uint16_t* xb, int
 
 void GemvBf16Dot(const uint16_t* xb, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
                  int64_t n1) {
-  const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
-  const uint16_t* base = static_cast<const uint16_t*>(w.data);
-  // Prefetch each row stream one 4-row group ahead (the groups are contiguous).
-  const int64_t pf_bytes = 4 * k * 2;
-  float out[16];
-  for (int64_t j = n0; j < n1; j += 4) {
-    const int64_t nr = std::min<int64_t>(4, n1 - j);
-    const uint16_t* rows[4];  // a partial group repeats its last row (results dropped)
-    for (int r = 0; r < 4; ++r) rows[r] = Back(base + (j + std::min<int64_t>(r, nr - 1)) * k, shift);
-    ForXBlocks(m, [&](auto mb, int64_t i) {
-      DotRows4Bf16Dot<mb>(rows, xb + i * ldx, ldx, kv, shift, pf_bytes, out);
-      for (int64_t ii = 0; ii < mb; ++ii)
-        for (int64_t r = 0; r < nr; ++r) y[(i + ii) * n + j + r] = out[ii * 4 + r] + (bias ? bias[j + r] : 0.0f);
-    });
-  }
+  GemvBlocked<uint16_t>(xb, m, w, bias, y, n0, n1, [](auto mb, auto... args) { DotRows4Bf16Dot<mb>(args...); });
 }
 
 // 32 int8 of a q8_0 block as two f32 vectors.
