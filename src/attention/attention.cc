@@ -94,6 +94,15 @@ void MergeSplitTile(const AttendParams& p, const SplitTile& t, const float* part
   }
 }
 
+// Slots per piece of a tile that sees `vis` slots (vis itself: not split), for a request
+// that wants its tiles cut into want_splits pieces.
+int64_t PieceSlots(AttendMode mode, int64_t vis, int64_t want_splits) {
+  if (mode == AttendMode::kRowInvariant) return kInvariantSplitSlots;
+  const int64_t splits = std::min<int64_t>(want_splits, vis / kMinSplitSlots);
+  if (splits <= 1) return vis;
+  return ((vis + splits - 1) / splits + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+}
+
 PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req, AttendMode mode) {
   const KvLayerView& kv = req.kv;
   ATTIC_CHECK(kv.block_size > 0 && kv.n_slots >= 0);
@@ -169,15 +178,8 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
         const int64_t r0 = t * pr.tile_rows;
         const int n_rows = static_cast<int>(std::min(rows_per_head, r0 + pr.tile_rows) - r0);
         const int vis = pr.tile_vis[t];
-        int64_t splits = std::max<int64_t>(1, std::min<int64_t>(want_splits, vis / kMinSplitSlots));
-        int64_t len = vis;
-        if (mode == AttendMode::kRowInvariant) {
-          len = kInvariantSplitSlots;
-          splits = std::max<int64_t>(1, (vis + len - 1) / len);
-        } else if (splits > 1) {
-          len = ((vis + splits - 1) / splits + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-          splits = (vis + len - 1) / len;
-        }
+        const int64_t len = PieceSlots(mode, vis, want_splits);
+        const int64_t splits = std::max<int64_t>(1, len > 0 ? (vis + len - 1) / len : 0);
         if (splits > 1) split_tiles.push_back(SplitTile{ri, h, r0, n_rows, static_cast<int>(splits), partial_size});
         for (int64_t s = 0; s < splits; ++s) {
           PlannedJob j;
