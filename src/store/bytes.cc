@@ -108,11 +108,11 @@ std::unique_ptr<Bytes> Bytes::Allocate(size_t size) {
     pooled = TakePooled(pool, capacity);
   }
   // The mapping calls run outside the pool's lock. One piece of the whole size is used
-  // where it is.
+  // where it is; if moving the pieces fails (they are gone), the range is all fresh.
   char* data = nullptr;
   if (pooled.size() == 1 && pooled[0].second == capacity) data = pooled[0].first;
   if (data == nullptr) data = MapAligned(capacity, pooled);
-  if (data == nullptr) data = MapAligned(capacity, {});
+  if (data == nullptr && !pooled.empty()) data = MapAligned(capacity, {});
   ATTIC_CHECK(data != nullptr);
   return std::unique_ptr<Bytes>(new Bytes(data, size, capacity));
 }
