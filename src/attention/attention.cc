@@ -23,7 +23,8 @@ namespace {
 // then the same bits whatever shared its step.
 constexpr int kMinSplitSlots = 128;
 constexpr int kSplitAlign = 64;  // the decode kernel steps 64 slots at a time
-// Aim for this many jobs per thread so dynamic claiming evens out the load.
+// Aim for this many jobs per thread so dynamic claiming evens out the load (kernels whose
+// pieces cost more to set up ask for fewer: KernelSet::tile_jobs_per_thread).
 constexpr int kJobsPerThread = 8;
 // AttendMode::kRowInvariant: slots split at multiples of this, whatever the request.
 constexpr int kInvariantSplitSlots = 1024;
@@ -160,10 +161,6 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
   }
   if (prs.empty()) return;
 
-  // A request with too few tiles to keep every thread busy on its own (decode, short
-  // chunks over long contexts) has each tile's slots split into pieces, merged afterwards.
-  const int64_t target = static_cast<int64_t>(kJobsPerThread) * pool.n_threads();
-
   std::vector<PlannedJob> jobs;
   std::vector<SplitTile> split_tiles;
   int64_t partial_size = 0;
@@ -172,6 +169,10 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
     const PreparedRequest& pr = prs[ri];
     const int64_t rows_per_head = static_cast<int64_t>(pr.params.n_q) * pr.params.group;
     const int64_t own_units = pr.n_tiles * shape.n_kv_heads;
+    // A request with too few tiles to keep every thread busy on its own (decode, short
+    // chunks over long contexts) has each tile's slots split into pieces, merged afterwards.
+    const int64_t per_thread = pr.kernel == ks.tile ? ks.tile_jobs_per_thread : kJobsPerThread;
+    const int64_t target = per_thread * pool.n_threads();
     const int64_t want_splits = pool.n_threads() > 1 && own_units < target ? (target + own_units - 1) / own_units : 1;
     for (int h = 0; h < shape.n_kv_heads; ++h) {
       for (int64_t t = 0; t < pr.n_tiles; ++t) {

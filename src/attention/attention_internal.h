@@ -54,6 +54,7 @@ struct KernelSet {
   TileKernel tile = nullptr;  // general kernel; handles up to tile_rows * max_tiles_per_job rows
   int tile_rows = 0;
   int max_tiles_per_job = 1;  // tiles `tile` runs together, sharing each K/V row it loads
+  int tile_jobs_per_thread = 8;  // a request's `tile` jobs per thread when its slots are split
   TileKernel few = nullptr;   // optional kernel for heads with few rows (decode)
   int few_rows_max = 0;       // use `few` when n_q * group <= few_rows_max
   int few_head_dim_multiple = 1;  // ... and head_dim is a multiple of this
