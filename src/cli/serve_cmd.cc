@@ -106,6 +106,7 @@ int RunServe(ServeFlags f) {
     f.server.store.ssd_bytes = f.kv_ssd_bytes;
     f.server.store.policy = *policy;
     f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
+    f.server.store.reserve_dram = true;  // the tier's pages are faulted in at start-up
   }
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   if (f.kv_budget_mib > 0) eo.kv_cache_bytes = f.kv_budget_mib << 20;
@@ -182,7 +183,7 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0 = max-running + max-waiting + 16)")
       ->capture_default_str();
   cmd->add_option("--kv-dram-bytes", f->kv_dram_bytes,
-                  "host-DRAM tier of the KV store in bytes (0 with no --kv-ssd-dir = store off)")
+                  "host-DRAM tier of the KV store in bytes, faulted in at start-up (0 with no --kv-ssd-dir = store off)")
       ->capture_default_str();
   cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir, "directory of the SSD tier of the KV store (survives restarts)");
   cmd->add_option("--kv-ssd-bytes", f->kv_ssd_bytes, "SSD tier capacity in bytes")->capture_default_str();

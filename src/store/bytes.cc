@@ -2,9 +2,11 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -22,7 +24,12 @@ constexpr size_t kHuge = size_t{2} << 20;  // transparent huge page size (x86-64
 struct Pool {
   std::mutex mu;
   std::multimap<size_t, char*> free;
-  size_t bytes = 0;
+  size_t bytes = 0;     // on the free list
+  size_t live = 0;      // large buffers allocated and not freed yet
+  size_t reserved = 0;  // the live reservations' total
+  // Pooled bytes the free list may hold: kPoolBytes, or what the reservations leave
+  // beside the allocated buffers.
+  size_t Limit() const { return std::max(Bytes::kPoolBytes, reserved > live ? reserved - live : 0); }
 };
 
 Pool& GetPool() {
@@ -106,6 +113,7 @@ std::unique_ptr<Bytes> Bytes::Allocate(size_t size) {
     Pool& pool = GetPool();
     std::lock_guard<std::mutex> lock(pool.mu);
     pooled = TakePooled(pool, capacity);
+    pool.live += capacity;
   }
   // The mapping calls run outside the pool's lock. One piece of the whole size is used
   // where it is; if moving the pieces fails (they are gone), the range is all fresh.
@@ -125,7 +133,8 @@ Bytes::~Bytes() {
   Pool& pool = GetPool();
   {
     std::lock_guard<std::mutex> lock(pool.mu);
-    if (pool.bytes + capacity_ <= kPoolBytes) {
+    pool.live -= capacity_;
+    if (pool.bytes + capacity_ <= pool.Limit()) {
       pool.free.emplace(capacity_, data_);
       pool.bytes += capacity_;
       return;
@@ -134,10 +143,71 @@ Bytes::~Bytes() {
   ::munmap(data_, capacity_);
 }
 
+std::unique_ptr<Bytes::Reservation> Bytes::Reserve(size_t bytes,
+                                                   const std::function<void(uint64_t, uint64_t)>& progress) {
+  bytes = RoundUp(bytes, kHuge);
+  Pool& pool = GetPool();
+  size_t need = 0;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.reserved += bytes;
+    const size_t have = pool.live + pool.bytes;
+    need = pool.reserved > have ? std::min(bytes, pool.reserved - have) : 0;
+  }
+  // Mapped and faulted in a piece at a time (outside the lock: saves go on meanwhile).
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t done = 0; done < need;) {
+    const size_t n = std::min(kPiece, need - done);
+    char* p = MapAligned(n, {});
+    if (p == nullptr) break;  // best effort: buffers then fault their pages in when used
+    bool populated = false;
+#ifdef MADV_POPULATE_WRITE
+    populated = ::madvise(p, n, MADV_POPULATE_WRITE) == 0;  // Linux 5.14+
+#endif
+    if (!populated)
+      for (size_t i = 0; i < n; i += kAlign) static_cast<volatile char*>(p)[i] = 0;
+    {
+      std::lock_guard<std::mutex> lock(pool.mu);
+      pool.free.emplace(n, p);
+      pool.bytes += n;
+    }
+    done += n;
+    if (progress) progress(done, need);
+  }
+  return std::unique_ptr<Reservation>(new Reservation(bytes));
+}
+
+Bytes::Reservation::~Reservation() {
+  Pool& pool = GetPool();
+  std::vector<Piece> drop;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.reserved -= bytes_;
+    while (pool.bytes > pool.Limit() && !pool.free.empty()) {  // largest pieces first
+      auto it = std::prev(pool.free.end());
+      drop.emplace_back(it->second, it->first);
+      pool.bytes -= it->first;
+      pool.free.erase(it);
+    }
+  }
+  for (const Piece& piece : drop) ::munmap(piece.first, piece.second);
+}
+
 size_t Bytes::PooledBytes() {
   Pool& pool = GetPool();
   std::lock_guard<std::mutex> lock(pool.mu);
   return pool.bytes;
+}
+
+void Bytes::ReleasePooled() {
+  Pool& pool = GetPool();
+  std::multimap<size_t, char*> drop;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    drop.swap(pool.free);
+    pool.bytes = 0;
+  }
+  for (const auto& [bytes, p] : drop) ::munmap(p, bytes);
 }
 
 std::unique_ptr<Bytes> CopyBytes(std::string_view bytes) {

@@ -1,10 +1,12 @@
 #include "attic/store/tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "store/store_test_util.h"
 
@@ -178,6 +180,66 @@ TEST(Bytes, PooledBuffersAreGatheredForALargerRequest) {
   std::memset(big->data(), 7, big->capacity());
   big.reset();
   EXPECT_EQ(Bytes::PooledBytes(), before + (size_t{16} << 20));
+}
+
+// Page faults taken by this thread so far.
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// A reservation faults its pages in up front: a buffer taken from them and written all
+// over takes (almost) no page fault, where fresh pages would take one per 2 MiB at least.
+// Freed buffers stay pooled up to the reservation (beyond kPoolBytes), and the pool
+// shrinks back when the reservation goes.
+TEST(Bytes, ReservedPagesAreFaultedInUpFrontAndKeptWhileReserved) {
+  Bytes::ReleasePooled();  // what earlier tests left pooled
+  ASSERT_EQ(Bytes::PooledBytes(), 0u);
+  const size_t mib = size_t{1} << 20, reserve = Bytes::kPoolBytes + 64 * mib;
+  uint64_t reported = 0, total = 0;
+  auto r = Bytes::Reserve(reserve - mib + 1, [&](uint64_t done, uint64_t t) {
+    EXPECT_GT(done, reported);
+    reported = done;
+    total = t;
+  });
+  EXPECT_EQ(r->bytes(), reserve);  // whole 2 MiB pages
+  EXPECT_EQ(Bytes::PooledBytes(), reserve);
+  EXPECT_EQ(reported, reserve);
+  EXPECT_EQ(total, reserve);
+
+  const long before = MinorFaults();
+  std::vector<std::unique_ptr<Bytes>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(Bytes::Allocate(reserve / 4 - 5));
+    std::memset(held.back()->data(), i, held.back()->capacity());
+  }
+  // Fresh pages: >= reserve / 2 MiB faults (huge pages), 512x that with 4 KiB pages.
+  EXPECT_LT(MinorFaults() - before, 16) << "the reserved pages were not faulted in";
+  EXPECT_EQ(Bytes::PooledBytes(), 0u);
+  held.clear();  // all of it goes back: the reservation allows it, kPoolBytes alone would not
+  EXPECT_EQ(Bytes::PooledBytes(), reserve);
+
+  r.reset();  // back to kPoolBytes at most
+  EXPECT_LE(Bytes::PooledBytes(), Bytes::kPoolBytes);
+  EXPECT_GT(Bytes::PooledBytes(), 0u);
+}
+
+// Allocated buffers count against the reservation: the pool keeps only what the
+// reservation leaves beside them (or kPoolBytes, whichever is more).
+TEST(Bytes, AllocatedBuffersCountAgainstTheReservation) {
+  Bytes::ReleasePooled();
+  ASSERT_EQ(Bytes::PooledBytes(), 0u);
+  const size_t mib = size_t{1} << 20;
+  std::vector<std::unique_ptr<Bytes>> live;
+  for (int i = 0; i < 3; ++i) live.push_back(Bytes::Allocate(128 * mib));  // 384 MiB live
+  auto r = Bytes::Reserve(512 * mib);
+  EXPECT_EQ(Bytes::PooledBytes(), 128 * mib);  // only what the live buffers leave
+  std::vector<std::unique_ptr<Bytes>> more;
+  for (int i = 0; i < 3; ++i) more.push_back(Bytes::Allocate(128 * mib));  // 640 MiB live
+  more.clear();
+  live.clear();  // 768 MiB freed: the pool keeps max(kPoolBytes, 512 MiB)
+  EXPECT_EQ(Bytes::PooledBytes(), std::max(Bytes::kPoolBytes, 512 * mib));
 }
 
 }  // namespace

@@ -57,6 +57,11 @@ struct StoreOptions {
   // a queued save (KvStore::SavePending, a lookup of that session), the writer runs at
   // nice 0 where the system allows raising it back.
   int writer_nice = 10;
+  // Fault in the pages of the DRAM tier and of the write buffer when the store opens
+  // (Bytes::Reserve; a progress bar on a terminal), so that saves reuse them instead of
+  // faulting fresh pages on the serving path. The server sets it; off for stores whose
+  // capacity is nominal (benchmarks of the policies, tests).
+  bool reserve_dram = false;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
 };
@@ -265,6 +270,7 @@ class KvStore {
 
   const StoreOptions options_;
   const Clock* clock_;
+  std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the pages faulted in at Open
   std::unique_ptr<Tier> dram_;
   std::unique_ptr<Tier> ssd_;
   std::unique_ptr<EvictionPolicy> policy_;
