@@ -15,10 +15,12 @@
 //   Baselines (when built with -DATTIC_BENCH_DNNL): oneDNN bf16 matmul (src bf16,
 //     weights [n,k] as 'ba', dst f32) and OpenBLAS sgemm with its own threads.
 //   A/B (--only ab, not part of the default run): one decode step (as in "Decode step",
-//     fused) for several weight dtypes (--ab bf16,f16 by default) timed in rotating order
-//     round by round (--rounds N), so that a noisy machine slows all of them alike; prints
-//     medians per dtype and per matrix kind, and the median per-round time ratio to the
-//     first dtype. Use this to compare dtypes; compare builds by running them alternately.
+//     fused; --m rows, default 1) for several weight dtypes (--ab bf16,f16 by default;
+//     "bf16-fma" is bf16 with the GEMV in its f32-FMA form where AVX512-BF16 would pick
+//     vdpbf16ps) timed in rotating order round by round (--rounds N), so that a noisy
+//     machine slows all of them alike; prints medians per dtype and per matrix kind, and
+//     the median per-round time ratio to the first dtype. Use this to compare dtypes and
+//     kernel forms; compare builds by running them alternately.
 //
 // Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B]
 //                      [--json FILE]
@@ -480,7 +482,14 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
 // per dtype, in rotating order, so slow phases of a shared machine hit all dtypes alike.
 // Prints per-dtype medians (whole step and per matrix kind) and the median per-round
 // ratio of each dtype's step time to the first dtype's.
-void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Json& json) {
+// An A/B contestant: a weight dtype, for bf16 optionally with the f32-FMA GEMV form.
+struct AbForm {
+  DType dt;
+  bool fma = false;
+  std::string name() const { return std::string(attic::DTypeName(dt)) + (fma ? "-fma" : ""); }
+};
+
+void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Json& json) {
   json.Begin("ab");
   const std::vector<ModelShape> models = Models();
   const ModelShape* model = nullptr;
@@ -488,18 +497,23 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Jso
     if (g_model_filter.empty() ? std::string(m.name) == "llama-1b" : g_model_filter == m.name) model = &m;
   if (model == nullptr) return;
   const int n_mats = static_cast<int>(model->mats.size());  // 7 per layer + lm_head
+  const int64_t m = g_m_filter > 0 ? g_m_filter : 1;
   struct Set {
     DType dt;
+    bool fma = false;
+    std::string name;
     std::vector<std::unique_ptr<WeightSet>> owned;
     std::vector<WeightTensor> w;  // [layer * 7 + matrix], then lm_head
     double bytes = 0;
     std::vector<double> step_ms;
     std::vector<std::vector<double>> mat_ms;  // [matrix kind][round]
   };
-  std::vector<Set> sets(dtypes.size());
-  for (size_t d = 0; d < dtypes.size(); ++d) {
+  std::vector<Set> sets(forms.size());
+  for (size_t d = 0; d < forms.size(); ++d) {
     Set& set = sets[d];
-    set.dt = dtypes[d];
+    set.dt = forms[d].dt;
+    set.fma = forms[d].fma;
+    set.name = forms[d].name();
     for (int l = 0; l <= model->n_layers; ++l) {
       for (const Mat& mat : model->mats) {
         if ((l < model->n_layers) != (mat.per_layer != 0)) continue;
@@ -511,9 +525,11 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Jso
     set.mat_ms.resize(static_cast<size_t>(n_mats) - 2);  // q/k/v fused, gate/up fused
   }
   const int64_t hidden = model->mats[0].k, ffn = model->mats[4].n, vocab = model->mats.back().n;
-  std::vector<float> x = RandomF32(std::max(hidden, ffn)), q(hidden * 4), kv(hidden * 4), g(ffn), u(ffn), logits(vocab);
+  std::vector<float> x = RandomF32(std::max(hidden, ffn) * m), q(hidden * 4 * m), kv(hidden * 4 * m), g(ffn * m),
+                     u(ffn * m), logits(vocab * m);
   const char* kinds[] = {"qkv", "wo", "gate_up", "w_down", "lm_head"};
   auto step = [&](Set& set, std::vector<double>* kind_s) {
+    attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(set.fma);
     auto timed = [&](int kind, const std::function<void()>& fn) {
       const double t0 = Now();
       fn();
@@ -523,24 +539,25 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Jso
       const WeightTensor* lw = &set.w[static_cast<size_t>(l) * 7];
       timed(0, [&] {
         attic::backend::LinearOutput qkv[3] = {{&lw[0], nullptr, q.data()}, {&lw[1], nullptr, kv.data()},
-                                               {&lw[2], nullptr, kv.data() + hidden}};
-        attic::backend::LinearMulti(pool, x.data(), 1, qkv, 3);
+                                               {&lw[2], nullptr, kv.data() + hidden * m}};
+        attic::backend::LinearMulti(pool, x.data(), m, qkv, 3);
       });
-      timed(1, [&] { attic::backend::Linear(pool, q.data(), 1, lw[3], nullptr, x.data()); });
+      timed(1, [&] { attic::backend::Linear(pool, q.data(), m, lw[3], nullptr, x.data()); });
       timed(2, [&] {
         attic::backend::LinearOutput gu[2] = {{&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}};
-        attic::backend::LinearMulti(pool, x.data(), 1, gu, 2);
+        attic::backend::LinearMulti(pool, x.data(), m, gu, 2);
       });
-      timed(3, [&] { attic::backend::Linear(pool, g.data(), 1, lw[6], nullptr, x.data()); });
+      timed(3, [&] { attic::backend::Linear(pool, g.data(), m, lw[6], nullptr, x.data()); });
     }
-    timed(4, [&] { attic::backend::Linear(pool, x.data(), 1, set.w.back(), nullptr, logits.data()); });
+    timed(4, [&] { attic::backend::Linear(pool, x.data(), m, set.w.back(), nullptr, logits.data()); });
+    attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(false);
   };
   for (Set& set : sets) {  // warm-up: first touch, page faults
     std::vector<double> k(5);
     step(set, &k);
   }
-  printf("\n== A/B decode step (%s, m=1, fused, distinct weights, %d threads, misalign %d), %d rounds ==\n",
-         model->name, pool.n_threads(), g_misalign, rounds);
+  printf("\n== A/B decode step (%s, m=%lld, fused, distinct weights, %d threads, misalign %d), %d rounds ==\n",
+         model->name, static_cast<long long>(m), pool.n_threads(), g_misalign, rounds);
   std::vector<std::vector<double>> ratios(sets.size());
   for (int r = 0; r < rounds; ++r) {
     std::vector<double> t(sets.size());
@@ -559,22 +576,22 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Jso
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
   };
-  printf("%-5s %9s %7s %9s", "dtype", "step_ms", "GB/s", "vs_first");
+  printf("%-8s %9s %7s %9s", "dtype", "step_ms", "GB/s", "vs_first");
   for (const char* kname : kinds) printf(" %9s", kname);
   printf("   (medians; per-kind ms summed over layers)\n");
   for (size_t d = 0; d < sets.size(); ++d) {
     const double ms = median(sets[d].step_ms);
-    printf("%-5s %9.2f %7.1f %9.3f", attic::DTypeName(sets[d].dt), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
+    printf("%-8s %9.2f %7.1f %9.3f", sets[d].name.c_str(), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
     std::string kj;
     for (size_t i = 0; i < 5; ++i) {
       printf(" %9.2f", median(sets[d].mat_ms[i]));
       kj += Fmt(", \"%s_ms\": %.3f", kinds[i], median(sets[d].mat_ms[i]));
     }
     printf("\n");
-    json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"rounds\": %d, \"step_ms\": %.3f, \"gbps\": %.2f, "
-                 "\"time_ratio_vs_first\": %.4f%s}",
-                 model->name, attic::DTypeName(sets[d].dt), rounds, ms, sets[d].bytes / ms / 1e6, median(ratios[d]),
-                 kj.c_str()));
+    json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"m\": %lld, \"rounds\": %d, \"step_ms\": %.3f, "
+                 "\"gbps\": %.2f, \"time_ratio_vs_first\": %.4f%s}",
+                 model->name, sets[d].name.c_str(), static_cast<long long>(m), rounds, ms, sets[d].bytes / ms / 1e6,
+                 median(ratios[d]), kj.c_str()));
   }
   json.End();
 }
@@ -584,7 +601,7 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<DType>& dtypes, Jso
 int main(int argc, char** argv) {
   int threads = 2, rounds = 15;
   bool quick = false, baselines = true;
-  std::vector<DType> ab_dtypes = {DType::kBF16, DType::kF16};
+  std::vector<AbForm> ab_forms = {{DType::kBF16}, {DType::kF16}};
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -600,12 +617,20 @@ int main(int argc, char** argv) {
     else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (a == "--ab" && i + 1 < argc) {
-      ab_dtypes.clear();
+      ab_forms.clear();
       std::string list = argv[++i];
       for (size_t b = 0; b <= list.size();) {
         size_t e = list.find(',', b);
         if (e == std::string::npos) e = list.size();
-        if (auto dt = attic::ParseDType(list.substr(b, e - b)); dt.ok()) ab_dtypes.push_back(*dt);
+        std::string name = list.substr(b, e - b);
+        if (name == "bf16-fma") {
+          ab_forms.push_back({DType::kBF16, true});
+        } else if (auto dt = attic::ParseDType(name); dt.ok()) {
+          ab_forms.push_back({*dt});
+        } else {
+          fprintf(stderr, "--ab: unknown weight type '%s'\n", name.c_str());
+          return 2;
+        }
         b = e + 1;
       }
     }
@@ -622,7 +647,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "step") BenchStep(pool, json);
   if (only.empty() || only == "crossover") BenchCrossover(pool, json);
   if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
-  if (only == "ab") BenchAb(pool, rounds, ab_dtypes, json);
+  if (only == "ab") BenchAb(pool, rounds, ab_forms, json);
   std::string doc = json.Done();
   if (json_path.empty()) {
     printf("\n%s", doc.c_str());
