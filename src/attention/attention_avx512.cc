@@ -524,8 +524,9 @@ KernelSet Avx512Kernels() {
   // A job pays a fixed cost per piece of slots (Q transposed in, O out, its partial
   // merged: ~10 us for 192 rows), so a short chunk over a long history is cut into fewer,
   // longer pieces: with 2 threads, chunks of 8-64 queries after 0.5-2K slots run 8-21%
-  // faster at 2 pieces per thread than at 8, and no case is slower (attention_bench
-  // --only chunk, both plans alternating in one process). The decode kernel keeps 8.
+  // faster at 2 pieces per thread than at 8, and no case is slower (best of 30-40 calls
+  // of each plan, the plans alternating call by call in one attention_bench --only chunk
+  // process; separate processes differed by +-10% run to run). The decode kernel keeps 8.
   ks.tile_jobs_per_thread = 2;
   ks.few = DecodeKernel;
   ks.few_rows_max = kDecodeRows;
