@@ -477,11 +477,6 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
   json.End();
 }
 
-// Interleaved A/B of one decode step (m = 1, every layer's own weights, fused q/k/v and
-// gate/up as the engine calls them) for several weight dtypes: each round times one step
-// per dtype, in rotating order, so slow phases of a shared machine hit all dtypes alike.
-// Prints per-dtype medians (whole step and per matrix kind) and the median per-round
-// ratio of each dtype's step time to the first dtype's.
 // An A/B contestant: a weight dtype, for bf16 optionally with the f32-FMA GEMV form.
 struct AbForm {
   DType dt;
@@ -489,6 +484,11 @@ struct AbForm {
   std::string name() const { return std::string(attic::DTypeName(dt)) + (fma ? "-fma" : ""); }
 };
 
+// Interleaved A/B of one decode step (--m rows, default 1; every layer's own weights,
+// fused q/k/v and gate/up as the engine calls them) for several contestants: each round
+// times one step per contestant, in rotating order, so slow phases of a shared machine
+// hit all alike. Prints per-contestant medians (whole step and per matrix kind) and the
+// median per-round ratio of each one's step time to the first one's.
 void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Json& json) {
   json.Begin("ab");
   const std::vector<ModelShape> models = Models();
@@ -499,9 +499,7 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
   const int n_mats = static_cast<int>(model->mats.size());  // 7 per layer + lm_head
   const int64_t m = g_m_filter > 0 ? g_m_filter : 1;
   struct Set {
-    DType dt;
-    bool fma = false;
-    std::string name;
+    AbForm form;
     std::vector<std::unique_ptr<WeightSet>> owned;
     std::vector<WeightTensor> w;  // [layer * 7 + matrix], then lm_head
     double bytes = 0;
@@ -511,15 +509,13 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
   std::vector<Set> sets(forms.size());
   for (size_t d = 0; d < forms.size(); ++d) {
     Set& set = sets[d];
-    set.dt = forms[d].dt;
-    set.fma = forms[d].fma;
-    set.name = forms[d].name();
+    set.form = forms[d];
     for (int l = 0; l <= model->n_layers; ++l) {
       for (const Mat& mat : model->mats) {
         if ((l < model->n_layers) != (mat.per_layer != 0)) continue;
-        set.owned.push_back(std::make_unique<WeightSet>(set.dt, mat.n, mat.k, 1));
+        set.owned.push_back(std::make_unique<WeightSet>(set.form.dt, mat.n, mat.k, 1));
         set.w.push_back(set.owned.back()->w[0]);
-        set.bytes += static_cast<double>(attic::DTypeBytes(set.dt, static_cast<size_t>(mat.n * mat.k)));
+        set.bytes += static_cast<double>(attic::DTypeBytes(set.form.dt, static_cast<size_t>(mat.n * mat.k)));
       }
     }
     set.mat_ms.resize(static_cast<size_t>(n_mats) - 2);  // q/k/v fused, gate/up fused
@@ -529,7 +525,7 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
                      u(ffn * m), logits(vocab * m);
   const char* kinds[] = {"qkv", "wo", "gate_up", "w_down", "lm_head"};
   auto step = [&](Set& set, std::vector<double>* kind_s) {
-    attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(set.fma);
+    attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(set.form.fma);
     auto timed = [&](int kind, const std::function<void()>& fn) {
       const double t0 = Now();
       fn();
@@ -581,7 +577,7 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
   printf("   (medians; per-kind ms summed over layers)\n");
   for (size_t d = 0; d < sets.size(); ++d) {
     const double ms = median(sets[d].step_ms);
-    printf("%-8s %9.2f %7.1f %9.3f", sets[d].name.c_str(), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
+    printf("%-8s %9.2f %7.1f %9.3f", sets[d].form.name().c_str(), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
     std::string kj;
     for (size_t i = 0; i < 5; ++i) {
       printf(" %9.2f", median(sets[d].mat_ms[i]));
@@ -590,7 +586,7 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
     printf("\n");
     json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"m\": %lld, \"rounds\": %d, \"step_ms\": %.3f, "
                  "\"gbps\": %.2f, \"time_ratio_vs_first\": %.4f%s}",
-                 model->name, sets[d].name.c_str(), static_cast<long long>(m), rounds, ms, sets[d].bytes / ms / 1e6,
+                 model->name, sets[d].form.name().c_str(), static_cast<long long>(m), rounds, ms, sets[d].bytes / ms / 1e6,
                  median(ratios[d]), kj.c_str()));
   }
   json.End();
