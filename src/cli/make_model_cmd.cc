@@ -82,24 +82,18 @@ int RunMakeModel(const MakeModelFlags& f) {
   model::RandomWeights rw;
   rw.seed = f.seed;
   if (!f.out_hf.empty()) {
-    std::unique_ptr<ProgressBar> owned;
-    wo.progress = [&](uint64_t done, uint64_t total) {
-      if (!owned) owned = std::make_unique<ProgressBar>("writing " + f.out_hf, total, StderrIsTerminal());
-      owned->Update(done);
-    };
+    ProgressReporter progress("writing " + f.out_hf);
+    wo.progress = progress.Callback();
     Status st = model::WriteRandomHfModel(f.out_hf, c, rw, wo);
-    if (owned) owned->Finish();
+    progress.Finish();
     if (!st.ok()) return Fail(st);
     std::fprintf(stderr, "wrote %s\n", f.out_hf.c_str());
   }
   if (!f.out_gguf.empty()) {
-    std::unique_ptr<ProgressBar> owned;
-    wo.progress = [&](uint64_t done, uint64_t total) {
-      if (!owned) owned = std::make_unique<ProgressBar>("writing " + f.out_gguf, total, StderrIsTerminal());
-      owned->Update(done);
-    };
+    ProgressReporter progress("writing " + f.out_gguf);
+    wo.progress = progress.Callback();
     Status st = model::WriteRandomGgufModel(f.out_gguf, c, rw, wo);
-    if (owned) owned->Finish();
+    progress.Finish();
     if (!st.ok()) return Fail(st);
     std::fprintf(stderr, "wrote %s\n", f.out_gguf.c_str());
   }

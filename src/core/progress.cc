@@ -39,4 +39,15 @@ void ProgressBar::Finish() {
   std::fprintf(stderr, "\n");
 }
 
+std::function<void(uint64_t, uint64_t)> ProgressReporter::Callback() {
+  return [this](uint64_t done, uint64_t total) {
+    if (!bar_ && total >= min_total_) bar_ = std::make_unique<ProgressBar>(label_, total, StderrIsTerminal());
+    if (bar_) bar_->Update(done);
+  };
+}
+
+void ProgressReporter::Finish() {
+  if (bar_) bar_->Finish();
+}
+
 }  // namespace attic

@@ -16,15 +16,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
   model::LoadOptions lo;
-  std::unique_ptr<ProgressBar> bar;
-  if (options.show_progress) {
-    lo.progress = [&bar](uint64_t done, uint64_t total) {
-      if (!bar) bar = std::make_unique<ProgressBar>("loading model", total, StderrIsTerminal());
-      bar->Update(done);
-    };
-  }
+  ProgressReporter loading("loading model");
+  if (options.show_progress) lo.progress = loading.Callback();
   ATTIC_ASSIGN_OR_RETURN(e->model_, model::Model::Load(options.model_path, lo));
-  if (bar) bar->Finish();
+  loading.Finish();
   const model::Model& m = *e->model_;
   if (m.gguf_tokenizer() != nullptr) {
     ATTIC_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromGguf(*m.gguf_tokenizer()));
@@ -89,16 +84,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
 std::unique_ptr<kv::BlockPool> Engine::NewKvPool(const kv::KvShape& shape, int n_blocks) const {
   // Zeroing a pool of gigabytes faults in every page (seconds on some machines): on the
   // compute threads, with a progress bar on a terminal.
-  std::unique_ptr<ProgressBar> bar;
-  auto progress = [&](uint64_t done, uint64_t total) {
-    if (!bar) bar = std::make_unique<ProgressBar>("allocating KV cache", total, StderrIsTerminal());
-    bar->Update(done);
-  };
   constexpr int64_t kShowBytes = 256 << 20;
   const bool show = options_.show_progress && static_cast<int64_t>(n_blocks) * shape.block_bytes() >= kShowBytes;
+  ProgressReporter progress("allocating KV cache");
   auto pool = std::make_unique<kv::BlockPool>(shape, n_blocks, threads_.get(),
-                                              show ? std::function<void(uint64_t, uint64_t)>(progress) : nullptr);
-  if (bar) bar->Finish();
+                                              show ? progress.Callback() : nullptr);
+  progress.Finish();
   return pool;
 }
 

@@ -55,13 +55,9 @@ KvStore::KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::u
                  const Clock* clock)
     : options_(options), clock_(clock), dram_(std::move(dram)), ssd_(std::move(ssd)), policy_(MakePolicy(options.policy)) {
   if (options_.reserve_dram) {
-    std::unique_ptr<ProgressBar> bar;
-    constexpr uint64_t kShowBytes = 256 << 20;
-    reserved_ = Bytes::Reserve(options_.dram_bytes + options_.write_buffer_bytes, [&](uint64_t done, uint64_t total) {
-      if (!bar && total >= kShowBytes) bar = std::make_unique<ProgressBar>("reserving KV store DRAM", total, StderrIsTerminal());
-      if (bar) bar->Update(done);
-    });
-    if (bar) bar->Finish();
+    ProgressReporter progress("reserving KV store DRAM", /*min_total=*/256 << 20);
+    reserved_ = Bytes::Reserve(options_.dram_bytes + options_.write_buffer_bytes, progress.Callback());
+    progress.Finish();
   }
   if (options_.write_buffer_bytes > 0) writer_ = StartNamedThread("attic-writer", [this] { WriterLoop(); });
   if (ssd_ != nullptr && options_.policy == PolicyKind::kSchedulerAware)
