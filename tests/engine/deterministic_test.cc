@@ -5,8 +5,11 @@
 // enough to change a sampled token. Also checks the mode still computes the same model:
 // its logits stay within the usual tolerance of the default mode's.
 //
-// The model is a tiny random one with head_dim 64 (so AVX-512 has its few-row decode
-// attention kernel as well as the tile kernel), written to disk in f32 and in bf16.
+// The models are tiny random ones written to disk in f32 and in bf16, of two shapes:
+// head_dim 64 (so AVX-512 has its few-row decode attention kernel as well as the tile
+// kernel), and stories260K's (head_dim 8, intermediate_size 172: rows of the FFN that
+// are not a multiple of any vector width, the shape the server's seeded-sampling test
+// runs).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,25 +23,35 @@
 namespace attic::engine {
 namespace {
 
-// model_test's tiny GQA config, widened to head_dim 64.
-model::ModelConfig Config(DType dtype) {
+enum class Shape { kHeadDim64, kStories260K };
+
+// model_test's tiny GQA config, widened to head_dim 64, or stories260K's shape.
+model::ModelConfig Config(DType dtype, Shape shape) {
   model::ModelConfig c = model::testing::TinyConfig();
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 64;
+  if (shape == Shape::kHeadDim64) {
+    c.hidden_size = 128;
+    c.intermediate_size = 256;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 64;
+  } else {
+    c.hidden_size = 64;
+    c.intermediate_size = 172;
+    c.n_heads = 8;
+    c.n_kv_heads = 4;
+    c.head_dim = 8;
+  }
   c.vocab_size = 300;
   c.max_position_embeddings = 2048;
   c.torch_dtype = dtype;
   return c;
 }
 
-std::unique_ptr<model::Model> WriteAndLoad(const attic::testing::TempDir& dir, DType dtype) {
+std::unique_ptr<model::Model> WriteAndLoad(const attic::testing::TempDir& dir, DType dtype, Shape shape) {
   model::WriteOptions wo;
   wo.dtype = dtype;
   const std::string path = dir.File(std::string("m-") + DTypeName(dtype));
-  EXPECT_TRUE(model::WriteRandomHfModel(path, Config(dtype), model::RandomWeights{7, 0.15f}, wo).ok());
+  EXPECT_TRUE(model::WriteRandomHfModel(path, Config(dtype, shape), model::RandomWeights{7, 0.15f}, wo).ok());
   auto m = model::Model::Load(path);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(*m) : nullptr;
@@ -102,11 +115,12 @@ std::vector<std::vector<float>> StepLogits(Transformer& tf, const std::vector<in
   return out;
 }
 
-class DeterministicTest : public ::testing::TestWithParam<DType> {};
+class DeterministicTest : public ::testing::TestWithParam<std::tuple<DType, Shape>> {};
 
 TEST_P(DeterministicTest, LogitsDoNotDependOnBatchingOrChunking) {
+  const DType dtype = std::get<0>(GetParam());
   attic::testing::TempDir dir;
-  auto m = WriteAndLoad(dir, GetParam());
+  auto m = WriteAndLoad(dir, dtype, std::get<1>(GetParam()));
   ASSERT_NE(m, nullptr);
   backend::ThreadPool pool(2);
   std::mt19937 rng(5);
@@ -122,7 +136,7 @@ TEST_P(DeterministicTest, LogitsDoNotDependOnBatchingOrChunking) {
   // Same model: within the default mode's tolerance of its result.
   Transformer fast(*m, pool, 256);
   const auto ref = StepLogits(fast, prompt, decode, 256, false);
-  const double tol = GetParam() == DType::kBF16 ? 2e-2 : 1e-4;
+  const double tol = dtype == DType::kBF16 ? 2e-2 : 1e-4;
   for (size_t s = 0; s < ref.size(); ++s) {
     double max_ref = 1, max_err = 0;
     for (size_t i = 0; i < ref[s].size(); ++i) {
@@ -133,8 +147,13 @@ TEST_P(DeterministicTest, LogitsDoNotDependOnBatchingOrChunking) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, DeterministicTest, ::testing::Values(DType::kF32, DType::kBF16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(DTypeName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Dtypes, DeterministicTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(Shape::kHeadDim64, Shape::kStories260K)),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, Shape>>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == Shape::kHeadDim64 ? "_head_dim64" : "_stories260k");
+                         });
 
 }  // namespace
 }  // namespace attic::engine

@@ -278,16 +278,22 @@ void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float
   for (; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
+inline __m256 SiluMul8(__m256 g, __m256 u) {
+  const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// The tail takes the same vector arithmetic (masked), so an element's result depends on
+// its value alone, not on where it falls in the range: the callers cut rows x
+// intermediate_size into ranges that vary with the step's row count, and a row's result
+// must not (LinearMode::kRowInvariant, --deterministic).
 void SiluMul(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (; i + 8 <= n; i += 8) {
-    __m256 g = _mm256_loadu_ps(gate + i);
-    __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, SiluMul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    const __m256i m = TailMask(n - i);
+    _mm256_maskstore_ps(gate + i, m, SiluMul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m)));
   }
-  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void Add(float* x, const float* y, int64_t n) {

@@ -582,6 +582,28 @@ TEST(OpsTest, SiluMulAndAdd) {
   for (int i = 0; i < 100000; i += 997) ExpectNear(g[i], g0[i] / (1.0 + std::exp(-double(g0[i]))) * u[i], 2e-6, "silu pub");
 }
 
+// The engine cuts rows x intermediate_size into ranges that change with the step's row
+// count, so an element's SiLU must not depend on where it falls in the range (vector body
+// or tail): else a sequence's logits depend on what shares its step (--deterministic).
+TEST(OpsTest, SiluMulOfAnElementIndependentOfItsPlaceInTheRange) {
+  std::mt19937 rng(8);
+  const int64_t n = 43;
+  const std::vector<float> g = RandomVec(rng, n, 4.0f), u = RandomVec(rng, n);
+  for (const KernelTable* t : Tables()) {
+    std::vector<float> whole = g;
+    t->silu_mul(whole.data(), u.data(), n);
+    for (int64_t begin = 0; begin < n; ++begin) {
+      for (int64_t len = 1; begin + len <= n; ++len) {
+        std::vector<float> part(g.begin() + begin, g.begin() + begin + len);
+        t->silu_mul(part.data(), u.data() + begin, len);
+        for (int64_t i = 0; i < len; ++i)
+          ASSERT_EQ(part[i], whole[begin + i]) << t->name << " element " << begin + i << " in [" << begin << ", "
+                                               << begin + len << ")";
+      }
+    }
+  }
+}
+
 TEST(OpsTest, Softmax) {
   std::mt19937 rng(6);
   for (const KernelTable* t : Tables()) {
