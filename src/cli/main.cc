@@ -40,6 +40,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.context_length = f.ctx;
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
+  o.chat_template_fallback = "chatml";  // serve: a model without a template chats in ChatML
   o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;

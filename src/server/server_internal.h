@@ -40,9 +40,6 @@ struct Server::Impl {
   bool started = false;
   bool stopped = false;
 
-  // Chat: the engine's template family, or ChatML when the model has none.
-  tokenizer::ChatTemplateKind chat_kind = tokenizer::ChatTemplateKind::kChatML;
-  bool chat_fallback = false;
   // Longest byte string of any token: a text longer than context * this cannot fit.
   size_t max_token_bytes = 1;
   // API key -> tenant id ("key-" + hash prefix; keys never appear in logs or metrics).
