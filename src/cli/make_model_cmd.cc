@@ -79,6 +79,12 @@ int RunMakeModel(const MakeModelFlags& f) {
     auto tmpl = ReadFileToString(JoinPath(f.tokenizer_dir, "chat_template.jinja"));
     if (tmpl.ok()) wo.tokenizer.chat_template = *tmpl;
   }
+  // The outputs' folders are made (a fresh clone has no out/); an unwritable path fails
+  // before any weight is generated.
+  if (!f.out_hf.empty()) {
+    if (Status st = MakeDirectories(f.out_hf); !st.ok()) return Fail(st.WithContext("--out-hf"));
+  }
+  if (Status st = PrepareOutput(f.out_gguf, "--out-gguf"); !st.ok()) return Fail(st);
   model::RandomWeights rw;
   rw.seed = f.seed;
   if (!f.out_hf.empty()) {
