@@ -210,6 +210,21 @@ TEST(CliUx, ChatCtrlCStopsTheReplyNotTheConversation) {
   EXPECT_EQ(chat.Wait(30), 0) << chat.err();
 }
 
+// A conversation longer than the window drops its oldest messages (and says so) instead of
+// failing every later turn.
+TEST(CliUx, ChatDropsTheOldestMessagesWhenTheWindowIsFull) {
+  TempDir d;
+  std::ofstream in(d.File("in.txt"));
+  for (int i = 0; i < 6; ++i) in << "Tell me a story about a dog and a cat who play in the park.\n";
+  in.close();
+  Result r = RunAttic("chat -m " + Stories() + " --ctx 128 -n 24 --temp 0 --stats < " + d.File("in.txt"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("filled the context window (128 tokens): dropped its"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/reset starts over"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(r.out, "[reused "), 6) << "every turn answered: " << r.out;
+  EXPECT_EQ(r.out.find("attic: error"), std::string::npos) << r.out;
+}
+
 TEST(CliUx, ChatHelpListsItsCommands) {
   Result r = RunAttic("chat --help");
   EXPECT_EQ(r.exit_code, 0) << r.out;
