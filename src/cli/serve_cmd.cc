@@ -9,7 +9,9 @@
 #include <fstream>
 #include <thread>
 
+#include "attic/core/log.h"
 #include "attic/server/server.h"
+#include "attic/store/kv_store.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -129,6 +131,10 @@ int RunServe(ServeFlags f) {
   }
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
+  // What the KV store found at start-up (restored entries, removed leftovers, other
+  // models' entries kept, files that are not Attic's).
+  if (const store::KvStore* kv = (*srv)->kv_store(); kv != nullptr)
+    Log(LogLevel::kInfo, "%s", store::FormatOpenReport(kv->open_report()).c_str());
 
   RaiseFileLimit();
   Status st = (*srv)->Start();
