@@ -148,9 +148,9 @@ int RunServe(ServeFlags f) {
                static_cast<double>(pool.n_blocks()) * pool.shape().block_bytes() / (1 << 20),
                f.server.api_keys.empty() ? "no API keys" : "API keys required",
                e.options().deterministic ? ", deterministic" : "");
+  live.store(srv->get());  // before "listening": a signal from then on stops the server gracefully
   std::fprintf(stderr, "attic: listening on http://%s:%d\n", f.server.host.c_str(), (*srv)->port());
   std::fflush(stderr);
-  live.store(srv->get());
   (*srv)->Wait();
   live.store(nullptr);
   return 0;
