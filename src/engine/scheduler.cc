@@ -167,8 +167,8 @@ void Scheduler::EnsureFree(int n_blocks, const Resident* pinned) {
 
 // --- Reuse and admission ---------------------------------------------------------------
 
-Scheduler::ReusePlan Scheduler::PlanReuse(const Waiting& w) const {
-  ReusePlan plan;
+SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
+  SeqPlan plan;
   const std::vector<int32_t>& prompt = *w.prompt;
   // At least the last prompt token is computed, so that its logits exist.
   const size_t cap = prompt.size() - 1;
@@ -184,28 +184,27 @@ Scheduler::ReusePlan Scheduler::PlanReuse(const Waiting& w) const {
     if (static_cast<int>(lcp) > best || (static_cast<int>(lcp) == best && lcp > 0 && (session || !best_session))) {
       best = static_cast<int>(lcp);
       best_session = session;
-      plan.source = res.get();
+      plan.from_seq = res->kv.get();
     }
   }
-  if (plan.source == nullptr || best < options_.min_reuse_tokens) return ReusePlan{};
-  plan.n_reuse = best;
+  if (plan.from_seq == nullptr || best < options_.min_reuse_tokens) return SeqPlan{};
+  plan.n_cached = best;
   // Adopt the resident sequence when little of it would be lost (the usual next turn of
   // a conversation); otherwise copy the shared prefix and leave it resident for others.
-  plan.take_over = plan.source->kv->n_slots() - best <= block_size_;
+  plan.adopt = plan.from_seq->n_slots() - best <= block_size_;
   return plan;
 }
 
 bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
-  auto src_host_ok = [](const Resident& res) { return res.host != nullptr && res.host->valid; };
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
   const int max_slots = static_cast<int>(std::min<int64_t>(want, max_slots_));
   const int need = BlocksFor(max_slots);
-  ReusePlan plan = PlanReuse(w);
+  SeqPlan local = PlanReuse(w);
   const int avail = AvailableBlocks();
-  if (plan.source != nullptr && !plan.take_over) {
+  if (local.from_seq != nullptr && !local.adopt) {
     // The source stays resident (and unevictable) while its prefix is copied.
-    if (need > avail - static_cast<int>(plan.source->kv->block_table().size())) plan = ReusePlan{};
+    if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = SeqPlan{};
   }
   if (need > avail) return false;
 
@@ -214,27 +213,35 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->truncation = std::move(w.truncation);
   r->req.tenant = w.req.tenant;
   r->req.session_id = w.req.session_id;
+  r->req.session_ttl_ms = w.req.session_ttl_ms;
   r->max_slots = max_slots;
-  if (store_ != nullptr && LoadFromStore(*r, w, std::max(options_.min_reuse_tokens, plan.n_reuse + 1))) {
+  SeqPlan stored;
+  if (store_ != nullptr) stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
+  if (!stored.empty()) {
     // Stored KV beats what is resident; the resident sequence stays for others.
-  } else if (plan.source == nullptr) {
+    StartFromStore(*r, std::move(stored));
+  } else if (local.from_seq == nullptr) {
     r->kv = std::make_unique<kv::SequenceKv>(&pool_);
-    if (store_ != nullptr) r->host = std::make_unique<HostKv>();
   } else {
-    auto it = std::find_if(resident_.begin(), resident_.end(), [&](const auto& p) { return p.get() == plan.source; });
+    auto it = std::find_if(resident_.begin(), resident_.end(),
+                           [&](const auto& p) { return p->kv.get() == local.from_seq; });
     ATTIC_CHECK(it != resident_.end());
-    if (plan.take_over) {
-      resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
-      r->kv = std::move((*it)->kv);
-      r->host = std::move((*it)->host);
+    Resident& res = **it;
+    if (local.adopt) {
+      resident_blocks_ -= static_cast<int>(res.kv->block_table().size());
+      r->kv = std::move(res.kv);
+      r->turn = std::move(res.turn);
       resident_.erase(it);
-      r->kv->Truncate(plan.n_reuse);
-      if (r->host) r->host->Truncate(plan.n_reuse, pool_.shape().kv_dim());
+      r->kv->Truncate(local.n_cached);
+      if (r->turn) {
+        r->turn->Truncate(local.n_cached);
+        r->turn->Renew(r->req.session_id, r->req.session_ttl_ms);
+      }
     } else {
-      const kv::SequenceKv& src = *(*it)->kv;
-      EnsureFree(BlocksFor(plan.n_reuse), plan.source);
+      const kv::SequenceKv& src = *res.kv;
+      EnsureFree(BlocksFor(local.n_cached), &res);
       r->kv = std::make_unique<kv::SequenceKv>(&pool_);
-      Status st = r->kv->Append(src.tokens().data(), src.positions().data(), plan.n_reuse);
+      Status st = r->kv->Append(src.tokens().data(), src.positions().data(), local.n_cached);
       ATTIC_CHECK(st.ok());  // guaranteed by the availability check above
       const auto& sb = src.block_table();
       const auto& db = r->kv->block_table();
@@ -245,21 +252,16 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
           std::memcpy(pool_.v_block_bytes(l, db[i]), pool_.v_block_bytes(l, sb[i]), bytes);
         }
       }
-      if (src_host_ok(**it)) {
-        r->host = std::make_unique<HostKv>(*(*it)->host);
-        r->host->Truncate(plan.n_reuse, pool_.shape().kv_dim());
-      }
+      if (res.turn) r->turn = res.turn->Branch(local.n_cached, r->req.session_id, r->req.session_ttl_ms);
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
   }
-  if (store_ != nullptr && r->host == nullptr) {
-    r->host = std::make_unique<HostKv>();
-    r->host->valid = r->kv->n_slots() == 0;
+  if (store_ != nullptr && r->turn == nullptr) {
+    r->turn = store_->NewTurn(r->req.tenant, r->req.session_id, r->req.session_ttl_ms);
+    if (r->kv->n_slots() > 0) r->turn->Invalidate();  // slots whose KV it never saw
   }
-  // Room for every slot the sequence can reach (a loading sequence's was made before its
-  // load started).
-  if (r->host != nullptr && r->host->valid && r->load.job == nullptr)
-    r->host->Reserve(pool_.shape().n_layers, max_slots, pool_.shape().kv_dim());
+  // Room for every slot the sequence can reach (a loading turn reserved it already).
+  if (r->turn != nullptr && r->turn->loading() == nullptr) r->turn->Reserve(max_slots);
   r->id = w.id;
   r->channel = w.channel;
   r->req = std::move(w.req);
@@ -306,11 +308,9 @@ void Scheduler::Admit(SchedClock::time_point now) {
     // other sequences could decode; with nothing running, the lookup's wait blocks
     // nobody (and the loop does not spin).
     Waiting& head = *waiting_.front();
-    if (store_ != nullptr && !head.truncation.active)
-      head.queued_save = store_->ReadQueuedSave(head.req.tenant, head.req.session_id, *head.prompt, &head.queued_common);
-    if (store_ != nullptr && !running_.empty() && head.queued_save == nullptr &&
-        store_->SavePending(head.req.tenant, head.req.session_id,
-                            head.truncation.active ? head.truncation.store_view : *head.prompt)) {
+    if (store_ != nullptr && !running_.empty() &&
+        store_->MustWaitForSave(head.req.tenant, head.req.session_id, *head.store_tokens(),
+                                /*read_queued=*/!head.truncation.active)) {
       if (!head.deferred_for_save) ++load_stats_.deferred_for_save;
       head.deferred_for_save = true;
       break;
@@ -324,10 +324,7 @@ void Scheduler::Admit(SchedClock::time_point now) {
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
-  if (r.load.job) {  // stored KV still entering kv's blocks (cancelled before its first step)
-    load_stats_.wait_seconds += r.load.job->WaitAll();
-    r.load.job.reset();
-  }
+  if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false);
     r.kv.reset();
@@ -338,7 +335,7 @@ void Scheduler::Retire(Running& r) {
   res->session_id = r.req.session_id;
   SaveToStore(r, true);
   res->kv = std::move(r.kv);
-  res->host = std::move(r.host);
+  res->turn = std::move(r.turn);
   resident_blocks_ += static_cast<int>(res->kv->block_table().size());
   resident_.push_back(std::move(res));
   while (static_cast<int>(resident_.size()) > options_.max_resident) EvictLru(nullptr);
@@ -368,6 +365,14 @@ void Scheduler::PublishStats() {
   stats_.evicted_sequences = evicted_;
   stats_.peak_decode_batch = peak_decode_batch_;
   stats_.kv_load = load_stats_;
+  if (store_ != nullptr) {  // the read buffer and the measured rates are the store's
+    const store::KvStore::ReadBufferStats rb = store_->ReadBuffer();
+    stats_.kv_load.staged = rb.staged;
+    stats_.kv_load.staged_used = rb.staged_used;
+    stats_.kv_load.fetch_seconds = rb.fetch_seconds;
+    stats_.kv_load.t_load_per_token = rb.t_load_per_token;
+    stats_.kv_load.t_prefill_per_token = rb.t_prefill_per_token;
+  }
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 

@@ -84,25 +84,22 @@ int Scheduler::Step() {
             static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
-  // With a KV store, keep each new slot's pre-RoPE K and V for saving the turn.
+  // With a KV store, each new slot's pre-RoPE K and V go to the sequence's turn (the
+  // store keeps them to save the turn).
   KvObserver observer;
   if (store_ != nullptr) {
-    const int kv_dim = pool_.shape().kv_dim();
-    observer = [&owners, kv_dim](int layer, int entry, const float* k, const float* v, int n) {
-      HostKv* h = owners[entry]->host.get();  // sized by HostKv::Reserve at admission
-      if (h == nullptr || !h->valid) return;
-      h->k[layer].insert(h->k[layer].end(), k, k + static_cast<size_t>(n) * kv_dim);
-      h->v[layer].insert(h->v[layer].end(), v, v + static_cast<size_t>(n) * kv_dim);
+    observer = [&owners](int layer, int entry, const float* k, const float* v, int n) {
+      if (store::Turn* t = owners[entry]->turn.get()) t->Append(layer, k, v, n);
     };
   }
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
-  std::vector<LoadJob*> loading;
+  std::vector<store::Turn*> loading;
   int prefill_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Running* r = owners[i];
-    if (r->load.job && !r->load.job->done()) loading.push_back(r->load.job.get());
+    if (r->turn && r->turn->loading() != nullptr) loading.push_back(r->turn.get());
     if (!r->decoding) prefill_rows += static_cast<int>(batch[i].tokens.size());
   }
   const SchedClock::time_point t_step = SchedClock::now();
@@ -114,28 +111,24 @@ int Scheduler::Step() {
   }
   double waited = 0;
   for (int l = 0; l < pool_.shape().n_layers; ++l) {
-    for (LoadJob* job : loading) waited += job->WaitLayer(l);
+    for (store::Turn* t : loading) waited += t->WaitLayer(l);
     tf.Layer(l, observer);
   }
   tf.Finish(&logits_);
   ++steps_;
   now = SchedClock::now();
   double entered_inline = 0;  // entering done by this step's own threads
-  for (LoadJob* job : loading)
-    if (job->inline_loader != nullptr) entered_inline += job->enter_seconds;
+  for (store::Turn* t : loading)
+    if (t->loading()->inline_loader != nullptr) entered_inline += t->loading()->enter_seconds;
   load_stats_.wait_seconds += waited;
-  // Measured rates for the read buffer's S_buf: prefill seconds per token (steps that
-  // are mostly prefill, own compute only) and load seconds per token.
-  constexpr double kEma = 0.3;
-  auto ema = [](double& x, double v) { x = x == 0 ? v : (1 - kEma) * x + kEma * v; };
-  if (prefill_rows >= 32 && prefill_rows * 2 >= rows)
-    ema(load_stats_.t_prefill_per_token, (Seconds(now - t_step) - waited - entered_inline) / rows);
-  for (Running* r : owners) {
-    if (!r->load.job || !r->load.job->done()) continue;
-    const LoadJob& job = *r->load.job;
-    if (options_.kv_preload != KvPreload::kSync) load_stats_.enter_seconds += job.enter_seconds;
-    if (!job.rows.empty()) ema(load_stats_.t_load_per_token, job.enter_seconds / job.rows.size());
-    r->load.job.reset();
+  // The measured prefill rate (steps that are mostly prefill, own compute only), for
+  // the store's read buffer (S_buf); finished loads report their entering rate.
+  if (store_ != nullptr && prefill_rows >= 32 && prefill_rows * 2 >= rows)
+    store_->ReportPrefillRate((Seconds(now - t_step) - waited - entered_inline) / rows);
+  for (store::Turn* t : loading) {
+    double secs = 0;
+    int n = 0;
+    if (t->CollectLoad(&secs, &n)) load_stats_.enter_seconds += secs;
   }
   // Sampling (softmax, top-k/top-p over the vocabulary: ~0.5 ms a row at temperature >
   // 0) runs for the rows in parallel; each row has its own sampler (RNG, scratch).

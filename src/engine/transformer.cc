@@ -6,6 +6,7 @@
 
 #include "attic/attention/attention.h"
 #include "attic/backend/kernels.h"
+#include "attic/kv/enter_rows.h"
 
 namespace attic::engine {
 
@@ -220,12 +221,10 @@ void Transformer::Finish(std::vector<float>* logits) {
 }
 
 void Transformer::EnterKv(kv::SequenceKv* seq, int layer, int first, int n, const float* k_pre_rope, const float* v) {
-  const int kvd = config_.kv_dim();
-  enter_k_.Reserve(static_cast<size_t>(n) * kvd * 4);
-  float* k = F(enter_k_);
-  std::memcpy(k, k_pre_rope, static_cast<size_t>(n) * kvd * 4);
-  rope_.Apply(k, n, config_.n_kv_heads, seq->positions().data() + first);
-  seq->WriteKv(layer, first, n, k, v);
+  const int64_t kvd = config_.kv_dim();
+  kv::EnterRotatedRows(*seq->pool(), rope_, layer, seq->block_table().data(), first, n, seq->positions().data(),
+                       [&](int s) { return k_pre_rope + (s - first) * kvd; },
+                       [&](int s) { return v + (s - first) * kvd; });
 }
 
 }  // namespace attic::engine

@@ -67,6 +67,7 @@ KvStore::KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::u
 }
 
 KvStore::~KvStore() {
+  loader_.reset();  // its thread may be fetching for the read buffer: joined first
   {
     std::lock_guard<std::mutex> lock(pmu_);
     stop_prefetcher_ = true;
@@ -540,7 +541,7 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
     for (size_t i = 0; i < queue_.size(); ++i) {
       const QueuedJob& j = queue_[i];
       if (j.session_id != info.session_id || j.tenant != info.tenant) continue;
-      if (CommonPrefix(j.tokens, info.tokens) == static_cast<int>(info.tokens.size()))
+      if (CommonPrefix(*j.tokens, info.tokens) == static_cast<int>(info.tokens.size()))
         info.queue_position = static_cast<int>(i);
       break;
     }
@@ -705,6 +706,8 @@ uint64_t KvStore::MeanEntryBytesLocked() const {
 }
 
 void KvStore::SetLookAhead(std::vector<QueuedJob> jobs) {
+  // The read buffer fetches the next jobs' entries ahead of their admission.
+  StageReads(jobs);
   std::lock_guard<std::mutex> lock(mu_);
   queue_ = std::move(jobs);
   for (auto& [k, e] : entries_) e.queue_position = -1;
@@ -717,7 +720,7 @@ void KvStore::SetLookAhead(std::vector<QueuedJob> jobs) {
   for (size_t i = 0; i < queue_.size(); ++i) {
     const QueuedJob& j = queue_[i];
     int n = 0;
-    EntryInfo* e = FindEntryLocked(j.tenant, j.session_id, j.tokens, &n);
+    EntryInfo* e = FindEntryLocked(j.tenant, j.session_id, *j.tokens, &n);
     if (e != nullptr && e->queue_position < 0) e->queue_position = static_cast<int>(i);  // soonest job wins
   }
 }
@@ -736,7 +739,7 @@ int KvStore::Prefetch() {
       if (mean == 0) break;
       size_t window = std::min<uint64_t>(queue_.size(), dram_->capacity() / mean);  // C_mem / S_kv
       for (size_t i = 0; i < window && key.empty(); ++i) {
-        auto m = FindLocked(queue_[i].tenant, queue_[i].session_id, queue_[i].tokens);
+        auto m = FindLocked(queue_[i].tenant, queue_[i].session_id, *queue_[i].tokens);
         if (!m || m->tier != TierLevel::kSsd) continue;
         const EntryInfo& info = entries_.at(m->key);
         if (info.bytes > dram_->capacity()) continue;
@@ -818,6 +821,14 @@ StoreStats KvStore::Stats() const {
       s.ssd_capacity = ssd_->capacity();
     }
   }
+  const ReadBufferStats rb = ReadBuffer();
+  s.staged = rb.staged;
+  s.staged_used = rb.staged_used;
+  s.fetch_seconds = rb.fetch_seconds;
+  s.t_load_per_token = rb.t_load_per_token;
+  s.t_prefill_per_token = rb.t_prefill_per_token;
+  s.turn_bytes = turn_bytes_.load();
+  s.turns_over_budget = turns_over_budget_.load();
   std::lock_guard<std::mutex> wlock(wmu_);  // the write-buffer side (never nested in mu_)
   s.async_saves = async_saves_;
   s.save_waits = save_waits_;

@@ -44,8 +44,7 @@ namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
 struct Truncation;
-class KvLoader;
-struct LoadJob;
+struct SeqPlan;
 
 // How stored KV enters the compute buffer (paper 001 section 3.2).
 enum class KvPreload {
@@ -90,7 +89,7 @@ struct KvLoadStats {
   uint64_t loads = 0;               // entries entered into the compute buffer
   uint64_t layerwise_loads = 0;     // of which pre-loaded layer by layer
   uint64_t write_buffer_loads = 0;  // of which read from a save still queued (not waited for)
-  uint64_t staged = 0;              // read-buffer fetches issued
+  uint64_t staged = 0;              // read-buffer fetches issued (the store's)
   uint64_t staged_used = 0;         // read-buffer fetches a job then used
   double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
   double enter_seconds = 0;         // entering (RoPE + copy), on whichever thread
@@ -217,8 +216,9 @@ class Scheduler {
   // Attaches the KV store (paper 001): on admission a request that finds no better
   // resident KV loads its stored KV (session id, else longest stored prefix) and
   // prefills only the rest; each finished turn's KV is saved (pre-RoPE). The store must
-  // outlive the scheduler. Set before the first Step; null = no store.
-  void set_store(store::KvStore* store) { store_ = store; }
+  // outlive the scheduler; stored KV enters this scheduler's compute buffer (the store is
+  // attached to it: one scheduler per store). Set before the first Step; null = no store.
+  void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
 
@@ -226,15 +226,19 @@ class Scheduler {
   struct Waiting;
   struct Running;
   struct Resident;
-  struct ReusePlan;
-  struct HostKv;
 
   int BlocksFor(int n_slots) const;
   int OutstandingReservation() const;
   int AvailableBlocks() const;
   void EnsureFree(int n_blocks, const Resident* pinned);
   void EvictLru(const Resident* pinned);
-  ReusePlan PlanReuse(const Waiting& w) const;
+  // The resident sequence (compute buffer) a waiting request reuses, and how.
+  SeqPlan PlanReuse(const Waiting& w) const;
+  // Stored KV for the request (the store's match, planned for its prompt: a prefix, or
+  // a truncated prompt's kept rows); an empty plan when none of at least min_tokens.
+  SeqPlan PlanStored(const Running& r, int min_tokens) const;
+  // Starts a sequence from a stored-KV plan: its slots, and the turn that enters them.
+  void StartFromStore(Running& r, SeqPlan plan);
   bool TryAdmit(Waiting& w, SchedClock::time_point now);
   void Admit(SchedClock::time_point now);
   void ReapRunning(SchedClock::time_point now);
@@ -242,20 +246,11 @@ class Scheduler {
   void Finish(Running& r, const std::string& reason);
   void Fail(Running& r, const Status& status);
   void Retire(Running& r);
-  bool LoadFromStore(Running& r, Waiting& w, int min_tokens);
-  bool LoadFromQueuedSave(Running& r, std::shared_ptr<const store::KvEntry> e, int common, int min_tokens);
-  void StartLoad(Running& r, std::shared_ptr<LoadJob> job);
-  // Read buffer: starts fetching the stored entries of the next waiting jobs.
-  void StageReads();
-  KvLoader& Loader();  // created with the first stored-KV load
-  // The paper's S_buf for one job, from the measured load and prefill rates (the whole
-  // entry while they are not measured yet).
-  int64_t AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const;
   // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
   void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
-  // Saves the turn's KV (asynchronously). keep_host: the sequence stays resident and
-  // keeps its host copy (else the copy moves into the store).
-  void SaveToStore(Running& r, bool keep_host);
+  // Saves the turn's KV (asynchronously). keep_rows: the sequence stays resident and
+  // its turn keeps its rows (else they move into the save).
+  void SaveToStore(Running& r, bool keep_rows);
   void HintStore();
   void Report(RequestRecord record);
   void PublishStats();
@@ -269,7 +264,6 @@ class Scheduler {
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
-  std::unique_ptr<KvLoader> loader_;  // see Loader()
   KvLoadStats load_stats_;            // step loop
 
   // Guarded by mu_.

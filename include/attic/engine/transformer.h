@@ -87,7 +87,6 @@ class Transformer {
 
   // Scratch, sized for max_tokens_ rows.
   AlignedBuffer x_, xn_, q_, k_, v_, kr_, attn_, gate_, up_;
-  AlignedBuffer enter_k_;
   std::vector<int32_t> kv_end_;
   std::vector<attention::AttendRequest> requests_;
 };

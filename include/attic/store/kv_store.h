@@ -19,6 +19,7 @@
 // one call happens under it).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,9 @@
 #include "attic/core/status.h"
 #include "attic/store/clock.h"
 #include "attic/store/entry.h"
+#include "attic/store/kv_loader.h"
+#include "attic/store/kv_source.h"
+#include "attic/store/turn.h"
 #include "attic/store/eviction_policy.h"
 #include "attic/store/tier.h"
 
@@ -63,8 +67,21 @@ struct StoreOptions {
   // faulting fresh pages on the serving path. The server sets it; off for stores whose
   // capacity is nominal (benchmarks of the policies, tests).
   bool reserve_dram = false;
+  // Rows turns hold of their own (pre-RoPE K and V of computed slots, kept to save the
+  // turn without recomputation), in bytes; 0 = no limit. A turn that would exceed it
+  // stops recording and is not saved.
+  uint64_t turn_bytes = 0;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
+};
+
+// What the store holds for a turn's tokens (FindForTurn): a stored entry, or the
+// session's save still queued in the write buffer (read through, not waited for).
+struct StoreHit {
+  std::string key;                        // the stored entry ("" for a queued save)
+  std::shared_ptr<const KvEntry> queued;  // the queued save, or null
+  int n_tokens = 0;                       // leading query tokens whose KV it holds
+  int entry_tokens = 0;                   // tokens in it
 };
 
 struct StoreMatch {
@@ -84,11 +101,27 @@ struct SessionInfo {
   int64_t expires_at_ms = 0;
 };
 
+// Token ids shared read-only: the scheduler hands the store a view of a waiting job's
+// prompt, not a copy per step. Reads as a const std::vector<int32_t>&.
+class SharedTokens {
+ public:
+  SharedTokens() : p_(std::make_shared<const std::vector<int32_t>>()) {}
+  SharedTokens(std::vector<int32_t> v) : p_(std::make_shared<const std::vector<int32_t>>(std::move(v))) {}
+  SharedTokens(std::shared_ptr<const std::vector<int32_t>> p) : p_(std::move(p)) {}
+  operator const std::vector<int32_t>&() const { return *p_; }
+  const std::vector<int32_t>& operator*() const { return *p_; }
+  const std::vector<int32_t>* operator->() const { return p_.get(); }
+
+ private:
+  std::shared_ptr<const std::vector<int32_t>> p_;
+};
+
 // A waiting job, as the scheduler sees it (DESIGN.md decision 6).
 struct QueuedJob {
   std::string tenant;
   std::string session_id;
-  std::vector<int32_t> tokens;
+  SharedTokens tokens;    // what to look its entry up with (a truncated prompt: as the entry saw it)
+  int prompt_tokens = 0;  // the prompt's length (the read buffer's L_new); 0 = tokens' size
 };
 
 struct StoreStats {
@@ -117,6 +150,14 @@ struct StoreStats {
                                     // waited for the tenant's queued saves
   double lookup_wait_ms = 0;        // ... total time they waited
   uint64_t pending_saves = 0;       // queued in the write buffer now
+  // Turns (the engine <-> store seam).
+  uint64_t turn_bytes = 0;          // rows turns hold of their own now (StoreOptions::turn_bytes)
+  uint64_t turns_over_budget = 0;   // turns that stopped recording at the budget (not saved)
+  uint64_t staged = 0;              // read-buffer fetches issued
+  uint64_t staged_used = 0;         // read-buffer fetches a turn then used
+  double fetch_seconds = 0;         // fetch + verify of a turn's source at its admission (not staged)
+  double t_load_per_token = 0;      // measured entering time (EMA), seconds per token
+  double t_prefill_per_token = 0;   // the engine's prefill rate as reported (EMA), seconds per token
   uint64_t entries = 0;
   uint64_t dram_bytes = 0, dram_capacity = 0;
   uint64_t ssd_bytes = 0, ssd_capacity = 0;
@@ -240,12 +281,64 @@ class KvStore {
   // Frees expired entries; returns how many.
   int ExpireNow();
 
+  // --- Turns: the engine <-> store seam (turn.h; kv_store_turn.cc) ---
+  // The compute buffer stored KV enters: the engine's KV pool and RoPE table (both must
+  // outlive the store), and the loader thread that enters KV into it. Call once, before
+  // the first turn.
+  void AttachComputeBuffer(kv::BlockPool* pool, const attention::RopeTable* rope);
+  bool has_compute_buffer() const { return pool_ != nullptr; }
+  const kv::KvShape& compute_shape() const { return pool_->shape(); }
+  KvLoader& loader() { return *loader_; }
+  // A turn of (tenant, session) with no slot yet. REQUIRES: AttachComputeBuffer.
+  std::unique_ptr<Turn> NewTurn(const std::string& tenant, const std::string& session_id, int64_t ttl_ms = -1);
+  // What the store holds for `tokens` of (tenant, session): with read_queued, the
+  // session's newest save still in the write buffer (sharing a prefix with tokens), read
+  // through instead of waited for; else as Lookup (waits for a queued save the lookup
+  // depends on; counts a lookup and a hit or miss). nullopt = miss.
+  std::optional<StoreHit> FindForTurn(const std::string& tenant, const std::string& session_id,
+                                      const std::vector<int32_t>& tokens, bool read_queued);
+  // Whether finding KV for `tokens` now would wait for a queued save of the session (or,
+  // without a session id, of the tenant) that cannot be read through: a caller that must
+  // not block (the step loop) tries again later. Makes the writer urgent (SavePending).
+  bool MustWaitForSave(const std::string& tenant, const std::string& session_id, const std::vector<int32_t>& tokens,
+                       bool read_queued);
+  // The hit's KV, ready to enter: a queued save as it is (counted as a write-buffer
+  // hit), a stored entry fetched and verified (from the read buffer when it was fetched
+  // ahead). NotFound when it is gone or bad (a miss; a bad entry is dropped).
+  StatusOr<std::shared_ptr<const KvSource>> OpenForTurn(const StoreHit& hit);
+  // Read buffer (paper 3.2): bytes of stored entries of the next waiting jobs
+  // (SetLookAhead) that the loader fetches and verifies ahead of their admission; -1 =
+  // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
+  // measured load and prefill rates; 0 = none (the default). Entries sharing fewer than
+  // `min_tokens` tokens with a job are not fetched. Needs AttachComputeBuffer.
+  void SetReadBuffer(int64_t bytes, int min_tokens);
+  // The engine's measured prefill rate (seconds per token), for the read buffer's S_buf.
+  void ReportPrefillRate(double seconds_per_token);
+  // The read buffer's and the rates' part of Stats(), without the store's main lock
+  // (the step loop publishes it every step).
+  struct ReadBufferStats {
+    uint64_t staged = 0, staged_used = 0;
+    double fetch_seconds = 0, t_load_per_token = 0, t_prefill_per_token = 0;
+  };
+  ReadBufferStats ReadBuffer() const;
+
   StoreStats Stats() const;
   const StoreOptions& options() const { return options_; }
   // What Open found (fixed once Open has returned).
   const StoreOpenReport& open_report() const { return open_report_; }
 
  private:
+  friend class Turn;
+  // Turn-bytes accounting (StoreOptions::turn_bytes).
+  void AddTurnBytes(int64_t delta) { turn_bytes_.fetch_add(static_cast<uint64_t>(delta)); }
+  bool TryAddTurnBytes(uint64_t add);
+  // A finished load, for the measured entering rate (S_buf's T_load).
+  void ReportLoad(double enter_seconds, int rows);
+  // Read buffer: starts fetching the stored entries of the next waiting jobs (called by
+  // SetLookAhead; takes rmu_, then mu_ briefly).
+  void StageReads(const std::vector<QueuedJob>& jobs);
+  // The paper's S_buf for one job (the whole entry while the rates are not measured).
+  int64_t AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const;
   KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
   Status Rebuild();
   StatusOr<Fetched> FetchOnce(const std::string& key);  // kv_store_read.cc
@@ -342,6 +435,19 @@ class KvStore {
   bool prefetch_requested_ = false;
   bool stop_prefetcher_ = false;
   std::thread prefetcher_;
+
+  // Turns (kv_store_turn.cc).
+  kv::BlockPool* pool_ = nullptr;
+  const attention::RopeTable* rope_ = nullptr;
+  std::unique_ptr<KvLoader> loader_;
+  std::atomic<uint64_t> turn_bytes_{0};
+  std::atomic<uint64_t> turns_over_budget_{0};
+  mutable std::mutex rmu_;  // the read buffer and the rates; never held while taking mu_
+  std::unordered_map<std::string, std::shared_ptr<StagedFetch>> staged_;  // entry key -> fetch
+  int64_t read_buffer_bytes_ = 0;
+  int read_buffer_min_tokens_ = 8;
+  uint64_t staged_count_ = 0, staged_used_ = 0;
+  double fetch_seconds_ = 0, t_load_ = 0, t_prefill_ = 0;
 };
 
 }  // namespace attic::store

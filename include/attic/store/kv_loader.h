@@ -1,0 +1,128 @@
+// KvLoader: the store's "read stream" (paper 001 section 3.2) on a CPU. One background
+// thread that
+//   - enters stored pre-RoPE KV into a sequence's compute-buffer blocks layer by layer
+//     (RoPE at the slots' positions: kv/enter_rows.h), publishing each finished layer,
+//     so that the forward computes layer l while layer l+1 is still being entered
+//     (layer-wise pre-loading); and
+//   - fetches and verifies the stored entries of jobs still waiting in the queue (the
+//     read buffer), so that a job's load does not start only when it is admitted.
+// Entering jobs go before fetches. A job holds a copy of the block ids and positions it
+// writes, so the caller may grow the sequence meanwhile; the blocks must not be freed
+// before WaitAll().
+//
+// Thread-safety: Enter/Stage from any thread; a LoadJob's WaitLayer from one thread
+// (the step loop).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "attic/attention/rope.h"
+#include "attic/backend/thread_pool.h"
+#include "attic/core/status.h"
+#include "attic/kv/block_pool.h"
+#include "attic/store/kv_source.h"
+
+namespace attic::store {
+
+class KvLoader;
+
+// Source rows [src_row, src_row + n) enter slots [dst_slot, dst_slot + n).
+struct LoadSegment {
+  std::shared_ptr<const KvSource> source;
+  int src_row = 0;
+  int n = 0;
+  int dst_slot = 0;
+};
+
+// How stored KV enters the compute buffer (paper 001 section 3.2).
+enum class Preload {
+  kSync,       // every layer is entered before the job's first forward step
+  kLayerwise,  // layer l+1 is entered by the loader thread while layer l computes
+  kInline,     // layer l is entered by the compute threads just before layer l computes
+               // (no loader thread: for machines without a core to spare for it)
+};
+
+// Stored KV entering the compute buffer.
+struct LoadJob {
+  std::vector<LoadSegment> segments;  // ascending, disjoint dst_slot ranges
+  std::vector<int32_t> blocks;        // the sequence's blocks covering the slots
+  std::vector<int32_t> positions;     // every slot's position (RoPE), up to the last entered slot
+  // Optional pre-RoPE copy of the entered rows in slot order, per layer (the rows a
+  // turn saves, when they are not shared in place: TurnRows).
+  std::vector<std::vector<float>>* copy_k = nullptr;
+  std::vector<std::vector<float>>* copy_v = nullptr;
+
+  // Inline entering (Preload::kInline): no loader thread; WaitLayer(l) itself enters the
+  // layers up to l, on the calling thread and `inline_threads`, just before the forward
+  // computes them (so they are still in cache when attention reads them).
+  KvLoader* inline_loader = nullptr;
+  backend::ThreadPool* inline_threads = nullptr;
+
+  int n_layers() const { return segments.empty() ? 0 : segments.front().source->n_layers(); }
+  int n_rows() const;
+  bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
+  // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
+  // seconds spent waiting (0 for inline entering, whose time is enter_seconds).
+  double WaitLayer(int l);
+  double WaitAll() { return WaitLayer(n_layers() - 1); }
+
+  std::atomic<int> layers_done{0};
+  double enter_seconds = 0;  // time spent entering, complete when done()
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+// One fetch for the read buffer.
+struct StagedFetch {
+  std::string key;
+  uint64_t bytes = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  StatusOr<std::shared_ptr<const KvSource>> result = UnavailableError("not fetched yet");
+  // Blocks until the fetch is done.
+  StatusOr<std::shared_ptr<const KvSource>>& Wait();
+};
+
+class KvLoader {
+ public:
+  KvLoader(kv::BlockPool& pool, const attention::RopeTable& rope);
+  ~KvLoader();
+  KvLoader(const KvLoader&) = delete;
+  KvLoader& operator=(const KvLoader&) = delete;
+
+  kv::BlockPool& pool() { return pool_; }
+  // Starts entering `job` as `mode` says (kSync: entered before this returns, on the
+  // calling thread and `threads`).
+  void Start(const std::shared_ptr<LoadJob>& job, Preload mode, backend::ThreadPool& threads);
+  // Queues a read-buffer fetch: fetch() runs on the loader thread after any entering.
+  void Stage(std::function<void()> fetch);
+
+ private:
+  friend struct LoadJob;
+  void Loop();
+  // Enters every layer (over `threads` when given, else on this thread), publishing
+  // each as it is done.
+  void Run(LoadJob& job, backend::ThreadPool* threads);
+  void EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads);
+  // Enters the job's next layer now, on the calling thread and `threads` (inline mode).
+  void EnterNextLayer(LoadJob& job, backend::ThreadPool& threads);
+
+  kv::BlockPool& pool_;
+  const attention::RopeTable& rope_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<LoadJob>> enters_;
+  std::deque<std::function<void()>> fetches_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace attic::store

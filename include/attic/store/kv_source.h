@@ -1,0 +1,59 @@
+// KvSource: stored pre-RoPE KV that a sequence's slots can be entered from -- a stored
+// entry's serialized bytes (fetched and verified by KvStore::Fetch), or an entry not
+// serialized yet (a save still in the write buffer, immutable once queued). Immutable
+// and shared: the loader reads it in place, and a turn that extends it saves its rows
+// from there instead of copying them (TurnRows).
+//
+// Thread-safety: immutable after construction; share freely.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attic/store/bytes.h"
+#include "attic/store/entry.h"
+
+namespace attic::store {
+
+class KvSource {
+ public:
+  // A stored entry: its bytes, its parsed header and its key in the store.
+  static std::shared_ptr<const KvSource> Stored(SharedBytes bytes, EntryHeader header, std::string key);
+  // A save still queued in the write buffer.
+  static std::shared_ptr<const KvSource> Queued(std::shared_ptr<const KvEntry> entry);
+
+  // Everything but the rows: tokens, positions, n_layers, kv_dim, tenant, session.
+  const KvEntry& meta() const { return queued_ ? *queued_ : header_.meta; }
+  int n_rows() const { return meta().n_tokens(); }
+  int n_layers() const { return meta().n_layers; }
+  int kv_dim() const { return meta().kv_dim; }
+  // The stored entry's key ("" for a queued save).
+  const std::string& key() const { return key_; }
+  bool queued() const { return queued_ != nullptr; }
+  const std::shared_ptr<const KvEntry>& queued_entry() const { return queued_; }
+  const SharedBytes& bytes() const { return bytes_; }
+  const EntryHeader& header() const { return header_; }
+
+  // One layer's rows: K(row) / V(row) are kv_dim floats of entry row `row`. A
+  // serialized layer's rows are contiguous; a queued save's are looked up through its
+  // bases.
+  struct Layer {
+    const KvEntry* queued;
+    int layer;
+    const float* k;  // a serialized entry's layer, or null (queued)
+    const float* v;
+    size_t kv_dim;
+    const float* K(int row) const { return k ? k + row * kv_dim : queued->k_row(layer, row); }
+    const float* V(int row) const { return v ? v + row * kv_dim : queued->v_row(layer, row); }
+  };
+  Layer layer(int l) const;
+
+ private:
+  KvSource() = default;
+  SharedBytes bytes_;
+  EntryHeader header_;
+  std::string key_;
+  std::shared_ptr<const KvEntry> queued_;
+};
+
+}  // namespace attic::store

@@ -1,0 +1,121 @@
+// Turn: one sequence's turn as the KV store keeps it -- the store side of the engine <->
+// store seam (vLLM's KV connector, per request): what of the sequence the store held
+// (its sources), loading those rows into the compute buffer layer by layer, the turn's
+// new pre-RoPE K/V recorded as the forward computes them, and the save when the turn
+// ends. How rows are shared (a history kept in place, a save still in the write buffer
+// read through, rebasing on a save once placed) is the store's business: the engine
+// sees slots, sources and layers.
+//
+// Memory: the rows a turn holds of its own (not shared with a stored entry) count
+// toward the store's turn budget (StoreOptions::turn_bytes); a turn that would exceed it
+// stops recording (invalid: it is not saved) rather than grow past it.
+//
+// Thread-safety: a Turn is used by one thread (the step loop); the loader writes its
+// copied rows (LoadJob::copy_k) while a load runs, which WaitLoad() ends.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attic/store/entry.h"
+#include "attic/store/kv_loader.h"
+#include "attic/store/kv_source.h"
+
+namespace attic::store {
+
+class KvStore;
+
+// A sequence's pre-RoPE K and V by slot: slots [0, base.n_rows) shared in place from
+// where they came from (a stored entry's bytes, or a save not serialized yet), the
+// slots after them held here, per layer [rows, kv_dim].
+struct TurnRows {
+  KvRowsBase base;
+  std::vector<std::vector<float>> k, v;
+  int n(int kv_dim) const { return base.n_rows + (k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim)); }
+  uint64_t own_bytes() const;
+};
+
+class Turn {
+ public:
+  ~Turn();
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+  const std::string& tenant() const { return tenant_; }
+  const std::string& session_id() const { return session_id_; }
+  // Whether the turn still knows every slot's KV (else it will not be saved).
+  bool valid() const { return valid_; }
+  int n_slots() const { return rows_.n(kv_dim_); }
+
+  // --- Loading (at admission) ---
+  // Enters `segments` into the slots of the sequence with block table `blocks` and
+  // per-slot `positions`, as `mode` says, and takes the rows for the turn: a segment
+  // that is a prefix of its source (source rows [0, n) into slots [0, n)) is shared in
+  // place; other rows are copied as they are entered. Room is reserved for `max_slots`
+  // slots (Reserve). REQUIRES: the turn holds no slot yet; segments cover slots [0, n)
+  // in order.
+  void Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, std::vector<int32_t> positions,
+            int max_slots, Preload mode, backend::ThreadPool& threads);
+  // The load still running (null when none, or done and collected).
+  LoadJob* loading() const { return load_ ? load_.get() : nullptr; }
+  // Blocks until layer l of the load is entered (no-op without a load); seconds waited.
+  double WaitLayer(int l) { return load_ ? load_->WaitLayer(l) : 0; }
+  // Waits until the whole load is entered; returns the seconds waited.
+  double WaitLoad();
+  // Drops the finished load's bookkeeping; returns (enter seconds, rows) for the rates.
+  bool CollectLoad(double* enter_seconds, int* rows);
+
+  // --- Recording (every forward step) ---
+  // Sizes the per-layer rows for up to `max_slots` slots (appending each step's KV then
+  // never reallocates; pages are touched only when written).
+  void Reserve(int max_slots);
+  // Layer `layer`'s pre-RoPE K and V of the n slots appended after n_slots() ([n,
+  // kv_dim] each). Every layer of a step must be recorded.
+  void Append(int layer, const float* k, const float* v, int n);
+  // Keeps slots [0, n) (the sequence was cut back to them).
+  void Truncate(int n);
+  // A turn of another request of the same tenant: a copy sharing what this turn shares
+  // and copying its own rows, cut to n slots (a new sequence reusing this one's prefix
+  // by copy).
+  std::unique_ptr<Turn> Branch(int n, std::string session_id, int64_t ttl_ms) const;
+  // This turn goes on as the turn of another request of the same tenant (a new request
+  // adopting the finished sequence): its session and TTL, and it replaces no entry.
+  void Renew(std::string session_id, int64_t ttl_ms);
+  // The turn no longer knows its slots' KV (a sequence whose slots came from somewhere
+  // it did not see): it records nothing more and is not saved.
+  void Invalidate();
+
+  // --- Saving (when the turn ends) ---
+  // Saves the sequence (tokens, positions: one per slot) as the session's entry,
+  // asynchronously, replacing the entry the turn was loaded from when it extends it.
+  // keep_rows: the sequence stays resident and the turn goes on recording (its rows are
+  // then based on the saved entry, shared with the writer); else the rows move into the
+  // save and the turn records nothing more.
+  void Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows);
+
+ private:
+  friend class KvStore;
+  Turn(KvStore& store, std::string tenant, std::string session_id, int64_t ttl_ms);
+  // Makes rows [0, n) of `e` (a queued save) the base; a chain of unserialized saves
+  // deeper than kMaxUnserializedDepth is cut by copying e's own rows instead.
+  static constexpr int kMaxUnserializedDepth = 8;
+  void BaseOn(std::shared_ptr<const KvEntry> e, int n);
+  // Once the writer has placed `saved_`, its rows are read from the tier's bytes: the
+  // base becomes those bytes and the own rows they cover are dropped.
+  void RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions);
+  void AccountOwnBytes();  // updates the store's turn-bytes counter to rows_.own_bytes()
+
+  KvStore& store_;
+  std::string tenant_, session_id_;
+  int64_t ttl_ms_ = -1;
+  int n_layers_ = 0, kv_dim_ = 0;
+  TurnRows rows_;
+  bool valid_ = true;
+  uint64_t accounted_ = 0;                // own bytes counted toward the store's turn budget
+  std::string supersedes_;                // the stored entry this turn extends ("" = none)
+  std::shared_ptr<const KvEntry> saved_;  // the last save while the rows stayed kept
+  std::shared_ptr<LoadJob> load_;
+};
+
+}  // namespace attic::store

@@ -1,0 +1,160 @@
+#include "attic/store/kv_loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "attic/core/thread_name.h"
+#include "attic/kv/enter_rows.h"
+
+namespace attic::store {
+
+namespace {
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+int LoadJob::n_rows() const {
+  int n = 0;
+  for (const LoadSegment& s : segments) n += s.n;
+  return n;
+}
+
+double LoadJob::WaitLayer(int l) {
+  if (inline_loader != nullptr) {
+    while (layers_done.load(std::memory_order_relaxed) <= l) inline_loader->EnterNextLayer(*this, *inline_threads);
+    return 0;
+  }
+  if (layers_done.load(std::memory_order_acquire) > l) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return layers_done.load(std::memory_order_acquire) > l; });
+  return Since(t0);
+}
+
+StatusOr<std::shared_ptr<const KvSource>>& StagedFetch::Wait() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return ready; });
+  return result;
+}
+
+KvLoader::KvLoader(kv::BlockPool& pool, const attention::RopeTable& rope)
+    : pool_(pool), rope_(rope), thread_(StartNamedThread("attic-loader", [this] { Loop(); })) {}
+
+KvLoader::~KvLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void KvLoader::Start(const std::shared_ptr<LoadJob>& job, Preload mode, backend::ThreadPool& threads) {
+  switch (mode) {
+    case Preload::kLayerwise: {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        enters_.push_back(job);
+      }
+      cv_.notify_all();
+      return;
+    }
+    case Preload::kInline:
+      job->inline_loader = this;
+      job->inline_threads = &threads;
+      return;
+    case Preload::kSync:
+      Run(*job, &threads);
+      return;
+  }
+}
+
+void KvLoader::Stage(std::function<void()> fetch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fetches_.push_back(std::move(fetch));
+  }
+  cv_.notify_all();
+}
+
+void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads) {
+  const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
+  if (job.copy_k != nullptr) {  // pre-RoPE copy of the rows, in slot order, for saving the turn
+    auto& hk = (*job.copy_k)[layer];
+    auto& hv = (*job.copy_v)[layer];
+    hk.resize(static_cast<size_t>(job.n_rows()) * kvd);
+    hv.resize(hk.size());
+    size_t at = 0;
+    for (const LoadSegment& seg : job.segments) {
+      const KvSource::Layer src = seg.source->layer(layer);
+      for (int i = 0; i < seg.n; ++i, at += kvd) {
+        std::memcpy(hk.data() + at, src.K(seg.src_row + i), kvd * sizeof(float));
+        std::memcpy(hv.data() + at, src.V(seg.src_row + i), kvd * sizeof(float));
+      }
+    }
+  }
+  // One block of slots per task (each slot's K rotated, then K and V stored).
+  for (const LoadSegment& seg : job.segments) {
+    const KvSource::Layer src = seg.source->layer(layer);
+    const int delta = seg.src_row - seg.dst_slot;  // source row of slot s: s + delta
+    auto k_row = [&](int s) { return src.K(s + delta); };
+    auto v_row = [&](int s) { return src.V(s + delta); };
+    const int first_block = seg.dst_slot / bs, end_block = (seg.dst_slot + seg.n + bs - 1) / bs;
+    auto enter_block = [&](int64_t c, int) {
+      const int b = first_block + static_cast<int>(c);
+      const int lo = std::max(seg.dst_slot, b * bs), hi = std::min(seg.dst_slot + seg.n, (b + 1) * bs);
+      kv::EnterRotatedRows(pool_, rope_, layer, job.blocks.data(), lo, hi - lo, job.positions.data(), k_row, v_row);
+    };
+    if (threads != nullptr) {
+      threads->ParallelFor(end_block - first_block, enter_block);
+    } else {
+      for (int64_t c = 0; c < end_block - first_block; ++c) enter_block(c, 0);
+    }
+  }
+}
+
+void KvLoader::Run(LoadJob& job, backend::ThreadPool* threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int l = 0; l < job.n_layers(); ++l) {
+    EnterLayer(job, l, threads);
+    if (l + 1 == job.n_layers()) job.enter_seconds = Since(t0);
+    {
+      std::lock_guard<std::mutex> jl(job.mu);
+      job.layers_done.store(l + 1, std::memory_order_release);
+    }
+    job.cv.notify_all();
+  }
+}
+
+void KvLoader::EnterNextLayer(LoadJob& job, backend::ThreadPool& threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int l = job.layers_done.load(std::memory_order_relaxed);
+  EnterLayer(job, l, &threads);
+  job.enter_seconds += Since(t0);
+  job.layers_done.store(l + 1, std::memory_order_release);
+}
+
+void KvLoader::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !enters_.empty() || !fetches_.empty(); });
+    if (!enters_.empty()) {  // entering goes first: a step may be waiting for it
+      std::shared_ptr<LoadJob> job = std::move(enters_.front());
+      enters_.pop_front();
+      lock.unlock();
+      Run(*job, nullptr);
+      lock.lock();
+    } else if (!fetches_.empty()) {
+      auto fetch = std::move(fetches_.front());
+      fetches_.pop_front();
+      lock.unlock();
+      fetch();
+      lock.lock();
+    } else {
+      return;  // stopping, and nothing is queued
+    }
+  }
+}
+
+}  // namespace attic::store

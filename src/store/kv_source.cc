@@ -1,0 +1,25 @@
+#include "attic/store/kv_source.h"
+
+namespace attic::store {
+
+std::shared_ptr<const KvSource> KvSource::Stored(SharedBytes bytes, EntryHeader header, std::string key) {
+  std::shared_ptr<KvSource> s(new KvSource());
+  s->bytes_ = std::move(bytes);
+  s->header_ = std::move(header);
+  s->key_ = std::move(key);
+  return s;
+}
+
+std::shared_ptr<const KvSource> KvSource::Queued(std::shared_ptr<const KvEntry> entry) {
+  std::shared_ptr<KvSource> s(new KvSource());
+  s->queued_ = std::move(entry);
+  return s;
+}
+
+KvSource::Layer KvSource::layer(int l) const {
+  if (queued_) return {queued_.get(), l, nullptr, nullptr, static_cast<size_t>(queued_->kv_dim)};
+  return {nullptr, l, EntryLayerK(*bytes_, header_, l), EntryLayerV(*bytes_, header_, l),
+          static_cast<size_t>(header_.meta.kv_dim)};
+}
+
+}  // namespace attic::store

@@ -1,0 +1,214 @@
+// Turn: a sequence's rows as the store keeps them for its save (include/attic/store/turn.h).
+#include "attic/store/turn.h"
+
+#include <algorithm>
+
+#include "attic/store/kv_store.h"
+
+namespace attic::store {
+
+uint64_t TurnRows::own_bytes() const {
+  uint64_t n = 0;
+  for (const auto* rows : {&k, &v})
+    for (const auto& x : *rows) n += x.size() * sizeof(float);
+  return n;
+}
+
+Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t ttl_ms)
+    : store_(store), tenant_(std::move(tenant)), session_id_(std::move(session_id)), ttl_ms_(ttl_ms) {
+  const kv::KvShape& shape = store.compute_shape();
+  n_layers_ = shape.n_layers;
+  kv_dim_ = shape.kv_dim();
+  rows_.k.resize(n_layers_);
+  rows_.v.resize(n_layers_);
+}
+
+Turn::~Turn() {
+  if (load_) load_->WaitAll();  // the loader writes into the sequence's blocks and our rows
+  store_.AddTurnBytes(-static_cast<int64_t>(accounted_));
+}
+
+void Turn::AccountOwnBytes() {
+  const uint64_t now = rows_.own_bytes();
+  store_.AddTurnBytes(static_cast<int64_t>(now) - static_cast<int64_t>(accounted_));
+  accounted_ = now;
+}
+
+void Turn::Invalidate() {
+  valid_ = false;
+  rows_ = TurnRows();
+  saved_.reset();
+  AccountOwnBytes();
+}
+
+void Turn::Renew(std::string session_id, int64_t ttl_ms) {
+  session_id_ = std::move(session_id);
+  ttl_ms_ = ttl_ms;
+  supersedes_.clear();
+}
+
+void Turn::Reserve(int max_slots) {
+  if (!valid_) return;
+  const size_t floats = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows)) * kv_dim_;
+  for (auto* rows : {&rows_.k, &rows_.v}) {
+    rows->resize(n_layers_);
+    for (auto& x : *rows) x.reserve(floats);
+  }
+}
+
+void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
+  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
+  for (auto* rows : {&rows_.k, &rows_.v})
+    for (auto& x : *rows) x.clear();
+  if (!copy) {
+    rows_.base.entry = std::move(e);
+    rows_.base.n_rows = n;
+    rows_.base.bytes.reset();
+    return;
+  }
+  rows_.base = e->base;
+  rows_.base.n_rows = std::min(e->base.n_rows, n);
+  if (n > e->base.n_rows) {
+    const size_t floats = static_cast<size_t>(n - e->base.n_rows) * kv_dim_;
+    for (int l = 0; l < n_layers_; ++l) {
+      rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + floats);
+      rows_.v[l].assign(e->v[l].begin(), e->v[l].begin() + floats);
+    }
+  }
+}
+
+void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, std::vector<int32_t> positions,
+                int max_slots, Preload mode, backend::ThreadPool& threads) {
+  ATTIC_CHECK(!segments.empty() && n_slots() == 0 && load_ == nullptr);
+  auto job = std::make_shared<LoadJob>();
+  const LoadSegment& first = segments.front();
+  const bool prefix = segments.size() == 1 && first.src_row == 0 && first.dst_slot == 0;
+  if (prefix && valid_) {
+    // The rows are a prefix of the source: shared in place, never copied.
+    const KvSource& src = *first.source;
+    if (src.queued()) {
+      BaseOn(src.queued_entry(), first.n);
+    } else {
+      rows_.base = EntryRowsBase(src.bytes(), src.header(), first.n);
+    }
+    // A turn that extends a whole stored entry replaces it when saved.
+    if (!src.key().empty() && first.n == src.n_rows()) supersedes_ = src.key();
+    Reserve(max_slots);
+  } else if (valid_) {
+    // Not a prefix (truncation: the kept rows): the loader copies them, in slot order,
+    // into the turn's own rows as it enters them.
+    Reserve(max_slots);
+    job->copy_k = &rows_.k;
+    job->copy_v = &rows_.v;
+  }
+  job->segments = std::move(segments);
+  job->blocks = std::move(blocks);
+  job->positions = std::move(positions);
+  store_.loader().Start(job, mode, threads);
+  load_ = std::move(job);
+  if (mode == Preload::kSync) AccountOwnBytes();
+}
+
+double Turn::WaitLoad() { return load_ ? load_->WaitAll() : 0; }
+
+bool Turn::CollectLoad(double* enter_seconds, int* rows) {
+  if (!load_ || !load_->done()) return false;
+  *enter_seconds = load_->enter_seconds;
+  *rows = load_->n_rows();
+  store_.ReportLoad(*enter_seconds, *rows);
+  load_.reset();
+  AccountOwnBytes();  // the rows a load copied
+  return true;
+}
+
+void Turn::Append(int layer, const float* k, const float* v, int n) {
+  if (!valid_) return;
+  if (layer == 0) {
+    // The step's rows of every layer, counted before any is kept.
+    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * kv_dim_ * sizeof(float);
+    if (!store_.TryAddTurnBytes(add)) {
+      Invalidate();
+      return;
+    }
+    accounted_ += add;
+  }
+  const size_t floats = static_cast<size_t>(n) * kv_dim_;
+  rows_.k[layer].insert(rows_.k[layer].end(), k, k + floats);
+  rows_.v[layer].insert(rows_.v[layer].end(), v, v + floats);
+}
+
+void Turn::Truncate(int n) {
+  if (!valid_) return;
+  rows_.base.n_rows = std::min(rows_.base.n_rows, n);
+  const size_t own = static_cast<size_t>(std::max(0, n - rows_.base.n_rows)) * kv_dim_;
+  for (auto* rows : {&rows_.k, &rows_.v})
+    for (auto& x : *rows) x.resize(std::min(x.size(), own));
+  AccountOwnBytes();
+}
+
+std::unique_ptr<Turn> Turn::Branch(int n, std::string session_id, int64_t ttl_ms) const {
+  std::unique_ptr<Turn> t(new Turn(store_, tenant_, std::move(session_id), ttl_ms));
+  if (!valid_ || n_slots() < n) {
+    t->Invalidate();
+    return t;
+  }
+  t->rows_ = rows_;
+  t->saved_ = saved_;
+  t->Truncate(n);  // accounts the copy
+  return t;
+}
+
+void Turn::RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions) {
+  if (saved_ == nullptr) return;
+  const int n_saved = saved_->n_tokens();
+  if (n_saved < rows_.base.n_rows || n_saved > n_slots() || static_cast<int>(tokens.size()) < n_saved) return;
+  auto f = store_.FetchFromDram(saved_->key().ToString());
+  if (!f.ok()) return;  // not placed yet, or not in DRAM: keep sharing the entry
+  const KvEntry& meta = f->header.meta;
+  // The rows must still be the save's (a branch may have replaced its tail since).
+  if (meta.n_tokens() != n_saved || !std::equal(meta.tokens.begin(), meta.tokens.end(), tokens.begin()) ||
+      !std::equal(meta.positions.begin(), meta.positions.end(), positions.begin()))
+    return;
+  const size_t covered = static_cast<size_t>(n_saved - rows_.base.n_rows) * kv_dim_;  // own rows now in the tier
+  for (auto* rows : {&rows_.k, &rows_.v})
+    for (auto& x : *rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(covered, x.size())));
+  rows_.base = EntryRowsBase(f->bytes, f->header, n_saved);
+  saved_.reset();
+}
+
+void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows) {
+  WaitLoad();
+  const int n = static_cast<int>(tokens.size());
+  if (!valid_ || n == 0 || n_slots() != n || static_cast<int>(rows_.k.size()) != n_layers_) return;
+  KvEntry e;
+  e.tenant = tenant_;
+  e.session_id = session_id_;
+  e.fingerprint = store_.options().fingerprint;
+  e.n_layers = n_layers_;
+  e.kv_dim = kv_dim_;
+  e.tokens = tokens;
+  e.positions = positions;
+  if (keep_rows) RebaseOnPlacedSave(tokens, positions);
+  e.base = rows_.base;  // the stored history is written from where it is
+  // The rows since the base move into the entry (no copy on the step loop).
+  e.k = std::move(rows_.k);
+  e.v = std::move(rows_.v);
+  // Asynchronous: the writer thread serializes and places it (paper 3.2); the next
+  // lookup of this session waits for it (or reads it from the write buffer).
+  std::shared_ptr<const KvEntry> saved = store_.SaveAsync(std::move(e), supersedes_, ttl_ms_);
+  rows_ = TurnRows();
+  rows_.k.resize(n_layers_);
+  rows_.v.resize(n_layers_);
+  if (!keep_rows) {
+    valid_ = false;  // records nothing more
+    AccountOwnBytes();
+    return;
+  }
+  // Staying resident: the saved entry, immutable from now on, is the base of all its
+  // rows (shared with the writer, as a queued save read by a next turn is).
+  BaseOn(saved, n);
+  saved_ = std::move(saved);
+  AccountOwnBytes();
+}
+
+}  // namespace attic::store
