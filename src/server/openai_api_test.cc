@@ -216,5 +216,38 @@ TEST(Metrics, RendersCountersHistogramsAndGauges) {
   EXPECT_TRUE(has("attic_kv_blocks_free 9"));
 }
 
+// Counters print exactly (no double rounding past 2^53, no exponent) and doubles in a form
+// that reads back as the same double: a scrape never loses precision.
+TEST(Metrics, ValuesKeepFullPrecision) {
+  Metrics m;
+  engine::RequestRecord r;
+  r.usage = {2147483647, 2147483647, 0};
+  r.finish_reason = "stop";
+  r.ttft_seconds = 1234.56789012345;
+  for (int i = 0; i < 3; ++i) m.Observe(r);
+  engine::SchedulerStats s;
+  s.kv_load.fetch_seconds = 0.1 + 0.2;  // 0.30000000000000004
+  s.steps = 9007199254740993ull;        // 2^53 + 1: not a double
+  std::string text = m.Render(s);
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has(text, "attic_prompt_tokens_total 6442450941")) << text;
+  EXPECT_TRUE(has(text, "attic_generation_tokens_total 6442450941"));
+  EXPECT_TRUE(has(text, "attic_time_to_first_token_seconds_sum 3703.70367037035"));
+  EXPECT_TRUE(has(text, "attic_scheduler_steps_total 9007199254740993"));
+  EXPECT_TRUE(has(text, R"(attic_kv_load_seconds_total{phase="fetch"} 0.30000000000000004)"));
+  EXPECT_TRUE(has(text, R"(attic_time_to_first_token_seconds_bucket{le="0.005"} 0)"));
+
+  store::StoreStats st;
+  st.bytes_saved = 12345678901234567ull;
+  st.lookups = 123456789012ull;
+  st.save_wait_ms = 12345678.25;
+  std::string store_text = RenderStoreMetrics(st);
+  EXPECT_TRUE(has(store_text, R"(attic_kv_store_bytes_total{direction="save"} 12345678901234567)")) << store_text;
+  EXPECT_TRUE(has(store_text, "attic_kv_store_lookups_total 123456789012"));
+  EXPECT_TRUE(has(store_text, "attic_kv_store_save_wait_seconds_total 12345.67825"));
+}
+
 }  // namespace
 }  // namespace attic::server
