@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 
@@ -15,6 +16,10 @@ namespace attic::server {
 namespace {
 
 using json = nlohmann::json;
+
+// GET /v1/sessions page size: OpenAI's list endpoints' default and maximum.
+constexpr int kDefaultSessionListLimit = 20;
+constexpr int kMaxSessionListLimit = 100;
 
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -38,7 +43,8 @@ bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
 
 // Metric label for a path: known routes only, so label values stay bounded.
 std::string EndpointLabel(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
+  for (const char* known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions", "/health", "/metrics"}) {
     if (path == known) return known;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -311,19 +317,66 @@ void Server::Impl::SetupRoutes() {
     }
     SendError(res, e);
   };
-  http.Get(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
+  auto session_object = [](const store::SessionInfo& info) {
+    return json{{"id", info.session_id},
+                {"object", "session"},
+                {"tokens", info.n_tokens},
+                {"bytes", info.bytes},
+                {"tier", store::TierName(info.tier)},
+                {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
+  };
+  http.Get(R"(/v1/sessions/(.+))", [this, session_error, session_object](const httplib::Request& req,
+                                                                         httplib::Response& res) {
     std::string tenant;
     if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
     const std::string id = req.matches[1];
     if (store == nullptr) return session_error(res, id, NotFoundError(""));
     auto info = store->GetSession(tenant, id);
     if (!info.ok()) return session_error(res, id, info.status());
-    json j{{"id", id},
-           {"object", "session"},
-           {"tokens", info->n_tokens},
-           {"bytes", info->bytes},
-           {"tier", store::TierName(info->tier)},
-           {"expires_at", info->expires_at_ms == 0 ? json(nullptr) : json(info->expires_at_ms / 1000)}};
+    res.set_content(session_object(*info).dump(), "application/json");
+  });
+  // GET /v1/sessions?limit=N&after=ID: OpenAI's cursor-paginated list object, ordered by
+  // session id. `after` is a position in that order, not a reference: it need not name a
+  // stored session, so a session that expires or is deleted between pages does not break
+  // the iteration. With the store off the list is empty.
+  http.Get("/v1/sessions", [this, session_object](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    ApiError invalid;
+    invalid.code = "invalid_value";
+    int limit = kDefaultSessionListLimit;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+      limit = digits ? std::stoi(v) : 0;
+      if (limit < 1 || limit > kMaxSessionListLimit) {
+        invalid.param = "limit";
+        invalid.message = "'limit' must be an integer between 1 and " + std::to_string(kMaxSessionListLimit);
+        return SendError(res, invalid);
+      }
+    }
+    const std::string after = req.get_param_value("after");
+    if (after.size() > kMaxSessionIdBytes) {
+      invalid.param = "after";
+      invalid.message = "'after' is longer than " + std::to_string(kMaxSessionIdBytes) + " bytes";
+      return SendError(res, invalid);
+    }
+    std::vector<store::SessionInfo> sessions;
+    if (store != nullptr) sessions = store->ListSessions(tenant);
+    auto first = after.empty() ? sessions.begin()
+                               : std::upper_bound(sessions.begin(), sessions.end(), after,
+                                                  [](const std::string& a, const store::SessionInfo& s) {
+                                                    return a < s.session_id;
+                                                  });
+    const auto left = static_cast<size_t>(sessions.end() - first);
+    const auto n = std::min(left, static_cast<size_t>(limit));
+    json data = json::array();
+    for (auto it = first; it != first + static_cast<std::ptrdiff_t>(n); ++it) data.push_back(session_object(*it));
+    json j{{"object", "list"},
+           {"data", data},
+           {"first_id", n == 0 ? json(nullptr) : json(first->session_id)},
+           {"last_id", n == 0 ? json(nullptr) : json((first + static_cast<std::ptrdiff_t>(n) - 1)->session_id)},
+           {"has_more", left > n}};
     res.set_content(j.dump(), "application/json");
   });
   http.Delete(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {

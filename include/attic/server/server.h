@@ -5,6 +5,7 @@
 //   GET  /v1/models             the served model
 //   GET  /health                liveness ({"status":"ok"})
 //   GET  /metrics               Prometheus text
+//   GET  /v1/sessions           the tenant's stored conversations (cursor-paginated list)
 //   GET  /v1/sessions/{id}      stored KV of a conversation (tokens, bytes, tier, expiry)
 //   DELETE /v1/sessions/{id}    erase a conversation's stored KV
 //
