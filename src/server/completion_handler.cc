@@ -24,15 +24,6 @@ int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-ApiError ModelNotFound(const std::string& model) {
-  ApiError e;
-  e.http_status = 404;
-  e.message = "The model '" + model + "' does not exist";
-  e.param = "model";
-  e.code = "model_not_found";
-  return e;
-}
-
 ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
 
 // Per-stream state shared by the content provider calls and the releaser.
@@ -46,6 +37,26 @@ struct StreamState {
 
 }  // namespace
 
+ApiError ModelNotFound(const std::string& model) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model '" + model + "' does not exist";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+StatusOr<std::string> Server::Impl::RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
+                                               bool add_generation_prompt) const {
+  if (!chat_fallback) return engine.RenderChat(messages, add_generation_prompt);
+  const auto& tok = engine.tokenizer();
+  tokenizer::ChatRenderOptions ro;
+  ro.add_generation_prompt = add_generation_prompt;
+  if (tok.bos_id() >= 0) ro.bos_token = tok.TokenText(tok.bos_id());
+  if (tok.eos_id() >= 0) ro.eos_token = tok.TokenText(tok.eos_id());
+  return tokenizer::RenderChat(chat_kind, messages, ro);
+}
+
 StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
@@ -58,16 +69,7 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
   };
   std::vector<int32_t> ids;
   if (r.kind == ApiKind::kChat) {
-    StatusOr<std::string> text = InvalidArgumentError("no chat template");
-    if (!chat_fallback) {
-      text = engine.RenderChat(r.messages);
-    } else {
-      const auto& tok = engine.tokenizer();
-      tokenizer::ChatRenderOptions ro;
-      if (tok.bos_id() >= 0) ro.bos_token = tok.TokenText(tok.bos_id());
-      if (tok.eos_id() >= 0) ro.eos_token = tok.TokenText(tok.eos_id());
-      text = tokenizer::RenderChat(chat_kind, r.messages, ro);
-    }
+    StatusOr<std::string> text = RenderChat(r.messages);
     if (!text.ok()) return text.status();
     if (text->size() > max_bytes) return too_long("your messages are far longer than that");
     // Templates that want BOS write it themselves.

@@ -182,6 +182,81 @@ TEST(OpenAiResponse, BodiesChunksAndErrors) {
   }
 }
 
+TEST(TokenizeRequest, VllmShapesAndLlamaServerAliases) {
+  TokenizeParse p = ParseTokenizeRequest(R"({"prompt":"Hello"})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_FALSE(p.request.chat);
+  EXPECT_EQ(p.request.prompt, "Hello");
+  EXPECT_EQ(p.request.model, "");
+  EXPECT_TRUE(p.request.add_special_tokens);  // vLLM's default for a prompt
+  EXPECT_FALSE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"model":"m","content":"Hi","add_special":false,"with_pieces":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_EQ(p.request.model, "m");
+  EXPECT_EQ(p.request.prompt, "Hi");
+  EXPECT_FALSE(p.request.add_special_tokens);
+  EXPECT_TRUE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"messages":[{"role":"user","content":"Hi"}],"return_token_strs":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_TRUE(p.request.chat);
+  ASSERT_EQ(p.request.messages.size(), 1u);
+  EXPECT_EQ(p.request.messages[0].content, "Hi");
+  EXPECT_FALSE(p.request.add_special_tokens);  // vLLM's default for chat: the template writes BOS
+  EXPECT_TRUE(p.request.add_generation_prompt);
+  EXPECT_TRUE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false,
+                               "add_special_tokens":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_FALSE(p.request.add_generation_prompt);
+  EXPECT_TRUE(p.request.add_special_tokens);
+}
+
+TEST(TokenizeRequest, InvalidFieldsAre400NamingTheParam) {
+  struct Case {
+    std::string body, param;
+  } cases[] = {
+      {R"([1,2])", ""},
+      {R"({"prompt":)", ""},
+      {R"({})", "prompt"},
+      {R"({"prompt":5})", "prompt"},
+      {R"({"content":["a"]})", "content"},
+      {R"({"prompt":"a","content":"b"})", "content"},
+      {R"({"prompt":"a","messages":[{"role":"user","content":"b"}]})", "messages"},
+      {R"({"prompt":"a","model":7})", "model"},
+      {R"({"prompt":"a","add_special_tokens":1})", "add_special_tokens"},
+      {R"({"prompt":"a","add_special_tokens":true,"add_special":true})", "add_special"},
+      {R"({"prompt":"a","with_pieces":"yes"})", "with_pieces"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})", "add_generation_prompt"},
+      {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})", "continue_final_message"},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template":"{{x}}"})", "chat_template"},
+  };
+  for (const auto& c : cases) {
+    TokenizeParse p = ParseTokenizeRequest(c.body);
+    ASSERT_TRUE(p.error.has_value()) << c.body;
+    EXPECT_EQ(p.error->http_status, 400) << c.body;
+    EXPECT_EQ(p.error->param, c.param) << c.body;
+  }
+}
+
+TEST(DetokenizeRequest, TokenIdsOnly) {
+  DetokenizeParse p = ParseDetokenizeRequest(R"({"model":"m","tokens":[1,410,0]})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_EQ(p.request.model, "m");
+  EXPECT_EQ(p.request.tokens, (std::vector<int32_t>{1, 410, 0}));
+  EXPECT_TRUE(ParseDetokenizeRequest(R"({"tokens":[]})").request.tokens.empty());
+  for (const char* body : {R"({})", R"({"tokens":"abc"})", R"({"tokens":[1.5]})", R"({"tokens":[-1]})",
+                           R"({"tokens":[2147483648]})", R"({"tokens":[[1]]})", R"({"tokens":[true]})"}) {
+    DetokenizeParse bad = ParseDetokenizeRequest(body);
+    ASSERT_TRUE(bad.error.has_value()) << body;
+    EXPECT_EQ(bad.error->param, "tokens") << body;
+  }
+}
+
 TEST(Metrics, RendersCountersHistogramsAndGauges) {
   Metrics m;
   m.CountHttp("/v1/completions", 200);

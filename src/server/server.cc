@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
 
 #include "attic/core/hash.h"
 #include "attic/core/thread_name.h"
@@ -43,8 +44,8 @@ bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
 
 // Metric label for a path: known routes only, so label values stay bounded.
 std::string EndpointLabel(const std::string& path) {
-  for (const char* known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions", "/health", "/metrics"}) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions", "/health",
+                            "/metrics", "/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize"}) {
     if (path == known) return known;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -236,8 +237,9 @@ std::string Server::Impl::NewId(const char* prefix) {
 void Server::Impl::SetupRoutes() {
   // Bodies are read through a content reader so that the size limit also holds for
   // chunked uploads (httplib 0.11 enforces it only for Content-Length bodies).
-  auto completion = [this](ApiKind kind) {
-    return [this, kind](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  auto with_body = [this](BodyHandler handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
       std::string body;
       bool too_big = false;
       bool ok = reader([&](const char* data, size_t n) {
@@ -264,11 +266,28 @@ void Server::Impl::SetupRoutes() {
         HttpTransport::CloseAfterResponse();
         return SendError(res, e);
       }
-      HandleCompletion(kind, req, body, res);
+      handler(req, body, res);
     };
+  };
+  auto completion = [this, with_body](ApiKind kind) {
+    return with_body([this, kind](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+      HandleCompletion(kind, req, body, res);
+    });
   };
   http.Post("/v1/chat/completions", completion(ApiKind::kChat));
   http.Post("/v1/completions", completion(ApiKind::kCompletion));
+  // vLLM serves these at the root; the /v1 copies let clients whose base URL ends in /v1
+  // (the openai client's) reach them too.
+  for (const char* prefix : {"", "/v1"}) {
+    http.Post(std::string(prefix) + "/tokenize",
+              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                HandleTokenize(req, body, res);
+              }));
+    http.Post(std::string(prefix) + "/detokenize",
+              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                HandleDetokenize(req, body, res);
+              }));
+  }
   auto model_object = [this] {
     return json{{"id", model_name},
                 {"object", "model"},

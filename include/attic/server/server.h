@@ -3,6 +3,7 @@
 //   POST /v1/chat/completions   chat (JSON, or SSE when "stream": true)
 //   POST /v1/completions        text completion (JSON or SSE)
 //   GET  /v1/models             the served model
+//   POST /tokenize, /detokenize  text or chat -> token ids, ids -> text (also under /v1)
 //   GET  /health                liveness ({"status":"ok"})
 //   GET  /metrics               Prometheus text
 //   GET  /v1/sessions           the tenant's stored conversations (cursor-paginated list)
