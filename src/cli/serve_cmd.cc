@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "attic/core/log.h"
 #include "attic/server/server.h"
 #include "cli/commands.h"
 
@@ -32,6 +33,7 @@ struct ServeFlags {
   double session_ttl_s = 86400;
   std::string kv_preload = "layerwise";
   std::string kv_truncate_mode = "decoupled";
+  std::string log_level = "info";
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -84,6 +86,9 @@ int RunServe(ServeFlags f) {
     if (s == nullptr) std::_Exit(128 + sig);
     s->Stop();
   }).detach();
+  auto log_level = ParseLogLevel(f.log_level);
+  if (!log_level.ok()) return Fail(log_level.status());
+  SetLogLevel(*log_level);
   for (const auto& k : f.api_keys) f.server.api_keys.push_back(k);
   if (!f.api_key_file.empty()) {
     auto keys = ReadKeyFile(f.api_key_file);
@@ -211,6 +216,9 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--kv-read-buffer-bytes", s.scheduler.kv_read_buffer_bytes,
                   "stored KV of waiting jobs fetched ahead of admission (-1 = sized by S_buf from measured rates, "
                   "0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--log-level", f->log_level,
+                  "debug (also request bodies), info (one access line per request), warn, error or off")
       ->capture_default_str();
   cmd->callback([run, f] { *run = [f] { return RunServe(*f); }; });
 }

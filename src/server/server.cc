@@ -10,6 +10,7 @@
 
 #include "attic/core/hash.h"
 #include "attic/core/thread_name.h"
+#include "server/access_log.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
@@ -266,6 +267,7 @@ void Server::Impl::SetupRoutes() {
         HttpTransport::CloseAfterResponse();
         return SendError(res, e);
       }
+      LogRequestBody(req, body);
       handler(req, body, res);
     };
   };
@@ -454,8 +456,13 @@ void Server::Impl::SetupRoutes() {
     res.status = 500;
     res.set_content(ErrorJson(e), "application/json");
   });
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    CurrentAccessNote() = AccessNote{};  // nothing left over from an earlier request of this thread
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.CountHttp(EndpointLabel(req.path), res.status);
+    LogAccess(req, res);
   });
 }
 

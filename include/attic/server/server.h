@@ -15,6 +15,10 @@
 // scheduler's bounded queue and relay the request's ResultChannel to the client; they
 // never touch engine state. A client that disconnects cancels its request.
 //
+// Logging: one access line per request at LogLevel::kInfo once its response is complete
+// (method, path, status, a completion's token counts and TTFT, duration; never prompt
+// text or keys), request bodies at kDebug (src/server/access_log.h).
+//
 // Tenancy: with API keys configured, the key identifies the tenant and resident KV is
 // scoped to it; without keys every request belongs to the tenant "default".
 //
