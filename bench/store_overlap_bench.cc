@@ -47,6 +47,7 @@
 #include "attic/core/huge_pages.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
+#include "bench_output.h"
 
 using namespace attic;
 using namespace attic::engine;
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "store_overlap_bench: --model is required; --history >= 16, --new >= 1, --jobs >= 2\n");
     return 2;
   }
+  attic::bench::CheckOutput("store_overlap_bench", a.json);
   EngineOptions eo;
   eo.model_path = a.model;
   eo.n_threads = a.threads;
@@ -398,6 +400,6 @@ int main(int argc, char** argv) {
   }
   const std::string line = out.dump();
   std::printf("\n%s\n", line.c_str());
-  if (!a.json.empty()) std::ofstream(a.json) << line << "\n";
+  attic::bench::WriteOutput("store_overlap_bench", a.json, line + "\n");
   return 0;
 }

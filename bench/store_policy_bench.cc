@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "attic/store/kv_store.h"
+#include "bench_output.h"
 
 using namespace attic;
 using namespace attic::store;
@@ -382,6 +383,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "flag %s needs a value\n", argv[argc - 1]);
     return 2;
   }
+  attic::bench::CheckOutput("store_policy_bench", json_out);
   auto t0 = std::chrono::steady_clock::now();
   Trace tr = MakeTrace(p);
   const double entry_gb = tr.mean_entry_tokens * p.kv_mb_per_token / 1000;
@@ -449,6 +451,6 @@ int main(int argc, char** argv) {
   }
   js << "],\"seconds\":" << secs << "}";
   std::printf("\n%.1f s\n%s\n", secs, js.str().c_str());
-  if (!json_out.empty()) std::ofstream(json_out) << js.str() << "\n";
+  attic::bench::WriteOutput("store_policy_bench", json_out, js.str() + "\n");
   return 0;
 }

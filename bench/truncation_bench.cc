@@ -60,6 +60,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/engine/engine.h"
+#include "bench_output.h"
 
 using namespace attic;
 using namespace attic::engine;
@@ -95,10 +96,7 @@ struct Options {
   std::exit(1);
 }
 
-std::string SharedDir() {
-  if (const char* env = std::getenv("ATTIC_SHARED_DIR")) return env;
-  return "../shared";
-}
+using attic::bench::SharedDir;
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -158,6 +156,7 @@ Options ParseArgs(int argc, char** argv) {
   if (o.max_tokens < 2) Die("--max-tokens must be >= 2");
   if (o.threads < 0) Die("--threads must be >= 0");
   if (o.datasets.empty()) Die("--datasets is empty");
+  attic::bench::CheckOutput("truncation_bench", o.json_path);
   return o;
 }
 
@@ -595,11 +594,7 @@ int main(int argc, char** argv) {
   out["results"] = jrows;
   out["seconds"] = total_s;
   const std::string line = out.dump();
-  if (!o.json_path.empty()) {
-    std::ofstream f(o.json_path);
-    if (!f) Die("cannot write " + o.json_path);
-    f << line << "\n";
-  }
+  attic::bench::WriteOutput("truncation_bench", o.json_path, line + "\n");
   std::printf("%s\n", line.c_str());
   return 0;
 }

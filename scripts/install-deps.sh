@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian (bookworm) packages Attic builds and tests with, if any is missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config git
+pkgs=(build-essential cmake pkg-config git curl
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev liburing-dev libxxhash-dev libzstd-dev
       python3 python3-numpy)

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "attic/backend/cpu_features.h"
+#include "attic/model/tensor_specs.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -47,6 +48,7 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
 }
 
 int RunBench(const BenchFlags& f) {
+  if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
   ModelFlags mf = f.model;
   int max_prompt = std::max(f.gen_after + f.n_gen, *std::max_element(f.prompt_lengths.begin(), f.prompt_lengths.end()));
   if (mf.ctx == 0) mf.ctx = max_prompt + 1;
@@ -61,7 +63,10 @@ int RunBench(const BenchFlags& f) {
   out["threads"] = e.threads().n_threads();
   out["isa"] = backend::IsaName(backend::ActiveIsa());
   out["batch"] = mf.batch;
-  out["params"] = e.model().weight_bytes();
+  int64_t n_params = 0;
+  for (const model::TensorSpec& t : model::ModelTensorSpecs(cfg)) n_params += t.numel();
+  out["params"] = n_params;                        // parameters (a tied lm_head counted once)
+  out["weight_bytes"] = e.model().weight_bytes();  // bytes the loaded weights take
   nlohmann::json results = nlohmann::json::array();
   using Clock = std::chrono::steady_clock;
   engine::Session session(e);
@@ -124,10 +129,9 @@ int RunBench(const BenchFlags& f) {
   std::printf("peak RSS: %.0f MiB\n", out["peak_rss_mib"].get<double>());
   std::string js = out.dump(2);
   std::printf("%s\n", js.c_str());
-  if (!f.json_out.empty()) {
-    std::ofstream(f.json_out) << js << "\n";
-  }
-  return 0;
+  Status st = WriteOutput(f.json_out, js + "\n", "--json");
+  if (!st.ok()) return Fail(st);
+  return kExitOk;
 }
 
 }  // namespace

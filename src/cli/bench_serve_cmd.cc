@@ -117,6 +117,7 @@ void SendLongPrompt(const BenchServeFlags& f, uint64_t seed, Interference* in) {
 }
 
 int RunBenchServe(BenchServeFlags f) {
+  if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
   {
     auto id = ServedModelId(f.url, f.api_key);
     if (!id.ok()) return Fail(id.status());
@@ -247,8 +248,9 @@ int RunBenchServe(BenchServeFlags f) {
   }
   std::string js = out.dump(2);
   std::printf("%s\n", js.c_str());
-  if (!f.json_out.empty()) std::ofstream(f.json_out) << js << "\n";
-  return 0;
+  Status st = WriteOutput(f.json_out, js + "\n", "--json");
+  if (!st.ok()) return Fail(st);
+  return kExitOk;
 }
 
 }  // namespace
@@ -260,7 +262,16 @@ void AddBenchServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--url", f->url, "server base URL")->capture_default_str();
   cmd->add_option("--api-key", f->api_key, "API key (Authorization: Bearer)");
   cmd->add_option("--model", f->model, "model id (default: the first from /v1/models)");
-  cmd->add_option("-c,--concurrency", f->concurrency, "concurrent streams per level")->capture_default_str();
+  // Long name only: -c is the context window in every other command.
+  cmd->add_option("--concurrency", f->concurrency, "concurrent streams per level (e.g. --concurrency 1 2 4 8)")
+      ->capture_default_str();
+  cmd->add_option_function<std::vector<int>>(
+         "-c",
+         [](const std::vector<int>&) {
+           throw CLI::ValidationError("-c", "is the context window in attic; bench serve's streams are --concurrency");
+         },
+         "")
+      ->group("");
   cmd->add_option("-r,--requests", f->requests, "requests per client per level")->capture_default_str();
   cmd->add_option("-n,--max-tokens", f->max_tokens, "tokens generated per request (EOS ignored)")
       ->capture_default_str();

@@ -26,12 +26,40 @@ struct ModelFlags {
   bool deterministic = false;
 };
 
-// The default model: $ATTIC_MODEL, else ../shared/models/stories260K-hf.
+// Exit codes of every command (README.md, "The attic command").
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;  // the command could not do its work (model, files, server)
+constexpr int kExitUsage = 2;  // the command line was wrong (unknown command, flag or value)
+
+// Paths resolved from the executable's place (defaults.cc), never from the current
+// directory: the project checkout the binary was built in (<project>/build/attic), and
+// the shared folder beside it ($ATTIC_SHARED_DIR overrides).
+std::string ProjectDir();
+std::string SharedDir();
+// The default model: $ATTIC_MODEL, else <shared>/models/stories260K-hf.
 std::string DefaultModelPath();
 void AddModelFlags(CLI::App* cmd, ModelFlags* f);
 engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress);
-// Prints "attic: error: <message>" to stderr.
+// Prints "attic: error: <message>" to stderr; returns kExitError.
 int Fail(const Status& s);
+// Prints "attic: error: <message>" to stderr; returns kExitUsage.
+int UsageError(const std::string& message);
+
+// A size flag ("512M", "16G", "4GiB", or bytes; core/byte_size.h) named `name`, with
+// its older spelling `old_name` (hidden from --help, still accepted) whose bare numbers
+// count `old_unit` bytes (e.g. 1 << 20 for "--kv-budget-mib"). `help` should give the
+// default in the same units.
+void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                   uint64_t* target, const std::string& help);
+
+// --json / --plot outputs: PrepareOutput before the work starts (creates the parent
+// folders, fails early when the path cannot be written), WriteOutput at the end.
+Status PrepareOutput(const std::string& path, const char* flag);
+Status WriteOutput(const std::string& path, const std::string& contents, const char* flag);
+
+// The chat template the model's chats use, printed once at start-up by the commands
+// that render chats (serve, chat, generate --chat).
+void PrintChatTemplate(const engine::Engine& e);
 
 void AddGenerateCommand(CLI::App& app, RunFn* run);
 void AddChatCommand(CLI::App& app, RunFn* run);

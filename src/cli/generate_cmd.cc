@@ -54,6 +54,7 @@ void AddGenerateCommand(CLI::App& app, RunFn* run) {
       engine::Engine& e = **eng;
       bool add_bos = !f->no_bos;
       if (f->chat) {
+        PrintChatTemplate(e);
         std::vector<tokenizer::ChatMessage> msgs;
         if (!f->system.empty()) msgs.push_back({"system", f->system});
         msgs.push_back({"user", prompt});
@@ -72,7 +73,10 @@ void AddGenerateCommand(CLI::App& app, RunFn* run) {
         return true;
       });
       if (!r.ok()) return Fail(r.status());
+      // The text ends with a newline, written before the statistics (stderr) even when
+      // stdout is a pipe or a file.
       std::printf("\n");
+      std::fflush(stdout);
       if (f->show_ids) {
         for (int32_t t : r->tokens) std::fprintf(stderr, "%d ", t);
         std::fprintf(stderr, "\n");

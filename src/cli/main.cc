@@ -1,23 +1,29 @@
 // attic: the command-line front end (generate, chat, serve, bench, bench serve, bench sessions, make-model, ...).
-#include <cstdio>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+
+#include "attic/backend/cpu_features.h"
+#include "attic/core/byte_size.h"
+#include "attic/core/file.h"
 #include "attic/core/huge_pages.h"
+#include "attic_version.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
-
-std::string DefaultModelPath() {
-  if (const char* env = std::getenv("ATTIC_MODEL")) return env;
-  return "../shared/models/stories260K-hf";
-}
 
 void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
   f->model = DefaultModelPath();
   cmd->add_option("-m,--model", f->model, "HF model directory or GGUF file ($ATTIC_MODEL)")->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "compute threads (0 = all CPUs)")->capture_default_str();
-  cmd->add_option("-c,--ctx", f->ctx, "context window in tokens (0 = the model's maximum)")->capture_default_str();
+  cmd->add_option("-c,--ctx", f->ctx,
+                  "context window in tokens (0 = the model's trained length; longer windows are allowed with a warning)")
+      ->capture_default_str();
   cmd->add_option("-b,--batch", f->batch, "tokens per forward step (prefill chunk)")->capture_default_str();
-  cmd->add_option("--chat-template", f->chat_template, "chat template family: chatml, llama3, llama2 (default: detect)");
+  cmd->add_option("--chat-template", f->chat_template,
+                  std::string("chat template family: ") + tokenizer::kChatTemplateNames +
+                      " (default: detected from the model; a model without one Attic recognises chats in chatml)");
   cmd->add_option("--kv-dtype", f->kv_dtype,
                   "element type of the compute buffer's KV cache: f32 (exact: greedy output independent of "
                   "batching) or f16 (half the memory per token)")
@@ -40,6 +46,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.context_length = f.ctx;
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
+  o.chat_template_fallback = "chatml";  // one behaviour in serve, chat and generate --chat
   o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;
@@ -47,33 +54,120 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   return o;
 }
 
+void PrintChatTemplate(const engine::Engine& e) {
+  using Origin = engine::Engine::ChatTemplateOrigin;
+  if (!e.chat_template_kind().ok()) return;
+  const char* name = tokenizer::ChatTemplateKindName(*e.chat_template_kind());
+  switch (e.chat_template_origin()) {
+    case Origin::kNamed: std::fprintf(stderr, "attic: chat template: %s (--chat-template)\n", name); break;
+    case Origin::kModel: std::fprintf(stderr, "attic: chat template: %s (from the model)\n", name); break;
+    case Origin::kFallback:
+      std::fprintf(stderr,
+                   "attic: chat template: %s (the model has none Attic recognises; --chat-template picks another)\n",
+                   name);
+      break;
+    case Origin::kNone: break;
+  }
+}
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "attic: error: %s\n", s.message().c_str());
-  return 1;
+  return kExitError;
 }
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "attic: error: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                   uint64_t* target, const std::string& help) {
+  auto parse = [target, name](const std::string& text, uint64_t bare_unit) {
+    auto v = ParseByteSize(text, bare_unit);
+    if (!v.ok()) throw CLI::ValidationError(name, v.status().message());
+    *target = *v;
+  };
+  cmd->add_option_function<std::string>(name, [parse](const std::string& t) { parse(t, 1); }, help)
+      ->type_name("SIZE");
+  if (!old_name.empty()) {
+    cmd->add_option_function<std::string>(
+           old_name, [parse, old_unit](const std::string& t) { parse(t, old_unit); },
+           "old spelling of " + name)
+        ->group("");  // hidden from --help
+  }
+}
+
+Status PrepareOutput(const std::string& path, const char* flag) {
+  if (path.empty()) return OkStatus();
+  Status st = PrepareOutputFile(path);
+  return st.ok() ? st : st.WithContext(flag);
+}
+
+Status WriteOutput(const std::string& path, const std::string& contents, const char* flag) {
+  if (path.empty()) return OkStatus();
+  Status st = PrepareOutputFile(path);
+  if (st.ok()) st = WriteFileAtomic(path, contents);
+  return st.ok() ? st : st.WithContext(flag);
+}
+
+namespace {
+
+std::string VersionText() {
+  const backend::Isa isa = backend::ActiveIsa();
+  return std::string("attic ") + ATTIC_VERSION + " (commit " + ATTIC_GIT_COMMIT + ", CPU kernels " +
+         backend::IsaName(isa) + ")";
+}
+
+// The subcommand a command line names (its first argument that is not a flag), or "".
+std::string FirstWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] != '-') return argv[i];
+  return "";
+}
+
+}  // namespace
 
 }  // namespace attic::cli
 
 int main(int argc, char** argv) {
+  using namespace attic::cli;
   attic::ReexecWithHugePageMalloc(argv);
   CLI::App app{"Attic: an LLM inference server whose core is a KV-cache store"};
   app.require_subcommand(1);
-  attic::cli::RunFn run;
-  attic::cli::AddGenerateCommand(app, &run);
-  attic::cli::AddChatCommand(app, &run);
-  attic::cli::AddBenchCommand(app, &run);
-  attic::cli::AddMakeModelCommand(app, &run);
-  attic::cli::AddServeCommand(app, &run);
-  attic::cli::RunFn bench_serve_run;
-  attic::cli::AddBenchServeCommand(app, &bench_serve_run);
-  attic::cli::RunFn bench_sessions_run;
-  attic::cli::AddBenchSessionsCommand(app, &bench_sessions_run);
+  app.set_version_flag("--version", VersionText(), "print the version, the commit and the CPU kernels in use");
+  app.footer(
+      "Run 'attic COMMAND --help' for a command's flags. Exit status: 0 done, 1 the command failed (its message "
+      "says why), 2 the command line is wrong.");
+  RunFn run;
+  AddGenerateCommand(app, &run);
+  AddChatCommand(app, &run);
+  AddBenchCommand(app, &run);
+  AddMakeModelCommand(app, &run);
+  AddServeCommand(app, &run);
+  RunFn bench_serve_run;
+  AddBenchServeCommand(app, &bench_serve_run);
+  RunFn bench_sessions_run;
+  AddBenchSessionsCommand(app, &bench_sessions_run);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const std::string word = FirstWord(argc, argv);
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == word;
+    }
+    if (!word.empty() && !known) {
+      return UsageError("unknown command '" + word + "' (commands: " + names + "; see 'attic --help')");
+    }
+    std::string what = e.what();
+    if (what.empty()) what = "invalid command line";
+    return UsageError(what + " (see 'attic " + (word.empty() ? "" : word + " ") + "--help')");
   }
   if (bench_serve_run) return bench_serve_run();
   if (bench_sessions_run) return bench_sessions_run();
-  return run ? run() : 0;
+  return run ? run() : kExitOk;
 }

@@ -20,7 +20,7 @@ struct MakeModelFlags {
   uint64_t seed = 1234;
   std::string out_hf;
   std::string out_gguf;
-  uint64_t shard_mib = 0;
+  uint64_t shard_size = 0;
 };
 
 // Built-in shapes (config.json fields) for benchmarks.
@@ -48,7 +48,7 @@ StatusOr<model::ModelConfig> ShapeConfig(const std::string& shape) {
 
 int RunMakeModel(const MakeModelFlags& f) {
   if (f.out_hf.empty() && f.out_gguf.empty()) {
-    return Fail(InvalidArgumentError("give --out-hf DIR and/or --out-gguf FILE"));
+    return UsageError("give --out-hf DIR and/or --out-gguf FILE");
   }
   model::ModelConfig c;
   if (!f.config.empty()) {
@@ -68,7 +68,7 @@ int RunMakeModel(const MakeModelFlags& f) {
   c.torch_dtype = *dt;
   model::WriteOptions wo;
   wo.dtype = *dt;
-  wo.max_shard_bytes = f.shard_mib << 20;
+  wo.max_shard_bytes = f.shard_size;
   if (!f.tokenizer_dir.empty()) {
     wo.tokenizer.tokenizer_json_path = JoinPath(f.tokenizer_dir, "tokenizer.json");
     if (!FileExists(wo.tokenizer.tokenizer_json_path)) {
@@ -79,6 +79,12 @@ int RunMakeModel(const MakeModelFlags& f) {
     auto tmpl = ReadFileToString(JoinPath(f.tokenizer_dir, "chat_template.jinja"));
     if (tmpl.ok()) wo.tokenizer.chat_template = *tmpl;
   }
+  // The outputs' folders are made (a fresh clone has no out/); an unwritable path fails
+  // before any weight is generated.
+  if (!f.out_hf.empty()) {
+    if (Status st = MakeDirectories(f.out_hf); !st.ok()) return Fail(st.WithContext("--out-hf"));
+  }
+  if (Status st = PrepareOutput(f.out_gguf, "--out-gguf"); !st.ok()) return Fail(st);
   model::RandomWeights rw;
   rw.seed = f.seed;
   if (!f.out_hf.empty()) {
@@ -112,7 +118,8 @@ void AddMakeModelCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--seed", f->seed, "RNG seed (same seed = same weights in HF and GGUF)")->capture_default_str();
   cmd->add_option("--out-hf", f->out_hf, "write a Hugging Face directory here");
   cmd->add_option("--out-gguf", f->out_gguf, "write a GGUF file here");
-  cmd->add_option("--shard-mib", f->shard_mib, "HF: shard safetensors above this size (0 = one file)")->capture_default_str();
+  AddSizeOption(cmd, "--shard-size", "--shard-mib", 1 << 20, &f->shard_size,
+                "HF: shard safetensors above this size (default 0 = one file)");
   cmd->callback([run, f] { *run = [f] { return RunMakeModel(*f); }; });
 }
 

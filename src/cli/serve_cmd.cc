@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "attic/core/byte_size.h"
 #include "attic/core/log.h"
 #include "attic/server/server.h"
 #include "cli/commands.h"
@@ -22,13 +23,14 @@ struct ServeFlags {
   server::ServerOptions server;
   std::vector<std::string> api_keys;
   std::string api_key_file;
-  int64_t kv_budget_mib = 0;
-  int64_t auto_kv_cap_mib = 2048;
-  double max_body_mib = 8;
-  // KV store (paper 001); on when --kv-dram-bytes > 0 or --kv-ssd-dir is given.
-  uint64_t kv_dram_bytes = 0;
+  uint64_t kv_budget = 0;
+  uint64_t kv_budget_cap = 2ull << 30;
+  uint64_t max_body = 8ull << 20;
+  // KV store (paper 001); on when --kv-dram > 0 or --kv-ssd-dir is given.
+  uint64_t kv_dram = 0;
   std::string kv_ssd_dir;
-  uint64_t kv_ssd_bytes = 16ull << 30;
+  uint64_t kv_ssd = 16ull << 30;
+  std::string kv_read_buffer = "auto";
   std::string kv_policy = "scheduler-aware";
   double session_ttl_s = 86400;
   std::string kv_preload = "layerwise";
@@ -95,43 +97,41 @@ int RunServe(ServeFlags f) {
     if (!keys.ok()) return Fail(keys.status());
     f.server.api_keys.insert(f.server.api_keys.end(), keys->begin(), keys->end());
   }
-  if (f.max_body_mib <= 0) return Fail(InvalidArgumentError("--max-body-mib must be positive"));
-  f.server.max_body_bytes = static_cast<size_t>(f.max_body_mib * (1 << 20));
+  if (f.max_body < 1024) return UsageError("--max-body must be at least 1K");
+  f.server.max_body_bytes = static_cast<size_t>(f.max_body);
+  if (f.kv_read_buffer == "auto") {
+    f.server.scheduler.kv_read_buffer_bytes = -1;
+  } else {
+    auto rb = ParseByteSize(f.kv_read_buffer);
+    if (!rb.ok()) return UsageError("--kv-read-buffer: " + rb.status().message() + " or auto");
+    f.server.scheduler.kv_read_buffer_bytes = static_cast<int64_t>(*rb);
+  }
   f.server.scheduler.truncate_recompute = f.kv_truncate_mode == "recompute";
   f.server.scheduler.kv_preload = f.kv_preload == "sync"     ? engine::KvPreload::kSync
                                   : f.kv_preload == "inline" ? engine::KvPreload::kInline
                                                              : engine::KvPreload::kLayerwise;
-  if (f.kv_dram_bytes > 0 || !f.kv_ssd_dir.empty()) {
+  if (f.kv_dram > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);
     if (!policy.ok()) return Fail(policy.status());
     if (f.session_ttl_s < 0) return Fail(InvalidArgumentError("--session-ttl must be >= 0"));
     f.server.kv_store = true;
-    f.server.store.dram_bytes = f.kv_dram_bytes;
+    f.server.store.dram_bytes = f.kv_dram;
     f.server.store.ssd_dir = f.kv_ssd_dir;
-    f.server.store.ssd_bytes = f.kv_ssd_bytes;
+    f.server.store.ssd_bytes = f.kv_ssd;
     f.server.store.policy = *policy;
     f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
     f.server.store.reserve_dram = true;  // the tier's pages are faulted in at start-up
   }
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
-  if (f.kv_budget_mib > 0) eo.kv_cache_bytes = f.kv_budget_mib << 20;
+  // The KV pool: --kv-budget, else room for --max-running full contexts, at most
+  // --kv-budget-cap, at least one context.
+  eo.kv_cache_bytes = static_cast<int64_t>(f.kv_budget);
+  eo.kv_cache_contexts = f.server.scheduler.max_running;
+  eo.kv_cache_auto_cap_bytes = static_cast<int64_t>(f.kv_budget_cap);
   auto eng = engine::Engine::Load(eo);
   if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
-  if (f.kv_budget_mib <= 0) {
-    // Auto: room for --max-running full contexts, capped, but at least one context.
-    const kv::KvShape shape = e.kv_pool().shape();
-    const int64_t per_token = shape.block_bytes() / shape.block_size;
-    const int64_t one_context = (static_cast<int64_t>(e.context_length()) + shape.block_size) * per_token;
-    int64_t want = one_context * f.server.scheduler.max_running;
-    want = std::max(one_context, std::min(want, f.auto_kv_cap_mib << 20));
-    e.ResizeKvCache(want);
-  }
-  if (!e.chat_template_kind().ok()) {
-    std::fprintf(stderr,
-                 "attic: the model has no chat template Attic recognises; chat requests use ChatML "
-                 "(choose another with --chat-template)\n");
-  }
+  PrintChatTemplate(e);
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
 
@@ -174,24 +174,25 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--prefill-chunk", s.scheduler.max_prefill_tokens_per_step,
                   "prefill tokens per step (0 = what --batch leaves after decode rows)")
       ->capture_default_str();
-  cmd->add_option("--kv-budget-mib", f->kv_budget_mib,
-                  "KV cache budget in MiB (0 = room for --max-running full contexts, at most --auto-kv-cap-mib)")
-      ->capture_default_str();
-  cmd->add_option("--auto-kv-cap-mib", f->auto_kv_cap_mib, "cap of the automatic KV budget")->capture_default_str();
+  AddSizeOption(cmd, "--kv-budget", "--kv-budget-mib", 1 << 20, &f->kv_budget,
+                "compute-buffer KV cache size (default 0 = room for --max-running full contexts, at most "
+                "--kv-budget-cap)");
+  AddSizeOption(cmd, "--kv-budget-cap", "--auto-kv-cap-mib", 1 << 20, &f->kv_budget_cap,
+                "cap of the automatic KV cache size (default 2G)");
   cmd->add_option("--max-resident", s.scheduler.max_resident, "finished sequences whose KV stays resident for reuse")
       ->capture_default_str();
   cmd->add_option("--max-tokens-limit", s.max_tokens_limit, "cap on a request's max_tokens (0 = context window)")
       ->capture_default_str();
   cmd->add_option("--timeout", s.request_timeout_s, "per-request timeout in seconds")->capture_default_str();
-  cmd->add_option("--max-body-mib", f->max_body_mib, "largest accepted request body in MiB (else 413)")
-      ->capture_default_str();
+  AddSizeOption(cmd, "--max-body", "--max-body-mib", 1 << 20, &f->max_body,
+                "largest accepted request body (default 8M; larger: 413)");
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0 = max-running + max-waiting + 16)")
       ->capture_default_str();
-  cmd->add_option("--kv-dram-bytes", f->kv_dram_bytes,
-                  "host-DRAM tier of the KV store in bytes, faulted in at start-up (0 with no --kv-ssd-dir = store off)")
-      ->capture_default_str();
+  AddSizeOption(cmd, "--kv-dram", "--kv-dram-bytes", 1, &f->kv_dram,
+                "host-DRAM tier of the KV store, faulted in at start-up (default 0: with no --kv-ssd-dir the store "
+                "is off)");
   cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir, "directory of the SSD tier of the KV store (survives restarts)");
-  cmd->add_option("--kv-ssd-bytes", f->kv_ssd_bytes, "SSD tier capacity in bytes")->capture_default_str();
+  AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")
       ->capture_default_str();
@@ -213,10 +214,15 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "layers before the first step)")
       ->check(CLI::IsMember({"layerwise", "inline", "sync"}))
       ->capture_default_str();
-  cmd->add_option("--kv-read-buffer-bytes", s.scheduler.kv_read_buffer_bytes,
-                  "stored KV of waiting jobs fetched ahead of admission (-1 = sized by S_buf from measured rates, "
-                  "0 = none)")
+  cmd->add_option("--kv-read-buffer", f->kv_read_buffer,
+                  "stored KV of waiting jobs fetched ahead of admission: a size, 0 = none, or auto = sized by S_buf "
+                  "from measured rates")
+      ->type_name("SIZE|auto")
       ->capture_default_str();
+  cmd->add_option_function<int64_t>(
+         "--kv-read-buffer-bytes",
+         [f](int64_t v) { f->kv_read_buffer = v < 0 ? "auto" : std::to_string(v); }, "old spelling of --kv-read-buffer")
+      ->group("");
   cmd->add_option("--log-level", f->log_level,
                   "debug (also request bodies), info (one access line per request), warn, error or off")
       ->capture_default_str();

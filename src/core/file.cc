@@ -117,4 +117,18 @@ Status MakeDirectories(const std::string& path) {
   return OkStatus();
 }
 
+Status PrepareOutputFile(const std::string& path) {
+  if (path.empty()) return InvalidArgumentError("empty output path");
+  if (IsDirectory(path)) return InvalidArgumentError("cannot write '" + path + "': it is a directory");
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  ATTIC_RETURN_IF_ERROR(MakeDirectories(dir));
+  if (FileExists(path)) {
+    if (::access(path.c_str(), W_OK) != 0) return ErrnoStatus("cannot write", path, errno);
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return ErrnoStatus("cannot write '" + path + "' in", dir, errno);
+  }
+  return OkStatus();
+}
+
 }  // namespace attic

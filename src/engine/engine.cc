@@ -8,6 +8,7 @@
 
 #include "attic/backend/kernels.h"
 #include "attic/core/file.h"
+#include "attic/core/log.h"
 #include "attic/core/progress.h"
 
 namespace attic::engine {
@@ -33,6 +34,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const auto& cfg = m.config();
   e->context_length_ = options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
   if (e->context_length_ <= 0) return InvalidArgumentError("context length must be positive");
+  // Like llama.cpp: allowed, with a warning (RoPE positions past the trained length are
+  // ones the model never saw; quality may fall off there).
+  if (cfg.max_position_embeddings > 0 && e->context_length_ > cfg.max_position_embeddings) {
+    Log(LogLevel::kWarn,
+        "context window of %d tokens exceeds the model's trained length of %d (max_position_embeddings): output "
+        "past %d tokens may be poor",
+        e->context_length_, cfg.max_position_embeddings, cfg.max_position_embeddings);
+  }
   // Sliding-window models (Mistral) are exact as long as no token attends further back
   // than the window, so the context is capped at the window rather than approximated.
   if (cfg.sliding_window > 0 && e->context_length_ > cfg.sliding_window) {
@@ -54,18 +63,33 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens, options.deterministic);
   kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
   shape.dtype = options.kv_dtype;
-  int n_blocks = options.kv_cache_bytes > 0
-                     ? kv::BlockPool::BlocksForBudget(shape, options.kv_cache_bytes)
-                     : (e->context_length_ + options.kv_block_size - 1) / options.kv_block_size + 1;
+  int n_blocks = (e->context_length_ + options.kv_block_size - 1) / options.kv_block_size + 1;  // one context
+  if (options.kv_cache_bytes > 0) {
+    n_blocks = kv::BlockPool::BlocksForBudget(shape, options.kv_cache_bytes);
+  } else if (options.kv_cache_contexts > 1 || options.kv_cache_auto_cap_bytes > 0) {
+    const int64_t per_token = shape.block_bytes() / shape.block_size;
+    const int64_t one_context = (static_cast<int64_t>(e->context_length_) + shape.block_size) * per_token;
+    int64_t want = one_context * std::max(1, options.kv_cache_contexts);
+    if (options.kv_cache_auto_cap_bytes > 0) want = std::min(want, options.kv_cache_auto_cap_bytes);
+    n_blocks = kv::BlockPool::BlocksForBudget(shape, std::max(one_context, want));
+  }
   e->kv_pool_ = e->NewKvPool(shape, n_blocks);
 
-  // Chat template: the flag wins, else detect from the model.
+  // Chat template: the flag wins, else detect from the model, else the fallback.
   if (!options.chat_template.empty()) {
     e->chat_kind_ = tokenizer::ParseChatTemplateKind(options.chat_template);
     if (!e->chat_kind_.ok()) return e->chat_kind_.status();
+    e->chat_origin_ = ChatTemplateOrigin::kNamed;
   } else {
     std::string text = m.chat_template().empty() ? e->tokenizer_->chat_template() : m.chat_template();
     e->chat_kind_ = tokenizer::DetectChatTemplate(text);
+    if (e->chat_kind_.ok()) {
+      e->chat_origin_ = ChatTemplateOrigin::kModel;
+    } else if (!options.chat_template_fallback.empty()) {
+      e->chat_kind_ = tokenizer::ParseChatTemplateKind(options.chat_template_fallback);
+      if (!e->chat_kind_.ok()) return e->chat_kind_.status();
+      e->chat_origin_ = ChatTemplateOrigin::kFallback;
+    }
   }
   // Stop tokens.
   for (int id : cfg.eos_token_ids) e->stop_ids_.push_back(id);
@@ -219,7 +243,7 @@ StatusOr<GenerationResult> Session::Generate(const std::vector<int32_t>& prompt,
   }
   if (on_text && r.text.size() > emitted && !cancelled) on_text(r.text.substr(emitted));
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-  if (cancelled) return CancelledError("generation cancelled by the caller");
+  if (cancelled) r.finish_reason = "cancelled";
   return r;
 }
 

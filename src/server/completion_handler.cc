@@ -60,17 +60,6 @@ ApiError ModelNotFound(const std::string& model) {
   return e;
 }
 
-StatusOr<std::string> Server::Impl::RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                               bool add_generation_prompt) const {
-  if (!chat_fallback) return engine.RenderChat(messages, add_generation_prompt);
-  const auto& tok = engine.tokenizer();
-  tokenizer::ChatRenderOptions ro;
-  ro.add_generation_prompt = add_generation_prompt;
-  if (tok.bos_id() >= 0) ro.bos_token = tok.TokenText(tok.bos_id());
-  if (tok.eos_id() >= 0) ro.eos_token = tok.TokenText(tok.eos_id());
-  return tokenizer::RenderChat(chat_kind, messages, ro);
-}
-
 StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
@@ -83,7 +72,8 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
   };
   std::vector<int32_t> ids;
   if (r.kind == ApiKind::kChat) {
-    StatusOr<std::string> text = RenderChat(r.messages);
+    // The engine's template family (`attic serve` loads it with the ChatML fallback).
+    StatusOr<std::string> text = engine.RenderChat(r.messages);
     if (!text.ok()) return text.status();
     if (text->size() > max_bytes) return too_long("your messages are far longer than that");
     // Templates that want BOS write it themselves.
@@ -118,10 +108,10 @@ engine::SamplingParams Server::Impl::Sampling(const ApiRequest& r) {
   if (options.max_tokens_limit > 0) limit = std::min(limit, options.max_tokens_limit);
   sp.max_tokens = static_cast<int>(r.max_tokens ? std::min(*r.max_tokens, limit) : limit);
   sp.stop_strings = r.stop;
-  if (r.kind == ApiKind::kChat) {
+  if (r.kind == ApiKind::kChat && engine.chat_template_kind().ok()) {
     // End-of-turn markers end a reply: as token ids when the vocabulary has them, else as
     // text (a model chatting through the ChatML fallback may spell them out).
-    for (const std::string& s : tokenizer::ChatStopTokens(chat_kind)) {
+    for (const std::string& s : tokenizer::ChatStopTokens(*engine.chat_template_kind())) {
       int32_t id = engine.tokenizer().TokenId(s);
       if (id >= 0) {
         sp.stop_token_ids.push_back(id);

@@ -82,11 +82,6 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
     im.store = std::move(*st);
     im.scheduler->set_store(im.store.get());
   }
-  if (engine.chat_template_kind().ok()) {
-    im.chat_kind = *engine.chat_template_kind();
-  } else {
-    im.chat_fallback = true;  // documented: a model without a chat template chats in ChatML
-  }
   const auto& tok = engine.tokenizer();
   for (int id = 0; id < tok.vocab_size(); ++id) im.max_token_bytes = std::max(im.max_token_bytes, tok.TokenText(id).size());
   for (const auto& k : options.api_keys) {

@@ -43,9 +43,6 @@ struct Server::Impl {
   bool started = false;
   bool stopped = false;
 
-  // Chat: the engine's template family, or ChatML when the model has none.
-  tokenizer::ChatTemplateKind chat_kind = tokenizer::ChatTemplateKind::kChatML;
-  bool chat_fallback = false;
   // Longest byte string of any token: a text longer than context * this cannot fit.
   size_t max_token_bytes = 1;
   // API key -> tenant id ("key-" + hash prefix; keys never appear in logs or metrics).
@@ -63,10 +60,6 @@ struct Server::Impl {
   // POST /tokenize and /detokenize (tokenize_handler.cc).
   void HandleTokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
-  // A conversation rendered with the chat template of chat completions (the model's
-  // family, or ChatML when it has none).
-  StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                   bool add_generation_prompt = true) const;
   // Prompt token ids and sampling parameters of a validated request.
   StatusOr<std::vector<int32_t>> PromptTokens(const ApiRequest& r) const;
   engine::SamplingParams Sampling(const ApiRequest& r);

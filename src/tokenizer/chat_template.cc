@@ -14,7 +14,7 @@ namespace attic::tokenizer {
 
 namespace {
 
-constexpr char kAllowed[] = "chatml, llama3, llama2 (or mistral)";
+constexpr const char* kAllowed = kChatTemplateNames;
 
 bool IsJinjaSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 

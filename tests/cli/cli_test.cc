@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli/cli_runner.h"
 #include "test_util.h"
 
 namespace {
@@ -20,25 +21,8 @@ namespace {
 using attic::testing::SharedDir;
 using attic::testing::TempDir;
 
-struct Result {
-  int exit_code = -1;
-  bool signaled = false;
-  std::string out;  // stdout + stderr
-};
-
-Result RunAttic(const std::string& args) {
-  std::string cmd = std::string("timeout 60 ") + ATTIC_BINARY + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
-  r.signaled = WIFSIGNALED(st) || r.exit_code >= 124;
-  return r;
-}
+using attic::testing::Result;
+using attic::testing::RunAttic;
 
 std::string Stories() { return SharedDir() + "/models/stories260K-hf"; }
 
@@ -152,8 +136,40 @@ TEST(Cli, InvalidUtf8Prompt) {
 }
 
 TEST(Cli, UnknownChatTemplateNamesTheFlag) {
-  ExpectCleanError(RunAttic("generate -m " + Stories() + " --chat -p hi"), "--chat-template");
   ExpectCleanError(RunAttic("generate -m " + Stories() + " --chat-template nonsense -p hi"), "--chat-template");
+}
+
+// A model without a chat template Attic recognises (stories260K) chats in ChatML in
+// serve, chat and generate --chat alike, and each says so once at start-up; --help
+// names every family the flag accepts.
+TEST(Cli, AModelWithoutAChatTemplateChatsInChatMlEverywhereAndSaysSo) {
+  const std::string said = "attic: chat template: chatml (the model has none Attic recognises";
+  auto count = [](const std::string& text, const std::string& needle) {
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  Result gen = RunAttic("generate -m " + Stories() + " --chat -p 'Tell me a story.' -n 8 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.out;
+  EXPECT_EQ(count(gen.out, said), 1) << gen.out;
+  TempDir d;
+  std::ofstream(d.File("in.txt")) << "Tell me a story.\n";
+  Result chat = RunAttic("chat -m " + Stories() + " -n 8 --temp 0 < " + d.File("in.txt"));
+  EXPECT_EQ(chat.exit_code, 0) << chat.out;
+  EXPECT_EQ(count(chat.out, said), 1) << chat.out;
+  // The same reply: both render the user message with ChatML's template.
+  const std::string gen_text = gen.out.substr(0, gen.out.find("\n[prompt"));
+  EXPECT_NE(chat.out.find(gen_text.substr(gen_text.find('\n') + 1)), std::string::npos)
+      << "generate --chat:\n" << gen.out << "\nchat:\n" << chat.out;
+  // serve says it at start-up too (here the start fails later, at an address it cannot bind).
+  Result serve = RunAttic("serve -m " + Stories() + " --host 256.0.0.1 --port 0");
+  EXPECT_EQ(count(serve.out, said), 1) << serve.out;
+  Result plain = RunAttic("generate -m " + Stories() + " -p hi -n 4");
+  EXPECT_EQ(count(plain.out, "chat template"), 0) << "printed without --chat: " << plain.out;
+  for (const char* cmd : {"serve", "chat", "generate"}) {
+    Result help = RunAttic(std::string(cmd) + " --help");
+    EXPECT_NE(help.out.find("chatml, llama3, llama2 (or mistral)"), std::string::npos) << cmd << ": " << help.out;
+  }
 }
 
 // A port another server listens on is an error, even when that server allowed port sharing

@@ -54,5 +54,9 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents);
 // Joins two path components with exactly one '/'.
 std::string JoinPath(const std::string& a, const std::string& b);
 Status MakeDirectories(const std::string& path);
+// For an output a long job writes at its end (--json, --plot): creates the parent
+// folders and checks, before the work starts, that `path` can be written (an existing
+// file is left as it is until the write). Unavailable/NotFound naming the path if not.
+Status PrepareOutputFile(const std::string& path);
 
 }  // namespace attic

@@ -28,9 +28,17 @@ struct EngineOptions {
   int context_length = 0;       // 0 = the model's max_position_embeddings
   int max_batch_tokens = 512;   // tokens per forward step (prefill chunk size)
   int kv_block_size = kv::kDefaultBlockSize;  // tokens per KV block
-  int64_t kv_cache_bytes = 0;   // compute-buffer KV budget; 0 = one full context
+  int64_t kv_cache_bytes = 0;   // compute-buffer KV budget; 0 = automatic (below)
+  // Automatic budget: room for this many full contexts, at most kv_cache_auto_cap_bytes
+  // (0 = no cap), never less than one context (`attic serve`: --max-running, --kv-budget-cap).
+  int kv_cache_contexts = 1;
+  int64_t kv_cache_auto_cap_bytes = 0;
   DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, or kF16 (half the bytes)
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
+  // The family chats use when the model has no template Attic recognises and none is
+  // named ("" = none: RenderChat then fails, naming --chat-template). serve, chat and
+  // generate --chat all pass "chatml".
+  std::string chat_template_fallback;
   bool show_progress = false;   // progress bar on stderr while loading
   // Every sequence's output independent of what shares its steps (Transformer's
   // row_invariant): seeded sampling reproducible under any load; slower.
@@ -68,6 +76,9 @@ class Engine {
   // The chat template family RenderChat uses (InvalidArgument naming --chat-template
   // when the model has none Attic recognises and none was named).
   const StatusOr<tokenizer::ChatTemplateKind>& chat_template_kind() const { return chat_kind_; }
+  // Where chat_template_kind() came from.
+  enum class ChatTemplateOrigin { kNamed, kModel, kFallback, kNone };
+  ChatTemplateOrigin chat_template_origin() const { return chat_origin_; }
 
  private:
   Engine() = default;
@@ -80,13 +91,14 @@ class Engine {
   std::unique_ptr<kv::BlockPool> kv_pool_;
   int context_length_ = 0;
   StatusOr<tokenizer::ChatTemplateKind> chat_kind_ = InvalidArgumentError("no chat template");
+  ChatTemplateOrigin chat_origin_ = ChatTemplateOrigin::kNone;
   std::vector<int32_t> stop_ids_;
 };
 
 struct GenerationResult {
   std::vector<int32_t> tokens;     // generated ids (a stop token is not included)
   std::string text;                // their text, cut before any stop string
-  std::string finish_reason;       // "stop" or "length"
+  std::string finish_reason;       // "stop", "length", or "cancelled" (the callback returned false)
   int n_prompt_tokens = 0;
   int n_cached_tokens = 0;         // prompt tokens whose KV was reused
   double prefill_seconds = 0;
@@ -102,7 +114,8 @@ class Session {
 
   // Generates a continuation of `prompt` (the whole context for this turn). KV already
   // held for a common prefix of `prompt` is reused; the rest is prefilled in chunks.
-  // OutOfRange if the prompt does not fit the context window.
+  // OutOfRange if the prompt does not fit the context window. A callback that returns
+  // false ends the generation ("cancelled"); the KV of what was generated stays cached.
   StatusOr<GenerationResult> Generate(const std::vector<int32_t>& prompt, const SamplingParams& params,
                                       const TextCallback& on_text = nullptr);
 

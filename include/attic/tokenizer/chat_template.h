@@ -18,6 +18,8 @@ struct ChatMessage {
 };
 
 // "chatml", "llama3", "llama2" (also "mistral" -> llama2). InvalidArgument otherwise.
+// The names ParseChatTemplateKind accepts, for help texts and errors.
+inline constexpr char kChatTemplateNames[] = "chatml, llama3, llama2 (or mistral)";
 StatusOr<ChatTemplateKind> ParseChatTemplateKind(const std::string& name);
 const char* ChatTemplateKindName(ChatTemplateKind k);
 
