@@ -12,6 +12,7 @@
 #include "attic/core/byte_size.h"
 #include "attic/core/log.h"
 #include "attic/server/server.h"
+#include "attic/store/kv_store.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -134,6 +135,10 @@ int RunServe(ServeFlags f) {
   PrintChatTemplate(e);
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
+  // What the KV store found at start-up (restored entries, removed leftovers, other
+  // models' entries kept, files that are not Attic's).
+  if (const store::KvStore* kv = (*srv)->kv_store(); kv != nullptr)
+    Log(LogLevel::kInfo, "%s", store::FormatOpenReport(kv->open_report()).c_str());
 
   RaiseFileLimit();
   Status st = (*srv)->Start();
@@ -191,7 +196,9 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   AddSizeOption(cmd, "--kv-dram", "--kv-dram-bytes", 1, &f->kv_dram,
                 "host-DRAM tier of the KV store, faulted in at start-up (default 0: with no --kv-ssd-dir the store "
                 "is off)");
-  cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir, "directory of the SSD tier of the KV store (survives restarts)");
+  cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir,
+                  "directory of the SSD tier of the KV store (survives restarts): a new or empty directory, or one "
+                  "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")

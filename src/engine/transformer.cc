@@ -202,10 +202,12 @@ void Transformer::Finish(std::vector<float>* logits) {
   int n_out = 0;
   float* rows = F(xn_);
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (!batch[i].want_logits) continue;
-    int last = entry_offset_[i] + static_cast<int>(batch[i].tokens.size()) - 1;
-    std::memcpy(rows + static_cast<int64_t>(n_out) * hidden, F(x_) + static_cast<int64_t>(last) * hidden, hidden * 4);
-    ++n_out;
+    const int n_tokens = static_cast<int>(batch[i].tokens.size());
+    const int n_rows = batch[i].all_logits ? n_tokens : batch[i].want_logits ? 1 : 0;
+    const int first = entry_offset_[i] + n_tokens - n_rows;
+    std::memcpy(rows + static_cast<int64_t>(n_out) * hidden, F(x_) + static_cast<int64_t>(first) * hidden,
+                 static_cast<size_t>(n_rows) * hidden * 4);
+    n_out += n_rows;
   }
   if (logits != nullptr) {
     logits->resize(static_cast<size_t>(n_out) * c.vocab_size);

@@ -109,8 +109,29 @@ const char* KvDtypeName(KvDtype dtype) {
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
 
 std::string EntryKey::ToString() const {
-  return Hex16(Hash64(tenant, 1)) + "-" + Hex16(Hash64(fingerprint, 2)) + "-" + KvDtypeName(dtype) + "-" +
+  return Hex16(Hash64(tenant, 1)) + "-" + FingerprintTag(fingerprint) + "-" + KvDtypeName(dtype) + "-" +
          Hex16(token_hash) + "-" + Hex16(Hash64(session_id, 3));
+}
+
+std::string FingerprintTag(const std::string& fingerprint) { return Hex16(Hash64(fingerprint, 2)); }
+
+bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag) {
+  auto hex16 = [](std::string_view f) {
+    return f.size() == 16 && std::all_of(f.begin(), f.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  };
+  std::string_view field[5];
+  for (int i = 0; i < 5; ++i) {
+    const size_t dash = i < 4 ? name.find('-') : name.size();
+    if (dash == std::string_view::npos) return false;
+    field[i] = name.substr(0, dash);
+    name.remove_prefix(i < 4 ? dash + 1 : dash);
+  }
+  if (!hex16(field[0]) || !hex16(field[1]) || !hex16(field[3]) || !hex16(field[4])) return false;
+  if (field[2] != KvDtypeName(KvDtype::kF32)) return false;  // the only dtype there is
+  if (fingerprint_tag != nullptr) fingerprint_tag->assign(field[1]);
+  return true;
 }
 
 EntryKey KvEntry::key() const {

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "attic/core/hash.h"
+#include "attic/core/log.h"
 #include "attic/core/progress.h"
 #include "attic/core/thread_name.h"
 
@@ -33,9 +34,10 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, const Clock* clock) {
+  if (options.fingerprint.empty()) return InvalidArgumentError("KV store needs the model fingerprint");
   std::unique_ptr<Tier> ssd;
   if (!options.ssd_dir.empty()) {
-    ATTIC_ASSIGN_OR_RETURN(ssd, SsdTier::Open(options.ssd_dir, options.ssd_bytes));
+    ATTIC_ASSIGN_OR_RETURN(ssd, SsdTier::Open(options.ssd_dir, options.fingerprint, options.ssd_bytes));
   }
   return Open(options, std::make_unique<DramTier>(options.dram_bytes), std::move(ssd), clock);
 }
@@ -235,6 +237,19 @@ void KvStore::Flush() {
 
 Status KvStore::Rebuild() {
   std::lock_guard<std::mutex> lock(mu_);
+  StoreOpenReport& report = open_report_;
+  if (const auto* ssd = dynamic_cast<const SsdTier*>(ssd_.get())) {
+    const SsdScan& scan = ssd->scan();
+    report.ssd_root = scan.root;
+    report.ssd_dir = scan.dir;
+    report.ssd_created = scan.created;
+    report.removed_temp_files = scan.removed_temp_files;
+    report.other_model_entries = scan.other_model_entries;
+    report.other_model_bytes = scan.other_model_bytes;
+    report.other_models = scan.other_models;
+    report.foreign = scan.foreign;
+    report.foreign_example = scan.foreign_example;
+  }
   for (Tier* tier : {dram_.get(), ssd_.get()}) {
     if (tier == nullptr) continue;
     std::vector<std::string> keys = tier->Keys();
@@ -243,11 +258,14 @@ Status KvStore::Rebuild() {
       // Verified in place: only the header is kept.
       StatusOr<Fetched> read = ReadChecked(*tier, key, true);
       if (!read.ok() || entries_.count(key) != 0) {
-        // Corrupt, truncated, another model's, misnamed or duplicated: never served.
-        std::fprintf(stderr, "attic: KV store: dropping entry %s (%s)\n", key.c_str(),
-                     read.ok() ? "duplicated" : read.status().ToString().c_str());
+        // Corrupt, truncated, misnamed (e.g. another model's bytes under this model's
+        // name) or duplicated: never served. (The SSD tier lists only this model's
+        // entry files: nothing else is ever read or removed.)
+        Log(LogLevel::kWarn, "KV store: removing corrupt entry %s from the %s tier (%s)", key.c_str(),
+            TierName(tier->level()), read.ok() ? "duplicated" : read.status().ToString().c_str());
         tier->Erase(key).IgnoreError();
         ++stats_.corrupt;
+        ++report.removed_corrupt;
         continue;
       }
       KvEntry& entry = read->header.meta;
@@ -263,15 +281,78 @@ Status KvStore::Rebuild() {
       if (Expired(info)) {
         tier->Erase(key).IgnoreError();
         ++stats_.expired;
+        ++report.removed_expired;
         continue;
       }
       IndexLocked(std::move(info));
     }
   }
   // Capacities may have shrunk since the files were written.
-  if (ssd_ != nullptr && ssd_->bytes() > ssd_->capacity())
+  if (ssd_ != nullptr && ssd_->bytes() > ssd_->capacity()) {
+    const uint64_t before = stats_.evictions_ssd;
     ATTIC_RETURN_IF_ERROR(MakeRoomLocked(TierLevel::kSsd, 0, ""));
+    report.evicted = stats_.evictions_ssd - before;
+  }
+  for (const auto& [k, e] : entries_) {
+    (e.tier == TierLevel::kDram ? report.dram_entries : report.ssd_entries) += 1;
+    (e.tier == TierLevel::kDram ? report.dram_bytes : report.ssd_bytes) += e.bytes;
+  }
   return OkStatus();
+}
+
+namespace {
+
+std::string ByteSize(uint64_t n) {
+  char buf[32];
+  const double x = static_cast<double>(n);
+  if (n >= (1ull << 30)) {
+    std::snprintf(buf, sizeof buf, "%.1f GiB", x / (1ull << 30));
+  } else if (n >= (1ull << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", x / (1ull << 20));
+  } else if (n >= (1ull << 10)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", x / (1ull << 10));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  }
+  return buf;
+}
+
+std::string Count(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+std::string FormatOpenReport(const StoreOpenReport& r) {
+  std::string line = "KV store: ";
+  const uint64_t restored = r.dram_entries + r.ssd_entries;
+  if (r.ssd_root.empty()) {
+    if (restored == 0) return line + "no SSD tier (--kv-ssd-dir): nothing restored";
+    return line + "restored " + Count(restored, "entry", "entries") + " (" + ByteSize(r.dram_bytes + r.ssd_bytes) + ")";
+  }
+  if (r.ssd_created) {
+    line += "new store in " + r.ssd_root + " (this model's entries go to " + r.ssd_dir + ")";
+  } else if (restored == 0) {
+    line += "no entries of this model in " + r.ssd_dir;
+  } else {
+    line += "restored " + Count(r.ssd_entries, "entry", "entries") + " (" + ByteSize(r.ssd_bytes) + ") from SSD " +
+            r.ssd_dir;
+    if (r.dram_entries > 0)
+      line += " and " + Count(r.dram_entries, "entry", "entries") + " (" + ByteSize(r.dram_bytes) + ") in DRAM";
+  }
+  if (r.removed_temp_files > 0)
+    line += "; removed " + Count(r.removed_temp_files, "stale temporary file", "stale temporary files");
+  if (r.removed_corrupt > 0) line += "; removed " + Count(r.removed_corrupt, "corrupt entry", "corrupt entries");
+  if (r.removed_expired > 0) line += "; removed " + Count(r.removed_expired, "expired entry", "expired entries");
+  if (r.evicted > 0) line += "; evicted " + Count(r.evicted, "entry", "entries") + " over --kv-ssd-bytes";
+  if (r.other_model_entries > 0)
+    line += "; kept " + Count(r.other_model_entries, "entry", "entries") + " of " +
+            Count(r.other_models, "other model", "other models") + " (" + ByteSize(r.other_model_bytes) +
+            ", not counted against --kv-ssd-bytes)";
+  if (r.foreign > 0)
+    line += "; ignored " + Count(r.foreign, "file", "files") + " not Attic's (e.g. '" + r.foreign_example +
+            "'), left untouched";
+  return line;
 }
 
 bool KvStore::Expired(const EntryInfo& e) const { return e.expires_at_ms != 0 && e.expires_at_ms <= clock_->NowMs(); }

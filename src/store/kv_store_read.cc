@@ -2,8 +2,7 @@
 // (paper 001 section 3.2). The entry's bytes are handed out shared (a DRAM-tier value is
 // not copied), verified, and read from SSD outside the store's lock so lookups and saves
 // go on; Peek plans the read buffer.
-#include <cstdio>
-
+#include "attic/core/log.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::store {
@@ -81,7 +80,7 @@ StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& k
 }
 
 void KvStore::DropUnreadableLocked(const std::string& key, const Status& why) {
-  std::fprintf(stderr, "attic: KV store: dropping unreadable entry %s (%s)\n", key.c_str(), why.ToString().c_str());
+  Log(LogLevel::kWarn, "KV store: removing unreadable entry %s (%s)", key.c_str(), why.ToString().c_str());
   RemoveLocked(key);
   ++stats_.corrupt;
 }

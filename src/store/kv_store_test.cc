@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "store/store_test_util.h"
@@ -212,7 +213,8 @@ class KvStoreFault : public ::testing::Test {
     auto s = OpenStore(Options(0, dir_.path(), 8));
     ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "good")).ok());
     ASSERT_TRUE(s->Save(MakeEntry(Range(500, 32), "victim")).ok());
-    victim_path_ = dir_.path() + "/" + MakeEntry(Range(500, 32), "victim").key().ToString() + ".kv";
+    victim_path_ =
+        SsdTier::ModelDir(dir_.path(), "fp-A") + "/" + MakeEntry(Range(500, 32), "victim").key().ToString() + ".kv";
     ASSERT_TRUE(std::filesystem::exists(victim_path_));
   }
   void ExpectCleanMiss() {
@@ -285,6 +287,178 @@ TEST_F(KvStoreFault, CorruptionAfterOpenIsNotPrefetched) {
   EXPECT_EQ(s->Stats().corrupt, 1u);
   EXPECT_FALSE(s->Lookup("default", "victim", Range(500, 40)).has_value());
   EXPECT_EQ(s->Fetch(m->key).status().code(), StatusCode::kNotFound);
+}
+
+// Every regular file under `dir` (recursively), by path relative to it, with its bytes.
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& de : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!de.is_regular_file()) continue;
+    std::ifstream in(de.path(), std::ios::binary);
+    files[std::filesystem::relative(de.path(), dir).string()].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+// Each file of `kept` is still there with the same bytes.
+void ExpectIntact(const std::map<std::string, std::string>& kept, const std::string& dir, const char* when) {
+  const auto now = Snapshot(dir);
+  for (const auto& [path, bytes] : kept) {
+    auto it = now.find(path);
+    if (it == now.end()) {
+      ADD_FAILURE() << path << " was deleted (" << when << ")";
+    } else {
+      EXPECT_TRUE(it->second == bytes) << path << " was changed (" << when << ")";
+    }
+  }
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The directory: files Attic did not write (one named like a temporary file, one
+// like an entry, one in a subdirectory) beside another model's stored sessions. The store
+// of model A never touches them, byte for byte: not at start-up, not while it demotes
+// DRAM -> SSD and evicts from SSD, not at a restart; model B's sessions are served again
+// when B's store opens, and A's survive that too.
+TEST(KvStoreSharedDir, ForeignFilesAndOtherModelsEntriesAreNeverTouched) {
+  ScratchDir dir("shared");
+  StoreOptions ob = Options(0, dir.path(), 8);
+  ob.fingerprint = "fp-B";
+  std::vector<KvEntry> b;
+  {
+    auto s = OpenStore(ob);
+    for (int i = 0; i < 3; ++i) {
+      b.push_back(MakeEntry(Range(100 * i, 32), "b" + std::to_string(i), "default", 2, 8, "fp-B", 50 + i));
+      ASSERT_TRUE(s->Save(b.back()).ok());
+    }
+  }
+  WriteFile(dir.path() + "/notes.txt", "my notes\n");
+  WriteFile(dir.path() + "/data.tmp", std::string(3000, 'd'));
+  WriteFile(dir.path() + "/my.kv", "not a KV entry at all");
+  WriteFile(dir.path() + "/sub/a.kv", std::string(5000, 'a'));
+  const auto kept = Snapshot(dir.path());
+  ASSERT_GE(kept.size(), 3u + 4u);
+
+  // Model A: DRAM holds 2 entries, SSD 3; 8 sessions demote to SSD and evict from it.
+  const StoreOptions oa = Options(2, dir.path(), 3, PolicyKind::kLru);
+  auto save_a = [](KvStore& s, int i) {
+    return s.Save(MakeEntry(Range(10000 + 100 * i, 32), "a" + std::to_string(i), "default", 2, 8, "fp-A", i));
+  };
+  {
+    auto s = OpenStore(oa);
+    ExpectIntact(kept, dir.path(), "start-up");
+    EXPECT_EQ(s->Stats().entries, 0u);
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_TRUE(save_a(*s, i).ok());
+      ExpectWithinCapacity(*s);
+    }
+    StoreStats st = s->Stats();
+    EXPECT_GT(st.bytes_dram_to_ssd, 0u);
+    EXPECT_GT(st.evictions_ssd, 0u);
+    ExpectIntact(kept, dir.path(), "demotions and SSD evictions");
+  }
+  ExpectIntact(kept, dir.path(), "shutdown");
+  {
+    auto s = OpenStore(oa);  // restart: A's SSD entries come back (the DRAM tier was lost)
+    ExpectIntact(kept, dir.path(), "restart");
+    StoreStats st = s->Stats();
+    EXPECT_EQ(st.entries, 3u);
+    EXPECT_EQ(st.corrupt, 0u);
+    EXPECT_TRUE(s->GetSession("default", "a5").ok());
+    for (int i = 8; i < 12; ++i) ASSERT_TRUE(save_a(*s, i).ok());
+    EXPECT_GT(s->Stats().evictions_ssd, 0u);
+    ExpectIntact(kept, dir.path(), "demotions after the restart");
+  }
+  const auto with_a = Snapshot(dir.path());
+
+  // Model B's server again: its sessions are served, exactly.
+  {
+    ob.dram_bytes = 4 * kEntry;
+    auto s = OpenStore(ob);
+    EXPECT_EQ(s->Stats().entries, 3u);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> prompt = b[i].tokens;
+      prompt.push_back(7);
+      auto m = s->Lookup("default", "b" + std::to_string(i), prompt);
+      ASSERT_TRUE(m.has_value()) << i;
+      EXPECT_EQ(m->tier, TierLevel::kSsd);
+      auto loaded = s->Load(m->key);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      EXPECT_EQ(loaded->k, b[i].k);
+      EXPECT_EQ(loaded->v, b[i].v);
+    }
+    EXPECT_EQ(s->Stats().corrupt, 0u);
+  }
+  ExpectIntact(with_a, dir.path(), "model B's server");  // A's entries and the foreign files
+  auto s = OpenStore(oa);
+  EXPECT_EQ(s->Stats().entries, 3u);
+  EXPECT_TRUE(s->GetSession("default", "a9").ok());  // on SSD at the last shutdown (a10, a11 were in DRAM)
+}
+
+// KvStore::open_report(): what start-up found, per kind, and its one-line rendering.
+TEST(KvStoreSharedDir, OpenReportSaysWhatStartUpFound) {
+  ScratchDir dir("report");
+  VirtualClock clock;
+  StoreOptions ob = Options(0, dir.path(), 8);
+  ob.fingerprint = "fp-B";
+  {
+    auto s = OpenStore(ob);
+    EXPECT_TRUE(s->open_report().ssd_created);
+    EXPECT_EQ(FormatOpenReport(s->open_report()),
+              "KV store: new store in " + dir.path() + " (this model's entries go to " +
+                  SsdTier::ModelDir(dir.path(), "fp-B") + ")");
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(s->Save(MakeEntry(Range(100 * i, 32), "b" + std::to_string(i), "default", 2, 8, "fp-B")).ok());
+  }
+  const StoreOptions oa = Options(0, dir.path(), 8);
+  std::string corrupt_path;
+  {
+    auto s = OpenStore(oa, &clock);
+    EXPECT_FALSE(s->open_report().ssd_created);
+    EXPECT_EQ(FormatOpenReport(s->open_report()),
+              "KV store: no entries of this model in " + SsdTier::ModelDir(dir.path(), "fp-A") +
+                  "; kept 2 entries of 1 other model (16.0 KiB, not counted against --kv-ssd-bytes)");
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(1000 * i, 32), "a" + std::to_string(i))).ok());
+    ASSERT_TRUE(s->Save(MakeEntry(Range(9000, 32), "short-lived"), "", 1000).ok());
+    corrupt_path = SsdTier::ModelDir(dir.path(), "fp-A") + "/" + MakeEntry(Range(0, 32), "a0").key().ToString() + ".kv";
+  }
+  std::filesystem::resize_file(corrupt_path, 5000);  // a0 truncated
+  WriteFile(corrupt_path.substr(0, corrupt_path.size() - 3) + "ffff.kv.tmp", "not a key: foreign");
+  WriteFile(SsdTier::ModelDir(dir.path(), "fp-A") + "/" + MakeEntry(Range(7, 32)).key().ToString() + ".kv.tmp",
+            "an interrupted write");
+  WriteFile(dir.path() + "/notes.txt", "my notes");
+  WriteFile(dir.path() + "/sub/a.kv", "a");
+  clock.Advance(2000);  // short-lived expires
+  StoreOptions smaller = oa;
+  smaller.ssd_bytes = 2 * kEntry;  // 3 good entries left: one more goes
+  auto s = OpenStore(smaller, &clock);
+  const StoreOpenReport& r = s->open_report();
+  EXPECT_EQ(r.ssd_root, dir.path());
+  EXPECT_EQ(r.ssd_dir, SsdTier::ModelDir(dir.path(), "fp-A"));
+  EXPECT_FALSE(r.ssd_created);
+  EXPECT_EQ(r.ssd_entries, 2u);
+  EXPECT_EQ(r.ssd_bytes, 2 * kEntry);
+  EXPECT_EQ(r.dram_entries, 0u);
+  EXPECT_EQ(r.removed_temp_files, 1u);
+  EXPECT_EQ(r.removed_corrupt, 1u);
+  EXPECT_EQ(r.removed_expired, 1u);
+  EXPECT_EQ(r.evicted, 1u);
+  EXPECT_EQ(r.other_models, 1u);
+  EXPECT_EQ(r.other_model_entries, 2u);
+  EXPECT_EQ(r.other_model_bytes, 2 * kEntry);
+  EXPECT_EQ(r.foreign, 3u);  // notes.txt, sub/, the .kv.tmp that is not a key
+  EXPECT_EQ(s->Stats().corrupt, 1u);
+  EXPECT_EQ(s->Stats().entries, 2u);
+  const std::string line = FormatOpenReport(r);
+  EXPECT_EQ(line.substr(0, line.find(" (e.g. ")),
+            "KV store: restored 2 entries (16.0 KiB) from SSD " + r.ssd_dir +
+                "; removed 1 stale temporary file; removed 1 corrupt entry; removed 1 expired entry; evicted 1 entry "
+                "over --kv-ssd-bytes; kept 2 entries of 1 other model (16.0 KiB, not counted against "
+                "--kv-ssd-bytes); ignored 3 files not Attic's");
+  EXPECT_EQ(line.substr(line.find(" (e.g. ")), " (e.g. '" + r.foreign_example + "'), left untouched");
 }
 
 TEST(KvStore, SchedulerAwareKeepsQueuedSessionsWhereLruDropsThem) {

@@ -8,14 +8,17 @@
 #include <thread>
 
 #include "attic/core/file.h"
+#include "attic/core/log.h"
+#include "attic/store/entry.h"
 #include "attic/store/tier.h"
 
 namespace attic::store {
 
 namespace {
 
-constexpr char kSuffix[] = ".kv";
-constexpr char kTmpSuffix[] = ".tmp";
+constexpr char kSuffix[] = ".kv";               // an entry: <key>.kv
+constexpr char kTmpSuffix[] = ".tmp";           // its write in progress: <key>.kv.tmp
+constexpr char kTmpEntrySuffix[] = ".kv.tmp";
 constexpr size_t kChunk = 1 << 20;             // aligned I/O unit
 constexpr size_t kParallelThreshold = 8 << 20;  // split larger transfers across threads
 constexpr int kIoThreads = 4;
@@ -87,34 +90,194 @@ void FsyncDir(const std::string& dir) {
   }
 }
 
+namespace fs = std::filesystem;
+
+constexpr char kMarkerTmp[] = "ATTIC_KV_STORE.tmp";  // the marker while it is written
+constexpr char kMarkerWord[] = "attic-kv-store";
+constexpr char kLostFound[] = "lost+found";           // a fresh file system's: never Attic's, never foreign
+
+bool IsTag(const std::string& name) {
+  return name.size() == 16 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The entry key of a file name with `suffix` (".kv", ".kv.tmp") when the rest is an entry
+// key of the model `tag`; "" otherwise.
+std::string EntryKeyOf(const std::string& name, const char* suffix, const std::string& tag) {
+  if (!EndsWith(name, suffix)) return "";
+  std::string key = name.substr(0, name.size() - std::strlen(suffix));
+  std::string key_tag;
+  return ParseEntryKeyName(key, &key_tag) && key_tag == tag ? key : "";
+}
+
+// Calls fn(entry) for each entry of `dir`. Unavailable when it cannot be listed.
+template <typename Fn>
+Status ForEachEntry(const std::string& dir, Fn fn) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) fn(*it);
+  if (ec) return UnavailableError("cannot list KV store directory '" + dir + "': " + ec.message());
+  return OkStatus();
+}
+
+bool IsRegularFile(const fs::directory_entry& de) {
+  std::error_code ec;
+  return de.symlink_status(ec).type() == fs::file_type::regular;  // a link is not Attic's
+}
+
+bool IsDirectory(const fs::directory_entry& de) {
+  std::error_code ec;
+  return de.is_directory(ec);
+}
+
+// The marker's format version; FailedPrecondition when the file is not a marker.
+StatusOr<int> ReadMarker(const std::string& path) {
+  std::error_code ec;
+  if (fs::symlink_status(path, ec).type() != fs::file_type::regular || fs::file_size(path, ec) > 4096)
+    return FailedPreconditionError("is not an Attic store marker");
+  ATTIC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  const std::string line = text.substr(0, text.find('\n'));
+  const std::string word = std::string(kMarkerWord) + " ";
+  if (line.compare(0, word.size(), word) != 0 || line.size() == word.size() || line.size() > word.size() + 6 ||
+      !std::all_of(line.begin() + word.size(), line.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return FailedPreconditionError("is not an Attic store marker (it starts '" + line.substr(0, 40) + "')");
+  const int version = std::stoi(line.substr(word.size()));
+  if (version < 1)
+    return FailedPreconditionError("is not an Attic store marker (format " + std::to_string(version) + ")");
+  return version;
+}
+
+Status WriteMarker(const std::string& root) {
+  const std::string tmp = JoinPath(root, kMarkerTmp), path = JoinPath(root, SsdTier::kMarkerName);
+  const std::string text = std::string(kMarkerWord) + " " + std::to_string(SsdTier::kFormatVersion) +
+                           "\n"
+                           "# The KV store of Attic (attic serve --kv-ssd-dir; docs/store.md). Each subdirectory\n"
+                           "# holds one model's entries, <key>.kv; Attic reads, writes and removes nothing else\n"
+                           "# here. Removing a model's subdirectory while no server of that model runs frees its\n"
+                           "# space.\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
+  int err = WriteRange(fd, text.data(), 0, text.size());
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  // (ENOENT: another server making the same directory a store renamed it first.)
+  if (err == ENOENT && ReadMarker(path).ok()) err = 0;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot write", path, err);
+  }
+  FsyncDir(root);
+  return OkStatus();
+}
+
 }  // namespace
 
-StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& dir, uint64_t capacity) {
-  ATTIC_RETURN_IF_ERROR(MakeDirectories(dir));
-  std::unique_ptr<SsdTier> tier(new SsdTier(dir, capacity));
+std::string SsdTier::ModelDir(const std::string& root, const std::string& fingerprint) {
+  return JoinPath(root, FingerprintTag(fingerprint));
+}
+
+bool SsdTier::Mine(const std::string& key) const {
+  std::string tag;
+  return ParseEntryKeyName(key, &tag) && tag == tag_;
+}
+
+StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& root, const std::string& fingerprint,
+                                                 uint64_t capacity) {
+  auto refuse = [&](const std::string& why) {
+    return FailedPreconditionError("directory '" + root + "' " + why + " (nothing in it was touched)");
+  };
   std::error_code ec;
-  for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
-    if (!de.is_regular_file(ec)) continue;
-    std::string name = de.path().filename().string();
-    if (EndsWith(name, kTmpSuffix)) {  // an interrupted write: never visible, now gone
-      std::filesystem::remove(de.path(), ec);
-      ++tier->removed_temp_;
-      continue;
+  const bool exists = fs::exists(root, ec);
+  if (exists && !fs::is_directory(root, ec)) return refuse("is not a directory");
+  const std::string marker = JoinPath(root, kMarkerName);
+  std::unique_ptr<SsdTier> tier(new SsdTier(FingerprintTag(fingerprint), capacity));
+  SsdScan& scan = tier->scan_;
+  scan.root = root;
+  scan.dir = JoinPath(root, tier->tag_);
+  auto marked = [&] { return fs::symlink_status(marker, ec).type() != fs::file_type::not_found; };
+  std::string example;  // a name in an unmarked directory that is not empty
+  if (exists && !marked()) {
+    ATTIC_RETURN_IF_ERROR(ForEachEntry(root, [&](const fs::directory_entry& de) {
+      const std::string name = de.path().filename().string();
+      if (example.empty() && name != kLostFound && name != kMarkerTmp) example = name;
+    }));
+  }
+  if (exists && (marked() || !example.empty())) {  // (marked meanwhile: another server made it a store)
+    if (!marked())
+      return refuse("is not empty (it holds '" + example + "') and has no " + std::string(kMarkerName) +
+                    " marker, so it is not an Attic KV store: give --kv-ssd-dir an empty or new directory, which "
+                    "Attic then keeps to itself");
+    StatusOr<int> version = ReadMarker(marker);
+    if (!version.ok())
+      return refuse("holds a file " + std::string(kMarkerName) + " that " + version.status().message());
+    if (*version > kFormatVersion)
+      return refuse("is a KV store of a newer Attic (store format " + std::to_string(*version) +
+                    "; this Attic reads format " + std::to_string(kFormatVersion) +
+                    "): serve it with that Attic, or give --kv-ssd-dir another directory");
+  } else {
+    // New, or empty: Attic's from now on.
+    ATTIC_RETURN_IF_ERROR(MakeDirectories(root));
+    ATTIC_RETURN_IF_ERROR(WriteMarker(root));
+    scan.created = true;
+  }
+  if (fs::exists(scan.dir, ec) && !fs::is_directory(scan.dir, ec))
+    return refuse("holds '" + tier->tag_ + "', which should be the directory of this model's entries and is not");
+  if (!fs::exists(scan.dir, ec)) {
+    ATTIC_RETURN_IF_ERROR(MakeDirectories(scan.dir));
+    FsyncDir(root);
+  }
+
+  auto foreign = [&](const std::string& name, bool dir) {
+    if (scan.foreign++ == 0) scan.foreign_example = name + (dir ? "/" : "");
+  };
+  // The store directory: the marker, model subdirectories, and whatever else is there.
+  ATTIC_RETURN_IF_ERROR(ForEachEntry(root, [&](const fs::directory_entry& de) {
+    const std::string name = de.path().filename().string();
+    if (name == kMarkerName || name == kMarkerTmp || name == kLostFound || name == tier->tag_) return;
+    if (!IsDirectory(de) || !IsTag(name)) return foreign(name, IsDirectory(de));
+    // Another model's entries: counted, never opened, never removed.
+    const uint64_t entries_before = scan.other_model_entries;
+    Status st = ForEachEntry(de.path().string(), [&](const fs::directory_entry& f) {
+      const std::string fname = f.path().filename().string();
+      std::error_code fec;
+      if (IsRegularFile(f) && !EntryKeyOf(fname, kSuffix, name).empty()) {
+        ++scan.other_model_entries;
+        scan.other_model_bytes += f.file_size(fec);
+      } else if (!IsRegularFile(f) || EntryKeyOf(fname, kTmpEntrySuffix, name).empty()) {
+        foreign(name + "/" + fname, IsDirectory(f));  // (a write in progress there is that model's)
+      }
+    });
+    st.IgnoreError();  // unreadable: nothing counted, nothing touched
+    if (scan.other_model_entries > entries_before) ++scan.other_models;
+  }));
+  // This model's directory: its entries and its interrupted writes; nothing else.
+  ATTIC_RETURN_IF_ERROR(ForEachEntry(scan.dir, [&](const fs::directory_entry& de) {
+    const std::string name = de.path().filename().string();
+    std::error_code fec;
+    if (!IsRegularFile(de)) return foreign(tier->tag_ + "/" + name, IsDirectory(de));
+    if (!EntryKeyOf(name, kTmpEntrySuffix, tier->tag_).empty()) {  // an interrupted write: never visible, now gone
+      if (fs::remove(de.path(), fec)) ++scan.removed_temp_files;
+      return;
     }
-    if (!EndsWith(name, kSuffix)) continue;
-    uint64_t size = de.file_size(ec);
-    if (ec) continue;
-    std::string key = name.substr(0, name.size() - std::strlen(kSuffix));
+    const std::string key = EntryKeyOf(name, kSuffix, tier->tag_);
+    if (key.empty()) return foreign(tier->tag_ + "/" + name, false);
+    const uint64_t size = de.file_size(fec);
+    if (fec) return;
     tier->sizes_[key] = size;
     tier->bytes_ += size;
-  }
-  if (ec) return UnavailableError("cannot list KV directory '" + dir + "': " + ec.message());
+  }));
+  if (scan.foreign > 0)
+    Log(LogLevel::kWarn, "KV store: %llu file%s in '%s' %s not Attic's (e.g. '%s'): left untouched",
+        static_cast<unsigned long long>(scan.foreign), scan.foreign == 1 ? "" : "s", root.c_str(),
+        scan.foreign == 1 ? "is" : "are", scan.foreign_example.c_str());
   return tier;
 }
 
-std::string SsdTier::PathOf(const std::string& key) const { return JoinPath(dir_, key + kSuffix); }
+std::string SsdTier::PathOf(const std::string& key) const { return JoinPath(scan_.dir, key + kSuffix); }
 
 Status SsdTier::Put(const std::string& key, std::string_view bytes) {
+  if (!Mine(key)) return InvalidArgumentError("'" + key + "' is not a KV entry key of this model");
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sizes_.find(key);
@@ -148,7 +311,7 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
     ::unlink(tmp.c_str());
     return finish(ErrnoStatus("cannot write", path, err));
   }
-  FsyncDir(dir_);
+  FsyncDir(scan_.dir);
   return finish(OkStatus());
 }
 
@@ -158,6 +321,7 @@ StatusOr<std::string> SsdTier::Get(const std::string& key) {
 }
 
 StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
+  if (!Mine(key)) return NotFoundError("no KV entry '" + key + "' of this model");
   const std::string path = PathOf(key);
   // O_DIRECT straight into the aligned buffer where the file system allows it; else
   // (tmpfs, or a refused read) through the page cache.
@@ -181,6 +345,7 @@ StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
 }
 
 Status SsdTier::Erase(const std::string& key) {
+  if (!Mine(key)) return InvalidArgumentError("'" + key + "' is not a KV entry key of this model");
   std::string path = PathOf(key);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove", path, errno);
   std::lock_guard<std::mutex> lock(mu_);

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "store/store_test_util.h"
@@ -15,26 +17,36 @@ namespace {
 
 using testing::ScratchDir;
 
+// An entry key of model `fingerprint` named by `name` (the only keys an SSD tier takes).
+std::string K(const std::string& name, const std::string& fingerprint = "fp-A") {
+  EntryKey k;
+  k.tenant = "default";
+  k.fingerprint = fingerprint;
+  k.token_hash = std::hash<std::string>()(name);
+  k.session_id = name;
+  return k.ToString();
+}
+
 template <typename MakeTier>
 void ExerciseTier(MakeTier make) {
   auto tier = make(100);
   EXPECT_EQ(tier->bytes(), 0u);
-  ASSERT_TRUE(tier->Put("a", std::string(60, 'a')).ok());
-  EXPECT_TRUE(tier->Contains("a"));
-  EXPECT_EQ(tier->SizeOf("a"), 60);
-  EXPECT_EQ(tier->Put("b", std::string(41, 'b')).code(), StatusCode::kResourceExhausted);
-  EXPECT_FALSE(tier->Contains("b"));
-  ASSERT_TRUE(tier->Put("b", std::string(40, 'b')).ok());
+  ASSERT_TRUE(tier->Put(K("a"), std::string(60, 'a')).ok());
+  EXPECT_TRUE(tier->Contains(K("a")));
+  EXPECT_EQ(tier->SizeOf(K("a")), 60);
+  EXPECT_EQ(tier->Put(K("b"), std::string(41, 'b')).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(tier->Contains(K("b")));
+  ASSERT_TRUE(tier->Put(K("b"), std::string(40, 'b')).ok());
   EXPECT_EQ(tier->bytes(), 100u);
   // Replacing counts only the difference.
-  ASSERT_TRUE(tier->Put("a", std::string(50, 'A')).ok());
+  ASSERT_TRUE(tier->Put(K("a"), std::string(50, 'A')).ok());
   EXPECT_EQ(tier->bytes(), 90u);
-  EXPECT_EQ(*tier->Get("a"), std::string(50, 'A'));
-  EXPECT_EQ(tier->Get("zz").status().code(), StatusCode::kNotFound);
-  ASSERT_TRUE(tier->Erase("a").ok());
-  ASSERT_TRUE(tier->Erase("a").ok());
+  EXPECT_EQ(*tier->Get(K("a")), std::string(50, 'A'));
+  EXPECT_EQ(tier->Get(K("zz")).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(tier->Erase(K("a")).ok());
+  ASSERT_TRUE(tier->Erase(K("a")).ok());
   EXPECT_EQ(tier->bytes(), 40u);
-  EXPECT_EQ(tier->Keys(), std::vector<std::string>{"b"});
+  EXPECT_EQ(tier->Keys(), std::vector<std::string>{K("b")});
   EXPECT_LE(tier->bytes(), tier->capacity());
 }
 
@@ -44,34 +56,35 @@ TEST(DramTier, PutGetEraseWithinCapacity) {
 
 TEST(SsdTier, PutGetEraseWithinCapacity) {
   ScratchDir dir("tier");
-  ExerciseTier([&](uint64_t cap) { return std::move(SsdTier::Open(dir.path(), cap)).value(); });
+  ExerciseTier([&](uint64_t cap) { return std::move(SsdTier::Open(dir.path(), "fp-A", cap)).value(); });
 }
 
 TEST(SsdTier, SurvivesReopenAndDropsInterruptedWrites) {
   ScratchDir dir("reopen");
   {
-    auto tier = std::move(SsdTier::Open(dir.path(), 1 << 20)).value();
-    ASSERT_TRUE(tier->Put("k1", "hello").ok());
+    auto tier = std::move(SsdTier::Open(dir.path(), "fp-A", 1 << 20)).value();
+    ASSERT_TRUE(tier->Put(K("k1"), "hello").ok());
   }
   // A save killed midway leaves only its temporary file behind.
-  { std::ofstream(dir.path() + "/k2.kv.tmp") << "partial"; }
-  auto tier = std::move(SsdTier::Open(dir.path(), 1 << 20)).value();
+  const std::string tmp = SsdTier::ModelDir(dir.path(), "fp-A") + "/" + K("k2") + ".kv.tmp";
+  { std::ofstream(tmp) << "partial"; }
+  auto tier = std::move(SsdTier::Open(dir.path(), "fp-A", 1 << 20)).value();
   EXPECT_EQ(tier->removed_temp_files(), 1);
-  EXPECT_TRUE(tier->Contains("k1"));
-  EXPECT_FALSE(tier->Contains("k2"));
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/k2.kv.tmp"));
-  EXPECT_EQ(*tier->Get("k1"), "hello");
+  EXPECT_TRUE(tier->Contains(K("k1")));
+  EXPECT_FALSE(tier->Contains(K("k2")));
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_EQ(*tier->Get(K("k1")), "hello");
   EXPECT_EQ(tier->bytes(), 5u);
 }
 
 TEST(SsdTier, LargeValuesUseParallelChunkedIo) {
   ScratchDir dir("large");
-  auto tier = std::move(SsdTier::Open(dir.path(), 64 << 20)).value();
+  auto tier = std::move(SsdTier::Open(dir.path(), "fp-A", 64 << 20)).value();
   std::string big(20 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 2654435761u >> 13);
-  ASSERT_TRUE(tier->Put("big", big).ok());
-  EXPECT_EQ(std::filesystem::file_size(tier->PathOf("big")), big.size());
-  auto back = tier->Get("big");
+  ASSERT_TRUE(tier->Put(K("big"), big).ok());
+  EXPECT_EQ(std::filesystem::file_size(tier->PathOf(K("big"))), big.size());
+  auto back = tier->Get(K("big"));
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(*back == big);
 }
@@ -81,17 +94,157 @@ TEST(SsdTier, LargeValuesUseParallelChunkedIo) {
 // the I/O threads, read back exactly.
 TEST(SsdTier, SharedReadsAreAlignedAndExactAtAnySize) {
   ScratchDir dir("direct");
-  auto tier = std::move(SsdTier::Open(dir.path(), 64 << 20)).value();
+  auto tier = std::move(SsdTier::Open(dir.path(), "fp-A", 64 << 20)).value();
   for (size_t n : {size_t{1}, size_t{4095}, size_t{4097}, size_t{(9 << 20) + 123}}) {
     std::string v(n, '\0');
     for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i + n) * 2654435761u >> 11);
-    const std::string key = "v" + std::to_string(n);
+    const std::string key = K("v" + std::to_string(n));
     ASSERT_TRUE(tier->Put(key, v).ok());
     auto back = tier->GetShared(key);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ((*back)->size(), n);
     EXPECT_EQ(reinterpret_cast<uintptr_t>((*back)->data()) % Bytes::kAlign, 0u);
     EXPECT_TRUE((*back)->view() == v) << n;
+  }
+}
+
+// Every file and directory under `dir`, by relative path, with a regular file's bytes.
+std::map<std::string, std::string> Tree(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& de : std::filesystem::recursive_directory_iterator(dir)) {
+    std::string bytes = "<dir>";
+    if (de.is_symlink()) {
+      bytes = "<link>";
+    } else if (de.is_regular_file()) {
+      std::ifstream in(de.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    out[std::filesystem::relative(de.path(), dir).string()] = bytes;
+  }
+  return out;
+}
+
+void Write(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The tier reads, writes and removes only entry files of its own model in its own
+// subdirectory: files Attic did not write -- in the store directory, in the model's
+// subdirectory, named like temporary files or entries, or links -- and another model's
+// entries and writes in progress stay as they were; they are counted (and warned about).
+TEST(SsdTier, TouchesOnlyItsOwnModelsEntryFiles) {
+  ScratchDir dir("own");
+  const std::string mine = SsdTier::ModelDir(dir.path(), "fp-A"), theirs = SsdTier::ModelDir(dir.path(), "fp-B");
+  {
+    auto b = std::move(SsdTier::Open(dir.path(), "fp-B", 1 << 20)).value();
+    ASSERT_TRUE(b->Put(K("b1", "fp-B"), "model B's entry").ok());
+    auto a = std::move(SsdTier::Open(dir.path(), "fp-A", 1 << 20)).value();
+    ASSERT_TRUE(a->Put(K("a1"), "model A's entry").ok());
+  }
+  Write(dir.path() + "/notes.txt", "notes");
+  Write(dir.path() + "/data.tmp", "user data");
+  Write(dir.path() + "/" + K("x") + ".kv", "an entry's name, outside any model directory");
+  Write(dir.path() + "/sub/a.kv", "a");
+  Write(mine + "/readme.txt", "mine?");
+  Write(mine + "/x.kv.tmp", "not an entry key");
+  Write(mine + "/" + K("b2", "fp-B") + ".kv", "model B's name in model A's directory");
+  Write(mine + "/" + K("a9") + ".kv.bak", "a backup");
+  std::filesystem::create_directory_symlink(dir.path() + "/sub", mine + "/" + K("a8") + ".kv");
+  Write(theirs + "/" + K("b3", "fp-B") + ".kv.tmp", "model B's write in progress");
+  Write(theirs + "/" + "b-notes.txt", "in B's directory");
+  Write(mine + "/" + K("a2") + ".kv.tmp", "A's interrupted write");
+  auto before = Tree(dir.path());
+  before.erase(std::filesystem::relative(mine + "/" + K("a2") + ".kv.tmp", dir.path()).string());
+
+  auto tier = SsdTier::Open(dir.path(), "fp-A", 1 << 20);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  const SsdScan& scan = (*tier)->scan();
+  EXPECT_FALSE(scan.created);
+  EXPECT_EQ(scan.dir, mine);
+  EXPECT_EQ(scan.removed_temp_files, 1u);
+  EXPECT_EQ(scan.other_models, 1u);
+  EXPECT_EQ(scan.other_model_entries, 1u);
+  EXPECT_EQ(scan.other_model_bytes, std::string("model B's entry").size());
+  // notes.txt, data.tmp, <key>.kv, sub/ at the top; b-notes.txt in B's directory;
+  // readme.txt, x.kv.tmp, B's name, the .bak and the link in A's.
+  EXPECT_EQ(scan.foreign, 10u);
+  EXPECT_FALSE(scan.foreign_example.empty());
+  EXPECT_EQ((*tier)->Keys(), std::vector<std::string>{K("a1")});
+  EXPECT_EQ((*tier)->bytes(), std::string("model A's entry").size());
+  EXPECT_EQ(Tree(dir.path()), before);
+
+  // Keys that are not this model's entry keys are refused, and touch nothing.
+  EXPECT_EQ((*tier)->Put(K("b1", "fp-B"), "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tier)->Put("../notes.txt", "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tier)->Erase("../notes").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tier)->Erase(K("b2", "fp-B")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tier)->Get("../" + FingerprintTag("fp-B") + "/" + K("b1", "fp-B")).status().code(),
+            StatusCode::kNotFound);
+  // Writes and removals of its own entries leave everything else alone.
+  ASSERT_TRUE((*tier)->Put(K("a3"), "new").ok());
+  ASSERT_TRUE((*tier)->Erase(K("a1")).ok());
+  auto after = Tree(dir.path());
+  before.erase(std::filesystem::relative((*tier)->PathOf(K("a1")), dir.path()).string());
+  after.erase(std::filesystem::relative((*tier)->PathOf(K("a3")), dir.path()).string());
+  EXPECT_EQ(after, before);
+}
+
+// A directory that is not empty and carries no marker is somebody else's: refused, and
+// left exactly as it was (no marker, no model directory). So is one marked by a newer
+// Attic, or whose marker is not Attic's.
+TEST(SsdTier, RefusesADirectoryThatIsNotAnAtticStore) {
+  ScratchDir dir("refuse");
+  Write(dir.path() + "/notes.txt", "notes");
+  Write(dir.path() + "/" + K("x") + ".kv", "an old flat layout or a look-alike");
+  const auto before = Tree(dir.path());
+  auto tier = SsdTier::Open(dir.path(), "fp-A", 1 << 20);
+  ASSERT_EQ(tier.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tier.status().message().find(SsdTier::kMarkerName), std::string::npos) << tier.status().ToString();
+  EXPECT_NE(tier.status().message().find("empty or new directory"), std::string::npos) << tier.status().ToString();
+  EXPECT_EQ(Tree(dir.path()), before);
+
+  Write(dir.path() + "/" + SsdTier::kMarkerName, "attic-kv-store 2\n");
+  const auto newer = Tree(dir.path());
+  tier = SsdTier::Open(dir.path(), "fp-A", 1 << 20);
+  ASSERT_EQ(tier.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tier.status().message().find("newer Attic (store format 2"), std::string::npos) << tier.status().ToString();
+  EXPECT_EQ(Tree(dir.path()), newer);
+
+  Write(dir.path() + "/" + SsdTier::kMarkerName, "something else entirely\n");
+  const auto garbled = Tree(dir.path());
+  tier = SsdTier::Open(dir.path(), "fp-A", 1 << 20);
+  ASSERT_EQ(tier.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tier.status().message().find("not an Attic store marker"), std::string::npos) << tier.status().ToString();
+  EXPECT_EQ(Tree(dir.path()), garbled);
+
+  Write(dir.path() + "/file", "x");
+  tier = SsdTier::Open(dir.path() + "/file", "fp-A", 1 << 20);
+  EXPECT_EQ(tier.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A new directory, an empty one, or one holding only a fresh file system's lost+found
+// becomes a store: the marker (with the format version) and the model's directory.
+TEST(SsdTier, MakesANewOrEmptyDirectoryAStore) {
+  ScratchDir dir("adopt");
+  for (const std::string sub : {"new/deeper", "empty", "fresh-fs"}) {
+    const std::string root = dir.path() + "/" + sub;
+    if (sub == "empty") std::filesystem::create_directories(root);
+    if (sub == "fresh-fs") std::filesystem::create_directories(root + "/lost+found");
+    auto tier = SsdTier::Open(root, "fp-A", 1 << 20);
+    ASSERT_TRUE(tier.ok()) << sub << ": " << tier.status().ToString();
+    EXPECT_TRUE((*tier)->scan().created) << sub;
+    EXPECT_EQ((*tier)->scan().foreign, 0u) << sub;
+    std::ifstream in(root + "/" + SsdTier::kMarkerName);
+    std::string first;
+    std::getline(in, first);
+    EXPECT_EQ(first, "attic-kv-store 1");
+    EXPECT_TRUE(std::filesystem::is_directory(SsdTier::ModelDir(root, "fp-A")));
+    // Reopened: the same store, not a new one.
+    tier->reset();
+    tier = SsdTier::Open(root, "fp-A", 1 << 20);
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    EXPECT_FALSE((*tier)->scan().created);
   }
 }
 

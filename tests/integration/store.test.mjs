@@ -1,15 +1,16 @@
 // The KV store through `attic serve` (paper 001): a conversation's next turn reuses its
 // history from DRAM, from SSD (a DRAM tier too small to hold it), and after a restart;
 // greedy answers equal recomputation (another tenant, which never shares KV); the
-// session endpoints (one session, the paginated list) and the store's Prometheus counters. Resident (compute-buffer) reuse
-// is off (--max-resident 0) so that every reuse comes from the store.
+// session endpoints (one session, the paginated list) and the store's Prometheus
+// counters. Resident (compute-buffer) reuse is off (--max-resident 0) so that every reuse
+// comes from the store.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { CursorPage } from 'openai/pagination';
-import { startServer, stories, request, metrics, tmpRoot } from './lib/server.mjs';
+import { startServer, stories, request, metrics, tmpRoot, longContextModel } from './lib/server.mjs';
 
 const model = 'stories260K-hf';
 const keys = ['k-conv', 'k-ref'];
@@ -84,6 +85,7 @@ test('from SSD, and after a restart; DELETE erases a session', async () => {
   fs.rmSync(dir, { recursive: true, force: true });
   const args = ['--kv-dram-bytes', '1', '--kv-ssd-dir', dir, '--kv-ssd-bytes', String(256 << 20)];
   let s = await start(args);
+  assert.match(s.log(), /attic: KV store: new store in /);
   const { t1, t2, ref, messages } = await twoTurns(s, 'conv-ssd');
   assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= 0.8 * t1.usage.prompt_tokens);
   assert.equal(t2.choices[0].message.content, ref.choices[0].message.content);
@@ -94,6 +96,7 @@ test('from SSD, and after a restart; DELETE erases a session', async () => {
   assert.equal(r.code, 0);
 
   s = await start(args);
+  assert.match(s.log(), /attic: KV store: restored [1-9]\d* entr(y|ies) \(\d+\.\d [KMG]iB\) from SSD /);
   const info = await request(s.port, { method: 'GET', path: '/v1/sessions/conv-ssd', headers: auth });
   assert.equal(info.status, 200, info.body);
   assert.equal(JSON.parse(info.body).tier, 'ssd');
@@ -114,6 +117,69 @@ test('from SSD, and after a restart; DELETE erases a session', async () => {
   m = await metrics(s.port);
   assert.ok(m['attic_kv_store_lookups_total'] >= 1);
   await s.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+// Every regular file under `dir`, by relative path, with its bytes.
+function snapshot(dir) {
+  const out = new Map();
+  for (const e of fs.readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (!e.isFile()) continue;
+    const p = path.join(e.parentPath ?? e.path, e.name);
+    out.set(path.relative(dir, p), fs.readFileSync(p));
+  }
+  return out;
+}
+function assertIntact(before, dir, when) {
+  const now = snapshot(dir);
+  for (const [p, bytes] of before) {
+    assert.ok(now.has(p), `${p} was deleted (${when})`);
+    assert.ok(now.get(p).equals(bytes), `${p} was changed (${when})`);
+  }
+}
+
+// The issue's directory: --kv-ssd-dir also holds the user's own files and, after a second
+// model is served on it, that model's sessions. Nothing of either is touched, byte for
+// byte, and the first model's session is served again when it comes back.
+test('a shared --kv-ssd-dir: files not Attic\'s and another model\'s sessions stay intact', async () => {
+  const dir = path.join(tmpRoot, `kv-shared-${process.pid}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  const args = ['--kv-dram-bytes', '1', '--kv-ssd-dir', dir, '--kv-ssd-bytes', String(256 << 20)];
+  const saveSession = async (s, m, session) => {
+    const r = await client(s, 'k-conv').completions.create({
+      model: m, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, session_id: session });
+    assert.ok(r.usage.completion_tokens > 0);
+    const stored = await request(s.port, { method: 'GET', path: `/v1/sessions/${session}`, headers: auth });
+    assert.equal(stored.status, 200, stored.body);  // (waits for the queued save)
+  };
+  let s = await start(args);
+  await saveSession(s, model, 'first-model');
+  assert.equal((await s.stop()).code, 0);
+
+  fs.writeFileSync(path.join(dir, 'notes.txt'), 'my notes\n');
+  fs.writeFileSync(path.join(dir, 'data.tmp'), 'x'.repeat(3000));
+  fs.writeFileSync(path.join(dir, 'my.kv'), 'not a KV entry');
+  fs.mkdirSync(path.join(dir, 'sub'));
+  fs.writeFileSync(path.join(dir, 'sub', 'a.kv'), 'a'.repeat(5000));
+  const kept = snapshot(dir);
+  assert.ok(kept.size >= 6);
+
+  const other = longContextModel();
+  const s2 = await startServer(['-m', other, ...keys.flatMap((k) => ['--api-key', k]), ...args]);
+  servers.push(s2);
+  assert.match(s2.log(), /attic: warning: KV store: 4 files in .* are not Attic's/);
+  assert.match(s2.log(), /kept 1 entry of 1 other model \(.*\); ignored 4 files not Attic's/);
+  await saveSession(s2, path.basename(other), 'second-model');
+  assert.equal((await s2.stop()).code, 0);
+  assertIntact(kept, dir, 'the second model');
+
+  s = await start(args);
+  assert.match(s.log(), /KV store: restored 1 entry .* kept 1 entry of 1 other model/);
+  const info = await request(s.port, { method: 'GET', path: '/v1/sessions/first-model', headers: auth });
+  assert.equal(info.status, 200, info.body);
+  assert.equal(JSON.parse(info.body).tier, 'ssd');
+  assert.equal((await s.stop()).code, 0);
+  assertIntact(kept, dir, 'the first model again');
   fs.rmSync(dir, { recursive: true, force: true });
 });
 

@@ -32,6 +32,7 @@ struct BatchEntry {
   // (or 0 for an empty sequence).
   std::vector<int32_t> positions;
   bool want_logits = true;         // produce logits for the last new token
+  bool all_logits = false;         // ... for every new token instead (evaluation: perplexity, KL)
 };
 
 // Sees each layer's new K (before RoPE) and V for one batch entry: [n_tokens, kv_dim].
@@ -49,8 +50,9 @@ class Transformer {
   int max_batch_tokens() const { return max_tokens_; }
   kv::KvShape kv_shape(int block_size) const;
 
-  // Whole step: Begin, every Layer, Finish. `logits` receives one row of vocab_size
-  // floats per entry with want_logits, in batch order.
+  // Whole step: Begin, every Layer, Finish. `logits` receives rows of vocab_size floats
+  // in batch order: one per entry with want_logits (its last token), or one per new
+  // token for an entry with all_logits.
   Status Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, const KvObserver& observer = nullptr);
 
   // Layer-wise step. Begin validates, reserves KV slots (all-or-nothing: on error no

@@ -46,6 +46,14 @@ struct EntryKey {
 
 uint64_t TokenHash(const int32_t* tokens, size_t n);
 
+// The fingerprint's field of every key of that model (16 hex digits): also the name of
+// the model's subdirectory in an SSD store (SsdTier).
+std::string FingerprintTag(const std::string& fingerprint);
+// Whether `name` has the exact shape of an EntryKey::ToString() (four fields of 16
+// lowercase hex digits around a known dtype name); *fingerprint_tag (when given) = its
+// second field. Nothing else is ever taken for an entry's name.
+bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag = nullptr);
+
 struct KvEntry;
 
 // The first `n_rows` rows of every layer's K and V, shared in place, not copied: either

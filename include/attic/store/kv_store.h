@@ -5,10 +5,11 @@
 // (DRAM -> SSD) and evicting (SSD -> out) whole entries as chosen by an EvictionPolicy
 // fed with look-ahead hints from the scheduler's waiting queue.
 //
-// Identity (DESIGN.md decision 4): a store serves one model; entries of another
-// fingerprint, corrupt or truncated files and interrupted writes are misses, never
-// served, and are deleted when found. Tenancy (decision 5): every lookup is scoped to
-// one tenant.
+// Identity (DESIGN.md decision 4): a store serves one model. Its SSD tier keeps that
+// model's entries in a subdirectory of its own (SsdTier): other models' entries there are
+// never opened and never deleted, nor is any file Attic did not write. The model's own
+// corrupt or truncated files and interrupted writes are misses, never served, and are
+// deleted when found. Tenancy (decision 5): every lookup is scoped to one tenant.
 //
 // Lifetime: each entry has an expiry (default_ttl_ms, or per save); expired entries are
 // never returned and are freed by ExpireNow() or when met. The SSD tier survives a
@@ -121,6 +122,29 @@ struct StoreStats {
   uint64_t ssd_bytes = 0, ssd_capacity = 0;
 };
 
+// What KvStore::Open found: `attic serve` prints it at start-up (FormatOpenReport).
+struct StoreOpenReport {
+  std::string ssd_root;                  // the SSD store directory; "" = no SSD tier (or a caller-made one)
+  std::string ssd_dir;                   // this model's subdirectory of it
+  bool ssd_created = false;              // a new store: the directory was new or empty
+  uint64_t dram_entries = 0, dram_bytes = 0;  // restored per tier (DRAM: only a caller-made tier has any)
+  uint64_t ssd_entries = 0, ssd_bytes = 0;
+  uint64_t removed_temp_files = 0;       // this model's interrupted writes
+  uint64_t removed_corrupt = 0;          // this model's corrupt, truncated or misnamed entries (logged)
+  uint64_t removed_expired = 0;
+  uint64_t evicted = 0;                  // over a capacity smaller than what was stored
+  uint64_t other_model_entries = 0, other_model_bytes = 0;  // kept, not opened, not counted
+  uint64_t other_models = 0;
+  uint64_t foreign = 0;                  // files and directories not Attic's: never touched
+  std::string foreign_example;
+};
+
+// One line without the "attic: " prefix, e.g. "KV store: restored 12 entries (1.2 GiB) from
+// SSD /data/kv/<model>; removed 1 stale temporary file; kept 3 entries of 1 other model
+// (167.0 MiB, not counted against --kv-ssd-bytes); ignored 4 files not Attic's (e.g.
+// 'notes.txt'), left untouched".
+std::string FormatOpenReport(const StoreOpenReport& report);
+
 class KvStore {
  public:
   // Opens the store: makes the tiers from `options`, rebuilds the index from the SSD
@@ -221,6 +245,8 @@ class KvStore {
 
   StoreStats Stats() const;
   const StoreOptions& options() const { return options_; }
+  // What Open found (fixed once Open has returned).
+  const StoreOpenReport& open_report() const { return open_report_; }
 
  private:
   KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
@@ -286,6 +312,7 @@ class KvStore {
   QueueHint hint_;
   uint64_t seq_ = 0;
   StoreStats stats_;
+  StoreOpenReport open_report_;  // written by Rebuild only
 
   // Write buffer (SaveAsync). Lock order: never hold mu_ while taking wmu_.
   struct PendingSave {

@@ -78,19 +78,55 @@ class DramTier final : public Tier {
   uint64_t bytes_ = 0;
 };
 
-// SSD tier: one file per entry, `<dir>/<key>.kv`. A write goes to a temporary file
-// (`.tmp` suffix), is fsync'ed and renamed over the final name (and the directory
-// fsync'ed), so an interrupted write is never visible under the key. Large values are
-// written and read with pwrite/pread in 1 MiB aligned chunks, split across threads.
-// Written and read files are dropped from the OS page cache (posix_fadvise DONTNEED):
-// host memory for KV is the DRAM tier's, within its capacity, and reads measure the
-// device.
+// What SsdTier::Open found in the store directory.
+struct SsdScan {
+  std::string root;                   // the store directory (--kv-ssd-dir)
+  std::string dir;                    // this model's subdirectory of it
+  bool created = false;               // the directory was new or empty: the marker was written
+  uint64_t removed_temp_files = 0;    // this model's interrupted writes, removed
+  uint64_t other_model_entries = 0;   // entries of other models: kept, never opened
+  uint64_t other_model_bytes = 0;
+  uint64_t other_models = 0;          // models with entries there
+  uint64_t foreign = 0;               // files and directories not Attic's: never touched
+  std::string foreign_example;        // one of them, relative to `root` ('/' after a directory)
+};
+
+// SSD tier: a directory of Attic's own (docs/store.md "SSD directory"):
+//
+//   <root>/ATTIC_KV_STORE         marker: "attic-kv-store <format version>"
+//   <root>/<model>/<key>.kv        one file per entry of the model whose FingerprintTag is <model>
+//   <root>/<model>/<key>.kv.tmp    a write in progress
+//
+// Open refuses a directory that is neither new, empty, nor marked (it is somebody
+// else's), and a marker of a newer format. It reads and writes only this model's
+// subdirectory, and there only names of the entry pattern (ParseEntryKeyName with this
+// model's tag, + ".kv" / ".kv.tmp"): other models' subdirectories are counted, not
+// opened, and nothing else -- any other file or directory, anywhere -- is ever read,
+// written or removed (Open warns once about them). Keys of Put/Get/Erase must be entry
+// keys of this model (InvalidArgument / NotFound otherwise). Capacity is this model's:
+// other models' entries do not count against it.
+//
+// A write goes to the temporary file, is fsync'ed and renamed over the final name (and
+// the directory fsync'ed), so an interrupted write is never visible under the key. Large
+// values are written and read with pwrite/pread in 1 MiB aligned chunks, split across
+// threads. Written and read files are dropped from the OS page cache (posix_fadvise
+// DONTNEED): host memory for KV is the DRAM tier's, within its capacity, and reads
+// measure the device.
 class SsdTier final : public Tier {
  public:
-  // Creates `dir` if needed, removes leftover temporary files and indexes existing
-  // `.kv` files by size (contents are verified by the KvStore, which erases bad ones).
-  // Existing files count toward capacity; if they exceed it the KvStore evicts.
-  static StatusOr<std::unique_ptr<SsdTier>> Open(const std::string& dir, uint64_t capacity);
+  static constexpr char kMarkerName[] = "ATTIC_KV_STORE";
+  static constexpr int kFormatVersion = 1;
+
+  // Opens (creating or adopting an empty directory) the store at `root` for the model
+  // `fingerprint`: removes this model's leftover temporary files and indexes its entry
+  // files by size (contents are verified by the KvStore, which erases bad ones). Its
+  // existing files count toward capacity; if they exceed it the KvStore evicts.
+  // FailedPrecondition, with nothing touched, for a directory that is not Attic's or of
+  // a newer format.
+  static StatusOr<std::unique_ptr<SsdTier>> Open(const std::string& root, const std::string& fingerprint,
+                                                 uint64_t capacity);
+  // `root`'s subdirectory of the model `fingerprint`.
+  static std::string ModelDir(const std::string& root, const std::string& fingerprint);
 
   TierLevel level() const override { return TierLevel::kSsd; }
   Status Put(const std::string& key, std::string_view bytes) override;
@@ -105,16 +141,21 @@ class SsdTier final : public Tier {
   uint64_t bytes() const override;
   uint64_t capacity() const override { return capacity_; }
 
-  const std::string& dir() const { return dir_; }
+  // This model's subdirectory.
+  const std::string& dir() const { return scan_.dir; }
   std::string PathOf(const std::string& key) const;
+  // What Open found.
+  const SsdScan& scan() const { return scan_; }
   // Number of leftover temporary files removed by Open.
-  int removed_temp_files() const { return removed_temp_; }
+  int removed_temp_files() const { return static_cast<int>(scan_.removed_temp_files); }
 
  private:
-  SsdTier(std::string dir, uint64_t capacity) : dir_(std::move(dir)), capacity_(capacity) {}
-  std::string dir_;
+  SsdTier(std::string tag, uint64_t capacity) : tag_(std::move(tag)), capacity_(capacity) {}
+  // Whether `key` is an entry key of this model (the only names this tier touches).
+  bool Mine(const std::string& key) const;
+  const std::string tag_;  // FingerprintTag of the model
   const uint64_t capacity_;
-  int removed_temp_ = 0;
+  SsdScan scan_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, uint64_t> sizes_;
   uint64_t bytes_ = 0;
