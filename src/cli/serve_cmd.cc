@@ -36,6 +36,7 @@ struct ServeFlags {
   double session_ttl_s = 86400;
   std::string kv_preload = "layerwise";
   std::string kv_truncate_mode = "decoupled";
+  std::string log_level = "info";
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -88,6 +89,9 @@ int RunServe(ServeFlags f) {
     if (s == nullptr) std::_Exit(128 + sig);
     s->Stop();
   }).detach();
+  auto log_level = ParseLogLevel(f.log_level);
+  if (!log_level.ok()) return Fail(log_level.status());
+  SetLogLevel(*log_level);
   for (const auto& k : f.api_keys) f.server.api_keys.push_back(k);
   if (!f.api_key_file.empty()) {
     auto keys = ReadKeyFile(f.api_key_file);
@@ -226,6 +230,9 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
          "--kv-read-buffer-bytes",
          [f](int64_t v) { f->kv_read_buffer = v < 0 ? "auto" : std::to_string(v); }, "old spelling of --kv-read-buffer")
       ->group("");
+  cmd->add_option("--log-level", f->log_level,
+                  "debug (also request bodies), info (one access line per request), warn, error or off")
+      ->capture_default_str();
   cmd->callback([run, f] { *run = [f] { return RunServe(*f); }; });
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "server/access_log.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
@@ -24,16 +25,20 @@ int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-ApiError ModelNotFound(const std::string& model) {
-  ApiError e;
-  e.http_status = 404;
-  e.message = "The model '" + model + "' does not exist";
-  e.param = "model";
-  e.code = "model_not_found";
-  return e;
-}
-
 ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
+
+// Access log: time to the first output of the request (its first text, or its finish),
+// then its usage when it finishes. Runs on the thread that handles the request.
+void NoteEvent(const GenerationEvent& ev) {
+  AccessNote& note = CurrentAccessNote();
+  if (note.ttft_ms < 0 && ev.kind != GenerationEvent::Kind::kError) {
+    note.ttft_ms = std::chrono::duration<double, std::milli>(SchedClock::now() - HttpTransport::RequestStart()).count();
+  }
+  if (ev.kind == GenerationEvent::Kind::kFinish) {
+    note.has_usage = true;
+    note.usage = ev.usage;
+  }
+}
 
 // Per-stream state shared by the content provider calls and the releaser.
 struct StreamState {
@@ -45,6 +50,15 @@ struct StreamState {
 };
 
 }  // namespace
+
+ApiError ModelNotFound(const std::string& model) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model '" + model + "' does not exist";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
 
 StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
   const int ctx = engine.context_length();
@@ -168,6 +182,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         }
       }
       if (!got) continue;
+      NoteEvent(ev);
       if (ev.kind == GenerationEvent::Kind::kText) {
         text += ev.text;
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
@@ -212,6 +227,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
           }
           return true;
         }
+        NoteEvent(ev);
         std::string out;
         if (ev.kind == GenerationEvent::Kind::kText) {
           out = ChunkEvent(st->meta, ev.text, "", st->include_usage);

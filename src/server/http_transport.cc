@@ -17,6 +17,7 @@ namespace {
 
 thread_local int tls_socket = -1;
 thread_local bool tls_close = false;
+thread_local std::chrono::steady_clock::time_point tls_start;
 
 // poll() for `events`, retrying on EINTR. >0 ready, 0 timeout, <0 error.
 int WaitFd(int fd, short events, int timeout_ms) {
@@ -120,6 +121,8 @@ bool HttpTransport::ClientConnected() { return tls_socket < 0 || SocketAlive(tls
 
 void HttpTransport::CloseAfterResponse() { tls_close = true; }
 
+std::chrono::steady_clock::time_point HttpTransport::RequestStart() { return tls_start; }
+
 void HttpTransport::SetListenBacklog(int backlog) {
   socket_t s = svr_sock_;
   if (s != INVALID_SOCKET) ::listen(s, backlog);  // Linux: re-listening updates the backlog
@@ -145,6 +148,7 @@ bool HttpTransport::process_and_close_socket(socket_t sock) {
     }
     bool connection_closed = false;
     tls_close = false;
+    tls_start = std::chrono::steady_clock::now();
     ret = process_request(strm, left == 1, connection_closed, nullptr);
     if (!ret || connection_closed || tls_close) break;
   }

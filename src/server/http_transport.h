@@ -3,11 +3,13 @@
 // can ask whether its client is still there (httplib 0.11 exposes that only to streaming
 // content providers), and whose keep-alive wait notices a stopping server promptly.
 //
-// Thread-safety: as httplib::Server. ClientConnected() answers for the connection being
-// served on the calling thread.
+// Thread-safety: as httplib::Server. ClientConnected() and RequestStart() answer for the
+// connection being served on the calling thread.
 #pragma once
 
 #include <httplib.h>
+
+#include <chrono>
 
 namespace attic::server {
 
@@ -19,6 +21,8 @@ class HttpTransport : public httplib::Server {
   // Closes the connection after the response being produced on this thread (e.g. when
   // the rest of an over-long request body was left unread).
   static void CloseAfterResponse();
+  // When the request being handled on this thread arrived (its first bytes were readable).
+  static std::chrono::steady_clock::time_point RequestStart();
   // Raises the listen backlog of the bound socket (httplib 0.11 listens with 5, which
   // drops connection bursts into SYN retransmits). Call after bind, before listening.
   void SetListenBacklog(int backlog);

@@ -1,18 +1,32 @@
 #include "attic/server/metrics.h"
 
-#include <cstdio>
+#include <charconv>
+#include <cmath>
+#include <type_traits>
 
 namespace attic::server {
 
 namespace {
 
-std::string Num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
+// Integers (counters, gauges, bucket counts) print exactly; other values in the shortest
+// form that reads back as the same double (std::to_chars), so a scrape never rounds a
+// large counter or a long-running sum (printf's %.9g rounded anything past 9 significant digits).
+template <typename T>
+std::string Num(T v) {
+  if constexpr (std::is_integral_v<T>) {
+    return std::to_string(v);
+  } else {
+    const double d = v;
+    if (std::isnan(d)) return "NaN";
+    if (std::isinf(d)) return d > 0 ? "+Inf" : "-Inf";
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof(buf), d);
+    return std::string(buf, r.ptr);
+  }
 }
 
-void Line(std::string* out, const std::string& name, const std::string& labels, double v) {
+template <typename T>
+void Line(std::string* out, const std::string& name, const std::string& labels, T v) {
   *out += name;
   if (!labels.empty()) *out += "{" + labels + "}";
   *out += " " + Num(v) + "\n";
@@ -38,12 +52,12 @@ void Histogram::Render(const std::string& name, std::string* out) const {
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cum += counts_[i];
-    Line(out, name + "_bucket", "le=\"" + Num(bounds_[i]) + "\"", static_cast<double>(cum));
+    Line(out, name + "_bucket", "le=\"" + Num(bounds_[i]) + "\"", cum);
   }
   cum += counts_.back();
-  Line(out, name + "_bucket", "le=\"+Inf\"", static_cast<double>(cum));
+  Line(out, name + "_bucket", "le=\"+Inf\"", cum);
   Line(out, name + "_sum", "", sum_);
-  Line(out, name + "_count", "", static_cast<double>(count_));
+  Line(out, name + "_count", "", count_);
 }
 
 Metrics::Metrics()
@@ -80,21 +94,21 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   std::lock_guard<std::mutex> lock(mu_);
   Header(&out, "attic_http_requests_total", "counter", "HTTP responses by endpoint and status code.");
   for (const auto& [key, n] : http_) {
-    Line(&out, "attic_http_requests_total", "endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"",
-         static_cast<double>(n));
+    Line(&out, "attic_http_requests_total",
+         "endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"", n);
   }
   Header(&out, "attic_requests_finished_total", "counter",
          "Generation requests by outcome (stop, length, cancelled, timeout, error).");
   for (const auto& [outcome, n] : finished_) {
-    Line(&out, "attic_requests_finished_total", "outcome=\"" + outcome + "\"", static_cast<double>(n));
+    Line(&out, "attic_requests_finished_total", "outcome=\"" + outcome + "\"", n);
   }
   Header(&out, "attic_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
-  Line(&out, "attic_prompt_tokens_total", "", static_cast<double>(prompt_tokens_));
+  Line(&out, "attic_prompt_tokens_total", "", prompt_tokens_);
   Header(&out, "attic_prompt_tokens_reused_total", "counter",
          "Prompt tokens whose KV was reused from resident sequences instead of prefilled.");
-  Line(&out, "attic_prompt_tokens_reused_total", "", static_cast<double>(cached_tokens_));
+  Line(&out, "attic_prompt_tokens_reused_total", "", cached_tokens_);
   Header(&out, "attic_generation_tokens_total", "counter", "Generated (sampled) tokens.");
-  Line(&out, "attic_generation_tokens_total", "", static_cast<double>(generated_tokens_));
+  Line(&out, "attic_generation_tokens_total", "", generated_tokens_);
   Header(&out, "attic_time_to_first_token_seconds", "histogram", "Request arrival to first sampled token.");
   ttft_.Render("attic_time_to_first_token_seconds", &out);
   Header(&out, "attic_time_per_output_token_seconds", "histogram", "Gap between consecutive sampled tokens.");
@@ -118,23 +132,23 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_resident_sequences", "gauge", "Finished sequences whose KV is resident.");
   Line(&out, "attic_resident_sequences", "", s.resident_sequences);
   Header(&out, "attic_resident_evictions_total", "counter", "Resident sequences evicted (LRU) to free KV blocks.");
-  Line(&out, "attic_resident_evictions_total", "", static_cast<double>(s.evicted_sequences));
+  Line(&out, "attic_resident_evictions_total", "", s.evicted_sequences);
   Header(&out, "attic_decode_batch_peak", "gauge", "Most sequences decoded together in one forward step.");
   Line(&out, "attic_decode_batch_peak", "", s.peak_decode_batch);
   Header(&out, "attic_scheduler_steps_total", "counter", "Forward steps run by the scheduler.");
-  Line(&out, "attic_scheduler_steps_total", "", static_cast<double>(s.steps));
+  Line(&out, "attic_scheduler_steps_total", "", s.steps);
   // Loading stored KV into the compute buffer (paper 001 section 3.2).
   const engine::KvLoadStats& k = s.kv_load;
   Header(&out, "attic_kv_load_total", "counter", "Stored KV entries entered into the compute buffer, by mode.");
-  Line(&out, "attic_kv_load_total", "mode=\"layerwise\"", static_cast<double>(k.layerwise_loads));
-  Line(&out, "attic_kv_load_total", "mode=\"sync\"", static_cast<double>(k.loads - k.layerwise_loads));
+  Line(&out, "attic_kv_load_total", "mode=\"layerwise\"", k.layerwise_loads);
+  Line(&out, "attic_kv_load_total", "mode=\"sync\"", k.loads - k.layerwise_loads);
   Header(&out, "attic_kv_read_buffer_fetches_total", "counter",
          "Stored entries of waiting jobs fetched ahead of admission (read buffer), and how many were used.");
-  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"issued\"", static_cast<double>(k.staged));
-  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"used\"", static_cast<double>(k.staged_used));
+  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"issued\"", k.staged);
+  Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"used\"", k.staged_used);
   Header(&out, "attic_kv_admissions_deferred_total", "counter",
          "Requests left waiting (not blocking the step loop) until their session's queued save was stored.");
-  Line(&out, "attic_kv_admissions_deferred_total", "", static_cast<double>(k.deferred_for_save));
+  Line(&out, "attic_kv_admissions_deferred_total", "", k.deferred_for_save);
   Header(&out, "attic_kv_load_seconds_total", "counter",
          "Time spent loading stored KV: fetch (step loop, not hidden by the read buffer), enter (RoPE + copy "
          "into the compute buffer, any thread), wait (step loop waiting for a layer to be entered).");
@@ -150,14 +164,14 @@ namespace attic::server {
 
 std::string RenderStoreMetrics(const store::StoreStats& s) {
   std::string out;
-  auto counter = [&](const std::string& name, const char* help, double v, const std::string& labels = "") {
+  auto counter = [&](const std::string& name, const char* help, auto v, const std::string& labels = "") {
     Header(&out, name, "counter", help);
     Line(&out, name, labels, v);
   };
   counter("attic_kv_store_lookups_total", "KV store lookups (one per admitted request).", s.lookups);
   Header(&out, "attic_kv_store_hits_total", "counter", "KV store lookups that found stored KV, by tier.");
-  Line(&out, "attic_kv_store_hits_total", "tier=\"dram\"", static_cast<double>(s.hits_dram));
-  Line(&out, "attic_kv_store_hits_total", "tier=\"ssd\"", static_cast<double>(s.hits_ssd));
+  Line(&out, "attic_kv_store_hits_total", "tier=\"dram\"", s.hits_dram);
+  Line(&out, "attic_kv_store_hits_total", "tier=\"ssd\"", s.hits_ssd);
   counter("attic_kv_store_misses_total", "KV store lookups that found nothing.", s.misses);
   counter("attic_kv_store_write_buffer_hits_total",
           "DRAM hits read from a save still in the write buffer (the session's next turn did not wait for it).",
@@ -167,16 +181,16 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   counter("attic_kv_store_async_saves_total", "Saves done by the store's writer thread.", s.async_saves);
   counter("attic_kv_store_save_waits_total", "Saves that waited for room in the write buffer.", s.save_waits);
   Header(&out, "attic_kv_store_pending_saves", "gauge", "Saves queued in the write buffer.");
-  Line(&out, "attic_kv_store_pending_saves", "", static_cast<double>(s.pending_saves));
+  Line(&out, "attic_kv_store_pending_saves", "", s.pending_saves);
   Header(&out, "attic_kv_store_bytes_total", "counter", "Bytes moved by the store, by direction.");
-  Line(&out, "attic_kv_store_bytes_total", "direction=\"save\"", static_cast<double>(s.bytes_saved));
-  Line(&out, "attic_kv_store_bytes_total", "direction=\"load\"", static_cast<double>(s.bytes_loaded));
-  Line(&out, "attic_kv_store_bytes_total", "direction=\"dram_to_ssd\"", static_cast<double>(s.bytes_dram_to_ssd));
-  Line(&out, "attic_kv_store_bytes_total", "direction=\"ssd_to_dram\"", static_cast<double>(s.bytes_ssd_to_dram));
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"save\"", s.bytes_saved);
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"load\"", s.bytes_loaded);
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"dram_to_ssd\"", s.bytes_dram_to_ssd);
+  Line(&out, "attic_kv_store_bytes_total", "direction=\"ssd_to_dram\"", s.bytes_ssd_to_dram);
   Header(&out, "attic_kv_store_evictions_total", "counter",
          "Entries moved out of a tier (dram: demoted to SSD or dropped; ssd: dropped).");
-  Line(&out, "attic_kv_store_evictions_total", "tier=\"dram\"", static_cast<double>(s.evictions_dram));
-  Line(&out, "attic_kv_store_evictions_total", "tier=\"ssd\"", static_cast<double>(s.evictions_ssd));
+  Line(&out, "attic_kv_store_evictions_total", "tier=\"dram\"", s.evictions_dram);
+  Line(&out, "attic_kv_store_evictions_total", "tier=\"ssd\"", s.evictions_ssd);
   counter("attic_kv_store_prefetches_total", "Entries prefetched SSD -> DRAM for queued requests.", s.prefetches);
   counter("attic_kv_store_prefetches_useful_total",
           "Prefetched entries a request then found in DRAM (before they left it).", s.prefetches_useful);
@@ -192,13 +206,13 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   counter("attic_kv_store_corrupt_total", "Entries found corrupt, truncated or of another model (deleted).",
           s.corrupt);
   Header(&out, "attic_kv_store_entries", "gauge", "Entries in the store.");
-  Line(&out, "attic_kv_store_entries", "", static_cast<double>(s.entries));
+  Line(&out, "attic_kv_store_entries", "", s.entries);
   Header(&out, "attic_kv_store_bytes", "gauge", "Bytes held per tier.");
-  Line(&out, "attic_kv_store_bytes", "tier=\"dram\"", static_cast<double>(s.dram_bytes));
-  Line(&out, "attic_kv_store_bytes", "tier=\"ssd\"", static_cast<double>(s.ssd_bytes));
+  Line(&out, "attic_kv_store_bytes", "tier=\"dram\"", s.dram_bytes);
+  Line(&out, "attic_kv_store_bytes", "tier=\"ssd\"", s.ssd_bytes);
   Header(&out, "attic_kv_store_capacity_bytes", "gauge", "Capacity per tier.");
-  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"dram\"", static_cast<double>(s.dram_capacity));
-  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"ssd\"", static_cast<double>(s.ssd_capacity));
+  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"dram\"", s.dram_capacity);
+  Line(&out, "attic_kv_store_capacity_bytes", "tier=\"ssd\"", s.ssd_capacity);
   return out;
 }
 

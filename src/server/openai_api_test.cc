@@ -182,6 +182,81 @@ TEST(OpenAiResponse, BodiesChunksAndErrors) {
   }
 }
 
+TEST(TokenizeRequest, VllmShapesAndLlamaServerAliases) {
+  TokenizeParse p = ParseTokenizeRequest(R"({"prompt":"Hello"})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_FALSE(p.request.chat);
+  EXPECT_EQ(p.request.prompt, "Hello");
+  EXPECT_EQ(p.request.model, "");
+  EXPECT_TRUE(p.request.add_special_tokens);  // vLLM's default for a prompt
+  EXPECT_FALSE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"model":"m","content":"Hi","add_special":false,"with_pieces":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_EQ(p.request.model, "m");
+  EXPECT_EQ(p.request.prompt, "Hi");
+  EXPECT_FALSE(p.request.add_special_tokens);
+  EXPECT_TRUE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"messages":[{"role":"user","content":"Hi"}],"return_token_strs":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_TRUE(p.request.chat);
+  ASSERT_EQ(p.request.messages.size(), 1u);
+  EXPECT_EQ(p.request.messages[0].content, "Hi");
+  EXPECT_FALSE(p.request.add_special_tokens);  // vLLM's default for chat: the template writes BOS
+  EXPECT_TRUE(p.request.add_generation_prompt);
+  EXPECT_TRUE(p.request.return_token_strs);
+
+  p = ParseTokenizeRequest(R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false,
+                               "add_special_tokens":true})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_FALSE(p.request.add_generation_prompt);
+  EXPECT_TRUE(p.request.add_special_tokens);
+}
+
+TEST(TokenizeRequest, InvalidFieldsAre400NamingTheParam) {
+  struct Case {
+    std::string body, param;
+  } cases[] = {
+      {R"([1,2])", ""},
+      {R"({"prompt":)", ""},
+      {R"({})", "prompt"},
+      {R"({"prompt":5})", "prompt"},
+      {R"({"content":["a"]})", "content"},
+      {R"({"prompt":"a","content":"b"})", "content"},
+      {R"({"prompt":"a","messages":[{"role":"user","content":"b"}]})", "messages"},
+      {R"({"prompt":"a","model":7})", "model"},
+      {R"({"prompt":"a","add_special_tokens":1})", "add_special_tokens"},
+      {R"({"prompt":"a","add_special_tokens":true,"add_special":true})", "add_special"},
+      {R"({"prompt":"a","with_pieces":"yes"})", "with_pieces"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})", "add_generation_prompt"},
+      {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})", "continue_final_message"},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template":"{{x}}"})", "chat_template"},
+  };
+  for (const auto& c : cases) {
+    TokenizeParse p = ParseTokenizeRequest(c.body);
+    ASSERT_TRUE(p.error.has_value()) << c.body;
+    EXPECT_EQ(p.error->http_status, 400) << c.body;
+    EXPECT_EQ(p.error->param, c.param) << c.body;
+  }
+}
+
+TEST(DetokenizeRequest, TokenIdsOnly) {
+  DetokenizeParse p = ParseDetokenizeRequest(R"({"model":"m","tokens":[1,410,0]})");
+  ASSERT_FALSE(p.error.has_value());
+  EXPECT_EQ(p.request.model, "m");
+  EXPECT_EQ(p.request.tokens, (std::vector<int32_t>{1, 410, 0}));
+  EXPECT_TRUE(ParseDetokenizeRequest(R"({"tokens":[]})").request.tokens.empty());
+  for (const char* body : {R"({})", R"({"tokens":"abc"})", R"({"tokens":[1.5]})", R"({"tokens":[-1]})",
+                           R"({"tokens":[2147483648]})", R"({"tokens":[[1]]})", R"({"tokens":[true]})"}) {
+    DetokenizeParse bad = ParseDetokenizeRequest(body);
+    ASSERT_TRUE(bad.error.has_value()) << body;
+    EXPECT_EQ(bad.error->param, "tokens") << body;
+  }
+}
+
 TEST(Metrics, RendersCountersHistogramsAndGauges) {
   Metrics m;
   m.CountHttp("/v1/completions", 200);
@@ -214,6 +289,39 @@ TEST(Metrics, RendersCountersHistogramsAndGauges) {
   EXPECT_TRUE(has("attic_requests_running 2"));
   EXPECT_TRUE(has("attic_kv_blocks_used 7"));
   EXPECT_TRUE(has("attic_kv_blocks_free 9"));
+}
+
+// Counters print exactly (no double rounding past 2^53, no exponent) and doubles in a form
+// that reads back as the same double: a scrape never loses precision.
+TEST(Metrics, ValuesKeepFullPrecision) {
+  Metrics m;
+  engine::RequestRecord r;
+  r.usage = {2147483647, 2147483647, 0};
+  r.finish_reason = "stop";
+  r.ttft_seconds = 1234.56789012345;
+  for (int i = 0; i < 3; ++i) m.Observe(r);
+  engine::SchedulerStats s;
+  s.kv_load.fetch_seconds = 0.1 + 0.2;  // 0.30000000000000004
+  s.steps = 9007199254740993ull;        // 2^53 + 1: not a double
+  std::string text = m.Render(s);
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has(text, "attic_prompt_tokens_total 6442450941")) << text;
+  EXPECT_TRUE(has(text, "attic_generation_tokens_total 6442450941"));
+  EXPECT_TRUE(has(text, "attic_time_to_first_token_seconds_sum 3703.70367037035"));
+  EXPECT_TRUE(has(text, "attic_scheduler_steps_total 9007199254740993"));
+  EXPECT_TRUE(has(text, R"(attic_kv_load_seconds_total{phase="fetch"} 0.30000000000000004)"));
+  EXPECT_TRUE(has(text, R"(attic_time_to_first_token_seconds_bucket{le="0.005"} 0)"));
+
+  store::StoreStats st;
+  st.bytes_saved = 12345678901234567ull;
+  st.lookups = 123456789012ull;
+  st.save_wait_ms = 12345678.25;
+  std::string store_text = RenderStoreMetrics(st);
+  EXPECT_TRUE(has(store_text, R"(attic_kv_store_bytes_total{direction="save"} 12345678901234567)")) << store_text;
+  EXPECT_TRUE(has(store_text, "attic_kv_store_lookups_total 123456789012"));
+  EXPECT_TRUE(has(store_text, "attic_kv_store_save_wait_seconds_total 12345.67825"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Parsing and validation of OpenAI completion requests. Every field is checked for type
-// and range; unknown fields are ignored (clients send many), unsupported features that
-// would change the answer (tools, logprobs, n > 1, ...) are a clear 400.
+// Parsing and validation of OpenAI completion requests and of /tokenize and /detokenize
+// requests. Every field is checked for type and range; unknown fields are ignored
+// (clients send many), unsupported features that would change the answer (tools,
+// logprobs, n > 1, ...) are a clear 400.
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -157,7 +158,7 @@ std::optional<ApiError> ReadContent(const json& msg, size_t index, std::string* 
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadMessages(const json& body, ApiRequest* r) {
+std::optional<ApiError> ReadMessages(const json& body, std::vector<tokenizer::ChatMessage>* messages) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return Invalid("messages", "'messages' is required", "missing_required_parameter");
   if (!it->is_array()) return Invalid("messages", "'messages' must be an array");
@@ -180,7 +181,7 @@ std::optional<ApiError> ReadMessages(const json& body, ApiRequest* r) {
     tokenizer::ChatMessage cm;
     cm.role = rs;
     if (auto e = ReadContent(m, i, &cm.content)) return e;
-    r->messages.push_back(std::move(cm));
+    messages->push_back(std::move(cm));
   }
   return std::nullopt;
 }
@@ -242,7 +243,7 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (model->get_ref<const std::string&>().empty()) return Invalid("model", "'model' must not be empty");
   r->model = model->get<std::string>();
   if (kind == ApiKind::kChat) {
-    if (auto e = ReadMessages(body, r)) return e;
+    if (auto e = ReadMessages(body, &r->messages)) return e;
   } else {
     if (auto e = ReadPrompt(body, r)) return e;
   }
@@ -299,29 +300,102 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   return std::nullopt;
 }
 
-}  // namespace
-
-ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
-  ParseResult out;
-  out.request.kind = kind;
+// Parses `body` as a JSON object no deeper than kMaxJsonDepth into *out.
+std::optional<ApiError> ParseBody(std::string_view body, json* out) {
   if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
-    out.error = Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return out;
+    return Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
-  json parsed;
   try {
-    parsed = json::parse(body);
+    *out = json::parse(body);
   } catch (const json::exception& e) {
-    out.error = Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(),
-                        "invalid_json");
-    return out;
+    return Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
   }
+  if (!out->is_object()) return Invalid("", "the request body must be a JSON object");
+  return std::nullopt;
+}
+
+// A boolean that may be sent under either of two names (vLLM's, llama-server's).
+std::optional<ApiError> ReadBoolAlias(const json& body, const char* name, const char* alias, bool* out) {
+  if (Field(body, name) != nullptr && Field(body, alias) != nullptr) {
+    return Invalid(alias, std::string("give '") + name + "' or '" + alias + "', not both");
+  }
+  if (auto e = ReadBool(body, name, out)) return e;
+  return ReadBool(body, alias, out);
+}
+
+std::optional<ApiError> TokenizeFields(const json& body, TokenizeRequest* r) {
+  if (auto e = ReadString(body, "model", 1024, &r->model)) return e;  // optional, as in vLLM
+  const bool has_prompt = Field(body, "prompt") != nullptr;
+  const bool has_content = Field(body, "content") != nullptr;
+  const bool has_messages = Field(body, "messages") != nullptr;
+  if (has_prompt + has_content + has_messages > 1) {
+    return Invalid(has_messages ? "messages" : "content", "give one of 'prompt', 'content' or 'messages'");
+  }
+  if (!has_prompt && !has_content && !has_messages) {
+    return Invalid("prompt", "'prompt' (or 'messages') is required", "missing_required_parameter");
+  }
+  if (has_messages) {
+    r->chat = true;
+    r->add_special_tokens = false;  // chat templates write their own BOS (vLLM's default)
+    if (auto e = ReadMessages(body, &r->messages)) return e;
+    if (auto e = ReadBool(body, "add_generation_prompt", &r->add_generation_prompt)) return e;
+    if (auto e = RejectUnless(body, "continue_final_message", "continue_final_message")) return e;
+    if (auto e = RejectUnless(body, "tools", "tools")) return e;
+    if (auto e = RejectUnless(body, "chat_template", "a per-request chat_template", json(""))) return e;
+  } else {
+    const char* name = has_prompt ? "prompt" : "content";
+    const json& p = body.at(name);
+    if (!p.is_string()) return Invalid(name, std::string("'") + name + "' must be a string");
+    r->prompt = p.get<std::string>();
+  }
+  if (auto e = ReadBoolAlias(body, "add_special_tokens", "add_special", &r->add_special_tokens)) return e;
+  return ReadBoolAlias(body, "return_token_strs", "with_pieces", &r->return_token_strs);
+}
+
+std::optional<ApiError> DetokenizeFields(const json& body, DetokenizeRequest* r) {
+  if (auto e = ReadString(body, "model", 1024, &r->model)) return e;  // optional, as in vLLM
+  const json* t = Field(body, "tokens");
+  if (t == nullptr) return Invalid("tokens", "'tokens' is required", "missing_required_parameter");
+  if (!t->is_array()) return Invalid("tokens", "'tokens' must be an array of token ids");
+  r->tokens.reserve(t->size());
+  for (const json& id : *t) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Invalid("tokens", "'tokens' must be an array of token ids (non-negative integers)");
+    }
+    r->tokens.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+// Parses the body and fills a request with `fields`; never throws.
+template <typename Result, typename Fields>
+Result ParseWith(std::string_view body, Fields fields) {
+  Result out;
+  json parsed;
+  out.error = ParseBody(body, &parsed);
+  if (out.error) return out;
   try {
-    out.error = ParseFields(kind, parsed, &out.request);
+    out.error = fields(parsed, &out.request);
   } catch (const json::exception& e) {  // defensive: a type we did not expect
     out.error = Invalid("", std::string("invalid request: ") + e.what());
   }
   return out;
+}
+
+}  // namespace
+
+ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
+  ParseResult out = ParseWith<ParseResult>(body, [kind](const json& j, ApiRequest* r) { return ParseFields(kind, j, r); });
+  out.request.kind = kind;
+  return out;
+}
+
+TokenizeParse ParseTokenizeRequest(std::string_view body) {
+  return ParseWith<TokenizeParse>(body, TokenizeFields);
+}
+
+DetokenizeParse ParseDetokenizeRequest(std::string_view body) {
+  return ParseWith<DetokenizeParse>(body, DetokenizeFields);
 }
 
 }  // namespace attic::server

@@ -3,11 +3,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
 
 #include "attic/core/hash.h"
 #include "attic/core/thread_name.h"
+#include "server/access_log.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
@@ -15,6 +18,10 @@ namespace attic::server {
 namespace {
 
 using json = nlohmann::json;
+
+// GET /v1/sessions page size: OpenAI's list endpoints' default and maximum.
+constexpr int kDefaultSessionListLimit = 20;
+constexpr int kMaxSessionListLimit = 100;
 
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -38,7 +45,8 @@ bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
 
 // Metric label for a path: known routes only, so label values stay bounded.
 std::string EndpointLabel(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions", "/health",
+                            "/metrics", "/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize"}) {
     if (path == known) return known;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -225,8 +233,9 @@ std::string Server::Impl::NewId(const char* prefix) {
 void Server::Impl::SetupRoutes() {
   // Bodies are read through a content reader so that the size limit also holds for
   // chunked uploads (httplib 0.11 enforces it only for Content-Length bodies).
-  auto completion = [this](ApiKind kind) {
-    return [this, kind](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  auto with_body = [this](BodyHandler handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
       std::string body;
       bool too_big = false;
       bool ok = reader([&](const char* data, size_t n) {
@@ -253,11 +262,29 @@ void Server::Impl::SetupRoutes() {
         HttpTransport::CloseAfterResponse();
         return SendError(res, e);
       }
-      HandleCompletion(kind, req, body, res);
+      LogRequestBody(req, body);
+      handler(req, body, res);
     };
+  };
+  auto completion = [this, with_body](ApiKind kind) {
+    return with_body([this, kind](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+      HandleCompletion(kind, req, body, res);
+    });
   };
   http.Post("/v1/chat/completions", completion(ApiKind::kChat));
   http.Post("/v1/completions", completion(ApiKind::kCompletion));
+  // vLLM serves these at the root; the /v1 copies let clients whose base URL ends in /v1
+  // (the openai client's) reach them too.
+  for (const char* prefix : {"", "/v1"}) {
+    http.Post(std::string(prefix) + "/tokenize",
+              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                HandleTokenize(req, body, res);
+              }));
+    http.Post(std::string(prefix) + "/detokenize",
+              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                HandleDetokenize(req, body, res);
+              }));
+  }
   auto model_object = [this] {
     return json{{"id", model_name},
                 {"object", "model"},
@@ -306,19 +333,66 @@ void Server::Impl::SetupRoutes() {
     }
     SendError(res, e);
   };
-  http.Get(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
+  auto session_object = [](const store::SessionInfo& info) {
+    return json{{"id", info.session_id},
+                {"object", "session"},
+                {"tokens", info.n_tokens},
+                {"bytes", info.bytes},
+                {"tier", store::TierName(info.tier)},
+                {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
+  };
+  http.Get(R"(/v1/sessions/(.+))", [this, session_error, session_object](const httplib::Request& req,
+                                                                         httplib::Response& res) {
     std::string tenant;
     if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
     const std::string id = req.matches[1];
     if (store == nullptr) return session_error(res, id, NotFoundError(""));
     auto info = store->GetSession(tenant, id);
     if (!info.ok()) return session_error(res, id, info.status());
-    json j{{"id", id},
-           {"object", "session"},
-           {"tokens", info->n_tokens},
-           {"bytes", info->bytes},
-           {"tier", store::TierName(info->tier)},
-           {"expires_at", info->expires_at_ms == 0 ? json(nullptr) : json(info->expires_at_ms / 1000)}};
+    res.set_content(session_object(*info).dump(), "application/json");
+  });
+  // GET /v1/sessions?limit=N&after=ID: OpenAI's cursor-paginated list object, ordered by
+  // session id. `after` is a position in that order, not a reference: it need not name a
+  // stored session, so a session that expires or is deleted between pages does not break
+  // the iteration. With the store off the list is empty.
+  http.Get("/v1/sessions", [this, session_object](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
+    ApiError invalid;
+    invalid.code = "invalid_value";
+    int limit = kDefaultSessionListLimit;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+      limit = digits ? std::stoi(v) : 0;
+      if (limit < 1 || limit > kMaxSessionListLimit) {
+        invalid.param = "limit";
+        invalid.message = "'limit' must be an integer between 1 and " + std::to_string(kMaxSessionListLimit);
+        return SendError(res, invalid);
+      }
+    }
+    const std::string after = req.get_param_value("after");
+    if (after.size() > kMaxSessionIdBytes) {
+      invalid.param = "after";
+      invalid.message = "'after' is longer than " + std::to_string(kMaxSessionIdBytes) + " bytes";
+      return SendError(res, invalid);
+    }
+    std::vector<store::SessionInfo> sessions;
+    if (store != nullptr) sessions = store->ListSessions(tenant);
+    auto first = after.empty() ? sessions.begin()
+                               : std::upper_bound(sessions.begin(), sessions.end(), after,
+                                                  [](const std::string& a, const store::SessionInfo& s) {
+                                                    return a < s.session_id;
+                                                  });
+    const auto left = static_cast<size_t>(sessions.end() - first);
+    const auto n = std::min(left, static_cast<size_t>(limit));
+    json data = json::array();
+    for (auto it = first; it != first + static_cast<std::ptrdiff_t>(n); ++it) data.push_back(session_object(*it));
+    json j{{"object", "list"},
+           {"data", data},
+           {"first_id", n == 0 ? json(nullptr) : json(first->session_id)},
+           {"last_id", n == 0 ? json(nullptr) : json((first + static_cast<std::ptrdiff_t>(n) - 1)->session_id)},
+           {"has_more", left > n}};
     res.set_content(j.dump(), "application/json");
   });
   http.Delete(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
@@ -377,8 +451,13 @@ void Server::Impl::SetupRoutes() {
     res.status = 500;
     res.set_content(ErrorJson(e), "application/json");
   });
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    CurrentAccessNote() = AccessNote{};  // nothing left over from an earlier request of this thread
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.CountHttp(EndpointLabel(req.path), res.status);
+    LogAccess(req, res);
   });
 }
 

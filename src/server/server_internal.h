@@ -1,5 +1,5 @@
-// Internal: the Server's state, shared by server.cc (setup, routes, auth, step loop)
-// and completion_handler.cc (the two completion endpoints).
+// Internal: the Server's state, shared by server.cc (setup, routes, auth, step loop),
+// completion_handler.cc (the two completion endpoints) and tokenize_handler.cc.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,9 @@
 #include "server/http_transport.h"
 
 namespace attic::server {
+
+// 404 for a `model` other than the served one.
+ApiError ModelNotFound(const std::string& model);
 
 struct Server::Impl {
   Impl(engine::Engine& e, const ServerOptions& o) : engine(e), options(o) {}
@@ -54,6 +57,9 @@ struct Server::Impl {
   std::optional<ApiError> Authenticate(const httplib::Request& req, std::string* tenant) const;
   void SendError(httplib::Response& res, const ApiError& error) const;
   void HandleCompletion(ApiKind kind, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // POST /tokenize and /detokenize (tokenize_handler.cc).
+  void HandleTokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // Prompt token ids and sampling parameters of a validated request.
   StatusOr<std::vector<int32_t>> PromptTokens(const ApiRequest& r) const;
   engine::SamplingParams Sampling(const ApiRequest& r);

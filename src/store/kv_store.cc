@@ -686,6 +686,25 @@ Status KvStore::EraseSession(const std::string& tenant, const std::string& sessi
   return OkStatus();
 }
 
+std::vector<SessionInfo> KvStore::ListSessions(const std::string& tenant) {
+  AwaitQueuedSaves(tenant, "", nullptr, /*wait=*/true);
+  std::vector<SessionInfo> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string prefix = SessionKey(tenant, "");
+    for (const auto& [session_key, key] : sessions_) {
+      if (session_key.compare(0, prefix.size(), prefix) != 0) continue;
+      const EntryInfo& e = entries_.at(key);
+      if (Expired(e)) continue;  // freed by ExpireNow or when met
+      out.push_back(SessionInfo{e.key, e.tenant, e.session_id, static_cast<int>(e.tokens.size()), e.bytes, e.tier,
+                                e.expires_at_ms});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
+  return out;
+}
+
 bool KvStore::Contains(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.count(key) != 0;

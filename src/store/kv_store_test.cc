@@ -162,6 +162,34 @@ TEST(KvStore, TtlExpires) {
   EXPECT_EQ(s->Stats().entries, 0u);
 }
 
+TEST(KvStore, ListSessionsIsTenantScopedSortedAndSkipsExpired) {
+  VirtualClock clock;
+  StoreOptions o = Options(8);
+  o.default_ttl_ms = 1000;
+  auto s = OpenStore(o, &clock);
+  ASSERT_TRUE(s->Save(MakeEntry(Range(0, 32), "b", "alice"), "", 0).ok());
+  ASSERT_TRUE(s->Save(MakeEntry(Range(100, 16), "a", "alice"), "", 0).ok());
+  ASSERT_TRUE(s->Save(MakeEntry(Range(200, 32), "c", "alice")).ok());  // expires after 1 s
+  ASSERT_TRUE(s->Save(MakeEntry(Range(300, 32), "a", "bob")).ok());
+  ASSERT_TRUE(s->Save(MakeEntry(Range(400, 32), "", "alice")).ok());  // no session id: not a session
+  std::vector<SessionInfo> alice = s->ListSessions("alice");
+  ASSERT_EQ(alice.size(), 3u);
+  EXPECT_EQ(alice[0].session_id, "a");
+  EXPECT_EQ(alice[0].n_tokens, 16);
+  EXPECT_EQ(alice[0].tenant, "alice");
+  EXPECT_EQ(alice[0].expires_at_ms, 0);
+  EXPECT_EQ(alice[1].session_id, "b");
+  EXPECT_EQ(alice[1].n_tokens, 32);
+  EXPECT_EQ(alice[2].session_id, "c");
+  EXPECT_EQ(alice[2].expires_at_ms, clock.NowMs() + 1000);
+  ASSERT_EQ(s->ListSessions("bob").size(), 1u);
+  EXPECT_TRUE(s->ListSessions("carol").empty());
+  clock.Advance(1000);
+  alice = s->ListSessions("alice");
+  ASSERT_EQ(alice.size(), 2u);
+  EXPECT_EQ(alice[1].session_id, "b");
+}
+
 TEST(KvStore, SsdTierSurvivesRestart) {
   ScratchDir dir("restart");
   KvEntry e = MakeEntry(Range(0, 32), "chat");

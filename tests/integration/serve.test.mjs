@@ -1,9 +1,11 @@
 // `attic serve` with stories260K (ChatML chat template) driven by the official openai
 // client: chat and completions, streaming and not, usage (cached_tokens on a second
-// turn), stop sequences, seeds, tenancy, and error objects.
+// turn), stop sequences, seeds, tenancy, error objects, and /tokenize + /detokenize.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import OpenAI from 'openai';
 import { startServer, stories, binary, request, parseError, metrics } from './lib/server.mjs';
 
@@ -211,6 +213,81 @@ test('errors are OpenAI error objects with the right status', async () => {
   r = await request(server.port, { method: 'GET', path: '/v1/chat/completions', headers: auth });
   assert.equal(r.status, 404);
   parseError(r.body);
+});
+
+test('POST /tokenize and /detokenize: golden ids, round trip, chat count = usage.prompt_tokens, errors', async () => {
+  // Independent reference: ids from the model's own reference implementation.
+  const golden = JSON.parse(fs.readFileSync(path.join(stories, 'golden_reference.json'), 'utf8')).cases;
+  assert.ok(golden.length >= 3);
+  const c = client();
+  for (const { prompt, prompt_ids } of golden) {
+    const t = await c.post('/tokenize', { body: { model, prompt } });
+    assert.deepEqual(t, { count: prompt_ids.length, max_model_len: 512, tokens: prompt_ids });
+    // Without special tokens: the same ids minus BOS; pieces are the vocabulary's strings
+    // (SentencePiece: U+2581 for a space, with the leading space SentencePiece adds).
+    assert.equal(prompt_ids[0], 1);
+    const plain = await c.post('/tokenize', { body: { prompt, add_special_tokens: false, return_token_strs: true } });
+    assert.deepEqual(plain.tokens, prompt_ids.slice(1));
+    assert.equal(plain.token_strs.length, plain.count);
+    if (prompt) assert.equal(plain.token_strs.join('').replaceAll('\u2581', ' '), ` ${prompt}`);
+    const back = await c.post('/detokenize', { body: { model, tokens: plain.tokens } });
+    assert.equal(back.prompt, prompt);
+  }
+  // Served at the root too (vLLM's paths), with the same answer; llama-server's field names.
+  const auth = { authorization: 'Bearer k-main', 'content-type': 'application/json' };
+  const zoo = golden.find((g) => g.prompt === 'Zoo');
+  let r = await request(server.port, { path: '/tokenize', headers: auth,
+    body: JSON.stringify({ content: 'Zoo', with_pieces: true }) });
+  assert.equal(r.status, 200, r.body);
+  assert.deepEqual(JSON.parse(r.body).tokens, zoo.prompt_ids);
+  assert.equal(JSON.parse(r.body).token_strs.length, zoo.prompt_ids.length);
+  r = await request(server.port, { path: '/detokenize', headers: auth,
+    body: JSON.stringify({ tokens: zoo.prompt_ids.slice(1) }) });
+  assert.equal(r.status, 200, r.body);
+  assert.equal(JSON.parse(r.body).content, 'Zoo');
+  // Chat messages are rendered with the template chat completions use: the count is the
+  // prompt_tokens of a chat completion of the same messages.
+  const messages = [{ role: 'system', content: 'You tell stories.' },
+    { role: 'user', content: 'Tell me about a dog.' }];
+  const chat = await c.post('/tokenize', { body: { model, messages } });
+  const done = await c.chat.completions.create({ model, messages, max_tokens: 1, temperature: 0 });
+  assert.equal(chat.count, done.usage.prompt_tokens);
+  assert.equal(chat.tokens.length, chat.count);
+  const noGen = await c.post('/tokenize', { body: { model, messages, add_generation_prompt: false } });
+  assert.ok(noGen.count < chat.count);
+  assert.deepEqual(chat.tokens.slice(0, noGen.count), noGen.tokens);
+  // Errors: OpenAI error objects naming the parameter.
+  const expectError = async (route, body, status, param) => {
+    await assert.rejects(c.post(route, { body }), (e) => {
+      assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+      assert.equal(e.status, status, `${route} ${JSON.stringify(body)}: ${e.message}`);
+      assert.equal(e.param, param, e.message);
+      return true;
+    });
+  };
+  await expectError('/tokenize', { model: 'gpt-4o', prompt: 'x' }, 404, 'model');
+  await expectError('/tokenize', { prompt: 5 }, 400, 'prompt');
+  await expectError('/tokenize', {}, 400, 'prompt');
+  await expectError('/tokenize', { prompt: 'x', add_special_tokens: 'yes' }, 400, 'add_special_tokens');
+  await expectError('/tokenize', { messages: [{ role: 'tool', content: 'x' }] }, 400, 'messages[0].role');
+  await expectError('/detokenize', { tokens: [1, 512] }, 400, 'tokens');
+  await expectError('/detokenize', { tokens: [-1] }, 400, 'tokens');
+  await expectError('/detokenize', { tokens: 'Zoo' }, 400, 'tokens');
+  await expectError('/detokenize', { tokens: [1.5] }, 400, 'tokens');
+  await expectError('/detokenize', { model: 'gpt-4o', tokens: [1] }, 404, 'model');
+  r = await request(server.port, { path: '/v1/tokenize', headers: auth,
+    body: Buffer.concat([Buffer.from('{"prompt":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]) });
+  assert.equal(r.status, 400);
+  parseError(r.body);
+  for (const p of ['/tokenize', '/v1/detokenize']) {
+    r = await request(server.port, { path: p, headers: { 'content-type': 'application/json' }, body: '{"tokens":[1]}' });
+    assert.equal(r.status, 401, p);
+    parseError(r.body);
+  }
+  const m = await metrics(server.port);
+  assert.ok(m['attic_http_requests_total{endpoint="/v1/tokenize",status="200"}'] >= 1);
+  assert.ok(m['attic_http_requests_total{endpoint="/tokenize",status="200"}'] >= 1);
+  assert.ok(m['attic_http_requests_total{endpoint="/v1/detokenize",status="400"}'] >= 1);
 });
 
 test('/metrics is Prometheus text with the serving counters and gauges', async () => {

@@ -1,13 +1,15 @@
 // The KV store through `attic serve` (paper 001): a conversation's next turn reuses its
 // history from DRAM, from SSD (a DRAM tier too small to hold it), and after a restart;
 // greedy answers equal recomputation (another tenant, which never shares KV); the
-// session endpoints and the store's Prometheus counters. Resident (compute-buffer) reuse
-// is off (--max-resident 0) so that every reuse comes from the store.
+// session endpoints (one session, the paginated list) and the store's Prometheus
+// counters. Resident (compute-buffer) reuse is off (--max-resident 0) so that every reuse
+// comes from the store.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
+import { CursorPage } from 'openai/pagination';
 import { startServer, stories, request, metrics, tmpRoot, longContextModel } from './lib/server.mjs';
 
 const model = 'stories260K-hf';
@@ -208,4 +210,76 @@ test('decoupled truncation: an overlong conversation is shortened in the store, 
     model, messages: [{ role: 'user', content: story }], max_tokens: 4,
   }), (e) => e.status >= 400 && e.status < 500);
   await plain.stop();
+});
+
+test('GET /v1/sessions lists the tenant\'s sessions, paginated by cursor', async () => {
+  const s = await start(['--kv-dram-bytes', String(64 << 20)]);
+  const conv = client(s, 'k-conv');
+  const ref = client(s, 'k-ref');
+  const turn = (c, session_id) => c.chat.completions.create({
+    model, messages: [{ role: 'user', content: `Tell me about ${session_id}.` }], max_tokens: 2, temperature: 0,
+    session_id });
+  // Created out of order; listed by session id.
+  for (const id of ['s-3', 's-1', 's-5', 's-2', 's-4']) await turn(conv, id);
+  await turn(ref, 'other-1');
+  await conv.chat.completions.create({ model, messages: [{ role: 'user', content: 'No session.' }], max_tokens: 2 });
+
+  const p1 = await conv.get('/sessions', { query: { limit: 2 } });
+  assert.equal(p1.object, 'list');
+  assert.deepEqual(p1.data.map((x) => x.id), ['s-1', 's-2']);
+  assert.equal(p1.first_id, 's-1');
+  assert.equal(p1.last_id, 's-2');
+  assert.equal(p1.has_more, true);
+  // Each item is exactly what GET /v1/sessions/{id} returns.
+  for (const item of p1.data) {
+    assert.deepEqual(item, await conv.get(`/sessions/${item.id}`));
+    assert.equal(item.object, 'session');
+    assert.equal(item.tier, 'dram');
+    assert.ok(item.tokens > 0 && item.bytes > 0, JSON.stringify(item));
+    assert.equal(typeof item.expires_at, 'number');
+  }
+  const p2 = await conv.get('/sessions', { query: { limit: 2, after: p1.last_id } });
+  assert.deepEqual(p2.data.map((x) => x.id), ['s-3', 's-4']);
+  assert.equal(p2.has_more, true);
+  const p3 = await conv.get('/sessions', { query: { limit: 2, after: p2.last_id } });
+  assert.deepEqual(p3.data.map((x) => x.id), ['s-5']);
+  assert.equal(p3.has_more, false);
+  // Default limit (20) holds them all.
+  const all = await conv.get('/sessions');
+  assert.deepEqual(all.data.map((x) => x.id), ['s-1', 's-2', 's-3', 's-4', 's-5']);
+  assert.equal(all.has_more, false);
+  // The client's auto-pagination walks every page.
+  const walked = [];
+  for await (const item of conv.getAPIList('/sessions', CursorPage, { query: { limit: 2 } })) walked.push(item.id);
+  assert.deepEqual(walked, ['s-1', 's-2', 's-3', 's-4', 's-5']);
+  // `after` is a position in id order: a session deleted between pages does not break it.
+  await conv.delete('/sessions/s-2');
+  const resumed = await conv.get('/sessions', { query: { limit: 2, after: 's-2' } });
+  assert.deepEqual(resumed.data.map((x) => x.id), ['s-3', 's-4']);
+  const past = await conv.get('/sessions', { query: { after: 's-5' } });
+  assert.deepEqual(past, { object: 'list', data: [], first_id: null, last_id: null, has_more: false });
+  // Tenant-scoped: the other key sees only its own.
+  const other = await ref.get('/sessions');
+  assert.deepEqual(other.data.map((x) => x.id), ['other-1']);
+  // Bad parameters are OpenAI-style 400s naming the parameter; no key is a 401.
+  for (const limit of [0, 101, 'x', -1, 2.5]) {
+    await assert.rejects(conv.get('/sessions', { query: { limit } }), (e) => {
+      assert.equal(e.status, 400, `limit ${limit}`);
+      assert.equal(e.error.param, 'limit');
+      return true;
+    });
+  }
+  await assert.rejects(conv.get('/sessions', { query: { after: 'x'.repeat(300) } }),
+    (e) => e.status === 400 && e.error.param === 'after');
+  const noKey = await request(s.port, { method: 'GET', path: '/v1/sessions' });
+  assert.equal(noKey.status, 401);
+  const m = await metrics(s.port);
+  assert.ok(m['attic_http_requests_total{endpoint="/v1/sessions",status="200"}'] >= 7);
+  await s.stop();
+
+  // Store off: an empty list, not an error.
+  const off = await start([]);
+  assert.deepEqual(await client(off, 'k-conv').get('/sessions'),
+    { object: 'list', data: [], first_id: null, last_id: null, has_more: false });
+  await off.stop();
 });

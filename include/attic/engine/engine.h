@@ -67,8 +67,10 @@ class Engine {
   // Token ids of `text`; InvalidArgument for invalid UTF-8.
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos = true) const;
   // Renders a conversation with the model's chat template (InvalidArgument naming
-  // --chat-template when the model has none Attic recognises).
-  StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages) const;
+  // --chat-template when the model has none Attic recognises). Without
+  // add_generation_prompt the text ends after the last message (no assistant header).
+  StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
+                                   bool add_generation_prompt = true) const;
   // Token ids that end generation: EOS plus the chat family's end-of-turn tokens.
   const std::vector<int32_t>& stop_token_ids() const { return stop_ids_; }
   // The chat template family RenderChat uses (InvalidArgument naming --chat-template

@@ -1,7 +1,7 @@
 // The OpenAI wire format Attic speaks: request parsing and validation for
-// /v1/chat/completions and /v1/completions, response and SSE chunk bodies, and
-// OpenAI error objects ({"error":{"message","type","param","code"}}) with the HTTP
-// status each travels with.
+// /v1/chat/completions, /v1/completions, /tokenize and /detokenize (vLLM's shapes),
+// response and SSE chunk bodies, and OpenAI error objects
+// ({"error":{"message","type","param","code"}}) with the HTTP status each travels with.
 //
 // Parsing never throws and never trusts the input: any JSON (or non-JSON) body yields
 // either a request whose every field is in range, or a 400 error naming the field.
@@ -71,6 +71,36 @@ struct ParseResult {
 };
 
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body);
+
+// POST /tokenize, in vLLM's shape; llama-server's names are accepted as aliases
+// (content = prompt, add_special = add_special_tokens, with_pieces = return_token_strs).
+// Exactly one of prompt/content and messages.
+struct TokenizeRequest {
+  std::string model;                             // optional ("" = the served model)
+  bool chat = false;                             // messages given (else prompt)
+  std::string prompt;
+  std::vector<tokenizer::ChatMessage> messages;
+  bool add_generation_prompt = true;             // chat: end with the assistant header
+  bool add_special_tokens = true;                // BOS; default true for prompt, false for messages
+  bool return_token_strs = false;                // also each token's vocabulary string
+};
+struct TokenizeParse {
+  TokenizeRequest request;
+  std::optional<ApiError> error;
+};
+TokenizeParse ParseTokenizeRequest(std::string_view body);
+
+// POST /detokenize: {"model"?, "tokens": [ids]}. Ids are checked against the
+// vocabulary by the caller (the parser does not know it).
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+struct DetokenizeParse {
+  DetokenizeRequest request;
+  std::optional<ApiError> error;
+};
+DetokenizeParse ParseDetokenizeRequest(std::string_view body);
 
 // What every response of one request shares.
 struct ResponseMeta {

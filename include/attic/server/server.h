@@ -3,8 +3,10 @@
 //   POST /v1/chat/completions   chat (JSON, or SSE when "stream": true)
 //   POST /v1/completions        text completion (JSON or SSE)
 //   GET  /v1/models             the served model
+//   POST /tokenize, /detokenize  text or chat -> token ids, ids -> text (also under /v1)
 //   GET  /health                liveness ({"status":"ok"})
 //   GET  /metrics               Prometheus text
+//   GET  /v1/sessions           the tenant's stored conversations (cursor-paginated list)
 //   GET  /v1/sessions/{id}      stored KV of a conversation (tokens, bytes, tier, expiry)
 //   DELETE /v1/sessions/{id}    erase a conversation's stored KV
 //
@@ -12,6 +14,10 @@
 // Scheduler. HTTP handler threads only parse, authenticate, tokenize, submit to the
 // scheduler's bounded queue and relay the request's ResultChannel to the client; they
 // never touch engine state. A client that disconnects cancels its request.
+//
+// Logging: one access line per request at LogLevel::kInfo once its response is complete
+// (method, path, status, a completion's token counts and TTFT, duration; never prompt
+// text or keys), request bodies at kDebug (src/server/access_log.h).
 //
 // Tenancy: with API keys configured, the key identifies the tenant and resident KV is
 // scoped to it; without keys every request belongs to the tenant "default".

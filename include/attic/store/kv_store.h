@@ -264,6 +264,9 @@ class KvStore {
   // Token ids of the session's stored entry (NotFound when none or expired).
   StatusOr<std::vector<int32_t>> SessionTokens(const std::string& tenant, const std::string& session_id);
   Status EraseSession(const std::string& tenant, const std::string& session_id);
+  // The tenant's stored sessions (expired ones left out), ordered by session id (bytewise
+  // ascending). Waits for the tenant's queued saves first, like GetSession.
+  std::vector<SessionInfo> ListSessions(const std::string& tenant);
   bool Contains(const std::string& key) const;
   std::optional<TierLevel> TierOf(const std::string& key) const;
 
