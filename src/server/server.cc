@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <csignal>
 #include <functional>
 
@@ -137,6 +138,13 @@ Status Server::Start() {
   im.step_thread = StartNamedThread("attic-step", [&im] { im.StepLoop(); });
   // The HTTP request workers, started by this thread, inherit its name.
   im.http_thread = StartNamedThread("attic-http", [&im] { im.http.listen_after_bind(); });
+  // Listening for real before this returns: httplib's stop() does nothing until its
+  // accept loop runs, so a Stop() right after Start() (a signal as the server comes up)
+  // would otherwise leave the loop running and Stop() joining it forever.
+  for (int waited_ms = 0; !im.http.is_running(); ++waited_ms) {
+    if (waited_ms == 10000) return InternalError("the HTTP listener did not start");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return OkStatus();
 }
 
