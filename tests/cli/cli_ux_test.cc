@@ -93,6 +93,17 @@ TEST(CliUx, SizeFlagsTakeUnitsAndTheOldSpellingsStillWork) {
   EXPECT_EQ(c.Wait(30), 0);
 }
 
+// SIGINT as soon as the server says it listens stops it gracefully (exit 0), never a
+// hang or 130: the race window is small, so a few rounds.
+TEST(CliUx, ServeStopsGracefullyOnASignalAsSoonAsItListens) {
+  for (int round = 0; round < 8; ++round) {
+    Child s({"serve", "-m", Stories(), "--port", "0"});
+    ASSERT_TRUE(s.WaitFor(true, "listening", 0, 30)) << s.err();
+    s.Signal(SIGINT);
+    EXPECT_EQ(s.Wait(30), 0) << "round " << round << ": " << s.err();
+  }
+}
+
 TEST(CliUx, DashCMeansTheContextWindowEverywhere) {
   // bench serve has no context window: its concurrency is --concurrency only.
   ExpectUsageError(RunAttic("bench serve --url http://127.0.0.1:9 -c 1 2"), "--concurrency");
