@@ -19,11 +19,9 @@
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
 // Output: a human table, then one JSON object on the last line.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,16 +31,16 @@
 #include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
 #include "attic/tensor/dtype.h"
+#include "bench/common/flags.h"
+#include "bench/common/measure.h"
+#include "bench/common/model_shapes.h"
 
 namespace {
 
 using attic::attention::AttentionShape;
 using attic::attention::KvLayerView;
-
-struct ModelShape {
-  const char* name;
-  int n_heads, n_kv_heads, head_dim, n_layers;
-};
+using attic::bench::ModelShape;
+using attic::bench::NowSeconds;
 
 // 64-byte aligned float storage (the KV pool's alignment: rows then start on cache lines).
 struct AlignedFloats {
@@ -99,10 +97,6 @@ Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
   return l;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 struct Result {
   std::string model, mode, kv;
   int n = 0;
@@ -120,9 +114,9 @@ Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n
   for (int i = 0; i < n; ++i) kv_end[i] = i + 1;
   double best = 1e30;
   for (int r = 0; r < reps + 1; ++r) {  // first run warms up
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     attic::attention::Attend(pool, shape, q.data(), n, kv_end.data(), nullptr, 0, layer.view, out.data());
-    if (r > 0) best = std::min(best, Now() - t0);
+    if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
   const double flops = 4.0 * m.head_dim * m.n_heads * (static_cast<double>(n) * (n + 1) / 2);
   return Result{m.name, "prefill", f16 ? "f16" : "f32", n, best * 1e3, flops / best * 1e-9, 0};
@@ -140,11 +134,11 @@ Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
   const int32_t kv_end = n;
   double best = 1e30;
   for (int r = 0; r < reps * 4 + 1; ++r) {
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     for (const Layer& layer : layers) {
       attic::attention::Attend(pool, shape, q.data(), 1, &kv_end, nullptr, 0, layer.view, out.data());
     }
-    if (r > 0) best = std::min(best, Now() - t0);
+    if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
   const double per_layer = best / m.n_layers;
   const double flops = 4.0 * m.head_dim * m.n_heads * n;
@@ -170,13 +164,13 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
   std::vector<attic::attention::AttendRequest> reqs(batch);
   double best = 1e30;
   for (int r = 0; r < reps * 4 + 1; ++r) {
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     for (const auto& l : layers) {
       for (int b = 0; b < batch; ++b)
         reqs[b] = attic::attention::AttendRequest{q.data() + b * row, 1, &kv_end, nullptr, 0, l[b].view, out.data() + b * row};
       attic::attention::AttendBatch(pool, shape, reqs.data(), batch);
     }
-    if (r > 0) best = std::min(best, Now() - t0);
+    if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
   const double per_layer = best / n_layers;
   const double flops = 4.0 * m.head_dim * m.n_heads * n * batch;
@@ -201,10 +195,10 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
   for (int i = 0; i < n_q; ++i) kv_end[i] = history + i + 1;
   double best = 1e30;
   for (int r = 0; r < reps * 2 + 1; ++r) {
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     for (const Layer& layer : layers)
       attic::attention::Attend(pool, shape, q.data(), n_q, kv_end.data(), nullptr, 0, layer.view, out.data());
-    if (r > 0) best = std::min(best, Now() - t0);
+    if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
   const double per_layer = best / m.n_layers;
   const double visible = static_cast<double>(n_q) * history + static_cast<double>(n_q) * (n_q + 1) / 2;
@@ -218,32 +212,23 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 3, history = 2048;
   bool json_only = false;
   std::string only, kv_only;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
-      threads = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) {
-      g_block_size = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
-      only = argv[++i];
-    } else if (!std::strcmp(argv[i], "--history") && i + 1 < argc) {
-      history = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc) {
-      kv_only = argv[++i];
-    } else if (!std::strcmp(argv[i], "--json-only")) {
-      json_only = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk] [--history N] "
-                   "[--kv f32|f16] [--json-only]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  attic::bench::FlagParser flags("attention_bench",
+                                 "[--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk] "
+                                 "[--history N]\n         [--kv f32|f16] [--json-only]");
+  flags.Int("--threads", &threads);
+  flags.Int("--reps", &reps);
+  flags.Int("--block-size", &g_block_size);
+  flags.String("--only", &only);
+  flags.Int("--history", &history);
+  flags.String("--kv", &kv_only);
+  flags.Switch("--json-only", &json_only);
+  flags.ParseOrExit(argc, argv);
+  reps = std::max(1, reps);
+  g_block_size = std::max(1, g_block_size);
+  history = std::max(1, history);
   attic::backend::ThreadPool pool(threads);
   std::mt19937 rng(1);
-  const ModelShape shapes[] = {{"smollm2-135m", 9, 3, 64, 30}, {"llama-1b", 32, 8, 64, 16}};
+  const std::vector<ModelShape>& shapes = attic::bench::BenchModelShapes();
   std::vector<Result> results;
   for (const ModelShape& m : shapes) {
     for (bool f16 : {false, true}) {

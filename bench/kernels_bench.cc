@@ -33,8 +33,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -46,6 +44,12 @@
 #include "attic/backend/thread_pool.h"
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
+#include "bench/common/flags.h"
+#include "bench/common/format.h"
+#include "bench/common/measure.h"
+#include "bench/common/model_shapes.h"
+#include "bench/common/output.h"
+#include "bench/common/stats.h"
 
 #ifdef ATTIC_BENCH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -69,7 +73,9 @@ using attic::backend::ThreadPool;
 using attic::model::WeightTensor;
 namespace cpu = attic::backend::cpu;
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using attic::bench::Fmt;
+using attic::bench::Median;
+using attic::bench::NowSeconds;
 
 struct Mat {
   const char* name;
@@ -77,21 +83,28 @@ struct Mat {
   int per_layer;  // how many per layer (0 = once per model, i.e. lm_head)
 };
 
-struct ModelShape {
+struct ModelMatrices {
   const char* name;
   int n_layers;
   std::vector<Mat> mats;
 };
 
-std::vector<ModelShape> Models() {
-  return {
-      {"smollm2-135m", 30,
-       {{"wq", 576, 576, 1}, {"wk", 192, 576, 1}, {"wv", 192, 576, 1}, {"wo", 576, 576, 1},
-        {"w_gate", 1536, 576, 1}, {"w_up", 1536, 576, 1}, {"w_down", 576, 1536, 1}, {"lm_head", 49152, 576, 0}}},
-      {"llama-1b", 16,
-       {{"wq", 2048, 2048, 1}, {"wk", 512, 2048, 1}, {"wv", 512, 2048, 1}, {"wo", 2048, 2048, 1},
-        {"w_gate", 8192, 2048, 1}, {"w_up", 8192, 2048, 1}, {"w_down", 2048, 8192, 1}, {"lm_head", 49152, 2048, 0}}},
-  };
+// The Linear matrices of each benchmark shape (bench/common/model_shapes.h), in the
+// order BenchAb indexes them: q, k, v, o, gate, up, down, then lm_head.
+std::vector<ModelMatrices> Models() {
+  std::vector<ModelMatrices> out;
+  for (const attic::bench::ModelShape& s : attic::bench::BenchModelShapes()) {
+    out.push_back({s.name, s.n_layers,
+                   {{"wq", s.q_dim(), s.hidden, 1},
+                    {"wk", s.kv_dim(), s.hidden, 1},
+                    {"wv", s.kv_dim(), s.hidden, 1},
+                    {"wo", s.hidden, s.q_dim(), 1},
+                    {"w_gate", s.ffn, s.hidden, 1},
+                    {"w_up", s.ffn, s.hidden, 1},
+                    {"w_down", s.hidden, s.ffn, 1},
+                    {"lm_head", s.vocab, s.hidden, 0}}});
+  }
+  return out;
 }
 
 // Fills a weight buffer with sane random values of the dtype (no NaN/inf/subnormals).
@@ -181,11 +194,11 @@ double TimePerCall(const std::function<void(int)>& fn, double min_time, int min_
   for (int round = 0; round < kRounds; ++round) {
     fn(idx++);
     int reps = 0;
-    double t0 = Now(), t;
+    double t0 = NowSeconds(), t;
     do {
       fn(idx++);
       ++reps;
-      t = Now();
+      t = NowSeconds();
     } while (t - t0 < min_time / kRounds || reps < min_reps);
     best = std::min(best, (t - t0) / reps);
   }
@@ -209,16 +222,6 @@ struct Json {
   std::string Done() { return s + "\n}\n"; }
 };
 
-std::string Fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* f, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, f);
-  vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
-
 void BenchPool(ThreadPool& pool, Json& json) {
   json.Begin("pool");
   printf("\n== ThreadPool (%d threads) ==\n", pool.n_threads());
@@ -230,8 +233,8 @@ void BenchPool(ThreadPool& pool, Json& json) {
   // Overhead with real work: each thread busy-waits `work` us; overhead = wall - work.
   for (double work_us : {2.0, 10.0}) {
     auto busy = [&](int64_t, int) {
-      double end = Now() + work_us * 1e-6;
-      while (Now() < end) {
+      double end = NowSeconds() + work_us * 1e-6;
+      while (NowSeconds() < end) {
       }
     };
     double t_busy = TimePerCall([&](int) { pool.ParallelFor(pool.n_threads(), busy); }, 0.3, 1000);
@@ -250,7 +253,7 @@ void BenchGemv(ThreadPool& pool, bool quick, Json& json) {
   printf("\n== GEMV (decode), isa=%s, %d threads, cold weights ==\n", t.name, pool.n_threads());
   printf("%-13s %-5s %-8s %6s %6s %2s %9s %8s\n", "model", "dtype", "matrix", "n", "k", "m", "us/call", "GB/s");
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
-  for (const ModelShape& model : Models()) {
+  for (const ModelMatrices& model : Models()) {
     for (DType dt : dtypes) {
       if ((quick && (dt == DType::kF32 || dt == DType::kQ8_0)) || Skip(model.name, dt)) continue;
       double step_s = 0, step_bytes = 0;
@@ -317,7 +320,7 @@ void BenchGemm(ThreadPool& pool, bool quick, bool baselines, Json& json) {
   printf("%-13s %-5s %-8s %6s %6s %5s %9s %8s %10s %10s\n", "model", "dtype", "matrix", "n", "k", "m", "ms/call",
          "GFLOP/s", "dnnl_bf16", "blas_f32");
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0};
-  for (const ModelShape& model : Models()) {
+  for (const ModelMatrices& model : Models()) {
     for (int64_t m : {64, 128, 512, 2048}) {
       if (quick && m == 2048 && std::string(model.name) == "llama-1b") continue;
       if (g_m_filter ? m != g_m_filter : m < 512) continue;
@@ -383,7 +386,7 @@ void BenchStep(ThreadPool& pool, Json& json) {
   json.Begin("decode_step");
   printf("\n== Decode step, all layers (m=1, distinct weights per layer), %d threads ==\n", pool.n_threads());
   printf("%-13s %-5s %12s %12s %10s\n", "model", "dtype", "separate_ms", "fused_ms", "GB/s");
-  for (const ModelShape& model : Models()) {
+  for (const ModelMatrices& model : Models()) {
     for (DType dt : {DType::kBF16, DType::kF16, DType::kQ8_0}) {
       if (Skip(model.name, dt)) continue;
       std::vector<std::unique_ptr<WeightSet>> layers;  // per layer: one WeightSet per matrix
@@ -448,7 +451,7 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
   const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
   for (int m : ms) printf(" %11d", m);
   printf("\n");
-  for (const ModelShape& model : Models()) {
+  for (const ModelMatrices& model : Models()) {
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0}) {
       if (Skip(model.name, dt)) continue;
       for (const Mat& mat : model.mats) {
@@ -491,9 +494,9 @@ struct AbForm {
 // median per-round ratio of each one's step time to the first one's.
 void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Json& json) {
   json.Begin("ab");
-  const std::vector<ModelShape> models = Models();
-  const ModelShape* model = nullptr;
-  for (const ModelShape& m : models)
+  const std::vector<ModelMatrices> models = Models();
+  const ModelMatrices* model = nullptr;
+  for (const ModelMatrices& m : models)
     if (g_model_filter.empty() ? std::string(m.name) == "llama-1b" : g_model_filter == m.name) model = &m;
   if (model == nullptr) return;
   const int n_mats = static_cast<int>(model->mats.size());  // 7 per layer + lm_head
@@ -527,9 +530,9 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
   auto step = [&](Set& set, std::vector<double>* kind_s) {
     attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(set.form.fma);
     auto timed = [&](int kind, const std::function<void()>& fn) {
-      const double t0 = Now();
+      const double t0 = NowSeconds();
       fn();
-      (*kind_s)[static_cast<size_t>(kind)] += Now() - t0;
+      (*kind_s)[static_cast<size_t>(kind)] += NowSeconds() - t0;
     };
     for (int l = 0; l < model->n_layers; ++l) {
       const WeightTensor* lw = &set.w[static_cast<size_t>(l) * 7];
@@ -560,34 +563,30 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
     for (size_t o = 0; o < sets.size(); ++o) {
       const size_t d = (o + static_cast<size_t>(r)) % sets.size();
       std::vector<double> k(5);
-      const double t0 = Now();
+      const double t0 = NowSeconds();
       step(sets[d], &k);
-      t[d] = Now() - t0;
+      t[d] = NowSeconds() - t0;
       sets[d].step_ms.push_back(t[d] * 1e3);
       for (size_t i = 0; i < 5; ++i) sets[d].mat_ms[i].push_back(k[i] * 1e3);
     }
     for (size_t d = 0; d < sets.size(); ++d) ratios[d].push_back(t[d] / t[0]);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
   printf("%-8s %9s %7s %9s", "dtype", "step_ms", "GB/s", "vs_first");
   for (const char* kname : kinds) printf(" %9s", kname);
   printf("   (medians; per-kind ms summed over layers)\n");
   for (size_t d = 0; d < sets.size(); ++d) {
-    const double ms = median(sets[d].step_ms);
-    printf("%-8s %9.2f %7.1f %9.3f", sets[d].form.name().c_str(), ms, sets[d].bytes / ms / 1e6, median(ratios[d]));
+    const double ms = Median(sets[d].step_ms);
+    printf("%-8s %9.2f %7.1f %9.3f", sets[d].form.name().c_str(), ms, sets[d].bytes / ms / 1e6, Median(ratios[d]));
     std::string kj;
     for (size_t i = 0; i < 5; ++i) {
-      printf(" %9.2f", median(sets[d].mat_ms[i]));
-      kj += Fmt(", \"%s_ms\": %.3f", kinds[i], median(sets[d].mat_ms[i]));
+      printf(" %9.2f", Median(sets[d].mat_ms[i]));
+      kj += Fmt(", \"%s_ms\": %.3f", kinds[i], Median(sets[d].mat_ms[i]));
     }
     printf("\n");
     json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"m\": %lld, \"rounds\": %d, \"step_ms\": %.3f, "
                  "\"gbps\": %.2f, \"time_ratio_vs_first\": %.4f%s}",
                  model->name, sets[d].form.name().c_str(), static_cast<long long>(m), rounds, ms, sets[d].bytes / ms / 1e6,
-                 median(ratios[d]), kj.c_str()));
+                 Median(ratios[d]), kj.c_str()));
   }
   json.End();
 }
@@ -596,45 +595,42 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
 
 int main(int argc, char** argv) {
   int threads = 2, rounds = 15;
-  bool quick = false, baselines = true;
+  bool quick = false;
   std::vector<AbForm> ab_forms = {{DType::kBF16}, {DType::kF16}};
   std::string json_path, only;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--quick") quick = true;
-    else if (a == "--huge-pages") g_huge_pages = true;
-    else if (a == "--misalign" && i + 1 < argc) g_misalign = std::atoi(argv[++i]);
-    else if (a == "--no-baselines") baselines = false;
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else if (a == "--model" && i + 1 < argc) g_model_filter = argv[++i];
-    else if (a == "--dtype" && i + 1 < argc) g_dtype_filter = argv[++i];
-    else if (a == "--m" && i + 1 < argc) g_m_filter = std::atoi(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (a == "--ab" && i + 1 < argc) {
-      ab_forms.clear();
-      std::string list = argv[++i];
-      for (size_t b = 0; b <= list.size();) {
-        size_t e = list.find(',', b);
-        if (e == std::string::npos) e = list.size();
-        std::string name = list.substr(b, e - b);
-        if (name == "bf16-fma") {
-          ab_forms.push_back({DType::kBF16, true});
-        } else if (auto dt = attic::ParseDType(name); dt.ok()) {
-          ab_forms.push_back({*dt});
-        } else {
-          fprintf(stderr, "--ab: unknown weight type '%s'\n", name.c_str());
-          return 2;
-        }
-        b = e + 1;
+  bool no_baselines = false;
+  attic::bench::FlagParser flags(
+      "kernels_bench",
+      "[--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B] [--json FILE]\n"
+      "         [--only pool|gemv|step|crossover|gemm|ab] [--model NAME] [--dtype DT] [--m M] [--ab DT,DT,...] "
+      "[--rounds N]");
+  flags.Int("--threads", &threads);
+  flags.Switch("--quick", &quick);
+  flags.Switch("--huge-pages", &g_huge_pages);
+  flags.Int("--misalign", &g_misalign);
+  flags.Switch("--no-baselines", &no_baselines);
+  flags.String("--json", &json_path);
+  flags.String("--only", &only);
+  flags.String("--model", &g_model_filter);
+  flags.String("--dtype", &g_dtype_filter);
+  flags.Int("--m", &g_m_filter);
+  flags.Int("--rounds", &rounds);
+  flags.Custom("--ab", [&](const std::string& list) -> attic::Status {
+    ab_forms.clear();
+    for (const std::string& name : attic::bench::SplitList(list)) {
+      if (name == "bf16-fma") {
+        ab_forms.push_back({DType::kBF16, true});
+      } else if (auto dt = attic::ParseDType(name); dt.ok()) {
+        ab_forms.push_back({*dt});
+      } else {
+        return attic::InvalidArgumentError("unknown weight type '" + name + "'");
       }
     }
-    else {
-      fprintf(stderr, "usage: %s [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B] [--json FILE] [--only pool|gemv|step|crossover|gemm|ab] [--model NAME] [--dtype DT] [--m M] [--ab DT,DT,...] [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
+    return attic::OkStatus();
+  });
+  flags.ParseOrExit(argc, argv);
+  const bool baselines = !no_baselines;
+  attic::bench::CheckOutput("kernels_bench", json_path);
   openblas_set_num_threads(1);
   ThreadPool pool(threads);
   Json json;
@@ -644,12 +640,8 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "crossover") BenchCrossover(pool, json);
   if (only.empty() || only == "gemm") BenchGemm(pool, quick, baselines, json);
   if (only == "ab") BenchAb(pool, rounds, ab_forms, json);
-  std::string doc = json.Done();
-  if (json_path.empty()) {
-    printf("\n%s", doc.c_str());
-  } else if (FILE* f = fopen(json_path.c_str(), "w")) {
-    fputs(doc.c_str(), f);
-    fclose(f);
-  }
+  const std::string doc = json.Done();
+  if (json_path.empty()) printf("\n%s", doc.c_str());
+  attic::bench::WriteOutput("kernels_bench", json_path, doc);
   return 0;
 }

@@ -36,7 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -47,7 +46,10 @@
 #include "attic/core/huge_pages.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
-#include "bench_output.h"
+#include "bench/common/flags.h"
+#include "bench/common/format.h"
+#include "bench/common/output.h"
+#include "bench/common/stats.h"
 
 using namespace attic;
 using namespace attic::engine;
@@ -69,11 +71,6 @@ struct Args {
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Runs the step loop until every channel has finished. Returns, per channel, the time
 // from `start` to its first text event and to its finish.
@@ -261,35 +258,21 @@ class Bench {
 int main(int argc, char** argv) {
   ReexecWithHugePageMalloc(argv);
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "store_overlap_bench: %s needs a value\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--model") a.model = next();
-    else if (k == "--history") a.history = std::atoi(next().c_str());
-    else if (k == "--new") a.fresh = std::atoi(next().c_str());
-    else if (k == "--jobs") a.jobs = std::atoi(next().c_str());
-    else if (k == "--answer") a.answer = std::atoi(next().c_str());
-    else if (k == "--reps") a.reps = std::atoi(next().c_str());
-    else if (k == "--threads") a.threads = std::atoi(next().c_str());
-    else if (k == "--json") a.json = next();
-    else if (k == "--only") a.only = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] "
-                   "[--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]\n");
-      return 2;
-    }
-  }
-  if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1) {
-    std::fprintf(stderr, "store_overlap_bench: --model is required; --history >= 16, --new >= 1, --jobs >= 2\n");
-    return 2;
-  }
+  bench::FlagParser flags("store_overlap_bench",
+                          "--model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] [--reps 3] "
+                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving]");
+  flags.String("--model", &a.model);
+  flags.Int("--history", &a.history);
+  flags.Int("--new", &a.fresh);
+  flags.Int("--jobs", &a.jobs);
+  flags.Int("--answer", &a.answer);
+  flags.Int("--reps", &a.reps);
+  flags.Int("--threads", &a.threads);
+  flags.String("--json", &a.json);
+  flags.String("--only", &a.only);
+  flags.ParseOrExit(argc, argv);
+  if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
+    flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
   attic::bench::CheckOutput("store_overlap_bench", a.json);
   EngineOptions eo;
   eo.model_path = a.model;
@@ -351,20 +334,15 @@ int main(int argc, char** argv) {
     int jobs, answer;
     std::map<std::string, std::vector<double>> runs;
   };
-  auto fmt = [](const char* f, auto... v) {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), f, v...);
-    return std::string(buf);
-  };
   std::vector<Section> sections = {
       {"single", "single-job TTFT",
-       fmt("## Single job: TTFT of %d history + %d new tokens (median of %d)", a.history, a.fresh, a.reps), "TTFT ms",
+       bench::Fmt("## Single job: TTFT of %d history + %d new tokens (median of %d)", a.history, a.fresh, a.reps), "TTFT ms",
        "ttft_ms", "resident", "vs_resident", 2, single, 1, 1, {}},
       {"queued", "back-to-back jobs",
-       fmt("\n## %d jobs queued back to back: mean time per job (median of %d)", a.jobs, a.reps), "ms per job",
+       bench::Fmt("\n## %d jobs queued back to back: mean time per job (median of %d)", a.jobs, a.reps), "ms per job",
        "ms_per_job", "resident", "vs_resident", 2, queued, a.jobs, 1, {}},
       {"saving", "turn time with saving",
-       fmt("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)", a.jobs, a.answer, a.reps),
+       bench::Fmt("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)", a.jobs, a.answer, a.reps),
        "ms per turn", "ms_per_turn", "no save", "vs_no_save", 3, saving, a.jobs, a.answer, {}},
   };
   auto wanted = [&](const Section& sec) { return a.only.empty() || a.only == sec.key; };
@@ -390,11 +368,13 @@ int main(int argc, char** argv) {
   out["reps"] = a.reps;
   for (Section& sec : sections) {
     if (!wanted(sec)) continue;
-    const double base = Median(sec.runs[sec.base]);
-    std::printf("%s\n\n| configuration | %s | vs %s |\n|---|---|---|\n", sec.title.c_str(), sec.column, sec.base);
+    const double base = bench::Median(sec.runs[sec.base]);
+    std::printf("%s\n\n%s", sec.title.c_str(),
+                bench::TableHeader({"configuration", sec.column, std::string("vs ") + sec.base}).c_str());
     for (const auto& c : sec.configs) {
-      const double m = Median(sec.runs[c.name]);
-      std::printf("| %s | %.1f | %.*fx |\n", c.name.c_str(), m, sec.ratio_digits, m / base);
+      const double m = bench::Median(sec.runs[c.name]);
+      std::fputs(bench::TableRow({c.name, bench::Fmt("%.1f", m), bench::Fmt("%.*fx", sec.ratio_digits, m / base)}).c_str(),
+                 stdout);
       out[sec.key][c.name] = {{sec.field, m}, {sec.vs_field, m / base}, {"runs", sec.runs[c.name]}};
     }
   }

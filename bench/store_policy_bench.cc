@@ -48,7 +48,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <queue>
 #include <random>
 #include <sstream>
@@ -57,10 +56,15 @@
 #include <vector>
 
 #include "attic/store/kv_store.h"
-#include "bench_output.h"
+#include "bench/common/flags.h"
+#include "bench/common/format.h"
+#include "bench/common/output.h"
 
 using namespace attic;
 using namespace attic::store;
+using attic::bench::Fmt;
+using attic::bench::TableHeader;
+using attic::bench::TableRow;
 
 namespace {
 
@@ -295,20 +299,9 @@ Result Replay(const Trace& tr, const Params& p, PolicyKind policy, double dram_g
   return r;
 }
 
-std::vector<double> ParseList(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atof(item.c_str()));
-  return v;
-}
-
 std::string Gb(double gb) {
-  char b[32];
   if (gb == 0) return "0";
-  if (gb >= 1000) std::snprintf(b, sizeof b, "%gT", gb / 1000);
-  else std::snprintf(b, sizeof b, "%gG", gb);
-  return b;
+  return gb >= 1000 ? Fmt("%gT", gb / 1000) : Fmt("%gG", gb);
 }
 
 const PolicyKind kPolicies[] = {PolicyKind::kSchedulerAware, PolicyKind::kLru, PolicyKind::kFifo};
@@ -329,60 +322,65 @@ struct Runner {
   }
 };
 
-std::string Pct(double x) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%.1f%%", 100 * x);
-  return b;
-}
+std::string Pct(double x) { return Fmt("%.1f%%", 100 * x); }
 
 // "hit% (dram/ssd)"
 std::string Cell(const Result& r) {
   double n = std::max<uint64_t>(1, r.lookups);
-  char b[64];
-  std::snprintf(b, sizeof b, "%.1f%% (%.1f/%.1f)", 100 * r.hit_rate(), 100 * r.hits_dram / n, 100 * r.hits_ssd / n);
-  return b;
+  return Fmt("%.1f%% (%.1f/%.1f)", 100 * r.hit_rate(), 100 * r.hits_dram / n, 100 * r.hits_ssd / n);
 }
 
 void Row(const std::string& label, const std::vector<Result>& r, const std::string& paper) {
-  std::printf("| %s | %s | %s | %s | %+.1f / %+.1f | %s |\n", label.c_str(), Cell(r[0]).c_str(), Cell(r[1]).c_str(),
-              Cell(r[2]).c_str(), 100 * (r[0].hit_rate() - r[1].hit_rate()),
-              100 * (r[0].hit_rate() - r[2].hit_rate()), paper.c_str());
+  std::fputs(TableRow({label, Cell(r[0]), Cell(r[1]), Cell(r[2]),
+                       Fmt("%+.1f / %+.1f", 100 * (r[0].hit_rate() - r[1].hit_rate()),
+                           100 * (r[0].hit_rate() - r[2].hit_rate())),
+                       paper})
+                 .c_str(),
+             stdout);
 }
 
 void Header(const char* first) {
-  std::printf("| %s | scheduler-aware | LRU | FIFO | CA - LRU / CA - FIFO (points) | paper (CA / LRU / FIFO) |\n", first);
-  std::printf("|---|---|---|---|---|---|\n");
+  std::fputs(TableHeader({first, "scheduler-aware", "LRU", "FIFO", "CA - LRU / CA - FIFO (points)",
+                          "paper (CA / LRU / FIFO)"})
+                 .c_str(),
+             stdout);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Params p;
-  std::string dram_list, ssd_list, json_out;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--sessions") p.sessions = std::atoi(v.c_str());
-    else if (a == "--scale") p.scale = std::atof(v.c_str());
-    else if (a == "--rate") p.rate = std::atof(v.c_str());
-    else if (a == "--think") p.think = std::atof(v.c_str());
-    else if (a == "--turns") p.fixed_turns = std::atoi(v.c_str());
-    else if (a == "--turn-tokens") p.turn_tokens = std::atof(v.c_str());
-    else if (a == "--context") p.context = std::atoi(v.c_str()), p.truncate = p.context / 2;
-    else if (a == "--kv-mb-per-token") p.kv_mb_per_token = std::atof(v.c_str());
-    else if (a == "--view") p.view = std::atoi(v.c_str());
-    else if (a == "--dram") dram_list = v;
-    else if (a == "--ssd") ssd_list = v;
-    else if (a == "--seed") p.seed = static_cast<uint32_t>(std::atoi(v.c_str()));
-    else if (a == "--json") json_out = v;
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
-      return 2;
-    }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "flag %s needs a value\n", argv[argc - 1]);
-    return 2;
-  }
+  std::vector<double> dram_list, ssd_list;
+  std::string json_out;
+  attic::bench::FlagParser flags(
+      "store_policy_bench",
+      "[--dram GB[,GB..] --ssd GB[,GB..]] [--sessions N] [--scale K] [--rate R] [--think T] [--turns T]\n"
+      "         [--turn-tokens N] [--context N] [--kv-mb-per-token X] [--view N] [--seed S] [--json FILE]");
+  flags.Int("--sessions", &p.sessions);
+  flags.Double("--scale", &p.scale);
+  flags.Double("--rate", &p.rate);
+  flags.Double("--think", &p.think);
+  flags.Int("--turns", &p.fixed_turns);
+  flags.Double("--turn-tokens", &p.turn_tokens);
+  flags.Custom("--context", [&](const std::string& v) -> Status {  // truncated by half of it
+    StatusOr<int> x = attic::bench::ParseInt(v);
+    if (!x.ok()) return x.status();
+    p.context = *x;
+    p.truncate = *x / 2;
+    return OkStatus();
+  });
+  flags.Double("--kv-mb-per-token", &p.kv_mb_per_token);
+  flags.Int("--view", &p.view);
+  flags.DoubleList("--dram", &dram_list);
+  flags.DoubleList("--ssd", &ssd_list);
+  flags.Custom("--seed", [&](const std::string& v) -> Status {
+    StatusOr<int> x = attic::bench::ParseInt(v);
+    if (!x.ok()) return x.status();
+    p.seed = static_cast<uint32_t>(*x);
+    return OkStatus();
+  });
+  flags.String("--json", &json_out);
+  flags.ParseOrExit(argc, argv);
   attic::bench::CheckOutput("store_policy_bench", json_out);
   auto t0 = std::chrono::steady_clock::now();
   Trace tr = MakeTrace(p);
@@ -398,11 +396,11 @@ int main(int argc, char** argv) {
               p.scale);
   Runner run{tr, p, {}};
   if (!dram_list.empty() || !ssd_list.empty()) {
-    if (dram_list.empty()) dram_list = "128";
-    if (ssd_list.empty()) ssd_list = "2000";
+    if (dram_list.empty()) dram_list = {128};
+    if (ssd_list.empty()) ssd_list = {2000};
     Header("DRAM / SSD");
-    for (double d : ParseList(dram_list))
-      for (double s : ParseList(ssd_list)) Row(Gb(d) + " / " + Gb(s), run.Run(d, s), "");
+    for (double d : dram_list)
+      for (double s : ssd_list) Row(Gb(d) + " / " + Gb(s), run.Run(d, s), "");
   } else {
     std::printf("Fig. 21-style: hit rate vs DRAM capacity, SSD 2 TB\n\n");
     Header("DRAM / SSD");
@@ -414,9 +412,11 @@ int main(int argc, char** argv) {
       Row("128G / " + Gb(s), run.Run(128, s), s == 10000 ? "86 / 58 / 48" : s == 2000 ? "~40 / 12.9 / 9.5" : "");
     std::printf("\nFig. 24-style: caching media (compute buffer = the paper's 10 GB HBM cache); "
                 "reuse = prompt tokens whose KV needed no recompute\n\n");
-    std::printf("| media | capacity | CA hit | LRU hit | FIFO hit | CA reuse | LRU reuse | FIFO reuse | paper CA hit |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    std::printf("| no store | 0 | 0.0%% | 0.0%% | 0.0%% | 0.0%% | 0.0%% | 0.0%% | 0 |\n");
+    std::fputs(TableHeader({"media", "capacity", "CA hit", "LRU hit", "FIFO hit", "CA reuse", "LRU reuse", "FIFO reuse",
+                            "paper CA hit"})
+                   .c_str(),
+               stdout);
+    std::fputs(TableRow({"no store", "0", Pct(0), Pct(0), Pct(0), Pct(0), Pct(0), Pct(0), "0"}).c_str(), stdout);
     struct M {
       const char* name;
       double dram, ssd;
@@ -425,10 +425,11 @@ int main(int argc, char** argv) {
     for (M m : {M{"compute buffer only", 10, 0, "~0"}, M{"+DRAM", 138, 0, "3.4"}, M{"+DRAM+SSD", 138, 2000, "-"},
                 M{"+DRAM+SSD", 138, 10000, "86"}}) {
       auto r = run.Run(m.dram, m.ssd);
-      std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name,
-                  (Gb(m.dram) + (m.ssd > 0 ? " + " + Gb(m.ssd) : "")).c_str(), Pct(r[0].hit_rate()).c_str(),
-                  Pct(r[1].hit_rate()).c_str(), Pct(r[2].hit_rate()).c_str(), Pct(r[0].reuse()).c_str(),
-                  Pct(r[1].reuse()).c_str(), Pct(r[2].reuse()).c_str(), m.paper);
+      std::fputs(TableRow({m.name, Gb(m.dram) + (m.ssd > 0 ? " + " + Gb(m.ssd) : ""), Pct(r[0].hit_rate()),
+                           Pct(r[1].hit_rate()), Pct(r[2].hit_rate()), Pct(r[0].reuse()), Pct(r[1].reuse()),
+                           Pct(r[2].reuse()), m.paper})
+                     .c_str(),
+                 stdout);
     }
   }
   std::printf("\nscheduler-aware prefetches (SSD -> DRAM) found in DRAM by their request:");

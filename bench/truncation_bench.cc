@@ -60,7 +60,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/engine/engine.h"
-#include "bench_output.h"
+#include "bench/common/flags.h"
+#include "bench/common/output.h"
 
 using namespace attic;
 using namespace attic::engine;
@@ -97,65 +98,41 @@ struct Options {
 }
 
 using attic::bench::SharedDir;
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using attic::bench::SplitList;
 
 Options ParseArgs(int argc, char** argv) {
   Options o;
   o.model = SharedDir() + "/models/stories260K-hf";
   o.data_dir = SharedDir() + "/datasets";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value after " + a);
-      return argv[++i];
-    };
-    auto to_int = [&](const std::string& v) {
-      char* end = nullptr;
-      long x = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0') Die("bad integer for " + a + ": " + v);
-      return static_cast<int>(x);
-    };
-    if (a == "--model") o.model = next();
-    else if (a == "--data-dir") o.data_dir = next();
-    else if (a == "--datasets") o.datasets = Split(next(), ',');
-    else if (a == "--ratio") {
-      std::string v = next();
-      char* end = nullptr;
-      o.ratio = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0') Die("bad number for --ratio: " + v);
-    } else if (a == "--keep-first") o.keep_first = to_int(next());
-    else if (a == "--chunk") o.chunk = to_int(next());
-    else if (a == "--max-tokens") o.max_tokens = to_int(next());
-    else if (a == "--threads") o.threads = to_int(next());
-    else if (a == "--no-reference") o.reference = false;
-    else if (a == "--json") o.json_path = next();
-    else if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: truncation_bench [--model DIR] [--data-dir DIR] [--datasets a,b,...] [--ratio 0.5]\n"
-          "         [--keep-first 0] [--chunk 64] [--max-tokens N] [--threads T] [--no-reference]\n"
-          "         [--json FILE]\n"
-          "datasets: tinystories (tinystories_valid_sample), shakespeare (tiny_shakespeare),\n"
-          "          wikitext2 (wikitext2_raw_test)\n");
-      std::exit(0);
-    } else {
-      Die("unknown flag " + a);
-    }
-  }
-  if (!(o.ratio >= 0.0 && o.ratio <= 1.0)) Die("--ratio must be in [0, 1]");
-  if (o.keep_first < 0) Die("--keep-first must be >= 0");
-  if (o.chunk < 1) Die("--chunk must be >= 1");
-  if (o.max_tokens < 2) Die("--max-tokens must be >= 2");
-  if (o.threads < 0) Die("--threads must be >= 0");
-  if (o.datasets.empty()) Die("--datasets is empty");
+  bool no_reference = false;
+  attic::bench::FlagParser flags(
+      "truncation_bench",
+      "[--model DIR] [--data-dir DIR] [--datasets a,b,...] [--ratio 0.5]\n"
+      "         [--keep-first 0] [--chunk 64] [--max-tokens N] [--threads T] [--no-reference]\n"
+      "         [--json FILE]\n"
+      "datasets: tinystories (tinystories_valid_sample), shakespeare (tiny_shakespeare),\n"
+      "          wikitext2 (wikitext2_raw_test)");
+  flags.String("--model", &o.model);
+  flags.String("--data-dir", &o.data_dir);
+  flags.Custom("--datasets", [&](const std::string& v) {
+    o.datasets = SplitList(v);
+    return OkStatus();
+  });
+  flags.Double("--ratio", &o.ratio);
+  flags.Int("--keep-first", &o.keep_first);
+  flags.Int("--chunk", &o.chunk);
+  flags.Int("--max-tokens", &o.max_tokens);
+  flags.Int("--threads", &o.threads);
+  flags.Switch("--no-reference", &no_reference);
+  flags.String("--json", &o.json_path);
+  flags.ParseOrExit(argc, argv);
+  o.reference = !no_reference;
+  if (!(o.ratio >= 0.0 && o.ratio <= 1.0)) flags.UsageError("--ratio must be in [0, 1]");
+  if (o.keep_first < 0) flags.UsageError("--keep-first must be >= 0");
+  if (o.chunk < 1) flags.UsageError("--chunk must be >= 1");
+  if (o.max_tokens < 2) flags.UsageError("--max-tokens must be >= 2");
+  if (o.threads < 0) flags.UsageError("--threads must be >= 0");
+  if (o.datasets.empty()) flags.UsageError("--datasets is empty");
   attic::bench::CheckOutput("truncation_bench", o.json_path);
   return o;
 }
@@ -194,7 +171,7 @@ Dataset LoadDataset(const Engine& e, const Options& o, const std::string& reques
   const std::string text = ReadFile(d.file);
   if (per_line) {
     // One story per line, each starting with BOS (as the model was trained).
-    for (const std::string& line : Split(text, '\n')) {
+    for (const std::string& line : SplitList(text, '\n')) {
       auto ids = e.Tokenize(line, true);
       if (!ids.ok()) Die(d.file + ": " + ids.status().ToString());
       d.tokens.insert(d.tokens.end(), ids->begin(), ids->end());
@@ -228,12 +205,6 @@ struct RunResult {
   int64_t recomputed = 0;        // tokens re-prefilled by truncations (TT, SW)
   int64_t reentered = 0;         // token rows re-entered from stored KV (CA, NKVT)
   double seconds = 0;
-  double ppl() const {
-    if (nll.empty()) return std::nan("");
-    double s = 0;
-    for (double x : nll) s += x;
-    return std::exp(s / static_cast<double>(nll.size()));
-  }
 };
 
 double NegLogProb(const float* logits, int vocab, int32_t target) {

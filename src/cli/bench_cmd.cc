@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <random>
 
 #include "attic/backend/cpu_features.h"
 #include "attic/model/tensor_specs.h"
+#include "bench/common/format.h"
+#include "bench/common/measure.h"
+#include "bench/common/stats.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -25,27 +26,6 @@ struct BenchFlags {
   int reps = 3;
   std::string json_out;
 };
-
-double PeakRssMiB() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-  return t;
-}
 
 int RunBench(const BenchFlags& f) {
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
@@ -72,7 +52,7 @@ int RunBench(const BenchFlags& f) {
   engine::Session session(e);
   {  // Warm-up, as llama-bench does: first-use costs (GEMM primitive creation, page
      // faults on the mapped weights) are not throughput.
-    auto w = session.Prefill(RandomTokens(std::min(64, e.context_length() - 2), vocab, 7));
+    auto w = session.Prefill(bench::RandomTokens(std::min(64, e.context_length() - 2), 7, 0, vocab));
     if (!w.ok()) return Fail(w.status());
     auto s = session.Step(0);
     if (!s.ok()) return Fail(s.status());
@@ -86,7 +66,7 @@ int RunBench(const BenchFlags& f) {
     std::vector<double> tps;
     for (int r = 0; r < f.reps; ++r) {
       session.Reset();
-      auto prompt = RandomTokens(n, vocab, 1000 + r);
+      auto prompt = bench::RandomTokens(n, 1000 + r, 0, vocab);
       auto t0 = Clock::now();
       auto logits = session.Prefill(prompt);
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -95,13 +75,13 @@ int RunBench(const BenchFlags& f) {
       std::fprintf(stderr, "pp%d rep %d: %.1f tok/s\n", n, r + 1, n / s);
     }
     results.push_back({{"test", "pp" + std::to_string(n)}, {"n_prompt", n}, {"n_gen", 0},
-                       {"tokens_per_s", Median(tps)}, {"samples", tps}});
+                       {"tokens_per_s", bench::Median(tps)}, {"samples", tps}});
   }
   if (f.n_gen > 0 && f.gen_after + f.n_gen <= e.context_length()) {
     std::vector<double> tps;
     for (int r = 0; r < f.reps; ++r) {
       session.Reset();
-      auto prompt = RandomTokens(f.gen_after, vocab, 2000 + r);
+      auto prompt = bench::RandomTokens(f.gen_after, 2000 + r, 0, vocab);
       auto logits = session.Prefill(prompt);
       if (!logits.ok()) return Fail(logits.status());
       int32_t tok = engine::Argmax(logits->data(), vocab);
@@ -116,15 +96,17 @@ int RunBench(const BenchFlags& f) {
       std::fprintf(stderr, "tg%d@%d rep %d: %.1f tok/s\n", f.n_gen, f.gen_after, r + 1, f.n_gen / s);
     }
     results.push_back({{"test", "tg" + std::to_string(f.n_gen)}, {"n_prompt", f.gen_after}, {"n_gen", f.n_gen},
-                       {"tokens_per_s", Median(tps)}, {"samples", tps}});
+                       {"tokens_per_s", bench::Median(tps)}, {"samples", tps}});
   }
   out["results"] = results;
-  out["peak_rss_mib"] = PeakRssMiB();
+  out["peak_rss_mib"] = bench::PeakRssMiB();
 
-  std::printf("| model | dtype | test | tokens/s (median of %d) |\n|---|---|---|---|\n", f.reps);
+  std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps)}).c_str(), stdout);
   for (const auto& r : results) {
-    std::printf("| %s | %s | %s | %.1f |\n", mf.model.c_str(), out["weight_dtype"].get<std::string>().c_str(),
-                r["test"].get<std::string>().c_str(), r["tokens_per_s"].get<double>());
+    std::fputs(bench::TableRow({mf.model, out["weight_dtype"].get<std::string>(), r["test"].get<std::string>(),
+                                bench::Fmt("%.1f", r["tokens_per_s"].get<double>())})
+                   .c_str(),
+               stdout);
   }
   std::printf("peak RSS: %.0f MiB\n", out["peak_rss_mib"].get<double>());
   std::string js = out.dump(2);

@@ -19,8 +19,11 @@
 #include <random>
 #include <thread>
 
+#include "bench/client/openai_client.h"
+#include "bench/common/format.h"
+#include "bench/common/measure.h"
+#include "bench/common/stats.h"
 #include "cli/commands.h"
-#include "cli/openai_client.h"
 
 namespace attic::cli {
 
@@ -28,6 +31,11 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using bench::AuthHeaders;
+using bench::Percentile;
+using bench::ServedModelId;
+using bench::StreamCompletion;
+using bench::StreamedCompletion;
 
 struct BenchServeFlags {
   std::string url = "http://127.0.0.1:8080";
@@ -102,9 +110,7 @@ Sample RunOne(httplib::Client& cli, const BenchServeFlags& f, const std::string&
 // Sends one prompt of --long-prompt random token ids (non-streaming, one output token)
 // and records when it was sent and answered.
 void SendLongPrompt(const BenchServeFlags& f, uint64_t seed, Interference* in) {
-  json ids = json::array();
-  std::mt19937_64 rng(seed);  // a new prompt each time: nothing to reuse
-  for (int i = 0; i < f.long_prompt; ++i) ids.push_back(10 + static_cast<int>(rng() % 490));
+  const json ids = bench::RandomTokens(f.long_prompt, seed, 10, 500);  // a new prompt each time: nothing to reuse
   json body{{"model", f.model}, {"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}};
   httplib::Client cli(f.url);
   cli.set_read_timeout(600, 0);
@@ -129,8 +135,10 @@ int RunBenchServe(BenchServeFlags f) {
     if (!w.ok) return Fail(InternalError("warm-up request failed: " + w.error));
   }
   json levels = json::array();
-  std::printf("| streams | requests | output tok/s | decode tok/s (sum of streams) | TTFT p50 ms | TTFT p99 ms | "
-              "TPOT p50 ms | TPOT p99 ms | errors |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::fputs(bench::TableHeader({"streams", "requests", "output tok/s", "decode tok/s (sum of streams)", "TTFT p50 ms",
+                                  "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "errors"})
+                 .c_str(),
+             stdout);
   std::fflush(stdout);
   for (int n : f.concurrency) {
     if (n <= 0) continue;

@@ -1,6 +1,7 @@
 // Client side of Attic's OpenAI-compatible API, shared by the load generators
 // (`attic bench serve`, `attic bench sessions`): auth headers, the served model's id, and
-// one streamed completion read chunk by chunk from its server-sent events.
+// one streamed completion read chunk by chunk from its server-sent events. Functions are
+// thread-safe; an httplib::Client is used by one thread at a time.
 #pragma once
 
 #include <httplib.h>
@@ -9,11 +10,10 @@
 #include <chrono>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "attic/core/status.h"
 
-namespace attic::cli {
+namespace attic::bench {
 
 httplib::Headers AuthHeaders(const std::string& api_key);
 
@@ -36,7 +36,4 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
                                     const nlohmann::json& body,
                                     const std::function<void(const std::string& piece)>& on_piece = nullptr);
 
-// p-th percentile (nearest rank) of `v`; 0 when empty.
-double Percentile(std::vector<double> v, double p);
-
-}  // namespace attic::cli
+}  // namespace attic::bench

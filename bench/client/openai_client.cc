@@ -1,10 +1,8 @@
-#include "cli/openai_client.h"
+#include "bench/client/openai_client.h"
 
-#include <algorithm>
-#include <cmath>
 #include <thread>
 
-namespace attic::cli {
+namespace attic::bench {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -98,11 +96,4 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
   return r;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
-}  // namespace attic::cli
+}  // namespace attic::bench

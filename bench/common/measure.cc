@@ -1,0 +1,31 @@
+#include "bench/common/measure.h"
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace attic::bench {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double PeakRssMiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+std::vector<int32_t> RandomTokens(int n, uint64_t seed, int32_t lo, int32_t hi) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  const uint64_t span = static_cast<uint64_t>(static_cast<int64_t>(hi) - lo);
+  for (auto& x : t) x = lo + static_cast<int32_t>(rng() % span);
+  return t;
+}
+
+}  // namespace attic::bench

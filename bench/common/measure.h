@@ -1,0 +1,21 @@
+// What a benchmark run measures about itself and feeds the engine: a monotonic clock in
+// seconds, the process's peak resident memory, and seeded random token ids. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace attic::bench {
+
+// Seconds on a monotonic clock (steady_clock); only differences mean anything.
+double NowSeconds();
+
+// The process's peak resident set size (VmHWM of /proc/self/status) in MiB; 0 if unknown.
+double PeakRssMiB();
+
+// `n` token ids in [lo, hi), the i-th from the i-th draw of a mt19937_64 seeded with
+// `seed` (as lo + draw % (hi - lo)): the same ids for the same seed on every machine.
+// REQUIRES: lo < hi.
+std::vector<int32_t> RandomTokens(int n, uint64_t seed, int32_t lo, int32_t hi);
+
+}  // namespace attic::bench
