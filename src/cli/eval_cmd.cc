@@ -1,7 +1,7 @@
 // `attic eval`: how well a model predicts held-out text and retrieves a needle, under
 // full attention and under every approximation on the methods axis (docs/eval.md).
 //   attic eval perplexity [-m MODEL] [--text FILE] [-l 128 256 512] [--max-windows N]
-//                         [--score-from I] [--methods full ...] [--json FILE]
+//                         [--max-tokens N] [--score-from I] [--methods full ...] [--json FILE]
 //   attic eval needle [-m MODEL] [--haystack DIR|FILE] [-l 512 1024 2048] [--depths ...]
 //                     [--needles passkey fact] [--trials N] [--seed S] [--methods ...]
 //                     [--json FILE] [--plot FILE.svg]
@@ -27,6 +27,7 @@ struct PerplexityFlags {
   std::string text;
   std::vector<int> lengths{128, 256, 512};
   int max_windows = 0;
+  int64_t max_tokens = 0;
   int score_from = 1;
   std::vector<std::string> methods{eval::kReferenceMethod};
   std::string json_out;
@@ -85,6 +86,7 @@ int RunPerplexity(const PerplexityFlags& f) {
   const int min_length = *std::min_element(f.lengths.begin(), f.lengths.end());
   const int max_length = *std::max_element(f.lengths.begin(), f.lengths.end());
   if (min_length < 2) return UsageError("--lengths must be at least 2 tokens");
+  if (f.max_windows < 0 || f.max_tokens < 0) return UsageError("--max-windows and --max-tokens cannot be negative");
   if (f.score_from < 1 || f.score_from >= min_length) {
     return UsageError("--score-from must be between 1 and the shortest length - 1 (" + std::to_string(min_length - 1) +
                       ")");
@@ -102,9 +104,11 @@ int RunPerplexity(const PerplexityFlags& f) {
   if (!methods.ok()) return Fail(methods.status());
   auto tokens = e.Tokenize(*text, false);
   if (!tokens.ok()) return Fail(tokens.status().WithContext(f.text));
+  if (f.max_tokens > 0 && static_cast<int64_t>(tokens->size()) > f.max_tokens)
+    tokens->resize(static_cast<size_t>(f.max_tokens));
   const int32_t bos = e.tokenizer().add_bos() ? e.tokenizer().bos_id() : -1;
-  std::fprintf(stderr, "attic: eval perplexity: %s: %zu tokens; windows %s BOS; methods:", f.text.c_str(),
-               tokens->size(), bos >= 0 ? "start with" : "have no");
+  std::fprintf(stderr, "attic: eval perplexity: %s: %zu tokens%s; windows %s BOS; methods:", f.text.c_str(),
+               tokens->size(), f.max_tokens > 0 ? " (--max-tokens)" : "", bos >= 0 ? "start with" : "have no");
   for (const auto& m : *methods) std::fprintf(stderr, " %s", m->name().c_str());
   std::fprintf(stderr, "\n");
 
@@ -209,6 +213,9 @@ void AddEvalCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   ppl->add_option("-l,--lengths", pf->lengths, "window lengths in tokens, BOS included")->capture_default_str();
   ppl->add_option("--max-windows", pf->max_windows, "windows per length, from the start of the text (0 = all)")
+      ->capture_default_str();
+  ppl->add_option("--max-tokens", pf->max_tokens,
+                  "score only the text's first N tokens, the same text at every length (0 = all)")
       ->capture_default_str();
   ppl->add_option("--score-from", pf->score_from,
                   "index of the first scored token of each window; those before it are context only "

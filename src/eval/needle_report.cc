@@ -1,5 +1,6 @@
 // The needle grid's outputs: JSON (every trial and every cell), markdown tables and an
 // SVG heatmap written by hand (a few rectangles and labels need no plotting library).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -146,14 +147,15 @@ std::string ToSvg(const NeedleRun& run) {
   const int n_rows = static_cast<int>(run.options.depths.size());
   const int panel_w = left + n_cols * cell_w;
   const int n_panels = static_cast<int>(run.methods.size() * run.options.kinds.size());
-  const int W = 16 + n_panels * panel_w + (n_panels - 1) * gap + 16;
+  const std::string title = "needle in a haystack: " + ModelName(run.model) + " (exact match, " +
+                            std::to_string(run.options.trials) + " trials per cell)";
+  // Wide enough for the panels and for the title (about 8 px a character at 14 px).
+  const int W = std::max(16 + n_panels * panel_w + (n_panels - 1) * gap + 16, 32 + 8 * static_cast<int>(title.size()));
   const int H = top + n_rows * cell_h + 58;
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
     << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"" << W << "\" height=\"" << H << "\" fill=\"white\"/>\n";
-  std::string title = "needle in a haystack: " + ModelName(run.model) + " (exact match, " + std::to_string(run.options.trials) +
-                      " trials per cell)";
   o << "<text x=\"16\" y=\"20\" font-size=\"14\">" << XmlEscape(title) << "</text>\n";
   int panel = 0;
   for (const std::string& m : run.methods) {

@@ -52,7 +52,7 @@ StatusOr<LengthResult> ScoreWindows(const std::vector<Method*>& methods,
 struct PerplexityRun {
   std::string model;
   std::string text;         // path of the text file
-  int64_t text_tokens = 0;  // tokens of the whole text (without BOS)
+  int64_t text_tokens = 0;  // tokens of the text scored from (without BOS; after --max-tokens)
   int score_from = 1;       // --score-from: index of the first scored token of a window
   std::vector<LengthResult> lengths;
 };
