@@ -66,6 +66,7 @@ void AddChatCommand(CLI::App& app, RunFn* run);
 void AddBenchCommand(CLI::App& app, RunFn* run);
 void AddMakeModelCommand(CLI::App& app, RunFn* run);
 void AddServeCommand(CLI::App& app, RunFn* run);
+void AddEvalCommand(CLI::App& app, RunFn* run);  // `eval perplexity`, `eval needle`
 // `bench serve`, a subcommand of `bench` (call after AddBenchCommand). It has its own
 // RunFn because `bench`'s callback runs after its subcommand's and would replace it.
 void AddBenchServeCommand(CLI::App& app, RunFn* run);

@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   AddBenchCommand(app, &run);
   AddMakeModelCommand(app, &run);
   AddServeCommand(app, &run);
+  AddEvalCommand(app, &run);
   RunFn bench_serve_run;
   AddBenchServeCommand(app, &bench_serve_run);
   RunFn bench_sessions_run;

@@ -1,0 +1,76 @@
+// Methods of running a model over a token sequence, the axis `attic eval` compares: "full"
+// (ordinary causal attention, the reference every other method is measured against)
+// and, added by later work, approximations of it -- linking separately prefilled chunks
+// (Epic's KVLink), sparse decoding (PQCache top-k, StreamingLLM, H2O), ...
+//
+// A method sees only token sequences and answers with logits or greedy tokens; how it
+// gets them (one causal prefill, chunks prefilled apart and then joined, token-by-token
+// decode steps over a restricted set of KV slots) is its own business. That is the seam:
+// a new approximation is a new Method subclass plus one line in MakeMethod.
+//
+// Thread-safety: a Method drives its Engine; use it from one thread at a time, and not
+// while anything else runs forward steps on the same Engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/engine/engine.h"
+
+namespace attic::eval {
+
+class Method {
+ public:
+  virtual ~Method() = default;
+
+  // The name on the methods axis, as `--methods` spells it.
+  virtual std::string name() const = 0;
+
+  // Runs `tokens` (BOS first when the model has one) through the model and sets `logits`
+  // to the next-token logits that predict tokens[first_scored .. n-1]:
+  //   logits: [n - first_scored, vocab_size] row-major; row r is the model's output at
+  //   position first_scored - 1 + r and predicts tokens[first_scored + r].
+  // Tokens [0, first_scored) are context only: an approximation may treat them as a
+  // prompt (prefilled whole, or in separately cached chunks) and the rest as the
+  // continuation it decodes under teacher forcing. The method's KV is released before
+  // it returns.
+  // REQUIRES: 1 <= first_scored < tokens.size(). OutOfRange when the sequence does not
+  // fit the engine's context window or KV pool.
+  virtual Status Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) = 0;
+
+  // Greedy continuation of `prompt`: at most max_new tokens, ending before the first of
+  // the engine's stop tokens (not included). The method's KV is released before it
+  // returns. OutOfRange when prompt + max_new does not fit.
+  virtual StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) = 0;
+};
+
+// "full": the engine's ordinary forward pass, causal attention over every earlier token,
+// prefilled in chunks of the engine's max_batch_tokens. The reference of every metric.
+class FullAttention : public Method {
+ public:
+  explicit FullAttention(engine::Engine& engine) : engine_(engine) {}
+  std::string name() const override { return "full"; }
+  Status Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) override;
+  StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) override;
+
+ private:
+  engine::Engine& engine_;
+};
+
+// The name of the reference method, always first on the methods axis.
+inline constexpr const char* kReferenceMethod = "full";
+
+// The names MakeMethod accepts, in the order `--help` lists them.
+std::vector<std::string> MethodNames();
+
+// The method called `name` on `engine` (InvalidArgument naming the known ones otherwise).
+StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, engine::Engine& engine);
+
+// `names` as the methods axis: "full" first (added when missing), duplicates dropped,
+// every name checked against MethodNames() (InvalidArgument naming the known ones).
+StatusOr<std::vector<std::string>> MethodsAxis(const std::vector<std::string>& names);
+
+}  // namespace attic::eval

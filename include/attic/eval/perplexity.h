@@ -1,0 +1,64 @@
+// Perplexity of a text under each method of the methods axis, and how far each method's
+// next-token distributions are from full attention's (KL, top-1 agreement), at several
+// window lengths. The protocol (docs/eval.md): the text is tokenized once, cut into
+// non-overlapping windows of `length` tokens (BOS first), and every token of a window
+// from index `score_from` on (1: every token after BOS) is scored.
+//
+// Thread-safety: drives the methods' engine; one thread at a time.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/eval/method.h"
+#include "attic/eval/metrics.h"
+
+namespace attic::eval {
+
+// Windows of `length` tokens cut from `text_tokens` (the text tokenized without BOS), in
+// order, without overlap: with a BOS id (bos >= 0) window w is
+//   [bos] + text_tokens[w * (length - 1), (w + 1) * (length - 1)),
+// without one text_tokens[w * length, (w + 1) * length). A tail shorter than a window
+// is dropped. At most max_windows windows (0 = all). REQUIRES: length >= 2.
+std::vector<std::vector<int32_t>> MakeWindows(const std::vector<int32_t>& text_tokens, int32_t bos, int length,
+                                              int max_windows);
+
+struct MethodScores {
+  std::string method;
+  ScoreAccumulator scores;  // NLL of the true tokens; KL and top-1 against methods[0]
+  double seconds = 0;       // spent in the method's Score calls
+};
+
+struct LengthResult {
+  int length = 0;        // tokens per window, BOS included
+  int first_scored = 1;  // index of the first scored token in each window
+  int n_windows = 0;
+  std::vector<MethodScores> methods;  // in methods-axis order; [0] is the reference
+};
+
+// Scores every window under every method. methods[0] is the reference ("full"): KL(ref
+// || method) and top-1 agreement are measured against its logits at the same positions
+// (for methods[0] itself they are 0 and 1 by definition). `progress(done, total)` is
+// called after each window. REQUIRES: 1 <= first_scored < every window's size.
+StatusOr<LengthResult> ScoreWindows(const std::vector<Method*>& methods,
+                                    const std::vector<std::vector<int32_t>>& windows, int first_scored, int vocab,
+                                    const std::function<void(int, int)>& progress = nullptr);
+
+// One `attic eval perplexity` run, for its JSON and table.
+struct PerplexityRun {
+  std::string model;
+  std::string text;         // path of the text file
+  int64_t text_tokens = 0;  // tokens of the text scored from (without BOS; after --max-tokens)
+  int score_from = 1;       // --score-from: index of the first scored token of a window
+  std::vector<LengthResult> lengths;
+};
+
+nlohmann::json ToJson(const PerplexityRun& run);
+// A markdown table: one row per (length, method).
+std::string ToMarkdown(const PerplexityRun& run);
+
+}  // namespace attic::eval

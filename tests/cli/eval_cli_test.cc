@@ -1,0 +1,89 @@
+// `attic eval` as a user runs it: the perplexity table and JSON (the figure is the one
+// the float64 naive forward gives, see tests/eval/perplexity_test.cc), the needle grid's
+// table, JSON and SVG, and command-line mistakes as usage errors. Runs the real binary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cli/cli_runner.h"
+#include "test_util.h"
+
+namespace {
+
+using attic::testing::Result;
+using attic::testing::RunAttic;
+using attic::testing::SharedDir;
+using attic::testing::TempDir;
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void ExpectUsageError(const Result& r, const std::string& needle) {
+  EXPECT_FALSE(r.signaled) << r.out;
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("attic: error: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+}
+
+TEST(EvalCli, PerplexityOfStories260KOnHeldOutText) {
+  TempDir d;
+  const std::string json = d.File("out/ppl.json");  // its folder is created
+  Result r = RunAttic("eval perplexity -m " + SharedDir() + "/models/stories260K-hf -l 64 --max-windows 2 --json " +
+                      json);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| 64 | full | 2 | 126 | 4.5817 |"), std::string::npos) << r.out;
+  const auto js = nlohmann::json::parse(Read(json));
+  ASSERT_EQ(js["results"].size(), 1u);
+  const auto& row = js["results"][0];
+  EXPECT_EQ(row["method"], "full");
+  EXPECT_EQ(row["windows"], 2);
+  EXPECT_EQ(row["scored_tokens"], 126);
+  // The float64 naive forward's perplexity of these two windows (BOS + the first 2 x 63
+  // tokens of TinyStories-valid-sample.txt, tokenized whole): 4.58173818.
+  EXPECT_NEAR(row["perplexity"].get<double>(), 4.58173818, 1e-5 * 4.58173818);
+  EXPECT_DOUBLE_EQ(row["kl_mean"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(row["top1_agreement"].get<double>(), 1.0);
+}
+
+TEST(EvalCli, NeedleGridWritesTableJsonAndHeatmap) {
+  TempDir d;
+  Result r = RunAttic("eval needle -m " + SharedDir() + "/models/retriever-1m -l 128 200 --depths 0 1 --trials 2 " +
+                      "--needles passkey --json " + d.File("n.json") + " --plot " + d.File("plots/n.svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("passkey, method full"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| depth \\ length | 128 | 200 | mean |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attic: eval needle: length 200: 4 prompts"), std::string::npos) << r.out;  // progress
+  const auto js = nlohmann::json::parse(Read(d.File("n.json")));
+  EXPECT_EQ(js["cells"].size(), 4u);
+  EXPECT_EQ(js["results"].size(), 8u);
+  for (const auto& t : js["results"]) EXPECT_LE(t["prompt_tokens"].get<int>(), t["length"].get<int>());
+  const std::string svg = Read(d.File("plots/n.svg"));
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 80);
+  EXPECT_NE(svg.find("retriever-1m"), std::string::npos);
+}
+
+TEST(EvalCli, MistakesAreUsageErrors) {
+  ExpectUsageError(RunAttic("eval"), "subcommand");
+  ExpectUsageError(RunAttic("eval perplexity --methods nope"), "unknown method 'nope' (methods: full)");
+  ExpectUsageError(RunAttic("eval perplexity -c 100 -l 128"), "-c 100");
+  ExpectUsageError(RunAttic("eval perplexity -l 64 --score-from 64"), "--score-from");
+  ExpectUsageError(RunAttic("eval needle --depths 1.5"), "--depths");
+  ExpectUsageError(RunAttic("eval needle --needles haystack"), "unknown needle 'haystack'");
+  Result missing = RunAttic("eval perplexity --text /nonexistent/t.txt");
+  EXPECT_EQ(missing.exit_code, 1) << missing.out;
+  EXPECT_NE(missing.out.find("attic: error: --text: "), std::string::npos) << missing.out;
+  Result unwritable = RunAttic("eval perplexity --json /proc/attic/p.json");
+  EXPECT_EQ(unwritable.exit_code, 1) << unwritable.out;
+  EXPECT_NE(unwritable.out.find("--json"), std::string::npos) << unwritable.out;
+  EXPECT_EQ(unwritable.out.find("eval perplexity: length"), std::string::npos) << "failed after the work";
+}
+
+}  // namespace
