@@ -12,6 +12,7 @@
 #include "attic/core/log.h"
 #include "attic/core/progress.h"
 #include "attic/core/thread_name.h"
+#include "attic/store/prefix_match.h"
 
 namespace attic::store {
 
@@ -19,12 +20,6 @@ namespace {
 
 std::string SessionKey(const std::string& tenant, const std::string& session_id) {
   return tenant + std::string(1, '\0') + session_id;
-}
-
-int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  size_t n = std::min(a.size(), b.size()), i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int>(i);
 }
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
@@ -410,17 +405,12 @@ std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const s
 
 EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string& session_id,
                                     const std::vector<int32_t>& tokens, int* n_tokens) {
-  EntryInfo* best = nullptr;
-  int best_n = 0;
+  BestPrefixMatch<EntryInfo*> best;
   auto consider = [&](const std::string& key) {
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.tenant != tenant || Expired(it->second)) return;
-    int n = CommonPrefix(it->second.tokens, tokens);
-    // Ties prefer the request's own session.
-    if (n > best_n || (n == best_n && n > 0 && it->second.session_id == session_id && !session_id.empty())) {
-      best = &it->second;
-      best_n = n;
-    }
+    EntryInfo& e = it->second;
+    best.Offer(&e, {CommonPrefix(e.tokens, tokens), !session_id.empty() && e.session_id == session_id, e.access_seq});
   };
   if (!session_id.empty()) {
     auto s = sessions_.find(SessionKey(tenant, session_id));
@@ -437,9 +427,9 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
   }
   if (deepest != nullptr)
     for (const std::string& key : *deepest) consider(key);
-  if (best == nullptr || best_n == 0) return nullptr;
-  *n_tokens = best_n;
-  return best;
+  if (!best.found()) return nullptr;
+  *n_tokens = best.common();
+  return best.item();
 }
 
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
