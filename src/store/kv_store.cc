@@ -28,25 +28,48 @@ StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, co
 
 StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, std::unique_ptr<Tier> dram,
                                                  std::unique_ptr<Tier> ssd, const Clock* clock) {
+  if (dram == nullptr) return InvalidArgumentError("KV store needs a DRAM tier");
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(dram));
+  if (ssd != nullptr) tiers.push_back(std::move(ssd));
+  return Open(options, std::move(tiers), clock);
+}
+
+StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers,
+                                                 const Clock* clock) {
   if (options.fingerprint.empty()) return InvalidArgumentError("KV store needs the model fingerprint");
   if (options.prefix_block <= 0) return InvalidArgumentError("prefix_block must be positive");
-  if (dram == nullptr) return InvalidArgumentError("KV store needs a DRAM tier");
+  if (tiers.empty() || std::any_of(tiers.begin(), tiers.end(), [](const auto& t) { return t == nullptr; }))
+    return InvalidArgumentError("KV store needs its tiers (none null)");
   std::unique_ptr<KvStore> store(
-      new KvStore(options, std::move(dram), std::move(ssd), clock != nullptr ? clock : SystemClock::Default()));
+      new KvStore(options, std::move(tiers), clock != nullptr ? clock : SystemClock::Default()));
   ATTIC_RETURN_IF_ERROR(store->Rebuild());
   return store;
 }
 
-KvStore::KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd,
-                 const Clock* clock)
-    : options_(options), clock_(clock), dram_(std::move(dram)), ssd_(std::move(ssd)), policy_(MakePolicy(options.policy)) {
+namespace {
+std::vector<TierTraits> TraitsOf(const std::vector<std::unique_ptr<Tier>>& tiers) {
+  std::vector<TierTraits> out;
+  for (const auto& t : tiers) out.push_back(t->traits());
+  return out;
+}
+}  // namespace
+
+KvStore::KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock)
+    : options_(options),
+      clock_(clock),
+      tiers_(std::move(tiers)),
+      traits_(TraitsOf(tiers_)),
+      policy_(MakePolicy(options.policy)),
+      prefetch_(MakePrefetchPolicy(options.policy)) {
+  for (const auto& t : tiers_) stats_.tiers.push_back(StoreStats::Tier{t->name()});
   if (options_.reserve_dram) {
     ProgressReporter progress("reserving KV store DRAM", /*min_total=*/256 << 20);
     reserved_ = Bytes::Reserve(options_.dram_bytes + options_.write_buffer_bytes, progress.Callback());
     progress.Finish();
   }
   if (options_.write_buffer_bytes > 0) writer_ = StartNamedThread("attic-writer", [this] { WriterLoop(); });
-  if (ssd_ != nullptr && options_.policy == PolicyKind::kSchedulerAware)
+  if (n_tiers() > 1 && prefetch_->promotes())
     prefetcher_ = StartNamedThread("attic-prefetch", [this] { PrefetchLoop(); });
 }
 
@@ -67,9 +90,13 @@ KvStore::~KvStore() {
 }
 
 Status KvStore::Rebuild() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // At open: nothing else uses the store yet, so tier I/O under the locks is fine.
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   StoreOpenReport& report = open_report_;
-  if (const auto* ssd = dynamic_cast<const SsdTier*>(ssd_.get())) {
+  for (const auto& t : tiers_) {
+    const auto* ssd = dynamic_cast<const SsdTier*>(t.get());
+    if (ssd == nullptr) continue;
     const SsdScan& scan = ssd->scan();
     report.ssd_root = scan.root;
     report.ssd_dir = scan.dir;
@@ -80,20 +107,36 @@ Status KvStore::Rebuild() {
     report.other_models = scan.other_models;
     report.foreign = scan.foreign;
     report.foreign_example = scan.foreign_example;
+    break;
   }
-  for (Tier* tier : {dram_.get(), ssd_.get()}) {
-    if (tier == nullptr) continue;
+  for (int level = 0; level < n_tiers(); ++level) {
+    Tier* tier = tiers_[level].get();
+    if (!traits_[level].enumerable) continue;  // its entries are found when read, not listed
     std::vector<std::string> keys = tier->Keys();
     std::sort(keys.begin(), keys.end());
     for (const std::string& key : keys) {
       // Verified in place: only the header is kept.
       StatusOr<Fetched> read = ReadChecked(*tier, key, true);
-      if (!read.ok() || entries_.count(key) != 0) {
+      if (!read.ok()) {
+        const ReadError kind = ClassifyReadError(read.status());
+        if (kind == ReadError::kVanished) continue;
+        if (kind == ReadError::kTransient) {  // not indexed now; the bytes stay where they are
+          Log(LogLevel::kWarn, "KV store: cannot read entry %s from the %s tier now (%s): not restored", key.c_str(),
+              tier->name().c_str(), read.status().ToString().c_str());
+          continue;
+        }
+      }
+      auto dup = entries_.find(key);
+      if (read.ok() && dup != entries_.end() && traits_[level].shared && dup->second.copy_level < 0) {
+        dup->second.copy_level = level;  // a shared tier's copy of an entry found above it
+        continue;
+      }
+      if (!read.ok() || dup != entries_.end()) {
         // Corrupt, truncated, misnamed (e.g. another model's bytes under this model's
         // name) or duplicated: never served. (The SSD tier lists only this model's
         // entry files: nothing else is ever read or removed.)
         Log(LogLevel::kWarn, "KV store: removing corrupt entry %s from the %s tier (%s)", key.c_str(),
-            TierName(tier->level()), read.ok() ? "duplicated" : read.status().ToString().c_str());
+            tier->name().c_str(), read.ok() ? "duplicated" : read.status().ToString().c_str());
         tier->Erase(key).IgnoreError();
         ++stats_.corrupt;
         ++report.removed_corrupt;
@@ -106,7 +149,7 @@ Status KvStore::Rebuild() {
       info.session_id = entry.session_id;
       info.tokens = std::move(entry.tokens);
       info.bytes = read->bytes->size();
-      info.tier = tier->level();
+      info.tier = TierAt(level);
       info.expires_at_ms = entry.expires_at_ms;
       info.inserted_seq = info.access_seq = ++seq_;
       if (Expired(info)) {
@@ -119,14 +162,20 @@ Status KvStore::Rebuild() {
     }
   }
   // Capacities may have shrunk since the files were written.
-  if (ssd_ != nullptr && ssd_->bytes() > ssd_->capacity()) {
-    const uint64_t before = stats_.evictions_ssd;
-    ATTIC_RETURN_IF_ERROR(MakeRoomLocked(TierLevel::kSsd, 0, ""));
-    report.evicted = stats_.evictions_ssd - before;
+  const size_t before = entries_.size();
+  for (int level = 0; level < n_tiers(); ++level) {
+    if (traits_[level].evicts_itself || tiers_[level]->bytes() <= tiers_[level]->capacity()) continue;
+    ATTIC_RETURN_IF_ERROR(MakeRoom(lock, level, 0, ""));
   }
+  report.evicted = before - entries_.size();
   for (const auto& [k, e] : entries_) {
-    (e.tier == TierLevel::kDram ? report.dram_entries : report.ssd_entries) += 1;
-    (e.tier == TierLevel::kDram ? report.dram_bytes : report.ssd_bytes) += e.bytes;
+    if (e.tier == TierLevel::kDram) {
+      ++report.dram_entries;
+      report.dram_bytes += e.bytes;
+    } else if (e.tier == TierLevel::kSsd) {
+      ++report.ssd_entries;
+      report.ssd_bytes += e.bytes;
+    }
   }
   return OkStatus();
 }
@@ -188,14 +237,18 @@ std::string FormatOpenReport(const StoreOpenReport& r) {
 
 StatusOr<SessionInfo> KvStore::GetSession(const std::string& tenant, const std::string& session_id) {
   AwaitQueuedSaves(tenant, session_id, nullptr, /*wait=*/true);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
   auto it = entries_.find(s->second);
   ATTIC_CHECK(it != entries_.end());
   if (Expired(it->second)) {
-    RemoveLocked(std::string(s->second));
-    ++stats_.expired;
+    const std::string key = s->second;
+    lock.unlock();
+    if (RemoveIf(key, [&](const EntryInfo& e) { return Expired(e); })) {
+      std::lock_guard<std::mutex> relock(mu_);
+      ++stats_.expired;
+    }
     return NotFoundError("session '" + session_id + "' expired");
   }
   const EntryInfo& e = it->second;
@@ -222,10 +275,12 @@ StatusOr<std::vector<int32_t>> KvStore::SessionTokens(const std::string& tenant,
 
 Status KvStore::EraseSession(const std::string& tenant, const std::string& session_id) {
   AwaitQueuedSaves(tenant, session_id, nullptr, /*wait=*/true);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto s = sessions_.find(SessionKey(tenant, session_id));
   if (s == sessions_.end()) return NotFoundError("no stored session '" + session_id + "'");
-  RemoveLocked(std::string(s->second));
+  Unindex(std::string(s->second));
+  EraseDoomed(lock);
   return OkStatus();
 }
 
@@ -249,12 +304,14 @@ std::vector<SessionInfo> KvStore::ListSessions(const std::string& tenant) {
 }
 
 int KvStore::ExpireNow() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<std::string> dead;
   for (const auto& [k, e] : entries_)
     if (Expired(e)) dead.push_back(k);
-  for (const std::string& k : dead) RemoveLocked(k);
+  for (const std::string& k : dead) Unindex(k);
   stats_.expired += dead.size();
+  EraseDoomed(lock);
   return static_cast<int>(dead.size());
 }
 
@@ -264,12 +321,21 @@ StoreStats KvStore::Stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     s = stats_;
     s.entries = entries_.size();
-    s.dram_bytes = dram_->bytes();
-    s.dram_capacity = dram_->capacity();
-    if (ssd_ != nullptr) {
-      s.ssd_bytes = ssd_->bytes();
-      s.ssd_capacity = ssd_->capacity();
-    }
+  }
+  // Asked of the tiers without the store's lock (a remote tier's answer is I/O).
+  for (int level = 0; level < n_tiers(); ++level) {
+    s.tiers[level].bytes = tiers_[level]->bytes();
+    s.tiers[level].capacity = tiers_[level]->capacity();
+  }
+  s.dram_bytes = s.tiers[0].bytes;
+  s.dram_capacity = s.tiers[0].capacity;
+  s.hits_dram = s.tiers[0].hits;
+  s.evictions_dram = s.tiers[0].evictions;
+  if (n_tiers() > 1) {
+    s.ssd_bytes = s.tiers[1].bytes;
+    s.ssd_capacity = s.tiers[1].capacity;
+    s.hits_ssd = s.tiers[1].hits;
+    s.evictions_ssd = s.tiers[1].evictions;
   }
   const ReadBufferStats rb = ReadBuffer();
   s.staged = rb.staged;

@@ -31,25 +31,6 @@ void KvStore::IndexLocked(EntryInfo info) {
   entries_[key] = std::move(info);
 }
 
-void KvStore::RemoveLocked(const std::string& key) {
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return;
-  const EntryInfo& e = it->second;
-  if (!e.session_id.empty()) {
-    auto s = sessions_.find(SessionKey(e.tenant, e.session_id));
-    if (s != sessions_.end() && s->second == key) sessions_.erase(s);
-  }
-  for (uint64_t h : PrefixHashes(e.tenant, e.tokens)) {
-    auto p = prefixes_.find(h);
-    if (p == prefixes_.end()) continue;
-    p->second.erase(key);
-    if (p->second.empty()) prefixes_.erase(p);
-  }
-  TierFor(e.tier)->Erase(key).IgnoreError();
-  if (e.ssd_copy && e.tier != TierLevel::kSsd) ssd_->Erase(key).IgnoreError();
-  entries_.erase(it);
-}
-
 std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const std::string& session_id,
                                               const std::vector<int32_t>& tokens) {
   int n = 0;
@@ -92,6 +73,18 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
   return best.item();
 }
 
+AheadEntry KvStore::ResolveLocked(const QueuedJob& job) {
+  AheadEntry out;
+  out.prompt_tokens = job.prompt_tokens > 0 ? job.prompt_tokens : static_cast<int>(job.tokens->size());
+  auto m = FindLocked(job.tenant, job.session_id, *job.tokens);
+  if (!m) return out;
+  out.key = m->key;
+  out.tier = m->tier;
+  out.bytes = entries_.at(m->key).bytes;
+  out.n_tokens = m->n_tokens;
+  return out;
+}
+
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
                                           const std::vector<int32_t>& tokens) {
   AwaitQueuedSaves(tenant, session_id, &tokens, /*wait=*/true);
@@ -100,15 +93,14 @@ std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::
   auto m = FindLocked(tenant, session_id, tokens);
   if (!m) {
     ++stats_.misses;
-  } else if (m->tier == TierLevel::kDram) {
-    ++stats_.hits_dram;
+  } else {
+    ++stats_.tiers[TierIndex(m->tier)].hits;
     EntryInfo& e = entries_.at(m->key);
-    if (e.prefetched) {  // the job it was prefetched for (or a later one) reads it from DRAM
+    // The job it was prefetched for (or a later one) reads it from DRAM.
+    if (m->tier == TierLevel::kDram && e.prefetched) {
       e.prefetched = false;
       ++stats_.prefetches_useful;
     }
-  } else {
-    ++stats_.hits_ssd;
   }
   return m;
 }
@@ -147,7 +139,8 @@ void KvStore::SetLookAhead(std::vector<QueuedJob> jobs) {
   // Eviction window: (C_mem + C_disk) / S_kv jobs (paper 3.3.2). Jobs behind it are
   // resolved too: the policy evicts the entry of the last queued job first (Fig. 9).
   uint64_t mean = MeanEntryBytesLocked();
-  uint64_t cap = dram_->capacity() + (ssd_ != nullptr ? ssd_->capacity() : 0);
+  uint64_t cap = 0;
+  for (const auto& t : tiers_) cap += t->capacity();
   size_t window = mean == 0 ? queue_.size() : std::min<uint64_t>(queue_.size(), cap / mean);
   hint_.window = static_cast<int>(window);
   for (size_t i = 0; i < queue_.size(); ++i) {

@@ -1,6 +1,22 @@
-// KvStore's placement (paper 001 sections 3.1, 3.3): a save goes to the top tier that
-// takes it, making room by demoting victims of the eviction policy down the tiers; a
-// read entry is promoted back up.
+// KvStore's placement (paper 001 sections 3.1, 3.3) over its ordered tiers: a save goes
+// to the first tier that takes it, making room by moving victims of the eviction policy
+// one tier down (out of the store from the last tier); a read entry moves back to the
+// top tier.
+//
+// Lock protocol (kv_store.h): a placement holds place_mu_ throughout, so one runs at a
+// time, and mu_ except around the I/O of tiers that are not local memory (TierIo,
+// EraseDoomed): lookups, look-ahead hints, reads and the write buffer go on meanwhile.
+// Only a holder of place_mu_ inserts or erases index entries, so references into
+// entries_ stay valid across those unlocked stretches; other threads change only ranking
+// fields (access_seq, queue_position, prefetched) under mu_. What a concurrent Fetch sees
+// of an entry that moves:
+//   - demoted (a tier down): it stays indexed where it was, its bytes there, until the
+//     copy below is written; then the index moves it (moves + 1) and the source is
+//     erased. A read of the source after that fails, finds `moves` changed and reads
+//     again from the new tier ("moved, retry").
+//   - promoted (to the top): `moving`, with its read bytes in in_transit_, served to a
+//     Fetch meanwhile (room-making may drop its lower copy before the top copy exists).
+//   - evicted: unindexed first, then erased: a read finds it gone (a miss).
 #include <algorithm>
 
 #include "attic/core/log.h"
@@ -12,28 +28,68 @@ namespace attic::store {
 
 using internal::SessionKey;
 
-bool KvStore::PromoteLocked(const std::string& key, SharedBytes bytes) {
-  EntryInfo& info = entries_.at(key);
-  const uint64_t size = bytes->size();
-  // The SSD file stays (inclusive tiers), as a droppable copy: when DRAM victims demoted
-  // to make room need SSD space, it goes first, so they take its place instead of pushing
-  // another entry out of the SSD tier.
-  info.ssd_copy = true;
-  bool lost = false;
-  if (MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost).ok() && !lost && dram_->PutShared(key, bytes).ok()) {
-    info.tier = TierLevel::kDram;  // ssd_copy: whether its file survived the room-making
-    stats_.bytes_ssd_to_dram += size;
-    return true;
+Status KvStore::TierIo(std::unique_lock<std::mutex>& lock, int level, const std::function<Status()>& io) {
+  if (traits_[level].local_memory) return io();
+  lock.unlock();
+  Status st = io();
+  lock.lock();
+  return st;
+}
+
+void KvStore::Unindex(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  const EntryInfo& e = it->second;
+  if (!e.session_id.empty()) {
+    auto s = sessions_.find(SessionKey(e.tenant, e.session_id));
+    if (s != sessions_.end() && s->second == key) sessions_.erase(s);
   }
-  const bool file_kept = info.ssd_copy;
-  info.ssd_copy = false;
-  if (file_kept) return false;  // stays on SSD
-  lost = false;
-  if (MakeRoomLocked(TierLevel::kSsd, size, key, &info, &lost).ok() && !lost && ssd_->PutShared(key, bytes).ok())
-    return false;  // stays on SSD
-  RemoveLocked(key);
-  ++stats_.evictions_ssd;
-  return false;
+  for (uint64_t h : PrefixHashes(e.tenant, e.tokens)) {
+    auto p = prefixes_.find(h);
+    if (p == prefixes_.end()) continue;
+    p->second.erase(key);
+    if (p->second.empty()) prefixes_.erase(p);
+  }
+  for (int level : {TierIndex(e.tier), e.copy_level}) {
+    if (level < 0) continue;
+    if (traits_[level].local_memory) {
+      tiers_[level]->Erase(key).IgnoreError();
+    } else {
+      doomed_.emplace_back(level, key);
+    }
+  }
+  entries_.erase(it);
+}
+
+void KvStore::EraseDoomed(std::unique_lock<std::mutex>& lock) {
+  while (!doomed_.empty()) {
+    std::vector<std::pair<int, std::string>> batch;
+    batch.swap(doomed_);
+    // A copy the index names again (a key saved anew) stays. (A promoting entry's own
+    // tier holds only its droppable copy: copy_level says whether that is wanted.)
+    batch.erase(std::remove_if(batch.begin(), batch.end(),
+                               [&](const std::pair<int, std::string>& d) {
+                                 auto it = entries_.find(d.second);
+                                 if (it == entries_.end()) return false;
+                                 const EntryInfo& e = it->second;
+                                 return (TierIndex(e.tier) == d.first && !e.moving) || e.copy_level == d.first;
+                               }),
+                batch.end());
+    if (batch.empty()) continue;
+    lock.unlock();
+    for (const auto& [level, key] : batch) tiers_[level]->Erase(key).IgnoreError();
+    lock.lock();
+  }
+}
+
+bool KvStore::RemoveIf(const std::string& key, const std::function<bool(const EntryInfo&)>& still) {
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || !still(it->second)) return false;
+  Unindex(key);
+  EraseDoomed(lock);
+  return true;
 }
 
 void KvStore::Stamp(KvEntry* entry, int64_t ttl_ms) const {
@@ -53,14 +109,15 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
   SharedBytes bytes(std::move(serialized));
   const std::string key = entry.key().ToString();
 
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   uint64_t inserted = 0;
   const uint64_t size = bytes->size();
   auto drop = [&](const std::string& k) {
     auto it = entries_.find(k);
     if (it == entries_.end()) return;
     inserted = inserted == 0 ? it->second.inserted_seq : std::min(inserted, it->second.inserted_seq);
-    RemoveLocked(k);
+    Unindex(k);
   };
   if (!entry.session_id.empty()) {
     auto s = sessions_.find(SessionKey(entry.tenant, entry.session_id));
@@ -90,96 +147,151 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
       break;
     }
 
-  // DRAM first; an entry that does not fit there (or, under a policy that ranks
-  // newcomers, would be DRAM's own victim) goes to SSD; one that would be the SSD's
-  // victim too is not kept.
+  // The top tier first; an entry that does not fit a tier (or, under a policy that
+  // ranks newcomers, would be that tier's own victim) goes to the next; one that would
+  // be the last tier's victim too is not kept.
   Status st = ResourceExhaustedError("KV entry of " + std::to_string(size) + " bytes fits no tier");
   bool lost = false, placed = false;
-  if (size <= dram_->capacity()) {
-    st = MakeRoomLocked(TierLevel::kDram, size, key, &info, &lost);
-    if (st.ok() && !lost) {
-      st = dram_->PutShared(key, bytes);
-      placed = st.ok();
-      info.tier = TierLevel::kDram;
-    }
-  }
-  if (!placed && ssd_ != nullptr && size <= ssd_->capacity()) {
+  for (int level = 0; level < n_tiers() && !placed; ++level) {
+    if (size > tiers_[level]->capacity()) continue;
     lost = false;
-    st = MakeRoomLocked(TierLevel::kSsd, size, key, &info, &lost);
+    st = MakeRoom(lock, level, size, key, &info, &lost);
     if (st.ok() && !lost) {
-      st = ssd_->PutShared(key, bytes);
+      st = TierIo(lock, level, [&] { return tiers_[level]->PutShared(key, bytes); });
       placed = st.ok();
-      info.tier = TierLevel::kSsd;
+      info.tier = TierAt(level);
     }
   }
-  if (!placed) {
-    if (!lost) return st;
+  if (placed) {
+    IndexLocked(std::move(info));
+    ++stats_.saves;
+    stats_.bytes_saved += size;
+  } else if (lost) {
     ++stats_.saves_not_kept;  // every stored entry is wanted sooner (scheduler-aware)
-    return OkStatus();
+    st = OkStatus();
   }
-  IndexLocked(std::move(info));
-  ++stats_.saves;
-  stats_.bytes_saved += size;
-  return OkStatus();
+  EraseDoomed(lock);
+  return placed ? OkStatus() : st;
 }
 
-Status KvStore::MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned,
-                               const EntryInfo* newcomer, bool* newcomer_lost) {
-  Tier* tier = TierFor(level);
-  if (tier == nullptr || need > tier->capacity()) return ResourceExhaustedError("entry larger than the tier");
+Status KvStore::MakeRoom(std::unique_lock<std::mutex>& lock, int level, uint64_t need, const std::string& pinned,
+                         const EntryInfo* newcomer, bool* newcomer_lost) {
+  Tier* tier = tiers_[level].get();
+  if (need > tier->capacity()) return ResourceExhaustedError("entry larger than the tier");
   const bool rank_newcomer = newcomer != nullptr && newcomer_lost != nullptr && policy_->RanksNewcomer();
   if (newcomer_lost != nullptr) *newcomer_lost = false;
-  if (level == TierLevel::kSsd) {  // SSD copies of promoted entries go before any entry
+  if (traits_[level].evicts_itself) return OkStatus();  // it makes its own room
+  EraseDoomed(lock);
+  if (level > 0) {
+    // Droppable copies of promoted entries go before any entry.
+    uint64_t used = tier->bytes();
     for (auto& [k, e] : entries_) {
-      if (tier->bytes() + need <= tier->capacity()) break;
-      if (!e.ssd_copy) continue;
-      ssd_->Erase(k).IgnoreError();
-      e.ssd_copy = false;
+      if (used + need <= tier->capacity()) break;
+      if (e.copy_level != level) continue;
+      e.copy_level = -1;
+      used -= std::min(used, e.bytes);
+      if (traits_[level].local_memory) {
+        tier->Erase(k).IgnoreError();
+      } else {
+        doomed_.emplace_back(level, k);
+      }
     }
+    EraseDoomed(lock);
   }
   while (tier->bytes() + need > tier->capacity()) {
     std::vector<const EntryInfo*> candidates;
     for (const auto& [k, e] : entries_)
-      if (e.tier == level && k != pinned && &e != newcomer) candidates.push_back(&e);
-    if (candidates.empty()) return ResourceExhaustedError(std::string(TierName(level)) + " tier cannot make room");
+      if (TierIndex(e.tier) == level && k != pinned && &e != newcomer && !e.moving) candidates.push_back(&e);
+    if (candidates.empty()) return ResourceExhaustedError(tier->name() + " tier cannot make room");
     if (rank_newcomer) candidates.push_back(newcomer);
-    const EntryInfo* victim = policy_->PickVictim(level, candidates, hint_);
+    const EntryInfo* victim = policy_->PickVictim(TierAt(level), candidates, hint_);
     ATTIC_CHECK(victim != nullptr);
     if (rank_newcomer && victim == newcomer) {
       *newcomer_lost = true;
       return OkStatus();
     }
-    std::string vkey = victim->key;
-    EntryInfo& v = entries_.at(vkey);
-    if (level == TierLevel::kDram) {
-      ++stats_.evictions_dram;
-      v.prefetched = false;
-      bool demoted = false;
-      if (v.ssd_copy) {  // its bytes are still on SSD: nothing to write
-        dram_->Erase(vkey).IgnoreError();
-        v.tier = TierLevel::kSsd;
-        v.ssd_copy = false;
-        demoted = true;
-      } else if (ssd_ != nullptr && v.bytes <= ssd_->capacity()) {
-        // The demoted entry is itself a newcomer on SSD: under the scheduler-aware
-        // policy it is dropped rather than displace an SSD entry needed sooner.
-        auto bytes = dram_->GetShared(vkey);
-        bool lost = false;
-        if (bytes.ok() && MakeRoomLocked(TierLevel::kSsd, (*bytes)->size(), pinned, &v, &lost).ok() && !lost &&
-            ssd_->PutShared(vkey, *bytes).ok()) {
-          dram_->Erase(vkey).IgnoreError();
-          v.tier = TierLevel::kSsd;
-          stats_.bytes_dram_to_ssd += (*bytes)->size();
-          demoted = true;
-        }
-      }
-      if (!demoted) RemoveLocked(vkey);
-    } else {
-      ++stats_.evictions_ssd;
-      RemoveLocked(vkey);
-    }
+    ++stats_.tiers[level].evictions;
+    Demote(lock, entries_.at(victim->key), level, pinned);
+    EraseDoomed(lock);
   }
   return OkStatus();
+}
+
+void KvStore::Demote(std::unique_lock<std::mutex>& lock, EntryInfo& v, int level, const std::string& pinned) {
+  const std::string key = v.key;
+  auto erase_source = [&] {
+    if (traits_[level].local_memory) {
+      tiers_[level]->Erase(key).IgnoreError();
+    } else {
+      doomed_.emplace_back(level, key);
+    }
+  };
+  v.prefetched = false;
+  if (v.copy_level > level) {  // its bytes are still in its copy's tier: nothing to write
+    v.tier = TierAt(v.copy_level);
+    v.copy_level = -1;
+    ++v.moves;
+    erase_source();
+    return;
+  }
+  const int below = level + 1;
+  if (below < n_tiers() && v.bytes <= tiers_[below]->capacity()) {
+    SharedBytes bytes;
+    Status read = TierIo(lock, level, [&] {
+      StatusOr<SharedBytes> b = tiers_[level]->GetShared(key);
+      if (b.ok()) bytes = std::move(*b);
+      return b.status();
+    });
+    // The demoted entry is itself a newcomer below: under the scheduler-aware policy it
+    // leaves the store rather than displace an entry needed sooner.
+    bool lost = false;
+    if (read.ok() && MakeRoom(lock, below, bytes->size(), pinned, &v, &lost).ok() && !lost &&
+        TierIo(lock, below, [&] { return tiers_[below]->PutShared(key, bytes); }).ok()) {
+      v.tier = TierAt(below);
+      ++v.moves;
+      erase_source();
+      stats_.bytes_dram_to_ssd += bytes->size();
+      return;
+    }
+  }
+  Unindex(key);
+}
+
+bool KvStore::Promote(std::unique_lock<std::mutex>& lock, const std::string& key, const Fetched& read) {
+  EntryInfo& info = entries_.at(key);
+  const int from = TierIndex(info.tier);
+  const uint64_t size = read.bytes->size();
+  // The lower copy stays (inclusive tiers), as a droppable copy: when entries demoted to
+  // make room for this one need space in its tier, it goes first, so they take its place
+  // instead of pushing another entry out.
+  info.copy_level = from;
+  info.moving = true;
+  ++info.moves;
+  in_transit_[key] = read;
+  prefetch_done_.notify_all();  // a Fetch waiting for a prefetch of it may take these bytes
+  bool lost = false, promoted = false, kept = true;
+  if (MakeRoom(lock, 0, size, key, &info, &lost).ok() && !lost &&
+      TierIo(lock, 0, [&] { return tiers_[0]->PutShared(key, read.bytes); }).ok()) {
+    info.tier = TierLevel::kDram;  // copy_level: whether the lower copy survived the room-making
+    stats_.bytes_ssd_to_dram += size;
+    promoted = true;
+  } else if (info.copy_level != from) {
+    // Its lower copy made room for others: it goes back there, unless not even that fits.
+    info.copy_level = -1;
+    lost = false;
+    kept = MakeRoom(lock, from, size, key, &info, &lost).ok() && !lost &&
+           TierIo(lock, from, [&] { return tiers_[from]->PutShared(key, read.bytes); }).ok();
+  } else {
+    info.copy_level = -1;  // stays where it was
+  }
+  info.moving = false;
+  in_transit_.erase(key);
+  if (!kept) {
+    ++stats_.tiers[from].evictions;
+    Unindex(key);
+  }
+  EraseDoomed(lock);
+  return promoted;
 }
 
 void KvStore::RecordReuse(int n_tokens) {
