@@ -140,8 +140,8 @@ struct QueuedJob {
 
 struct StoreStats {
   uint64_t lookups = 0;
-  uint64_t hits_dram = 0;
-  uint64_t hits_ssd = 0;
+  uint64_t hits_dram = 0;           // tier 0 (every tier's: `tiers` below)
+  uint64_t hits_ssd = 0;            // tier 1
   uint64_t misses = 0;
   uint64_t reused_tokens = 0;       // counted by the caller via RecordReuse
   uint64_t saves = 0;
@@ -233,9 +233,9 @@ class KvStore {
   // Counts a lookup and a hit/miss.
   std::optional<StoreMatch> Lookup(const std::string& tenant, const std::string& session_id,
                                    const std::vector<int32_t>& tokens);
-  // Reads and verifies an entry. An entry on SSD is promoted to DRAM when it fits (under
-  // the scheduler-aware policy: unless it would be DRAM's first victim itself). A bad
-  // entry is deleted and reported as NotFound.
+  // Reads and verifies an entry. An entry of a lower tier is promoted to DRAM when it
+  // fits (under the scheduler-aware policy: unless it would be DRAM's first victim
+  // itself). Failures as Fetch's.
   StatusOr<KvEntry> Load(const std::string& key);
   // Stores `entry` (fingerprint must be empty or the store's). Replaces the previous
   // entry of the same (tenant, session_id), and `replaces` when non-empty. ttl_ms < 0 =
@@ -277,11 +277,15 @@ class KvStore {
     EntryHeader header;
   };
   // Reads `key`'s entry without deserializing it: tier I/O happens outside the store's
-  // lock; every layer's checksum is verified; an SSD entry is promoted to DRAM when it
-  // fits (as Load). A bad entry is deleted and reported as NotFound.
+  // lock; every layer's checksum is verified (the header only for a local-memory
+  // tier's bytes); an entry of a lower tier is promoted to DRAM when it fits (as Load).
+  // An entry that moves meanwhile is read again where it went. A transient tier error
+  // is Unavailable (a miss; the entry stays); a bad or vanished entry is dropped and
+  // reported as NotFound.
   StatusOr<Fetched> Fetch(const std::string& key);
   // The entry's bytes if it sits in the DRAM tier now (header checked, nothing read
-  // from SSD, nothing waited for, no statistics or recency touched); NotFound otherwise.
+  // from a lower tier, nothing waited for, no statistics or recency touched); NotFound
+  // otherwise.
   // For a caller that holds the same rows elsewhere and would rather share the tier's.
   StatusOr<Fetched> FetchFromDram(const std::string& key);
   // Lookup without counting it (read-buffer planning); *bytes = the entry's size.
