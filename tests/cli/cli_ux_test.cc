@@ -39,6 +39,7 @@ void ExpectUsageError(const Result& r, const std::string& needle) {
 
 TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("frobnicate"), "unknown command 'frobnicate'");
+  ExpectUsageError(RunAttic("eval frobnicate"), "unknown command 'frobnicate' (attic eval takes: perplexity");
   ExpectUsageError(RunAttic("frobnicate"), "serve");  // lists the commands
   ExpectUsageError(RunAttic(""), "attic: error:");
   ExpectUsageError(RunAttic("generate --no-such-flag"), "--no-such-flag");
