@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     if (what.empty()) what = "invalid command line";
     if (wants_command && what.find("subcommand is required") != std::string::npos)
-      what = c.path + " needs a command: " + SubcommandNames(*c.app);
+      what = c.path + " needs a subcommand: " + SubcommandNames(*c.app);
     return UsageError(what + " (see '" + c.path + " --help')");
   }
   if (bench_serve_run) return bench_serve_run();

@@ -173,24 +173,11 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
   }
   r.last_token = now;
   ++r.n_generated;
-  if (std::binary_search(r.stop_ids.begin(), r.stop_ids.end(), token)) {
+  if (r.stream.Push(token) != GenerationStream::Step::kContinue) {
     Finish(r, "stop");
     return;
   }
-  const auto& stops = r.req.sampling.stop_strings;
-  const size_t before = r.text.size();
-  r.text += r.decoder.Push(token);
-  size_t cut = FindStopString(r.text, stops, before);
-  if (cut != std::string::npos) {
-    r.text.resize(cut);
-    Finish(r, "stop");
-    return;
-  }
-  const size_t safe = r.text.size() - StopPrefixHoldback(r.text, stops);
-  if (safe > r.emitted) {
-    r.channel->Push(TextEvent(r.text.substr(r.emitted, safe - r.emitted)));
-    r.emitted = safe;
-  }
+  if (std::string piece = r.stream.TakeReady(); !piece.empty()) r.channel->Push(TextEvent(std::move(piece)));
   if (r.n_generated >= r.req.sampling.max_tokens || r.kv->n_slots() >= r.max_slots) {
     Finish(r, "length");
     return;
@@ -200,11 +187,8 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
 }
 
 void Scheduler::Finish(Running& r, const std::string& reason) {
-  if (reason == "length") r.text += r.decoder.Flush();
-  if (r.text.size() > r.emitted) {
-    r.channel->Push(TextEvent(r.text.substr(r.emitted)));
-    r.emitted = r.text.size();
-  }
+  if (std::string rest = r.stream.TakeRest(/*flush=*/reason == "length"); !rest.empty())
+    r.channel->Push(TextEvent(std::move(rest)));
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;
