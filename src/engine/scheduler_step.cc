@@ -85,16 +85,24 @@ int Scheduler::Step() {
   }
   EnsureFree(grow, nullptr);
   // With a KV store, keep each new slot's pre-RoPE K and V for saving the turn.
-  KvObserver observer;
-  if (store_ != nullptr) {
-    const int kv_dim = pool_.shape().kv_dim();
-    observer = [&owners, kv_dim](int layer, int entry, const float* k, const float* v, int n) {
-      HostKv* h = owners[entry]->host.get();  // sized by HostKv::Reserve at admission
+  // (A local class: it shares Step's access to Running.)
+  class HostKvSaver : public LayerHooks {
+   public:
+    HostKvSaver(const std::vector<Running*>& owners, int kv_dim) : owners_(owners), kv_dim_(kv_dim) {}
+    void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+      HostKv* h = owners_[rows.entry]->host.get();  // sized by HostKv::Reserve at admission
       if (h == nullptr || !h->valid) return;
-      h->k[layer].insert(h->k[layer].end(), k, k + static_cast<size_t>(n) * kv_dim);
-      h->v[layer].insert(h->v[layer].end(), v, v + static_cast<size_t>(n) * kv_dim);
-    };
-  }
+      const size_t n = static_cast<size_t>(rows.n_rows) * kv_dim_;
+      h->k[layer].insert(h->k[layer].end(), kv.k_pre_rope, kv.k_pre_rope + n);
+      h->v[layer].insert(h->v[layer].end(), kv.v, kv.v + n);
+    }
+
+   private:
+    const std::vector<Running*>& owners_;
+    int kv_dim_;
+  };
+  HostKvSaver saver(owners, pool_.shape().kv_dim());
+  LayerHooks* hooks = store_ != nullptr ? &saver : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
@@ -115,7 +123,7 @@ int Scheduler::Step() {
   double waited = 0;
   for (int l = 0; l < pool_.shape().n_layers; ++l) {
     for (LoadJob* job : loading) waited += job->WaitLayer(l);
-    tf.Layer(l, observer);
+    tf.Layer(l, hooks);
   }
   tf.Finish(&logits_);
   ++steps_;
