@@ -383,25 +383,31 @@ class PerHeadListHooks : public LayerHooks {
   static bool Sees(int layer, int h, int j, int n_slots) { return layer == 0 || j % (h + 2) == 0 || j >= n_slots - 3; }
   void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
     if (layer == 0) return;
-    lists_.assign(n_kv_heads_, {});
-    ptrs_.resize(n_kv_heads_);
-    counts_.resize(n_kv_heads_);
+    // Per entry: the lists must outlive every entry's call (attention runs after them all).
+    if (static_cast<int>(entries_.size()) <= rows.entry) entries_.resize(rows.entry + 1);
+    Lists& e = entries_[rows.entry];
+    e.lists.assign(n_kv_heads_, {});
+    e.ptrs.resize(n_kv_heads_);
+    e.counts.resize(n_kv_heads_);
     for (int h = 0; h < n_kv_heads_; ++h) {
       for (int j = 0; j < vis->n_slots; ++j) {
-        if (Sees(layer, h, j, vis->n_slots)) lists_[h].push_back(j);
+        if (Sees(layer, h, j, vis->n_slots)) e.lists[h].push_back(j);
       }
-      ptrs_[h] = lists_[h].data();
-      counts_[h] = static_cast<int32_t>(lists_[h].size());
+      e.ptrs[h] = e.lists[h].data();
+      e.counts[h] = static_cast<int32_t>(e.lists[h].size());
     }
-    vis->head_indices = ptrs_.data();
-    vis->n_head_indices = counts_.data();
+    vis->head_indices = e.ptrs.data();
+    vis->n_head_indices = e.counts.data();
   }
 
  private:
+  struct Lists {
+    std::vector<std::vector<int32_t>> lists;
+    std::vector<const int32_t*> ptrs;
+    std::vector<int32_t> counts;
+  };
   int n_kv_heads_;
-  std::vector<std::vector<int32_t>> lists_;
-  std::vector<const int32_t*> ptrs_;
-  std::vector<int32_t> counts_;
+  std::vector<Lists> entries_;
 };
 
 // At layer 1 only: one list for every head (slots >= 5), and rows at odd slots stop
@@ -414,17 +420,19 @@ class SharedListHooks : public LayerHooks {
   }
   void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
     if (layer != 1) return;
-    list_.clear();
-    for (int j = 5; j < vis->n_slots; ++j) list_.push_back(j);
-    vis->indices = list_.data();
-    vis->n_indices = static_cast<int>(list_.size());
+    if (static_cast<int>(lists_.size()) <= rows.entry) lists_.resize(rows.entry + 1);
+    std::vector<int32_t>& list = lists_[rows.entry];
+    list.clear();
+    for (int j = 5; j < vis->n_slots; ++j) list.push_back(j);
+    vis->indices = list.data();
+    vis->n_indices = static_cast<int>(list.size());
     for (int r = 0; r < rows.n_rows; ++r) {
       if (rows.slots[r] % 2 == 1) vis->kv_end[r] = rows.slots[r];
     }
   }
 
  private:
-  std::vector<int32_t> list_;
+  std::vector<std::vector<int32_t>> lists_;  // per entry
 };
 
 TEST_P(ForwardSlotsTest, BeforeAttentionVisibilityEqualsTheMaskedNaiveForward) {
