@@ -11,6 +11,20 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// The store's save hook: every layer's new pre-RoPE K and V of an entry go to the
+// entry's turn (null: a sequence without one).
+// The scheduler's sequences only append (a turn records appended slots).
+class TurnSaver : public LayerHooks {
+ public:
+  explicit TurnSaver(const std::vector<store::Turn*>& turns) : turns_(turns) {}
+  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+    if (store::Turn* t = turns_[rows.entry]) t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
+  }
+
+ private:
+  const std::vector<store::Turn*>& turns_;
+};
+
 GenerationEvent TextEvent(std::string text) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kText;
@@ -84,14 +98,13 @@ int Scheduler::Step() {
             static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
-  // With a KV store, each new slot's pre-RoPE K and V go to the sequence's turn (the
-  // store keeps them to save the turn).
-  KvObserver observer;
-  if (store_ != nullptr) {
-    observer = [&owners](int layer, int entry, const float* k, const float* v, int n) {
-      if (store::Turn* t = owners[entry]->turn.get()) t->Append(layer, k, v, n);
-    };
-  }
+  // With a KV store, each new slot's pre-RoPE K and V go to its sequence's turn (the
+  // store keeps them to save the turn): saving is a layer hook.
+  std::vector<store::Turn*> turns;
+  if (store_ != nullptr)
+    for (Running* r : owners) turns.push_back(r->turn.get());
+  TurnSaver saver(turns);
+  LayerHooks* hooks = store_ != nullptr ? &saver : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
@@ -112,7 +125,7 @@ int Scheduler::Step() {
   double waited = 0;
   for (int l = 0; l < pool_.shape().n_layers; ++l) {
     for (store::Turn* t : loading) waited += t->WaitLayer(l);
-    tf.Layer(l, observer);
+    tf.Layer(l, hooks);
   }
   tf.Finish(&logits_);
   ++steps_;
