@@ -239,7 +239,8 @@ void VerifyKeptRows(Engine& e, const std::vector<int32_t>& kept_tokens, const st
     b[0].seq = &scratch;
     b[0].tokens.assign(kept_tokens.begin() + p, kept_tokens.begin() + std::min(nk, p + tf.max_batch_tokens()));
     b[0].want_logits = false;
-    Check(tf.Forward(b, nullptr, layer0), "verify");
+    KvObserverHooks hooks(layer0);
+    Check(tf.Forward(b, nullptr, &hooks), "verify");
   }
   float worst = 0, scale = 0;
   for (size_t i = 0; i < fresh_k.size(); ++i) {
@@ -337,7 +338,8 @@ RunResult RunMode(Engine& e, const std::vector<int32_t>& tokens, Mode mode, cons
       b[0].seq = seq.get();
       b[0].tokens = {tokens[j]};
       b[0].positions = {seq->n_slots()};  // new tokens follow the cache (NKVT: its count)
-      Check(tf.Forward(b, &logits, observer), "forward");
+      KvObserverHooks hooks(observer);
+      Check(tf.Forward(b, &logits, observer ? &hooks : nullptr), "forward");
       if (truncated && j + 1 < n) {
         if (r.first_scored < 0) r.first_scored = j + 1;
         r.nll.push_back(NegLogProb(logits.data(), vocab, tokens[j + 1]));

@@ -47,16 +47,43 @@ struct SplitTile {
   int64_t partial_offset = 0;  // n_splits pieces of n_rows * (head_dim + 2) floats
 };
 
-// One request, validated and ready for the kernels.
+// One request, validated and ready for the kernels. A request with per-KV-head index
+// lists gets one AttendParams per KV head (its own list and n_vis); the kernels already
+// take a head per job, so they run unchanged.
 struct PreparedRequest {
-  AttendParams params;
-  std::vector<int32_t> n_vis;
+  AttendParams params;                    // every head's (or, with head lists, head 0's shape)
+  std::vector<AttendParams> head_params;  // [n_kv_heads] with head lists, else empty
+  std::vector<int32_t> n_vis;             // [n_q], or [n_kv_heads][n_q] with head lists
   TileKernel kernel = nullptr;
   int64_t tile_rows = 0;
   int64_t n_tiles = 0;
-  std::vector<int32_t> tile_vis;  // [n_tiles]: slots the tile needs (the most any query sees)
+  // [n_tiles] (or [n_kv_heads][n_tiles]): slots the tile needs (the most any query sees).
+  std::vector<int32_t> tile_vis;
   float* out = nullptr;
+
+  const AttendParams& For(int kv_head) const { return head_params.empty() ? params : head_params[kv_head]; }
+  int32_t TileVis(int kv_head, int64_t tile) const {
+    return head_params.empty() ? tile_vis[tile] : tile_vis[kv_head * n_tiles + tile];
+  }
 };
+
+// REQUIRES: list ascending and within [0, n_slots).
+void CheckIndexList(const int32_t* list, int n, int n_slots) {
+  ATTIC_CHECK(list != nullptr || n == 0);
+  for (int j = 0; j < n; ++j) {
+    ATTIC_CHECK(list[j] >= 0 && list[j] < n_slots && (j == 0 || list[j - 1] < list[j]));
+  }
+}
+
+// n_vis[i]: how many of the slots query i sees are in `list` ([n_list]; every slot when
+// !use_list).
+void CountVisible(const AttendRequest& req, bool use_list, const int32_t* list, int n_list, int32_t* n_vis) {
+  for (int i = 0; i < req.n_q; ++i) {
+    const int32_t end = req.kv_end[i];
+    ATTIC_CHECK(end >= 0 && end <= req.kv.n_slots);
+    n_vis[i] = use_list ? static_cast<int32_t>(std::lower_bound(list, list + n_list, end) - list) : end;
+  }
+}
 
 // out row for row `row` of KV head h: o / l (zero when nothing was visible).
 void WriteRow(const AttendParams& p, int kv_head, int64_t row, const float* o, float l, float* out) {
@@ -107,28 +134,35 @@ int64_t PieceSlots(AttendMode mode, int64_t vis, int64_t want_splits) {
 PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req, AttendMode mode) {
   const KvLayerView& kv = req.kv;
   ATTIC_CHECK(kv.block_size > 0 && kv.n_slots >= 0);
-  ATTIC_CHECK(req.indices != nullptr || req.n_indices == 0);
-  for (int j = 0; j < req.n_indices; ++j) {
-    ATTIC_CHECK(req.indices[j] >= 0 && req.indices[j] < kv.n_slots && (j == 0 || req.indices[j - 1] < req.indices[j]));
-  }
+  const bool per_head = req.head_indices != nullptr;
+  ATTIC_CHECK(!per_head || (req.indices == nullptr && req.n_head_indices != nullptr));
+  CheckIndexList(req.indices, req.n_indices, kv.n_slots);
   PreparedRequest pr;
   pr.out = req.out;
-  // n_vis[i]: how many virtual slots query i sees.
-  pr.n_vis.resize(req.n_q);
-  const int32_t* idx_end = req.indices + req.n_indices;
-  for (int i = 0; i < req.n_q; ++i) {
-    const int32_t end = req.kv_end[i];
-    ATTIC_CHECK(end >= 0 && end <= kv.n_slots);
-    pr.n_vis[i] = req.indices ? static_cast<int32_t>(std::lower_bound(req.indices, idx_end, end) - req.indices) : end;
-  }
   AttendParams& p = pr.params;
   p.shape = shape;
   p.group = shape.n_heads / shape.n_kv_heads;
   p.q = req.q;
   p.n_q = req.n_q;
-  p.n_vis = pr.n_vis.data();  // the vector's buffer survives moves of pr
   p.indices = req.indices;
   p.kv = kv;
+  // n_vis: how many virtual slots each query sees (per KV head with head lists).
+  if (!per_head) {
+    pr.n_vis.resize(req.n_q);
+    CountVisible(req, req.indices != nullptr, req.indices, req.n_indices, pr.n_vis.data());
+    p.n_vis = pr.n_vis.data();  // the vector's buffer survives moves of pr
+  } else {
+    pr.n_vis.resize(static_cast<size_t>(shape.n_kv_heads) * req.n_q);
+    pr.head_params.assign(shape.n_kv_heads, p);
+    for (int h = 0; h < shape.n_kv_heads; ++h) {
+      CheckIndexList(req.head_indices[h], req.n_head_indices[h], kv.n_slots);
+      int32_t* n_vis = pr.n_vis.data() + static_cast<int64_t>(h) * req.n_q;
+      CountVisible(req, /*use_list=*/true, req.head_indices[h], req.n_head_indices[h], n_vis);  // null: empty
+      pr.head_params[h].indices = req.head_indices[h];
+      pr.head_params[h].n_vis = n_vis;
+    }
+    p.n_vis = pr.n_vis.data();
+  }
 
   const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
   const bool few = mode == AttendMode::kFastest && ks.few != nullptr && rows_per_head <= ks.few_rows_max &&
@@ -136,11 +170,14 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   pr.kernel = few ? ks.few : ks.tile;
   pr.tile_rows = few ? rows_per_head : static_cast<int64_t>(ks.tile_rows) * ks.max_tiles_per_job;
   pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;
-  pr.tile_vis.assign(pr.n_tiles, 0);
-  for (int64_t t = 0; t < pr.n_tiles; ++t) {
-    const int64_t r0 = t * pr.tile_rows, r1 = std::min(rows_per_head, r0 + pr.tile_rows);
-    for (int64_t qi = r0 / p.group; qi <= (r1 - 1) / p.group; ++qi) {
-      pr.tile_vis[t] = std::max(pr.tile_vis[t], pr.n_vis[qi]);
+  const int n_lists = per_head ? shape.n_kv_heads : 1;
+  pr.tile_vis.assign(pr.n_tiles * n_lists, 0);
+  for (int h = 0; h < n_lists; ++h) {
+    const int32_t* n_vis = pr.n_vis.data() + static_cast<int64_t>(h) * req.n_q;
+    int32_t* tile_vis = pr.tile_vis.data() + h * pr.n_tiles;
+    for (int64_t t = 0; t < pr.n_tiles; ++t) {
+      const int64_t r0 = t * pr.tile_rows, r1 = std::min(rows_per_head, r0 + pr.tile_rows);
+      for (int64_t qi = r0 / p.group; qi <= (r1 - 1) / p.group; ++qi) tile_vis[t] = std::max(tile_vis[t], n_vis[qi]);
     }
   }
   return pr;
@@ -178,7 +215,7 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
       for (int64_t t = 0; t < pr.n_tiles; ++t) {
         const int64_t r0 = t * pr.tile_rows;
         const int n_rows = static_cast<int>(std::min(rows_per_head, r0 + pr.tile_rows) - r0);
-        const int vis = pr.tile_vis[t];
+        const int vis = pr.TileVis(h, t);
         const int64_t len = PieceSlots(mode, vis, want_splits);
         const int64_t splits = std::max<int64_t>(1, len > 0 ? (vis + len - 1) / len : 0);
         if (splits > 1) split_tiles.push_back(SplitTile{ri, h, r0, n_rows, static_cast<int>(splits), partial_size});
@@ -208,7 +245,7 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
                                      : ThreadScratch(kDriverScratch, static_cast<size_t>(n_rows) * (d + 2));
     float* m = o + static_cast<int64_t>(n_rows) * d;
     float* l = m + n_rows;
-    pr.kernel(pr.params, j.tile, o, m, l);
+    pr.kernel(pr.For(j.tile.kv_head), j.tile, o, m, l);
     if (j.partial_offset < 0) {
       for (int r = 0; r < n_rows; ++r) {
         WriteRow(pr.params, j.tile.kv_head, j.tile.row_begin + r, o + static_cast<int64_t>(r) * d, l[r], pr.out);

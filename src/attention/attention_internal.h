@@ -77,6 +77,9 @@ float* ThreadScratch(int which, size_t n);
 // Rotate-half over one head: y1 = x1*c - x2*(sign*s), y2 = x2*c + x1*(sign*s), `half`
 // pairs, each operation rounded in that order (bit-identical to RopeTable's scalar loop).
 // In place when y1 == x1 and y2 == x2. rope_avx512.cc; only with backend::Isa::kAvx512.
+// The same on AVX2 (rope.cc; a CPU with AVX2). Same bits as the scalar loop.
+void RotateHalfAvx2(const float* x1, const float* x2, float* y1, float* y2, const float* c, const float* s, float sign,
+                    int half);
 void RotateHalfAvx512(const float* x1, const float* x2, float* y1, float* y2, const float* c, const float* s,
                       float sign, int half);
 constexpr int kF16Scratch = 4;  // the buffer kernels widen f16 KV rows into

@@ -143,6 +143,42 @@ std::vector<double> NaiveAttention(const AttentionShape& shape, const std::vecto
   return out;
 }
 
+// The same reference with one visible-slot list per KV head (head_lists[h], ascending):
+// query head h sees the slots of head_lists[h / group] below its kv_end.
+std::vector<double> NaivePerHeadAttention(const AttentionShape& shape, const std::vector<float>& q, int n_q,
+                                          const std::vector<int32_t>& kv_end,
+                                          const std::vector<std::vector<int32_t>>& head_lists, const PagedKv& kv) {
+  const int d = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
+  std::vector<double> out(static_cast<size_t>(n_q) * shape.n_heads * d, 0.0);
+  for (int i = 0; i < n_q; ++i) {
+    for (int h = 0; h < shape.n_heads; ++h) {
+      std::vector<int32_t> slots;
+      for (int32_t s : head_lists[h / g]) {
+        if (s < kv_end[i]) slots.push_back(s);
+      }
+      if (slots.empty()) continue;
+      const float* qr = &q[(static_cast<size_t>(i) * shape.n_heads + h) * d];
+      std::vector<double> sc(slots.size());
+      double mx = -1e300;
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const float* kr = &kv.k_pool[kv.Offset(h / g, slots[j])];
+        double dot = 0;
+        for (int t = 0; t < d; ++t) dot += static_cast<double>(qr[t]) * kr[t];
+        sc[j] = dot * shape.scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      double* o = &out[(static_cast<size_t>(i) * shape.n_heads + h) * d];
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const float* vr = &kv.v_pool[kv.Offset(h / g, slots[j])];
+        for (int t = 0; t < d; ++t) o[t] += sc[j] / sum * vr[t];
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<float> RandomQ(int n_q, int n_heads, int d, float magnitude, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-magnitude, magnitude);
   std::vector<float> q(static_cast<size_t>(n_q) * n_heads * d);
@@ -458,6 +494,117 @@ TEST_P(AttentionTest, RowInvariantModeGivesAQueryTheSameBitsAnywhere) {
         EXPECT_EQ(last, want) << "n_q=" << n_q << (company ? " with company" : "") << " threads=" << pool->n_threads();
       }
     }
+  }
+}
+
+TEST_P(AttentionTest, PerKvHeadIndexLists) {
+  // PQCache-style decode and partial recompute: each KV head sees its own slots (lists of
+  // different lengths, one empty), next to a dense request in the same call. Every slot
+  // in no list is NaN, so a head reading another head's list poisons the result.
+  std::mt19937 rng(32);
+  backend::ThreadPool pool(2);
+  const int n_kv_heads = 3, n_slots = 700;
+  for (int g : {1, 2, 4}) {
+    for (int n_q : {1, 3, 30}) {
+      for (bool scattered_ends : {false, true}) {
+        const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, 64);
+        PagedKv kv(n_kv_heads, 16, 64, n_slots, rng);
+        std::vector<std::vector<int32_t>> lists(n_kv_heads);
+        const double density[] = {0.05, 0.0, 0.5};  // head 1: empty list
+        for (int h = 0; h < n_kv_heads; ++h) {
+          if (density[h] == 0) continue;
+          std::bernoulli_distribution keep(density[h]);
+          for (int s = 0; s < n_slots; ++s) {
+            if (s < 4 || s >= n_slots - 16 || keep(rng)) lists[h].push_back(s);  // initial + local + top-k-like
+          }
+        }
+        // Poison per head: slot s of head h is NaN unless s is in lists[h].
+        for (int h = 0; h < n_kv_heads; ++h) {
+          std::vector<bool> in(n_slots, false);
+          for (int32_t s : lists[h]) in[s] = true;
+          for (int s = 0; s < n_slots; ++s) {
+            if (in[s]) continue;
+            for (int i = 0; i < 64; ++i) {
+              kv.k_pool[kv.Offset(h, s) + i] = std::numeric_limits<float>::quiet_NaN();
+              kv.v_pool[kv.Offset(h, s) + i] = std::numeric_limits<float>::quiet_NaN();
+            }
+          }
+        }
+        std::vector<const int32_t*> ptrs(n_kv_heads);
+        std::vector<int32_t> counts(n_kv_heads);
+        for (int h = 0; h < n_kv_heads; ++h) {
+          ptrs[h] = lists[h].empty() ? nullptr : lists[h].data();
+          counts[h] = static_cast<int32_t>(lists[h].size());
+        }
+        std::vector<float> q = RandomQ(n_q, shape.n_heads, 64, 1.0f, rng);
+        std::vector<int32_t> kv_end(n_q);
+        std::uniform_int_distribution<int> u(1, n_slots);
+        for (int i = 0; i < n_q; ++i) kv_end[i] = scattered_ends ? u(rng) : n_slots - n_q + i + 1;
+        // A dense request alongside.
+        PagedKv dense_kv(n_kv_heads, 16, 64, 300, rng);
+        std::vector<float> dense_q = RandomQ(5, shape.n_heads, 64, 1.0f, rng);
+        std::vector<int32_t> dense_end = {296, 297, 298, 299, 300};
+        std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> dense_out(dense_q.size(), std::numeric_limits<float>::quiet_NaN());
+        std::vector<AttendRequest> reqs(2);
+        reqs[0] = AttendRequest{dense_q.data(), 5, dense_end.data(), nullptr, 0, dense_kv.View(), dense_out.data()};
+        reqs[1] = AttendRequest{q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), out.data()};
+        reqs[1].head_indices = ptrs.data();
+        reqs[1].n_head_indices = counts.data();
+        internal::AttendBatchIsa(isa(), pool, shape, reqs.data(), 2);
+        const std::string what = "g=" + std::to_string(g) + " n_q=" + std::to_string(n_q) +
+                                 (scattered_ends ? " scattered kv_end" : " causal");
+        const std::vector<double> want = NaivePerHeadAttention(shape, q, n_q, kv_end, lists, kv);
+        double worst = 0;
+        size_t worst_i = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          const double err = std::abs(out[i] - want[i]) / (1.0 + std::abs(want[i]));
+          if (!(err <= worst)) {
+            worst = std::isnan(err) ? 1e30 : err;
+            worst_i = i;
+          }
+        }
+        EXPECT_LE(worst, 1e-5) << what << ": element " << worst_i << " got " << out[worst_i] << " want "
+                               << want[worst_i];
+        // Head 1's list is empty: its query heads' rows are exactly zero.
+        for (int i = 0; i < n_q; ++i) {
+          for (int qh = g; qh < 2 * g; ++qh) {
+            for (int t = 0; t < 64; ++t) {
+              ASSERT_EQ(out[(static_cast<size_t>(i) * shape.n_heads + qh) * 64 + t], 0.0f) << what;
+            }
+          }
+        }
+        const std::vector<double> dense_want = NaiveAttention(shape, dense_q, 5, dense_end, nullptr, dense_kv);
+        for (size_t i = 0; i < dense_out.size(); ++i) {
+          ASSERT_NEAR(dense_out[i], dense_want[i], 1e-5 * (1.0 + std::abs(dense_want[i]))) << what << " dense " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, PerKvHeadListsAllEqualGiveTheSharedListsBits) {
+  // The same list for every KV head is the shared `indices` list, bit for bit.
+  std::mt19937 rng(33);
+  backend::ThreadPool pool(2);
+  const AttentionShape shape = Shape(8, 2, 64);
+  PagedKv kv(2, 16, 64, 900, rng);
+  std::vector<int32_t> list;
+  for (int s = 0; s < 900; s += 5) list.push_back(s);
+  for (int n_q : {1, 40}) {
+    std::vector<float> q = RandomQ(n_q, 8, 64, 1.0f, rng);
+    std::vector<int32_t> kv_end(n_q);
+    for (int i = 0; i < n_q; ++i) kv_end[i] = 900 - n_q + i + 1;
+    std::vector<float> shared(q.size()), per_head(q.size());
+    AttendRequest r{q.data(), n_q, kv_end.data(), list.data(), static_cast<int>(list.size()), kv.View(), shared.data()};
+    internal::AttendBatchIsa(isa(), pool, shape, &r, 1);
+    const int32_t* ptrs[2] = {list.data(), list.data()};
+    const int32_t counts[2] = {static_cast<int32_t>(list.size()), static_cast<int32_t>(list.size())};
+    AttendRequest rh{q.data(), n_q, kv_end.data(), nullptr, 0, kv.View(), per_head.data()};
+    rh.head_indices = ptrs;
+    rh.n_head_indices = counts;
+    internal::AttendBatchIsa(isa(), pool, shape, &rh, 1);
+    EXPECT_EQ(shared, per_head) << n_q;
   }
 }
 

@@ -1,5 +1,7 @@
 #include "attic/attention/rope.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -77,6 +79,7 @@ RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& s
   }
   const int half = head_dim / 2;
   avx512_ = backend::ActiveIsa() == backend::Isa::kAvx512;
+  avx2_ = backend::ActiveIsa() == backend::Isa::kAvx2;
   table_positions_ = std::clamp(max_position_embeddings, 0, kMaxTablePositions);
   cos_.resize(static_cast<size_t>(table_positions_) * half);
   sin_.resize(cos_.size());
@@ -124,6 +127,32 @@ void RopeTable::Rotate(float* x, int64_t n_tokens, int n_heads, const int32_t* p
   }
 }
 
+namespace internal {
+
+// AVX2 rotate-half (a target attribute without FMA: products and sums stay separately
+// rounded, in the scalar code's order, so the bits equal the scalar loop's).
+__attribute__((target("avx2"))) void RotateHalfAvx2(const float* x1, const float* x2, float* y1, float* y2,
+                                                    const float* c, const float* s, float sign, int half) {
+  const __m256 sg = _mm256_set1_ps(sign);
+  int i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m256 a = _mm256_loadu_ps(x1 + i), b = _mm256_loadu_ps(x2 + i);
+    const __m256 cv = _mm256_loadu_ps(c + i);
+    const __m256 si = _mm256_mul_ps(sg, _mm256_loadu_ps(s + i));
+    const __m256 r1 = _mm256_sub_ps(_mm256_mul_ps(a, cv), _mm256_mul_ps(b, si));
+    const __m256 r2 = _mm256_add_ps(_mm256_mul_ps(b, cv), _mm256_mul_ps(a, si));
+    _mm256_storeu_ps(y1 + i, r1);
+    _mm256_storeu_ps(y2 + i, r2);
+  }
+  for (; i < half; ++i) {
+    const float a = x1[i], b = x2[i], si = sign * s[i];
+    y1[i] = a * c[i] - b * si;
+    y2[i] = b * c[i] + a * si;
+  }
+}
+
+}  // namespace internal
+
 // HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]; each product and
 // the sum rounded to f32 (the same operation order, so results are bit-identical when the
 // compiler does not contract to FMA, which the baseline x86-64 target cannot). In place
@@ -139,6 +168,10 @@ void RopeTable::RotateToken(const float* src, float* dst, int n_heads, int64_t d
     float* y2 = y1 + half;
     if (avx512_) {
       internal::RotateHalfAvx512(x1, x2, y1, y2, c, s, sign, half);
+      continue;
+    }
+    if (avx2_) {
+      internal::RotateHalfAvx2(x1, x2, y1, y2, c, s, sign, half);
       continue;
     }
     for (int i = 0; i < half; ++i) {

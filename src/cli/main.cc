@@ -118,11 +118,34 @@ std::string VersionText() {
          backend::IsaName(isa) + ")";
 }
 
-// The subcommand a command line names (its first argument that is not a flag), or "".
-std::string FirstWord(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (argv[i][0] != '-') return argv[i];
-  return "";
+// The command a command line names, as deep as it names known subcommands ("attic
+// bench serve"), and the first word after it that names none (or "").
+struct NamedCommand {
+  const CLI::App* app;
+  std::string path = "attic";
+  std::string unknown;
+};
+NamedCommand FindCommand(const CLI::App& app, int argc, char** argv) {
+  NamedCommand c{&app};
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : c.app->get_subcommands([](const CLI::App*) { return true; }))
+      if (sub->get_name() == argv[i]) next = sub;
+    if (next == nullptr) {
+      c.unknown = argv[i];
+      break;
+    }
+    c.app = next;
+    c.path += " " + next->get_name();
+  }
+  return c;
+}
+
+std::string SubcommandNames(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
 }
 
 }  // namespace
@@ -154,19 +177,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string word = FirstWord(argc, argv);
-    std::string names;
-    bool known = false;
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-      names += (names.empty() ? "" : ", ") + sub->get_name();
-      known = known || sub->get_name() == word;
-    }
-    if (!word.empty() && !known) {
-      return UsageError("unknown command '" + word + "' (commands: " + names + "; see 'attic --help')");
+    const NamedCommand c = FindCommand(app, argc, argv);
+    // A word where a command must follow (attic WORD, attic eval WORD) that names none.
+    const bool wants_command = c.app->get_require_subcommand_min() > 0;
+    if (wants_command && !c.unknown.empty()) {
+      return UsageError("unknown command '" + c.unknown + "' (" + c.path + " takes: " + SubcommandNames(*c.app) +
+                        "; see '" + c.path + " --help')");
     }
     std::string what = e.what();
     if (what.empty()) what = "invalid command line";
-    return UsageError(what + " (see 'attic " + (word.empty() ? "" : word + " ") + "--help')");
+    if (wants_command && what.find("subcommand is required") != std::string::npos)
+      what = c.path + " needs a subcommand: " + SubcommandNames(*c.app);
+    return UsageError(what + " (see '" + c.path + " --help')");
   }
   if (bench_serve_run) return bench_serve_run();
   if (bench_sessions_run) return bench_sessions_run();

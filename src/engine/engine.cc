@@ -10,6 +10,7 @@
 #include "attic/core/file.h"
 #include "attic/core/log.h"
 #include "attic/core/progress.h"
+#include "engine/generation_stream.h"
 
 namespace attic::engine {
 
@@ -202,46 +203,34 @@ StatusOr<GenerationResult> Session::Generate(const std::vector<int32_t>& prompt,
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   Sampler sampler(params);
-  tokenizer::StreamDecoder decoder(engine_.tokenizer());
   std::vector<int32_t> stops = engine_.stop_token_ids();
   stops.insert(stops.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
+  GenerationStream stream(engine_.tokenizer(), std::move(stops), params.stop_strings);
   const int vocab = engine_.model().config().vocab_size;
-  size_t emitted = 0;  // bytes of r.text already passed to on_text
   r.finish_reason = "length";
   bool cancelled = false;
   for (int i = 0; i < params.max_tokens; ++i) {
     int32_t tok = sampler.Sample(logits.data(), vocab);
-    if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+    const GenerationStream::Step step = stream.Push(tok);
+    if (step != GenerationStream::Step::kStopToken) r.tokens.push_back(tok);  // a stop token is not part of it
+    if (step != GenerationStream::Step::kContinue) {
       r.finish_reason = "stop";
       break;
     }
-    r.tokens.push_back(tok);
-    size_t before = r.text.size();
-    r.text += decoder.Push(tok);
-    size_t cut = FindStopString(r.text, params.stop_strings, before);
-    if (cut != std::string::npos) {
-      r.text.resize(cut);
-      r.finish_reason = "stop";
+    const std::string piece = stream.TakeReady();
+    if (on_text && !piece.empty() && !on_text(piece)) {
+      cancelled = true;
       break;
-    }
-    size_t safe = r.text.size() - StopPrefixHoldback(r.text, params.stop_strings);
-    if (on_text && safe > emitted) {
-      if (!on_text(r.text.substr(emitted, safe - emitted))) {
-        cancelled = true;
-        emitted = safe;
-        break;
-      }
-      emitted = safe;
     }
     if (i + 1 == params.max_tokens) break;
     if (seq_.n_slots() >= engine_.context_length()) break;  // window full: "length"
     ATTIC_ASSIGN_OR_RETURN(logits, Step(tok));
   }
-  if (r.finish_reason == "length" && !cancelled) {
-    std::string tail = decoder.Flush();
-    r.text += tail;
+  if (!cancelled) {
+    const std::string rest = stream.TakeRest(/*flush=*/r.finish_reason == "length");
+    if (on_text && !rest.empty()) on_text(rest);
   }
-  if (on_text && r.text.size() > emitted && !cancelled) on_text(r.text.substr(emitted));
+  r.text = stream.text();
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   if (cancelled) r.finish_reason = "cancelled";
   return r;

@@ -40,7 +40,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
   if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
   const int limit = std::min(engine_.context_length(), max_slots_);
-  const bool truncate = options_.truncate_ratio > 0 && store_ != nullptr && n_prompt > limit && limit >= 2;
+  const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
   if (n_prompt > engine_.context_length() && !truncate) {
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
                            std::to_string(engine_.context_length()) + " tokens");
@@ -207,7 +207,10 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   }
   if (need > avail) return false;
 
-  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling);
+  std::vector<int32_t> stop_ids;
+  if (!w.req.ignore_eos) stop_ids = engine_.stop_token_ids();
+  stop_ids.insert(stop_ids.end(), w.req.sampling.stop_token_ids.begin(), w.req.sampling.stop_token_ids.end());
+  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, std::move(stop_ids));
   r->prompt = w.prompt;
   r->truncation = std::move(w.truncation);
   r->req.tenant = w.req.tenant;
@@ -268,9 +271,6 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->reserved_blocks = need;
   r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);
-  if (!r->req.ignore_eos) r->stop_ids = engine_.stop_token_ids();
-  r->stop_ids.insert(r->stop_ids.end(), r->req.sampling.stop_token_ids.begin(), r->req.sampling.stop_token_ids.end());
-  std::sort(r->stop_ids.begin(), r->stop_ids.end());
   running_.push_back(std::move(r));
   n_running_.store(static_cast<int>(running_.size()));
   return true;

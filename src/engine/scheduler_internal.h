@@ -10,6 +10,7 @@
 #include "attic/kv/block_pool.h"
 #include "attic/tokenizer/tokenizer.h"
 #include "attic/store/turn.h"
+#include "engine/generation_stream.h"
 #include "engine/seq_plan.h"
 
 namespace attic::engine {
@@ -40,7 +41,9 @@ struct Scheduler::Resident {
 
 // An admitted request: prefilling while kv->n_slots() < prompt->size(), then decoding.
 struct Scheduler::Running {
-  Running(const tokenizer::Tokenizer& tok, const SamplingParams& params) : sampler(params), decoder(tok) {}
+  // stop_ids: the tokens that end it (the engine's unless ignore_eos, and the request's).
+  Running(const tokenizer::Tokenizer& tok, const SamplingParams& params, std::vector<int32_t> stop_ids)
+      : sampler(params), stream(tok, std::move(stop_ids), params.stop_strings) {}
 
   uint64_t id = 0;
   GenerationRequest req;
@@ -52,7 +55,6 @@ struct Scheduler::Running {
   // and waits for a load still writing into kv's blocks.
   std::unique_ptr<store::Turn> turn;
   Truncation truncation;
-  std::vector<int32_t> stop_ids;  // sorted
   int max_slots = 0;              // KV slots this sequence may grow to
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission
   int n_cached = 0;
@@ -60,9 +62,7 @@ struct Scheduler::Running {
   bool decoding = false;
   int32_t next_token = -1;  // sampled, fed at the next step
   Sampler sampler;
-  tokenizer::StreamDecoder decoder;
-  std::string text;         // generated text so far (cut at a stop string)
-  size_t emitted = 0;       // bytes of `text` already pushed
+  GenerationStream stream;  // stop tokens and strings, UTF-8-safe text, what is emitted
   int n_generated = 0;
   bool done = false;
 

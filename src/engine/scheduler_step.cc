@@ -11,6 +11,20 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// The store's save hook: every layer's new pre-RoPE K and V of an entry go to the
+// entry's turn (null: a sequence without one).
+// The scheduler's sequences only append (a turn records appended slots).
+class TurnSaver : public LayerHooks {
+ public:
+  explicit TurnSaver(const std::vector<store::Turn*>& turns) : turns_(turns) {}
+  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+    if (store::Turn* t = turns_[rows.entry]) t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
+  }
+
+ private:
+  const std::vector<store::Turn*>& turns_;
+};
+
 GenerationEvent TextEvent(std::string text) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kText;
@@ -84,14 +98,13 @@ int Scheduler::Step() {
             static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
-  // With a KV store, each new slot's pre-RoPE K and V go to the sequence's turn (the
-  // store keeps them to save the turn).
-  KvObserver observer;
-  if (store_ != nullptr) {
-    observer = [&owners](int layer, int entry, const float* k, const float* v, int n) {
-      if (store::Turn* t = owners[entry]->turn.get()) t->Append(layer, k, v, n);
-    };
-  }
+  // With a KV store, each new slot's pre-RoPE K and V go to its sequence's turn (the
+  // store keeps them to save the turn): saving is a layer hook.
+  std::vector<store::Turn*> turns;
+  if (store_ != nullptr)
+    for (Running* r : owners) turns.push_back(r->turn.get());
+  TurnSaver saver(turns);
+  LayerHooks* hooks = store_ != nullptr ? &saver : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
@@ -112,7 +125,7 @@ int Scheduler::Step() {
   double waited = 0;
   for (int l = 0; l < pool_.shape().n_layers; ++l) {
     for (store::Turn* t : loading) waited += t->WaitLayer(l);
-    tf.Layer(l, observer);
+    tf.Layer(l, hooks);
   }
   tf.Finish(&logits_);
   ++steps_;
@@ -173,24 +186,11 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
   }
   r.last_token = now;
   ++r.n_generated;
-  if (std::binary_search(r.stop_ids.begin(), r.stop_ids.end(), token)) {
+  if (r.stream.Push(token) != GenerationStream::Step::kContinue) {
     Finish(r, "stop");
     return;
   }
-  const auto& stops = r.req.sampling.stop_strings;
-  const size_t before = r.text.size();
-  r.text += r.decoder.Push(token);
-  size_t cut = FindStopString(r.text, stops, before);
-  if (cut != std::string::npos) {
-    r.text.resize(cut);
-    Finish(r, "stop");
-    return;
-  }
-  const size_t safe = r.text.size() - StopPrefixHoldback(r.text, stops);
-  if (safe > r.emitted) {
-    r.channel->Push(TextEvent(r.text.substr(r.emitted, safe - r.emitted)));
-    r.emitted = safe;
-  }
+  if (std::string piece = r.stream.TakeReady(); !piece.empty()) r.channel->Push(TextEvent(std::move(piece)));
   if (r.n_generated >= r.req.sampling.max_tokens || r.kv->n_slots() >= r.max_slots) {
     Finish(r, "length");
     return;
@@ -200,11 +200,8 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
 }
 
 void Scheduler::Finish(Running& r, const std::string& reason) {
-  if (reason == "length") r.text += r.decoder.Flush();
-  if (r.text.size() > r.emitted) {
-    r.channel->Push(TextEvent(r.text.substr(r.emitted)));
-    r.emitted = r.text.size();
-  }
+  if (std::string rest = r.stream.TakeRest(/*flush=*/reason == "length"); !rest.empty())
+    r.channel->Push(TextEvent(std::move(rest)));
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;

@@ -80,6 +80,12 @@ Status SequenceKv::Append(const int32_t* tokens, const int32_t* positions, int n
   return OkStatus();
 }
 
+void SequenceKv::SetSlot(int slot, int32_t token, int32_t position) {
+  ATTIC_CHECK(slot >= 0 && slot < n_slots());
+  tokens_[slot] = token;
+  positions_[slot] = position;
+}
+
 void SequenceKv::Truncate(int n) {
   if (n >= n_slots()) return;
   tokens_.resize(n);

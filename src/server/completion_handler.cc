@@ -64,7 +64,7 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
   // (its text is then bounded by the request body limit only).
-  const bool truncates = options.kv_store && options.scheduler.truncate_ratio > 0;
+  const bool truncates = scheduler->truncates_overlong_prompts();
   const size_t max_bytes =
       truncates ? std::numeric_limits<size_t>::max() : static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
   auto too_long = [ctx](const std::string& what) {

@@ -255,6 +255,9 @@ TEST(Cli, BenchSessionsCaReusesReRecomputes) {
   EXPECT_EQ(re["store"]["lookups"].get<double>(), 0);
   EXPECT_EQ(ca["prompt_tokens"].get<double>() > 0, true);
   EXPECT_TRUE(j["ca_over_re"]["prefill_throughput_served"].is_number());
+  // Measured figures, not development targets.
+  EXPECT_EQ(r.out.find("target"), std::string::npos) << r.out;
+  EXPECT_FALSE(j.contains("targets"));
   std::ifstream in(d.File("s.json"));
   nlohmann::json full = nlohmann::json::parse(in, nullptr, false);
   ASSERT_FALSE(full.is_discarded());

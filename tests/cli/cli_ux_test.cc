@@ -39,6 +39,7 @@ void ExpectUsageError(const Result& r, const std::string& needle) {
 
 TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("frobnicate"), "unknown command 'frobnicate'");
+  ExpectUsageError(RunAttic("eval frobnicate"), "unknown command 'frobnicate' (attic eval takes: perplexity");
   ExpectUsageError(RunAttic("frobnicate"), "serve");  // lists the commands
   ExpectUsageError(RunAttic(""), "attic: error:");
   ExpectUsageError(RunAttic("generate --no-such-flag"), "--no-such-flag");
@@ -68,6 +69,28 @@ std::string ServeStartup(const std::string& args) {
   Result r = RunAttic("serve -m " + Stories() + " --port 0 " + args + " & pid=$!; for i in $(seq 100); do sleep 0.1; "
                       "done; kill -INT $pid; wait $pid");
   return r.out;
+}
+
+// Defaults that name files (the default model, the datasets of bench sessions) are found
+// from the executable's place: the commands work from any folder, with no environment.
+TEST(CliUx, DefaultsDoNotDependOnTheCurrentFolder) {
+  const std::string bin = attic::testing::AtticBinary();
+  auto run = [&](const std::string& args) {
+    Result r;
+    const std::string cmd = "cd / && env -u ATTIC_SHARED_DIR -u ATTIC_MODEL timeout 60 " + bin + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+    const int st = pclose(p);
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+  };
+  Result gen = run("generate -p 'Once upon a time' -n 8");
+  EXPECT_EQ(gen.exit_code, 0) << gen.out;
+  EXPECT_NE(gen.out.find("there was a little girl"), std::string::npos) << gen.out;
+  Result trace = run("bench sessions --trace-only -s 2");
+  EXPECT_EQ(trace.exit_code, 0) << trace.out;
+  EXPECT_NE(trace.out.find("\"conversations_in_pool\""), std::string::npos) << trace.out.substr(0, 400);
 }
 
 TEST(CliUx, SizeFlagsTakeUnitsAndTheOldSpellingsStillWork) {

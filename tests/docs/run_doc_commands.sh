@@ -11,7 +11,7 @@
 #   - long benchmarks get short flags: `attic bench` -p 32 -n 8 --gen-after 32 -r 1,
 #     `bench serve` --concurrency 1 2 -r 1 -n 8.
 # Blocks run with stdin from /dev/null (so `attic chat` ends at once), under `bash -e -o
-# pipefail`, each within 600 s; servers a block leaves running are stopped.
+# pipefail`, each within 600 s; whatever a block leaves running (a server) is stopped.
 #
 # Usage: tests/docs/run_doc_commands.sh FILE.md...   (environment: ATTIC_SHARED_DIR)
 set -uo pipefail
@@ -70,9 +70,15 @@ run_until_healthy() {  # PORT COMMAND...: runs COMMAND until http://127.0.0.1:PO
 HELPERS
     cat "$block" >> "$tmp/run.sh"
     log="$tmp/log"
-    BLOCK_LOG="$log" timeout 600 setsid bash "$tmp/run.sh" < /dev/null > "$log" 2>&1
+    # In a session of its own (its id is the block's pid), so that whatever the block
+    # leaves running -- a server whose `kill %1` a failing command skipped -- is stopped.
+    BLOCK_LOG="$log" setsid bash "$tmp/run.sh" < /dev/null > "$log" 2>&1 &
+    block=$!
+    deadline=$((SECONDS + 600))
+    while kill -0 "$block" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    pkill -KILL -s "$block" 2>/dev/null  # past the deadline, or what it left behind
+    wait "$block"
     status=$?
-    pkill -KILL -s "$(ps -o sid= $$ | tr -d ' ')" -f "attic serve" 2>/dev/null  # never reached when all goes well
     if [ $status -ne 0 ]; then
       echo "FAILED (exit $status):"; tail -n 40 "$log" | sed 's/^/   > /'
       failed=$((failed + 1))

@@ -42,17 +42,17 @@ TEST(Reuse, SavedPreRopeKvReenteredGivesIdenticalTokens) {
   // tokens enter (what the store would save).
   std::vector<std::vector<float>> saved_k(cfg.n_layers), saved_v(cfg.n_layers);
   std::vector<int32_t> history;
-  KvObserver saver = [&](int layer, int entry, const float* k, const float* v, int n) {
+  KvObserverHooks saver([&](int layer, int entry, const float* k, const float* v, int n) {
     saved_k[layer].insert(saved_k[layer].end(), k, k + static_cast<size_t>(n) * kvd);
     saved_v[layer].insert(saved_v[layer].end(), v, v + static_cast<size_t>(n) * kvd);
-  };
+  });
   kv::SequenceKv first(&e.kv_pool());
   std::vector<float> logits;
   {
     std::vector<BatchEntry> b(1);
     b[0].seq = &first;
     b[0].tokens = prompt;
-    ASSERT_TRUE(tf.Forward(b, &logits, saver).ok());
+    ASSERT_TRUE(tf.Forward(b, &logits, &saver).ok());
     history = prompt;
   }
   std::vector<int32_t> got;
@@ -63,7 +63,7 @@ TEST(Reuse, SavedPreRopeKvReenteredGivesIdenticalTokens) {
     std::vector<BatchEntry> b(1);
     b[0].seq = &first;
     b[0].tokens = {t};
-    ASSERT_TRUE(tf.Forward(b, &logits, saver).ok());
+    ASSERT_TRUE(tf.Forward(b, &logits, &saver).ok());
     history.push_back(t);
   }
   first.Release();  // the compute buffer is gone; only the saved copy remains

@@ -59,16 +59,16 @@ void Prefill(Transformer& tf, kv::SequenceKv* seq, const std::vector<int32_t>& t
   const int kvd = tf.config().kv_dim();
   k->assign(tf.config().n_layers, {});
   v->assign(tf.config().n_layers, {});
-  KvObserver save = [&](int layer, int, const float* kk, const float* vv, int n) {
+  KvObserverHooks save([&](int layer, int, const float* kk, const float* vv, int n) {
     (*k)[layer].insert((*k)[layer].end(), kk, kk + static_cast<size_t>(n) * kvd);
     (*v)[layer].insert((*v)[layer].end(), vv, vv + static_cast<size_t>(n) * kvd);
-  };
+  });
   std::vector<BatchEntry> b(1);
   b[0].seq = seq;
   b[0].tokens = tokens;
   b[0].positions = positions;
   std::vector<float> logits;
-  ASSERT_TRUE(tf.Forward(b, &logits, save).ok());
+  ASSERT_TRUE(tf.Forward(b, &logits, &save).ok());
 }
 
 // Feeds `tokens` one at a time, the i-th at position first_pos + i; returns every logits row.

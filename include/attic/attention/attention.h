@@ -2,7 +2,8 @@
 //  (a) causal prefill / decode: query i attends to slots [0, kv_end[i]);
 //  (b) queries at arbitrary positions attending to an explicit KV set (partial
 //      recompute when linking cached chunks): pass kv_end per query and/or `indices`;
-//  (c) sparse decoding over a list of token indices (PQ top-k): pass `indices`.
+//  (c) sparse decoding over a list of token indices (PQ top-k): pass `indices`, or
+//      `head_indices` for a list per KV head.
 // Slots are the sequence's KV entries in order; RoPE has already been applied to both q
 // and the K stored in the compute buffer.
 //
@@ -60,6 +61,14 @@ struct AttendRequest {
   int n_indices = 0;
   KvLayerView kv;
   float* out = nullptr;             // [n_q, n_heads, head_dim]
+  // Per-KV-head visibility (optional; not together with `indices`): KV head h, and the
+  // query heads of its group, see only the slots head_indices[h][0 .. n_head_indices[h])
+  // (ascending, < kv.n_slots; still limited by kv_end). The lists may differ in length
+  // per head and may be empty (a head that sees nothing gets zero output rows). Both
+  // arrays have n_kv_heads entries. PQCache's decode: each KV head attends to its own
+  // top-k plus the initial and local windows. Same numerics as `indices` per head.
+  const int32_t* const* head_indices = nullptr;
+  const int32_t* n_head_indices = nullptr;
 };
 
 // How AttendBatch plans a request's work.

@@ -54,6 +54,7 @@ class RopeTable {
   int table_positions_ = 0;
   std::vector<float> cos_, sin_;  // [table_positions_][head_dim / 2]
   bool avx512_ = false;           // rotate with the AVX-512 kernel (same bits, ~4x faster)
+  bool avx2_ = false;             // ... or the AVX2 one (same bits)
 };
 
 }  // namespace attic::attention

@@ -222,6 +222,10 @@ class Scheduler {
   void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
+  // Whether a prompt longer than the context window is truncated in the stored KV
+  // (decoupled truncation: a KV store and truncate_ratio > 0) rather than rejected. The
+  // one place this is decided (the server's request checks ask it).
+  bool truncates_overlong_prompts() const { return options_.truncate_ratio > 0 && store_ != nullptr; }
 
  private:
   struct Waiting;

@@ -3,15 +3,18 @@
 // as it exists (paper 001 section 3.2; DESIGN.md decision 2).
 //
 // A forward step takes a batch of sequences, each with some new tokens (prefill chunk or
-// one decode token). New tokens are appended to each sequence's SequenceKv; their K is
-// rotated (RoPE) at the given positions before it enters the compute buffer, and the
-// pre-RoPE K (with V) is handed to an optional observer for saving.
+// one decode token). By default new tokens are appended to each sequence's SequenceKv;
+// an entry may instead name the slot each token writes, so "recompute slots S at
+// positions P over the cached KV" (KV linking) is one step. K is rotated (RoPE) at the
+// given positions before it enters the compute buffer. LayerHooks (layer_hooks.h) see
+// each layer's new KV (the store saves the pre-RoPE K and V through one), may narrow what
+// rows attend to, and may drop rows from the rest of the pass.
 //
 // Thread-safety: one Transformer per step loop; it owns scratch buffers.
 #pragma once
 
-#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "attic/attention/attention.h"
@@ -19,6 +22,7 @@
 #include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
+#include "attic/engine/layer_hooks.h"
 #include "attic/kv/block_pool.h"
 #include "attic/model/model.h"
 #include "attic/tensor/buffer.h"
@@ -29,14 +33,19 @@ struct BatchEntry {
   kv::SequenceKv* seq = nullptr;
   std::vector<int32_t> tokens;     // new tokens
   // Positions of the new tokens; empty = continue from the last slot's position + 1
-  // (or 0 for an empty sequence).
+  // (or 0 for an empty sequence). Required with `slots`.
   std::vector<int32_t> positions;
+  // The slot each new token writes; empty = append after the sequence's last slot (the
+  // common case and the fast path). A slot < seq->n_slots() is recomputed in place (its
+  // token and position are replaced); slots from n_slots() on are appended and must be
+  // exactly n_slots(), n_slots() + 1, ... (in any row order). No slot twice. A row
+  // writing slot s attends to slots [0, s] by slot order, including this step's other
+  // rows below s (LayerHooks::BeforeAttention may change that). With slots, the
+  // sequence must not appear in another entry of the step.
+  std::vector<int32_t> slots;
   bool want_logits = true;         // produce logits for the last new token
   bool all_logits = false;         // ... for every new token instead (evaluation: perplexity, KL)
 };
-
-// Sees each layer's new K (before RoPE) and V for one batch entry: [n_tokens, kv_dim].
-using KvObserver = std::function<void(int layer, int entry, const float* k_pre_rope, const float* v, int n_tokens)>;
 
 class Transformer {
  public:
@@ -50,17 +59,23 @@ class Transformer {
   int max_batch_tokens() const { return max_tokens_; }
   kv::KvShape kv_shape(int block_size) const;
 
-  // Whole step: Begin, every Layer, Finish. `logits` receives rows of vocab_size floats
-  // in batch order: one per entry with want_logits (its last token), or one per new
-  // token for an entry with all_logits.
-  Status Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, const KvObserver& observer = nullptr);
+  // Whole step: Begin, every Layer (with `hooks`, may be null), Finish.
+  Status Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, LayerHooks* hooks = nullptr);
 
-  // Layer-wise step. Begin validates, reserves KV slots (all-or-nothing: on error no
-  // sequence changed) and embeds; Layer(l) must then be called for l = 0..n_layers-1 in
-  // order; Finish computes logits.
+  // Layer-wise step. Begin validates (InvalidArgument for bad tokens, positions or
+  // slots), reserves KV slots (all-or-nothing: on error no sequence changed), records
+  // the tokens and positions of in-place slots and embeds; Layer(l) must then be called
+  // for l = 0..n_layers-1 in order; Finish computes logits. `batch` must outlive Finish.
   Status Begin(std::vector<BatchEntry>& batch);
-  void Layer(int layer, const KvObserver& observer = nullptr);
+  void Layer(int layer, LayerHooks* hooks = nullptr);
+  // `logits` receives rows of vocab_size floats in batch order: per entry with
+  // all_logits, one per kept row (kept_rows); with want_logits, one for its last kept row;
+  // none for an entry whose rows were all dropped. Without dropped rows: the last new
+  // token's, or every new token's.
   void Finish(std::vector<float>* logits);
+  // After Finish (until the next Begin): the rows of entry `entry` that went through
+  // every layer (indices into its tokens, ascending); all rows unless a hook dropped some.
+  std::span<const int32_t> kept_rows(int entry) const;
 
   // Enters saved pre-RoPE KV for slots [first, first+n) of `seq` at `layer`: rotates K to
   // the slots' recorded positions and writes it into the compute buffer. The slots must
@@ -78,17 +93,34 @@ class Transformer {
   backend::LinearMode linear_mode_;
   attention::AttendMode attend_mode_;
 
-  // Current step.
+  // A run of rows writing consecutive slots: rows [row, row + n) -> slots [slot, slot + n).
+  struct SlotRun {
+    int row, slot, n;
+  };
+  EntryRows Rows(int entry) const;
+  void BuildRuns();
+  // Calls hooks->AfterLayer for every entry and compacts the step's rows to the kept ones.
+  void DropRows(int layer, LayerHooks* hooks);
+
+  // Current step. Row r is the step's r-th token row still in the pass; an entry's rows
+  // are [entry_offset_[i], entry_offset_[i] + entry_rows_[i]).
   std::vector<BatchEntry>* batch_ = nullptr;
-  std::vector<int> entry_offset_;   // first row of each entry in the step's token rows
-  std::vector<int> entry_first_slot_;
+  std::vector<int> entry_offset_;
+  std::vector<int> entry_rows_;
   std::vector<int32_t> positions_;  // [n_rows]
+  std::vector<int32_t> row_slot_;   // [n_rows] the slot each row writes
+  std::vector<int32_t> row_token_;  // [n_rows] index of the row's token in its entry
+  std::vector<SlotRun> runs_;       // entry i's runs: [run_begin_[i], run_begin_[i + 1])
+  std::vector<int> run_begin_;
   int n_rows_ = 0;
 
   // Scratch, sized for max_tokens_ rows.
   AlignedBuffer x_, xn_, q_, k_, v_, kr_, attn_, gate_, up_;
   std::vector<int32_t> kv_end_;
   std::vector<attention::AttendRequest> requests_;
+  // With hooks: per-layer copies a hook may change, and AfterLayer's keep flags.
+  std::vector<int32_t> hook_kv_end_;
+  std::vector<uint8_t> keep_;
 };
 
 }  // namespace attic::engine

@@ -124,6 +124,10 @@ class SequenceKv {
   // positions. On ResourceExhausted nothing changes. The caller then writes K/V of the
   // new slots (WriteKv) layer by layer.
   Status Append(const int32_t* tokens, const int32_t* positions, int n);
+  // Replaces the token and position recorded for existing slot `slot` (recompute in
+  // place: the caller then rewrites the slot's K/V layer by layer).
+  // REQUIRES: 0 <= slot < n_slots().
+  void SetSlot(int slot, int32_t token, int32_t position);
   // Drops slots >= n (frees whole blocks past the end).
   void Truncate(int n);
   // Frees every block.
