@@ -163,7 +163,7 @@ std::shared_ptr<const KvEntry> KvStore::ReadQueuedSave(const std::string& tenant
 void KvStore::RecordWriteBufferHit() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
-  ++stats_.hits_dram;
+  ++stats_.tiers[0].hits;  // the write buffer is DRAM: Stats() reports tier 0's hits as hits_dram
   ++stats_.write_buffer_hits;
 }
 
