@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attic/store/prefix_match.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -147,20 +148,25 @@ int Scheduler::OutstandingReservation() const {
 
 int Scheduler::AvailableBlocks() const { return pool_.n_free() + resident_blocks_ - OutstandingReservation(); }
 
-void Scheduler::EvictLru(const Resident* pinned) {
+void Scheduler::EvictResident(const Resident* pinned) {
+  std::vector<ResidentCandidate> candidates;
+  std::vector<std::list<std::unique_ptr<Resident>>::iterator> at;
   for (auto it = resident_.begin(); it != resident_.end(); ++it) {
     if (it->get() == pinned) continue;
-    resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
-    resident_.erase(it);  // ~SequenceKv frees the blocks
-    ++evicted_;
-    return;
+    candidates.push_back({(*it)->last_used, static_cast<int>((*it)->kv->block_table().size())});
+    at.push_back(it);
   }
+  if (candidates.empty()) return;
+  auto it = at[resident_policy_->PickVictim(candidates)];
+  resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
+  resident_.erase(it);  // ~SequenceKv frees the blocks
+  ++evicted_;
 }
 
 void Scheduler::EnsureFree(int n_blocks, const Resident* pinned) {
   while (pool_.n_free() < n_blocks) {
     size_t before = resident_.size();
-    EvictLru(pinned);
+    EvictResident(pinned);
     if (resident_.size() == before) return;  // nothing evictable: the caller sees ResourceExhausted
   }
 }
@@ -172,26 +178,19 @@ SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
   const std::vector<int32_t>& prompt = *w.prompt;
   // At least the last prompt token is computed, so that its logits exist.
   const size_t cap = prompt.size() - 1;
-  int best = 0;
-  bool best_session = false;
-  for (const auto& res : resident_) {  // LRU -> MRU: later entries win ties
+  store::BestPrefixMatch<kv::SequenceKv*> best;
+  for (const auto& res : resident_) {
     if (res->tenant != w.req.tenant) continue;
-    const auto& have = res->kv->tokens();
-    size_t n = std::min(have.size(), cap);
-    size_t lcp = 0;
-    while (lcp < n && have[lcp] == prompt[lcp]) ++lcp;
-    bool session = !w.req.session_id.empty() && res->session_id == w.req.session_id;
-    if (static_cast<int>(lcp) > best || (static_cast<int>(lcp) == best && lcp > 0 && (session || !best_session))) {
-      best = static_cast<int>(lcp);
-      best_session = session;
-      plan.from_seq = res->kv.get();
-    }
+    best.Offer(res->kv.get(), {store::CommonPrefix(res->kv->tokens(), prompt, cap),
+                               !w.req.session_id.empty() && res->session_id == w.req.session_id, res->last_used});
   }
-  if (plan.from_seq == nullptr || best < options_.min_reuse_tokens) return SeqPlan{};
-  plan.n_cached = best;
+  plan.from_seq = best.found() ? best.item() : nullptr;
+  const int n = best.common();
+  if (plan.from_seq == nullptr || n < options_.min_reuse_tokens) return SeqPlan{};
+  plan.n_cached = n;
   // Adopt the resident sequence when little of it would be lost (the usual next turn of
   // a conversation); otherwise copy the shared prefix and leave it resident for others.
-  plan.adopt = plan.from_seq->n_slots() - best <= block_size_;
+  plan.adopt = plan.from_seq->n_slots() - n <= block_size_;
   return plan;
 }
 
@@ -256,6 +255,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
         }
       }
       if (res.turn) r->turn = res.turn->Branch(local.n_cached, r->req.session_id, r->req.session_ttl_ms);
+      res.last_used = ++resident_clock_;
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
   }
@@ -337,8 +337,9 @@ void Scheduler::Retire(Running& r) {
   res->kv = std::move(r.kv);
   res->turn = std::move(r.turn);
   resident_blocks_ += static_cast<int>(res->kv->block_table().size());
+  res->last_used = ++resident_clock_;
   resident_.push_back(std::move(res));
-  while (static_cast<int>(resident_.size()) > options_.max_resident) EvictLru(nullptr);
+  while (static_cast<int>(resident_.size()) > options_.max_resident) EvictResident(nullptr);
 }
 
 void Scheduler::Report(RequestRecord record) { reports_.push_back(std::move(record)); }

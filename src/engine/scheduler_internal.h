@@ -36,6 +36,7 @@ struct Scheduler::Resident {
   std::string session_id;
   std::unique_ptr<kv::SequenceKv> kv;
   std::unique_ptr<store::Turn> turn;  // with a KV store: its rows, kept for the next save
+  uint64_t last_used = 0;             // Scheduler::resident_clock_ when retired or last reused
 };
 
 // An admitted request: prefilling while kv->n_slots() < prompt->size(), then decoding.

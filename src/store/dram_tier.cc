@@ -1,12 +1,12 @@
+// DramTier (tier.h): values in this process's memory.
 #include "attic/store/tier.h"
 
 namespace attic::store {
 
-const char* TierName(TierLevel level) { return level == TierLevel::kDram ? "dram" : "ssd"; }
-
-StatusOr<SharedBytes> Tier::GetShared(const std::string& key) {
-  ATTIC_ASSIGN_OR_RETURN(std::string bytes, Get(key));
-  return SharedBytes(CopyBytes(bytes));
+TierTraits DramTier::traits() const {
+  TierTraits t;
+  t.local_memory = true;
+  return t;
 }
 
 Status DramTier::Put(const std::string& key, std::string_view bytes) {
@@ -45,6 +45,19 @@ StatusOr<SharedBytes> DramTier::GetShared(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");
   return it->second;
+}
+
+StatusOr<ByteRange> DramTier::GetRange(const std::string& key, uint64_t offset, uint64_t length) {
+  SharedBytes value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return NotFoundError("no entry " + key + " in DRAM");
+    value = it->second;
+  }
+  ATTIC_RETURN_IF_ERROR(CheckRange(value->size(), offset, length));
+  const char* data = value->data() + offset;
+  return ByteRange{std::move(value), data, static_cast<size_t>(length)};  // a view: nothing copied
 }
 
 Status DramTier::Erase(const std::string& key) {

@@ -65,6 +65,11 @@ class Reader {
     pos_ += n;
     return true;
   }
+  bool Skip(size_t n) {
+    if (in_.size() - pos_ < n) return false;
+    pos_ += n;
+    return true;
+  }
   size_t pos() const { return pos_; }
 
  private:
@@ -328,6 +333,41 @@ Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer)
     return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
   const size_t per_layer = h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
   if (LayerChecksum(EntryLayerK(bytes, h, layer), EntryLayerV(bytes, h, layer), per_layer) != h.layer_checksums[layer])
+    return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
+  return OkStatus();
+}
+
+StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
+  Reader r(prefix);
+  char magic[8];
+  if (!r.Raw(magic, 8)) return OutOfRangeError("too short for a KV entry header");
+  if (std::memcmp(magic, kMagic, 8) != 0) return DataLossError("not a KV entry (bad magic)");
+  uint32_t version, dtype, n_layers, kv_dim, n_tokens;
+  int64_t expires;
+  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
+      !r.Pod(&expires))
+    return OutOfRangeError("too short for a KV entry header");
+  if (version != kVersion || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 || n_tokens > kMaxTokens)
+    return DataLossError("KV entry header out of bounds");
+  for (int i = 0; i < 3; ++i) {  // tenant, session id, fingerprint
+    uint32_t n;
+    if (!r.Pod(&n)) return OutOfRangeError("too short for a KV entry header");
+    if (n > kMaxString) return DataLossError("KV entry header out of bounds");
+    if (!r.Skip(n)) return OutOfRangeError("too short for a KV entry header");
+  }
+  // tokens, positions, layer checksums, header checksum
+  return AlignUp(r.pos() + n_tokens * 8ull + n_layers * 8ull + sizeof(uint64_t));
+}
+
+uint64_t EntryLayerOffset(const EntryHeader& h, int layer) { return h.data_offset + layer * h.layer_bytes; }
+
+Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int layer) {
+  if (layer < 0 || layer >= h.meta.n_layers || layer_bytes.size() != h.layer_bytes)
+    return DataLossError("KV entry layer of " + std::to_string(layer_bytes.size()) + " bytes, expected " +
+                         std::to_string(h.layer_bytes));
+  const size_t per_layer = h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
+  const float* k = reinterpret_cast<const float*>(layer_bytes.data());
+  if (LayerChecksum(k, k + per_layer, per_layer) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
   return OkStatus();
 }

@@ -51,23 +51,15 @@ KvLoader::~KvLoader() {
 }
 
 void KvLoader::Start(const std::shared_ptr<LoadJob>& job, Preload mode, backend::ThreadPool& threads) {
-  switch (mode) {
-    case Preload::kLayerwise: {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        enters_.push_back(job);
-      }
-      cv_.notify_all();
-      return;
-    }
-    case Preload::kInline:
-      job->inline_loader = this;
-      job->inline_threads = &threads;
-      return;
-    case Preload::kSync:
-      Run(*job, &threads);
-      return;
+  PreloadFor(mode).Start(*this, job, threads);
+}
+
+void KvLoader::Queue(const std::shared_ptr<LoadJob>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    enters_.push_back(job);
   }
+  cv_.notify_all();
 }
 
 void KvLoader::Stage(std::function<void()> fetch) {
@@ -114,7 +106,7 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
   }
 }
 
-void KvLoader::Run(LoadJob& job, backend::ThreadPool* threads) {
+void KvLoader::EnterAll(LoadJob& job, backend::ThreadPool* threads) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int l = 0; l < job.n_layers(); ++l) {
     EnterLayer(job, l, threads);
@@ -143,7 +135,7 @@ void KvLoader::Loop() {
       std::shared_ptr<LoadJob> job = std::move(enters_.front());
       enters_.pop_front();
       lock.unlock();
-      Run(*job, nullptr);
+      EnterAll(*job, nullptr);
       lock.lock();
     } else if (!fetches_.empty()) {
       auto fetch = std::move(fetches_.front());

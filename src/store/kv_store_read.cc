@@ -1,62 +1,115 @@
 // KvStore::Fetch (and Load on top of it): the store side of layer-wise pre-loading
 // (paper 001 section 3.2). The entry's bytes are handed out shared (a DRAM-tier value is
-// not copied), verified, and read from SSD outside the store's lock so lookups and saves
-// go on; Peek plans the read buffer.
+// not copied), verified, and read from any tier outside the store's lock so lookups and
+// saves go on; Peek plans the read buffer. A read that fails is "moved, retry" (the
+// entry changed tiers meanwhile), a transient miss, or an entry dropped (ReadFailed).
 #include "attic/core/log.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::store {
 
+namespace {
+constexpr int kMaxMoveRetries = 8;  // reads of an entry that keeps moving before it is a miss
+}  // namespace
+
 StatusOr<KvStore::Fetched> KvStore::Fetch(const std::string& key) {
   for (int attempt = 0;; ++attempt) {
-    auto f = FetchOnce(key);
+    bool moved = false;
+    auto f = FetchOnce(key, &moved);
     // The entry moved between tiers while it was read (a demotion or a promotion): read
     // it again from where it is now.
-    if (f.ok() || f.status().code() != StatusCode::kUnavailable || attempt == 3) return f;
+    if (!moved) return f;
+    if (attempt + 1 == kMaxMoveRetries) return UnavailableError("KV entry " + key + " kept moving");
   }
 }
 
-StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key) {
-  Tier* tier = nullptr;
-  TierLevel level;
+StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key, bool* moved) {
+  *moved = false;
+  int level = 0;
+  uint32_t moves = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    prefetch_done_.wait(lock, [&] { return prefetching_ != key; });  // then it is in DRAM (or not)
+    // A prefetch reading it: wait for that read (then it is in DRAM, in transit, or not).
+    prefetch_done_.wait(lock, [&] { return prefetching_ != key || in_transit_.count(key) != 0; });
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotFoundError("no KV entry " + key);
     EntryInfo& info = it->second;
     if (Expired(info)) {
-      RemoveLocked(key);
-      ++stats_.expired;
+      lock.unlock();
+      if (RemoveIf(key, [&](const EntryInfo& e) { return Expired(e); })) {
+        lock.lock();
+        ++stats_.expired;
+      }
       return NotFoundError("KV entry " + key + " expired");
     }
-    level = info.tier;
-    tier = TierFor(level);
     info.access_seq = ++seq_;
-    if (level == TierLevel::kDram && info.prefetched) {
+    if (auto t = in_transit_.find(key); t != in_transit_.end()) {  // being promoted: read already
+      stats_.bytes_loaded += t->second.bytes->size();
+      return t->second;
+    }
+    level = TierIndex(info.tier);
+    moves = info.moves;
+    if (level == 0 && info.prefetched) {
       info.prefetched = false;
       ++stats_.prefetches_useful;
     }
   }
   // The read and the checksums happen outside the lock: lookups and saves go on. The
-  // layer checksums guard what crossed a persistence boundary (every SSD read, and
-  // restart); DRAM-tier bytes never left this process's memory, so only their header is
-  // checked (verifying 46 MB of a 1k-token 135M entry took ~3 ms of a ~80 ms TTFT).
-  StatusOr<Fetched> read = ReadChecked(*tier, key, level != TierLevel::kDram);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key);
+  // layer checksums guard what crossed a persistence boundary (every read of a tier
+  // that is not local memory, and restart); DRAM-tier bytes never left this process's
+  // memory, so only their header is checked (verifying 46 MB of a 1k-token 135M entry
+  // took ~3 ms of a ~80 ms TTFT).
+  StatusOr<Fetched> read = ReadChecked(*tiers_[level], key, ChecksLayers(level));
   if (!read.ok()) {
-    if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
-    if (it->second.tier != level) return UnavailableError("KV entry " + key + " moved");
-    DropUnreadableLocked(key, read.status());
-    return NotFoundError("KV entry " + key + " unreadable");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(key);
+      if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
+      const EntryInfo& e = it->second;
+      if (TierIndex(e.tier) != level || e.moves != moves || e.moving) {
+        *moved = true;
+        return UnavailableError("KV entry " + key + " moved");
+      }
+    }
+    return ReadFailed(key, level, moves, read.status());
   }
   Fetched f = std::move(*read);
-  stats_.bytes_loaded += f.bytes->size();
-  // The paper fetches whole sessions SSD -> DRAM; a failure leaves it on SSD.
-  if (it != entries_.end() && it->second.tier == TierLevel::kSsd && f.bytes->size() <= dram_->capacity())
-    PromoteLocked(key, f.bytes);
+  bool promote = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_loaded += f.bytes->size();
+    auto it = entries_.find(key);
+    promote = it != entries_.end() && it->second.tier != TierLevel::kDram && f.bytes->size() <= tiers_[0]->capacity();
+  }
+  if (promote) {
+    // The paper fetches whole sessions to DRAM; a failure leaves it where it is.
+    std::lock_guard<std::mutex> placing(place_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && TierIndex(it->second.tier) == level && it->second.moves == moves)
+      Promote(lock, key, f);
+  }
   return f;
+}
+
+Status KvStore::ReadFailed(const std::string& key, int level, uint32_t moves, const Status& why) {
+  const ReadError kind = ClassifyReadError(why);
+  if (kind == ReadError::kTransient) {  // a miss now; the entry stays for the next read
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.read_errors;
+    return UnavailableError("KV entry " + key + " cannot be read now: " + why.ToString());
+  }
+  // Dropped only if it is still what was read (not moved or replaced meanwhile).
+  const bool removed = RemoveIf(
+      key, [&](const EntryInfo& e) { return TierIndex(e.tier) == level && e.moves == moves && !e.moving; });
+  const bool quiet = kind == ReadError::kVanished && (traits_[level].shared || traits_[level].evicts_itself);
+  if (removed) {
+    if (!quiet)
+      Log(LogLevel::kWarn, "KV store: removing unreadable entry %s (%s)", key.c_str(), why.ToString().c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(quiet ? stats_.vanished : stats_.corrupt);
+  }
+  return NotFoundError("KV entry " + key + (quiet ? " is gone" : " unreadable"));
 }
 
 StatusOr<KvStore::Fetched> KvStore::FetchFromDram(const std::string& key) {
@@ -67,7 +120,7 @@ StatusOr<KvStore::Fetched> KvStore::FetchFromDram(const std::string& key) {
       return NotFoundError("KV entry " + key + " is not in DRAM");
   }
   // A demotion between the check and the read makes GetShared fail: NotFound as well.
-  StatusOr<Fetched> read = ReadChecked(*dram_, key, false);
+  StatusOr<Fetched> read = ReadChecked(*tiers_[0], key, ChecksLayers(0));
   if (!read.ok()) return NotFoundError("KV entry " + key + " is not in DRAM");
   return read;
 }
@@ -77,12 +130,6 @@ StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& k
   ATTIC_ASSIGN_OR_RETURN(EntryHeader header, VerifyEntry(*bytes, options_.fingerprint, check_layers));
   if (header.meta.key().ToString() != key) return DataLossError("misnamed KV entry");
   return Fetched{std::move(bytes), std::move(header)};
-}
-
-void KvStore::DropUnreadableLocked(const std::string& key, const Status& why) {
-  Log(LogLevel::kWarn, "KV store: removing unreadable entry %s (%s)", key.c_str(), why.ToString().c_str());
-  RemoveLocked(key);
-  ++stats_.corrupt;
 }
 
 std::optional<StoreMatch> KvStore::Peek(const std::string& tenant, const std::string& session_id,

@@ -760,7 +760,7 @@ TEST(KvStorePrefetch, PrefetchDemotedBeforeItsRequestIsNotUseful) {
 class GatedTier final : public Tier, public Gate {
  public:
   explicit GatedTier(uint64_t capacity) : inner_(capacity) {}
-  TierLevel level() const override { return TierLevel::kDram; }
+  std::string name() const override { return "dram"; }
   Status Put(const std::string& key, std::string_view bytes) override {
     Pass();
     return inner_.Put(key, bytes);

@@ -10,7 +10,6 @@
 namespace attic::store {
 
 namespace {
-constexpr int kMaxAhead = 2;  // waiting jobs whose entries the read buffer fetches
 constexpr double kEma = 0.3;  // weight of a new sample in the measured rates
 
 void Ema(double& x, double v) { x = x == 0 ? v : (1 - kEma) * x + kEma * v; }
@@ -119,66 +118,37 @@ void KvStore::ReportLoad(double enter_seconds, int rows) {
   Ema(t_load_, enter_seconds / rows);
 }
 
-// REQUIRES: rmu_ held.
-int64_t KvStore::AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const {
-  // S_buf = B * (T_load * L_hist - T_pref * L_new), B = bytes per second of loading.
-  if (t_load_ <= 0 || t_prefill_ <= 0 || l_hist <= 0) return static_cast<int64_t>(entry_bytes);  // not measured yet
-  const double gap = t_load_ * l_hist - t_prefill_ * l_new;
-  if (gap <= 0) return 0;  // the job's own prefill hides its load
-  const double bandwidth = static_cast<double>(entry_bytes) / (t_load_ * l_hist);
-  return static_cast<int64_t>(bandwidth * gap);
-}
-
 void KvStore::StageReads(const std::vector<QueuedJob>& jobs) {
-  int64_t budget = 0;
-  int min_tokens = 0;
   {
     std::lock_guard<std::mutex> lock(rmu_);
-    budget = read_buffer_bytes_;
-    min_tokens = read_buffer_min_tokens_;
+    if (read_buffer_bytes_ == 0 || loader_ == nullptr) return;
   }
-  if (budget == 0 || loader_ == nullptr) return;
   // What each of the next jobs would read (no lookup counted, nothing waited for).
-  struct Want {
-    std::string key;
-    uint64_t bytes = 0;
-    int n_tokens = 0, prompt_tokens = 0;
-  };
-  std::vector<Want> wants;
-  for (size_t i = 0; i < jobs.size() && static_cast<int>(i) < kMaxAhead; ++i) {
-    const QueuedJob& j = jobs[i];
-    Want w;
-    auto m = Peek(j.tenant, j.session_id, *j.tokens, &w.bytes);
-    if (!m || m->n_tokens < min_tokens) {
-      wants.push_back(Want{});  // keeps its place: the buffer is filled in queue order
-      continue;
-    }
-    w.key = m->key;
-    w.n_tokens = m->n_tokens;
-    w.prompt_tokens = j.prompt_tokens > 0 ? j.prompt_tokens : static_cast<int>(j.tokens->size());
-    wants.push_back(std::move(w));
+  std::vector<AheadEntry> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < jobs.size() && static_cast<int>(i) < prefetch_->stage_ahead(); ++i)
+      next.push_back(ResolveLocked(jobs[i]));
   }
   std::lock_guard<std::mutex> lock(rmu_);
+  ReadBufferState rb;
+  rb.budget = read_buffer_bytes_;
+  rb.min_tokens = read_buffer_min_tokens_;
+  rb.t_load_per_token = t_load_;
+  rb.t_prefill_per_token = t_prefill_;
+  const StagePlan plan = prefetch_->PlanStaging(next, rb, [&](const std::string& key) -> int64_t {
+    auto it = staged_.find(key);
+    return it == staged_.end() ? -1 : static_cast<int64_t>(it->second->bytes);
+  });
   // Fetches of jobs no longer among the next ones (admitted elsewhere, cancelled) go.
   for (auto it = staged_.begin(); it != staged_.end();) {
-    const bool wanted = std::any_of(wants.begin(), wants.end(), [&](const Want& w) { return w.key == it->first; });
+    const bool wanted = std::find(plan.keep.begin(), plan.keep.end(), it->first) != plan.keep.end();
     it = wanted ? std::next(it) : staged_.erase(it);
   }
-  int64_t used = 0;
-  for (const Want& w : wants) {
-    if (w.key.empty()) continue;
-    if (auto it = staged_.find(w.key); it != staged_.end()) {
-      used += static_cast<int64_t>(it->second->bytes);
-      continue;
-    }
-    if (budget > 0) {
-      if (used + static_cast<int64_t>(w.bytes) > budget) break;  // the buffer is full
-    } else if (AutoReadBufferBytes(w.n_tokens, w.prompt_tokens - w.n_tokens, w.bytes) <= 0) {
-      continue;  // S_buf = 0: the job's own prefill hides its load
-    }
+  for (const AheadEntry& e : plan.start) {
     auto fetch = std::make_shared<StagedFetch>();
-    fetch->key = w.key;
-    fetch->bytes = w.bytes;
+    fetch->key = e.key;
+    fetch->bytes = e.bytes;
     loader_->Stage([this, fetch] {
       StatusOr<Fetched> f = Fetch(fetch->key);
       std::lock_guard<std::mutex> l(fetch->mu);
@@ -190,8 +160,7 @@ void KvStore::StageReads(const std::vector<QueuedJob>& jobs) {
       fetch->ready = true;
       fetch->cv.notify_all();
     });
-    staged_[w.key] = std::move(fetch);
-    used += static_cast<int64_t>(w.bytes);
+    staged_[e.key] = std::move(fetch);
     ++staged_count_;
   }
 }

@@ -344,6 +344,45 @@ StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
   return UnavailableError("cannot read '" + path + "'");  // not reached
 }
 
+StatusOr<ByteRange> SsdTier::GetRange(const std::string& key, uint64_t offset, uint64_t length) {
+  if (!Mine(key)) return NotFoundError("no KV entry '" + key + "' of this model");
+  const std::string path = PathOf(key);
+  for (const bool direct : {true, false}) {
+    StatusOr<OpenedFile> f = OpenForReading(path, direct ? O_DIRECT : 0);
+    if (!f.ok()) {
+      if (direct && f.status().code() != StatusCode::kNotFound) continue;  // O_DIRECT refused
+      return f.status();
+    }
+    Status in_range = CheckRange(static_cast<uint64_t>(f->size), offset, length);
+    if (!in_range.ok() || length == 0) {
+      ::close(f->fd);
+      if (!in_range.ok()) return in_range;
+      return ByteRange{};
+    }
+    // Direct reads start at a 4096-byte boundary: read from there, hand out the range.
+    const uint64_t first = direct ? offset / Bytes::kAlign * Bytes::kAlign : offset;
+    const size_t n = static_cast<size_t>(offset + length - first);
+    std::unique_ptr<Bytes> out = Bytes::Allocate(n);
+    char* buf = out->data();
+    const int err = SplitRanges(n, [&](size_t off, size_t len) {
+      // The file's bytes [first + off, first + off + len) into buf + off; the last
+      // request rounded up to kAlign (the buffer's capacity covers it).
+      const size_t stop = std::min<size_t>((off + len + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign,
+                                           out->capacity());
+      return ChunkedIo(off, off + len, stop, [&](size_t pos, size_t want) {
+        return ::pread(f->fd, buf + pos, want, static_cast<off_t>(first + pos));
+      });
+    });
+    if (!direct) ::posix_fadvise(f->fd, static_cast<off_t>(first), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+    ::close(f->fd);
+    if (direct && err == EINVAL) continue;
+    if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
+    const char* data = buf + (offset - first);
+    return ByteRange{SharedBytes(std::move(out)), data, static_cast<size_t>(length)};
+  }
+  return UnavailableError("cannot read '" + path + "'");  // not reached
+}
+
 Status SsdTier::Erase(const std::string& key) {
   if (!Mine(key)) return InvalidArgumentError("'" + key + "' is not a KV entry key of this model");
   std::string path = PathOf(key);

@@ -217,6 +217,7 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 2u);
   EXPECT_EQ(g.s->Stats().kv_load.deferred_for_save, 0u);
   EXPECT_EQ(g.store->Stats().write_buffer_hits, 2u);
+  EXPECT_EQ(g.store->Stats().hits_dram, 2u);  // a read from the write buffer is a DRAM hit (metrics.md)
   EXPECT_EQ(g.store->Stats().lookup_waits, 0u);
 
   g.gate.Release();

@@ -37,6 +37,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
+#include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/store/kv_store.h"
 
@@ -235,7 +236,8 @@ class Scheduler {
   int OutstandingReservation() const;
   int AvailableBlocks() const;
   void EnsureFree(int n_blocks, const Resident* pinned);
-  void EvictLru(const Resident* pinned);
+  // Evicts the resident sequence resident_policy_ picks (not `pinned`), if any.
+  void EvictResident(const Resident* pinned);
   // The resident sequence (compute buffer) a waiting request reuses, and how.
   SeqPlan PlanReuse(const Waiting& w) const;
   // Stored KV for the request (the store's match, planned for its prompt: a prefix, or
@@ -282,6 +284,8 @@ class Scheduler {
   // Step loop only.
   std::vector<std::unique_ptr<Running>> running_;  // admission order
   std::list<std::unique_ptr<Resident>> resident_;  // front = least recently used
+  std::unique_ptr<ResidentPolicy> resident_policy_ = std::make_unique<LruResidentPolicy>();
+  uint64_t resident_clock_ = 0;  // stamps Resident::last_used
   int resident_blocks_ = 0;
   uint64_t steps_ = 0;
   uint64_t evicted_ = 0;

@@ -132,6 +132,17 @@ const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer
 // Checks layer l's checksum. DataLoss on a mismatch.
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
 
+// Reading an entry a layer at a time (Tier::GetRange; layer_read.h):
+// How many leading bytes the header of a serialized entry takes (its data_offset),
+// from a prefix of the entry: OutOfRange when `prefix` is too short to tell, DataLoss
+// when it is not an entry header.
+StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix);
+// Where layer l's K and V lie in the serialized entry: [offset, offset + h.layer_bytes).
+uint64_t EntryLayerOffset(const EntryHeader& h, int layer);
+// Checks `layer_bytes` (layer l's K then V, h.layer_bytes of them) against the layer's
+// checksum. DataLoss on a mismatch or a wrong size.
+Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int layer);
+
 // Parses the header and verifies the size and every layer's checksum (unless
 // !check_layers), without copying the KV. `expected_fingerprint` non-empty: another
 // model's entry is FailedPrecondition. A truncated buffer or a bad checksum is DataLoss.

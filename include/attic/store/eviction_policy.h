@@ -1,5 +1,6 @@
 // Eviction policies (paper 001 section 3.3): which stored entry leaves a tier when room
-// is needed -- from DRAM it is demoted to SSD, from SSD it leaves the store. Whole
+// is needed -- it is demoted to the tier below (DRAM -> SSD -> ...), and from the last
+// tier it leaves the store. Whole
 // entries (one per session turn) are the unit, as in the paper.
 //
 // A policy only ranks; the KvStore keeps the metadata (EntryInfo) and the look-ahead
@@ -30,9 +31,14 @@ struct EntryInfo {
   uint64_t inserted_seq = 0;  // when first stored (FIFO order)
   uint64_t access_seq = 0;    // last save or load (LRU order)
   bool prefetched = false;    // promoted by Prefetch and not yet read from DRAM
-  // A promoted entry keeps its SSD file (inclusive tiers): demoting it again writes
-  // nothing. The copy is dropped first whenever the SSD tier needs room.
-  bool ssd_copy = false;
+  // A promoted entry keeps its bytes in the tier it came from (inclusive tiers): the
+  // level of that copy, or -1. Demoting it again writes nothing; the copy is dropped
+  // first whenever that tier needs room.
+  int copy_level = -1;
+  // Tier moves: `moving` while a promotion's I/O runs outside the store's lock, and
+  // `moves` counts moves begun (a read that fails after it changed raced with one).
+  bool moving = false;
+  uint32_t moves = 0;
   // Upcoming access, from the scheduler's waiting queue (KvStore::SetLookAhead): the
   // position of the first queued job that will read this entry (0 = next to run), or
   // -1 when no job the scheduler showed will.

@@ -8,7 +8,8 @@
 //     read buffer), so that a job's load does not start only when it is admitted.
 // Entering jobs go before fetches. A job holds a copy of the block ids and positions it
 // writes, so the caller may grow the sequence meanwhile; the blocks must not be freed
-// before WaitAll().
+// before WaitAll(). When and where a job's layers are entered is its PreloadStrategy's
+// choice (sync, layer-wise on the loader thread, or inline on the compute threads).
 //
 // Thread-safety: Enter/Stage from any thread; a LoadJob's WaitLayer from one thread
 // (the step loop).
@@ -59,7 +60,7 @@ struct LoadJob {
   std::vector<std::vector<float>>* copy_k = nullptr;
   std::vector<std::vector<float>>* copy_v = nullptr;
 
-  // Inline entering (Preload::kInline): no loader thread; WaitLayer(l) itself enters the
+  // Inline entering (InlinePreload): no loader thread; WaitLayer(l) itself enters the
   // layers up to l, on the calling thread and `inline_threads`, just before the forward
   // computes them (so they are still in cache when attention reads them).
   KvLoader* inline_loader = nullptr;
@@ -99,18 +100,20 @@ class KvLoader {
   KvLoader& operator=(const KvLoader&) = delete;
 
   kv::BlockPool& pool() { return pool_; }
-  // Starts entering `job` as `mode` says (kSync: entered before this returns, on the
-  // calling thread and `threads`).
+  // Starts entering `job` as `mode`'s PreloadStrategy does.
   void Start(const std::shared_ptr<LoadJob>& job, Preload mode, backend::ThreadPool& threads);
+  // Queues `job` for the loader thread, which enters its layers in order, publishing
+  // each (before any queued fetch).
+  void Queue(const std::shared_ptr<LoadJob>& job);
+  // Enters every layer of `job` now, on the calling thread (and `threads` when given),
+  // publishing each as it is done.
+  void EnterAll(LoadJob& job, backend::ThreadPool* threads);
   // Queues a read-buffer fetch: fetch() runs on the loader thread after any entering.
   void Stage(std::function<void()> fetch);
 
  private:
   friend struct LoadJob;
   void Loop();
-  // Enters every layer (over `threads` when given, else on this thread), publishing
-  // each as it is done.
-  void Run(LoadJob& job, backend::ThreadPool* threads);
   void EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads);
   // Enters the job's next layer now, on the calling thread and `threads` (inline mode).
   void EnterNextLayer(LoadJob& job, backend::ThreadPool& threads);
@@ -124,5 +127,43 @@ class KvLoader {
   bool stop_ = false;
   std::thread thread_;
 };
+
+// How a job's stored KV enters the compute buffer (paper 001 section 3.2): one strategy
+// per Preload mode. Each enters the same bytes; they differ in which thread enters a
+// layer and when the forward may compute it.
+class PreloadStrategy {
+ public:
+  virtual ~PreloadStrategy() = default;
+  virtual Preload mode() const = 0;
+  // Starts entering `job` with `loader`. Afterwards job->WaitLayer(l) returns once layer
+  // l (and every layer before it) is in the compute buffer.
+  virtual void Start(KvLoader& loader, const std::shared_ptr<LoadJob>& job, backend::ThreadPool& threads) const = 0;
+};
+
+// Every layer entered before Start returns, on the calling thread and `threads`.
+class SyncPreload final : public PreloadStrategy {
+ public:
+  Preload mode() const override { return Preload::kSync; }
+  void Start(KvLoader& loader, const std::shared_ptr<LoadJob>& job, backend::ThreadPool& threads) const override;
+};
+
+// Entered by the loader thread, layer after layer, while the forward computes the
+// layers already entered.
+class LayerwisePreload final : public PreloadStrategy {
+ public:
+  Preload mode() const override { return Preload::kLayerwise; }
+  void Start(KvLoader& loader, const std::shared_ptr<LoadJob>& job, backend::ThreadPool& threads) const override;
+};
+
+// Nothing entered at Start: WaitLayer(l) enters the layers up to l on the calling
+// thread and `threads` (the compute threads), just before the forward computes layer l.
+class InlinePreload final : public PreloadStrategy {
+ public:
+  Preload mode() const override { return Preload::kInline; }
+  void Start(KvLoader& loader, const std::shared_ptr<LoadJob>& job, backend::ThreadPool& threads) const override;
+};
+
+// The strategy of `mode` (a static instance).
+const PreloadStrategy& PreloadFor(Preload mode);
 
 }  // namespace attic::store

@@ -1,9 +1,12 @@
 // KvStore: AttentionStore's placement layer (paper 001 sections 3.1-3.4). Holds every
-// session's KV (pre-RoPE K, V, token ids, positions) in a host-DRAM tier and an
-// optional SSD tier, finds it again by session id or by the longest stored token
-// prefix of the same tenant, and keeps each tier inside its byte capacity by demoting
-// (DRAM -> SSD) and evicting (SSD -> out) whole entries as chosen by an EvictionPolicy
-// fed with look-ahead hints from the scheduler's waiting queue.
+// session's KV (pre-RoPE K, V, token ids, positions) in an ordered list of tiers --
+// host DRAM, an optional SSD directory, later a shared remote tier (tier.h) -- finds it
+// again by session id or by the longest stored token prefix of the same tenant
+// (prefix_match.h), and keeps each tier inside its byte capacity by demoting whole
+// entries one tier down (out of the store from the last tier) as chosen by an
+// EvictionPolicy fed with look-ahead hints from the scheduler's waiting queue; a read
+// entry moves back to the top tier. What to fetch ahead of the queue (promotion to the
+// top tier, the read buffer) is a PrefetchPolicy's choice.
 //
 // Identity (DESIGN.md decision 4): a store serves one model. Its SSD tier keeps that
 // model's entries in a subdirectory of its own (SsdTier): other models' entries there are
@@ -11,12 +14,22 @@
 // corrupt or truncated files and interrupted writes are misses, never served, and are
 // deleted when found. Tenancy (decision 5): every lookup is scoped to one tenant.
 //
-// Lifetime: each entry has an expiry (default_ttl_ms, or per save); expired entries are
-// never returned and are freed by ExpireNow() or when met. The SSD tier survives a
-// restart: Open() rebuilds the index from disk, verifying every entry's checksums.
+// Reads that fail: an entry that moved between tiers while it was read is read again
+// from where it went ("moved, retry"); a transient tier error (Unavailable, a timeout)
+// is a miss that leaves the entry; an entry gone from its tier is dropped from the index
+// (quietly when the tier is shared or evicts by itself); bad bytes (a checksum, another
+// model's entry) are dropped and counted as corrupt.
 //
-// Thread-safety: all methods are safe from any thread (one internal mutex; tier I/O of
-// one call happens under it).
+// Lifetime: each entry has an expiry (default_ttl_ms, or per save); expired entries are
+// never returned and are freed by ExpireNow() or when met. The enumerable tiers survive
+// a restart: Open() rebuilds the index from them, verifying every entry's checksums.
+//
+// Thread-safety: all methods are safe from any thread. Locks (kv_store_place.cc): mu_
+// guards the index and is held only for memory work; place_mu_ serializes every change
+// of what the tiers hold (saves, demotions, promotions, removals) and is held across
+// tier I/O, which happens with mu_ released for any tier that is not local memory, so
+// lookups, hints and reads go on meanwhile. Lock order: place_mu_ before mu_; wmu_,
+// rmu_ and pmu_ are never held while taking mu_ or place_mu_.
 #pragma once
 
 #include <atomic>
@@ -40,6 +53,7 @@
 #include "attic/store/kv_source.h"
 #include "attic/store/turn.h"
 #include "attic/store/eviction_policy.h"
+#include "attic/store/prefetch_policy.h"
 #include "attic/store/tier.h"
 
 namespace attic::store {
@@ -126,18 +140,18 @@ struct QueuedJob {
 
 struct StoreStats {
   uint64_t lookups = 0;
-  uint64_t hits_dram = 0;
-  uint64_t hits_ssd = 0;
+  uint64_t hits_dram = 0;           // tier 0 (every tier's: `tiers` below)
+  uint64_t hits_ssd = 0;            // tier 1
   uint64_t misses = 0;
   uint64_t reused_tokens = 0;       // counted by the caller via RecordReuse
   uint64_t saves = 0;
   uint64_t bytes_saved = 0;         // compute -> DRAM/SSD
   uint64_t bytes_loaded = 0;        // DRAM/SSD -> compute
-  uint64_t bytes_dram_to_ssd = 0;   // demotions
-  uint64_t bytes_ssd_to_dram = 0;   // promotions and prefetches
-  uint64_t evictions_dram = 0;      // entries moved out of DRAM
-  uint64_t evictions_ssd = 0;       // entries dropped from the store
-  uint64_t prefetches = 0;          // entries promoted SSD -> DRAM by Prefetch
+  uint64_t bytes_dram_to_ssd = 0;   // demotions (bytes written one tier down)
+  uint64_t bytes_ssd_to_dram = 0;   // promotions and prefetches (bytes moved up to DRAM)
+  uint64_t evictions_dram = 0;      // entries moved out of DRAM (tier 0)
+  uint64_t evictions_ssd = 0;       // entries moved out of SSD (tier 1; out of the store when it is the last)
+  uint64_t prefetches = 0;          // entries promoted to DRAM by Prefetch
   uint64_t prefetches_useful = 0;   // ... then found in DRAM by a request's Lookup before leaving DRAM
   uint64_t saves_not_kept = 0;      // saves the scheduler-aware policy kept in no tier (all wanted sooner)
   uint64_t expired = 0;
@@ -159,8 +173,18 @@ struct StoreStats {
   double t_load_per_token = 0;      // measured entering time (EMA), seconds per token
   double t_prefill_per_token = 0;   // the engine's prefill rate as reported (EMA), seconds per token
   uint64_t entries = 0;
-  uint64_t dram_bytes = 0, dram_capacity = 0;
-  uint64_t ssd_bytes = 0, ssd_capacity = 0;
+  uint64_t dram_bytes = 0, dram_capacity = 0;  // tier 0
+  uint64_t ssd_bytes = 0, ssd_capacity = 0;    // tier 1
+  uint64_t read_errors = 0;         // transient tier read failures: misses, the entries kept
+  uint64_t vanished = 0;            // entries found gone from a shared or self-evicting tier
+  // Per tier, in the store's order (hits_dram, evictions_dram, ... are tiers 0 and 1's).
+  struct Tier {
+    std::string name;
+    uint64_t entries = 0, bytes = 0, capacity = 0;
+    uint64_t hits = 0;       // lookups that found their entry there
+    uint64_t evictions = 0;  // entries moved out of it (down a tier, or out of the store)
+  };
+  std::vector<Tier> tiers;
 };
 
 // What KvStore::Open found: `attic serve` prints it at start-up (FormatOpenReport).
@@ -188,10 +212,15 @@ std::string FormatOpenReport(const StoreOpenReport& report);
 
 class KvStore {
  public:
-  // Opens the store: makes the tiers from `options`, rebuilds the index from the SSD
-  // tier. `clock` (null = SystemClock) must outlive the store.
+  // Opens the store: makes the tiers from `options` (DRAM, and SSD when ssd_dir is
+  // given), rebuilds the index from the enumerable ones. `clock` (null = SystemClock)
+  // must outlive the store.
   static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, const Clock* clock = nullptr);
-  // Same with caller-made tiers (tests, remote tiers). `ssd` may be null.
+  // Same with caller-made tiers, fastest first (tests, remote tiers): tiers[0] takes
+  // saves, the last one's victims leave the store. At least one tier, none null.
+  static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers,
+                                                 const Clock* clock);
+  // The usual two: `ssd` may be null.
   static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, std::unique_ptr<Tier> dram,
                                                  std::unique_ptr<Tier> ssd, const Clock* clock);
   // Finishes queued saves.
@@ -204,9 +233,9 @@ class KvStore {
   // Counts a lookup and a hit/miss.
   std::optional<StoreMatch> Lookup(const std::string& tenant, const std::string& session_id,
                                    const std::vector<int32_t>& tokens);
-  // Reads and verifies an entry. An entry on SSD is promoted to DRAM when it fits (under
-  // the scheduler-aware policy: unless it would be DRAM's first victim itself). A bad
-  // entry is deleted and reported as NotFound.
+  // Reads and verifies an entry. An entry of a lower tier is promoted to DRAM when it
+  // fits (under the scheduler-aware policy: unless it would be DRAM's first victim
+  // itself). Failures as Fetch's.
   StatusOr<KvEntry> Load(const std::string& key);
   // Stores `entry` (fingerprint must be empty or the store's). Replaces the previous
   // entry of the same (tenant, session_id), and `replaces` when non-empty. ttl_ms < 0 =
@@ -248,11 +277,15 @@ class KvStore {
     EntryHeader header;
   };
   // Reads `key`'s entry without deserializing it: tier I/O happens outside the store's
-  // lock; every layer's checksum is verified; an SSD entry is promoted to DRAM when it
-  // fits (as Load). A bad entry is deleted and reported as NotFound.
+  // lock; every layer's checksum is verified (the header only for a local-memory
+  // tier's bytes); an entry of a lower tier is promoted to DRAM when it fits (as Load).
+  // An entry that moves meanwhile is read again where it went. A transient tier error
+  // is Unavailable (a miss; the entry stays); a bad or vanished entry is dropped and
+  // reported as NotFound.
   StatusOr<Fetched> Fetch(const std::string& key);
   // The entry's bytes if it sits in the DRAM tier now (header checked, nothing read
-  // from SSD, nothing waited for, no statistics or recency touched); NotFound otherwise.
+  // from a lower tier, nothing waited for, no statistics or recency touched); NotFound
+  // otherwise.
   // For a caller that holds the same rows elsewhere and would rather share the tier's.
   StatusOr<Fetched> FetchFromDram(const std::string& key);
   // Lookup without counting it (read-buffer planning); *bytes = the entry's size.
@@ -269,17 +302,21 @@ class KvStore {
   std::vector<SessionInfo> ListSessions(const std::string& tenant);
   bool Contains(const std::string& key) const;
   std::optional<TierLevel> TierOf(const std::string& key) const;
+  int n_tiers() const { return static_cast<int>(tiers_.size()); }
+  // The name tier `level` gives itself ("dram", "ssd", ...).
+  std::string tier_name(TierLevel level) const { return tiers_.at(TierIndex(level))->name(); }
 
   // Look-ahead hint: the waiting queue, next job first. Every job shown is resolved to
   // the entry it would read; the eviction window is (C_mem + C_disk) / S_kv of them.
   void SetLookAhead(std::vector<QueuedJob> jobs);
   // Prefetch (paper 3.3, part of the scheduler-aware policy; a no-op under LRU/FIFO):
-  // promotes SSD entries of jobs in the prefetch window (DRAM capacity / mean entry
-  // size) to DRAM, evicting only entries not wanted sooner. SSD reads happen outside
-  // the store's lock. Returns the number promoted.
+  // promotes the lower-tier entries the PrefetchPolicy picks from the look-ahead queue
+  // (jobs in the prefetch window: DRAM capacity / mean entry size) to DRAM, evicting
+  // only entries not wanted sooner. Reads happen outside the store's lock. Returns the
+  // number promoted.
   int Prefetch();
-  // Runs Prefetch on the store's prefetch thread (started when there is an SSD tier
-  // and the policy is scheduler-aware); returns at once.
+  // Runs Prefetch on the store's prefetch thread (started when there is a tier below
+  // DRAM and the policy promotes); returns at once.
   void RequestPrefetch();
   // Frees expired entries; returns how many.
   int ExpireNow();
@@ -337,39 +374,70 @@ class KvStore {
   bool TryAddTurnBytes(uint64_t add);
   // A finished load, for the measured entering rate (S_buf's T_load).
   void ReportLoad(double enter_seconds, int rows);
-  // Read buffer: starts fetching the stored entries of the next waiting jobs (called by
-  // SetLookAhead; takes rmu_, then mu_ briefly).
+  // Read buffer: starts fetching the stored entries of the next waiting jobs that the
+  // PrefetchPolicy picks (called by SetLookAhead; takes mu_ briefly, then rmu_).
   void StageReads(const std::vector<QueuedJob>& jobs);
-  // The paper's S_buf for one job (the whole entry while the rates are not measured).
-  int64_t AutoReadBufferBytes(int l_hist, int l_new, uint64_t entry_bytes) const;
-  KvStore(const StoreOptions& options, std::unique_ptr<Tier> dram, std::unique_ptr<Tier> ssd, const Clock* clock);
+  KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status Rebuild();
-  StatusOr<Fetched> FetchOnce(const std::string& key);  // kv_store_read.cc
+
+  // --- Reads (kv_store_read.cc) ---
+  // One attempt of Fetch; *moved = the entry moved between tiers while it was read.
+  StatusOr<Fetched> FetchOnce(const std::string& key, bool* moved);
   // Reads `key` from `tier` and checks header, size, fingerprint and name (and the layer
   // checksums unless !check_layers). Takes no lock.
   StatusOr<Fetched> ReadChecked(Tier& tier, const std::string& key, bool check_layers) const;
-  // Logs, deletes and counts an entry found unreadable. REQUIRES: mu_ held.
-  void DropUnreadableLocked(const std::string& key, const Status& why);
-  Tier* TierFor(TierLevel level) const { return level == TierLevel::kDram ? dram_.get() : ssd_.get(); }
+  // Whether a read of `level` verifies every layer (bytes that crossed a boundary).
+  bool ChecksLayers(int level) const { return !traits_[level].local_memory; }
+  // A failed read of `key` from `level` (the entry's `moves` then): a miss that leaves
+  // the entry (transient), or the entry dropped (vanished: quietly from a shared or
+  // self-evicting tier; corrupt: logged and counted). Returns NotFound or Unavailable for
+  // the caller. Takes place_mu_ and mu_: REQUIRES neither held.
+  Status ReadFailed(const std::string& key, int level, uint32_t moves, const Status& why);
+
+  // --- Index (kv_store_index.cc). REQUIRES: mu_ held. ---
   std::vector<uint64_t> PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const;
   void IndexLocked(EntryInfo info);
-  void RemoveLocked(const std::string& key);  // index and tier
   bool Expired(const EntryInfo& e) const;
   std::optional<StoreMatch> FindLocked(const std::string& tenant, const std::string& session_id,
                                        const std::vector<int32_t>& tokens);
   // The entry FindLocked would pick; *n_tokens = its common prefix with `tokens`.
   EntryInfo* FindEntryLocked(const std::string& tenant, const std::string& session_id,
                              const std::vector<int32_t>& tokens, int* n_tokens);
-  // Frees `need` bytes in `level` (excluding `pinned`). DRAM victims are demoted to SSD
-  // when possible. ResourceExhausted when impossible. With `newcomer` (the entry that
-  // needs the room) and a policy that RanksNewcomer(): when the newcomer itself is the
-  // victim, stops and sets *newcomer_lost (room is then not made).
-  Status MakeRoomLocked(TierLevel level, uint64_t need, const std::string& pinned,
-                        const EntryInfo* newcomer = nullptr, bool* newcomer_lost = nullptr);
-  // Moves `key`, an SSD entry whose bytes were just read, to DRAM: its SSD copy is freed
-  // first so that entries demoted to make DRAM room can take its place. Returns whether
-  // it is in DRAM now; otherwise it stays on SSD, or is dropped when not even that fits.
-  bool PromoteLocked(const std::string& key, SharedBytes bytes);
+  // The entry `job` would read, as a PrefetchPolicy sees it (key "" = none).
+  AheadEntry ResolveLocked(const QueuedJob& job);
+  // The index as the PrefetchPolicy sees it (kv_store_prefetch.cc). REQUIRES: mu_ held
+  // while it is used.
+  class IndexView;
+
+  // --- Placement (kv_store_place.cc). REQUIRES: place_mu_ held and `lock` holding mu_;
+  // mu_ is released around the I/O of tiers that are not local memory. ---
+  // Runs `io` (a call on tier `level`) with mu_ released unless the tier is local memory.
+  Status TierIo(std::unique_lock<std::mutex>& lock, int level, const std::function<Status()>& io);
+  // Removes `key` from the index: its copies in local-memory tiers are erased now, the
+  // others queued for EraseDoomed.
+  void Unindex(const std::string& key);
+  // Erases the queued copies the index no longer names (tier I/O with mu_ released).
+  void EraseDoomed(std::unique_lock<std::mutex>& lock);
+  // Frees `need` bytes in `level` (excluding `pinned`): a victim goes one tier down
+  // (Demote), from the last tier out of the store. ResourceExhausted when impossible.
+  // With `newcomer` (the entry that needs the room) and a policy that RanksNewcomer():
+  // when the newcomer itself is the victim, stops and sets *newcomer_lost (room is then
+  // not made). A tier that evicts by itself makes its own room: nothing is done.
+  Status MakeRoom(std::unique_lock<std::mutex>& lock, int level, uint64_t need, const std::string& pinned,
+                  const EntryInfo* newcomer = nullptr, bool* newcomer_lost = nullptr);
+  // Moves the victim `v` out of `level`: to the tier of its copy (nothing written), else
+  // written to the tier below (whose room is made first), else out of the store.
+  void Demote(std::unique_lock<std::mutex>& lock, EntryInfo& v, int level, const std::string& pinned);
+  // Moves `key`, an entry of a lower tier whose bytes were just read (and verified), to
+  // the top tier; its lower copy stays as a droppable one (copy_level), dropped first
+  // whenever that tier needs room, so that entries demoted to make room can take its
+  // place. While it moves, a Fetch of it is served the read bytes. Returns whether it is
+  // in the top tier now; otherwise it stays where it was, or is dropped when not even
+  // that fits any more.
+  bool Promote(std::unique_lock<std::mutex>& lock, const std::string& key, const Fetched& read);
+  // Removes `key` (takes place_mu_ and mu_; REQUIRES neither held) when `still` holds
+  // for its entry then. Returns whether it did.
+  bool RemoveIf(const std::string& key, const std::function<bool(const EntryInfo&)>& still);
   uint64_t MeanEntryBytesLocked() const;
   void WriterLoop();
   // Save of an entry whose fingerprint and expiry are filled in (SaveAsync fills them
@@ -393,12 +461,18 @@ class KvStore {
   const StoreOptions options_;
   const Clock* clock_;
   std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the pages faulted in at Open
-  std::unique_ptr<Tier> dram_;
-  std::unique_ptr<Tier> ssd_;
+  const std::vector<std::unique_ptr<Tier>> tiers_;  // fastest first; tiers_[i] is TierAt(i)
+  const std::vector<TierTraits> traits_;            // tiers_[i]->traits()
   std::unique_ptr<EvictionPolicy> policy_;
+  std::unique_ptr<PrefetchPolicy> prefetch_;
 
+  std::mutex place_mu_;  // serializes changes of the tiers' contents (see the header comment)
   mutable std::mutex mu_;
+  // Entries are inserted and erased only with place_mu_ held too.
   std::unordered_map<std::string, EntryInfo> entries_;
+  std::vector<std::pair<int, std::string>> doomed_;  // (level, key): copies to erase (EraseDoomed)
+  // Entries being promoted, by key: their read bytes, served to a Fetch meanwhile.
+  std::unordered_map<std::string, Fetched> in_transit_;
   std::unordered_map<std::string, std::string> sessions_;  // tenant '\0' session_id -> key
   std::unordered_map<uint64_t, std::unordered_set<std::string>> prefixes_;  // block-prefix hash -> keys
   std::vector<QueuedJob> queue_;
@@ -427,8 +501,8 @@ class KvStore {
   void SetWriterUrgentLocked(bool urgent);
   std::thread writer_;
 
-  // The entry the prefetcher is reading from SSD now (guarded by mu_); a Fetch of it
-  // waits (prefetch_done_) instead of reading it a second time.
+  // The entry the prefetcher is reading from a lower tier now (guarded by mu_); a Fetch
+  // of it waits (prefetch_done_) instead of reading it a second time.
   std::string prefetching_;
   std::condition_variable prefetch_done_;
 
@@ -445,7 +519,7 @@ class KvStore {
   std::unique_ptr<KvLoader> loader_;
   std::atomic<uint64_t> turn_bytes_{0};
   std::atomic<uint64_t> turns_over_budget_{0};
-  mutable std::mutex rmu_;  // the read buffer and the rates; never held while taking mu_
+  mutable std::mutex rmu_;  // the read buffer and the rates; never held while taking mu_ or place_mu_
   std::unordered_map<std::string, std::shared_ptr<StagedFetch>> staged_;  // entry key -> fetch
   int64_t read_buffer_bytes_ = 0;
   int read_buffer_min_tokens_ = 8;

@@ -3,9 +3,18 @@
 // remote tier (Redis protocol) fits beside DRAM and a local directory (DESIGN.md
 // "Beyond one machine").
 //
-// A tier never evicts on its own: Put fails with ResourceExhausted when the bytes would
-// exceed capacity(), and the KvStore (which owns placement and the eviction policy)
-// makes room first. bytes() <= capacity() always holds.
+// The KvStore keeps its tiers in an ordered list, fastest first (DRAM, SSD, later a
+// shared remote one): a save enters the top tier that takes it, a victim moves one
+// tier down, a read entry moves back to the top. What the store may assume about a tier
+// is in its TierTraits. A tier that does not evict by itself never does: Put fails with
+// ResourceExhausted when the bytes would exceed capacity(), and the store makes room
+// first, so bytes() <= capacity() always holds.
+//
+// Errors (what the store does with them): NotFound = the value is not there (vanished:
+// the entry is dropped from the index); DataLoss / FailedPrecondition = the bytes are
+// there but bad (the entry is dropped and counted as corrupt); anything else --
+// Unavailable, DeadlineExceeded, ... -- is transient: that read is a miss and the entry
+// stays.
 //
 // Thread-safety: implementations are internally synchronized; all methods may be called
 // from any thread.
@@ -24,13 +33,57 @@
 
 namespace attic::store {
 
-enum class TierLevel { kDram = 0, kSsd = 1 };
-const char* TierName(TierLevel level);
+// A tier's position in the store's tier list, 0 = the top (nearest compute). kDram and
+// kSsd name the two tiers of the default store (--kv-dram-bytes, --kv-ssd-dir); a third
+// is TierAt(2).
+enum class TierLevel : int { kDram = 0, kSsd = 1 };
+constexpr int TierIndex(TierLevel level) { return static_cast<int>(level); }
+constexpr TierLevel TierAt(int index) { return static_cast<TierLevel>(index); }
+// The default store's names of its levels ("dram", "ssd"; metrics and JSON use them),
+// "tier<N>" beyond them. KvStore::tier_name() gives a store's own tiers' names.
+std::string TierName(TierLevel level);
+
+// What the store may assume about a tier.
+struct TierTraits {
+  // Other server instances read and write it: an entry may appear or disappear at any
+  // time; the store's index of it is a cache (an entry found missing is dropped quietly).
+  bool shared = false;
+  // Keys() lists every entry: the store's index is rebuilt from it at open. A tier that
+  // cannot (a large remote keyspace) is not enumerated.
+  bool enumerable = true;
+  // Entries may vanish without Erase (maxmemory, TTLs) and Put makes its own room: the
+  // store makes none (capacity() is advisory) and drops an entry found missing quietly.
+  bool evicts_itself = false;
+  // Values live in this process's memory: calls are memory operations (the store makes
+  // them under its lock), and bytes read never crossed a process or persistence
+  // boundary (the store checks their header, not every layer's checksum). Otherwise
+  // every call is I/O: the store makes it without holding its lock.
+  bool local_memory = false;
+};
+
+// Bytes [offset, offset + size) of a stored value, kept alive by `owner` (the value
+// itself in a DRAM tier, or the buffer a read filled).
+struct ByteRange {
+  std::shared_ptr<const void> owner;
+  const char* data = nullptr;
+  size_t size = 0;
+  std::string_view view() const { return {data, size}; }
+};
+
+// What a failed read means to the store (the error contract above).
+enum class ReadError {
+  kTransient,  // try again later: a miss now, the entry stays
+  kVanished,   // NotFound: the value is not there
+  kCorrupt,    // DataLoss, FailedPrecondition: the bytes are bad
+};
+ReadError ClassifyReadError(const Status& status);
 
 class Tier {
  public:
   virtual ~Tier() = default;
-  virtual TierLevel level() const = 0;
+  // The tier's name in logs, metrics and JSON ("dram", "ssd", ...).
+  virtual std::string name() const = 0;
+  virtual TierTraits traits() const { return {}; }
   // Stores `bytes` under `key`, replacing any previous value. ResourceExhausted when it
   // does not fit; on any error the previous value (if any) is unchanged.
   virtual Status Put(const std::string& key, std::string_view bytes) = 0;
@@ -39,6 +92,11 @@ class Tier {
   // Same, as shared immutable bytes: the DRAM tier hands out its own copy without
   // copying (layer-wise loading reads straight from it); others read into a new buffer.
   virtual StatusOr<SharedBytes> GetShared(const std::string& key);
+  // Bytes [offset, offset + length) of the value, e.g. one layer of an entry (entry.h's
+  // layout; layer_read.h), without reading the rest where the tier can: the DRAM tier
+  // returns a view of its value, the SSD tier reads that range. NotFound when absent,
+  // OutOfRange when the range passes the value's end. Default: GetShared, sliced.
+  virtual StatusOr<ByteRange> GetRange(const std::string& key, uint64_t offset, uint64_t length);
   // Put of bytes the caller already holds shared (the DRAM tier keeps them, no copy).
   virtual Status PutShared(const std::string& key, SharedBytes bytes) { return Put(key, *bytes); }
   // Removes `key`; OK when absent.
@@ -46,20 +104,30 @@ class Tier {
   virtual bool Contains(const std::string& key) const = 0;
   // Size of the stored value, or -1 when absent.
   virtual int64_t SizeOf(const std::string& key) const = 0;
+  // Every key (enumerable tiers; others may return a partial list).
   virtual std::vector<std::string> Keys() const = 0;
+  // Bytes stored and the capacity. Both answer from memory, without I/O (the store asks
+  // them under its lock); a tier that evicts by itself may answer an estimate.
   virtual uint64_t bytes() const = 0;
   virtual uint64_t capacity() const = 0;
 };
 
-// Host-DRAM tier: values in memory. `level` other than kDram makes an in-memory stand-in
-// for another tier (the policy simulator's SSD).
+// The range [offset, offset + length) of a value of `size` bytes: OutOfRange when it
+// passes the end.
+Status CheckRange(uint64_t size, uint64_t offset, uint64_t length);
+
+// Host-DRAM tier: values in this process's memory (traits: local_memory). `level` other
+// than kDram names an in-memory stand-in for another tier (the policy simulator's
+// "ssd").
 class DramTier final : public Tier {
  public:
   explicit DramTier(uint64_t capacity, TierLevel level = TierLevel::kDram) : capacity_(capacity), level_(level) {}
-  TierLevel level() const override { return level_; }
+  std::string name() const override { return TierName(level_); }
+  TierTraits traits() const override;
   Status Put(const std::string& key, std::string_view bytes) override;
   StatusOr<std::string> Get(const std::string& key) override;
   StatusOr<SharedBytes> GetShared(const std::string& key) override;
+  StatusOr<ByteRange> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
   Status PutShared(const std::string& key, SharedBytes bytes) override;
   Status Erase(const std::string& key) override;
   bool Contains(const std::string& key) const override;
@@ -128,12 +196,17 @@ class SsdTier final : public Tier {
   // `root`'s subdirectory of the model `fingerprint`.
   static std::string ModelDir(const std::string& root, const std::string& fingerprint);
 
-  TierLevel level() const override { return TierLevel::kSsd; }
+  std::string name() const override { return "ssd"; }
+  // Not shared (one server per model directory), enumerable (rebuilt at open), evicts
+  // nothing by itself, and every call is file I/O.
+  TierTraits traits() const override { return {}; }
   Status Put(const std::string& key, std::string_view bytes) override;
   StatusOr<std::string> Get(const std::string& key) override;
   // Reads with O_DIRECT into an aligned buffer (no page-cache copy) where the file
   // system supports it, else through the page cache.
   StatusOr<SharedBytes> GetShared(const std::string& key) override;
+  // A pread of the range (with O_DIRECT: of the 4096-byte aligned range around it).
+  StatusOr<ByteRange> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
   Status Erase(const std::string& key) override;
   bool Contains(const std::string& key) const override;
   int64_t SizeOf(const std::string& key) const override;

@@ -1,0 +1,178 @@
+// The preload strategies alone: a job entered into a small BlockPool by each.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "attic/attention/rope.h"
+#include "attic/backend/thread_pool.h"
+#include "attic/kv/block_pool.h"
+#include "attic/store/kv_loader.h"
+#include "store/store_test_util.h"
+
+namespace attic::store {
+namespace {
+
+constexpr int kLayers = 3, kHeads = 2, kHeadDim = 4, kBlock = 4, kRows = 10;
+constexpr int kFirstPosition = 5;  // rows enter at positions 5.., so K is rotated
+
+kv::KvShape Shape() {
+  kv::KvShape s;
+  s.n_layers = kLayers;
+  s.n_kv_heads = kHeads;
+  s.head_dim = kHeadDim;
+  s.block_size = kBlock;
+  return s;
+}
+
+// A stored entry of kRows rows, serialized and verified as the store hands it out.
+std::shared_ptr<const KvSource> Source() {
+  std::vector<int32_t> tokens(kRows);
+  for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
+  KvEntry e = testing::MakeEntry(tokens, "s", "default", kLayers, kHeads * kHeadDim);
+  auto bytes = SerializeEntryBytes(e);
+  EXPECT_TRUE(bytes.ok());
+  SharedBytes shared(std::move(bytes).value());
+  auto header = VerifyEntry(*shared, "fp-A");
+  EXPECT_TRUE(header.ok());
+  return KvSource::Stored(shared, std::move(header).value(), e.key().ToString());
+}
+
+struct Fixture {
+  kv::BlockPool pool{Shape(), 8};
+  attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
+  backend::ThreadPool threads{2};
+  std::shared_ptr<const KvSource> source = Source();
+  std::vector<int32_t> blocks;
+
+  std::shared_ptr<LoadJob> Job() {
+    blocks.clear();
+    for (int b = 0; b < (kRows + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
+    auto job = std::make_shared<LoadJob>();
+    job->segments = {LoadSegment{source, 0, kRows, 0}};
+    job->blocks = blocks;
+    for (int i = 0; i < kRows; ++i) job->positions.push_back(kFirstPosition + i);
+    return job;
+  }
+  // Layer l's K and V as the pool holds them, [kRows, kv_dim] each.
+  std::vector<float> Read(int l) {
+    std::vector<float> k(kRows * kHeads * kHeadDim), v(k.size());
+    pool.ReadRows(l, blocks.data(), 0, kRows, k.data(), v.data());
+    k.insert(k.end(), v.begin(), v.end());
+    return k;
+  }
+  // What layer l must hold: V as stored, K rotated to the slots' positions.
+  std::vector<float> Expected(int l) {
+    const KvSource::Layer src = source->layer(l);
+    const int kvd = kHeads * kHeadDim;
+    std::vector<float> k(src.k, src.k + kRows * kvd), v(src.v, src.v + kRows * kvd);
+    std::vector<int32_t> pos;
+    for (int i = 0; i < kRows; ++i) pos.push_back(kFirstPosition + i);
+    rope.Apply(k.data(), kRows, kHeads, pos.data());
+    k.insert(k.end(), v.begin(), v.end());
+    return k;
+  }
+  bool Untouched(int l) {
+    for (float x : Read(l))
+      if (x != 0) return false;
+    return true;
+  }
+};
+
+void ExpectNear(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f) << what << " at " << i;
+}
+
+TEST(Preload, EveryModeEntersTheSameBytes) {
+  std::vector<std::vector<float>> first;
+  for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
+    Fixture f;
+    KvLoader loader(f.pool, f.rope);
+    auto job = f.Job();
+    const PreloadStrategy& strategy = PreloadFor(mode);
+    EXPECT_EQ(strategy.mode(), mode);
+    strategy.Start(loader, job, f.threads);
+    job->WaitAll();
+    ASSERT_TRUE(job->done());
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<float> got = f.Read(l);
+      ExpectNear(got, f.Expected(l), "layer");
+      // V is entered unchanged: bit for bit the stored rows.
+      const KvSource::Layer src = f.source->layer(l);
+      EXPECT_EQ(std::memcmp(got.data() + got.size() / 2, src.v, got.size() / 2 * sizeof(float)), 0);
+      if (mode == Preload::kSync) {
+        first.push_back(got);
+      } else {
+        EXPECT_EQ(got, first[l]) << "layer " << l << " differs from sync entering";
+      }
+    }
+  }
+}
+
+TEST(Preload, SyncEntersEverythingBeforeStartReturns) {
+  Fixture f;
+  KvLoader loader(f.pool, f.rope);
+  auto job = f.Job();
+  SyncPreload().Start(loader, job, f.threads);
+  EXPECT_EQ(job->layers_done.load(), kLayers);
+  EXPECT_EQ(job->WaitLayer(0), 0.0);
+  ExpectNear(f.Read(kLayers - 1), f.Expected(kLayers - 1), "last layer");
+}
+
+TEST(Preload, InlineEntersEachLayerWhenItIsWaitedFor) {
+  Fixture f;
+  KvLoader loader(f.pool, f.rope);
+  auto job = f.Job();
+  InlinePreload().Start(loader, job, f.threads);
+  EXPECT_EQ(job->layers_done.load(), 0);
+  for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(f.Untouched(l)) << l;
+  job->WaitLayer(0);
+  EXPECT_EQ(job->layers_done.load(), 1);
+  ExpectNear(f.Read(0), f.Expected(0), "layer 0");
+  EXPECT_TRUE(f.Untouched(1));  // not before the forward reaches it
+  job->WaitLayer(2);
+  EXPECT_EQ(job->layers_done.load(), 3);
+  ExpectNear(f.Read(1), f.Expected(1), "layer 1");
+  ExpectNear(f.Read(2), f.Expected(2), "layer 2");
+}
+
+TEST(Preload, LayerwiseEntersOnTheLoaderThreadInLayerOrder) {
+  Fixture f;
+  KvLoader loader(f.pool, f.rope);
+  // Hold the loader thread in a read-buffer fetch: the job waits for it.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, release = false;
+  loader.Stage([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    busy = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return busy; });
+  }
+  auto job = f.Job();
+  LayerwisePreload().Start(loader, job, f.threads);
+  EXPECT_EQ(job->layers_done.load(), 0);  // Start returned without entering anything
+  for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(f.Untouched(l)) << l;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  // Each WaitLayer(l) returns with layer l (and those before it) entered.
+  for (int l = 0; l < kLayers; ++l) {
+    job->WaitLayer(l);
+    EXPECT_GT(job->layers_done.load(), l);
+    for (int m = 0; m <= l; ++m) ExpectNear(f.Read(m), f.Expected(m), "entered layer");
+  }
+  EXPECT_TRUE(job->done());
+}
+
+}  // namespace
+}  // namespace attic::store
