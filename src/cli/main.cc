@@ -121,12 +121,13 @@ std::string VersionText() {
 // The command a command line names, as deep as it names known subcommands ("attic
 // bench serve"), and the first word after it that names none (or "").
 struct NamedCommand {
-  const CLI::App* app;
+  const CLI::App* app = nullptr;
   std::string path = "attic";
   std::string unknown;
 };
 NamedCommand FindCommand(const CLI::App& app, int argc, char** argv) {
-  NamedCommand c{&app};
+  NamedCommand c;
+  c.app = &app;
   for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
     const CLI::App* next = nullptr;
     for (const CLI::App* sub : c.app->get_subcommands([](const CLI::App*) { return true; }))

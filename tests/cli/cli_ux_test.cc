@@ -64,13 +64,6 @@ TEST(CliUx, VersionNamesTheCommitAndTheKernels) {
   EXPECT_TRUE(isa) << r.out;
 }
 
-// Runs `attic serve ARGS --port 0` until it listens, then stops it (SIGINT); its stderr.
-std::string ServeStartup(const std::string& args) {
-  Result r = RunAttic("serve -m " + Stories() + " --port 0 " + args + " & pid=$!; for i in $(seq 100); do sleep 0.1; "
-                      "done; kill -INT $pid; wait $pid");
-  return r.out;
-}
-
 // Defaults that name files (the default model, the datasets of bench sessions) are found
 // from the executable's place: the commands work from any folder, with no environment.
 TEST(CliUx, DefaultsDoNotDependOnTheCurrentFolder) {
