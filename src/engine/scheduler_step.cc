@@ -3,6 +3,7 @@
 // as Session::Generate).
 #include <algorithm>
 
+#include "attic/core/log.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -142,6 +143,13 @@ int Scheduler::Step() {
     double secs = 0;
     int n = 0;
     if (t->CollectLoad(&secs, &n)) load_stats_.enter_seconds += secs;
+  }
+  if (LogEnabled(LogLevel::kDebug)) {
+    int64_t visible = 0;  // slots the step's rows attend over, summed over sequences
+    for (const auto& e : batch) visible += e.seq->n_slots();
+    Log(LogLevel::kDebug, "step %llu: %d decode rows, %d prefill rows, %d loading, %lld slots seen, %.1f ms (%.1f ms waiting for loads)",
+        static_cast<unsigned long long>(steps_), rows - prefill_rows, prefill_rows, static_cast<int>(loading.size()),
+        static_cast<long long>(visible), Seconds(now - t_step) * 1e3, waited * 1e3);
   }
   // Sampling (softmax, top-k/top-p over the vocabulary: ~0.5 ms a row at temperature >
   // 0) runs for the rows in parallel; each row has its own sampler (RNG, scratch).
