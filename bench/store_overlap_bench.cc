@@ -150,7 +150,8 @@ class Bench {
   }
 
   // Returns per-job times of the timed phase; `jobs` jobs back to back (1 = single job).
-  std::vector<JobTimes> Run(const Config& c, int jobs, int answer) {
+  // `entered` (optional) gets the timed phase's stored-KV entering: bytes and seconds.
+  std::vector<JobTimes> Run(const Config& c, int jobs, int answer, std::pair<double, double>* entered = nullptr) {
     const std::string ssd_dir =
         (std::filesystem::temp_directory_path() / ("attic-overlap-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(ssd_dir);
@@ -216,6 +217,10 @@ class Bench {
     std::fprintf(stderr, "  %-16s fetch %.1f ms, enter %.1f ms, wait %.1f ms over %d jobs\n", c.name.c_str(),
                  1e3 * (after.fetch_seconds - before.fetch_seconds), 1e3 * (after.enter_seconds - before.enter_seconds),
                  1e3 * (after.wait_seconds - before.wait_seconds), jobs);
+    if (entered != nullptr) {
+      entered->first += static_cast<double>(after.entered_bytes - before.entered_bytes);
+      entered->second += after.enter_seconds - before.enter_seconds;
+    }
     if (store) store->Flush();
     sched.Shutdown();
     std::filesystem::remove_all(ssd_dir);
@@ -333,17 +338,18 @@ int main(int argc, char** argv) {
     const std::vector<Config>& configs;
     int jobs, answer;
     std::map<std::string, std::vector<double>> runs;
+    std::map<std::string, std::pair<double, double>> entered;  // stored KV bytes, enter seconds (all reps)
   };
   std::vector<Section> sections = {
       {"single", "single-job TTFT",
        bench::Fmt("## Single job: TTFT of %d history + %d new tokens (median of %d)", a.history, a.fresh, a.reps), "TTFT ms",
-       "ttft_ms", "resident", "vs_resident", 2, single, 1, 1, {}},
+       "ttft_ms", "resident", "vs_resident", 2, single, 1, 1, {}, {}},
       {"queued", "back-to-back jobs",
        bench::Fmt("\n## %d jobs queued back to back: mean time per job (median of %d)", a.jobs, a.reps), "ms per job",
-       "ms_per_job", "resident", "vs_resident", 2, queued, a.jobs, 1, {}},
+       "ms_per_job", "resident", "vs_resident", 2, queued, a.jobs, 1, {}, {}},
       {"saving", "turn time with saving",
        bench::Fmt("\n## Turn time with saving: %d jobs answering %d tokens each (median of %d)", a.jobs, a.answer, a.reps),
-       "ms per turn", "ms_per_turn", "no save", "vs_no_save", 3, saving, a.jobs, a.answer, {}},
+       "ms per turn", "ms_per_turn", "no save", "vs_no_save", 3, saving, a.jobs, a.answer, {}, {}},
   };
   auto wanted = [&](const Section& sec) { return a.only.empty() || a.only == sec.key; };
   for (int rep = 0; rep < a.reps; ++rep) {
@@ -351,7 +357,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "[rep %d/%d] %s\n", rep + 1, a.reps, sec.progress);
       if (!wanted(sec)) continue;
       for (const auto& c : sec.configs) {
-        const std::vector<JobTimes> t = b.Run(c, sec.jobs, sec.answer);
+        const std::vector<JobTimes> t = b.Run(c, sec.jobs, sec.answer, &sec.entered[c.name]);
         double last = 0;
         for (const auto& x : t) last = std::max(last, x.end_ms);
         sec.runs[c.name].push_back(sec.jobs == 1 ? t[0].first_ms : last / sec.jobs);
@@ -376,6 +382,25 @@ int main(int argc, char** argv) {
       std::fputs(bench::TableRow({c.name, bench::Fmt("%.1f", m), bench::Fmt("%.*fx", sec.ratio_digits, m / base)}).c_str(),
                  stdout);
       out[sec.key][c.name] = {{sec.field, m}, {sec.vs_field, m / base}, {"runs", sec.runs[c.name]}};
+    }
+  }
+  // Entering: the stored bytes over the time spent entering them (RoPE + copy into the
+  // compute buffer). sync and inline enter with the compute threads while nothing else
+  // runs; layer-wise, the loader thread shares the cores with the forward it overlaps.
+  std::printf("\n## Entering stored KV into the compute buffer (all reps)\n\n%s",
+              bench::TableHeader({"section", "configuration", "GB entered", "enter s", "GB/s"}).c_str());
+  for (Section& sec : sections) {
+    if (!wanted(sec)) continue;
+    for (const auto& c : sec.configs) {
+      const auto [bytes, secs] = sec.entered[c.name];
+      if (bytes <= 0 || secs <= 0) continue;
+      std::fputs(bench::TableRow({sec.key, c.name, bench::Fmt("%.2f", bytes / 1e9), bench::Fmt("%.3f", secs),
+                                  bench::Fmt("%.1f", bytes / 1e9 / secs)})
+                     .c_str(),
+                 stdout);
+      out[sec.key][c.name]["entered_bytes"] = bytes;
+      out[sec.key][c.name]["enter_s"] = secs;
+      out[sec.key][c.name]["enter_gbps"] = bytes / 1e9 / secs;
     }
   }
   const std::string line = out.dump();

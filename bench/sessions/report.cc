@@ -107,6 +107,15 @@ void PrintSummaryTable(const std::vector<json>& sums) {
                  Fmt("%.2f / %.2f / %.2f", Num(k, "fetch_s"), Num(k, "enter_s"), Num(k, "wait_s"));
         },
         "");
+    // The entering rate: stored bytes over the time spent entering them (layer-wise,
+    // that time is the loader thread's, sharing the cores with the forward it overlaps).
+    row("CA stored KV entered: GB, GB/s of enter time",
+        [](const json& s) {
+          const json& k = s["kv_load"];
+          const double gb = Num(k, "entered_bytes") / 1e9, secs = Num(k, "enter_s");
+          return secs > 0 ? Fmt("%.2f, %.1f", gb, gb / secs) : std::string("-");
+        },
+        "");
   }
   {
     auto [a, b] = both("server_cpu_s");

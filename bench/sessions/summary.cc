@@ -97,6 +97,7 @@ json Summarize(const RunResult& r) {
            {"loads_sync", metric("attic_kv_load_total{mode=\"sync\"}")},
            {"fetch_s", metric("attic_kv_load_seconds_total{phase=\"fetch\"}")},
            {"enter_s", metric("attic_kv_load_seconds_total{phase=\"enter\"}")},
+           {"entered_bytes", metric("attic_kv_entered_bytes_total")},
            {"wait_s", metric("attic_kv_load_seconds_total{phase=\"wait\"}")}}},
          {"scheduler_steps", metric("attic_scheduler_steps_total")},
          {"server_cached_tokens", metric("attic_prompt_tokens_reused_total")},

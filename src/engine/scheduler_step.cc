@@ -142,7 +142,11 @@ int Scheduler::Step() {
   for (store::Turn* t : loading) {
     double secs = 0;
     int n = 0;
-    if (t->CollectLoad(&secs, &n)) load_stats_.enter_seconds += secs;
+    uint64_t bytes = 0;
+    if (t->CollectLoad(&secs, &n, &bytes)) {
+      load_stats_.enter_seconds += secs;
+      load_stats_.entered_bytes += bytes;
+    }
   }
   if (LogEnabled(LogLevel::kDebug)) {
     int64_t visible = 0;  // slots the step's rows attend over, summed over sequences

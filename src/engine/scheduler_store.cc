@@ -109,7 +109,11 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   } else {
     double secs = 0;
     int rows = 0;
-    if (turn->CollectLoad(&secs, &rows)) load_stats_.enter_seconds += secs;
+    uint64_t bytes = 0;
+    if (turn->CollectLoad(&secs, &rows, &bytes)) {
+      load_stats_.enter_seconds += secs;
+      load_stats_.entered_bytes += bytes;
+    }
   }
   store_->RecordReuse(plan.n_cached);
   r.kv = std::move(seq);

@@ -155,6 +155,9 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Line(&out, "attic_kv_load_seconds_total", "phase=\"fetch\"", k.fetch_seconds);
   Line(&out, "attic_kv_load_seconds_total", "phase=\"enter\"", k.enter_seconds);
   Line(&out, "attic_kv_load_seconds_total", "phase=\"wait\"", k.wait_seconds);
+  Header(&out, "attic_kv_entered_bytes_total", "counter",
+         "Bytes of stored KV entered into the compute buffer (with the enter seconds above: the entering rate).");
+  Line(&out, "attic_kv_entered_bytes_total", "", k.entered_bytes);
   return out;
 }
 

@@ -20,6 +20,13 @@ int LoadJob::n_rows() const {
   return n;
 }
 
+uint64_t LoadJob::stored_bytes() const {
+  uint64_t n = 0;
+  for (const LoadSegment& s : segments)
+    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->kv_dim() * sizeof(float);
+  return n;
+}
+
 double LoadJob::WaitLayer(int l) {
   if (inline_loader != nullptr) {
     while (layers_done.load(std::memory_order_relaxed) <= l) inline_loader->EnterNextLayer(*this, *inline_threads);

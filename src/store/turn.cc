@@ -111,10 +111,11 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
 
 double Turn::WaitLoad() { return load_ ? load_->WaitAll() : 0; }
 
-bool Turn::CollectLoad(double* enter_seconds, int* rows) {
+bool Turn::CollectLoad(double* enter_seconds, int* rows, uint64_t* bytes) {
   if (!load_ || !load_->done()) return false;
   *enter_seconds = load_->enter_seconds;
   *rows = load_->n_rows();
+  if (bytes != nullptr) *bytes = load_->stored_bytes();
   store_.ReportLoad(*enter_seconds, *rows);
   load_.reset();
   AccountOwnBytes();  // the rows a load copied

@@ -178,6 +178,11 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
   EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + 20 - 1);
   EXPECT_EQ(b.text, Recompute(*e, second, 20));
   EXPECT_EQ(store->Stats().hits_dram, 1u);
+  // The entered bytes: every layer's pre-RoPE K and V rows of the reused tokens, f32.
+  const model::ModelConfig& cfg = e->model().config();
+  EXPECT_EQ(s.Stats().kv_load.entered_bytes,
+            2ull * b.usage.cached_tokens * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * sizeof(float));
+  EXPECT_GT(s.Stats().kv_load.enter_seconds, 0);
   store->Flush();
   EXPECT_EQ(store->Stats().entries, 1u);  // the new turn replaced the old entry
   // Without a session id the longest stored prefix is found too.

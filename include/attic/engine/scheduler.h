@@ -94,6 +94,7 @@ struct KvLoadStats {
   uint64_t staged_used = 0;         // read-buffer fetches a job then used
   double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
   double enter_seconds = 0;         // entering (RoPE + copy), on whichever thread
+  uint64_t entered_bytes = 0;       // stored KV bytes entered (its rate: entered_bytes / enter_seconds)
   double wait_seconds = 0;          // step loop waiting for a layer to be entered
   uint64_t deferred_for_save = 0;   // admissions put off a step: the session's save was queued
   double t_load_per_token = 0;      // measured (EMA), seconds

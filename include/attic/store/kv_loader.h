@@ -68,6 +68,8 @@ struct LoadJob {
 
   int n_layers() const { return segments.empty() ? 0 : segments.front().source->n_layers(); }
   int n_rows() const;
+  // Bytes of stored KV the job enters (every layer's K and V rows, as the sources hold them).
+  uint64_t stored_bytes() const;
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
   // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
   // seconds spent waiting (0 for inline entering, whose time is enter_seconds).

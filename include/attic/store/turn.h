@@ -63,8 +63,9 @@ class Turn {
   double WaitLayer(int l) { return load_ ? load_->WaitLayer(l) : 0; }
   // Waits until the whole load is entered; returns the seconds waited.
   double WaitLoad();
-  // Drops the finished load's bookkeeping; returns (enter seconds, rows) for the rates.
-  bool CollectLoad(double* enter_seconds, int* rows);
+  // Drops the finished load's bookkeeping; returns (enter seconds, rows, stored bytes
+  // entered) for the rates.
+  bool CollectLoad(double* enter_seconds, int* rows, uint64_t* bytes = nullptr);
 
   // --- Recording (every forward step) ---
   // Sizes the per-layer rows for up to `max_slots` slots (appending each step's KV then
