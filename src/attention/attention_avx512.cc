@@ -368,8 +368,6 @@ template <int R, int kD, class T>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 16;
-  const int g = p.group;
-  const float qscale = p.shape.scale * kLog2e;
   float* qs = ThreadScratch(0, static_cast<size_t>(R) * d);
   float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
   constexpr bool f16 = sizeof(T) == 2;
@@ -379,24 +377,15 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const T* v_pool = f16 ? reinterpret_cast<const T*>(p.kv.v_f16) : reinterpret_cast<const T*>(p.kv.v_pool);
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
 
-  int32_t lim[R];
+  int32_t lim[R], min_lim, max_lim;
+  LoadDecodeRows(p, job, R, qs, lim, &min_lim, &max_lim);
   __m512 m[R], lsum[R];
-  int32_t min_lim = INT32_MAX, max_lim = 0;
   for (int r = 0; r < R; ++r) {
-    const int64_t row = job.row_begin + r;
-    const int64_t query = row / g;
-    const int head = job.kv_head * g + static_cast<int>(row % g);
-    const float* src = p.q + (query * p.shape.n_heads + head) * d;
-    for (int i = 0; i < d; ++i) qs[r * d + i] = src[i] * qscale;
-    lim[r] = std::min(p.n_vis[query], job.slot_end);
-    min_lim = std::min(min_lim, lim[r]);
-    max_lim = std::max(max_lim, lim[r]);
     m[r] = _mm512_set1_ps(-FLT_MAX);
     lsum[r] = _mm512_setzero_ps();
   }
 
   const SlotMap map(p.kv, job.kv_head, d);
-  const int bs = map.block_size();
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   alignas(64) float pbuf[R][kDecodeChunk];
@@ -407,27 +396,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kb[kGroups];
     const T* vb[kGroups];
-    for (int gi = 0; gi < kGroups; ++gi) {
-      const int c0 = c + gi * kGroup;
-      const int n = std::clamp(max_lim - c0, 0, kGroup);
-      if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // 16 rows in one run
-        const int64_t off = map.Offset(c0);
-        kb[gi] = k_pool + off;
-        vb[gi] = v_pool + off;
-        continue;
-      }
-      T* kg = kbuf + gi * kGroup * d;
-      T* vg = vbuf + gi * kGroup * d;
-      for (int j = 0; j < n; ++j) {
-        const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
-        std::copy_n(k_pool + off, d, kg + j * d);
-        std::copy_n(v_pool + off, d, vg + j * d);
-      }
-      std::fill(kg + n * d, kg + kGroup * d, T{0});
-      std::fill(vg + n * d, vg + kGroup * d, T{0});
-      kb[gi] = kg;
-      vb[gi] = vg;
-    }
+    DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
     const bool masked = c + kDecodeChunk > min_lim;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

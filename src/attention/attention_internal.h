@@ -13,6 +13,8 @@
 // Scores are kept in log2 units (q is pre-scaled by scale * log2(e)).
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -161,6 +163,59 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
       prefetch(k + at + b);
       prefetch(v + at + b);
     }
+  }
+}
+
+// The decode kernels' rows (row-major, <= a few per job): qs[r][d] = row r's query
+// pre-scaled to log2 units, lim[r] = the virtual slots it sees within the job;
+// *min_lim / *max_lim their range.
+inline void LoadDecodeRows(const AttendParams& p, const TileJob& job, int n_rows, float* qs, int32_t* lim,
+                           int32_t* min_lim, int32_t* max_lim) {
+  const int d = p.shape.head_dim, g = p.group;
+  const float qscale = p.shape.scale * kLog2e;
+  *min_lim = INT32_MAX;
+  *max_lim = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    const int64_t row = job.row_begin + r;
+    const int64_t query = row / g;
+    const int head = job.kv_head * g + static_cast<int>(row % g);
+    const float* src = p.q + (query * p.shape.n_heads + head) * d;
+    for (int i = 0; i < d; ++i) qs[r * d + i] = src[i] * qscale;
+    lim[r] = std::min(p.n_vis[query], job.slot_end);
+    *min_lim = std::min(*min_lim, lim[r]);
+    *max_lim = std::max(*max_lim, lim[r]);
+  }
+}
+
+// The decode kernels' K/V rows for one softmax step of kGroups x kGroup virtual slots
+// from `c` (of T elements: float, or uint16_t for f16): kb[gi] / vb[gi] point at group
+// gi's kGroup rows, head_dim apart -- in the pool itself when the group is one run
+// inside a block, else gathered into kbuf / vbuf ([kGroups * kGroup][d] each) and
+// zero-padded past max_lim.
+template <int kGroup, int kGroups, class T>
+inline void DecodeGroups(const AttendParams& p, const SlotMap& map, int c, int max_lim, const T* k_pool,
+                         const T* v_pool, T* kbuf, T* vbuf, const T** kb, const T** vb) {
+  const int d = p.shape.head_dim, bs = map.block_size();
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int c0 = c + gi * kGroup;
+    const int n = std::clamp(max_lim - c0, 0, kGroup);
+    if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // one run of rows
+      const int64_t off = map.Offset(c0);
+      kb[gi] = k_pool + off;
+      vb[gi] = v_pool + off;
+      continue;
+    }
+    T* kg = kbuf + gi * kGroup * d;
+    T* vg = vbuf + gi * kGroup * d;
+    for (int j = 0; j < n; ++j) {
+      const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
+      std::copy_n(k_pool + off, d, kg + j * d);
+      std::copy_n(v_pool + off, d, vg + j * d);
+    }
+    std::fill(kg + n * d, kg + kGroup * d, T{0});
+    std::fill(vg + n * d, vg + kGroup * d, T{0});
+    kb[gi] = kg;
+    vb[gi] = vg;
   }
 }
 
