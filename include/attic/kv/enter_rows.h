@@ -22,8 +22,9 @@ namespace attic::kv {
 // Rows of IEEE half elements (an f16 entry): K widened to f32 (exact), rotated in f32,
 // then stored in the pool's element type; V copied as it is into an f16 pool (widened
 // into an f32 one). Into an f16 pool, V gets the bits the forward pass writes; K is
-// f16(RoPE(f16(k))) where the forward writes f16(RoPE(k)): up to about one f16
-// rounding apart (the forward does not round K before RoPE).
+// f16(RoPE(f16(k))) where the forward writes f16(RoPE(k)): many elements differ, by
+// up to one f16 unit of their head's largest element (the forward does not round K
+// before RoPE).
 template <class KRow, class VRow>
 void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int layer, const int32_t* blocks,
                          int first, int n, const int32_t* positions, KRow k_row, VRow v_row) {

@@ -63,9 +63,9 @@ struct StoreOptions {
   // Element type of the entries the store writes (turns) and finds. Entries of the
   // other dtype are kept and evicted like any but never found by a lookup (the key names
   // the dtype). f32 (the default) is exact whatever the compute buffer's dtype; f16
-  // halves the bytes, and with an f16 compute buffer re-enters V bit for bit but K only
-  // within about one f16 rounding of what the forward writes (the forward rounds K to
-  // f16 after RoPE, an entry before it; docs/store.md "Entry format").
+  // halves the bytes, and with an f16 compute buffer re-enters V bit for bit but K not
+  // (the forward rounds K to f16 after RoPE, an entry before it: many elements differ by
+  // one f16 unit of their head's largest; docs/store.md "Entry format").
   KvDtype kv_dtype = KvDtype::kF32;
   uint64_t dram_bytes = 1ull << 30;         // host-DRAM tier capacity (--kv-dram-bytes)
   std::string ssd_dir;                      // SSD tier directory; "" = no SSD tier (--kv-ssd-dir)
