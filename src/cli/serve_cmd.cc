@@ -138,7 +138,8 @@ int RunServe(ServeFlags f) {
   // What the KV store found at start-up (restored entries, removed leftovers, other
   // models' entries kept, files that are not Attic's).
   if (const store::KvStore* kv = (*srv)->kv_store(); kv != nullptr)
-    Log(LogLevel::kInfo, "%s", store::FormatOpenReport(kv->open_report()).c_str());
+    Log(LogLevel::kInfo, "%s; entries hold %s K/V", store::FormatOpenReport(kv->open_report()).c_str(),
+        store::KvDtypeName(kv->kv_dtype()));
 
   RaiseFileLimit();
   Status st = (*srv)->Start();

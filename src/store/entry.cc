@@ -77,9 +77,10 @@ class Reader {
   size_t pos_ = 0;
 };
 
-uint64_t LayerChecksum(const float* k, const float* v, size_t n) {
-  uint64_t h = Hash64(k, n * sizeof(float));
-  return Hash64(v, n * sizeof(float), h);
+// n: bytes of each of K and V.
+uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
+  uint64_t h = Hash64(k, n);
+  return Hash64(v, n, h);
 }
 
 // Header bytes up to (excluding) the header checksum.
@@ -107,6 +108,7 @@ std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums)
 const char* KvDtypeName(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::kF32: return "f32";
+    case KvDtype::kF16: return "f16";
   }
   return "unknown";
 }
@@ -134,9 +136,16 @@ bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag) {
     name.remove_prefix(i < 4 ? dash + 1 : dash);
   }
   if (!hex16(field[0]) || !hex16(field[1]) || !hex16(field[3]) || !hex16(field[4])) return false;
-  if (field[2] != KvDtypeName(KvDtype::kF32)) return false;  // the only dtype there is
+  if (field[2] != KvDtypeName(KvDtype::kF32) && field[2] != KvDtypeName(KvDtype::kF16)) return false;
   if (fingerprint_tag != nullptr) fingerprint_tag->assign(field[1]);
   return true;
+}
+
+bool EntryKeyHasDtype(std::string_view key, KvDtype dtype) {
+  // "<16 hex>-<16 hex>-<dtype>-...": the third field.
+  constexpr size_t kAt = 2 * 17;
+  const std::string_view name = KvDtypeName(dtype);
+  return key.size() > kAt + name.size() && key.substr(kAt, name.size()) == name && key[kAt + name.size()] == '-';
 }
 
 EntryKey KvEntry::key() const {
@@ -152,7 +161,7 @@ EntryKey KvEntry::key() const {
 uint64_t KvEntry::SerializedBytes() const {
   uint64_t header = 8 + 4 * 5 + 8 + 12 + tenant.size() + session_id.size() + fingerprint.size() +
                     8ull * tokens.size() + 8ull * n_layers + 8;
-  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * sizeof(float);
+  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * elem_bytes();
 }
 
 void KvEntry::TruncateTo(int n) {
@@ -161,9 +170,26 @@ void KvEntry::TruncateTo(int n) {
   positions.resize(n);
   base.n_rows = std::min(base.n_rows, n);
   const size_t own = static_cast<size_t>(n - base.n_rows) * kv_dim;
-  for (auto& x : k) x.resize(own);
-  for (auto& x : v) x.resize(own);
+  if (dtype == KvDtype::kF16) {
+    for (auto& x : k16) x.resize(own);
+    for (auto& x : v16) x.resize(own);
+  } else {
+    for (auto& x : k) x.resize(own);
+    for (auto& x : v) x.resize(own);
+  }
 }
+
+const char* KvEntry::own_k(int layer) const {
+  return dtype == KvDtype::kF16 ? reinterpret_cast<const char*>(k16[layer].data())
+                                : reinterpret_cast<const char*>(k[layer].data());
+}
+
+const char* KvEntry::own_v(int layer) const {
+  return dtype == KvDtype::kF16 ? reinterpret_cast<const char*>(v16[layer].data())
+                                : reinterpret_cast<const char*>(v[layer].data());
+}
+
+size_t KvEntry::own_elems(int layer) const { return dtype == KvDtype::kF16 ? k16[layer].size() : k[layer].size(); }
 
 Status ValidateEntry(const KvEntry& e) {
   if (e.n_layers <= 0 || static_cast<uint32_t>(e.n_layers) > kMaxLayers) return InvalidArgumentError("bad n_layers");
@@ -176,51 +202,65 @@ Status ValidateEntry(const KvEntry& e) {
   bool base_ok = b.n_rows >= 0 && b.n_rows <= e.n_tokens();
   if (b.entry != nullptr) {  // an unserialized entry of the same shape, holding the rows
     base_ok = base_ok && b.bytes == nullptr && b.n_rows <= b.entry->n_tokens() && b.entry->n_layers == e.n_layers &&
-              b.entry->kv_dim == e.kv_dim && ValidateEntry(*b.entry).ok();
+              b.entry->kv_dim == e.kv_dim && b.entry->dtype == e.dtype && ValidateEntry(*b.entry).ok();
   } else if (b.bytes != nullptr) {  // a serialized entry's layers, inside its bytes
     base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
-              b.layer_bytes == 2ull * b.base_tokens * e.kv_dim * sizeof(float);
+              b.elem_bytes == e.elem_bytes() && b.layer_bytes == 2ull * b.base_tokens * e.kv_dim * e.elem_bytes();
   } else {
     base_ok = base_ok && b.n_rows == 0;
   }
   if (!base_ok) return InvalidArgumentError("bad KV row base");
+  if (e.dtype != KvDtype::kF32 && e.dtype != KvDtype::kF16) return InvalidArgumentError("bad KV dtype");
   const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
-  if (e.k.size() != static_cast<size_t>(e.n_layers) || e.v.size() != static_cast<size_t>(e.n_layers))
-    return InvalidArgumentError("k/v layer count mismatch");
-  for (int l = 0; l < e.n_layers; ++l)
-    if (e.k[l].size() != own || e.v[l].size() != own) return InvalidArgumentError("k/v layer size mismatch");
-  return OkStatus();
+  auto check = [&](const auto& k, const auto& v) {
+    if (k.size() != static_cast<size_t>(e.n_layers) || v.size() != static_cast<size_t>(e.n_layers))
+      return InvalidArgumentError("k/v layer count mismatch");
+    for (int l = 0; l < e.n_layers; ++l)
+      if (k[l].size() != own || v[l].size() != own) return InvalidArgumentError("k/v layer size mismatch");
+    return OkStatus();
+  };
+  // The other dtype's rows: none (no layers, or empty ones).
+  auto unused = [](const auto& rows) {
+    return std::all_of(rows.begin(), rows.end(), [](const auto& x) { return x.empty(); });
+  };
+  if (e.dtype == KvDtype::kF16) {
+    if (!unused(e.k) || !unused(e.v)) return InvalidArgumentError("f32 rows in an f16 entry");
+    return check(e.k16, e.v16);
+  }
+  if (!unused(e.k16) || !unused(e.v16)) return InvalidArgumentError("f16 rows in an f32 entry");
+  return check(e.k, e.v);
 }
 
-const float* KvRowsBase::k_row(int layer, int row, int kv_dim) const {
-  if (entry != nullptr) return entry->k_row(layer, row);
-  return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes) +
-         static_cast<size_t>(row) * kv_dim;
+const char* KvRowsBase::k_row_bytes(int layer, int row, int kv_dim) const {
+  if (entry != nullptr) return entry->k_row_bytes(layer, row);
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * kv_dim * elem_bytes;
 }
 
-const float* KvRowsBase::v_row(int layer, int row, int kv_dim) const {
-  if (entry != nullptr) return entry->v_row(layer, row);
-  return reinterpret_cast<const float*>(bytes->data() + data_offset + layer * layer_bytes) +
-         static_cast<size_t>(base_tokens + row) * kv_dim;
+const char* KvRowsBase::v_row_bytes(int layer, int row, int kv_dim) const {
+  if (entry != nullptr) return entry->v_row_bytes(layer, row);
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens + row) * kv_dim * elem_bytes;
 }
 
-void KvRowsBase::CopyRows(int layer, int first, int n, int kv_dim, float* k_out, float* v_out) const {
+void KvRowsBase::CopyRows(int layer, int first, int n, int kv_dim, void* k_out, void* v_out) const {
   if (n <= 0) return;
-  const size_t row = static_cast<size_t>(kv_dim);
+  // Bytes a row (an unserialized entry's elem_bytes is its dtype's).
+  const size_t row = static_cast<size_t>(kv_dim) * (entry != nullptr ? entry->elem_bytes() : elem_bytes);
+  char* ko = static_cast<char*>(k_out);
+  char* vo = static_cast<char*>(v_out);
   if (entry == nullptr) {  // serialized: contiguous
-    std::memcpy(k_out, k_row(layer, first, kv_dim), n * row * sizeof(float));
-    std::memcpy(v_out, v_row(layer, first, kv_dim), n * row * sizeof(float));
+    std::memcpy(ko, k_row_bytes(layer, first, kv_dim), n * row);
+    std::memcpy(vo, v_row_bytes(layer, first, kv_dim), n * row);
     return;
   }
   // The unserialized entry's own base first, then its own rows.
   const KvEntry& e = *entry;
   const int from_base = std::max(0, std::min(first + n, e.base.n_rows) - first);
-  e.base.CopyRows(layer, first, from_base, kv_dim, k_out, v_out);
+  e.base.CopyRows(layer, first, from_base, kv_dim, ko, vo);
   const int own_first = first + from_base - e.base.n_rows;
   const size_t rest = static_cast<size_t>(n - from_base) * row;
   if (rest == 0) return;
-  std::memcpy(k_out + from_base * row, e.k[layer].data() + own_first * row, rest * sizeof(float));
-  std::memcpy(v_out + from_base * row, e.v[layer].data() + own_first * row, rest * sizeof(float));
+  std::memcpy(ko + from_base * row, e.own_k(layer) + own_first * row, rest);
+  std::memcpy(vo + from_base * row, e.own_v(layer) + own_first * row, rest);
 }
 
 int KvRowsBase::unserialized_depth() const {
@@ -229,14 +269,14 @@ int KvRowsBase::unserialized_depth() const {
   return depth;
 }
 
-const float* KvEntry::k_row(int layer, int row) const {
-  if (row < base.n_rows) return base.k_row(layer, row, kv_dim);
-  return k[layer].data() + static_cast<size_t>(row - base.n_rows) * kv_dim;
+const char* KvEntry::k_row_bytes(int layer, int row) const {
+  if (row < base.n_rows) return base.k_row_bytes(layer, row, kv_dim);
+  return own_k(layer) + static_cast<size_t>(row - base.n_rows) * kv_dim * elem_bytes();
 }
 
-const float* KvEntry::v_row(int layer, int row) const {
-  if (row < base.n_rows) return base.v_row(layer, row, kv_dim);
-  return v[layer].data() + static_cast<size_t>(row - base.n_rows) * kv_dim;
+const char* KvEntry::v_row_bytes(int layer, int row) const {
+  if (row < base.n_rows) return base.v_row_bytes(layer, row, kv_dim);
+  return own_v(layer) + static_cast<size_t>(row - base.n_rows) * kv_dim * elem_bytes();
 }
 
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
@@ -246,12 +286,13 @@ KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   b.layer_bytes = h.layer_bytes;
   b.base_tokens = h.meta.n_tokens();
   b.n_rows = n_rows;
+  b.elem_bytes = static_cast<uint32_t>(h.meta.elem_bytes());
   return b;
 }
 
 StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
-  const size_t row = static_cast<size_t>(e.kv_dim) * sizeof(float);
+  const size_t row = static_cast<size_t>(e.kv_dim) * e.elem_bytes();
   const size_t per_layer = e.tokens.size() * row;
   const size_t base = static_cast<size_t>(e.base.n_rows) * row;
   // The header's size does not depend on the checksums: lay out the layers (base rows,
@@ -266,11 +307,10 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l) {
     char* k = p + data + 2 * l * per_layer;
     char* v = k + per_layer;
-    e.base.CopyRows(l, 0, e.base.n_rows, e.kv_dim, reinterpret_cast<float*>(k), reinterpret_cast<float*>(v));
-    std::memcpy(k + base, e.k[l].data(), per_layer - base);
-    std::memcpy(v + base, e.v[l].data(), per_layer - base);
-    checksums[l] = LayerChecksum(reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(v),
-                                 per_layer / sizeof(float));
+    e.base.CopyRows(l, 0, e.base.n_rows, e.kv_dim, k, v);
+    std::memcpy(k + base, e.own_k(l), per_layer - base);
+    std::memcpy(v + base, e.own_v(l), per_layer - base);
+    checksums[l] = LayerChecksum(k, v, per_layer);
   }
   const std::string header = HeaderBody(e, checksums);
   ATTIC_CHECK(header.size() == body);
@@ -296,11 +336,12 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
       !r.Pod(&e.expires_at_ms))
     return DataLossError("truncated KV entry header");
   if (version != kVersion) return DataLossError("unsupported KV entry version " + std::to_string(version));
-  if (dtype != static_cast<uint32_t>(KvDtype::kF32)) return DataLossError("unsupported KV entry dtype");
+  if (dtype != static_cast<uint32_t>(KvDtype::kF32) && dtype != static_cast<uint32_t>(KvDtype::kF16))
+    return DataLossError("unsupported KV entry dtype");
   if (n_layers == 0 || n_layers > kMaxLayers || kv_dim == 0 || kv_dim > kMaxKvDim || n_tokens == 0 ||
       n_tokens > kMaxTokens)
     return DataLossError("KV entry header out of bounds");
-  e.dtype = KvDtype::kF32;
+  e.dtype = static_cast<KvDtype>(dtype);
   e.n_layers = static_cast<int>(n_layers);
   e.kv_dim = static_cast<int>(kv_dim);
   if (!r.Str(&e.tenant) || !r.Str(&e.session_id) || !r.Str(&e.fingerprint)) return DataLossError("truncated KV entry header");
@@ -315,24 +356,24 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   if (!r.Pod(&hc)) return DataLossError("truncated KV entry header");
   if (Hash64(bytes.data(), body, 0x68) != hc) return DataLossError("KV entry header checksum mismatch");
   h.data_offset = AlignUp(r.pos());
-  h.layer_bytes = 2ull * n_tokens * kv_dim * sizeof(float);
+  h.layer_bytes = 2ull * n_tokens * kv_dim * e.elem_bytes();
   h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
   return h;
 }
 
-const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer) {
-  return reinterpret_cast<const float*>(bytes.data() + h.data_offset + layer * h.layer_bytes);
+const char* EntryLayerKBytes(std::string_view bytes, const EntryHeader& h, int layer) {
+  return bytes.data() + h.data_offset + layer * h.layer_bytes;
 }
 
-const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer) {
-  return EntryLayerK(bytes, h, layer) + h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
+const char* EntryLayerVBytes(std::string_view bytes, const EntryHeader& h, int layer) {
+  return EntryLayerKBytes(bytes, h, layer) + h.layer_bytes / 2;
 }
 
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer) {
   if (bytes.size() != h.total_bytes || layer < 0 || layer >= h.meta.n_layers)
     return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
-  const size_t per_layer = h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
-  if (LayerChecksum(EntryLayerK(bytes, h, layer), EntryLayerV(bytes, h, layer), per_layer) != h.layer_checksums[layer])
+  if (LayerChecksum(EntryLayerKBytes(bytes, h, layer), EntryLayerVBytes(bytes, h, layer), h.layer_bytes / 2) !=
+      h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
   return OkStatus();
 }
@@ -365,9 +406,8 @@ Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int 
   if (layer < 0 || layer >= h.meta.n_layers || layer_bytes.size() != h.layer_bytes)
     return DataLossError("KV entry layer of " + std::to_string(layer_bytes.size()) + " bytes, expected " +
                          std::to_string(h.layer_bytes));
-  const size_t per_layer = h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
-  const float* k = reinterpret_cast<const float*>(layer_bytes.data());
-  if (LayerChecksum(k, k + per_layer, per_layer) != h.layer_checksums[layer])
+  const size_t half = h.layer_bytes / 2;
+  if (LayerChecksum(layer_bytes.data(), layer_bytes.data() + half, half) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
   return OkStatus();
 }
@@ -387,6 +427,17 @@ StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& exp
 KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
   KvEntry& e = h.meta;
   const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  if (e.dtype == KvDtype::kF16) {
+    e.k16.resize(e.n_layers);
+    e.v16.resize(e.n_layers);
+    for (int l = 0; l < e.n_layers; ++l) {
+      e.k16[l].resize(per_layer);
+      e.v16[l].resize(per_layer);
+      std::memcpy(e.k16[l].data(), EntryLayerKBytes(bytes, h, l), per_layer * 2);
+      std::memcpy(e.v16[l].data(), EntryLayerVBytes(bytes, h, l), per_layer * 2);
+    }
+    return std::move(e);
+  }
   e.k.resize(e.n_layers);
   e.v.resize(e.n_layers);
   for (int l = 0; l < e.n_layers; ++l) {

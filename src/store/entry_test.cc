@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
+
+#include "attic/tensor/dtype.h"
 
 #include "store/store_test_util.h"
 
@@ -124,6 +127,119 @@ TEST(KvEntry, RowsFromAChainOfUnserializedEntriesSerializeLikeOwnRows) {
     bad.v[l].resize(6 * kv_dim);
   }
   EXPECT_FALSE(ValidateEntry(bad).ok());
+}
+
+// The f32 entry `e` as an f16 entry: each element rounded to the nearest half (the
+// scalar reference conversion), f32 rows dropped.
+KvEntry AsF16(const KvEntry& e) {
+  KvEntry h = e;
+  h.dtype = KvDtype::kF16;
+  h.k.clear();
+  h.v.clear();
+  h.k16.resize(e.n_layers);
+  h.v16.resize(e.n_layers);
+  for (int l = 0; l < e.n_layers; ++l)
+    for (size_t i = 0; i < e.k[l].size(); ++i) {
+      h.k16[l].push_back(F32ToF16(e.k[l][i]));
+      h.v16[l].push_back(F32ToF16(e.v[l][i]));
+    }
+  return h;
+}
+
+// An f16 entry: per layer K [n, kv_dim] then V [n, kv_dim] of 2-byte halves, read back
+// with the same bits, in half the bytes of the f32 entry's layers; its key names f16.
+TEST(KvEntry, F16EntryRoundTripsBitForBitInHalfTheLayerBytes) {
+  const int n = 37, kv_dim = 16, n_layers = 3;
+  KvEntry e32 = MakeEntry(Range(5, n), "s1", "alice", n_layers, kv_dim);
+  KvEntry e16 = AsF16(e32);
+  auto b32 = SerializeEntry(e32);
+  auto b16 = SerializeEntry(e16);
+  ASSERT_TRUE(b32.ok());
+  ASSERT_TRUE(b16.ok()) << b16.status().ToString();
+  EXPECT_EQ(b16->size(), e16.SerializedBytes());
+  auto h32 = ParseEntryHeader(*b32);
+  auto h16 = ParseEntryHeader(*b16);
+  ASSERT_TRUE(h32.ok());
+  ASSERT_TRUE(h16.ok());
+  EXPECT_EQ(h16->meta.dtype, KvDtype::kF16);
+  EXPECT_EQ(h32->layer_bytes, 2u * n * kv_dim * 4);
+  EXPECT_EQ(h16->layer_bytes, 2u * n * kv_dim * 2);
+  EXPECT_EQ(h16->data_offset, h32->data_offset);  // same header layout
+  EXPECT_EQ(b16->size() - h16->data_offset, (b32->size() - h32->data_offset) / 2);
+  // The layout: layer l's K rows, then its V rows, as IEEE half bits.
+  for (int l = 0; l < n_layers; ++l) {
+    const char* layer = b16->data() + h16->data_offset + l * h16->layer_bytes;
+    EXPECT_EQ(std::memcmp(layer, e16.k16[l].data(), n * kv_dim * 2), 0) << l;
+    EXPECT_EQ(std::memcmp(layer + n * kv_dim * 2, e16.v16[l].data(), n * kv_dim * 2), 0) << l;
+  }
+  auto back = DeserializeEntry(*b16, "fp-A");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->dtype, KvDtype::kF16);
+  EXPECT_EQ(back->k16, e16.k16);
+  EXPECT_EQ(back->v16, e16.v16);
+  EXPECT_TRUE(back->k.empty());
+  EXPECT_EQ(back->tokens, e32.tokens);
+  // Re-serialized: the same bytes.
+  EXPECT_TRUE(*SerializeEntry(*back) == *b16);
+  // The key names the dtype: f16 and f32 entries of the same tokens are distinct.
+  const std::string k16 = e16.key().ToString(), k32 = e32.key().ToString();
+  EXPECT_NE(k16.find("-f16-"), std::string::npos);
+  EXPECT_NE(k16, k32);
+  EXPECT_TRUE(ParseEntryKeyName(k16));
+  EXPECT_TRUE(EntryKeyHasDtype(k16, KvDtype::kF16));
+  EXPECT_FALSE(EntryKeyHasDtype(k16, KvDtype::kF32));
+  EXPECT_TRUE(EntryKeyHasDtype(k32, KvDtype::kF32));
+  // A flipped data byte is caught by the layer checksum.
+  std::string bad = *b16;
+  bad[h16->data_offset + h16->layer_bytes + 7] ^= 0x10;
+  EXPECT_EQ(DeserializeEntry(bad, "fp-A").status().code(), StatusCode::kDataLoss);
+}
+
+// An f16 entry's rows from a serialized f16 base and from an unserialized f16 entry
+// read and serialize like the same entry holding every row itself.
+TEST(KvEntry, F16RowsFromBasesSerializeLikeOwnRows) {
+  const int kv_dim = 16;
+  KvEntry full = AsF16(MakeEntry(Range(5, 45), "s1", "alice", 3, kv_dim));
+  auto own = [&](KvEntry& e, int from, int to) {
+    for (int l = 0; l < e.n_layers; ++l) {
+      e.k16[l].assign(full.k16[l].begin() + from * kv_dim, full.k16[l].begin() + to * kv_dim);
+      e.v16[l].assign(full.v16[l].begin() + from * kv_dim, full.v16[l].begin() + to * kv_dim);
+    }
+  };
+  KvEntry stored = full;
+  stored.TruncateTo(12);
+  SharedBytes bytes(std::move(*SerializeEntryBytes(stored)));
+  auto h = ParseEntryHeader(*bytes);
+  ASSERT_TRUE(h.ok());
+  auto turn2 = std::make_shared<KvEntry>(full);  // [0, 10) from the stored entry
+  turn2->TruncateTo(25);
+  turn2->base = EntryRowsBase(bytes, *h, 10);
+  own(*turn2, 10, 25);
+  KvEntry turn3 = full;  // [0, 22) from turn 2 (not serialized)
+  turn3.base.entry = turn2;
+  turn3.base.n_rows = 22;
+  own(turn3, 22, 45);
+  ASSERT_TRUE(ValidateEntry(turn3).ok()) << ValidateEntry(turn3).ToString();
+  for (int l = 0; l < full.n_layers; ++l)
+    for (int row = 0; row < full.n_tokens(); ++row) {
+      ASSERT_EQ(std::memcmp(turn3.k_row_bytes(l, row), full.k16[l].data() + row * kv_dim, kv_dim * 2), 0) << row;
+      ASSERT_EQ(std::memcmp(turn3.v_row_bytes(l, row), full.v16[l].data() + row * kv_dim, kv_dim * 2), 0) << row;
+    }
+  EXPECT_TRUE(*SerializeEntry(full) == *SerializeEntry(turn3));
+  turn3.TruncateTo(17);
+  full.TruncateTo(17);
+  EXPECT_TRUE(*SerializeEntry(full) == *SerializeEntry(turn3));
+  // Rows of the wrong dtype, or a base of the other dtype, are refused.
+  KvEntry mixed = full;
+  mixed.k = MakeEntry(Range(5, 17), "s1", "alice", 3, kv_dim).k;
+  EXPECT_EQ(ValidateEntry(mixed).code(), StatusCode::kInvalidArgument);
+  KvEntry f32 = MakeEntry(Range(5, 17), "s1", "alice", 3, kv_dim);
+  f32.base = EntryRowsBase(bytes, *h, 10);
+  for (int l = 0; l < 3; ++l) {
+    f32.k[l].erase(f32.k[l].begin(), f32.k[l].begin() + 10 * kv_dim);
+    f32.v[l].erase(f32.v[l].begin(), f32.v[l].begin() + 10 * kv_dim);
+  }
+  EXPECT_EQ(ValidateEntry(f32).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(KvEntry, LayerDataIsPageAligned) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "attic/core/thread_name.h"
 #include "attic/kv/enter_rows.h"
@@ -79,36 +80,48 @@ void KvLoader::Stage(std::function<void()> fetch) {
 
 void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads) {
   const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
-  if (job.copy_k != nullptr) {  // pre-RoPE copy of the rows, in slot order, for saving the turn
-    auto& hk = (*job.copy_k)[layer];
-    auto& hv = (*job.copy_v)[layer];
+  // Pre-RoPE copy of the rows, in slot order, for saving the turn (elements of the
+  // sources' dtype: the store's).
+  auto copy_rows = [&](auto* copy_k, auto* copy_v) {
+    if (copy_k == nullptr) return;
+    auto& hk = (*copy_k)[layer];
+    auto& hv = (*copy_v)[layer];
+    using Elem = typename std::remove_reference_t<decltype(hk)>::value_type;
     hk.resize(static_cast<size_t>(job.n_rows()) * kvd);
     hv.resize(hk.size());
     size_t at = 0;
     for (const LoadSegment& seg : job.segments) {
       const KvSource::Layer src = seg.source->layer(layer);
+      ATTIC_CHECK(src.elem_bytes == sizeof(Elem));
       for (int i = 0; i < seg.n; ++i, at += kvd) {
-        std::memcpy(hk.data() + at, src.K(seg.src_row + i), kvd * sizeof(float));
-        std::memcpy(hv.data() + at, src.V(seg.src_row + i), kvd * sizeof(float));
+        std::memcpy(hk.data() + at, src.KBytes(seg.src_row + i), kvd * sizeof(Elem));
+        std::memcpy(hv.data() + at, src.VBytes(seg.src_row + i), kvd * sizeof(Elem));
       }
     }
-  }
+  };
+  copy_rows(job.copy_k, job.copy_v);
+  copy_rows(job.copy_k16, job.copy_v16);
   // One block of slots per task (each slot's K rotated, then K and V stored).
   for (const LoadSegment& seg : job.segments) {
     const KvSource::Layer src = seg.source->layer(layer);
     const int delta = seg.src_row - seg.dst_slot;  // source row of slot s: s + delta
-    auto k_row = [&](int s) { return src.K(s + delta); };
-    auto v_row = [&](int s) { return src.V(s + delta); };
-    const int first_block = seg.dst_slot / bs, end_block = (seg.dst_slot + seg.n + bs - 1) / bs;
-    auto enter_block = [&](int64_t c, int) {
-      const int b = first_block + static_cast<int>(c);
-      const int lo = std::max(seg.dst_slot, b * bs), hi = std::min(seg.dst_slot + seg.n, (b + 1) * bs);
-      kv::EnterRotatedRows(pool_, rope_, layer, job.blocks.data(), lo, hi - lo, job.positions.data(), k_row, v_row);
+    auto enter = [&](auto k_row, auto v_row) {
+      const int first_block = seg.dst_slot / bs, end_block = (seg.dst_slot + seg.n + bs - 1) / bs;
+      auto enter_block = [&](int64_t c, int) {
+        const int b = first_block + static_cast<int>(c);
+        const int lo = std::max(seg.dst_slot, b * bs), hi = std::min(seg.dst_slot + seg.n, (b + 1) * bs);
+        kv::EnterRotatedRows(pool_, rope_, layer, job.blocks.data(), lo, hi - lo, job.positions.data(), k_row, v_row);
+      };
+      if (threads != nullptr) {
+        threads->ParallelFor(end_block - first_block, enter_block);
+      } else {
+        for (int64_t c = 0; c < end_block - first_block; ++c) enter_block(c, 0);
+      }
     };
-    if (threads != nullptr) {
-      threads->ParallelFor(end_block - first_block, enter_block);
+    if (seg.source->dtype() == KvDtype::kF16) {
+      enter([&](int s) { return src.K16(s + delta); }, [&](int s) { return src.V16(s + delta); });
     } else {
-      for (int64_t c = 0; c < end_block - first_block; ++c) enter_block(c, 0);
+      enter([&](int s) { return src.K(s + delta); }, [&](int s) { return src.V(s + delta); });
     }
   }
 }

@@ -17,9 +17,10 @@ std::shared_ptr<const KvSource> KvSource::Queued(std::shared_ptr<const KvEntry> 
 }
 
 KvSource::Layer KvSource::layer(int l) const {
-  if (queued_) return {queued_.get(), l, nullptr, nullptr, static_cast<size_t>(queued_->kv_dim)};
-  return {nullptr, l, EntryLayerK(*bytes_, header_, l), EntryLayerV(*bytes_, header_, l),
-          static_cast<size_t>(header_.meta.kv_dim)};
+  const KvEntry& m = meta();
+  const size_t kv_dim = static_cast<size_t>(m.kv_dim), elem_bytes = m.elem_bytes();
+  if (queued_) return {queued_.get(), l, nullptr, nullptr, kv_dim, elem_bytes};
+  return {nullptr, l, EntryLayerK(*bytes_, header_, l), EntryLayerV(*bytes_, header_, l), kv_dim, elem_bytes};
 }
 
 }  // namespace attic::store

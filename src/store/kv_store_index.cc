@@ -50,6 +50,7 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
   auto consider = [&](const std::string& key) {
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.tenant != tenant || Expired(it->second)) return;
+    if (!EntryKeyHasDtype(key, kv_dtype())) return;  // another compute-buffer dtype's entry
     EntryInfo& e = it->second;
     best.Offer(&e, {CommonPrefix(e.tokens, tokens), !session_id.empty() && e.session_id == session_id, e.access_seq});
   };

@@ -10,6 +10,7 @@
 #include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
 #include "attic/store/kv_loader.h"
+#include "attic/tensor/dtype.h"
 #include "store/store_test_util.h"
 
 namespace attic::store {
@@ -172,6 +173,69 @@ TEST(Preload, LayerwiseEntersOnTheLoaderThreadInLayerOrder) {
     for (int m = 0; m <= l; ++m) ExpectNear(f.Read(m), f.Expected(m), "entered layer");
   }
   EXPECT_TRUE(job->done());
+}
+
+// An f16 entry into an f16 compute buffer, by every mode and into slots other than its
+// rows (a truncation's kept rows): each K element is the half nearest to RoPE (at the
+// slot's position) of the stored halves widened to f32; V is the stored halves, bit for
+// bit. The reference is built with the scalar conversions and RopeTable::Apply.
+TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
+  const int kvd = kHeads * kHeadDim;
+  std::vector<int32_t> tokens(kRows);
+  for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
+  KvEntry e = testing::MakeEntry(tokens, "s", "default", kLayers, kvd);
+  e.dtype = KvDtype::kF16;
+  e.k16.resize(kLayers);
+  e.v16.resize(kLayers);
+  for (int l = 0; l < kLayers; ++l)
+    for (size_t i = 0; i < e.k[l].size(); ++i) {
+      e.k16[l].push_back(F32ToF16(4 * e.k[l][i]));
+      e.v16[l].push_back(F32ToF16(e.v[l][i]));
+    }
+  e.k.clear();
+  e.v.clear();
+  SharedBytes shared(std::move(*SerializeEntryBytes(e)));
+  auto header = VerifyEntry(*shared, "fp-A");
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  auto source = KvSource::Stored(shared, *header, e.key().ToString());
+  const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
+  for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
+    kv::KvShape shape = Shape();
+    shape.dtype = DType::kF16;
+    kv::BlockPool pool(shape, 8);
+    attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
+    backend::ThreadPool threads{2};
+    KvLoader loader(pool, rope);
+    std::vector<int32_t> blocks;
+    for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
+    auto job = std::make_shared<LoadJob>();
+    job->segments = {LoadSegment{source, src_row, n, 0}};
+    job->blocks = blocks;
+    std::vector<int32_t> pos;
+    for (int i = 0; i < n; ++i) pos.push_back(kFirstPosition + 2 * i);
+    job->positions = pos;
+    std::vector<std::vector<uint16_t>> copy_k(kLayers), copy_v(kLayers);
+    job->copy_k16 = &copy_k;
+    job->copy_v16 = &copy_v;
+    PreloadFor(mode).Start(loader, job, threads);
+    job->WaitAll();
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<float> k(n * kvd), v(n * kvd);
+      for (int i = 0; i < n * kvd; ++i) {
+        k[i] = F16ToF32(e.k16[l][src_row * kvd + i]);
+        v[i] = F16ToF32(e.v16[l][src_row * kvd + i]);
+      }
+      rope.Apply(k.data(), n, kHeads, pos.data());
+      for (float& x : k) x = F16ToF32(F32ToF16(x));
+      std::vector<float> got_k(n * kvd), got_v(n * kvd);
+      pool.ReadRows(l, blocks.data(), 0, n, got_k.data(), got_v.data());
+      EXPECT_EQ(got_k, k) << "layer " << l;
+      EXPECT_EQ(got_v, v) << "layer " << l;
+      // The pre-RoPE copy the turn saves: the stored halves of the rows, in slot order.
+      EXPECT_EQ(copy_k[l], std::vector<uint16_t>(e.k16[l].begin() + src_row * kvd, e.k16[l].end())) << l;
+      EXPECT_EQ(copy_v[l], std::vector<uint16_t>(e.v16[l].begin() + src_row * kvd, e.v16[l].end())) << l;
+    }
+  }
 }
 
 }  // namespace

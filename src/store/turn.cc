@@ -2,7 +2,9 @@
 #include "attic/store/turn.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "attic/backend/convert.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::store {
@@ -11,6 +13,8 @@ uint64_t TurnRows::own_bytes() const {
   uint64_t n = 0;
   for (const auto* rows : {&k, &v})
     for (const auto& x : *rows) n += x.size() * sizeof(float);
+  for (const auto* rows : {&k16, &v16})
+    for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
   return n;
 }
 
@@ -19,8 +23,8 @@ Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t t
   const kv::KvShape& shape = store.compute_shape();
   n_layers_ = shape.n_layers;
   kv_dim_ = shape.kv_dim();
-  rows_.k.resize(n_layers_);
-  rows_.v.resize(n_layers_);
+  dtype_ = store.kv_dtype();
+  rows_.ResizeLayers(n_layers_);
 }
 
 Turn::~Turn() {
@@ -49,17 +53,25 @@ void Turn::Renew(std::string session_id, int64_t ttl_ms) {
 
 void Turn::Reserve(int max_slots) {
   if (!valid_) return;
-  const size_t floats = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows)) * kv_dim_;
-  for (auto* rows : {&rows_.k, &rows_.v}) {
-    rows->resize(n_layers_);
-    for (auto& x : *rows) x.reserve(floats);
+  const size_t elems = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows)) * kv_dim_;
+  rows_.ResizeLayers(n_layers_);
+  auto reserve = [&](auto& rows) {
+    for (auto& x : rows) x.reserve(elems);
+  };
+  if (dtype_ == KvDtype::kF16) {
+    reserve(rows_.k16);
+    reserve(rows_.v16);
+  } else {
+    reserve(rows_.k);
+    reserve(rows_.v);
   }
 }
 
 void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
-  for (auto* rows : {&rows_.k, &rows_.v})
-    for (auto& x : *rows) x.clear();
+  rows_.ForEachRows([](auto& rows) {
+    for (auto& x : rows) x.clear();
+  });
   if (!copy) {
     rows_.base.entry = std::move(e);
     rows_.base.n_rows = n;
@@ -69,10 +81,15 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   rows_.base = e->base;
   rows_.base.n_rows = std::min(e->base.n_rows, n);
   if (n > e->base.n_rows) {
-    const size_t floats = static_cast<size_t>(n - e->base.n_rows) * kv_dim_;
+    const size_t elems = static_cast<size_t>(n - e->base.n_rows) * kv_dim_;
     for (int l = 0; l < n_layers_; ++l) {
-      rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + floats);
-      rows_.v[l].assign(e->v[l].begin(), e->v[l].begin() + floats);
+      if (e->dtype == KvDtype::kF16) {
+        rows_.k16[l].assign(e->k16[l].begin(), e->k16[l].begin() + elems);
+        rows_.v16[l].assign(e->v16[l].begin(), e->v16[l].begin() + elems);
+      } else {
+        rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + elems);
+        rows_.v[l].assign(e->v[l].begin(), e->v[l].begin() + elems);
+      }
     }
   }
 }
@@ -98,8 +115,13 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
     // Not a prefix (truncation: the kept rows): the loader copies them, in slot order,
     // into the turn's own rows as it enters them.
     Reserve(max_slots);
-    job->copy_k = &rows_.k;
-    job->copy_v = &rows_.v;
+    if (dtype_ == KvDtype::kF16) {
+      job->copy_k16 = &rows_.k16;
+      job->copy_v16 = &rows_.v16;
+    } else {
+      job->copy_k = &rows_.k;
+      job->copy_v = &rows_.v;
+    }
   }
   job->segments = std::move(segments);
   job->blocks = std::move(blocks);
@@ -126,24 +148,33 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
   if (!valid_) return;
   if (layer == 0) {
     // The step's rows of every layer, counted before any is kept.
-    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * kv_dim_ * sizeof(float);
+    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * kv_dim_ * KvDtypeBytes(dtype_);
     if (!store_.TryAddTurnBytes(add)) {
       Invalidate();
       return;
     }
     accounted_ += add;
   }
-  const size_t floats = static_cast<size_t>(n) * kv_dim_;
-  rows_.k[layer].insert(rows_.k[layer].end(), k, k + floats);
-  rows_.v[layer].insert(rows_.v[layer].end(), v, v + floats);
+  const size_t elems = static_cast<size_t>(n) * kv_dim_;
+  if (dtype_ == KvDtype::kF16) {
+    for (auto [rows, src] : {std::pair{&rows_.k16[layer], k}, std::pair{&rows_.v16[layer], v}}) {
+      const size_t at = rows->size();
+      rows->resize(at + elems);
+      backend::ConvertF32ToF16(src, rows->data() + at, static_cast<int64_t>(elems));
+    }
+    return;
+  }
+  rows_.k[layer].insert(rows_.k[layer].end(), k, k + elems);
+  rows_.v[layer].insert(rows_.v[layer].end(), v, v + elems);
 }
 
 void Turn::Truncate(int n) {
   if (!valid_) return;
   rows_.base.n_rows = std::min(rows_.base.n_rows, n);
   const size_t own = static_cast<size_t>(std::max(0, n - rows_.base.n_rows)) * kv_dim_;
-  for (auto* rows : {&rows_.k, &rows_.v})
-    for (auto& x : *rows) x.resize(std::min(x.size(), own));
+  rows_.ForEachRows([&](auto& rows) {
+    for (auto& x : rows) x.resize(std::min(x.size(), own));
+  });
   AccountOwnBytes();
 }
 
@@ -171,8 +202,9 @@ void Turn::RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vec
       !std::equal(meta.positions.begin(), meta.positions.end(), positions.begin()))
     return;
   const size_t covered = static_cast<size_t>(n_saved - rows_.base.n_rows) * kv_dim_;  // own rows now in the tier
-  for (auto* rows : {&rows_.k, &rows_.v})
-    for (auto& x : *rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(covered, x.size())));
+  rows_.ForEachRows([&](auto& rows) {
+    for (auto& x : rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(covered, x.size())));
+  });
   rows_.base = EntryRowsBase(f->bytes, f->header, n_saved);
   saved_.reset();
 }
@@ -187,6 +219,7 @@ void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>
   e.fingerprint = store_.options().fingerprint;
   e.n_layers = n_layers_;
   e.kv_dim = kv_dim_;
+  e.dtype = dtype_;
   e.tokens = tokens;
   e.positions = positions;
   if (keep_rows) RebaseOnPlacedSave(tokens, positions);
@@ -194,12 +227,13 @@ void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>
   // The rows since the base move into the entry (no copy on the step loop).
   e.k = std::move(rows_.k);
   e.v = std::move(rows_.v);
+  e.k16 = std::move(rows_.k16);
+  e.v16 = std::move(rows_.v16);
   // Asynchronous: the writer thread serializes and places it (paper 3.2); the next
   // lookup of this session waits for it (or reads it from the write buffer).
   std::shared_ptr<const KvEntry> saved = store_.SaveAsync(std::move(e), supersedes_, ttl_ms_);
   rows_ = TurnRows();
-  rows_.k.resize(n_layers_);
-  rows_.v.resize(n_layers_);
+  rows_.ResizeLayers(n_layers_);
   if (!keep_rows) {
     valid_ = false;  // records nothing more
     AccountOwnBytes();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 
@@ -102,9 +103,11 @@ SchedulerOptions NoResident() {
 
 // `before_save`: StoreOptions::before_async_save (a test's gate on the writer).
 std::unique_ptr<store::KvStore> OpenStore(const Engine& e, uint64_t dram, const std::string& ssd_dir = "",
-                                          std::function<void()> before_save = nullptr) {
+                                          std::function<void()> before_save = nullptr,
+                                          store::KvDtype kv_dtype = store::KvDtype::kF32) {
   store::StoreOptions o;
   o.fingerprint = e.model().fingerprint();
+  o.kv_dtype = kv_dtype;
   o.dram_bytes = dram;
   o.ssd_dir = ssd_dir;
   o.before_async_save = std::move(before_save);
@@ -358,6 +361,68 @@ TEST(StoreIntegration, SessionSurvivesRestart) {
   Turn b = RunTurn(s, second, "conv", 12);
   EXPECT_GE(b.usage.cached_tokens, static_cast<int>(first.size()) + n_reply - 1);
   EXPECT_EQ(b.text, Recompute(*e, second, 12));
+}
+
+// An f16 store (StoreOptions::kv_dtype) over an f16 compute buffer: entries hold half
+// the KV bytes of the f32 store's, a returning turn loaded from DRAM or, after a
+// restart, from SSD gives recompute's greedy tokens, and a store of the other dtype
+// does not use them.
+TEST(StoreIntegration, F16StoreHalvesEntryBytesAndNextTurnsMatchRecompute) {
+  auto e = LoadStories(DType::kF16);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);
+  int n_reply = 0;
+  std::vector<int32_t> second = NextTurn(*e, first, 20, " Then they went home.", &n_reply);
+  const std::string want = Recompute(*e, second, 20);
+  uint64_t bytes[2] = {0, 0};
+  for (store::KvDtype dt : {store::KvDtype::kF32, store::KvDtype::kF16}) {
+    auto store = OpenStore(*e, 64 << 20, "", nullptr, dt);
+    Scheduler s(*e, NoResident());
+    s.set_store(store.get());
+    RunTurn(s, first, "conv", 20);
+    store->Flush();
+    auto info = store->GetSession("default", "conv");
+    ASSERT_TRUE(info.ok());
+    EXPECT_TRUE(store::EntryKeyHasDtype(info->key, dt)) << info->key;
+    bytes[dt == store::KvDtype::kF16] = info->bytes;
+    Turn b = RunTurn(s, second, "conv", 20);
+    EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + n_reply - 1) << store::KvDtypeName(dt);
+    EXPECT_EQ(b.text, want) << store::KvDtypeName(dt);
+  }
+  // Same 4096-byte header; the KV after it is half as many bytes. (The reply's last
+  // token was not fed: max_tokens.)
+  const uint64_t n_tokens = first.size() + n_reply - 1;
+  const uint64_t kv32 = 2ull * e->model().config().n_layers * n_tokens * e->kv_pool().shape().kv_dim() * 4;
+  EXPECT_EQ(bytes[0], 4096 + kv32);
+  EXPECT_EQ(bytes[1], 4096 + kv32 / 2);
+  std::printf("entry of %llu tokens: f32 %llu bytes, f16 %llu bytes\n", static_cast<unsigned long long>(n_tokens),
+              static_cast<unsigned long long>(bytes[0]), static_cast<unsigned long long>(bytes[1]));
+
+  // Through the SSD tier, across restarts.
+  ScratchDir dir("f16");
+  {
+    auto store = OpenStore(*e, 0, dir.path(), nullptr, store::KvDtype::kF16);  // straight to SSD
+    Scheduler s(*e, NoResident());
+    s.set_store(store.get());
+    RunTurn(s, first, "conv", 20);
+    s.Shutdown();
+  }
+  {  // An f32 store on the same directory keeps the f16 entry but does not use it.
+    auto store = OpenStore(*e, 64 << 20, dir.path(), nullptr, store::KvDtype::kF32);
+    EXPECT_FALSE(store->Lookup("default", "conv", second).has_value());
+    Scheduler s(*e, NoResident());
+    s.set_store(store.get());
+    Turn b = RunTurn(s, second, "other", 20);
+    EXPECT_EQ(b.usage.cached_tokens, 0);
+    EXPECT_EQ(b.text, want);
+    s.Shutdown();
+  }
+  auto store = OpenStore(*e, 64 << 20, dir.path(), nullptr, store::KvDtype::kF16);
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  Turn b = RunTurn(s, second, "conv", 20);
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int>(first.size()) + n_reply - 1);
+  EXPECT_EQ(b.text, want);
 }
 
 // With resident reuse on, turns that adopt or copy resident KV still save complete,

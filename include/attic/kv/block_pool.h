@@ -91,6 +91,14 @@ class BlockPool {
   float* v_slot_f32(int layer, const int32_t* blocks, int slot) {
     return reinterpret_cast<float*>(v_[layer].data()) + SlotOffset(blocks, slot);
   }
+  // The same for any element type: head 0 of the slot, head h is
+  // shape().head_stride() * shape().elem_bytes() bytes further.
+  uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
+    return k_[layer].data() + SlotOffset(blocks, slot) * shape_.elem_bytes();
+  }
+  uint8_t* v_slot_bytes(int layer, const int32_t* blocks, int slot) {
+    return v_[layer].data() + SlotOffset(blocks, slot) * shape_.elem_bytes();
+  }
 
  private:
   // Element offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *

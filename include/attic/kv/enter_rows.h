@@ -8,40 +8,84 @@
 // concurrently.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "attic/attention/rope.h"
+#include "attic/backend/convert.h"
 #include "attic/kv/block_pool.h"
 
 namespace attic::kv {
 
+// Rows of IEEE half elements (an f16 entry): K widened to f32 (exact), rotated in f32,
+// then stored in the pool's element type; V copied as it is into an f16 pool (widened
+// into an f32 one). Into an f16 pool, V gets the bits the forward pass writes; K is
+// f16(RoPE(f16(k))) where the forward writes f16(RoPE(k)): many elements differ, by
+// up to one f16 unit of their head's largest element (the forward does not round K
+// before RoPE).
+template <class KRow, class VRow>
+void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int layer, const int32_t* blocks,
+                         int first, int n, const int32_t* positions, KRow k_row, VRow v_row) {
+  const KvShape& shape = pool.shape();
+  const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim, kvd = shape.kv_dim();
+  const int64_t hs = shape.head_stride();
+  thread_local std::vector<float> kin, krow;
+  kin.resize(static_cast<size_t>(kvd));
+  krow.resize(static_cast<size_t>(kvd));
+  for (int s = first; s < first + n; ++s) {
+    backend::ConvertF16ToF32(k_row(s), kin.data(), kvd);
+    const uint16_t* v = v_row(s);
+    if (shape.dtype == DType::kF16) {
+      rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
+      uint16_t* kd = reinterpret_cast<uint16_t*>(pool.k_slot_bytes(layer, blocks, s));
+      uint16_t* vd = reinterpret_cast<uint16_t*>(pool.v_slot_bytes(layer, blocks, s));
+      for (int h = 0; h < n_kv_heads; ++h) {
+        backend::ConvertF32ToF16(krow.data() + h * hd, kd + h * hs, hd);
+        std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(uint16_t));
+      }
+    } else {
+      rope.ApplyToken(kin.data(), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
+      float* vd = pool.v_slot_f32(layer, blocks, s);
+      for (int h = 0; h < n_kv_heads; ++h) backend::ConvertF16ToF32(v + h * hd, vd + h * hs, hd);
+    }
+  }
+}
+
 // Slots [first, first + n) of the sequence whose block table is `blocks`, at `layer`:
 // slot s takes K_row(s) rotated to positions[s] and V_row(s) (each kv_dim pre-RoPE
-// floats). K_row / V_row: callables int slot -> const float*.
+// elements). K_row / V_row: callables int slot -> const float* (an f32 entry, or rows
+// computed in f32), or -> const uint16_t* (an f16 entry: EnterRotatedF16Rows).
 template <class KRow, class VRow>
 void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int layer, const int32_t* blocks, int first,
                       int n, const int32_t* positions, KRow k_row, VRow v_row) {
-  const KvShape& shape = pool.shape();
-  const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim;
-  if (shape.dtype == DType::kF32) {
-    // K rotated straight into its slot (heads head_stride apart), V copied head by head.
-    const int64_t hs = shape.head_stride();
-    for (int s = first; s < first + n; ++s) {
-      rope.ApplyToken(k_row(s), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
-      const float* v = v_row(s);
-      float* vd = pool.v_slot_f32(layer, blocks, s);
-      for (int h = 0; h < n_kv_heads; ++h) std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(float));
-    }
+  using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(k_row(first))>>;
+  if constexpr (std::is_same_v<Elem, uint16_t>) {
+    EnterRotatedF16Rows(pool, rope, layer, blocks, first, n, positions, k_row, v_row);
     return;
-  }
-  // Other element types: K rotated into a row buffer (one token: stays in L1), then
-  // converted and stored with V.
-  thread_local std::vector<float> krow;
-  krow.resize(static_cast<size_t>(shape.kv_dim()));
-  for (int s = first; s < first + n; ++s) {
-    rope.ApplyToken(k_row(s), krow.data(), n_kv_heads, hd, positions[s]);
-    pool.WriteRows(layer, blocks, s, 1, krow.data(), v_row(s));
+  } else {
+    const KvShape& shape = pool.shape();
+    const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim;
+    if (shape.dtype == DType::kF32) {
+      // K rotated straight into its slot (heads head_stride apart), V copied head by head.
+      const int64_t hs = shape.head_stride();
+      for (int s = first; s < first + n; ++s) {
+        rope.ApplyToken(k_row(s), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
+        const float* v = v_row(s);
+        float* vd = pool.v_slot_f32(layer, blocks, s);
+        for (int h = 0; h < n_kv_heads; ++h) std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(float));
+      }
+      return;
+    }
+    // Other element types: K rotated into a row buffer (one token: stays in L1), then
+    // converted and stored with V.
+    thread_local std::vector<float> krow;
+    krow.resize(static_cast<size_t>(shape.kv_dim()));
+    for (int s = first; s < first + n; ++s) {
+      rope.ApplyToken(k_row(s), krow.data(), n_kv_heads, hd, positions[s]);
+      pool.WriteRows(layer, blocks, s, 1, krow.data(), v_row(s));
+    }
   }
 }
 

@@ -10,7 +10,9 @@
 //               expires_at_ms, tenant, session_id, fingerprint, tokens[n_tokens],
 //               positions[n_tokens], layer_checksum[n_layers], header_checksum
 //               (the header grows past 4096 in 4096-byte steps when it must)
-//   then per layer l: K [n_tokens, kv_dim] f32, V [n_tokens, kv_dim] f32
+//   then per layer l: K [n_tokens, kv_dim], V [n_tokens, kv_dim] in the entry's dtype
+//               (f32: 4 bytes an element; f16: IEEE half, 2 bytes an element; the f32
+//               layout is the one version 1 always had)
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
 //
@@ -28,8 +30,12 @@
 
 namespace attic::store {
 
-enum class KvDtype : uint32_t { kF32 = 0 };
+// Element type of an entry's K and V: the compute buffer's (kv::KvShape::dtype). The
+// store writes entries in the dtype of its compute buffer and uses only those (the key
+// names the dtype): an f16 entry re-entering an f16 buffer gives back the buffer's bits.
+enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1 };
 const char* KvDtypeName(KvDtype dtype);
+inline size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
 
 struct EntryKey {
   std::string tenant;
@@ -38,7 +44,8 @@ struct EntryKey {
   uint64_t token_hash = 0;  // TokenHash(tokens)
   std::string session_id;   // may be empty
 
-  // "<tenant hash>-<fingerprint hash>-f32-<token hash>-<session hash>", 16 hex digits
+  // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype "f32"
+  // or "f16"), 16 hex digits
   // each: safe as a file name or a remote key, unique per (tenant, model, dtype,
   // tokens, session).
   std::string ToString() const;
@@ -53,6 +60,8 @@ std::string FingerprintTag(const std::string& fingerprint);
 // lowercase hex digits around a known dtype name); *fingerprint_tag (when given) = its
 // second field. Nothing else is ever taken for an entry's name.
 bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag = nullptr);
+// Whether the entry key `key` (EntryKey::ToString()) names dtype `dtype`.
+bool EntryKeyHasDtype(std::string_view key, KvDtype dtype);
 
 struct KvEntry;
 
@@ -68,12 +77,21 @@ struct KvRowsBase {
   int64_t base_tokens = 0;                   // rows per layer in the base entry
   std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
   int n_rows = 0;                            // rows used, <= the base's rows
+  uint32_t elem_bytes = 4;                   // bytes of one element of `bytes` (EntryRowsBase)
 
-  // Row `row` (< n_rows) of layer `layer`'s K / V, kv_dim floats.
-  const float* k_row(int layer, int row, int kv_dim) const;
-  const float* v_row(int layer, int row, int kv_dim) const;
-  // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out.
-  void CopyRows(int layer, int first, int n, int kv_dim, float* k_out, float* v_out) const;
+  // Row `row` (< n_rows) of layer `layer`'s K / V: kv_dim elements of the entry's dtype
+  // (k_row / v_row: f32 entries only).
+  const char* k_row_bytes(int layer, int row, int kv_dim) const;
+  const char* v_row_bytes(int layer, int row, int kv_dim) const;
+  const float* k_row(int layer, int row, int kv_dim) const {
+    return reinterpret_cast<const float*>(k_row_bytes(layer, row, kv_dim));
+  }
+  const float* v_row(int layer, int row, int kv_dim) const {
+    return reinterpret_cast<const float*>(v_row_bytes(layer, row, kv_dim));
+  }
+  // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out
+  // (elements of the entry's dtype).
+  void CopyRows(int layer, int first, int n, int kv_dim, void* k_out, void* v_out) const;
   // Entries not serialized yet between these rows and serialized bytes (0 = none).
   int unserialized_depth() const;
 };
@@ -88,15 +106,26 @@ struct KvEntry {
   int64_t expires_at_ms = 0;        // unix ms; 0 = never
   std::vector<int32_t> tokens;      // [n_tokens]
   std::vector<int32_t> positions;   // [n_tokens] positions the KV was computed at
-  // Per layer l: rows [0, base.n_rows) of K and V come from `base`; k[l], v[l] hold the
-  // rest, [n_tokens - base.n_rows, kv_dim] f32. K is before RoPE.
+  // Per layer l: rows [0, base.n_rows) of K and V come from `base`; the rest,
+  // [n_tokens - base.n_rows, kv_dim], are the entry's own: k[l], v[l] (f32) for an f32
+  // entry, k16[l], v16[l] (IEEE half bits) for an f16 one; the other pair is empty (or
+  // holds empty layers). K is before RoPE.
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<uint16_t>> k16, v16;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
-  // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows.
-  const float* k_row(int layer, int row) const;
-  const float* v_row(int layer, int row) const;
+  size_t elem_bytes() const { return KvDtypeBytes(dtype); }
+  // Layer `layer`'s own rows (the entry's dtype) and their count of elements.
+  const char* own_k(int layer) const;
+  const char* own_v(int layer) const;
+  size_t own_elems(int layer) const;
+  // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows: kv_dim
+  // elements of the entry's dtype (k_row / v_row: f32 entries only).
+  const char* k_row_bytes(int layer, int row) const;
+  const char* v_row_bytes(int layer, int row) const;
+  const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
+  const float* v_row(int layer, int row) const { return reinterpret_cast<const float*>(v_row_bytes(layer, row)); }
   EntryKey key() const;
   // Size of Serialize()'s output.
   uint64_t SerializedBytes() const;
@@ -126,9 +155,16 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows);
 
 // Layer l's K and V inside a serialized entry whose header is `h` (bytes.size() must
-// be h.total_bytes): [n_tokens, kv_dim] f32 each, 16-byte aligned when `bytes` is.
-const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer);
-const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer);
+// be h.total_bytes): [n_tokens, kv_dim] of the entry's dtype each, 16-byte aligned when
+// `bytes` is. EntryLayerK / V: f32 entries.
+const char* EntryLayerKBytes(std::string_view bytes, const EntryHeader& h, int layer);
+const char* EntryLayerVBytes(std::string_view bytes, const EntryHeader& h, int layer);
+inline const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, int layer) {
+  return reinterpret_cast<const float*>(EntryLayerKBytes(bytes, h, layer));
+}
+inline const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer) {
+  return reinterpret_cast<const float*>(EntryLayerVBytes(bytes, h, layer));
+}
 // Checks layer l's checksum. DataLoss on a mismatch.
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
 

@@ -57,8 +57,11 @@ struct LoadJob {
   std::vector<int32_t> positions;     // every slot's position (RoPE), up to the last entered slot
   // Optional pre-RoPE copy of the entered rows in slot order, per layer (the rows a
   // turn saves, when they are not shared in place: TurnRows).
+  // (f16 sources: copy_k16 / copy_v16.)
   std::vector<std::vector<float>>* copy_k = nullptr;
   std::vector<std::vector<float>>* copy_v = nullptr;
+  std::vector<std::vector<uint16_t>>* copy_k16 = nullptr;
+  std::vector<std::vector<uint16_t>>* copy_v16 = nullptr;
 
   // Inline entering (InlinePreload): no loader thread; WaitLayer(l) itself enters the
   // layers up to l, on the calling thread and `inline_threads`, just before the forward

@@ -34,17 +34,31 @@ class KvSource {
   const SharedBytes& bytes() const { return bytes_; }
   const EntryHeader& header() const { return header_; }
 
-  // One layer's rows: K(row) / V(row) are kv_dim floats of entry row `row`. A
-  // serialized layer's rows are contiguous; a queued save's are looked up through its
+  KvDtype dtype() const { return meta().dtype; }
+
+  // One layer's rows: KBytes(row) / VBytes(row) are the kv_dim elements (of dtype()) of
+  // entry row `row`; K / V for an f32 source, K16 / V16 (IEEE half bits) for an f16 one.
+  // A serialized layer's rows are contiguous; a queued save's are looked up through its
   // bases.
   struct Layer {
     const KvEntry* queued;
     int layer;
-    const float* k;  // a serialized entry's layer, or null (queued)
+    // A serialized entry's layer (f32 elements; an f16 layer's bits: read it through
+    // K16 / V16 / KBytes), or null (queued).
+    const float* k;
     const float* v;
     size_t kv_dim;
+    size_t elem_bytes;  // of the entry's dtype
     const float* K(int row) const { return k ? k + row * kv_dim : queued->k_row(layer, row); }
     const float* V(int row) const { return v ? v + row * kv_dim : queued->v_row(layer, row); }
+    const char* KBytes(int row) const {
+      return k ? reinterpret_cast<const char*>(k) + row * kv_dim * elem_bytes : queued->k_row_bytes(layer, row);
+    }
+    const char* VBytes(int row) const {
+      return v ? reinterpret_cast<const char*>(v) + row * kv_dim * elem_bytes : queued->v_row_bytes(layer, row);
+    }
+    const uint16_t* K16(int row) const { return reinterpret_cast<const uint16_t*>(KBytes(row)); }
+    const uint16_t* V16(int row) const { return reinterpret_cast<const uint16_t*>(VBytes(row)); }
   };
   Layer layer(int l) const;
 

@@ -60,6 +60,13 @@ namespace attic::store {
 
 struct StoreOptions {
   std::string fingerprint;                  // the served model's fingerprint (required)
+  // Element type of the entries the store writes (turns) and finds. Entries of the
+  // other dtype are kept and evicted like any but never found by a lookup (the key names
+  // the dtype). f32 (the default) is exact whatever the compute buffer's dtype; f16
+  // halves the bytes, and with an f16 compute buffer re-enters V bit for bit but K not
+  // (the forward rounds K to f16 after RoPE, an entry before it: many elements differ by
+  // one f16 unit of their head's largest; docs/store.md "Entry format").
+  KvDtype kv_dtype = KvDtype::kF32;
   uint64_t dram_bytes = 1ull << 30;         // host-DRAM tier capacity (--kv-dram-bytes)
   std::string ssd_dir;                      // SSD tier directory; "" = no SSD tier (--kv-ssd-dir)
   uint64_t ssd_bytes = 16ull << 30;         // SSD tier capacity (--kv-ssd-bytes)
@@ -328,6 +335,8 @@ class KvStore {
   void AttachComputeBuffer(kv::BlockPool* pool, const attention::RopeTable* rope);
   bool has_compute_buffer() const { return pool_ != nullptr; }
   const kv::KvShape& compute_shape() const { return pool_->shape(); }
+  // The dtype of the entries the store writes and finds (StoreOptions::kv_dtype).
+  KvDtype kv_dtype() const { return options_.kv_dtype; }
   KvLoader& loader() { return *loader_; }
   // A turn of (tenant, session) with no slot yet. REQUIRES: AttachComputeBuffer.
   std::unique_ptr<Turn> NewTurn(const std::string& tenant, const std::string& session_id, int64_t ttl_ms = -1);

@@ -28,12 +28,29 @@ class KvStore;
 
 // A sequence's pre-RoPE K and V by slot: slots [0, base.n_rows) shared in place from
 // where they came from (a stored entry's bytes, or a save not serialized yet), the
-// slots after them held here, per layer [rows, kv_dim].
+// slots after them held here, per layer [rows, kv_dim], in the store's dtype (that of
+// the compute buffer): k, v for f32, k16, v16 (IEEE half bits) for f16; the other pair
+// holds empty layers.
 struct TurnRows {
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
-  int n(int kv_dim) const { return base.n_rows + (k.empty() ? 0 : static_cast<int>(k[0].size() / kv_dim)); }
+  std::vector<std::vector<uint16_t>> k16, v16;
+  int n(int kv_dim) const {
+    const size_t own = (k.empty() ? 0 : k[0].size()) + (k16.empty() ? 0 : k16[0].size());
+    return base.n_rows + static_cast<int>(own / kv_dim);
+  }
   uint64_t own_bytes() const;
+  // Applies f(rows) to k, v, k16 and v16 (each a per-layer vector of row vectors).
+  template <class F>
+  void ForEachRows(F f) {
+    f(k);
+    f(v);
+    f(k16);
+    f(v16);
+  }
+  void ResizeLayers(int n_layers) {
+    ForEachRows([&](auto& rows) { rows.resize(n_layers); });
+  }
 };
 
 class Turn {
@@ -72,7 +89,9 @@ class Turn {
   // never reallocates; pages are touched only when written).
   void Reserve(int max_slots);
   // Layer `layer`'s pre-RoPE K and V of the n slots appended after n_slots() ([n,
-  // kv_dim] each). Every layer of a step must be recorded.
+  // kv_dim] f32 each; kept in the store's dtype: an f16 store rounds them to f16, which
+  // is exact for what an f16 compute buffer's forward hands over). Every layer of a step
+  // must be recorded.
   void Append(int layer, const float* k, const float* v, int n);
   // Keeps slots [0, n) (the sequence was cut back to them).
   void Truncate(int n);
@@ -111,6 +130,7 @@ class Turn {
   std::string tenant_, session_id_;
   int64_t ttl_ms_ = -1;
   int n_layers_ = 0, kv_dim_ = 0;
+  KvDtype dtype_ = KvDtype::kF32;  // of the rows and the saves: the compute buffer's
   TurnRows rows_;
   bool valid_ = true;
   uint64_t accounted_ = 0;                // own bytes counted toward the store's turn budget
