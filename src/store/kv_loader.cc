@@ -24,7 +24,7 @@ int LoadJob::n_rows() const {
 uint64_t LoadJob::stored_bytes() const {
   uint64_t n = 0;
   for (const LoadSegment& s : segments)
-    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->kv_dim() * sizeof(float);
+    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->kv_dim() * KvDtypeBytes(s.source->dtype());
   return n;
 }
 
