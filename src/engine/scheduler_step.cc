@@ -139,15 +139,7 @@ int Scheduler::Step() {
   // the store's read buffer (S_buf); finished loads report their entering rate.
   if (store_ != nullptr && prefill_rows >= 32 && prefill_rows * 2 >= rows)
     store_->ReportPrefillRate((Seconds(now - t_step) - waited - entered_inline) / rows);
-  for (store::Turn* t : loading) {
-    double secs = 0;
-    int n = 0;
-    uint64_t bytes = 0;
-    if (t->CollectLoad(&secs, &n, &bytes)) {
-      load_stats_.enter_seconds += secs;
-      load_stats_.entered_bytes += bytes;
-    }
-  }
+  for (store::Turn* t : loading) CountFinishedLoad(*t);
   if (LogEnabled(LogLevel::kDebug)) {
     int64_t visible = 0;  // slots the step's rows attend over, summed over sequences
     for (const auto& e : batch) visible += e.seq->n_slots();

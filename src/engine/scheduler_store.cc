@@ -107,17 +107,21 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   if (mode != store::Preload::kSync) {
     ++load_stats_.layerwise_loads;
   } else {
-    double secs = 0;
-    int rows = 0;
-    uint64_t bytes = 0;
-    if (turn->CollectLoad(&secs, &rows, &bytes)) {
-      load_stats_.enter_seconds += secs;
-      load_stats_.entered_bytes += bytes;
-    }
+    CountFinishedLoad(*turn);
   }
   store_->RecordReuse(plan.n_cached);
   r.kv = std::move(seq);
   r.turn = std::move(turn);
+}
+
+void Scheduler::CountFinishedLoad(store::Turn& turn) {
+  double secs = 0;
+  int rows = 0;
+  uint64_t bytes = 0;
+  if (turn.CollectLoad(&secs, &rows, &bytes)) {
+    load_stats_.enter_seconds += secs;
+    load_stats_.entered_bytes += bytes;
+  }
 }
 
 void Scheduler::SaveToStore(Running& r, bool keep_rows) {

@@ -258,6 +258,8 @@ class Scheduler {
   // Saves the turn's KV (asynchronously). keep_rows: the sequence stays resident and
   // its turn keeps its rows (else they move into the save).
   void SaveToStore(Running& r, bool keep_rows);
+  // Collects `turn`'s finished load (if any) into load_stats_: enter time, bytes.
+  void CountFinishedLoad(store::Turn& turn);
   void HintStore();
   void Report(RequestRecord record);
   void PublishStats();
