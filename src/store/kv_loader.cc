@@ -80,19 +80,22 @@ void KvLoader::Stage(std::function<void()> fetch) {
 
 void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads) {
   const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
-  // Pre-RoPE copy of the rows, in slot order, for saving the turn (elements of the
-  // sources' dtype: the store's).
+  // Pre-RoPE copy of the rows, by slot (copy row i = slot copy_first_slot + i), for
+  // saving the turn (elements of the sources' dtype: the store's). Rows of slots no
+  // segment enters (computed later) are left as they are.
   auto copy_rows = [&](auto* copy_k, auto* copy_v) {
     if (copy_k == nullptr) return;
     auto& hk = (*copy_k)[layer];
     auto& hv = (*copy_v)[layer];
     using Elem = typename std::remove_reference_t<decltype(hk)>::value_type;
-    hk.resize(static_cast<size_t>(job.n_rows()) * kvd);
-    hv.resize(hk.size());
-    size_t at = 0;
-    for (const LoadSegment& seg : job.segments) {
+    for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
+      const LoadSegment& seg = job.segments[si];
+      const size_t need = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot) * kvd;
+      if (hk.size() < need) hk.resize(need);
+      if (hv.size() < need) hv.resize(need);
       const KvSource::Layer src = seg.source->layer(layer);
       ATTIC_CHECK(src.elem_bytes == sizeof(Elem));
+      size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot) * kvd;
       for (int i = 0; i < seg.n; ++i, at += kvd) {
         std::memcpy(hk.data() + at, src.KBytes(seg.src_row + i), kvd * sizeof(Elem));
         std::memcpy(hv.data() + at, src.VBytes(seg.src_row + i), kvd * sizeof(Elem));

@@ -99,9 +99,12 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
   ATTIC_CHECK(!segments.empty() && n_slots() == 0 && load_ == nullptr);
   auto job = std::make_shared<LoadJob>();
   const LoadSegment& first = segments.front();
-  const bool prefix = segments.size() == 1 && first.src_row == 0 && first.dst_slot == 0;
+  // Slots the sequence has when it starts: the segments' and any slots between them
+  // (computed in place later).
+  const int n_plan = std::max(static_cast<int>(positions.size()), segments.back().dst_slot + segments.back().n);
+  const bool prefix = first.src_row == 0 && first.dst_slot == 0;
   if (prefix && valid_) {
-    // The rows are a prefix of the source: shared in place, never copied.
+    // Rows that are a prefix of their source: shared in place, never copied.
     const KvSource& src = *first.source;
     if (src.queued()) {
       BaseOn(src.queued_entry(), first.n);
@@ -109,26 +112,35 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
       rows_.base = EntryRowsBase(src.bytes(), src.header(), first.n);
     }
     // A turn that extends a whole stored entry replaces it when saved.
-    if (!src.key().empty() && first.n == src.n_rows()) supersedes_ = src.key();
-    Reserve(max_slots);
-  } else if (valid_) {
-    // Not a prefix (truncation: the kept rows): the loader copies them, in slot order,
-    // into the turn's own rows as it enters them.
-    Reserve(max_slots);
+    if (segments.size() == 1 && !src.key().empty() && first.n == src.n_rows()) supersedes_ = src.key();
+  }
+  Reserve(max_slots);
+  const int base = rows_.base.n_rows;
+  if (valid_ && n_plan > base) {
+    // The other slots (truncation's kept rows, linked chunks, slots computed in place
+    // between them) are the turn's own: the loader copies what it enters, by slot, as
+    // it enters it; the forward writes the rest (Write).
+    const size_t elems = static_cast<size_t>(n_plan - base) * kv_dim_;
     if (dtype_ == KvDtype::kF16) {
+      for (auto& x : rows_.k16) x.resize(elems);
+      for (auto& x : rows_.v16) x.resize(elems);
       job->copy_k16 = &rows_.k16;
       job->copy_v16 = &rows_.v16;
     } else {
+      for (auto& x : rows_.k) x.resize(elems);
+      for (auto& x : rows_.v) x.resize(elems);
       job->copy_k = &rows_.k;
       job->copy_v = &rows_.v;
     }
+    job->copy_first_slot = base;
+    job->copy_from_segment = base > 0 ? 1 : 0;
   }
   job->segments = std::move(segments);
   job->blocks = std::move(blocks);
   job->positions = std::move(positions);
   store_.loader().Start(job, mode, threads);
   load_ = std::move(job);
-  if (mode == Preload::kSync) AccountOwnBytes();
+  AccountOwnBytes();
 }
 
 double Turn::WaitLoad() { return load_ ? load_->WaitAll() : 0; }
@@ -166,6 +178,29 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
   }
   rows_.k[layer].insert(rows_.k[layer].end(), k, k + elems);
   rows_.v[layer].insert(rows_.v[layer].end(), v, v + elems);
+}
+
+void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v, int n) {
+  if (!valid_) return;
+  const int base = rows_.base.n_rows;
+  for (int i = 0; i < n; ++i) {
+    if (slots[i] < base || slots[i] >= n_slots()) {
+      Invalidate();  // a shared row (or no row) to overwrite: the turn no longer knows its KV
+      return;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const size_t at = static_cast<size_t>(slots[i] - base) * kv_dim_;
+    const float* kr = k + static_cast<size_t>(i) * kv_dim_;
+    const float* vr = v + static_cast<size_t>(i) * kv_dim_;
+    if (dtype_ == KvDtype::kF16) {
+      backend::ConvertF32ToF16(kr, rows_.k16[layer].data() + at, kv_dim_);
+      backend::ConvertF32ToF16(vr, rows_.v16[layer].data() + at, kv_dim_);
+    } else {
+      std::copy(kr, kr + kv_dim_, rows_.k[layer].data() + at);
+      std::copy(vr, vr + kv_dim_, rows_.v[layer].data() + at);
+    }
+  }
 }
 
 void Turn::Truncate(int n) {

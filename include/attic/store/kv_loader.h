@@ -52,16 +52,20 @@ enum class Preload {
 
 // Stored KV entering the compute buffer.
 struct LoadJob {
-  std::vector<LoadSegment> segments;  // ascending, disjoint dst_slot ranges
+  std::vector<LoadSegment> segments;  // ascending, disjoint dst_slot ranges (gaps allowed)
   std::vector<int32_t> blocks;        // the sequence's blocks covering the slots
   std::vector<int32_t> positions;     // every slot's position (RoPE), up to the last entered slot
-  // Optional pre-RoPE copy of the entered rows in slot order, per layer (the rows a
-  // turn saves, when they are not shared in place: TurnRows).
+  // Optional pre-RoPE copy of the entered rows, per layer (the rows a turn saves, when
+  // they are not shared in place: TurnRows): the rows of segments[copy_from_segment..]
+  // are copied by slot, slot s to copy row s - copy_first_slot (a layer's vector grows
+  // to hold them; rows of slots no segment enters are left as they are).
   // (f16 sources: copy_k16 / copy_v16.)
   std::vector<std::vector<float>>* copy_k = nullptr;
   std::vector<std::vector<float>>* copy_v = nullptr;
   std::vector<std::vector<uint16_t>>* copy_k16 = nullptr;
   std::vector<std::vector<uint16_t>>* copy_v16 = nullptr;
+  int copy_first_slot = 0;
+  size_t copy_from_segment = 0;
 
   // Inline entering (InlinePreload): no loader thread; WaitLayer(l) itself enters the
   // layers up to l, on the calling thread and `inline_threads`, just before the forward

@@ -67,11 +67,13 @@ class Turn {
 
   // --- Loading (at admission) ---
   // Enters `segments` into the slots of the sequence with block table `blocks` and
-  // per-slot `positions`, as `mode` says, and takes the rows for the turn: a segment
-  // that is a prefix of its source (source rows [0, n) into slots [0, n)) is shared in
-  // place; other rows are copied as they are entered. Room is reserved for `max_slots`
-  // slots (Reserve). REQUIRES: the turn holds no slot yet; segments cover slots [0, n)
-  // in order.
+  // per-slot `positions` (every slot the sequence starts with), as `mode` says, and
+  // takes the rows for the turn: a first segment that is a prefix of its source (source
+  // rows [0, n) into slots [0, n)) is shared in place; the other slots are the turn's
+  // own: rows the segments enter are copied as they are entered, slots between segments
+  // (computed in place later: linking) are written by the forward (Write). Room is
+  // reserved for `max_slots` slots (Reserve). REQUIRES: the turn holds no slot yet;
+  // segments ascending and disjoint by slot.
   void Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, std::vector<int32_t> positions,
             int max_slots, Preload mode, backend::ThreadPool& threads);
   // The load still running (null when none, or done and collected).
@@ -93,6 +95,10 @@ class Turn {
   // is exact for what an f16 compute buffer's forward hands over). Every layer of a step
   // must be recorded.
   void Append(int layer, const float* k, const float* v, int n);
+  // Layer `layer`'s pre-RoPE K and V of n slots recomputed in place (each < n_slots(),
+  // [n, kv_dim] f32 each, row i for slots[i]): they replace what the turn held there.
+  // A slot the turn shares (its base) cannot be replaced: the turn is invalidated.
+  void Write(int layer, const int32_t* slots, const float* k, const float* v, int n);
   // Keeps slots [0, n) (the sequence was cut back to them).
   void Truncate(int n);
   // A turn of another request of the same tenant: a copy sharing what this turn shares
