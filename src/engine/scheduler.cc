@@ -51,6 +51,10 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   }
   ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
   if (request.sampling.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
+    return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
+  if (request.link != nullptr)
+    ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab_) {
       return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
@@ -59,7 +63,23 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   }
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
-  if (truncate) TruncatePrompt(request, limit - 1, &w->truncation);
+  if (truncate) {
+    TruncatePrompt(request, limit - 1, &w->truncation);
+    // Linked chunks follow the tokens they cover: the truncation dropped prompt tokens
+    // [keep, keep + drop).
+    if (request.link != nullptr) {
+      const int keep = w->truncation.keep, drop = n_prompt - static_cast<int>(request.prompt.size());
+      auto spec = std::make_shared<LinkSpec>(*request.link);
+      spec->chunks.clear();
+      for (const LinkedChunk& c : request.link->chunks) {
+        if (c.slot < keep) spec->chunks.push_back({c.slot, std::min(c.n, keep - c.slot), c.store_key, c.src_row});
+        const int from = std::max(c.slot, keep + drop);
+        if (from < c.slot + c.n)
+          spec->chunks.push_back({from - drop, c.slot + c.n - from, c.store_key, c.src_row + (from - c.slot)});
+      }
+      request.link = spec->chunks.empty() ? nullptr : std::move(spec);
+    }
+  }
   w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
   request.prompt.clear();
   w->req = std::move(request);
@@ -199,7 +219,14 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
   const int max_slots = static_cast<int>(std::min<int64_t>(want, max_slots_));
   const int need = BlocksFor(max_slots);
-  SeqPlan local = PlanReuse(w);
+  // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing.
+  SeqPlan local = w.req.prefill_only ? SeqPlan{} : PlanReuse(w);
+  // A linked prompt reuses a resident sequence only when it covers every linked chunk
+  // (a conversation's later turn); else its chunks are linked after a stored prefix.
+  const int chunks_end = w.req.link && !w.req.link->chunks.empty()
+                             ? w.req.link->chunks.back().slot + w.req.link->chunks.back().n
+                             : 0;
+  if (local.n_cached < chunks_end) local = SeqPlan{};
   const int avail = AvailableBlocks();
   if (local.from_seq != nullptr && !local.adopt) {
     // The source stays resident (and unevictable) while its prefix is copied.
@@ -216,9 +243,13 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->req.tenant = w.req.tenant;
   r->req.session_id = w.req.session_id;
   r->req.session_ttl_ms = w.req.session_ttl_ms;
+  r->req.link = w.req.link;
   r->max_slots = max_slots;
   SeqPlan stored;
-  if (store_ != nullptr) stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
+  if (store_ != nullptr && !w.req.prefill_only) {
+    stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
+    if (stored.n_cached < chunks_end && local.empty()) stored = PlanLinked(*r, std::move(stored));
+  }
   if (!stored.empty()) {
     // Stored KV beats what is resident; the resident sequence stays for others.
     StartFromStore(*r, std::move(stored));
@@ -269,7 +300,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->channel = w.channel;
   r->req = std::move(w.req);
   r->reserved_blocks = need;
-  r->n_cached = r->kv->n_slots();
+  if (r->compute_slots.empty()) r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);
   running_.push_back(std::move(r));
   n_running_.store(static_cast<int>(running_.size()));

@@ -58,6 +58,13 @@ struct Scheduler::Running {
   int max_slots = 0;              // KV slots this sequence may grow to
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission
   int n_cached = 0;
+  // Linking (req.link): slots computed in place before decoding (SeqPlan::compute_slots),
+  // the next one to compute, cached slots among them, and CacheBlend's selection.
+  std::vector<int32_t> compute_slots;
+  size_t compute_next = 0;
+  int recomputed = 0;
+  std::unique_ptr<CacheBlendHooks> blend;
+  bool prefilled() const { return compute_next >= compute_slots.size() && kv->n_slots() >= static_cast<int>(prompt->size()); }
 
   bool decoding = false;
   int32_t next_token = -1;  // sampled, fed at the next step
@@ -75,7 +82,8 @@ struct Scheduler::Running {
     TokenUsage u;
     u.prompt_tokens = static_cast<int>(prompt->size());
     u.completion_tokens = n_generated;
-    u.cached_tokens = n_cached;
+    u.recomputed_tokens = blend ? blend->selected() : recomputed;
+    u.cached_tokens = n_cached - u.recomputed_tokens;
     return u;
   }
 };

@@ -12,18 +12,47 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The store's save hook: every layer's new pre-RoPE K and V of an entry go to the
-// entry's turn (null: a sequence without one).
-// The scheduler's sequences only append (a turn records appended slots).
-class TurnSaver : public LayerHooks {
+// The step's layer hooks: every layer's new pre-RoPE K and V of an entry go to the
+// entry's turn (null: a sequence without one) -- saving to the store is a hook -- and an
+// entry being linked with CacheBlend has its selection hooks. first_new[e]: the entry's
+// first appended slot (rows below it recompute slots in place).
+class StepHooks : public LayerHooks {
  public:
-  explicit TurnSaver(const std::vector<store::Turn*>& turns) : turns_(turns) {}
+  StepHooks(const std::vector<store::Turn*>& turns, const std::vector<int>& first_new,
+            const std::vector<LayerHooks*>& link, int kv_dim)
+      : turns_(turns), first_new_(first_new), link_(link), kv_dim_(kv_dim) {}
   void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
-    if (store::Turn* t = turns_[rows.entry]) t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
+    if (LayerHooks* h = link_[rows.entry]) h->OnKv(layer, rows, kv);
+    store::Turn* t = turns_[rows.entry];
+    if (t == nullptr) return;
+    const int first_new = first_new_[rows.entry];
+    if (rows.n_rows > 0 && rows.slots[0] >= first_new) {  // appended (the common case: every row)
+      t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
+      return;
+    }
+    const size_t kvd = kv_dim_;
+    for (int i = 0; i < rows.n_rows; ++i) {
+      const float* k = kv.k_pre_rope + i * kvd;
+      const float* v = kv.v + i * kvd;
+      if (rows.slots[i] < first_new) {
+        t->Write(layer, rows.slots + i, k, v, 1);
+      } else {
+        t->Append(layer, k, v, 1);
+      }
+    }
+  }
+  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+    if (LayerHooks* h = link_[rows.entry]) h->BeforeAttention(layer, rows, vis);
+  }
+  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
+    if (LayerHooks* h = link_[rows.entry]) h->AfterLayer(layer, rows, keep);
   }
 
  private:
   const std::vector<store::Turn*>& turns_;
+  const std::vector<int>& first_new_;
+  const std::vector<LayerHooks*>& link_;
+  const size_t kv_dim_;
 };
 
 GenerationEvent TextEvent(std::string text) {
@@ -74,14 +103,30 @@ int Scheduler::Step() {
   int budget = tf.max_batch_tokens() - rows;
   if (options_.max_prefill_tokens_per_step > 0) budget = std::min(budget, options_.max_prefill_tokens_per_step);
   for (auto& r : running_) {
-    if (r->decoding || budget <= 0) continue;
-    const int done = r->kv->n_slots();
-    const int left = static_cast<int>(r->prompt->size()) - done;
-    const int n = std::min(left, budget);
+    if (r->decoding || budget <= 0 || r->prefilled()) continue;
     BatchEntry e;
     e.seq = r->kv.get();
-    e.tokens.assign(r->prompt->begin() + done, r->prompt->begin() + done + n);
-    e.want_logits = n == left;
+    int n = 0;
+    if (r->compute_next < r->compute_slots.size()) {
+      // Linking: slots computed in place over the linked KV, in slot order.
+      n = std::min(static_cast<int>(r->compute_slots.size() - r->compute_next), budget);
+      const int32_t* slots = r->compute_slots.data() + r->compute_next;
+      e.slots.assign(slots, slots + n);
+      for (int32_t slot : e.slots) {
+        e.tokens.push_back((*r->prompt)[slot]);
+        e.positions.push_back(r->kv->positions()[slot]);
+      }
+      r->compute_next += n;
+      e.want_logits = r->prefilled();
+    } else {
+      const int done = r->kv->n_slots();
+      const int left = static_cast<int>(r->prompt->size()) - done;
+      n = std::min(left, budget);
+      e.tokens.assign(r->prompt->begin() + done, r->prompt->begin() + done + n);
+      e.want_logits = n == left;
+    }
+    if (r->req.prefill_only) e.want_logits = false;
+    if (r->blend) r->blend->set_entry(static_cast<int>(batch.size()));
     batch.push_back(std::move(e));
     owners.push_back(r.get());
     budget -= n;
@@ -95,17 +140,22 @@ int Scheduler::Step() {
   // Room for the new slots: reservations guarantee that evicting resident KV suffices.
   int grow = 0;
   for (const auto& e : batch) {
-    grow += BlocksFor(e.seq->n_slots() + static_cast<int>(e.tokens.size())) -
-            static_cast<int>(e.seq->block_table().size());
+    const int appended = e.slots.empty() ? static_cast<int>(e.tokens.size()) : 0;  // linking: in place
+    grow += BlocksFor(e.seq->n_slots() + appended) - static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
   // With a KV store, each new slot's pre-RoPE K and V go to its sequence's turn (the
   // store keeps them to save the turn): saving is a layer hook.
-  std::vector<store::Turn*> turns;
-  if (store_ != nullptr)
-    for (Running* r : owners) turns.push_back(r->turn.get());
-  TurnSaver saver(turns);
-  LayerHooks* hooks = store_ != nullptr ? &saver : nullptr;
+  std::vector<store::Turn*> turns(owners.size(), nullptr);
+  std::vector<int> first_new(owners.size());
+  std::vector<LayerHooks*> link(owners.size(), nullptr);
+  for (size_t i = 0; i < owners.size(); ++i) {
+    if (store_ != nullptr) turns[i] = owners[i]->turn.get();
+    first_new[i] = batch[i].seq->n_slots();
+    if (!owners[i]->decoding) link[i] = owners[i]->blend.get();
+  }
+  StepHooks step_hooks(turns, first_new, link, pool_.shape().kv_dim());
+  LayerHooks* hooks = store_ != nullptr ? &step_hooks : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
@@ -158,6 +208,9 @@ int Scheduler::Step() {
     sampled_[t] = pickers[t]->sampler.Sample(logits_.data() + t * static_cast<size_t>(vocab_), vocab_);
   });
   for (size_t t = 0; t < pickers.size(); ++t) OnToken(*pickers[t], sampled_[t], now);
+  // A prefill-only request (KVGen) is done once its prompt is in.
+  for (Running* r : owners)
+    if (r->req.prefill_only && !r->done && r->prefilled()) Finish(*r, "stop");
   cleanup();
   return rows;
 }

@@ -90,12 +90,70 @@ SeqPlan Scheduler::PlanStored(const Running& r, int min_tokens) const {
   return plan;
 }
 
+SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
+  const LinkSpec& spec = *r.req.link;
+  if (spec.options.method == LinkMethod::kFull) return prefix;  // nothing cached is used
+  const std::vector<int32_t>& prompt = *r.prompt;
+  const int n = static_cast<int>(prompt.size());
+  const int p = prefix.n_cached;
+  const kv::KvShape& shape = pool_.shape();
+  SeqPlan plan = prefix;
+  std::vector<LinkedChunk> present;
+  for (const LinkedChunk& c : spec.chunks) {
+    if (c.slot + c.n <= p) continue;  // in the stored prefix already (a conversation's next turn)
+    const int cut = std::max(0, p - c.slot);
+    store::StoreHit hit;
+    hit.key = c.store_key;
+    hit.n_tokens = hit.entry_tokens = c.src_row + c.n;
+    auto src = store_->OpenForTurn(hit);
+    if (!src.ok()) continue;  // gone (evicted, expired, bad): its tokens are computed
+    const store::KvSource& s = **src;
+    // A chunk is linked only into a request of the tenant that stored it (the key names
+    // the tenant; the entry says it too).
+    if (s.meta().tenant != r.req.tenant || s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() || s.n_rows() < c.src_row + c.n ||
+        !std::equal(s.meta().tokens.begin() + c.src_row + cut, s.meta().tokens.begin() + c.src_row + c.n,
+                    prompt.begin() + c.slot + cut))
+      continue;
+    plan.segments.push_back({*src, c.src_row + cut, c.n - cut, c.slot + cut});
+    present.push_back({c.slot + cut, c.n - cut, c.store_key, c.src_row + cut});
+  }
+  if (present.empty()) return prefix;
+  // Every prompt slot exists from the start; the linked part continues the prefix's
+  // positions.
+  const int first_pos = p > 0 ? plan.positions[p - 1] + 1 : 0;
+  plan.tokens = prompt;
+  plan.positions.resize(n);
+  for (int s = p; s < n; ++s) plan.positions[s] = first_pos + (s - p);
+  plan.n_cached = n;
+  plan.link_from = p;
+  for (const LinkedChunk& c : present) plan.n_linked += c.n;
+  plan.compute_slots = LinkComputeSlots(spec.options, present, p, n);
+  return plan;
+}
+
 void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   EnsureFree(BlocksFor(plan.n_cached), nullptr);
   auto seq = std::make_unique<kv::SequenceKv>(&pool_);
   Status st = seq->Append(plan.tokens.data(), plan.positions.data(), plan.n_cached);
   ATTIC_CHECK(st.ok());  // guaranteed by the admission's availability check
   const bool queued = plan.segments.front().source->queued();
+  if (plan.n_linked > 0) {
+    // Linked chunks: the slots the forward computes in place, and how many of them held
+    // cached KV (recomputed to link it).
+    std::vector<uint8_t> is_chunk(plan.n_cached, 0);
+    for (const store::LoadSegment& seg : plan.segments)
+      if (seg.dst_slot >= plan.link_from) std::fill(is_chunk.begin() + seg.dst_slot, is_chunk.begin() + seg.dst_slot + seg.n, 1);
+    const LinkOptions& link = r.req.link->options;
+    if (link.method == LinkMethod::kCacheBlend) {
+      r.blend = std::make_unique<CacheBlendHooks>(seq.get(), is_chunk, plan.n_cached - 1, link.ratio, link.check_layer);
+    } else {
+      for (int32_t s : plan.compute_slots) r.recomputed += is_chunk[s];
+    }
+    r.compute_slots = std::move(plan.compute_slots);
+    r.n_cached = plan.link_from + plan.n_linked;  // before what is recomputed (Running::usage)
+  } else {
+    r.n_cached = plan.n_cached;
+  }
   auto turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
   const store::Preload mode = options_.kv_preload == KvPreload::kSync     ? store::Preload::kSync
                               : options_.kv_preload == KvPreload::kInline ? store::Preload::kInline
@@ -109,7 +167,7 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   } else {
     CountFinishedLoad(*turn);
   }
-  store_->RecordReuse(plan.n_cached);
+  store_->RecordReuse(r.n_cached - r.recomputed);
   r.kv = std::move(seq);
   r.turn = std::move(turn);
 }

@@ -39,8 +39,15 @@ struct SeqPlan {
   std::vector<store::LoadSegment> segments;
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
-  // Slots [0, n_cached) come cached; the forward computes the prompt's slots after them.
+  // Slots [0, n_cached) exist when the sequence starts; the forward computes the
+  // prompt's slots after them.
   int n_cached = 0;
+  // Linking: slots below n_cached the forward computes in place first, ascending (the
+  // uncached tokens between linked chunks and the boundary slots it recomputes); and of
+  // the n_cached slots, how many came from linked chunks.
+  std::vector<int32_t> compute_slots;
+  int n_linked = 0;
+  int link_from = 0;  // the linked part starts here (after a stored prefix)
 
   bool empty() const { return n_cached == 0; }
 };

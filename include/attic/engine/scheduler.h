@@ -37,6 +37,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
+#include "attic/engine/link.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/store/kv_store.h"
@@ -105,6 +106,7 @@ struct TokenUsage {
   int prompt_tokens = 0;
   int completion_tokens = 0;  // sampled tokens, including a stop token
   int cached_tokens = 0;      // prompt tokens whose KV was reused instead of recomputed
+  int recomputed_tokens = 0;  // cached tokens (linked chunks) recomputed to link them; not in cached_tokens
 };
 
 struct GenerationEvent {
@@ -146,6 +148,14 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;      // token ids (must not be empty)
   SamplingParams sampling;          // max_tokens >= 1; stop_token_ids add to the engine's
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
+  // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
+  // as the spec's method says (link.h); null = none. Needs a KV store.
+  std::shared_ptr<const LinkSpec> link;
+  // Compute and save the prompt's KV (session_id names the entry), sample nothing: the
+  // request finishes ("stop", no completion tokens) once its prompt is prefilled. Its
+  // prompt is computed from scratch (no reuse), so the entry holds KV computed from
+  // position 0 exactly (KVGen of a context cache's chunk). Needs a KV store.
+  bool prefill_only = false;
   SchedClock::time_point arrival{};                         // {} = when submitted
   SchedClock::time_point deadline = SchedClock::time_point::max();  // per-request timeout
 };
@@ -244,6 +254,10 @@ class Scheduler {
   // Stored KV for the request (the store's match, planned for its prompt: a prefix, or
   // a truncated prompt's kept rows); an empty plan when none of at least min_tokens.
   SeqPlan PlanStored(const Running& r, int min_tokens) const;
+  // A linked prompt (req.link): the prefix plan `prefix` (stored KV, may be empty) and
+  // the linked chunks after it, entered at their slots, with the slots to compute. An
+  // empty plan or `prefix` itself when no chunk's KV can be read.
+  SeqPlan PlanLinked(const Running& r, SeqPlan prefix);
   // Starts a sequence from a stored-KV plan: its slots, and the turn that enters them.
   void StartFromStore(Running& r, SeqPlan plan);
   bool TryAdmit(Waiting& w, SchedClock::time_point now);

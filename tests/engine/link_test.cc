@@ -1,0 +1,426 @@
+// Linking cached chunks through the scheduler (paper 002, Epic; engine/link.h) on the
+// trained stories260K, with the engine in deterministic mode (every row's result the
+// same bits whatever shares its step), so that "equals" means the same tokens:
+//  * the exactness cases of the methods: AttnLink with k >= the chunk length and
+//    CacheBlend with ratio 1 recompute every cached token and equal Fully-Recompute (a
+//    plain request of the same prompt in a tenant where nothing is stored); Naive with
+//    one chunk at position 0, prefilled after the same BOS, equals the uncached request;
+//  * what is counted: cached and recomputed tokens per method, from the chunk lengths;
+//  * a chunk whose KV is gone is computed (equals FR), a linked request batched with a
+//    plain one changes neither, and a conversation's next turn reuses the linked KV
+//    saved with the turn: the same tokens as linking that next turn afresh;
+//  * prefill-only requests (KVGen) store exactly their prompt's KV and sample nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "attic/engine/link.h"
+#include "attic/engine/scheduler.h"
+#include "attic/store/kv_store.h"
+#include "test_util.h"
+
+namespace attic::engine {
+namespace {
+
+using attic::testing::SharedDir;
+using namespace std::chrono_literals;
+
+struct Result {
+  std::string text;
+  TokenUsage usage;
+  std::string finish_reason;
+  bool finished = false;
+};
+
+class LinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions o;
+    o.model_path = SharedDir() + "/models/stories260K-hf";
+    o.n_threads = 2;
+    o.max_batch_tokens = 64;  // a linked prompt's computed slots span several steps
+    o.kv_cache_bytes = 16 << 20;
+    o.deterministic = true;
+    auto e = Engine::Load(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    store::StoreOptions so;
+    so.fingerprint = engine_->model().fingerprint();
+    so.dram_bytes = 256 << 20;
+    so.write_buffer_bytes = 0;  // saves are synchronous: a chunk is stored when its request ends
+    auto st = store::KvStore::Open(so);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    store_ = std::move(*st);
+    sched_ = std::make_unique<Scheduler>(*engine_, SchedulerOptions{});
+    sched_->set_store(store_.get());
+
+    std::ifstream f(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    ASSERT_GT(text.size(), 4000u);
+    // Three chunks of different lengths from different places of the text.
+    for (auto [at, len] : {std::pair{0, 220}, std::pair{1500, 160}, std::pair{3000, 260}}) {
+      chunks_.push_back(Encode(text.substr(at, len)));
+      ASSERT_GT(chunks_.back().size(), 20u);
+    }
+    bos_ = engine_->tokenizer().bos_id();
+    ASSERT_GE(bos_, 0);
+  }
+
+  std::vector<int32_t> Encode(const std::string& s) const {
+    tokenizer::EncodeOptions eo;
+    eo.add_bos = false;
+    auto t = engine_->tokenizer().Encode(s, eo);
+    EXPECT_TRUE(t.ok());
+    return t.ok() ? *t : std::vector<int32_t>{};
+  }
+
+  // Runs the requests together until all have finished.
+  std::vector<Result> Run(std::vector<GenerationRequest> reqs) {
+    std::vector<std::shared_ptr<ResultChannel>> chans;
+    for (auto& r : reqs) {
+      auto c = sched_->Submit(std::move(r));
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+      chans.push_back(c.ok() ? *c : nullptr);
+    }
+    std::vector<Result> out(chans.size());
+    auto done = [&] { return std::all_of(out.begin(), out.end(), [](const Result& r) { return r.finished; }); };
+    for (int step = 0; step < 5000 && !done(); ++step) {
+      sched_->Step();
+      for (size_t i = 0; i < chans.size(); ++i) {
+        GenerationEvent ev;
+        while (chans[i] && !out[i].finished && chans[i]->Pop(&ev, 0ms)) {
+          if (ev.kind == GenerationEvent::Kind::kText) {
+            out[i].text += ev.text;
+          } else {
+            EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinish) << ev.status.ToString();
+            out[i].usage = ev.usage;
+            out[i].finish_reason = ev.finish_reason;
+            out[i].finished = true;
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(done());
+    return out;
+  }
+
+  // KVGen: the chunk's KV prefilled on its own after a BOS token, stored as
+  // (tenant, session); returns the entry's key.
+  std::string Gen(const std::string& tenant, const std::vector<int32_t>& chunk, const std::string& session) {
+    GenerationRequest r;
+    r.tenant = tenant;
+    r.session_id = session;
+    r.prompt = {bos_};
+    r.prompt.insert(r.prompt.end(), chunk.begin(), chunk.end());
+    r.prefill_only = true;
+    r.sampling.max_tokens = 1;
+    Result res = Run({std::move(r)})[0];
+    EXPECT_EQ(res.finish_reason, "stop");
+    EXPECT_EQ(res.usage.completion_tokens, 0);
+    EXPECT_EQ(res.text, "");
+    auto info = store_->GetSession(tenant, session);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return info.ok() ? info->key : "";
+  }
+
+  // A prompt of parts: BOS, then chunk i / text alternately as `layout` says (>= 0:
+  // chunks_[i]; -1: a short text), then a closing text. `spec` gets the linked chunks.
+  std::vector<int32_t> Prompt(const std::vector<int>& layout, const std::vector<std::string>& keys, LinkSpec* spec) {
+    std::vector<int32_t> p = {bos_};
+    for (int part : layout) {
+      if (part < 0) {
+        std::vector<int32_t> t = Encode(" And then the dog ran home.");
+        p.insert(p.end(), t.begin(), t.end());
+        continue;
+      }
+      spec->chunks.push_back({static_cast<int>(p.size()), static_cast<int>(chunks_[part].size()), keys[part], 1});
+      p.insert(p.end(), chunks_[part].begin(), chunks_[part].end());
+    }
+    std::vector<int32_t> q = Encode(" Once upon a time, the girl");
+    p.insert(p.end(), q.begin(), q.end());
+    return p;
+  }
+
+  GenerationRequest Req(const std::string& tenant, std::vector<int32_t> prompt, std::shared_ptr<const LinkSpec> spec,
+                        int max_tokens = 24) {
+    GenerationRequest r;
+    r.tenant = tenant;
+    r.prompt = std::move(prompt);
+    r.link = std::move(spec);
+    r.sampling.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  // Fully-Recompute: the same prompt as a plain request, in a tenant with nothing stored.
+  Result Fr(const std::vector<int32_t>& prompt, int max_tokens = 24) {
+    return Run({Req("fr-" + std::to_string(fr_++), prompt, nullptr, max_tokens)})[0];
+  }
+
+  std::vector<std::string> GenAll(const std::string& tenant) {
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < chunks_.size(); ++i) keys.push_back(Gen(tenant, chunks_[i], "ctx:chunk" + std::to_string(i)));
+    return keys;
+  }
+
+  int Linked(const LinkSpec& s) const {
+    int n = 0;
+    for (const auto& c : s.chunks) n += c.n;
+    return n;
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<store::KvStore> store_;
+  std::unique_ptr<Scheduler> sched_;
+  std::vector<std::vector<int32_t>> chunks_;
+  int32_t bos_ = -1;
+  int fr_ = 0;
+};
+
+TEST_F(LinkTest, PrefillOnlyStoresExactlyThePromptsKv) {
+  const std::string key = Gen("t", chunks_[0], "ctx:a");
+  ASSERT_FALSE(key.empty());
+  auto e = store_->Load(key);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<int32_t> want = {bos_};
+  want.insert(want.end(), chunks_[0].begin(), chunks_[0].end());
+  EXPECT_EQ(e->tokens, want);
+  for (int i = 0; i < e->n_tokens(); ++i) EXPECT_EQ(e->positions[i], i);
+}
+
+TEST_F(LinkTest, AttnLinkWithKAtLeastTheChunkLengthEqualsFullRecompute) {
+  const auto keys = GenAll("t");
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({-1, 2, 0, -1, 1}, keys, spec.get());
+  spec->options.method = LinkMethod::kAttnLink;
+  spec->options.k = 2 * 300;
+  const Result linked = Run({Req("t", prompt, spec)})[0];
+  const Result fr = Fr(prompt);
+  EXPECT_EQ(linked.text, fr.text);
+  EXPECT_EQ(linked.usage.recomputed_tokens, Linked(*spec));
+  EXPECT_EQ(linked.usage.cached_tokens, 0);
+  EXPECT_EQ(linked.usage.prompt_tokens, static_cast<int>(prompt.size()));
+}
+
+TEST_F(LinkTest, CacheBlendWithRatioOneEqualsFullRecompute) {
+  for (int check_layer : {0, 1, engine_->model().config().n_layers - 1}) {
+    // A tenant per case: a repeated prompt would reuse the previous answer's KV.
+    const std::string t = "t" + std::to_string(check_layer);
+    const auto keys = GenAll(t);
+    auto spec = std::make_shared<LinkSpec>();
+    const std::vector<int32_t> prompt = Prompt({-1, 1, -1, 2, 0}, keys, spec.get());
+    spec->options.method = LinkMethod::kCacheBlend;
+    spec->options.ratio = 1.0;
+    spec->options.check_layer = check_layer;
+    const Result linked = Run({Req(t, prompt, spec)})[0];
+    EXPECT_EQ(linked.text, Fr(prompt).text) << "check_layer " << check_layer;
+    EXPECT_EQ(linked.usage.recomputed_tokens, Linked(*spec));
+    EXPECT_EQ(linked.usage.cached_tokens, 0);
+  }
+}
+
+TEST_F(LinkTest, NaiveWithOneChunkAtPositionZeroEqualsTheUncachedRequest) {
+  // The chunk's entry is also a stored prefix of this prompt: prefix reuse is turned off
+  // so that the chunk is linked.
+  SchedulerOptions so;
+  so.min_reuse_tokens = 1 << 20;
+  sched_ = std::make_unique<Scheduler>(*engine_, so);
+  sched_->set_store(store_.get());
+  const auto keys = GenAll("t");
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({0}, keys, spec.get());
+  spec->options.method = LinkMethod::kNaive;
+  const Result linked = Run({Req("t", prompt, spec)})[0];
+  EXPECT_EQ(linked.text, Fr(prompt).text);
+  EXPECT_EQ(linked.usage.cached_tokens, static_cast<int>(chunks_[0].size()));
+  EXPECT_EQ(linked.usage.recomputed_tokens, 0);
+}
+
+TEST_F(LinkTest, CountsWhatEachMethodRecomputes) {
+  const std::vector<int> layout = {-1, 0, 1, -1, 2};
+  int n_tenants = 0;
+  auto linked_with = [&](LinkOptions o) {
+    // A tenant per case: a repeated prompt would reuse the previous answer's KV.
+    const std::string t = "t" + std::to_string(n_tenants++);
+    const auto keys = GenAll(t);
+    auto spec = std::make_shared<LinkSpec>();
+    const std::vector<int32_t> prompt = Prompt(layout, keys, spec.get());
+    spec->options = o;
+    Result r = Run({Req(t, prompt, spec, 4)})[0];
+    EXPECT_EQ(r.usage.prompt_tokens, static_cast<int>(prompt.size()));
+    return std::pair{r.usage, Linked(*spec)};
+  };
+  LinkOptions o;
+  o.method = LinkMethod::kNaive;
+  auto [naive, n_linked] = linked_with(o);
+  EXPECT_EQ(naive.recomputed_tokens, 0);
+  EXPECT_EQ(naive.cached_tokens, n_linked);
+  o.method = LinkMethod::kAttnLink;
+  o.k = 6;  // 3 from each chunk's start, 3 from its end
+  auto [attn, n2] = linked_with(o);
+  EXPECT_EQ(attn.recomputed_tokens, 3 * 6);
+  EXPECT_EQ(attn.cached_tokens, n2 - 18);
+  o.k = 5;  // 3 from the start, 2 from the end
+  EXPECT_EQ(linked_with(o).first.recomputed_tokens, 3 * 5);
+  o.method = LinkMethod::kCacheBlend;
+  o.ratio = 0.25;
+  o.check_layer = 1;
+  auto [blend, n3] = linked_with(o);
+  // Selected per step among its chunk rows (ceil of the ratio each step): at least a
+  // quarter, at most a quarter plus one per step.
+  EXPECT_GE(blend.recomputed_tokens, n3 / 4);
+  EXPECT_LE(blend.recomputed_tokens, n3 / 4 + 16);
+  EXPECT_EQ(blend.cached_tokens, n3 - blend.recomputed_tokens);
+  o.method = LinkMethod::kFull;
+  auto [full, n4] = linked_with(o);
+  EXPECT_EQ(full.cached_tokens, 0);
+  EXPECT_EQ(full.recomputed_tokens, 0);
+}
+
+TEST_F(LinkTest, AChunkWhoseKvIsGoneIsComputed) {
+  const auto keys = GenAll("t");
+  ASSERT_TRUE(store_->EraseSession("t", "ctx:chunk1").ok());
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({-1, 1}, keys, spec.get());
+  spec->options.method = LinkMethod::kNaive;
+  const Result linked = Run({Req("t", prompt, spec)})[0];
+  EXPECT_EQ(linked.usage.cached_tokens, 0);
+  EXPECT_EQ(linked.text, Fr(prompt).text);
+  // Another tenant's chunks are not linked either (the key names the tenant).
+  const auto other = GenAll("u");
+  auto spec2 = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> p2 = Prompt({-1, 0, 2}, other, spec2.get());
+  spec2->options.method = LinkMethod::kNaive;
+  const Result foreign = Run({Req("w", p2, spec2)})[0];
+  EXPECT_EQ(foreign.usage.cached_tokens, 0);
+  EXPECT_EQ(foreign.text, Fr(p2).text);
+}
+
+TEST_F(LinkTest, ALinkedRequestBatchesWithAPlainOne) {
+  // Alone in tenant a, batched in tenant b (each with its own chunks: a repeated prompt
+  // would reuse the previous answer's KV).
+  auto linked = [&](const std::string& t) {
+    auto spec = std::make_shared<LinkSpec>();
+    const std::vector<int32_t> prompt = Prompt({-1, 0, -1, 2, 1}, GenAll(t), spec.get());
+    spec->options.method = LinkMethod::kAttnLink;
+    spec->options.k = 8;
+    return Req(t, prompt, spec);
+  };
+  const std::vector<int32_t> plain = Prompt({}, {}, nullptr);
+  const Result alone = Run({linked("a")})[0];
+  const Result plain_alone = Fr(plain);
+  const auto both = Run({linked("b"), Req("v", plain, nullptr)});
+  EXPECT_EQ(both[0].text, alone.text);
+  EXPECT_EQ(both[1].text, plain_alone.text);
+  EXPECT_EQ(both[0].usage.recomputed_tokens, alone.usage.recomputed_tokens);
+  EXPECT_EQ(alone.usage.recomputed_tokens, 3 * 8);
+}
+
+TEST_F(LinkTest, TheNextTurnReusesTheLinkedKvSavedWithTheTurn) {
+  // No resident reuse: the next turn reads the first turn's saved entry.
+  SchedulerOptions so;
+  so.max_resident = 0;
+  sched_ = std::make_unique<Scheduler>(*engine_, so);
+  sched_->set_store(store_.get());
+  for (LinkMethod m : {LinkMethod::kAttnLink, LinkMethod::kCacheBlend, LinkMethod::kNaive}) {
+    const std::string t = std::string("conv-") + LinkMethodName(m);
+    const auto keys = GenAll(t);
+    auto spec = std::make_shared<LinkSpec>();
+    const std::vector<int32_t> p1 = Prompt({2, -1, 0}, keys, spec.get());
+    spec->options.method = m;
+    spec->options.k = 4;
+    spec->options.ratio = 0.3;
+    GenerationRequest r1 = Req(t, p1, spec, 12);
+    r1.session_id = "conv";
+    const Result t1 = Run({std::move(r1)})[0];
+    auto stored = store_->SessionTokens(t, "conv");
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    ASSERT_GE(stored->size(), p1.size());
+    // Turn 2: the stored turn (prompt + answer) and a new question.
+    std::vector<int32_t> p2 = *stored;
+    std::vector<int32_t> q = Encode(" The end. Then the cat");
+    p2.insert(p2.end(), q.begin(), q.end());
+    GenerationRequest r2 = Req(t, p2, spec, 12);
+    r2.session_id = "conv";
+    const Result t2 = Run({std::move(r2)})[0];
+    EXPECT_GE(t2.usage.cached_tokens, static_cast<int>(stored->size()) - 1) << LinkMethodName(m);
+    EXPECT_EQ(t2.usage.recomputed_tokens, 0) << LinkMethodName(m);
+    // The same second turn linked afresh (another tenant holding the same chunks):
+    // turn 1's answer was decoded over the same linked KV, so the tokens agree. (Not for
+    // CacheBlend: its selection depends on how the steps cut the rows.)
+    if (m == LinkMethod::kCacheBlend) continue;
+    const std::string t_fresh = t + "-fresh";
+    const auto keys2 = GenAll(t_fresh);
+    auto spec2 = std::make_shared<LinkSpec>(*spec);
+    for (size_t i = 0; i < spec2->chunks.size(); ++i)
+      spec2->chunks[i].store_key = keys2[std::find(keys.begin(), keys.end(), spec->chunks[i].store_key) - keys.begin()];
+    const Result fresh = Run({Req(t_fresh, p2, spec2, 12)})[0];
+    EXPECT_EQ(t2.text, fresh.text) << LinkMethodName(m);
+  }
+}
+
+TEST_F(LinkTest, BadLinkSpecsAreRejected) {
+  const auto keys = GenAll("t");
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({0, 1}, keys, spec.get());
+  auto bad = [&](auto change) {
+    auto s = std::make_shared<LinkSpec>(*spec);
+    change(*s);
+    auto c = sched_->Submit(Req("t", prompt, s));
+    EXPECT_FALSE(c.ok());
+    if (!c.ok()) EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  };
+  bad([](LinkSpec& s) { std::swap(s.chunks[0], s.chunks[1]); });  // not ascending
+  bad([&](LinkSpec& s) { s.chunks[1].n = static_cast<int>(prompt.size()); });  // outside the prompt
+  bad([](LinkSpec& s) { s.options.method = LinkMethod::kCacheBlend, s.options.ratio = 1.5; });
+  bad([](LinkSpec& s) { s.options.method = LinkMethod::kCacheBlend, s.options.check_layer = 99; });
+  bad([](LinkSpec& s) { s.options.k = -1; });
+}
+
+TEST(LinkOptions, ParseAndPrint) {
+  auto a = ParseLinkOptions("attnlink-16");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->method, LinkMethod::kAttnLink);
+  EXPECT_EQ(a->k, 16);
+  auto b = ParseLinkOptions("cacheblend-0.15@2");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->method, LinkMethod::kCacheBlend);
+  EXPECT_DOUBLE_EQ(b->ratio, 0.15);
+  EXPECT_EQ(b->check_layer, 2);
+  EXPECT_EQ(b->ToString(), "cacheblend-0.15@2");
+  EXPECT_TRUE(ParseLinkOptions("naive").ok());
+  EXPECT_TRUE(ParseLinkOptions("full").ok());
+  for (const char* s : {"", "attnlink-", "attnlink-x", "cacheblend-2", "naive-3", "blend", "attnlink--1"})
+    EXPECT_FALSE(ParseLinkOptions(s).ok()) << s;
+}
+
+TEST(LinkComputeSlots, EachMethodsSet) {
+  // Prompt of 40 slots: chunk [5, 15), chunk [15, 25), text [25, 40) -- and [0, 5).
+  const std::vector<LinkedChunk> chunks = {{5, 10, "a", 1}, {15, 10, "b", 1}};
+  auto slots = [&](LinkOptions o, int from = 0) { return LinkComputeSlots(o, chunks, from, 40); };
+  auto range = [](std::vector<int32_t> v, int lo, int hi) {
+    for (int s = lo; s < hi; ++s) v.push_back(s);
+    return v;
+  };
+  LinkOptions o;
+  o.method = LinkMethod::kNaive;
+  EXPECT_EQ(slots(o), range(range({}, 0, 5), 25, 40));
+  o.method = LinkMethod::kAttnLink;
+  o.k = 4;
+  EXPECT_EQ(slots(o), range(range(range(range(range({}, 0, 7), 13, 17), 23, 25), 25, 40), 0, 0));
+  o.k = 100;
+  EXPECT_EQ(slots(o), range({}, 0, 40));
+  o.method = LinkMethod::kCacheBlend;
+  EXPECT_EQ(slots(o), range({}, 0, 40));
+  o.method = LinkMethod::kNaive;
+  EXPECT_EQ(slots(o, 30), range({}, 30, 40));  // a stored prefix covers [0, 30)
+  // The prompt's last slot is always computed, even inside a chunk.
+  EXPECT_EQ(LinkComputeSlots(o, {{0, 10, "a", 0}}, 0, 10), std::vector<int32_t>{9});
+}
+
+}  // namespace
+}  // namespace attic::engine
