@@ -316,7 +316,6 @@ Status ContextCacheRegistry::Load() {
         keys.push_back(implicit->key);
       }
     }
-    if (is_cache) last_stamp_ms_ = std::max(last_stamp_ms_, static_cast<int64_t>(std::stoull(stem.substr(4, 12), nullptr, 16)));
     if (st.code() == StatusCode::kUnimplemented) {
       Log(LogLevel::kWarn, "context caches: leaving '%s' untouched: %s", path.c_str(), st.message().c_str());
       ++open_report_.newer;
@@ -327,6 +326,9 @@ Status ContextCacheRegistry::Load() {
       ::unlink(path.c_str());
       ++open_report_.corrupt;
       continue;
+    }
+    if (cache) {  // new ids sort after every id this registry has given (the stamp is its first 12 hex)
+      last_stamp_ms_ = std::max(last_stamp_ms_, static_cast<int64_t>(std::stoull(stem.substr(4, 12), nullptr, 16)));
     }
     if (now >= expires_at_ms) {
       ::unlink(path.c_str());
@@ -467,21 +469,21 @@ StatusOr<std::vector<CachedChunk>> ContextCacheRegistry::Resolve(const std::stri
                                                                  const std::string& id) const {
   // "<cache id>-c<index>", the index in canonical decimal.
   std::string cache_id = id;
-  long index = -1;
+  int64_t index = -1;
   if (id.size() > kCacheIdSize + 2 && id.compare(kCacheIdSize, 2, "-c") == 0) {
     const std::string digits = id.substr(kCacheIdSize + 2);
     if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
         (digits.size() > 1 && digits[0] == '0'))
       return NotFound(id);
     cache_id = id.substr(0, kCacheIdSize);
-    index = std::stol(digits);
+    index = std::stoll(digits);
   }
   const int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(mu_);
   const ContextCache* c = FindLiveLocked(tenant, cache_id, now);
   if (c == nullptr) return NotFound(id);
   if (index < 0) return c->chunks;
-  if (index >= static_cast<long>(c->chunks.size())) return NotFound(id);
+  if (index >= static_cast<int64_t>(c->chunks.size())) return NotFound(id);
   return std::vector<CachedChunk>{c->chunks[static_cast<size_t>(index)]};
 }
 

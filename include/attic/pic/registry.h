@@ -140,17 +140,19 @@ class ContextCacheRegistry {
   // deleted cursor still works. At most `limit` (values < 1 count as 1).
   CachePage List(const std::string& tenant, const std::string& after_id, int limit) const;
   // Sets a live cache's expiry (longer or shorter); returns it. InvalidArgument when
-  // expires_at_ms <= now; NotFound as Get. Expiring it this way reports its chunks through
-  // the next ExpireNow.
+  // expires_at_ms <= now; NotFound as Get. Once it expires, the ExpireNow after that reports
+  // its chunks (like any cache's).
   StatusOr<ContextCache> SetExpiry(const std::string& tenant, const std::string& id, int64_t expires_at_ms);
   // Removes a live cache. NotFound as Get. Its chunks that nothing else references are
   // returned by the next ExpireNow.
   Status Delete(const std::string& tenant, const std::string& id);
 
-  // Implicit caching: keeps the chunk (tenant, model, ChunkStoreSession(tokens, bos)) alive
-  // until expires_at_ms; extends, never shortens, a previous record of the same chunk (then
-  // nothing is written unless it extends). InvalidArgument: empty tokens, expires_at_ms <=
-  // now. ResourceExhausted: the tenant's limit.
+  // Implicit caching (Anthropic-style cache_control on a text part): keeps the chunk
+  // (tenant, model, ChunkStoreSession(tokens, bos)) alive until expires_at_ms; extends, never
+  // shortens, a previous record of the same chunk. Only a change is written (one small file
+  // and an fsync: a caller refreshing a 5-minute TTL on every request may round expiries up,
+  // e.g. to the minute, to write less). InvalidArgument: empty tokens, expires_at_ms <= now,
+  // a string that is not UTF-8. ResourceExhausted: the tenant's limit.
   Status TouchImplicit(const std::string& tenant, const std::string& model, const std::vector<int32_t>& tokens,
                        bool bos, int64_t expires_at_ms);
   // Whether a live implicit record of that chunk exists (a caller deciding to link it).
@@ -160,7 +162,11 @@ class ContextCacheRegistry {
   // chunks that no live cache or implicit record of the same tenant and model references
   // any more: those of the records dropped now, and of Delete / SetExpiry / records found
   // expired by Open since the last call. The caller erases their store entries. A chunk
-  // referenced again before this call (a new cache with the same tokens) is not returned.
+  // referenced again before this call (a new cache with the same tokens) is not returned;
+  // one referenced again after it returns may lose its entry to that erasure, so a caller
+  // linking a chunk treats a missing entry (also evicted, or expired by the store's own TTL)
+  // as a miss: it prefills and saves the chunk again. Call it periodically: what Delete and
+  // expiry leave for it accumulates until then.
   std::vector<ChunkKey> ExpireNow();
   // Every chunk a live cache or implicit record references, once each, sorted by key (a
   // caller checks that the store still holds them).
