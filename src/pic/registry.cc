@@ -99,10 +99,14 @@ json TokensJson(const std::vector<int32_t>& tokens) { return json(tokens); }
 json CacheJson(const ContextCache& c) {
   json chunks = json::array();
   for (const CachedChunk& ch : c.chunks) chunks.push_back(json{{"tokens", TokensJson(ch.tokens)}});
-  return json{{"version", kFormatVersion},   {"id", c.id},
-              {"tenant", c.tenant},          {"model", c.model},
-              {"display_name", c.display_name}, {"bos", c.bos},
-              {"created_at_ms", c.created_at_ms}, {"expires_at_ms", c.expires_at_ms},
+  return json{{"version", kFormatVersion},
+              {"id", c.id},
+              {"tenant", c.tenant},
+              {"model", c.model},
+              {"display_name", c.display_name},
+              {"bos", c.bos},
+              {"created_at_ms", c.created_at_ms},
+              {"expires_at_ms", c.expires_at_ms},
               {"chunks", chunks}};
 }
 

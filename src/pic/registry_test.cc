@@ -110,7 +110,8 @@ TEST(ContextCacheRegistry, CreateAssignsIdsAndGetAndResolveFindThem) {
   ASSERT_TRUE(one.ok());
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ((*one)[0].tokens, (std::vector<int32_t>{8, 9}));
-  for (const std::string& bad : {c.id + "-c2", c.id + "-c01", c.id + "-c", c.id + "-c-1", c.id + "x", std::string("ctx-")})
+  for (const std::string& bad :
+       {c.id + "-c2", c.id + "-c01", c.id + "-c", c.id + "-c-1", c.id + "x", std::string("ctx-")})
     EXPECT_EQ(reg->Resolve("alice", bad).status().code(), StatusCode::kNotFound) << bad;
 
   // Another cache gets another id; the same chunk tokens give the same store session.
