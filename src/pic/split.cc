@@ -256,7 +256,11 @@ std::vector<TextChunk> FixedChunks(const Tokenizer& tok, std::string_view text, 
       const size_t end = last == ids.size() ? text.size() : map.ends[last - 1];
       chunk.text = std::string(text.substr(begin, end - begin));
     } else {
-      chunk.text = tok.Decode(chunk.tokens);
+      // The tokens' bytes, as Decode would render the whole document piece by piece.
+      for (int32_t id : chunk.tokens) chunk.text += tok.TokenBytes(id);
+      if (first == 0 && tok.StripsLeadingSpace() && !chunk.text.empty() && chunk.text[0] == ' ') {
+        chunk.text.erase(0, 1);
+      }
     }
     chunks.push_back(std::move(chunk));
   }

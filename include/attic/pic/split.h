@@ -60,8 +60,8 @@ struct TextChunk {
 // normalizer put before the first word), so the texts concatenate to the document;
 // such a cut can fall inside a word and, where byte-fallback tokens spell one
 // character, inside a UTF-8 sequence. If the tokens do not spell the document back
-// (an <unk> token, a document containing "▁"), each text is Decode(tokens) instead and
-// the concatenation may differ from the document.
+// (an <unk> token, "▁" in a SentencePiece tokenizer's input), the texts are still the
+// tokens' bytes: they concatenate to Decode(all tokens), not to the document.
 //
 // kSemantic: cuts fall only after a run of whitespace (which therefore stays with the
 // chunk before it) or right after a CJK sentence end (。！？, which needs no space),
