@@ -198,6 +198,87 @@ const char kMultilingual[] =
     "Ελληνικά κείμενα εδώ. Русский текст тоже здесь.\n\n"
     "The end.";
 
+constexpr std::string_view kClosersForTest[] = {"\u300D", "\u300F", "\uFF09", "\u201D", "\u2019",
+                                                "\"",     "'",      ")",      "]",      "\u00BB"};
+
+bool StartsWithCloser(std::string_view s) {
+  for (std::string_view c : kClosersForTest) {
+    if (s.substr(0, c.size()) == c) return true;
+  }
+  return false;
+}
+
+// Whether `before` ends a sentence: . ! ? … 。！？ then any closing quotes/brackets.
+bool EndsSentenceForTest(std::string_view before, bool cjk_only) {
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (std::string_view c : kClosersForTest) {
+      if (EndsWith(before, c)) {
+        before.remove_suffix(c.size());
+        stripped = true;
+      }
+    }
+  }
+  for (std::string_view mark : {"\u3002", "\uFF01", "\uFF1F"}) {
+    if (EndsWith(before, mark)) return true;
+  }
+  if (cjk_only) return false;
+  for (std::string_view mark : {".", "!", "?", "\u2026"}) {
+    if (EndsWith(before, mark)) return true;
+  }
+  return false;
+}
+
+// The semantic split straight from its definition, with none of SplitDocument's
+// search: from each chunk's start try every cut in order while the chunk still fits,
+// end at the farthest fitting cut of the best level (0 paragraph .. 3 word) or, if not
+// even the first word fits, at the farthest fitting code point. O(cuts x chunk) encodes.
+std::vector<std::string> ReferenceSemantic(const Tokenizer& tok, std::string_view doc, int max_tokens) {
+  struct RefCut {
+    size_t pos;
+    int level;
+  };
+  std::vector<RefCut> cuts;
+  const size_t first_text = doc.find_first_not_of(" \t\n\r\v\f");
+  for (size_t p = 1; p < doc.size(); ++p) {
+    if (IsAsciiSpace(doc[p]) || first_text == std::string_view::npos || p <= first_text) continue;
+    if (IsAsciiSpace(doc[p - 1])) {
+      size_t a = p;
+      while (IsAsciiSpace(doc[a - 1])) --a;
+      const auto newlines = std::count(doc.begin() + a, doc.begin() + p, '\n');
+      const int level = newlines >= 2 ? 0 : newlines == 1 ? 1 : EndsSentenceForTest(doc.substr(0, a), false) ? 2 : 3;
+      cuts.push_back({p, level});
+    } else if (!StartsWithCloser(doc.substr(p)) && EndsSentenceForTest(doc.substr(0, p), true)) {
+      cuts.push_back({p, 2});
+    }
+  }
+  cuts.push_back({doc.size(), 0});
+  const auto fits = [&](size_t begin, size_t end) {
+    return CountTokens(tok, doc.substr(begin, end - begin)) <= static_cast<size_t>(max_tokens);
+  };
+  std::vector<std::string> out;
+  size_t next = 0;
+  for (size_t start = 0; start < doc.size();) {
+    while (cuts[next].pos <= start) ++next;
+    ptrdiff_t best = -1;
+    for (size_t j = next; j < cuts.size() && fits(start, cuts[j].pos); ++j) {
+      if (best < 0 || cuts[j].level <= cuts[best].level) best = static_cast<ptrdiff_t>(j);
+    }
+    size_t end = 0;
+    if (best >= 0) {
+      end = cuts[best].pos;
+    } else {
+      for (size_t p = start + 1; p < cuts[next].pos && (IsContinuationByte(doc[p]) || fits(start, p)); ++p) {
+        if (!IsContinuationByte(doc[p])) end = p;
+      }
+      if (end == 0) return {};
+    }
+    out.emplace_back(doc.substr(start, end - start));
+    start = end;
+  }
+  return out;
+}
+
 class SplitTest : public ::testing::TestWithParam<const char*> {
  protected:
   const Tokenizer& tok() const {
@@ -484,6 +565,41 @@ TEST_P(SplitTest, SemanticEssaysKeepFittingParagraphs) {
     const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
     ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
     EXPECT_GT(ExpectFittingBlocksWhole(tok(), doc, chunks, max_tokens, 2), 0);
+  }
+}
+
+TEST_P(SplitTest, SemanticMatchesReferenceSplit) {
+  const std::string stories = ReadShared("datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+  const std::string essay = EssayText(1);
+  std::string long_words = "Hi ";
+  for (int i = 0; i < 12; ++i) long_words += "😀👍🏽東京";
+  long_words += " then résumé" + std::string(80, 'e') + " bye.\n\nDone.";
+  const std::vector<std::string> docs = {kMultilingual, stories.substr(0, 5000), essay.substr(0, 7000),
+                                         MusiquePassages().substr(0, 5000), long_words};
+  for (size_t d = 0; d < docs.size(); ++d) {
+    for (int max_tokens : {8, 24, 100, 300}) {
+      SCOPED_TRACE("doc " + std::to_string(d) + ", max_tokens " + std::to_string(max_tokens));
+      const std::vector<std::string> want = ReferenceSemantic(tok(), docs[d], max_tokens);
+      ASSERT_FALSE(want.empty());
+      EXPECT_EQ(Texts(SplitOrDie(tok(), docs[d], SplitMethod::kSemantic, max_tokens)), want);
+    }
+  }
+}
+
+TEST_P(SplitTest, TokensThatDoNotSpellTheDocument) {
+  // stories260K's tokens spell "▁" (U+2581) as a space; SmolLM2's spell it exactly.
+  const std::string doc = "The \u2581 sign, and \u2581\u2581 twice. Then more words here.\n\nNext para \u2581.";
+  const std::vector<int32_t> whole = EncodeNoBos(tok(), doc);
+  const std::vector<TextChunk> fixed = SplitOrDie(tok(), doc, SplitMethod::kFixed, 5);
+  std::vector<int32_t> joined;
+  for (const TextChunk& c : fixed) joined.insert(joined.end(), c.tokens.begin(), c.tokens.end());
+  EXPECT_EQ(joined, whole);
+  EXPECT_EQ(JoinTexts(fixed), tok().Decode(whole));
+  for (int max_tokens : {6, 12, 40}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    ExpectSemanticInvariants(tok(), doc, SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens), max_tokens);
+    EXPECT_EQ(Texts(SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens)),
+              ReferenceSemantic(tok(), doc, max_tokens));
   }
 }
 
