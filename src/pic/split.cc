@@ -42,8 +42,7 @@ TokenEnds MapTokenEnds(const Tokenizer& tok, std::string_view text, const std::v
   size_t shift = 0;
   if (spelled == text) {
     shift = 0;
-  } else if (spelled.size() == text.size() + 1 && spelled[0] == ' ' &&
-             std::string_view(spelled).substr(1) == text) {
+  } else if (spelled.size() == text.size() + 1 && spelled[0] == ' ' && std::string_view(spelled).substr(1) == text) {
     shift = 1;
   } else {
     return out;
@@ -69,7 +68,7 @@ class TokenEstimate {
     if (!map_.exact) return (end - begin) * n_tokens_ / std::max<size_t>(n_bytes_, 1) + 1;
     const auto& e = map_.ends;
     const size_t first = std::upper_bound(e.begin(), e.end(), begin) - e.begin();  // first token ending after begin
-    const size_t last = std::lower_bound(e.begin(), e.end(), end) - e.begin();      // first token reaching end
+    const size_t last = std::lower_bound(e.begin(), e.end(), end) - e.begin();     // first token reaching end
     return (last < e.size() ? last + 1 : e.size()) - std::min(first, e.size());
   }
 
@@ -135,8 +134,7 @@ ptrdiff_t GuessLastWithin(ptrdiff_t lo, ptrdiff_t end, size_t budget, EstimateAt
 
 class SemanticSplitter {
  public:
-  SemanticSplitter(const Tokenizer& tok, std::string_view text, const SplitOptions& opts,
-                   const TokenEstimate& estimate)
+  SemanticSplitter(const Tokenizer& tok, std::string_view text, const SplitOptions& opts, const TokenEstimate& estimate)
       : tok_(tok),
         text_(text),
         encode_opts_(ChunkEncodeOptions(opts)),
@@ -222,7 +220,8 @@ class SemanticSplitter {
     }
     if (!points.empty()) {
       const ptrdiff_t n = static_cast<ptrdiff_t>(points.size());
-      const ptrdiff_t hint = GuessLastWithin(0, n, max_tokens_, [&](ptrdiff_t i) { return estimate_.Count(start, points[i]); });
+      const ptrdiff_t hint =
+          GuessLastWithin(0, n, max_tokens_, [&](ptrdiff_t i) { return estimate_.Count(start, points[i]); });
       const ptrdiff_t last = LastTrue(0, n, hint, [&](ptrdiff_t i) { return Fits(start, points[i]); });
       if (last >= 0) return points[last];
     }
@@ -230,8 +229,7 @@ class SemanticSplitter {
     while (one < text_.size() && IsUtf8Continuation(text_[one])) ++one;
     ATTIC_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Tokens(start, one));
     return InvalidArgumentError("max_tokens " + std::to_string(max_tokens_) + " is too small: the character at byte " +
-                                std::to_string(start) + " alone encodes to " + std::to_string(ids.size()) +
-                                " tokens");
+                                std::to_string(start) + " alone encodes to " + std::to_string(ids.size()) + " tokens");
   }
 
   const Tokenizer& tok_;
@@ -273,8 +271,7 @@ StatusOr<SplitMethod> ParseSplitMethod(std::string_view name) {
   if (name == "none") return SplitMethod::kNone;
   if (name == "fixed") return SplitMethod::kFixed;
   if (name == "semantic") return SplitMethod::kSemantic;
-  return InvalidArgumentError("unknown split method '" + std::string(name) +
-                              "': must be one of none, fixed, semantic");
+  return InvalidArgumentError("unknown split method '" + std::string(name) + "': must be one of none, fixed, semantic");
 }
 
 const char* SplitMethodName(SplitMethod m) {

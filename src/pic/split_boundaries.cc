@@ -9,8 +9,8 @@ namespace {
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 // What may stand between a sentence's final mark and the space after it.
-constexpr std::array<std::string_view, 10> kClosers = {"\"", "'", ")", "]", "\u201D", "\u2019", "\u00BB",
-                                                       "\u300D", "\u300F", "\uFF09"};
+constexpr std::array<std::string_view, 10> kClosers = {"\"",     "'",      ")",      "]",      "\u201D",
+                                                       "\u2019", "\u00BB", "\u300D", "\u300F", "\uFF09"};
 constexpr std::array<std::string_view, 4> kLatinEnds = {".", "!", "?", "\u2026"};
 constexpr std::array<std::string_view, 3> kCjkEnds = {"\u3002", "\uFF01", "\uFF1F"};
 

@@ -21,12 +21,11 @@ using P = std::pair<size_t, CutLevel>;
 
 TEST(FindCutsTest, LevelsOfWhitespaceRuns) {
   // "Hi there. " = 10 bytes, "Bye\n" ends at 14, "Line two\n \n" ends at 25, "Last" to 29.
-  EXPECT_EQ(Pairs("Hi there. Bye\nLine two\n \nLast"),
-            (std::vector<P>{{3, CutLevel::kWord},
-                            {10, CutLevel::kSentence},
-                            {14, CutLevel::kLine},
-                            {19, CutLevel::kWord},
-                            {25, CutLevel::kParagraph}}));
+  EXPECT_EQ(Pairs("Hi there. Bye\nLine two\n \nLast"), (std::vector<P>{{3, CutLevel::kWord},
+                                                                       {10, CutLevel::kSentence},
+                                                                       {14, CutLevel::kLine},
+                                                                       {19, CutLevel::kWord},
+                                                                       {25, CutLevel::kParagraph}}));
 }
 
 TEST(FindCutsTest, RunsAtTheEdgesAreNotCuts) {
@@ -39,14 +38,13 @@ TEST(FindCutsTest, RunsAtTheEdgesAreNotCuts) {
 
 TEST(FindCutsTest, SentenceEnds) {
   // Closing quotes and brackets may follow the mark; "…" (3 bytes) and "?!" count.
-  EXPECT_EQ(Pairs("He said \"Hi.\" Then (so!) well… ok?! Yes"),
-            (std::vector<P>{{3, CutLevel::kWord},
-                            {8, CutLevel::kWord},
-                            {14, CutLevel::kSentence},
-                            {19, CutLevel::kWord},
-                            {25, CutLevel::kSentence},
-                            {33, CutLevel::kSentence},
-                            {38, CutLevel::kSentence}}));
+  EXPECT_EQ(Pairs("He said \"Hi.\" Then (so!) well… ok?! Yes"), (std::vector<P>{{3, CutLevel::kWord},
+                                                                                {8, CutLevel::kWord},
+                                                                                {14, CutLevel::kSentence},
+                                                                                {19, CutLevel::kWord},
+                                                                                {25, CutLevel::kSentence},
+                                                                                {33, CutLevel::kSentence},
+                                                                                {38, CutLevel::kSentence}}));
   // A period inside a word or a number is no cut at all.
   EXPECT_EQ(Pairs("v1.2 e.g.x"), (std::vector<P>{{5, CutLevel::kWord}}));
 }
