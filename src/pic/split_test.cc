@@ -607,21 +607,32 @@ TEST_P(SplitTest, TokensThatDoNotSpellTheDocument) {
   }
 }
 
-// Prints the time to split ~100k characters (no bound: the machine is shared).
+// Prints the time to split ~100k characters (no bound: the machine is shared): prose,
+// and the worst cases for the search -- one 100k-character word, CJK without any
+// sentence end -- where every chunk is cut between code points.
 TEST_P(SplitTest, SemanticLongDocumentTime) {
-  const std::string doc = EssayText(100000);
-  ASSERT_GE(doc.size(), 100000u);
-  for (int max_tokens : {64, 512}) {
-    SplitOptions opts;
-    opts.max_tokens = max_tokens;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto chunks = SplitDocument(tok(), doc, opts);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ASSERT_TRUE(chunks.ok()) << chunks.status().ToString();
-    std::printf("[ time     ] %s: semantic split of %zu bytes at max_tokens %d: %zu chunks in %.1f ms\n", GetParam(),
-                doc.size(), max_tokens, chunks->size(), ms);
-    EXPECT_EQ(JoinTexts(*chunks), doc);
-    for (const TextChunk& c : *chunks) EXPECT_LE(c.tokens.size(), static_cast<size_t>(max_tokens));
+  std::string word, cjk;
+  for (int i = 0; word.size() < 100000; ++i) word += static_cast<char>('a' + (i * 7) % 26);
+  while (cjk.size() < 100000) cjk += "東京は日本の首都大阪は大きな都市";
+  const std::string essays = EssayText(100000);
+  ASSERT_GE(essays.size(), 100000u);
+  const std::pair<const char*, const std::string*> docs[] = {{"essays", &essays}, {"one word", &word}, {"cjk", &cjk}};
+  for (auto [name, doc] : docs) {
+    for (int max_tokens : {64, 512}) {
+      SplitOptions opts;
+      opts.max_tokens = max_tokens;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto chunks = SplitDocument(tok(), *doc, opts);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ASSERT_TRUE(chunks.ok()) << chunks.status().ToString();
+      std::printf("[ time     ] %s: semantic split of %s (%zu bytes) at max_tokens %d: %zu chunks in %.1f ms\n",
+                  GetParam(), name, doc->size(), max_tokens, chunks->size(), ms);
+      EXPECT_EQ(JoinTexts(*chunks), *doc);
+      for (const TextChunk& c : *chunks) {
+        EXPECT_LE(c.tokens.size(), static_cast<size_t>(max_tokens));
+        EXPECT_TRUE(tokenizer::IsValidUtf8(c.text));
+      }
+    }
   }
 }
 
