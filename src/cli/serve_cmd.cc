@@ -37,6 +37,8 @@ struct ServeFlags {
   std::string kv_preload = "layerwise";
   std::string kv_truncate_mode = "decoupled";
   std::string log_level = "info";
+  std::string link = "attnlink-16";
+  bool link_chunk_bos = true;
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -123,6 +125,10 @@ int RunServe(ServeFlags f) {
     f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
     f.server.store.reserve_dram = true;  // the tier's pages are faulted in at start-up
   }
+  auto link = engine::ParseLinkOptions(f.link);
+  if (!link.ok()) return UsageError("--link: " + link.status().message());
+  f.server.link = *link;
+  f.server.link_chunk_bos = f.link_chunk_bos;
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
@@ -201,6 +207,13 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "directory of the SSD tier of the KV store (survives restarts): a new or empty directory, or one "
                   "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
+  cmd->add_option("--link", f->link,
+                  "context caches: how a request links cached chunks when it names no method: attnlink-K (recompute K "
+                  "tokens at each chunk boundary), cacheblend-RATIO[@LAYER], naive or full (docs/linking.md)")
+      ->capture_default_str();
+  cmd->add_option("--link-chunk-bos", f->link_chunk_bos,
+                  "context caches: prefill each chunk after a BOS token (true) or from its first token (false)")
+      ->capture_default_str();
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")
       ->capture_default_str();

@@ -3,8 +3,10 @@
 // one JSON body or as SSE chunks. A client that goes away cancels its request.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 
+#include "attic/core/log.h"
 #include "server/access_log.h"
 #include "server/server_internal.h"
 
@@ -60,7 +62,8 @@ ApiError ModelNotFound(const std::string& model) {
   return e;
 }
 
-StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) const {
+StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& r, const std::string& tenant,
+                                                               engine::SchedClock::time_point deadline) {
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
   // (its text is then bounded by the request body limit only).
@@ -70,26 +73,71 @@ StatusOr<std::vector<int32_t>> Server::Impl::PromptTokens(const ApiRequest& r) c
   auto too_long = [ctx](const std::string& what) {
     return OutOfRangeError("This model's maximum context length is " + std::to_string(ctx) + " tokens; " + what);
   };
-  std::vector<int32_t> ids;
+  BuiltPrompt out;
+  std::vector<int32_t>& ids = out.ids;
+  std::string text;  // the prompt as text (chat: rendered by the template)
   if (r.kind == ApiKind::kChat) {
     // The engine's template family (`attic serve` loads it with the ChatML fallback).
-    StatusOr<std::string> text = engine.RenderChat(r.messages);
-    if (!text.ok()) return text.status();
-    if (text->size() > max_bytes) return too_long("your messages are far longer than that");
-    // Templates that want BOS write it themselves.
-    ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(*text, false));
+    ATTIC_ASSIGN_OR_RETURN(text, engine.RenderChat(r.messages));
+    if (text.size() > max_bytes) return too_long("your messages are far longer than that");
   } else if (r.prompt_is_ids) {
     ids = r.prompt_ids;
   } else {
     if (r.prompt_text.size() > max_bytes) return too_long("your prompt is far longer than that");
-    ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(r.prompt_text, true));
+    text = r.prompt_text;
+  }
+  // Templates that want BOS write it themselves; a completion prompt gets the tokenizer's.
+  const bool add_bos = r.kind == ApiKind::kCompletion;
+  if (!r.prompt_is_ids && r.cache_parts.empty()) {
+    ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(text, add_bos));
+  } else if (!r.cache_parts.empty()) {
+    if (caches == nullptr)
+      return FailedPreconditionError("context caches need the KV store (start the server with --kv-dram or --kv-ssd-dir)");
+    // Text pieces are tokenized on their own between the cache parts (each cached chunk
+    // was tokenized on its own too).
+    std::vector<pic::PromptPiece> pieces;
+    if (add_bos && engine.tokenizer().add_bos() && engine.tokenizer().bos_id() >= 0)
+      pieces.push_back({{engine.tokenizer().bos_id()}, false, false});
+    size_t at = 0;
+    while (at <= text.size()) {
+      const size_t open = text.find(kPartMarkerOpen, at);
+      const std::string piece = text.substr(at, open == std::string::npos ? std::string::npos : open - at);
+      if (!piece.empty()) {
+        pic::PromptPiece p;
+        ATTIC_ASSIGN_OR_RETURN(p.tokens, engine.Tokenize(piece, false));
+        pieces.push_back(std::move(p));
+      }
+      if (open == std::string::npos) break;
+      const size_t digits = open + std::strlen(kPartMarkerOpen);
+      const size_t close = text.find(kPartMarkerClose, digits);
+      const size_t index = std::stoul(text.substr(digits, close - digits));
+      at = close + std::strlen(kPartMarkerClose);
+      const ApiRequest::CachePart& part = r.cache_parts.at(index);
+      if (!part.cache_id.empty()) {
+        // A chunk id is its cache's id ("ctx-" + 24 hex) + "-c" + index.
+        auto cache = registry->Get(tenant, part.cache_id.substr(0, 28));
+        auto chunks = registry->Resolve(tenant, part.cache_id);
+        if (!chunks.ok() || !cache.ok() || cache->model != model_name)
+          return NotFoundError("No context cache or chunk '" + part.cache_id + "' (unknown, expired or deleted)");
+        for (pic::CachedChunk& c : *chunks) pieces.push_back({std::move(c.tokens), true, cache->bos});
+      } else {
+        pic::PromptPiece p;
+        ATTIC_ASSIGN_OR_RETURN(p.tokens, engine.Tokenize(part.text, false));
+        p.bos = caches->options().chunk_bos;
+        p.cached = caches->ImplicitReady(tenant, p.tokens);
+        out.implicit.emplace_back(p.tokens, part.ttl_s * 1000);
+        pieces.push_back(std::move(p));
+      }
+    }
+    ATTIC_ASSIGN_OR_RETURN(out.link, caches->Link(tenant, pieces, r.link ? *r.link : caches->options().link, deadline,
+                                                  &ids, &out.prep));
   }
   if (ids.empty()) return InvalidArgumentError("the prompt is empty");
   if (static_cast<int64_t>(ids.size()) > ctx && !truncates) {
     return too_long("however, your " + std::string(r.kind == ApiKind::kChat ? "messages" : "prompt") +
                     " resulted in " + std::to_string(ids.size()) + " tokens");
   }
-  return ids;
+  return out;
 }
 
 engine::SamplingParams Server::Impl::Sampling(const ApiRequest& r) {
@@ -132,28 +180,44 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   if (parsed.error) return SendError(res, *parsed.error);
   const ApiRequest& r = parsed.request;
   if (r.model != model_name) return SendError(res, ModelNotFound(r.model));
-  auto ids = PromptTokens(r);
-  if (!ids.ok()) {
-    ApiError e = ErrorFromStatus(ids.status());
+  if (pic::IsChunkStoreSession(r.session_id)) {
+    ApiError e = ErrorFromStatus(InvalidArgumentError("session ids starting with 'ctx:' are reserved for context caches"));
+    e.param = "session_id";
+    return SendError(res, e);
+  }
+  const SchedClock::time_point deadline =
+      arrival + std::chrono::duration_cast<SchedClock::duration>(std::chrono::duration<double>(options.request_timeout_s));
+  auto prompt = BuildPrompt(r, tenant, deadline);
+  if (!prompt.ok()) {
+    ApiError e = ErrorFromStatus(prompt.status());
     e.param = kind == ApiKind::kChat ? "messages" : "prompt";
+    if (prompt.status().code() == StatusCode::kNotFound) e.code = "context_cache_not_found";
     return SendError(res, e);
   }
   engine::GenerationRequest g;
   g.tenant = tenant;
   g.session_id = r.session_id;
   g.session_ttl_ms = r.session_ttl_s < 0 ? -1 : r.session_ttl_s * 1000;
-  g.prompt = std::move(*ids);
+  g.prompt = std::move(prompt->ids);
+  g.link = prompt->link;
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;
   g.arrival = arrival;
-  g.deadline = arrival + std::chrono::duration_cast<SchedClock::duration>(
-                             std::chrono::duration<double>(options.request_timeout_s));
+  g.deadline = deadline;
   const SchedClock::time_point watchdog = g.deadline + kWatchdogGrace;
   auto channel = scheduler->Submit(std::move(g));
   if (!channel.ok()) {
     ApiError e = ErrorFromStatus(channel.status());
     if (e.http_status == 400 || e.http_status == 413) e.param = kind == ApiKind::kChat ? "messages" : "prompt";
+    if (e.message.rfind("link", 0) == 0) e.param = "link";
     return SendError(res, e);
+  }
+  metrics.CountLink(prompt->prep, prompt->link != nullptr);
+  // Implicit caches (cache_control): kept alive; a first sight is prefilled on its own
+  // after this request (queued behind it), and linked by the next request that has it.
+  for (const auto& [tokens, ttl_ms] : prompt->implicit) {
+    if (Status st = caches->RememberImplicit(tenant, tokens, ttl_ms); !st.ok())
+      Log(LogLevel::kWarn, "implicit cache not kept: %s", st.message().c_str());
   }
   ResponseMeta meta;
   meta.kind = kind;

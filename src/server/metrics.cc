@@ -70,6 +70,14 @@ void Metrics::CountHttp(const std::string& endpoint, int status) {
   ++http_[{endpoint, status}];
 }
 
+void Metrics::CountLink(const pic::LinkPrep& prep, bool linked) {
+  std::lock_guard<std::mutex> lock(mu_);
+  linked_requests_ += linked ? 1 : 0;
+  for (const auto& [tier, n] : prep.hits_by_tier) chunk_hits_[tier] += n;
+  chunk_misses_ += prep.regenerated;
+  chunk_regenerated_tokens_ += prep.regenerated_tokens;
+}
+
 void Metrics::Observe(const engine::RequestRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string outcome = r.finish_reason;
@@ -81,6 +89,7 @@ void Metrics::Observe(const engine::RequestRecord& r) {
   ++finished_[outcome];
   prompt_tokens_ += r.usage.prompt_tokens;
   cached_tokens_ += r.usage.cached_tokens;
+  recomputed_tokens_ += r.usage.recomputed_tokens;
   generated_tokens_ += r.usage.completion_tokens;
   if (r.ttft_seconds >= 0) {
     ttft_.Observe(r.ttft_seconds);
@@ -107,6 +116,19 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_prompt_tokens_reused_total", "counter",
          "Prompt tokens whose KV was reused from resident sequences instead of prefilled.");
   Line(&out, "attic_prompt_tokens_reused_total", "", cached_tokens_);
+  Header(&out, "attic_link_recomputed_tokens_total", "counter",
+         "Cached prompt tokens (linked context-cache chunks) recomputed to link them.");
+  Line(&out, "attic_link_recomputed_tokens_total", "", recomputed_tokens_);
+  Header(&out, "attic_linked_requests_total", "counter", "Requests whose prompt linked cached chunks.");
+  Line(&out, "attic_linked_requests_total", "", linked_requests_);
+  Header(&out, "attic_context_chunk_hits_total", "counter",
+         "Context-cache chunks a request found stored, by the tier that held them.");
+  for (const auto& [tier, n] : chunk_hits_) Line(&out, "attic_context_chunk_hits_total", "tier=\"" + tier + "\"", n);
+  Header(&out, "attic_context_chunk_misses_total", "counter",
+         "Context-cache chunks whose KV was gone (evicted, lost) and was prefilled again.");
+  Line(&out, "attic_context_chunk_misses_total", "", chunk_misses_);
+  Header(&out, "attic_context_chunk_regenerated_tokens_total", "counter", "Tokens prefilled again for those chunks.");
+  Line(&out, "attic_context_chunk_regenerated_tokens_total", "", chunk_regenerated_tokens_);
   Header(&out, "attic_generation_tokens_total", "counter", "Generated (sampled) tokens.");
   Line(&out, "attic_generation_tokens_total", "", generated_tokens_);
   Header(&out, "attic_time_to_first_token_seconds", "histogram", "Request arrival to first sampled token.");

@@ -4,6 +4,7 @@
 // logprobs, n > 1, ...) are a clear 400.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -128,7 +129,89 @@ std::optional<ApiError> RejectUnless(const json& obj, const char* name, const st
   return Unsupported(name, what);
 }
 
-std::optional<ApiError> ReadContent(const json& msg, size_t index, std::string* out) {
+// A text the user sent must not contain a part marker (it would read as a cache part).
+std::optional<ApiError> CheckText(const std::string& param, const std::string& text) {
+  if (text.find(kPartMarkerOpen) != std::string::npos)
+    return Invalid(param, "'" + param + "' contains a reserved character sequence (U+E000 followed by 'attic-part:')");
+  return std::nullopt;
+}
+
+// One content part that is not plain text (parts == null: none are accepted here).
+// {"type":"context_cache","id":"ctx-..."} or {"type":"text","text":...,"cache_control":{...}}.
+std::optional<ApiError> ReadCachePart(const json& part, const std::string& pp, std::vector<ApiRequest::CachePart>* parts,
+                                      std::string* out) {
+  ApiRequest::CachePart cp;
+  const std::string& type = part.at("type").get_ref<const std::string&>();
+  if (type == "context_cache") {
+    auto id = part.find("id");
+    if (id == part.end() || !id->is_string() || id->get_ref<const std::string&>().empty() ||
+        id->get_ref<const std::string&>().size() > 256)
+      return Invalid(pp + ".id", "'" + pp + ".id' must be a context cache id or one of its chunk ids");
+    cp.cache_id = id->get<std::string>();
+  } else {
+    const json& cc = part.at("cache_control");
+    const std::string cp_param = pp + ".cache_control";
+    if (!cc.is_object() || cc.value("type", json()) != json("ephemeral"))
+      return Invalid(cp_param, "'" + cp_param + "' must be {\"type\": \"ephemeral\"} with an optional \"ttl\"");
+    cp.ttl_s = 300;
+    if (auto ttl = cc.find("ttl"); ttl != cc.end() && !ttl->is_null()) {
+      if (*ttl == json("5m")) {
+        cp.ttl_s = 300;
+      } else if (*ttl == json("1h")) {
+        cp.ttl_s = 3600;
+      } else {
+        return Invalid(cp_param + ".ttl", "'" + cp_param + ".ttl' must be \"5m\" or \"1h\"");
+      }
+    }
+    cp.text = part.at("text").get<std::string>();
+    if (cp.text.empty()) return Invalid(pp + ".text", "'" + pp + ".text' must not be empty when it is cached");
+  }
+  if (parts == nullptr) {
+    return Invalid(pp, type == "context_cache" ? "context cache parts are not accepted here"
+                                               : "cache_control is not accepted here",
+                   "unsupported_parameter");
+  }
+  *out += PartMarker(parts->size());
+  parts->push_back(std::move(cp));
+  return std::nullopt;
+}
+
+// Appends a content array's parts to *out: text parts as text, cache parts as markers.
+std::optional<ApiError> ReadParts(const json& arr, const std::string& param, std::vector<ApiRequest::CachePart>* parts,
+                                  std::string* out, bool strings_are_text) {
+  for (size_t j = 0; j < arr.size(); ++j) {
+    const json& part = arr[j];
+    const std::string pp = param + "[" + std::to_string(j) + "]";
+    if (strings_are_text && part.is_string()) {
+      if (auto e = CheckText(pp, part.get<std::string>())) return e;
+      *out += part.get<std::string>();
+      continue;
+    }
+    if (!part.is_object()) return Invalid(pp, "'" + pp + "' must be an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) return Invalid(pp + ".type", "'" + pp + ".type' must be a string");
+    if (*type != "text" && *type != "context_cache") {
+      return Invalid(pp + ".type",
+                     "content part type '" + type->get<std::string>() + "' is not supported (only 'text' and 'context_cache')",
+                     "unsupported_parameter");
+    }
+    if (*type == "text") {
+      auto text = part.find("text");
+      if (text == part.end() || !text->is_string()) return Invalid(pp + ".text", "'" + pp + ".text' must be a string");
+      if (auto e = CheckText(pp + ".text", text->get<std::string>())) return e;
+      auto cc = part.find("cache_control");
+      if (cc == part.end() || cc->is_null()) {
+        *out += text->get<std::string>();
+        continue;
+      }
+    }
+    if (auto e = ReadCachePart(part, pp, parts, out)) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadContent(const json& msg, size_t index, std::string* out,
+                                    std::vector<ApiRequest::CachePart>* parts) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
   auto it = msg.find("content");
   if (it == msg.end() || it->is_null()) {
@@ -138,27 +221,14 @@ std::optional<ApiError> ReadContent(const json& msg, size_t index, std::string* 
   }
   if (it->is_string()) {
     *out = it->get<std::string>();
-    return std::nullopt;
+    return CheckText(param, *out);
   }
   if (!it->is_array()) return Invalid(param, "'" + param + "' must be a string or an array of content parts");
-  for (size_t j = 0; j < it->size(); ++j) {
-    const json& part = (*it)[j];
-    const std::string pp = param + "[" + std::to_string(j) + "]";
-    if (!part.is_object()) return Invalid(pp, "'" + pp + "' must be an object");
-    auto type = part.find("type");
-    if (type == part.end() || !type->is_string()) return Invalid(pp + ".type", "'" + pp + ".type' must be a string");
-    if (*type != "text") {
-      return Invalid(pp + ".type", "content part type '" + type->get<std::string>() + "' is not supported (only 'text')",
-                     "unsupported_parameter");
-    }
-    auto text = part.find("text");
-    if (text == part.end() || !text->is_string()) return Invalid(pp + ".text", "'" + pp + ".text' must be a string");
-    *out += text->get<std::string>();
-  }
-  return std::nullopt;
+  return ReadParts(*it, param, parts, out, /*strings_are_text=*/false);
 }
 
-std::optional<ApiError> ReadMessages(const json& body, std::vector<tokenizer::ChatMessage>* messages) {
+std::optional<ApiError> ReadMessages(const json& body, std::vector<tokenizer::ChatMessage>* messages,
+                                     std::vector<ApiRequest::CachePart>* parts) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return Invalid("messages", "'messages' is required", "missing_required_parameter");
   if (!it->is_array()) return Invalid("messages", "'messages' must be an array");
@@ -180,7 +250,7 @@ std::optional<ApiError> ReadMessages(const json& body, std::vector<tokenizer::Ch
     }
     tokenizer::ChatMessage cm;
     cm.role = rs;
-    if (auto e = ReadContent(m, i, &cm.content)) return e;
+    if (auto e = ReadContent(m, i, &cm.content, parts)) return e;
     messages->push_back(std::move(cm));
   }
   return std::nullopt;
@@ -190,11 +260,14 @@ std::optional<ApiError> ReadPrompt(const json& body, ApiRequest* r) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Invalid("prompt", "'prompt' is required", "missing_required_parameter");
   const json* p = &*it;
-  // One prompt per request: "text", ["text"], [1, 2, 3] or [[1, 2, 3]].
+  // One prompt per request: "text", ["text"], [1, 2, 3] or [[1, 2, 3]]; or one prompt of
+  // content parts (an array holding any object: text and context-cache parts).
+  if (p->is_array() && std::any_of(p->begin(), p->end(), [](const json& x) { return x.is_object(); }))
+    return ReadParts(*p, "prompt", &r->cache_parts, &r->prompt_text, /*strings_are_text=*/true);
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     r->prompt_text = p->get<std::string>();
-    return std::nullopt;
+    return CheckText("prompt", r->prompt_text);
   }
   if (p->is_array()) {
     if (p->empty()) return Invalid("prompt", "'prompt' must not be empty");
@@ -212,6 +285,42 @@ std::optional<ApiError> ReadPrompt(const json& body, ApiRequest* r) {
     return std::nullopt;
   }
   return Invalid("prompt", "'prompt' must be a string or an array of token ids");
+}
+
+// "link": {"method": "attnlink", "k": 16} | {"method": "cacheblend", "ratio": 0.15,
+// "check_layer": 1} | {"method": "naive"} | {"method": "full"}. check_layer is checked
+// against the model's layers when the request is submitted.
+std::optional<ApiError> ReadLink(const json& body, ApiRequest* r) {
+  const json* l = Field(body, "link");
+  if (l == nullptr) return std::nullopt;
+  if (!l->is_object()) return Invalid("link", "'link' must be an object such as {\"method\": \"attnlink\", \"k\": 16}");
+  const json* m = Field(*l, "method");
+  if (m == nullptr || !m->is_string()) return Invalid("link.method", "'link.method' must be one of: attnlink, cacheblend, naive, full");
+  auto method = engine::ParseLinkMethod(m->get<std::string>());
+  if (!method.ok()) return Invalid("link.method", method.status().message());
+  engine::LinkOptions o;
+  o.method = *method;
+  std::optional<int64_t> k, layer;
+  auto named = [](std::optional<ApiError> e, const char* param) {
+    e->param = param;
+    return e;
+  };
+  if (auto e = ReadInt(*l, "k", 0, 1 << 20, &k)) return named(e, "link.k");
+  if (k) o.k = static_cast<int>(*k);
+  float ratio = static_cast<float>(o.ratio);
+  if (auto e = ReadNumber(*l, "ratio", 0.0, 1.0, &ratio)) return named(e, "link.ratio");
+  if (Field(*l, "ratio") != nullptr) o.ratio = Field(*l, "ratio")->get<double>();
+  if (auto e = ReadInt(*l, "check_layer", 0, 1 << 20, &layer)) return named(e, "link.check_layer");
+  if (layer) o.check_layer = static_cast<int>(*layer);
+  for (const char* name : {"k", "ratio", "check_layer"}) {
+    const bool belongs = (std::string(name) == "k") == (o.method == engine::LinkMethod::kAttnLink) &&
+                         (std::string(name) == "k" || o.method == engine::LinkMethod::kCacheBlend);
+    if (Field(*l, name) != nullptr && !belongs)
+      return Invalid(std::string("link.") + name, std::string("'link.") + name + "' does not apply to method '" +
+                                                      m->get<std::string>() + "'");
+  }
+  r->link = o;
+  return std::nullopt;
 }
 
 std::optional<ApiError> ReadStop(const json& body, std::vector<std::string>* out) {
@@ -243,10 +352,11 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (model->get_ref<const std::string&>().empty()) return Invalid("model", "'model' must not be empty");
   r->model = model->get<std::string>();
   if (kind == ApiKind::kChat) {
-    if (auto e = ReadMessages(body, &r->messages)) return e;
+    if (auto e = ReadMessages(body, &r->messages, &r->cache_parts)) return e;
   } else {
     if (auto e = ReadPrompt(body, r)) return e;
   }
+  if (auto e = ReadLink(body, r)) return e;
   constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
   std::optional<int64_t> n, max_tokens, max_completion_tokens, seed, top_k, best_of;
   if (auto e = ReadInt(body, "max_tokens", 1, kBig, &max_tokens)) return e;
@@ -337,7 +447,7 @@ std::optional<ApiError> TokenizeFields(const json& body, TokenizeRequest* r) {
   if (has_messages) {
     r->chat = true;
     r->add_special_tokens = false;  // chat templates write their own BOS (vLLM's default)
-    if (auto e = ReadMessages(body, &r->messages)) return e;
+    if (auto e = ReadMessages(body, &r->messages, nullptr)) return e;
     if (auto e = ReadBool(body, "add_generation_prompt", &r->add_generation_prompt)) return e;
     if (auto e = RejectUnless(body, "continue_final_message", "continue_final_message")) return e;
     if (auto e = RejectUnless(body, "tools", "tools")) return e;
@@ -383,6 +493,8 @@ Result ParseWith(std::string_view body, Fields fields) {
 }
 
 }  // namespace
+
+std::string PartMarker(size_t index) { return kPartMarkerOpen + std::to_string(index) + kPartMarkerClose; }
 
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
   ParseResult out = ParseWith<ParseResult>(body, [kind](const json& j, ApiRequest* r) { return ParseFields(kind, j, r); });

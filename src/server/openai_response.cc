@@ -19,7 +19,7 @@ json UsageJson(const engine::TokenUsage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"recomputed_tokens", u.recomputed_tokens}}},
               {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
 }
 

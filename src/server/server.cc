@@ -9,7 +9,9 @@
 #include <csignal>
 #include <functional>
 
+#include "attic/core/file.h"
 #include "attic/core/hash.h"
+#include "attic/store/tier.h"
 #include "attic/core/thread_name.h"
 #include "server/access_log.h"
 #include "server/server_internal.h"
@@ -82,6 +84,17 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
     if (!st.ok()) return st.status().WithContext("KV store");
     im.store = std::move(*st);
     im.scheduler->set_store(im.store.get());
+    // Context caches: the registry persists beside the SSD tier (restart), else in memory.
+    const std::string dir = so.ssd_dir.empty() ? "" : JoinPath(so.ssd_dir, store::SsdTier::kContextCacheDirName);
+    auto reg = pic::ContextCacheRegistry::Open(dir);
+    if (!reg.ok()) return reg.status().WithContext("context-cache registry");
+    im.registry = std::move(*reg);
+    pic::ContextCacheOptions co;
+    co.model = im.model_name;
+    co.chunk_bos = options.link_chunk_bos;
+    co.link = options.link;
+    ATTIC_RETURN_IF_ERROR(co.link.Validate(engine.model().config().n_layers).WithContext("--link"));
+    im.caches = std::make_unique<pic::ContextCacheService>(engine, *im.scheduler, *im.store, *im.registry, co);
   }
   const auto& tok = engine.tokenizer();
   for (int id = 0; id < tok.vocab_size(); ++id) im.max_token_bytes = std::max(im.max_token_bytes, tok.TokenText(id).size());
@@ -182,6 +195,7 @@ void Server::Impl::StepLoop() {
   while (!stopping.load()) {
     if (store != nullptr && std::chrono::steady_clock::now() >= next_expiry) {
       store->ExpireNow();
+      if (caches != nullptr) caches->Sweep();
       next_expiry = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.store_expire_interval_ms);
     }
     if (!scheduler->WaitForWork(std::chrono::milliseconds(50))) continue;
@@ -279,6 +293,7 @@ void Server::Impl::SetupRoutes() {
       HandleCompletion(kind, req, body, res);
     });
   };
+  SetupContextCacheRoutes(with_body);
   http.Post("/v1/chat/completions", completion(ApiKind::kChat));
   http.Post("/v1/completions", completion(ApiKind::kCompletion));
   // vLLM serves these at the root; the /v1 copies let clients whose base URL ends in /v1
@@ -355,6 +370,7 @@ void Server::Impl::SetupRoutes() {
     if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
     const std::string id = req.matches[1];
     if (store == nullptr) return session_error(res, id, NotFoundError(""));
+    if (pic::IsChunkStoreSession(id)) return session_error(res, id, NotFoundError(""));  // a context cache's chunk
     auto info = store->GetSession(tenant, id);
     if (!info.ok()) return session_error(res, id, info.status());
     res.set_content(session_object(*info).dump(), "application/json");
@@ -387,6 +403,7 @@ void Server::Impl::SetupRoutes() {
     }
     std::vector<store::SessionInfo> sessions;
     if (store != nullptr) sessions = store->ListSessions(tenant);
+    std::erase_if(sessions, [](const store::SessionInfo& s) { return pic::IsChunkStoreSession(s.session_id); });
     auto first = after.empty() ? sessions.begin()
                                : std::upper_bound(sessions.begin(), sessions.end(), after,
                                                   [](const std::string& a, const store::SessionInfo& s) {
@@ -408,6 +425,7 @@ void Server::Impl::SetupRoutes() {
     if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
     const std::string id = req.matches[1];
     if (store == nullptr) return session_error(res, id, NotFoundError(""));
+    if (pic::IsChunkStoreSession(id)) return session_error(res, id, NotFoundError(""));  // a context cache's chunk
     Status st = store->EraseSession(tenant, id);
     if (!st.ok()) return session_error(res, id, st);
     res.set_content(json{{"id", id}, {"object", "session.deleted"}, {"deleted", true}}.dump(), "application/json");

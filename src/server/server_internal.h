@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "attic/pic/context_caches.h"
+#include "attic/pic/registry.h"
 #include "attic/server/metrics.h"
 #include "attic/server/openai_api.h"
 #include "attic/server/server.h"
@@ -33,6 +36,10 @@ struct Server::Impl {
   int64_t created = 0;
   std::unique_ptr<store::KvStore> store;  // outlives the scheduler that uses it
   std::unique_ptr<engine::Scheduler> scheduler;
+  // Context caches (with the KV store): the registry (persisted beside an SSD tier) and
+  // the service that prefills, links and sweeps them.
+  std::unique_ptr<pic::ContextCacheRegistry> registry;
+  std::unique_ptr<pic::ContextCacheService> caches;
   Metrics metrics;
   HttpTransport http;
   std::thread step_thread;
@@ -60,8 +67,23 @@ struct Server::Impl {
   // POST /tokenize and /detokenize (tokenize_handler.cc).
   void HandleTokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
-  // Prompt token ids and sampling parameters of a validated request.
-  StatusOr<std::vector<int32_t>> PromptTokens(const ApiRequest& r) const;
+  // A handler of a request body (read under the body size limit) as an httplib route.
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  using BodyRoute = std::function<httplib::Server::HandlerWithContentReader(BodyHandler)>;
+  // POST/GET/PATCH/DELETE /v1/context_caches (context_cache_handler.cc).
+  void SetupContextCacheRoutes(const BodyRoute& with_body);
+  // A validated request's prompt: its token ids and, with context-cache parts, the link
+  // spec of its cached chunks (their KV prefilled again first where it went missing) and
+  // its implicitly cached texts (kept alive once the request is submitted).
+  struct BuiltPrompt {
+    std::vector<int32_t> ids;
+    std::shared_ptr<const engine::LinkSpec> link;
+    std::vector<std::pair<std::vector<int32_t>, int64_t>> implicit;  // tokens, TTL (ms)
+    pic::LinkPrep prep;
+  };
+  StatusOr<BuiltPrompt> BuildPrompt(const ApiRequest& r, const std::string& tenant,
+                                    engine::SchedClock::time_point deadline);
+  // Sampling parameters of a validated request.
   engine::SamplingParams Sampling(const ApiRequest& r);
   std::string NewId(const char* prefix);
 };

@@ -234,7 +234,9 @@ StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& root, const 
   // The store directory: the marker, model subdirectories, and whatever else is there.
   ATTIC_RETURN_IF_ERROR(ForEachEntry(root, [&](const fs::directory_entry& de) {
     const std::string name = de.path().filename().string();
-    if (name == kMarkerName || name == kMarkerTmp || name == kLostFound || name == tier->tag_) return;
+    if (name == kMarkerName || name == kMarkerTmp || name == kLostFound || name == tier->tag_ ||
+        name == kContextCacheDirName)
+      return;
     if (!IsDirectory(de) || !IsTag(name)) return foreign(name, IsDirectory(de));
     // Another model's entries: counted, never opened, never removed.
     const uint64_t entries_before = scan.other_model_entries;

@@ -6,6 +6,8 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include "attic/pic/context_caches.h"
+
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -44,6 +46,9 @@ class Metrics {
   void CountHttp(const std::string& endpoint, int status);
   // One request that reached the scheduler, when it ends.
   void Observe(const engine::RequestRecord& record);
+  // A request with context-cache parts, when it is submitted: its chunks found stored
+  // (by tier) or prefilled again, and whether it was linked.
+  void CountLink(const pic::LinkPrep& prep, bool linked);
   std::string Render(const engine::SchedulerStats& stats) const;
 
  private:
@@ -53,6 +58,10 @@ class Metrics {
   uint64_t prompt_tokens_ = 0;
   uint64_t cached_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
+  uint64_t recomputed_tokens_ = 0;
+  uint64_t linked_requests_ = 0;
+  std::map<std::string, uint64_t> chunk_hits_;  // by tier
+  uint64_t chunk_misses_ = 0, chunk_regenerated_tokens_ = 0;
   Histogram ttft_;
   Histogram tpot_;
   Histogram queue_;

@@ -59,7 +59,24 @@ struct ApiRequest {
   std::string session_id;                        // extension: conversation id (a hint)
   bool ignore_eos = false;                       // extension: generate max_tokens tokens
   int64_t session_ttl_s = -1;                    // extension: stored-KV lifetime (s); -1 = server default, 0 = forever
+  // Context caches (paper 002; docs/serving.md "Context caches"): content parts
+  // {"type":"context_cache","id":...} and text parts with Anthropic-style
+  // "cache_control", in order. Each stands in the message content (or prompt_text) as
+  // PartMarker(i); the prompt is built around them.
+  struct CachePart {
+    std::string cache_id;  // a cache or chunk id; "" = a text part with cache_control
+    std::string text;      // cache_control: the text
+    int64_t ttl_s = 0;     // cache_control: its TTL (300 or 3600)
+  };
+  std::vector<CachePart> cache_parts;
+  std::optional<engine::LinkOptions> link;       // extension: "link" (else the server's --link)
 };
+
+// The stand-in of cache part i in a message's content or a prompt's text: private-use
+// characters around an index (text that contains kPartMarkerOpen is refused).
+inline constexpr const char* kPartMarkerOpen = "\xEE\x80\x80attic-part:";
+inline constexpr const char* kPartMarkerClose = "\xEE\x80\x81";
+std::string PartMarker(size_t index);
 
 inline constexpr int kMaxStops = 16;
 inline constexpr int kMaxJsonDepth = 64;

@@ -9,6 +9,8 @@
 //   GET  /v1/sessions           the tenant's stored conversations (cursor-paginated list)
 //   GET  /v1/sessions/{id}      stored KV of a conversation (tokens, bytes, tier, expiry)
 //   DELETE /v1/sessions/{id}    erase a conversation's stored KV
+//   /v1/context_caches          create, list, get, update (TTL), delete context caches:
+//                               documents cached once, linked into any later prompt
 //
 // One step-loop thread owns the Engine (its Transformer and KV pool) through a
 // Scheduler. HTTP handler threads only parse, authenticate, tokenize, submit to the
@@ -52,7 +54,12 @@ struct ServerOptions {
   // filled from the engine's model.
   bool kv_store = false;
   store::StoreOptions store;
-  int64_t store_expire_interval_ms = 1000;  // how often expired sessions are freed
+  int64_t store_expire_interval_ms = 1000;  // how often expired sessions (and context caches) are freed
+  // Context caches (paper 002; need the KV store): the linking method a request gets
+  // when it names none (--link), and whether chunks are prefilled after a BOS token
+  // (--link-chunk-bos).
+  engine::LinkOptions link;
+  bool link_chunk_bos = true;
 };
 
 class Server {

@@ -183,6 +183,9 @@ struct SsdScan {
 class SsdTier final : public Tier {
  public:
   static constexpr char kMarkerName[] = "ATTIC_KV_STORE";
+  // The store directory's subdirectory of Attic's context-cache registry (src/pic): not
+  // the tier's, never opened by it, never counted as foreign.
+  static constexpr char kContextCacheDirName[] = "context-caches";
   static constexpr int kFormatVersion = 1;
 
   // Opens (creating or adopting an empty directory) the store at `root` for the model

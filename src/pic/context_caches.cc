@@ -1,0 +1,182 @@
+// Context caches on a serving engine: KVGen through the scheduler, the registry, linked
+// prompts (include/attic/pic/context_caches.h).
+#include "attic/pic/context_caches.h"
+
+#include <algorithm>
+#include <set>
+
+#include "attic/core/log.h"
+#include "attic/store/clock.h"
+
+namespace attic::pic {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t NowMs() { return store::SystemClock().NowMs(); }
+
+}  // namespace
+
+ContextCacheService::ContextCacheService(engine::Engine& engine, engine::Scheduler& scheduler, store::KvStore& store,
+                                         ContextCacheRegistry& registry, ContextCacheOptions options)
+    : engine_(engine), scheduler_(scheduler), store_(store), registry_(registry), options_(std::move(options)),
+      bos_id_(engine.tokenizer().bos_id()) {}
+
+std::string ContextCacheService::StoreKey(const std::string& tenant, const std::vector<int32_t>& tokens,
+                                          bool bos) const {
+  std::vector<int32_t> entry;
+  if (bos && bos_id_ >= 0) entry.push_back(bos_id_);
+  entry.insert(entry.end(), tokens.begin(), tokens.end());
+  store::EntryKey key;
+  key.tenant = tenant;
+  key.fingerprint = store_.options().fingerprint;
+  key.dtype = store_.kv_dtype();
+  key.token_hash = store::TokenHash(entry.data(), entry.size());
+  key.session_id = ChunkStoreSession(tokens, bos);
+  return key.ToString();
+}
+
+bool ContextCacheService::Stored(const std::string& tenant, const std::vector<int32_t>& tokens, bool bos) const {
+  return store_.Contains(StoreKey(tenant, tokens, bos));
+}
+
+StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std::vector<std::vector<int32_t>>& chunks,
+                                            bool bos, engine::SchedClock::time_point deadline) {
+  std::set<std::string> seen;
+  std::vector<std::shared_ptr<engine::ResultChannel>> channels;
+  int computed = 0;
+  Status failed;
+  for (const auto& tokens : chunks) {
+    const std::string key = StoreKey(tenant, tokens, bos);
+    if (!seen.insert(key).second || store_.Contains(key)) continue;
+    engine::GenerationRequest r;
+    r.tenant = tenant;
+    r.session_id = ChunkStoreSession(tokens, bos);
+    r.session_ttl_ms = 0;  // the registry owns the chunk's lifetime (Sweep)
+    if (bos && bos_id_ >= 0) r.prompt.push_back(bos_id_);
+    r.prompt.insert(r.prompt.end(), tokens.begin(), tokens.end());
+    r.prefill_only = true;
+    r.sampling.max_tokens = 1;
+    r.deadline = deadline;
+    auto ch = scheduler_.Submit(std::move(r));
+    if (!ch.ok()) {
+      failed = ch.status();
+      break;
+    }
+    channels.push_back(*ch);
+    computed += static_cast<int>(tokens.size()) + (bos && bos_id_ >= 0 ? 1 : 0);
+  }
+  for (auto& ch : channels) {
+    engine::GenerationEvent ev;
+    bool finished = false;
+    while (!finished) {
+      if (!ch->Pop(&ev, 100ms)) {
+        if (engine::SchedClock::now() > deadline + 30s) {  // the step loop is stuck: give up on it
+          ch->Cancel();
+          if (failed.ok()) failed = Status(StatusCode::kDeadlineExceeded, "prefilling the context cache timed out");
+          break;
+        }
+        continue;
+      }
+      if (ev.kind == engine::GenerationEvent::Kind::kFinish) finished = true;
+      if (ev.kind == engine::GenerationEvent::Kind::kError) {
+        if (failed.ok()) failed = ev.status;
+        finished = true;
+      }
+    }
+  }
+  if (!failed.ok()) return failed;
+  // Saved asynchronously: make them findable before the caller links them.
+  store_.Flush();
+  return computed;
+}
+
+StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, const std::string& display_name,
+                                                   std::vector<std::vector<int32_t>> chunks, int64_t expires_at_ms,
+                                                   engine::SchedClock::time_point deadline, int* computed) {
+  if (chunks.empty()) return InvalidArgumentError("a context cache needs at least one chunk");
+  for (const auto& c : chunks)
+    if (c.empty()) return InvalidArgumentError("a chunk of a context cache is empty");
+  ATTIC_ASSIGN_OR_RETURN(*computed, Generate(tenant, chunks, options_.chunk_bos, deadline));
+  ContextCache cache;
+  cache.tenant = tenant;
+  cache.model = options_.model;
+  cache.display_name = display_name;
+  cache.bos = options_.chunk_bos;
+  cache.expires_at_ms = expires_at_ms;
+  for (auto& tokens : chunks) {
+    CachedChunk c;
+    c.tokens = std::move(tokens);
+    cache.chunks.push_back(std::move(c));
+  }
+  return registry_.Create(std::move(cache));
+}
+
+StatusOr<std::shared_ptr<const engine::LinkSpec>> ContextCacheService::Link(
+    const std::string& tenant, const std::vector<PromptPiece>& pieces, const engine::LinkOptions& options,
+    engine::SchedClock::time_point deadline, std::vector<int32_t>* prompt, LinkPrep* prep) {
+  for (bool bos : {true, false}) {
+    std::vector<std::vector<int32_t>> missing;
+    for (const PromptPiece& p : pieces) {
+      if (!p.cached || p.tokens.empty() || p.bos != bos) continue;
+      ++prep->chunks;
+      if (auto tier = store_.TierOf(StoreKey(tenant, p.tokens, bos))) {
+        ++prep->hits_by_tier[store_.tier_name(*tier)];
+      } else {
+        missing.push_back(p.tokens);
+      }
+    }
+    if (missing.empty()) continue;
+    // Evicted or lost since it was cached: prefilled again (once) before linking.
+    ATTIC_ASSIGN_OR_RETURN(int n, Generate(tenant, missing, bos, deadline));
+    prep->regenerated += static_cast<int>(missing.size());
+    prep->regenerated_tokens += n;
+  }
+  auto spec = std::make_shared<engine::LinkSpec>();
+  spec->options = options;
+  prompt->clear();
+  for (const PromptPiece& p : pieces) {
+    if (p.cached && !p.tokens.empty()) {
+      spec->chunks.push_back({static_cast<int>(prompt->size()), static_cast<int>(p.tokens.size()),
+                              StoreKey(tenant, p.tokens, p.bos), p.bos && bos_id_ >= 0 ? 1 : 0});
+    }
+    prompt->insert(prompt->end(), p.tokens.begin(), p.tokens.end());
+  }
+  if (spec->chunks.empty()) return std::shared_ptr<const engine::LinkSpec>();
+  return std::shared_ptr<const engine::LinkSpec>(std::move(spec));
+}
+
+bool ContextCacheService::ImplicitReady(const std::string& tenant, const std::vector<int32_t>& tokens) const {
+  const bool bos = options_.chunk_bos;
+  return registry_.HasImplicit(tenant, options_.model, ChunkStoreSession(tokens, bos)) && Stored(tenant, tokens, bos);
+}
+
+Status ContextCacheService::RememberImplicit(const std::string& tenant, const std::vector<int32_t>& tokens,
+                                             int64_t ttl_ms) {
+  const bool bos = options_.chunk_bos;
+  ATTIC_RETURN_IF_ERROR(registry_.TouchImplicit(tenant, options_.model, tokens, bos, NowMs() + ttl_ms));
+  if (Stored(tenant, tokens, bos)) return OkStatus();
+  // First sight: KVGen in the background (through the scheduler's queue).
+  engine::GenerationRequest r;
+  r.tenant = tenant;
+  r.session_id = ChunkStoreSession(tokens, bos);
+  r.session_ttl_ms = 0;
+  if (bos && bos_id_ >= 0) r.prompt.push_back(bos_id_);
+  r.prompt.insert(r.prompt.end(), tokens.begin(), tokens.end());
+  r.prefill_only = true;
+  r.sampling.max_tokens = 1;
+  auto ch = scheduler_.Submit(std::move(r));
+  return ch.ok() ? OkStatus() : ch.status();
+}
+
+int ContextCacheService::Sweep() {
+  int erased = 0;
+  for (const ChunkKey& k : registry_.ExpireNow()) {
+    if (k.model != options_.model) continue;  // another model's store holds that entry
+    if (store_.EraseSession(k.tenant, k.store_session).ok()) ++erased;
+  }
+  return erased;
+}
+
+}  // namespace attic::pic
