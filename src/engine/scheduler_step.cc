@@ -263,16 +263,19 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;
   ev.usage = r.usage();
-  r.channel->Push(std::move(ev));
   RequestRecord rec;
   rec.id = r.id;
-  rec.usage = r.usage();
+  rec.usage = ev.usage;
   rec.finish_reason = reason;
   rec.queue_seconds = r.queue_seconds;
   rec.ttft_seconds = r.ttft_seconds;
   rec.inter_token_seconds = std::move(r.gaps);
   Report(std::move(rec));
+  // The turn's save is queued before the requester hears of the finish: a lookup it
+  // makes next (the next turn, a linked chunk just prefilled) then finds or waits for it.
+  std::shared_ptr<ResultChannel> channel = r.channel;
   Retire(r);
+  channel->Push(std::move(ev));
 }
 
 void Scheduler::Fail(Running& r, const Status& status) {

@@ -48,6 +48,47 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
   EXPECT_EQ(r.session_ttl_s, 30);
 }
 
+TEST(OpenAiRequest, ContextCachePartsStandInTheTextWhereTheyAre) {
+  ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"A "},
+      {"type":"context_cache","id":"ctx-1"},{"type":"text","text":"B","cache_control":{"type":"ephemeral","ttl":"1h"}},
+      {"type":"context_cache","id":"ctx-1-c0"},{"type":"text","text":" C"}]}],
+      "link":{"method":"cacheblend","ratio":0.3,"check_layer":2}})");
+  ASSERT_EQ(r.cache_parts.size(), 3u);
+  EXPECT_EQ(r.messages[0].content,
+            std::string("A \xEE\x80\x80" "attic-part:0\xEE\x80\x81\xEE\x80\x80" "attic-part:1\xEE\x80\x81"
+                        "\xEE\x80\x80" "attic-part:2\xEE\x80\x81 C"));
+  EXPECT_EQ(r.cache_parts[0].cache_id, "ctx-1");
+  EXPECT_EQ(r.cache_parts[1].cache_id, "");
+  EXPECT_EQ(r.cache_parts[1].text, "B");
+  EXPECT_EQ(r.cache_parts[1].ttl_s, 3600);
+  EXPECT_EQ(r.cache_parts[2].cache_id, "ctx-1-c0");
+  ASSERT_TRUE(r.link.has_value());
+  EXPECT_EQ(r.link->method, engine::LinkMethod::kCacheBlend);
+  EXPECT_DOUBLE_EQ(r.link->ratio, 0.3);
+  EXPECT_EQ(r.link->check_layer, 2);
+  // A completion prompt holding any object is one prompt of parts.
+  ParseResult c = ParseApiRequest(ApiKind::kCompletion,
+                                  R"({"model":"m","prompt":["Once",{"type":"context_cache","id":"ctx-2"}," upon"]})");
+  ASSERT_FALSE(c.error.has_value()) << c.error->message;
+  EXPECT_EQ(c.request.prompt_text, std::string("Once\xEE\x80\x80" "attic-part:0\xEE\x80\x81 upon"));
+  EXPECT_EQ(c.request.cache_parts.size(), 1u);
+}
+
+TEST(OpenAiRequest, BadContextCachePartsAndLinksAre400NamingTheParam) {
+  const std::string m = R"({"model":"m","messages":[{"role":"user","content":)";
+  EXPECT_EQ(ChatError(m + R"([{"type":"context_cache"}]}]})").param, "messages[0].content[0].id");
+  EXPECT_EQ(ChatError(m + R"([{"type":"text","text":"x","cache_control":{"type":"forever"}}]}]})").param,
+            "messages[0].content[0].cache_control");
+  EXPECT_EQ(ChatError(m + R"([{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"2d"}}]}]})").param,
+            "messages[0].content[0].cache_control.ttl");
+  EXPECT_EQ(ChatError(m + R"("a \uE000attic-part:0\uE001"}]})").param, "messages[0].content");
+  EXPECT_EQ(ChatError(m + R"("x"}],"link":{"method":"fast"}})").param, "link.method");
+  EXPECT_EQ(ChatError(m + R"("x"}],"link":{"method":"cacheblend","ratio":2}})").param, "link.ratio");
+  EXPECT_EQ(ChatError(m + R"("x"}],"link":{"method":"attnlink","k":-1}})").param, "link.k");
+  EXPECT_EQ(ChatError(m + R"("x"}],"link":{"method":"naive","k":4}})").param, "link.k");
+  EXPECT_EQ(ChatError(m + R"("x"}],"link":"attnlink"})").param, "link");
+}
+
 TEST(OpenAiRequest, DefaultsAreOpenAis) {
   ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
   EXPECT_FALSE(r.max_tokens.has_value());

@@ -363,6 +363,35 @@ TEST_F(LinkTest, TheNextTurnReusesTheLinkedKvSavedWithTheTurn) {
   }
 }
 
+TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
+  // Decoupled truncation (paper 001): the prompt overflows the 512-token window; its
+  // chunks follow the tokens they cover. With k covering every chunk the link equals
+  // Fully-Recompute of the prompt as truncated (read back from the turn's stored entry).
+  SchedulerOptions so;
+  so.truncate_ratio = 0.3;
+  so.truncate_keep_first = 4;
+  sched_ = std::make_unique<Scheduler>(*engine_, so);
+  sched_->set_store(store_.get());
+  const auto keys = GenAll("t");
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({-1, 0, 1, 2, -1, 0, 1, 2}, keys, spec.get());
+  ASSERT_GT(static_cast<int>(prompt.size()), engine_->context_length());
+  spec->options.method = LinkMethod::kAttnLink;
+  spec->options.k = 600;
+  GenerationRequest r = Req("t", prompt, spec, 8);
+  r.session_id = "long";
+  const Result linked = Run({std::move(r)})[0];
+  ASSERT_TRUE(linked.finished);
+  EXPECT_LT(linked.usage.prompt_tokens, engine_->context_length());
+  EXPECT_GT(linked.usage.recomputed_tokens, 0);  // chunks that survived the cut were linked
+  auto stored = store_->SessionTokens("t", "long");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  const std::vector<int32_t> truncated(stored->begin(), stored->begin() + linked.usage.prompt_tokens);
+  EXPECT_EQ(std::vector<int32_t>(truncated.begin(), truncated.begin() + 4),
+            std::vector<int32_t>(prompt.begin(), prompt.begin() + 4));
+  EXPECT_EQ(linked.text, Fr(truncated, 8).text);
+}
+
 TEST_F(LinkTest, BadLinkSpecsAreRejected) {
   const auto keys = GenAll("t");
   auto spec = std::make_shared<LinkSpec>();
