@@ -155,6 +155,11 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
     r.n_cached = plan.n_cached;
   }
   auto turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
+  // A linked prompt outside a conversation is not saved: its chunks are stored already,
+  // and this arrangement of them is unlikely to come back (RAG); the turn then holds no
+  // copy of the chunks' rows either. A conversation's linked turn is saved: its next turn
+  // reuses it as history.
+  if (plan.n_linked > 0 && r.req.session_id.empty()) turn->Invalidate();
   const store::Preload mode = options_.kv_preload == KvPreload::kSync     ? store::Preload::kSync
                               : options_.kv_preload == KvPreload::kInline ? store::Preload::kInline
                                                                           : store::Preload::kLayerwise;

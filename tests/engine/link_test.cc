@@ -392,6 +392,21 @@ TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
   EXPECT_EQ(linked.text, Fr(truncated, 8).text);
 }
 
+TEST_F(LinkTest, ALinkedPromptOutsideAConversationIsNotSaved) {
+  const auto keys = GenAll("t");
+  auto spec = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt = Prompt({-1, 0, 1}, keys, spec.get());
+  const uint64_t entries = store_->Stats().entries;
+  Run({Req("t", prompt, spec, 4)});
+  store_->Flush();
+  EXPECT_EQ(store_->Stats().entries, entries);
+  GenerationRequest r = Req("t", prompt, spec, 4);
+  r.session_id = "conv";
+  Run({std::move(r)});
+  store_->Flush();
+  EXPECT_EQ(store_->Stats().entries, entries + 1);
+}
+
 TEST_F(LinkTest, BadLinkSpecsAreRejected) {
   const auto keys = GenAll("t");
   auto spec = std::make_shared<LinkSpec>();
