@@ -400,11 +400,16 @@ TEST_F(LinkTest, ALinkedPromptOutsideAConversationIsNotSaved) {
   Run({Req("t", prompt, spec, 4)});
   store_->Flush();
   EXPECT_EQ(store_->Stats().entries, entries);
-  GenerationRequest r = Req("t", prompt, spec, 4);
+  // In a conversation (another tenant: the first request's sequence stays resident in t,
+  // unsaved, and a conversation adopting it could not save it either).
+  auto spec2 = std::make_shared<LinkSpec>();
+  const std::vector<int32_t> prompt2 = Prompt({-1, 0, 1}, GenAll("t2"), spec2.get());
+  const uint64_t entries2 = store_->Stats().entries;
+  GenerationRequest r = Req("t2", prompt2, spec2, 4);
   r.session_id = "conv";
   Run({std::move(r)});
   store_->Flush();
-  EXPECT_EQ(store_->Stats().entries, entries + 1);
+  EXPECT_EQ(store_->Stats().entries, entries2 + 1);
 }
 
 TEST_F(LinkTest, BadLinkSpecsAreRejected) {
