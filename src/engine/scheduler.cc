@@ -356,7 +356,10 @@ void Scheduler::Admit(SchedClock::time_point now) {
 void Scheduler::Retire(Running& r) {
   r.done = true;
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
-  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0) {
+  // A linked prompt that is not saved (outside a conversation) does not stay resident
+  // either: a sequence adopting or copying it could not be saved.
+  const bool unsaved_link = !r.compute_slots.empty() && r.turn != nullptr && !r.turn->valid();
+  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false);
     r.kv.reset();
     return;

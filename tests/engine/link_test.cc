@@ -400,12 +400,10 @@ TEST_F(LinkTest, ALinkedPromptOutsideAConversationIsNotSaved) {
   Run({Req("t", prompt, spec, 4)});
   store_->Flush();
   EXPECT_EQ(store_->Stats().entries, entries);
-  // In a conversation (another tenant: the first request's sequence stays resident in t,
-  // unsaved, and a conversation adopting it could not save it either).
-  auto spec2 = std::make_shared<LinkSpec>();
-  const std::vector<int32_t> prompt2 = Prompt({-1, 0, 1}, GenAll("t2"), spec2.get());
+  // The same prompt in a conversation is saved (the first request's unsaved sequence did
+  // not stay resident to be adopted unsaved).
   const uint64_t entries2 = store_->Stats().entries;
-  GenerationRequest r = Req("t2", prompt2, spec2, 4);
+  GenerationRequest r = Req("t", prompt, spec, 4);
   r.session_id = "conv";
   Run({std::move(r)});
   store_->Flush();
