@@ -3,6 +3,7 @@
 #include "attic/pic/context_caches.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 
 #include "attic/core/log.h"
@@ -43,13 +44,35 @@ bool ContextCacheService::Stored(const std::string& tenant, const std::vector<in
 
 StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std::vector<std::vector<int32_t>>& chunks,
                                             bool bos, engine::SchedClock::time_point deadline) {
-  std::set<std::string> seen;
-  std::vector<std::shared_ptr<engine::ResultChannel>> channels;
-  int computed = 0;
+  // At most half the waiting queue at a time, so that a long document neither fails on a
+  // full queue nor crowds out other requests; the rest is submitted as those finish.
+  const size_t window = static_cast<size_t>(std::max(1, scheduler_.options().max_waiting / 2));
+  std::deque<std::shared_ptr<engine::ResultChannel>> in_flight;
   Status failed;
+  auto wait_oldest = [&] {
+    std::shared_ptr<engine::ResultChannel> ch = std::move(in_flight.front());
+    in_flight.pop_front();
+    engine::GenerationEvent ev;
+    while (true) {
+      if (!ch->Pop(&ev, 100ms)) {
+        if (engine::SchedClock::now() > deadline + 30s) {  // the step loop is stuck: give up on it
+          ch->Cancel();
+          if (failed.ok()) failed = Status(StatusCode::kDeadlineExceeded, "prefilling the context cache timed out");
+          return;
+        }
+        continue;
+      }
+      if (ev.kind == engine::GenerationEvent::Kind::kError && failed.ok()) failed = ev.status;
+      if (ev.kind != engine::GenerationEvent::Kind::kText) return;
+    }
+  };
+  std::set<std::string> seen;
+  int computed = 0;
   for (const auto& tokens : chunks) {
     const std::string key = StoreKey(tenant, tokens, bos);
     if (!seen.insert(key).second || store_.Contains(key)) continue;
+    while (in_flight.size() >= window && failed.ok()) wait_oldest();
+    if (!failed.ok()) break;
     engine::GenerationRequest r;
     r.tenant = tenant;
     r.session_id = ChunkStoreSession(tokens, bos);
@@ -64,28 +87,10 @@ StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std
       failed = ch.status();
       break;
     }
-    channels.push_back(*ch);
+    in_flight.push_back(*ch);
     computed += static_cast<int>(tokens.size()) + (bos && bos_id_ >= 0 ? 1 : 0);
   }
-  for (auto& ch : channels) {
-    engine::GenerationEvent ev;
-    bool finished = false;
-    while (!finished) {
-      if (!ch->Pop(&ev, 100ms)) {
-        if (engine::SchedClock::now() > deadline + 30s) {  // the step loop is stuck: give up on it
-          ch->Cancel();
-          if (failed.ok()) failed = Status(StatusCode::kDeadlineExceeded, "prefilling the context cache timed out");
-          break;
-        }
-        continue;
-      }
-      if (ev.kind == engine::GenerationEvent::Kind::kFinish) finished = true;
-      if (ev.kind == engine::GenerationEvent::Kind::kError) {
-        if (failed.ok()) failed = ev.status;
-        finished = true;
-      }
-    }
-  }
+  while (!in_flight.empty()) wait_oldest();
   if (!failed.ok()) return failed;
   // Saved asynchronously: make them findable before the caller links them.
   store_.Flush();

@@ -92,6 +92,17 @@ TEST_F(ContextCacheServiceTest, KvGenStoresEachDistinctChunkOnceAfterBos) {
   EXPECT_EQ(computed, 0);
 }
 
+TEST_F(ContextCacheServiceTest, ADocumentOfMoreChunksThanTheQueueHoldsIsPrefilledInWaves) {
+  // The default queue holds 64 waiting requests; 150 distinct chunks go through anyway.
+  std::vector<std::vector<int32_t>> chunks;
+  for (int i = 0; i < 150; ++i) chunks.push_back(Tok("Chunk number " + std::to_string(i) + " of the tale."));
+  int computed = 0;
+  auto c = service_->Create("t", "many", chunks, In(60000), Deadline(), &computed);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->chunks.size(), 150u);
+  for (const auto& t : chunks) EXPECT_TRUE(service_->Stored("t", t, true));
+}
+
 TEST_F(ContextCacheServiceTest, LinkPlacesChunksAndPrefillsAMissingOneAgain) {
   const auto a = Tok("Once upon a time there was a cat."), b = Tok("The dog ran to the park."), q = Tok(" Why?");
   int computed = 0;
