@@ -198,6 +198,9 @@ void Scheduler::HintStore() {
   for (const auto& w : waiting_) {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, w->store_tokens(), static_cast<int>(w->prompt->size())});
+    // The context-cache chunks it links, by key, right after it.
+    if (w->req.link != nullptr && w->req.link->options.method != LinkMethod::kFull)
+      for (const LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
   }
   const bool any = !jobs.empty();
   store_->SetLookAhead(std::move(jobs));

@@ -77,6 +77,15 @@ EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string
 AheadEntry KvStore::ResolveLocked(const QueuedJob& job) {
   AheadEntry out;
   out.prompt_tokens = job.prompt_tokens > 0 ? job.prompt_tokens : static_cast<int>(job.tokens->size());
+  if (!job.key.empty()) {
+    auto it = entries_.find(job.key);
+    if (it == entries_.end() || it->second.tenant != job.tenant) return out;
+    out.key = job.key;
+    out.tier = it->second.tier;
+    out.bytes = it->second.bytes;
+    out.n_tokens = static_cast<int>(it->second.tokens.size());
+    return out;
+  }
   auto m = FindLocked(job.tenant, job.session_id, *job.tokens);
   if (!m) return out;
   out.key = m->key;
@@ -147,7 +156,12 @@ void KvStore::SetLookAhead(std::vector<QueuedJob> jobs) {
   for (size_t i = 0; i < queue_.size(); ++i) {
     const QueuedJob& j = queue_[i];
     int n = 0;
-    EntryInfo* e = FindEntryLocked(j.tenant, j.session_id, *j.tokens, &n);
+    EntryInfo* e = nullptr;
+    if (j.key.empty()) {
+      e = FindEntryLocked(j.tenant, j.session_id, *j.tokens, &n);
+    } else if (auto it = entries_.find(j.key); it != entries_.end() && it->second.tenant == j.tenant) {
+      e = &it->second;  // read by key (a linked chunk)
+    }
     if (e != nullptr && e->queue_position < 0) e->queue_position = static_cast<int>(i);  // soonest job wins
   }
 }

@@ -489,6 +489,22 @@ TEST(KvStore, PrefetchPromotesQueuedSessionsFromSsd) {
   ExpectWithinCapacity(*s);
 }
 
+TEST(KvStore, PrefetchPromotesAnEntryAJobReadsByKey) {
+  // A context-cache chunk a waiting job links: named by key, whatever the job's tokens.
+  ScratchDir dir("prefetch-key");
+  auto s = OpenStore(Options(2, dir.path(), 4, PolicyKind::kSchedulerAware));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(i * 100, 32), "ctx:" + std::to_string(i))).ok());
+  auto chunk = s->GetSession("default", "ctx:0");
+  ASSERT_EQ(chunk->tier, TierLevel::kSsd);
+  store::QueuedJob job{"default", "", Range(9000, 8), 32, chunk->key};
+  s->SetLookAhead({{"other-tenant", "", {}, 32, chunk->key}});  // not its tenant's: not resolved
+  EXPECT_EQ(s->Prefetch(), 0);
+  s->SetLookAhead({job});
+  EXPECT_EQ(s->Prefetch(), 1);
+  EXPECT_EQ(s->GetSession("default", "ctx:0")->tier, TierLevel::kDram);
+  ExpectWithinCapacity(*s);
+}
+
 TEST(KvStore, RejectsOtherModelsEntryOnSave) {
   auto s = OpenStore(Options(4));
   EXPECT_EQ(s->Save(MakeEntry(Range(0, 32), "", "default", 2, 8, "fp-B")).code(), StatusCode::kInvalidArgument);

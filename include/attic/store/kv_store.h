@@ -143,6 +143,10 @@ struct QueuedJob {
   std::string session_id;
   SharedTokens tokens;    // what to look its entry up with (a truncated prompt: as the entry saw it)
   int prompt_tokens = 0;  // the prompt's length (the read buffer's L_new); 0 = tokens' size
+  // A stored entry the job reads by key, whatever `tokens` say (a context-cache chunk it
+  // links): resolved to that entry, so that eviction keeps it, Prefetch promotes it and
+  // the read buffer fetches it ahead like a session's history.
+  std::string key;
 };
 
 struct StoreStats {
