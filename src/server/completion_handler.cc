@@ -185,6 +185,15 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     e.param = "session_id";
     return SendError(res, e);
   }
+  // The parser checked k and ratio; check_layer depends on the model, so it is checked
+  // here: before any chunk is prefilled, and also when the prompt links nothing.
+  if (r.link) {
+    if (Status st = r.link->Validate(engine.model().config().n_layers); !st.ok()) {
+      ApiError e = ErrorFromStatus(st);
+      e.param = "link.check_layer";
+      return SendError(res, e);
+    }
+  }
   const SchedClock::time_point deadline =
       arrival + std::chrono::duration_cast<SchedClock::duration>(std::chrono::duration<double>(options.request_timeout_s));
   auto prompt = BuildPrompt(r, tenant, deadline);
