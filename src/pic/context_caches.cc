@@ -103,7 +103,16 @@ StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, co
   if (chunks.empty()) return InvalidArgumentError("a context cache needs at least one chunk");
   for (const auto& c : chunks)
     if (c.empty()) return InvalidArgumentError("a chunk of a context cache is empty");
-  ATTIC_ASSIGN_OR_RETURN(*computed, Generate(tenant, chunks, options_.chunk_bos, deadline));
+  // The chunk tokens to prefill, without the BOS a chunk is prefilled after and each
+  // distinct chunk once: what the cache's usage reports as not cached.
+  std::set<std::string> pending;
+  int fresh_tokens = 0;
+  for (const auto& c : chunks) {
+    const std::string key = StoreKey(tenant, c, options_.chunk_bos);
+    if (!store_.Contains(key) && pending.insert(key).second) fresh_tokens += static_cast<int>(c.size());
+  }
+  ATTIC_RETURN_IF_ERROR(Generate(tenant, chunks, options_.chunk_bos, deadline).status());
+  *computed = fresh_tokens;
   ContextCache cache;
   cache.tenant = tenant;
   cache.model = options_.model;

@@ -88,11 +88,29 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   }
   // Templates that want BOS write it themselves; a completion prompt gets the tokenizer's.
   const bool add_bos = r.kind == ApiKind::kCompletion;
-  if (!r.prompt_is_ids && r.cache_parts.empty()) {
+  bool links = !r.cache_parts.empty();
+  if (links && caches == nullptr) {
+    // Without the KV store nothing is cached: a context cache cannot exist, and
+    // cache_control, a hint, is ignored (its text is plain text).
+    std::string plain;
+    size_t at = 0;
+    for (size_t open; (open = text.find(kPartMarkerOpen, at)) != std::string::npos;) {
+      const size_t digits = open + std::strlen(kPartMarkerOpen);
+      const size_t close = text.find(kPartMarkerClose, digits);
+      const ApiRequest::CachePart& part = r.cache_parts.at(std::stoul(text.substr(digits, close - digits)));
+      if (!part.cache_id.empty())
+        return NotFoundError("No context cache '" + part.cache_id +
+                             "': context caches need the KV store, which is not enabled on this server "
+                             "(--kv-dram, --kv-ssd-dir)");
+      plain += text.substr(at, open - at) + part.text;
+      at = close + std::strlen(kPartMarkerClose);
+    }
+    text = plain + text.substr(at);
+    links = false;
+  }
+  if (!r.prompt_is_ids && !links) {
     ATTIC_ASSIGN_OR_RETURN(ids, engine.Tokenize(text, add_bos));
-  } else if (!r.cache_parts.empty()) {
-    if (caches == nullptr)
-      return FailedPreconditionError("context caches need the KV store (start the server with --kv-dram or --kv-ssd-dir)");
+  } else if (links) {
     // Text pieces are tokenized on their own between the cache parts (each cached chunk
     // was tokenized on its own too).
     std::vector<pic::PromptPiece> pieces;
@@ -184,6 +202,15 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     ApiError e = ErrorFromStatus(InvalidArgumentError("session ids starting with 'ctx:' are reserved for context caches"));
     e.param = "session_id";
     return SendError(res, e);
+  }
+  // The parser checked k and ratio; check_layer depends on the model, so it is checked
+  // here: before any chunk is prefilled, and also when the prompt links nothing.
+  if (r.link) {
+    if (Status st = r.link->Validate(engine.model().config().n_layers); !st.ok()) {
+      ApiError e = ErrorFromStatus(st);
+      e.param = "link.check_layer";
+      return SendError(res, e);
+    }
   }
   const SchedClock::time_point deadline =
       arrival + std::chrono::duration_cast<SchedClock::duration>(std::chrono::duration<double>(options.request_timeout_s));

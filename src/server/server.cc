@@ -48,12 +48,14 @@ bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
 
 // Metric label for a path: known routes only, so label values stay bounded.
 std::string EndpointLabel(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions", "/health",
-                            "/metrics", "/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize"}) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions",
+                            "/v1/context_caches", "/health", "/metrics", "/tokenize", "/detokenize", "/v1/tokenize",
+                            "/v1/detokenize"}) {
     if (path == known) return known;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/v1/sessions/", 0) == 0) return "/v1/sessions/{id}";
+  if (path.rfind("/v1/context_caches/", 0) == 0) return "/v1/context_caches/{id}";
   return "other";
 }
 

@@ -75,7 +75,8 @@ class ContextCacheService {
                          engine::SchedClock::time_point deadline);
 
   // Creates a cache of `chunks` (token ids, no BOS): KVGen, then the registry record.
-  // *computed = tokens prefilled (chunks already stored cost nothing).
+  // *computed = the chunks' tokens prefilled, without their BOS, each distinct chunk once
+  // (chunks already stored cost nothing), so that n_tokens - *computed were cached.
   StatusOr<ContextCache> Create(const std::string& tenant, const std::string& display_name,
                                 std::vector<std::vector<int32_t>> chunks, int64_t expires_at_ms,
                                 engine::SchedClock::time_point deadline, int* computed);

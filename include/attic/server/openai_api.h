@@ -74,6 +74,7 @@ struct ApiRequest {
 
 // The stand-in of cache part i in a message's content or a prompt's text: private-use
 // characters around an index (text that contains kPartMarkerOpen is refused).
+// (U+E000 then "attic-part:": two literals, as "\x80a..." would read 'a' as a hex digit.)
 inline constexpr const char* kPartMarkerOpen = "\xEE\x80\x80" "attic-part:";
 inline constexpr const char* kPartMarkerClose = "\xEE\x80\x81";
 std::string PartMarker(size_t index);
