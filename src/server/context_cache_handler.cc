@@ -198,7 +198,12 @@ void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
                                         std::chrono::duration<double>(options.request_timeout_s));
     int computed = 0;
     auto cache = caches->Create(tenant, display_name, std::move(chunks), expires_at, deadline, &computed);
-    if (!cache.ok()) return SendError(res, ErrorFromStatus(cache.status()));
+    if (!cache.ok()) {
+      ApiError e = ErrorFromStatus(cache.status());
+      // The tenant's limit of caches, not a full queue (the other ResourceExhausted here).
+      if (cache.status().message().rfind("too many context caches", 0) == 0) e.code = "context_cache_limit_reached";
+      return SendError(res, e);
+    }
     json j = CacheObject(*cache);
     j["usage"] = {{"prompt_tokens", cache->n_tokens()},
                   {"cached_tokens", std::max(0, cache->n_tokens() - computed)}};
