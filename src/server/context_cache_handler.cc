@@ -35,12 +35,7 @@ int64_t NowMs() {
 }
 
 ApiError Bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  ApiError e;
-  e.http_status = 400;
-  e.param = param;
-  e.message = message;
-  e.code = code;
-  return e;
+  return InvalidParam(param, message, code);
 }
 
 ApiError NotFound(const std::string& id) {

@@ -12,17 +12,21 @@
 
 namespace attic::server {
 
-namespace {
-
-using json = nlohmann::json;
-
-ApiError Invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+ApiError InvalidParam(const std::string& param, const std::string& message, const std::string& code) {
   ApiError e;
   e.http_status = 400;
   e.param = param;
   e.message = message;
   e.code = code;
   return e;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+ApiError Invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return InvalidParam(param, message, code);
 }
 
 ApiError Unsupported(const std::string& param, const std::string& what) {

@@ -35,6 +35,8 @@ std::string ErrorJson(const ApiError& error);
 // InvalidArgument 400, NotFound 404, OutOfRange 413 (context_length_exceeded),
 // ResourceExhausted 429, Unavailable 503, DeadlineExceeded 504, anything else 500.
 ApiError ErrorFromStatus(const Status& status);
+// A 400 naming the request field `param` (invalid_request_error).
+ApiError InvalidParam(const std::string& param, const std::string& message, const std::string& code = "invalid_value");
 
 enum class ApiKind { kChat, kCompletion };
 
