@@ -132,13 +132,14 @@ std::string ToSvg(const LinkRun& run) {
   lo = std::floor(lo), hi = std::ceil(hi);
   if (hi <= lo) hi = lo + 1;
   const int width = static_cast<int>(splits.size()) * (pw + ml) + 20, height = ph + mt + mb;
+  const std::string model = run.model.substr(run.model.find_last_of('/') + 1);  // the folder's name
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   for (size_t s = 0; s < splits.size(); ++s) {
     const int x0 = ml + static_cast<int>(s) * (pw + ml), y0 = mt;
-    o << "<text x=\"" << x0 << "\" y=\"20\" font-size=\"13\">" << run.model << " - split " << splits[s]
-      << ": KL vs full against tokens recomputed</text>\n";
+    o << "<text x=\"" << x0 << "\" y=\"20\" font-size=\"13\">" << model << ", split " << splits[s]
+      << ": KL vs full (log) by share recomputed</text>\n";
     o << "<rect x=\"" << x0 << "\" y=\"" << y0 << "\" width=\"" << pw << "\" height=\"" << ph
       << "\" fill=\"none\" stroke=\"#888\"/>\n";
     for (int e = static_cast<int>(lo); e <= static_cast<int>(hi); ++e) {
