@@ -2,7 +2,7 @@
 // (paper 002's RQ1 and RQ4; docs/eval.md, "Linking").
 //   attic eval link [-m MODEL] [--source text|musique|passkey] [--text FILE] [--musique FILE]
 //                   [--haystack DIR|FILE] [--prompts N] [--chunks N] [--chunk-tokens T]
-//                   [--continuation C] [-l LENGTH] [--split fixed semantic]
+//                   [--continuation C] [-l LENGTH] [--split fixed sentence semantic]
 //                   [--orders original reversed shuffled] [--seed S] [--greedy-tokens G]
 //                   [--methods naive attnlink-16 ...] [--bos no yes] [--json FILE] [--plot FILE.svg]
 // Prints a markdown table and a one-line JSON summary on stdout, progress on stderr.
@@ -120,8 +120,12 @@ int RunLink(const LinkFlags& f) {
   const int32_t bos = tok.add_bos() ? tok.bos_id() : -1;
   size_t need = 0;
   for (const auto& p : prompts) {
-    need = std::max(need, (bos >= 0 ? 1 : 0) + p.context.size() + p.query.size() +
-                              std::max(p.continuation.size(), static_cast<size_t>(f.greedy_tokens)));
+    for (eval::LinkSplit split : o.splits) {  // semantic chunks are encoded apart: a few tokens more
+      auto cut = eval::SplitContext(p, tok, split, f.chunk_tokens);
+      if (!cut.ok()) return Fail(cut.status().WithContext(p.id));
+      need = std::max(need, (bos >= 0 ? 1 : 0) + cut->tokens.size() + p.query.size() +
+                                std::max(p.continuation.size(), static_cast<size_t>(f.greedy_tokens)));
+    }
   }
   if (need > static_cast<size_t>(e.context_length())) {
     return UsageError("prompts need " + std::to_string(need) + " tokens, more than the context window of " +
@@ -180,7 +184,10 @@ void AddEvalLinkCommand(CLI::App* ev, RunFn* run) {
   lk->add_option("--chunk-tokens", f->chunk_tokens, "tokens per chunk (semantic: at most)")->capture_default_str();
   lk->add_option("--continuation", f->continuation, "text: tokens of true continuation scored")->capture_default_str();
   lk->add_option("-l,--length", f->length, "passkey: prompt length in tokens (at most)")->capture_default_str();
-  lk->add_option("--split", f->splits, "how the context is cut: fixed, semantic")->capture_default_str();
+  lk->add_option("--split", f->splits,
+                 "how the context is cut: fixed (runs of --chunk-tokens), sentence (the same tokens cut at passage "
+                 "and sentence ends), semantic (pic::SplitDocument of the text)")
+      ->capture_default_str();
   lk->add_option("--orders", f->orders, "chunk orders: original, reversed, shuffled")->capture_default_str();
   lk->add_option("--seed", f->seed, "seed of the shuffled order (and the pass keys)")->capture_default_str();
   lk->add_option("--greedy-tokens", f->greedy_tokens, "greedy tokens compared with full's")->capture_default_str();

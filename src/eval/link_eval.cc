@@ -30,13 +30,13 @@ struct Layout {
   int greedy_prompt = 0;
 };
 
-Layout Lay(const LinkPrompt& p, const std::vector<ContextChunk>& chunks, const std::vector<int>& order, int32_t bos) {
+Layout Lay(const LinkPrompt& p, const SplitContextResult& split, const std::vector<int>& order, int32_t bos) {
   Layout l;
   if (bos >= 0) l.tokens.push_back(bos);
   for (int i : order) {
-    const ContextChunk& c = chunks[static_cast<size_t>(i)];
+    const ContextChunk& c = split.chunks[static_cast<size_t>(i)];
     l.chunks.push_back({static_cast<int>(l.tokens.size()), c.n});
-    l.tokens.insert(l.tokens.end(), p.context.begin() + c.begin, p.context.begin() + c.begin + c.n);
+    l.tokens.insert(l.tokens.end(), split.tokens.begin() + c.begin, split.tokens.begin() + c.begin + c.n);
   }
   l.first_scored = static_cast<int>(l.tokens.size());
   l.tokens.insert(l.tokens.end(), p.query.begin(), p.query.end());
@@ -83,14 +83,18 @@ StatusOr<LinkRun> RunLinkEval(const std::vector<Method*>& methods, const tokeniz
     auto cell = [&](size_t order_index, size_t m) -> LinkCell& {
       return run.cells[first_cell + order_index * n_methods + m];
     };
-    std::vector<std::vector<ContextChunk>> split_chunks;
-    for (const LinkPrompt& p : prompts) split_chunks.push_back(SplitContext(p, tok, split, options.chunk_tokens));
+    std::vector<SplitContextResult> split_chunks;
+    for (const LinkPrompt& p : prompts) {
+      auto cut = SplitContext(p, tok, split, options.chunk_tokens);
+      if (!cut.ok()) return cut.status().WithContext(std::string(LinkSplitName(split)) + " split of " + p.id);
+      split_chunks.push_back(std::move(*cut));
+    }
 
     for (size_t oi = 0; oi < options.orders.size(); ++oi) {
       const auto t_order = std::chrono::steady_clock::now();
       for (size_t pi = 0; pi < prompts.size(); ++pi) {
         const LinkPrompt& p = prompts[pi];
-        const std::vector<int> order = OrderChunks(static_cast<int>(split_chunks[pi].size()), options.orders[oi],
+        const std::vector<int> order = OrderChunks(static_cast<int>(split_chunks[pi].chunks.size()), options.orders[oi],
                                                    options.seed + pi);
         const Layout l = Lay(p, split_chunks[pi], order, bos);
         const std::vector<int32_t> greedy_prompt(l.tokens.begin(), l.tokens.begin() + l.greedy_prompt);

@@ -4,6 +4,7 @@
 
 #include "attic/eval/link_eval.h"
 #include "attic/eval/needle.h"
+#include "attic/pic/split.h"
 
 namespace attic::eval {
 
@@ -44,6 +45,7 @@ std::vector<LinkPrompt> TextPrompts(const std::vector<int32_t>& text_tokens, con
                      text_tokens.begin() + static_cast<std::ptrdiff_t>(at) + context_tokens);
     p.continuation.assign(text_tokens.begin() + static_cast<std::ptrdiff_t>(at) + context_tokens,
                           text_tokens.begin() + static_cast<std::ptrdiff_t>(at + stride));
+    p.context_text = tok.Decode(p.context, true);
     p.passage_starts.push_back(0);
     for (int i = 1; i < context_tokens; ++i) {
       const std::string prev = tok.TokenBytes(p.context[i - 1]);
@@ -76,7 +78,11 @@ StatusOr<std::vector<LinkPrompt>> MusiquePrompts(const std::string& json_text, c
       if (t.empty()) continue;
       p.passage_starts.push_back(static_cast<int>(p.context.size()));
       const size_t room = static_cast<size_t>(context_tokens) - p.context.size();
-      p.context.insert(p.context.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(std::min(room, t.size())));
+      t.resize(std::min(room, t.size()));
+      p.context.insert(p.context.end(), t.begin(), t.end());
+      std::string text = tok.Decode(t, true);
+      text.erase(0, text.find_first_not_of(' '));
+      p.context_text += (p.context_text.empty() ? "" : "\n\n") + text;
     }
     if (static_cast<int>(p.context.size()) < context_tokens) continue;  // too little text
     p.query = Encode(tok, "Question: " + rec["question"].get<std::string>() + " Answer:");
@@ -117,32 +123,53 @@ StatusOr<std::vector<LinkPrompt>> PassKeyPrompts(const tokenizer::Tokenizer& tok
     p.continuation = Encode(tok, needle.answer + ".");
     p.answer = needle.answer;
     p.answer_tokens = AnswerTokens(needle);
+    p.context_text = tok.Decode(p.context, true);
     p.passage_starts.push_back(0);
     out.push_back(std::move(p));
   }
   return out;
 }
 
-const char* LinkSplitName(LinkSplit s) { return s == LinkSplit::kFixed ? "fixed" : "semantic"; }
-
-StatusOr<LinkSplit> ParseLinkSplit(std::string_view name) {
-  if (name == "fixed") return LinkSplit::kFixed;
-  if (name == "semantic") return LinkSplit::kSemantic;
-  return InvalidArgumentError("unknown split '" + std::string(name) + "' (expected fixed or semantic)");
+const char* LinkSplitName(LinkSplit s) {
+  switch (s) {
+    case LinkSplit::kFixed: return "fixed";
+    case LinkSplit::kSentence: return "sentence";
+    case LinkSplit::kSemantic: return "semantic";
+  }
+  return "?";
 }
 
-std::vector<ContextChunk> SplitContext(const LinkPrompt& prompt, const tokenizer::Tokenizer& tok, LinkSplit split,
-                                       int chunk_tokens) {
-  const int n = static_cast<int>(prompt.context.size());
-  std::vector<ContextChunk> out;
-  std::vector<uint8_t> passage(static_cast<size_t>(n) + 1, 0), sentence(static_cast<size_t>(n) + 1, 0);
+StatusOr<LinkSplit> ParseLinkSplit(std::string_view name) {
+  for (LinkSplit s : {LinkSplit::kFixed, LinkSplit::kSentence, LinkSplit::kSemantic})
+    if (name == LinkSplitName(s)) return s;
+  return InvalidArgumentError("unknown split '" + std::string(name) + "' (expected fixed, sentence or semantic)");
+}
+
+StatusOr<SplitContextResult> SplitContext(const LinkPrompt& prompt, const tokenizer::Tokenizer& tok, LinkSplit split,
+                                          int chunk_tokens) {
+  SplitContextResult out;
   if (split == LinkSplit::kSemantic) {
+    pic::SplitOptions so;
+    so.method = pic::SplitMethod::kSemantic;
+    so.max_tokens = chunk_tokens;
+    ATTIC_ASSIGN_OR_RETURN(std::vector<pic::TextChunk> chunks, pic::SplitDocument(tok, prompt.context_text, so));
+    for (const pic::TextChunk& c : chunks) {
+      if (c.tokens.empty()) continue;
+      out.chunks.push_back({static_cast<int>(out.tokens.size()), static_cast<int>(c.tokens.size())});
+      out.tokens.insert(out.tokens.end(), c.tokens.begin(), c.tokens.end());
+    }
+    return out;
+  }
+  out.tokens = prompt.context;
+  const int n = static_cast<int>(prompt.context.size());
+  std::vector<uint8_t> passage(static_cast<size_t>(n) + 1, 0), sentence(static_cast<size_t>(n) + 1, 0);
+  if (split == LinkSplit::kSentence) {
     for (int s : prompt.passage_starts) passage[s] = 1;
     for (int i = 1; i < n; ++i) sentence[i] = EndsSentence(tok, prompt.context[i - 1]);
   }
   for (int b = 0; b < n;) {
     int e = std::min(n, b + chunk_tokens);
-    if (split == LinkSplit::kSemantic && e < n) {
+    if (split == LinkSplit::kSentence && e < n) {
       int best = 0;
       for (int c = e; c > b; --c) {
         if (passage[c]) {
@@ -153,7 +180,7 @@ std::vector<ContextChunk> SplitContext(const LinkPrompt& prompt, const tokenizer
       }
       if (best != 0) e = best > 0 ? best : -best;
     }
-    out.push_back({b, e - b});
+    out.chunks.push_back({b, e - b});
     b = e;
   }
   return out;

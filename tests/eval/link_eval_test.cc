@@ -1,5 +1,5 @@
 // `attic eval link`'s parts (eval/link_eval.h): the splits cut where their definitions
-// say (checked on token sequences built by hand with stories260K's tokenizer), orders
+// say (checked on token sequences and texts built by hand with stories260K's tokenizer), orders
 // are permutations, and a run's figures for the exact cases are full's (KL 0 within
 // rounding, top-1 and greedy agreement 1), for a linked method that is not exact they are not.
 #include <gtest/gtest.h>
@@ -44,14 +44,17 @@ TEST_F(LinkEvalTest, FixedCutsRunsOfChunkTokens) {
   LinkPrompt p;
   p.context.assign(50, 7);
   p.passage_starts = {0, 20};
-  const auto c = SplitContext(p, engine_->tokenizer(), LinkSplit::kFixed, 16);
+  const auto cut = SplitContext(p, engine_->tokenizer(), LinkSplit::kFixed, 16);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(cut->tokens, p.context);
+  const auto& c = cut->chunks;
   ASSERT_EQ(c.size(), 4u);
   EXPECT_EQ(c[0].begin, 0);
   EXPECT_EQ(c[3].begin, 48);
   EXPECT_EQ(c[3].n, 2);
 }
 
-TEST_F(LinkEvalTest, SemanticCutsAtPassagesThenSentences) {
+TEST_F(LinkEvalTest, SentenceCutsAtPassagesThenSentences) {
   // Three sentences; a passage starts with the third.
   const std::vector<int32_t> a = Encode("Tom saw a big red ball.");
   const std::vector<int32_t> b = Encode("He ran to get it and he was happy!");
@@ -63,15 +66,21 @@ TEST_F(LinkEvalTest, SemanticCutsAtPassagesThenSentences) {
   p.context.insert(p.context.end(), d.begin(), d.end());
   p.passage_starts = {0, third};
   const int n = static_cast<int>(p.context.size());
+  auto cut = [&](int budget) {
+    auto r = SplitContext(p, engine_->tokenizer(), LinkSplit::kSentence, budget);
+    EXPECT_TRUE(r.ok());
+    EXPECT_EQ(r->tokens, p.context);
+    return r->chunks;
+  };
   // A budget that reaches past the passage start: the cut is at the passage.
-  auto c = SplitContext(p, engine_->tokenizer(), LinkSplit::kSemantic, third + 3);
+  auto c = cut(third + 3);
   ASSERT_GE(c.size(), 2u);
   EXPECT_EQ(c[0].n, third);
   // A budget that reaches into the second sentence only: the cut is after the first.
-  c = SplitContext(p, engine_->tokenizer(), LinkSplit::kSemantic, static_cast<int>(a.size()) + 3);
+  c = cut(static_cast<int>(a.size()) + 3);
   EXPECT_EQ(c[0].n, static_cast<int>(a.size()));
   // No boundary within reach: a fixed cut. Chunks tile the context.
-  c = SplitContext(p, engine_->tokenizer(), LinkSplit::kSemantic, 4);
+  c = cut(4);
   EXPECT_EQ(c[0].n, 4);
   int covered = 0;
   for (const auto& ch : c) {
@@ -80,6 +89,20 @@ TEST_F(LinkEvalTest, SemanticCutsAtPassagesThenSentences) {
     covered += ch.n;
   }
   EXPECT_EQ(covered, n);
+}
+
+TEST_F(LinkEvalTest, SemanticIsSplitDocumentOfTheText) {
+  // Two paragraphs that fit one budget each: semantic cuts between them, and each chunk's
+  // tokens are its text encoded on its own.
+  LinkPrompt p;
+  p.context_text = "Tom saw a big red ball. He ran to get it.\n\nThe sun was warm and the birds sang.";
+  const auto r = SplitContext(p, engine_->tokenizer(), LinkSplit::kSemantic, 24);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->chunks.size(), 2u);
+  const std::vector<int32_t> first = Encode("Tom saw a big red ball. He ran to get it.\n\n");
+  EXPECT_EQ(r->chunks[0].n, static_cast<int>(first.size()));
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), r->tokens.begin()));
+  EXPECT_EQ(r->chunks[1].begin + r->chunks[1].n, static_cast<int>(r->tokens.size()));
 }
 
 TEST_F(LinkEvalTest, OrdersArePermutations) {

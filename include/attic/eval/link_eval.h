@@ -34,6 +34,7 @@ struct LinkPrompt {
   std::string id;                     // where it comes from ("tinystories@4480", "musique#3")
   std::vector<int32_t> context;
   std::vector<int> passage_starts;    // ascending indices into context (0 first)
+  std::string context_text;           // the context as text, passages apart by a blank line (`semantic` cuts it)
   std::vector<int32_t> query;         // new tokens: scored, computed by every method
   std::vector<int32_t> continuation;  // scored after the query
   std::string answer;                 // exact-match target of the greedy output ("" = none)
@@ -65,19 +66,26 @@ StatusOr<std::vector<LinkPrompt>> PassKeyPrompts(const tokenizer::Tokenizer& tok
                                                  int n_prompts, uint64_t seed);
 
 // How a context is cut (paper 002's KVSplit).
-//   fixed     runs of chunk_tokens tokens (the last one shorter)
-//   semantic  chunks of at most chunk_tokens that end at the latest passage start within
-//             reach, else at the latest sentence end (after a token ending in . ! ? or
-//             a closing quote after one), else at chunk_tokens
-// Both cut the same tokens, so fixed vs semantic differ only in where the cuts fall.
-// TODO(pic-split): when pic::SplitDocument (attic/pic/split.h) is merged, offer its
-// semantic cut of the passages' text here as well.
-enum class LinkSplit { kFixed, kSemantic };
-const char* LinkSplitName(LinkSplit s);  // "fixed", "semantic"
+//   fixed     runs of chunk_tokens tokens of prompt.context (the last one shorter)
+//   sentence  chunks of prompt.context of at most chunk_tokens that end at the latest
+//             passage start within reach, else at the latest sentence end (after a token
+//             ending in . ! ? or a closing quote after one), else at chunk_tokens: the
+//             same tokens as fixed, cut elsewhere
+//   semantic  pic::SplitDocument's semantic cut of prompt.context_text (chunks of at
+//             most chunk_tokens ending at the best of paragraph > line > sentence > word
+//             boundaries); each chunk is encoded on its own, so the context's tokens
+//             may differ a little from prompt.context
+enum class LinkSplit { kFixed, kSentence, kSemantic };
+const char* LinkSplitName(LinkSplit s);  // "fixed", "sentence", "semantic"
 StatusOr<LinkSplit> ParseLinkSplit(std::string_view name);
-// Chunks of prompt.context (begin indices into the context). REQUIRES: chunk_tokens >= 1.
-std::vector<ContextChunk> SplitContext(const LinkPrompt& prompt, const tokenizer::Tokenizer& tok, LinkSplit split,
-                                       int chunk_tokens);
+// A context cut into chunks: its tokens (no BOS) and the chunks' places in them.
+struct SplitContextResult {
+  std::vector<int32_t> tokens;
+  std::vector<ContextChunk> chunks;  // tile tokens, in order
+};
+// REQUIRES: chunk_tokens >= 1. semantic: SplitDocument's errors.
+StatusOr<SplitContextResult> SplitContext(const LinkPrompt& prompt, const tokenizer::Tokenizer& tok, LinkSplit split,
+                                          int chunk_tokens);
 
 // Chunk orders: original, reversed, and shuffled (Fisher-Yates under SplitMix64(seed + prompt index)).
 enum class ChunkOrder { kOriginal, kReversed, kShuffled };
