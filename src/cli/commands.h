@@ -66,7 +66,9 @@ void AddChatCommand(CLI::App& app, RunFn* run);
 void AddBenchCommand(CLI::App& app, RunFn* run);
 void AddMakeModelCommand(CLI::App& app, RunFn* run);
 void AddServeCommand(CLI::App& app, RunFn* run);
-void AddEvalCommand(CLI::App& app, RunFn* run);  // `eval perplexity`, `eval needle`
+void AddEvalCommand(CLI::App& app, RunFn* run);  // `eval perplexity`, `eval needle`, `eval link`
+// `eval link` (eval_link_cmd.cc), added to `eval` by AddEvalCommand.
+void AddEvalLinkCommand(CLI::App* ev, RunFn* run);
 // `bench serve`, a subcommand of `bench` (call after AddBenchCommand). It has its own
 // RunFn because `bench`'s callback runs after its subcommand's and would replace it.
 void AddBenchServeCommand(CLI::App& app, RunFn* run);

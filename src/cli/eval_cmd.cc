@@ -5,6 +5,7 @@
 //   attic eval needle [-m MODEL] [--haystack DIR|FILE] [-l 512 1024 2048] [--depths ...]
 //                     [--needles passkey fact] [--trials N] [--seed S] [--methods ...]
 //                     [--json FILE] [--plot FILE.svg]
+//   attic eval link ...   (eval_link_cmd.cc)
 // Each prints a markdown table and a one-line JSON summary on stdout, progress on stderr.
 #include <algorithm>
 #include <chrono>
@@ -202,7 +203,7 @@ std::string MethodsHelp() {
 
 void AddEvalCommand(CLI::App& app, RunFn* run) {
   auto* ev = app.add_subcommand(
-      "eval", "quality: perplexity, KL / top-1 against full attention, needle in a haystack (table + JSON)");
+      "eval", "quality: perplexity, KL / top-1 against full attention, needle in a haystack, linking (table + JSON)");
   ev->require_subcommand(1);
 
   auto* ppl = ev->add_subcommand("perplexity", "perplexity of a text in windows of several lengths, per method");
@@ -240,6 +241,8 @@ void AddEvalCommand(CLI::App& app, RunFn* run) {
   nd->add_option("--json", nf->json_out, "write the cells and every trial as JSON to this file");
   nd->add_option("--plot", nf->plot_out, "write an SVG heatmap (a panel per needle kind and method) to this file");
   nd->callback([run, nf] { *run = [nf] { return RunNeedle(*nf); }; });
+
+  AddEvalLinkCommand(ev, run);
 }
 
 }  // namespace attic::cli

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "attic/engine/sampler.h"
+#include "attic/eval/link_method.h"
 
 namespace attic::eval {
 
@@ -95,10 +96,22 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
   return registry;
 }
 
+// Linked methods (link_method.h) are a parametric family, listed by pattern.
+const std::vector<std::string>& LinkedPatterns() {
+  static const std::vector<std::string> patterns = {"naive[+bos]", "attnlink-K[+bos]", "cacheblend-R[@LAYER][+bos]"};
+  return patterns;
+}
+
 std::string KnownNames() {
   std::string s;
-  for (const auto& [name, factory] : Registry()) s += (s.empty() ? "" : ", ") + name;
+  for (const std::string& name : MethodNames()) s += (s.empty() ? "" : ", ") + name;
   return s;
+}
+
+bool Known(const std::string& name) {
+  for (const auto& [n, factory] : Registry())
+    if (n == name) return true;
+  return IsLinkedMethodName(name);
 }
 
 }  // namespace
@@ -106,6 +119,7 @@ std::string KnownNames() {
 std::vector<std::string> MethodNames() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : Registry()) names.push_back(name);
+  names.insert(names.end(), LinkedPatterns().begin(), LinkedPatterns().end());
   return names;
 }
 
@@ -113,15 +127,14 @@ StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, engine::En
   for (const auto& [n, factory] : Registry()) {
     if (n == name) return factory(engine);
   }
+  if (IsLinkedMethodName(name)) return MakeLinkedMethod(name, engine);
   return InvalidArgumentError("unknown method '" + name + "' (methods: " + KnownNames() + ")");
 }
 
 StatusOr<std::vector<std::string>> MethodsAxis(const std::vector<std::string>& names) {
   std::vector<std::string> axis{kReferenceMethod};
   for (const std::string& name : names) {
-    bool known = false;
-    for (const auto& [n, factory] : Registry()) known = known || n == name;
-    if (!known) return InvalidArgumentError("unknown method '" + name + "' (methods: " + KnownNames() + ")");
+    if (!Known(name)) return InvalidArgumentError("unknown method '" + name + "' (methods: " + KnownNames() + ")");
     if (std::find(axis.begin(), axis.end(), name) == axis.end()) axis.push_back(name);
   }
   return axis;

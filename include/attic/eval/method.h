@@ -22,6 +22,13 @@
 
 namespace attic::eval {
 
+// A run of context tokens [begin, begin + n) that a caching method prefills on its own
+// and links into the sequence (Epic's chunks; `attic eval link` cuts them).
+struct ContextChunk {
+  int begin = 0;
+  int n = 0;
+};
+
 class Method {
  public:
   virtual ~Method() = default;
@@ -45,6 +52,13 @@ class Method {
   // the engine's stop tokens (not included). The method's KV is released before it
   // returns. OutOfRange when prompt + max_new does not fit.
   virtual StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) = 0;
+
+  // How the context of the next Score / Greedy calls is cut into separately cached
+  // chunks (ascending, disjoint; tokens no chunk covers are new tokens, computed). Only
+  // methods that link cached chunks use it; the others, "full" included, ignore it. An
+  // empty list restores the method's own default cut. Chunks must lie inside the context
+  // (Score: [0, first_scored); Greedy: the prompt), else those calls fail InvalidArgument.
+  virtual void set_chunks(std::vector<ContextChunk> chunks) {}
 };
 
 // "full": the engine's ordinary forward pass, causal attention over every earlier token,
@@ -63,7 +77,8 @@ class FullAttention : public Method {
 // The name of the reference method, always first on the methods axis.
 inline constexpr const char* kReferenceMethod = "full";
 
-// The names MakeMethod accepts, in the order `--help` lists them.
+// The names MakeMethod accepts, in the order `--help` lists them; parametric families
+// are listed by their pattern ("attnlink-K", see link_method.h).
 std::vector<std::string> MethodNames();
 
 // The method called `name` on `engine` (InvalidArgument naming the known ones otherwise).
