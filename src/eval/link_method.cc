@@ -85,9 +85,8 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
   // 1. Each chunk on its own, from position 0 (what the context cache holds).
   std::vector<ChunkKv> cached;
   for (const ContextChunk& c : chunks) {
-    std::vector<int32_t> alone;
-    if (chunk_bos_) alone.push_back(bos);
-    alone.insert(alone.end(), tokens.begin() + c.begin, tokens.begin() + c.begin + c.n);
+    std::vector<int32_t> alone(static_cast<size_t>(c.n) + (chunk_bos_ ? 1 : 0), bos);
+    std::copy(tokens.begin() + c.begin, tokens.begin() + c.begin + c.n, alone.begin() + (chunk_bos_ ? 1 : 0));
     ATTIC_ASSIGN_OR_RETURN(ChunkKv kv, PrefillAlone(engine_, alone));
     cached.push_back(std::move(kv));
   }
