@@ -120,7 +120,7 @@ int RunLink(const LinkFlags& f) {
   const int32_t bos = tok.add_bos() ? tok.bos_id() : -1;
   size_t need = 0;
   for (const auto& p : prompts) {
-    for (eval::LinkSplit split : o.splits) {  // semantic chunks are encoded apart: a few tokens more
+    for (eval::LinkSplit split : o.splits) {  // semantic encodes the context's text: a token more or less
       auto cut = eval::SplitContext(p, tok, split, f.chunk_tokens);
       if (!cut.ok()) return Fail(cut.status().WithContext(p.id));
       need = std::max(need, (bos >= 0 ? 1 : 0) + cut->tokens.size() + p.query.size() +

@@ -39,8 +39,8 @@ bool EndsSentence(std::string_view text) {
 
 }  // namespace
 
-std::vector<Cut> FindCuts(std::string_view text) {
-  std::vector<Cut> cuts;
+std::vector<Boundary> FindBoundaries(std::string_view text) {
+  std::vector<Boundary> out;
   const size_t n = text.size();
   size_t i = 0;
   while (i < n) {
@@ -57,17 +57,17 @@ std::vector<Cut> FindCuts(std::string_view text) {
       } else if (EndsSentence(text.substr(0, begin))) {
         level = CutLevel::kSentence;
       }
-      cuts.push_back({i, level});
+      out.push_back({begin, i, level});
     } else if (size_t mark = PrefixIn(text.substr(i), kCjkEnds)) {
       i += mark;
       while (size_t c = PrefixIn(text.substr(i), kClosers)) i += c;
-      // Followed by whitespace, the run's own cut serves.
-      if (i < n && !IsSpace(text[i])) cuts.push_back({i, CutLevel::kSentence});
+      // Followed by whitespace, the run's own boundary serves.
+      if (i < n && !IsSpace(text[i])) out.push_back({i, i, CutLevel::kSentence});
     } else {
       ++i;
     }
   }
-  return cuts;
+  return out;
 }
 
 }  // namespace attic::pic

@@ -1,8 +1,9 @@
 // KVSplit tests with the real tokenizers (stories260K: SentencePiece-style with byte
 // fallback; SmolLM2: byte-level BPE) on real text from ../shared/datasets. Expected
-// values come from the input and the tokenizer alone: boundaries and paragraphs are
-// found here by their own scanners, budgets are set from token counts of hand-picked
-// prefixes, never from SplitDocument's output.
+// values come from the input and the tokenizer alone: the document's encoding and where
+// each of its tokens starts are computed here from the token bytes, boundaries and
+// paragraphs are found by this file's own scanners, budgets are set from token counts
+// of hand-picked prefixes, never from SplitDocument's output.
 #include "attic/pic/split.h"
 
 #include <gtest/gtest.h>
@@ -50,17 +51,6 @@ std::vector<std::string> Texts(const std::vector<TextChunk>& chunks) {
   return out;
 }
 
-// Byte offsets where one chunk ends and the next begins.
-std::vector<size_t> CutOffsets(const std::vector<TextChunk>& chunks) {
-  std::vector<size_t> cuts;
-  size_t pos = 0;
-  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
-    pos += chunks[i].text.size();
-    cuts.push_back(pos);
-  }
-  return cuts;
-}
-
 bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 bool IsContinuationByte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
@@ -68,58 +58,160 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// A cut at `p` is at a boundary: right after whitespace, or right after a CJK sentence
-// end (。！？), closing brackets/quotes allowed after it.
-bool AtBoundary(std::string_view doc, size_t p) {
-  if (p == 0 || p == doc.size()) return true;
-  // Whitespace that opens the document belongs to its first word.
-  if (doc.find_first_not_of(" \t\n\r\v\f") >= p) return false;
-  if (IsAsciiSpace(doc[p - 1])) return true;
-  std::string_view before = doc.substr(0, p);
+// A document's encoding (no BOS) and the text its tokens spell, with where each token
+// starts in that text: the ground truth every split cuts.
+struct Encoded {
+  std::vector<int32_t> ids;
+  std::string spelled;         // the tokens' bytes, without a SentencePiece leading space
+  std::vector<size_t> starts;  // [ids.size() + 1]: token i is spelled[starts[i], starts[i + 1])
+
+  // How many tokens start before byte `pos`: the index of the first token at or after it.
+  size_t TokensBefore(size_t pos) const {
+    return static_cast<size_t>(std::lower_bound(starts.begin(), starts.end() - 1, pos) - starts.begin());
+  }
+  // The last byte offset in [a, b] where a token starts; npos if none does.
+  size_t LastStartIn(size_t a, size_t b) const {
+    size_t out = std::string::npos;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (starts[i] >= a && starts[i] <= b) out = starts[i];
+    }
+    return out;
+  }
+};
+
+Encoded EncodeDoc(const Tokenizer& tok, std::string_view doc) {
+  Encoded e;
+  e.ids = EncodeNoBos(tok, doc);
+  for (int32_t id : e.ids) {
+    e.starts.push_back(e.spelled.size());
+    e.spelled += tok.TokenBytes(id);
+  }
+  e.starts.push_back(e.spelled.size());
+  if (tok.StripsLeadingSpace() && !e.spelled.empty() && e.spelled[0] == ' ') {
+    e.spelled.erase(0, 1);
+    for (size_t& s : e.starts) s = s > 0 ? s - 1 : 0;
+  }
+  return e;
+}
+
+std::vector<int32_t> JoinTokens(const std::vector<TextChunk>& chunks) {
+  std::vector<int32_t> out;
+  for (const TextChunk& c : chunks) out.insert(out.end(), c.tokens.begin(), c.tokens.end());
+  return out;
+}
+
+// Token indices where one chunk ends and the next begins.
+std::vector<size_t> CutTokens(const std::vector<TextChunk>& chunks) {
+  std::vector<size_t> cuts;
+  size_t k = 0;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    k += chunks[i].tokens.size();
+    cuts.push_back(k);
+  }
+  return cuts;
+}
+
+constexpr std::string_view kClosersForTest[] = {"\u300D", "\u300F", "\uFF09", "\u201D", "\u2019",
+                                                "\"",     "'",      ")",      "]",      "\u00BB"};
+
+bool StartsWithCloser(std::string_view s) {
+  for (std::string_view c : kClosersForTest) {
+    if (s.substr(0, c.size()) == c) return true;
+  }
+  return false;
+}
+
+// Whether `before` ends a sentence: . ! ? … 。！？ then any closing quotes/brackets.
+bool EndsSentenceForTest(std::string_view before, bool cjk_only) {
   for (bool stripped = true; stripped;) {
     stripped = false;
-    for (std::string_view closer : {"\u300D", "\u300F", "\uFF09", "\u201D", "\u2019", "\"", "'", ")", "]", "\u00BB"}) {
-      if (EndsWith(before, closer)) {
-        before.remove_suffix(closer.size());
+    for (std::string_view c : kClosersForTest) {
+      if (EndsWith(before, c)) {
+        before.remove_suffix(c.size());
         stripped = true;
       }
     }
   }
-  return EndsWith(before, "\u3002") || EndsWith(before, "\uFF01") || EndsWith(before, "\uFF1F");
+  for (std::string_view mark : {"\u3002", "\uFF01", "\uFF1F"}) {
+    if (EndsWith(before, mark)) return true;
+  }
+  if (cjk_only) return false;
+  for (std::string_view mark : {".", "!", "?", "\u2026"}) {
+    if (EndsWith(before, mark)) return true;
+  }
+  return false;
 }
 
-// Checks what holds for every semantic split: the texts rebuild the document, each
-// chunk's tokens are its own text's encoding within budget, cuts fall between code
-// points and at boundaries -- except inside a word that alone is over budget.
+// The boundary a chunk starting at byte `p` of `doc` would be cut at: 0 paragraph,
+// 1 line, 2 sentence, 3 word (p at or inside a whitespace run that neither opens nor
+// closes the document, graded by its newlines and what precedes it; or right after a
+// CJK sentence end and its closers), -1 none.
+int LevelAt(std::string_view doc, size_t p) {
+  if (p == 0 || p >= doc.size()) return -1;
+  size_t a = p, b = p;
+  while (a > 0 && IsAsciiSpace(doc[a - 1])) --a;
+  while (b < doc.size() && IsAsciiSpace(doc[b])) ++b;
+  if (a < b) {
+    if (a == 0 || b == doc.size()) return -1;
+    const auto newlines = std::count(doc.begin() + a, doc.begin() + b, '\n');
+    return newlines >= 2 ? 0 : newlines == 1 ? 1 : EndsSentenceForTest(doc.substr(0, a), false) ? 2 : 3;
+  }
+  return !StartsWithCloser(doc.substr(p)) && EndsSentenceForTest(doc.substr(0, p), true) ? 2 : -1;
+}
+
+// Checks what holds for every semantic split: the chunks' tokens are the document's
+// encoding, cut into runs within budget; each text is what its tokens spell, so the
+// texts rebuild the document (`spells_back`: the tokens spell it; otherwise they
+// rebuild the tokens' own spelling); every cut's next token starts at a boundary,
+// except where no boundary is within the chunk's reach: then it is the farthest token
+// within reach that starts a code point.
 void ExpectSemanticInvariants(const Tokenizer& tok, std::string_view doc, const std::vector<TextChunk>& chunks,
-                              int max_tokens) {
+                              int max_tokens, bool spells_back = true) {
   ASSERT_FALSE(chunks.empty());
-  EXPECT_EQ(JoinTexts(chunks), doc);
+  const Encoded e = EncodeDoc(tok, doc);
+  if (spells_back) {
+    ASSERT_EQ(e.spelled, doc) << "the test expects a document the tokens spell back";
+  }
+  EXPECT_EQ(JoinTokens(chunks), e.ids);
+  EXPECT_EQ(JoinTexts(chunks), e.spelled);
+  const std::string_view text = e.spelled;
+  size_t first = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
+    const size_t last = first + chunks[i].tokens.size();
     EXPECT_FALSE(chunks[i].text.empty()) << "chunk " << i;
+    EXPECT_GE(chunks[i].tokens.size(), 1u) << "chunk " << i;
     EXPECT_LE(chunks[i].tokens.size(), static_cast<size_t>(max_tokens)) << "chunk " << i;
-    EXPECT_EQ(chunks[i].tokens, EncodeNoBos(tok, chunks[i].text)) << "chunk " << i;
-    EXPECT_TRUE(tokenizer::IsValidUtf8(chunks[i].text)) << "chunk " << i;
+    ASSERT_LE(last, e.ids.size());
+    EXPECT_EQ(chunks[i].text, text.substr(e.starts[first], e.starts[last] - e.starts[first])) << "chunk " << i;
+    if (spells_back) {
+      EXPECT_TRUE(tokenizer::IsValidUtf8(chunks[i].text)) << "chunk " << i;
+    }
+    if (last < e.ids.size()) {
+      const size_t p = e.starts[last];
+      ASSERT_LT(p, text.size());
+      EXPECT_FALSE(IsContinuationByte(text[p])) << "cut inside a UTF-8 sequence at byte " << p;
+      if (LevelAt(text, p) < 0) {
+        // Inside a word: no boundary within reach, and the cut is as late as it allows.
+        const size_t reach = std::min(e.ids.size(), first + static_cast<size_t>(max_tokens));
+        size_t latest = first;
+        for (size_t k = first + 1; k <= reach && k < e.ids.size(); ++k) {
+          const size_t q = e.starts[k];
+          EXPECT_FALSE(q > e.starts[first] && LevelAt(text, q) >= 0)
+              << "chunk " << i << " is cut inside a word at byte " << p << " but could end at the boundary at " << q;
+          if (q > e.starts[first] && q < text.size() && !IsContinuationByte(text[q])) latest = k;
+        }
+        EXPECT_EQ(last, latest) << "chunk " << i << " is cut inside a word earlier than the budget allows";
+      }
+    }
+    first = last;
   }
-  for (size_t p : CutOffsets(chunks)) {
-    ASSERT_LT(p, doc.size());
-    EXPECT_FALSE(IsContinuationByte(doc[p])) << "cut inside a UTF-8 sequence at byte " << p;
-    if (AtBoundary(doc, p)) continue;
-    // Inside a word: only allowed if the word (from the boundary before to the one
-    // after) does not fit in the budget by itself.
-    size_t a = p, b = p;
-    while (!AtBoundary(doc, a)) --a;
-    while (!AtBoundary(doc, b)) ++b;
-    EXPECT_GT(CountTokens(tok, doc.substr(a, b - a)), static_cast<size_t>(max_tokens))
-        << "cut inside a word that fits, at byte " << p << ": '" << doc.substr(a, b - a) << "'";
-  }
+  EXPECT_EQ(first, e.ids.size());
 }
 
-// [begin, end) of each paragraph of `doc`, its separator (a whitespace run with two or
-// more '\n', or `min_newlines` of them) included.
-std::vector<std::pair<size_t, size_t>> Blocks(std::string_view doc, int min_newlines) {
-  std::vector<std::pair<size_t, size_t>> out;
-  size_t begin = 0;
+// The whitespace runs of `doc` holding at least `min_newlines` '\n' that neither open
+// nor close it, as [begin, end); with {0, 0} before them and {n, n} after them.
+std::vector<std::pair<size_t, size_t>> Separators(std::string_view doc, int min_newlines) {
+  std::vector<std::pair<size_t, size_t>> out = {{0, 0}};
   size_t i = 0;
   while (i < doc.size()) {
     if (!IsAsciiSpace(doc[i])) {
@@ -129,27 +221,34 @@ std::vector<std::pair<size_t, size_t>> Blocks(std::string_view doc, int min_newl
     const size_t run = i;
     int newlines = 0;
     for (; i < doc.size() && IsAsciiSpace(doc[i]); ++i) newlines += doc[i] == '\n';
-    if (run > 0 && newlines >= min_newlines && i < doc.size()) {
-      out.emplace_back(begin, i);
-      begin = i;
-    }
+    if (run > 0 && newlines >= min_newlines && i < doc.size()) out.emplace_back(run, i);
   }
-  out.emplace_back(begin, doc.size());
+  out.emplace_back(doc.size(), doc.size());
   return out;
 }
 
-// No cut strictly inside a paragraph (min_newlines 2) or line (1) that fits alone.
-// Returns how many blocks were checked.
+// No cut strictly inside a paragraph (min_newlines 2) or line (1) that fits alone: one
+// whose tokens, from the first token starting in the separator before it to the first
+// starting in the one after, number at most max_tokens (a chunk starting at the former
+// reaches the latter). Returns how many blocks were checked.
 int ExpectFittingBlocksWhole(const Tokenizer& tok, std::string_view doc, const std::vector<TextChunk>& chunks,
                              int max_tokens, int min_newlines) {
-  const std::vector<size_t> cuts = CutOffsets(chunks);
+  const Encoded e = EncodeDoc(tok, doc);
+  std::vector<size_t> cuts;
+  for (size_t k : CutTokens(chunks)) cuts.push_back(e.starts[k]);
+  const auto seps = Separators(doc, min_newlines);
   int checked = 0;
-  for (auto [begin, end] : Blocks(doc, min_newlines)) {
-    if (CountTokens(tok, doc.substr(begin, end - begin)) > static_cast<size_t>(max_tokens)) continue;
+  for (size_t s = 0; s + 1 < seps.size(); ++s) {
+    const auto [prev_begin, prev_end] = seps[s];
+    const auto [next_begin, next_end] = seps[s + 1];
+    // A separator no token starts at or inside cannot be cut at.
+    if (s > 0 && e.LastStartIn(prev_begin, prev_end) == std::string::npos) continue;
+    if (s + 2 < seps.size() && e.LastStartIn(next_begin, next_end) == std::string::npos) continue;
+    if (e.TokensBefore(next_begin) - e.TokensBefore(prev_begin) > static_cast<size_t>(max_tokens)) continue;
     ++checked;
     for (size_t p : cuts) {
-      EXPECT_FALSE(p > begin && p < end) << "block [" << begin << ", " << end << ") fits in " << max_tokens
-                                         << " tokens but is cut at " << p;
+      EXPECT_FALSE(p > prev_end && p < next_begin)
+          << "block [" << prev_end << ", " << next_begin << ") fits in " << max_tokens << " tokens but is cut at " << p;
     }
   }
   return checked;
@@ -201,83 +300,35 @@ const char kMultilingual[] =
     "Ελληνικά κείμενα εδώ. Русский текст тоже здесь.\n\n"
     "The end.";
 
-constexpr std::string_view kClosersForTest[] = {"\u300D", "\u300F", "\uFF09", "\u201D", "\u2019",
-                                                "\"",     "'",      ")",      "]",      "\u00BB"};
-
-bool StartsWithCloser(std::string_view s) {
-  for (std::string_view c : kClosersForTest) {
-    if (s.substr(0, c.size()) == c) return true;
-  }
-  return false;
-}
-
-// Whether `before` ends a sentence: . ! ? … 。！？ then any closing quotes/brackets.
-bool EndsSentenceForTest(std::string_view before, bool cjk_only) {
-  for (bool stripped = true; stripped;) {
-    stripped = false;
-    for (std::string_view c : kClosersForTest) {
-      if (EndsWith(before, c)) {
-        before.remove_suffix(c.size());
-        stripped = true;
-      }
-    }
-  }
-  for (std::string_view mark : {"\u3002", "\uFF01", "\uFF1F"}) {
-    if (EndsWith(before, mark)) return true;
-  }
-  if (cjk_only) return false;
-  for (std::string_view mark : {".", "!", "?", "\u2026"}) {
-    if (EndsWith(before, mark)) return true;
-  }
-  return false;
-}
-
 // The semantic split straight from its definition, with none of SplitDocument's
-// search: from each chunk's start try every cut in order while the chunk still fits,
-// end at the farthest fitting cut of the best level (0 paragraph .. 3 word) or, if not
-// even the first word fits, at the farthest fitting code point. O(cuts x chunk) encodes.
+// machinery: from each chunk's first token try every token within reach, keep the
+// farthest one starting at the best boundary (LevelAt; code point starts last).
+// Returns the chunks' texts (in the text the tokens spell), {} if a character does not
+// fit. O(tokens x max_tokens).
 std::vector<std::string> ReferenceSemantic(const Tokenizer& tok, std::string_view doc, int max_tokens) {
-  struct RefCut {
-    size_t pos;
-    int level;
-  };
-  std::vector<RefCut> cuts;
-  const size_t first_text = doc.find_first_not_of(" \t\n\r\v\f");
-  for (size_t p = 1; p < doc.size(); ++p) {
-    if (IsAsciiSpace(doc[p]) || first_text == std::string_view::npos || p <= first_text) continue;
-    if (IsAsciiSpace(doc[p - 1])) {
-      size_t a = p;
-      while (IsAsciiSpace(doc[a - 1])) --a;
-      const auto newlines = std::count(doc.begin() + a, doc.begin() + p, '\n');
-      const int level = newlines >= 2 ? 0 : newlines == 1 ? 1 : EndsSentenceForTest(doc.substr(0, a), false) ? 2 : 3;
-      cuts.push_back({p, level});
-    } else if (!StartsWithCloser(doc.substr(p)) && EndsSentenceForTest(doc.substr(0, p), true)) {
-      cuts.push_back({p, 2});
-    }
-  }
-  cuts.push_back({doc.size(), 0});
-  const auto fits = [&](size_t begin, size_t end) {
-    return CountTokens(tok, doc.substr(begin, end - begin)) <= static_cast<size_t>(max_tokens);
-  };
+  const Encoded e = EncodeDoc(tok, doc);
+  const std::string_view text = e.spelled;
+  const size_t n = e.ids.size();
   std::vector<std::string> out;
-  size_t next = 0;
-  for (size_t start = 0; start < doc.size();) {
-    while (cuts[next].pos <= start) ++next;
-    ptrdiff_t best = -1;
-    for (size_t j = next; j < cuts.size() && fits(start, cuts[j].pos); ++j) {
-      if (best < 0 || cuts[j].level <= cuts[best].level) best = static_cast<ptrdiff_t>(j);
-    }
-    size_t end = 0;
-    if (best >= 0) {
-      end = cuts[best].pos;
-    } else {
-      for (size_t p = start + 1; p < cuts[next].pos && (IsContinuationByte(doc[p]) || fits(start, p)); ++p) {
-        if (!IsContinuationByte(doc[p])) end = p;
+  for (size_t first = 0; first < n;) {
+    size_t last = n;
+    if (n - first > static_cast<size_t>(max_tokens)) {
+      int best_level = 5;
+      last = 0;
+      for (size_t k = first + 1; k <= first + static_cast<size_t>(max_tokens); ++k) {
+        const size_t p = e.starts[k];
+        if (p == e.starts[first] || p >= text.size()) continue;
+        int level = LevelAt(text, p);
+        if (level < 0 && !IsContinuationByte(text[p])) level = 4;
+        if (level >= 0 && level <= best_level) {
+          best_level = level;
+          last = k;
+        }
       }
-      if (end == 0) return {};
+      if (last == 0) return {};
     }
-    out.emplace_back(doc.substr(start, end - start));
-    start = end;
+    out.emplace_back(text.substr(e.starts[first], e.starts[last] - e.starts[first]));
+    first = last;
   }
   return out;
 }
@@ -403,23 +454,30 @@ TEST_P(SplitTest, SemanticPacksShortParagraphs) {
   const std::string a = "Tom had a red ball.\n\n", b = "He threw it high.\n\n", c = "The dog ran after it.\n\n",
                     d = "They played all day long until the sun went down.";
   const std::string doc = a + b + c + d;
-  const int max_tokens = static_cast<int>(CountTokens(tok(), a + b + c));
-  ASSERT_GT(CountTokens(tok(), doc), static_cast<size_t>(max_tokens));
-  ASSERT_LE(CountTokens(tok(), d), static_cast<size_t>(max_tokens));
+  const Encoded e = EncodeDoc(tok(), doc);
+  // The budget reaches the last token starting in the blank line after c, and no further.
+  const size_t abc = (a + b + c).size();
+  const size_t cut = e.LastStartIn(abc - 2, abc);
+  ASSERT_NE(cut, std::string::npos);
+  const int max_tokens = static_cast<int>(e.TokensBefore(cut));
+  ASSERT_LE(e.ids.size() - max_tokens, static_cast<size_t>(max_tokens));  // d fits after it
   EXPECT_EQ(Texts(SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens)),
-            (std::vector<std::string>{a + b + c, d}));
+            (std::vector<std::string>{doc.substr(0, cut), doc.substr(cut)}));
 }
 
 TEST_P(SplitTest, SemanticPrefersParagraphOverLaterLines) {
   const std::string p1 = "First para line one.\nStill the first para.\n\n";
   const std::string rest = "Second para starts here.\nAnd it goes on with more words than the budget holds";
   const std::string doc = p1 + rest;
+  const Encoded e = EncodeDoc(tok(), doc);
   // The reach from the start covers the paragraph end, a line end and two words after it.
-  const int max_tokens = static_cast<int>(CountTokens(tok(), p1 + "Second para starts here.\nAnd it "));
-  ASSERT_GT(CountTokens(tok(), doc), static_cast<size_t>(max_tokens));
+  const int max_tokens = static_cast<int>(e.TokensBefore((p1 + "Second para starts here.\nAnd it").size()) + 1);
+  ASSERT_GT(e.ids.size(), static_cast<size_t>(max_tokens));
+  const size_t cut = e.LastStartIn(p1.size() - 2, p1.size());
+  ASSERT_NE(cut, std::string::npos);
   const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
   ASSERT_GE(chunks.size(), 2u);
-  EXPECT_EQ(chunks[0].text, p1);
+  EXPECT_EQ(chunks[0].text, doc.substr(0, cut));
   ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
 }
 
@@ -427,20 +485,25 @@ TEST_P(SplitTest, SemanticPrefersLineOverLaterWords) {
   const std::string l1 = "The cat sat on the mat.\n";
   const std::string l2 = "The dog ran to the park and played with a ball all day long";
   const std::string doc = l1 + l2;
-  const int max_tokens = static_cast<int>(CountTokens(tok(), l1 + "The dog ran to the park "));
-  ASSERT_GT(CountTokens(tok(), doc), static_cast<size_t>(max_tokens));
+  const Encoded e = EncodeDoc(tok(), doc);
+  const int max_tokens = static_cast<int>(e.TokensBefore((l1 + "The dog ran to the park").size()) + 1);
+  ASSERT_GT(e.ids.size(), static_cast<size_t>(max_tokens));
+  const size_t cut = e.LastStartIn(l1.size() - 1, l1.size());
+  ASSERT_NE(cut, std::string::npos);
   const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
   ASSERT_GE(chunks.size(), 2u);
-  EXPECT_EQ(chunks[0].text, l1);
-  // The second line has no sentence end: its first chunk is its longest run of whole
-  // words (each with the space after it) within budget.
-  std::string want;
-  for (size_t sp = l2.find(' '); sp != std::string::npos; sp = l2.find(' ', sp + 1)) {
-    if (CountTokens(tok(), l2.substr(0, sp + 1)) <= static_cast<size_t>(max_tokens)) want = l2.substr(0, sp + 1);
-  }
-  ASSERT_FALSE(want.empty());
-  if (CountTokens(tok(), l2) > static_cast<size_t>(max_tokens)) {
-    EXPECT_EQ(chunks[1].text, want);
+  EXPECT_EQ(chunks[0].text, doc.substr(0, cut));
+  // The second line has no sentence end: its first chunk ends at the farthest token
+  // within reach that starts at one of its spaces.
+  const size_t k1 = e.TokensBefore(cut);
+  if (e.ids.size() - k1 > static_cast<size_t>(max_tokens)) {
+    size_t want = 0;
+    for (size_t k = k1 + max_tokens; k > k1 && want == 0; --k) {
+      const size_t p = e.starts[k];
+      if (p > cut && (doc[p] == ' ' || doc[p - 1] == ' ')) want = p;
+    }
+    ASSERT_NE(want, 0u);
+    EXPECT_EQ(chunks[1].text, doc.substr(cut, want - cut));
   }
   ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
 }
@@ -448,11 +511,14 @@ TEST_P(SplitTest, SemanticPrefersLineOverLaterWords) {
 TEST_P(SplitTest, SemanticPrefersSentenceOverLaterWords) {
   const std::string s1 = "Tom has a red ball. ";
   const std::string doc = s1 + "He likes to throw it very high into the blue sky every single morning";
-  const int max_tokens = static_cast<int>(CountTokens(tok(), s1 + "He likes to throw "));
-  ASSERT_GT(CountTokens(tok(), doc), static_cast<size_t>(max_tokens));
+  const Encoded e = EncodeDoc(tok(), doc);
+  const int max_tokens = static_cast<int>(e.TokensBefore((s1 + "He likes to throw").size()) + 1);
+  ASSERT_GT(e.ids.size(), static_cast<size_t>(max_tokens));
+  const size_t cut = e.LastStartIn(s1.size() - 1, s1.size());
+  ASSERT_NE(cut, std::string::npos);
   const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
   ASSERT_GE(chunks.size(), 2u);
-  EXPECT_EQ(chunks[0].text, s1);
+  EXPECT_EQ(chunks[0].text, doc.substr(0, cut));
   ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
 }
 
@@ -460,14 +526,19 @@ TEST_P(SplitTest, SemanticSentenceEndsWithQuotesAndCjk) {
   // A closing quote after the period still ends the sentence; so does 。 with no space.
   const std::string s1 = "She said \"Hi.\" ";
   const std::string doc = s1 + "Then she walked away from the old house and never came back again";
-  const int max_tokens = static_cast<int>(CountTokens(tok(), s1 + "Then she walked "));
-  ASSERT_GT(CountTokens(tok(), doc), static_cast<size_t>(max_tokens));
-  EXPECT_EQ(SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens).at(0).text, s1);
+  const Encoded e = EncodeDoc(tok(), doc);
+  const int max_tokens = static_cast<int>(e.TokensBefore((s1 + "Then she walked").size()) + 1);
+  ASSERT_GT(e.ids.size(), static_cast<size_t>(max_tokens));
+  const size_t cut = e.LastStartIn(s1.size() - 1, s1.size());
+  ASSERT_NE(cut, std::string::npos);
+  EXPECT_EQ(SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens).at(0).text, doc.substr(0, cut));
 
   const std::string c1 = "東京は日本の首都です。";
   const std::string cjk = c1 + "大阪は大きな都市です";
-  const int cjk_max = static_cast<int>(CountTokens(tok(), c1 + "大阪"));
-  ASSERT_GT(CountTokens(tok(), cjk), static_cast<size_t>(cjk_max));
+  const Encoded ec = EncodeDoc(tok(), cjk);
+  ASSERT_EQ(ec.LastStartIn(c1.size(), c1.size()), c1.size()) << "a token starts after 。";
+  const int cjk_max = static_cast<int>(ec.TokensBefore((c1 + "大阪").size()));
+  ASSERT_GT(ec.ids.size(), static_cast<size_t>(cjk_max));
   const std::vector<TextChunk> chunks = SplitOrDie(tok(), cjk, SplitMethod::kSemantic, cjk_max);
   EXPECT_EQ(chunks.at(0).text, c1);
   ExpectSemanticInvariants(tok(), cjk, chunks, cjk_max);
@@ -476,24 +547,22 @@ TEST_P(SplitTest, SemanticSentenceEndsWithQuotesAndCjk) {
 TEST_P(SplitTest, SemanticKeepsLeadingAndTrailingWhitespace) {
   const std::string doc = "\n\n  Hello there, world. How are you?  \n\n";
   for (int max_tokens : {4, 8, 512}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
     const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
     ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
   }
   EXPECT_EQ(Texts(SplitOrDie(tok(), doc, SplitMethod::kSemantic, 512)), std::vector<std::string>{doc});
-  // Separators stay with the chunk before: with a budget that holds every word and the
-  // whitespace after it, no chunk but the first starts with whitespace.
-  const std::vector<std::string> words = {"\n\n  Hello ", "there, ", "world. ", "How ", "are ", "you?  \n\n"};
-  std::string joined;
-  size_t widest = 0;
-  for (const std::string& w : words) {
-    joined += w;
-    widest = std::max(widest, CountTokens(tok(), w));
-  }
-  ASSERT_EQ(joined, doc);
-  const int roomy = static_cast<int>(widest);
+  // The runs that open and close the document are no boundaries: with a budget that
+  // holds every word, the first chunk opens with its run and the last one ends with it.
+  const Encoded e = EncodeDoc(tok(), doc);
+  const size_t hello_end = doc.find("Hello") + 5, you_begin = doc.find("you?");
+  const int roomy = static_cast<int>(std::max(e.TokensBefore(hello_end) + 1,
+                                              e.ids.size() - e.TokensBefore(you_begin - 1)));
   const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, roomy);
   ExpectSemanticInvariants(tok(), doc, chunks, roomy);
-  for (size_t i = 1; i < chunks.size(); ++i) EXPECT_FALSE(IsAsciiSpace(chunks[i].text[0])) << i;
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_EQ(chunks.front().text.substr(0, 9), "\n\n  Hello");
+  EXPECT_TRUE(EndsWith(chunks.back().text, "you?  \n\n")) << chunks.back().text;
 }
 
 TEST_P(SplitTest, SemanticMultilingualCutsAtBoundaries) {
@@ -512,15 +581,20 @@ TEST_P(SplitTest, SemanticLongWordIsCutBetweenCodePoints) {
   for (int i = 0; i < 40; ++i) emoji_run += "😀👍🏽";
   for (int i = 0; i < 30; ++i) cjk_run += "東京は日本の首都";
   const std::string doc = "Hi " + emoji_run + " then " + cjk_run + " and résumé" + std::string(300, 'e') + " bye.";
+  const Encoded e = EncodeDoc(tok(), doc);
+  // "Hi" fits in every budget here, the emoji run after it in none: the first chunk ends
+  // at the space between them.
+  const size_t cut = e.LastStartIn(2, 3);
+  ASSERT_NE(cut, std::string::npos);
   for (int max_tokens : {6, 16, 50}) {
     SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    ASSERT_LE(e.TokensBefore(cut), static_cast<size_t>(max_tokens));
     const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
     ExpectSemanticInvariants(tok(), doc, chunks, max_tokens);
-    // The first word fits, the next does not: the first chunk is "Hi ".
-    EXPECT_EQ(chunks.at(0).text, "Hi ");
+    EXPECT_EQ(chunks.at(0).text, doc.substr(0, cut));
     // Some cut falls inside the runs, which no budget here holds whole.
     int inside = 0;
-    for (size_t p : CutOffsets(chunks)) inside += !AtBoundary(doc, p);
+    for (size_t k : CutTokens(chunks)) inside += LevelAt(doc, e.starts[k]) < 0;
     EXPECT_GT(inside, 0);
   }
 }
@@ -595,15 +669,31 @@ TEST_P(SplitTest, TokensThatDoNotSpellTheDocument) {
   const std::string doc = "The \u2581 sign, and \u2581\u2581 twice. Then more words here.\n\nNext para \u2581.";
   const std::vector<int32_t> whole = EncodeNoBos(tok(), doc);
   const std::vector<TextChunk> fixed = SplitOrDie(tok(), doc, SplitMethod::kFixed, 5);
-  std::vector<int32_t> joined;
-  for (const TextChunk& c : fixed) joined.insert(joined.end(), c.tokens.begin(), c.tokens.end());
-  EXPECT_EQ(joined, whole);
+  EXPECT_EQ(JoinTokens(fixed), whole);
   EXPECT_EQ(JoinTexts(fixed), tok().Decode(whole));
   for (int max_tokens : {6, 12, 40}) {
     SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
-    ExpectSemanticInvariants(tok(), doc, SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens), max_tokens);
-    EXPECT_EQ(Texts(SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens)),
-              ReferenceSemantic(tok(), doc, max_tokens));
+    const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
+    ExpectSemanticInvariants(tok(), doc, chunks, max_tokens, /*spells_back=*/false);
+    EXPECT_EQ(JoinTexts(chunks), tok().Decode(whole));
+    EXPECT_EQ(Texts(chunks), ReferenceSemantic(tok(), doc, max_tokens));
+  }
+}
+
+TEST_P(SplitTest, SemanticChunksAreTheDocumentEncoding) {
+  // Linking the chunks in order gives the document's own tokens: no token is added or
+  // changed at a cut (a chunk encoded on its own would end in a lone "▁" after its last
+  // word with SentencePiece-style tokenizers, or start with one).
+  const std::string stories = ReadShared("datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+  for (const std::string& doc : {std::string(kMultilingual), stories.substr(0, 20000), EssayText(20000)}) {
+    const std::vector<int32_t> whole = EncodeNoBos(tok(), doc);
+    for (int max_tokens : {16, 64, 512}) {
+      SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+      const std::vector<TextChunk> chunks = SplitOrDie(tok(), doc, SplitMethod::kSemantic, max_tokens);
+      EXPECT_EQ(JoinTokens(chunks), whole);
+      EXPECT_EQ(JoinTexts(chunks), doc);
+      EXPECT_GE(chunks.size(), (whole.size() + max_tokens - 1) / max_tokens);
+    }
   }
 }
 

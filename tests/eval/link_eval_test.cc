@@ -92,16 +92,21 @@ TEST_F(LinkEvalTest, SentenceCutsAtPassagesThenSentences) {
 }
 
 TEST_F(LinkEvalTest, SemanticIsSplitDocumentOfTheText) {
-  // Two paragraphs that fit one budget each: semantic cuts between them, and each chunk's
-  // tokens are its text encoded on its own.
+  // Two paragraphs that fit one budget each: semantic cuts between them, and the chunks'
+  // tokens are the text's own encoding (the prompt is the text, token for token).
   LinkPrompt p;
   p.context_text = "Tom saw a big red ball. He ran to get it.\n\nThe sun was warm and the birds sang.";
   const auto r = SplitContext(p, engine_->tokenizer(), LinkSplit::kSemantic, 24);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->chunks.size(), 2u);
+  const std::vector<int32_t> whole = Encode(p.context_text);
+  EXPECT_EQ(r->tokens, whole);
+  // The first paragraph with its blank line encodes to a prefix of the whole ("\n" is a
+  // token of its own here, and "The" after it has no space to carry): the first chunk.
   const std::vector<int32_t> first = Encode("Tom saw a big red ball. He ran to get it.\n\n");
+  ASSERT_TRUE(std::equal(first.begin(), first.end(), whole.begin()));
   EXPECT_EQ(r->chunks[0].n, static_cast<int>(first.size()));
-  EXPECT_TRUE(std::equal(first.begin(), first.end(), r->tokens.begin()));
+  EXPECT_EQ(r->chunks[1].begin, r->chunks[0].n);
   EXPECT_EQ(r->chunks[1].begin + r->chunks[1].n, static_cast<int>(r->tokens.size()));
 }
 

@@ -94,7 +94,7 @@ test('create from documents and chunks; get, list, patch, delete, expiry; tenant
   const s = await start(['--kv-dram', '64M']);
   const c = fresh(s);
   // Documents, split semantically: short paragraphs, each within max_tokens but no two
-  // together, so every paragraph is one chunk (its trailing blank line kept with it).
+  // together, so every paragraph is one chunk (the blank line after it kept with it).
   const paragraphs = [chunkTexts[0], chunkTexts[1], chunkTexts[2]];
   const doc = paragraphs.join('\n\n');
   const made = await createCache(c, { documents: [doc, { text: 'Ben ate a cake.' }],
@@ -111,27 +111,32 @@ test('create from documents and chunks; get, list, patch, delete, expiry; tenant
   });
   assert.equal(made.n_tokens, made.chunks.reduce((a, ch) => a + ch.n_tokens, 0));
   assert.deepEqual(made.usage, { prompt_tokens: made.n_tokens, cached_tokens: 0 });
-  // Each chunk is what the split promises: a paragraph with its blank line.
-  const pieceTexts = [paragraphs[0] + '\n\n', paragraphs[1] + '\n\n', paragraphs[2], 'Ben ate a cake.'];
-  for (let i = 0; i < pieceTexts.length; ++i) {
-    const r = await request(s.port, { path: '/tokenize', headers: auth,
-      body: JSON.stringify({ prompt: pieceTexts[i], add_special_tokens: false }) });
-    assert.equal(JSON.parse(r.body).count, made.chunks[i].n_tokens, `chunk ${i}`);
+  // Each chunk is what the split promises: a paragraph with its blank line, as a run of
+  // the document's own encoding (so the document up to the end of chunk i's paragraph
+  // encodes to chunks 0..i; "\n" is a token of its own here).
+  const count = async (prompt) => JSON.parse((await request(s.port, { path: '/tokenize', headers: auth,
+    body: JSON.stringify({ prompt, add_special_tokens: false }) })).body).count;
+  const prefixes = [paragraphs[0] + '\n\n', paragraphs.slice(0, 2).join('\n\n') + '\n\n', doc];
+  for (let i = 0; i < prefixes.length; ++i) {
+    const upTo = made.chunks.slice(0, i + 1).reduce((a, ch) => a + ch.n_tokens, 0);
+    assert.equal(await count(prefixes[i]), upTo, `chunks 0..${i}`);
   }
+  assert.equal(await count('Ben ate a cake.'), made.chunks[3].n_tokens, 'chunk 3');
   assert.ok(Math.abs(made.expires_at - made.created_at - 3600) <= 1, 'default ttl 1 h');
   // The same chunks again: content-addressed, nothing to prefill.
   const again = await createCache(c, { documents: [doc, 'Ben ate a cake.'], split: { method: 'semantic', max_tokens: 40 } });
   assert.notEqual(again.id, made.id);
   assert.deepEqual(again.usage, { prompt_tokens: made.n_tokens, cached_tokens: made.n_tokens });
-  // Pre-split chunks are taken as they are; ttl as Gemini's "300s".
-  const pre = await createCache(c, { chunks: chunkTexts, ttl: '300s' });
-  assert.equal(pre.chunks.length, 3);
+  // Pre-split chunks are taken as they are, each encoded on its own; ttl as Gemini's "300s".
+  const pre = await createCache(c, { chunks: [...chunkTexts, 'Ben ate a cake.'], ttl: '300s' });
+  assert.equal(pre.chunks.length, 4);
   assert.equal(pre.display_name, '');
   assert.ok(Math.abs(pre.expires_at - pre.created_at - 300) <= 1);
-  // The three pre-split chunks are the first three paragraphs without their blank lines.
-  for (let i = 0; i < 3; ++i) assert.ok(pre.chunks[i].n_tokens < made.chunks[i].n_tokens || i === 2);
-  assert.equal(pre.chunks[2].n_tokens, made.chunks[2].n_tokens);
-  assert.equal(pre.usage.cached_tokens, pre.chunks[2].n_tokens, 'the third chunk was stored already');
+  // The first pre-split chunk is the first paragraph without its blank line.
+  assert.ok(pre.chunks[0].n_tokens < made.chunks[0].n_tokens);
+  // A one-chunk document is its own encoding, the same tokens as the pre-split chunk.
+  assert.equal(pre.chunks[3].n_tokens, made.chunks[3].n_tokens);
+  assert.equal(pre.usage.cached_tokens, pre.chunks[3].n_tokens, 'the last chunk was stored already');
 
   // GET returns the object without usage.
   const { usage, ...object } = made;

@@ -73,8 +73,9 @@ StatusOr<std::vector<LinkPrompt>> PassKeyPrompts(const tokenizer::Tokenizer& tok
 //             same tokens as fixed, cut elsewhere
 //   semantic  pic::SplitDocument's semantic cut of prompt.context_text (chunks of at
 //             most chunk_tokens ending at the best of paragraph > line > sentence > word
-//             boundaries); each chunk is encoded on its own, so the context's tokens
-//             may differ a little from prompt.context
+//             boundaries): the text's own encoding, cut between tokens, so the context's
+//             tokens are prompt.context wherever encoding the text gives those back
+//             (MuSiQue: not quite, its passages were encoded one by one)
 enum class LinkSplit { kFixed, kSentence, kSemantic };
 const char* LinkSplitName(LinkSplit s);  // "fixed", "sentence", "semantic"
 StatusOr<LinkSplit> ParseLinkSplit(std::string_view name);

@@ -5,8 +5,12 @@
 // sentence, word) while staying within a token budget.
 //
 // What holds for every method:
-//  * the chunks' texts, concatenated, are the document byte for byte (kFixed: when the
-//    tokenizer's tokens spell the document back exactly, see below);
+//  * the document is encoded once (no BOS), and the chunks' tokens, concatenated, are
+//    exactly that encoding: linking the chunks in order gives the prompt the document
+//    is, token for token (a chunk's tokens need not be its text encoded on its own: a
+//    SentencePiece tokenizer would put a "▁" before that text's first word, for one);
+//  * a chunk's text is the bytes its tokens stand for, so the texts, concatenated, are
+//    the document byte for byte when the tokens spell it back (see below);
 //  * a chunk's tokens carry no BOS: the linker decides where a BOS goes.
 //
 // Thread-safety: pure functions of their arguments (Tokenizer is const and thread-safe).
@@ -25,7 +29,7 @@ namespace attic::pic {
 enum class SplitMethod {
   kNone,      // one chunk: the whole document
   kFixed,     // runs of exactly max_tokens tokens of the document's encoding (last one shorter)
-  kSemantic,  // greedy chunks of at most max_tokens tokens, cut at paragraph > line > sentence > word
+  kSemantic,  // greedy runs of at most max_tokens tokens, cut at paragraph > line > sentence > word
 };
 
 // "none" | "fixed" | "semantic"; InvalidArgument naming the accepted values otherwise.
@@ -48,41 +52,48 @@ struct SplitOptions {
 };
 
 struct TextChunk {
-  std::string text;             // a slice of the document (see SplitDocument)
-  std::vector<int32_t> tokens;  // kNone/kSemantic: Encode(text) without BOS; kFixed: see below
+  std::string text;             // the bytes `tokens` stand for: a slice of the document (see SplitDocument)
+  std::vector<int32_t> tokens;  // a run of the document's encoding (no BOS)
 };
 
-// Splits one document (valid UTF-8) into chunks, in order.
+// Splits one document (valid UTF-8) into chunks, in order. Every method cuts the
+// document's encoding (no BOS, special-token text parsed as opts.parse_special says)
+// between tokens; a chunk's text is the bytes its tokens stand for (for
+// SentencePiece-style tokenizers, without the space the normalizer put before the first
+// word), so the texts concatenate to the document. If the tokens do not spell the
+// document back (an <unk> token, "▁" in a SentencePiece tokenizer's input), the texts
+// are still the tokens' bytes: they concatenate to Decode(all tokens), not to the
+// document, and kSemantic finds its boundaries in that text.
 //
-// kFixed: the document is encoded once (no BOS) and cut into runs of max_tokens tokens;
-// the runs concatenated are exactly that encoding. A chunk's text is the bytes its
-// tokens stand for (for SentencePiece-style tokenizers, without the space the
-// normalizer put before the first word), so the texts concatenate to the document;
-// such a cut can fall inside a word and, where byte-fallback tokens spell one
-// character, inside a UTF-8 sequence. If the tokens do not spell the document back
-// (an <unk> token, "▁" in a SentencePiece tokenizer's input), the texts are still the
-// tokens' bytes: they concatenate to Decode(all tokens), not to the document.
+// kNone: one chunk, the document itself and its whole encoding.
 //
-// kSemantic: cuts fall only after a run of whitespace (which therefore stays with the
-// chunk before it) or right after a CJK sentence end (。！？, which needs no space),
-// never inside a word or a UTF-8 sequence. Each chunk is as long as fits in max_tokens
-// -- counted by encoding the chunk's own text -- and ends at the best kind of
-// boundary that is available within that reach, best first:
+// kFixed: runs of max_tokens tokens (the last one shorter). A cut can fall inside a
+// word and, where byte-fallback tokens spell one character, inside a UTF-8 sequence.
+//
+// kSemantic: a cut falls only where the next token starts at a boundary: at or inside a
+// run of whitespace (with SentencePiece and byte-level BPE tokenizers the space before
+// a word starts the word's token, "▁word" / "Ġword", so the whitespace mostly goes to
+// the chunk after the cut), or right after a CJK sentence end (。！？, which needs no
+// space); never inside a word or a UTF-8 sequence. Each chunk holds as many tokens as
+// fit in max_tokens up to the best kind of boundary within that reach, and of that
+// kind the farthest, best first:
 //   paragraph  a whitespace run holding two or more '\n' ("\n\n", "\n  \n", "\r\n\r\n")
 //   line       a whitespace run holding one '\n'
 //   sentence   whitespace after . ! ? … 。！？ (closing quotes and brackets between allowed)
 //   word       any other whitespace run (ASCII whitespace; CJK text without spaces has
 //              only sentence ends as boundaries)
-// so consecutive short paragraphs share a chunk, and a paragraph that fits in
-// max_tokens by itself is never cut. The one exception to "never inside a word": a word
-// (a run without any boundary) longer than max_tokens by itself is cut between UTF-8
-// code points, as late as the budget allows.
+// Whitespace at the very beginning or end of the document is no boundary (it belongs to
+// the first or last word). So consecutive short paragraphs share a chunk, and a
+// paragraph whose tokens (from the boundary before it to the one after) fit in
+// max_tokens is never cut. The one exception to "never inside a word": where no
+// boundary is within reach (a word longer than max_tokens tokens), the chunk ends at
+// the farthest token within reach that starts a code point. A boundary no token starts
+// at or inside (a token spanning the whole whitespace run) cannot be cut at.
 //
 // Errors (InvalidArgument): max_tokens outside 1..kMaxSplitTokens; an empty document; a
-// document that is not valid UTF-8; kSemantic when a single code point alone encodes to
-// more than max_tokens tokens (a max_tokens of 1-3 with byte-fallback tokenizers).
-// Cost: kSemantic encodes the document once plus each chunk a few times (it guesses a
-// chunk's end from the whole document's tokens and then checks the guess).
+// document that is not valid UTF-8; kSemantic when a single code point takes more than
+// max_tokens tokens (a max_tokens of 1-3 with byte-fallback tokenizers).
+// Cost: one encode of the document and a pass over its tokens, for every method.
 StatusOr<std::vector<TextChunk>> SplitDocument(const tokenizer::Tokenizer& tok, std::string_view text,
                                                const SplitOptions& opts);
 
