@@ -12,8 +12,11 @@
 namespace attic::attention {
 namespace {
 
-// Positions tabulated at construction (cos + sin, head_dim/2 each): 2 MiB at head_dim 64.
-constexpr int kMaxTablePositions = 8192;
+// Positions tabulated at construction (cos + sin, head_dim/2 each): 8 MiB at head_dim 64
+// for a 32k window. Beyond it cos/sin are computed per row and layer, which made entering
+// linked chunks' KV past position 8,192 (the old limit) several times slower
+// (docs/benchmarks.md, link_bench rq3).
+constexpr int kMaxTablePositions = 32768;
 
 // inv_freq as transformers computes it, every step in float32:
 //   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
