@@ -7,8 +7,10 @@
 //        (FR = "full", CacheBlend-15, AttnLink-16, Naive by default). TTFT = submit ->
 //        first sampled token (the scheduler's own stamp). Median of --repeats, methods
 //        interleaved within a repeat (this VM's speed drifts), one warm-up request per
-//        method first. Per method: the growth exponent (least-squares slope of log TTFT
-//        on log prompt length, over the lengths of >= 2 chunks). Per request: the chunk
+//        method first; --skip-after S stops a method after the first length where a
+//        request took longer than S seconds (FR at 16k takes minutes here). Per method:
+//        the growth exponent (least-squares slope of log TTFT on log prompt length, over
+//        the lengths of >= 2 chunks). Per request: the chunk
 //        KV bytes entered into the compute buffer (SchedulerStats kv_load.entered_bytes)
 //        against the linked chunks' stored bytes, the most rows turns held of their own
 //        (StoreStats turn_bytes: the pre-RoPE copy a turn keeps to be saved), and the
@@ -20,7 +22,9 @@
 //        arrival); a step-loop thread runs WaitForWork + Step as the server does. Per
 //        (rate, method): TTFT p50/p90 (requests rejected by the full queue or without a
 //        first token by the end of --drain count as infinitely late), throughput, and
-//        the highest rate whose p90 TTFT stays within --slo.
+//        the highest rate whose p90 TTFT stays within --slo (default: twice the slowest
+//        linking method's unloaded TTFT, measured first; see RunRq2). Rates ascend,
+//        methods interleaved at each; a method stops at the first rate it fails.
 //
 // Prefix reuse is off (min_reuse_tokens beyond any prompt): the first chunk's entry is
 // BOS + chunk, a stored prefix of every prompt that starts with it, which would be
@@ -29,11 +33,12 @@
 // are not saved (the store is read-only once the chunks are generated), so every request
 // links afresh.
 //
-// Usage: link_bench rq3 --model PATH [--lengths 1,2,4,7,8,16] [--repeats 3] [--chunk 1024]
-//          [--new 50] [--methods full,cacheblend-0.15@1,attnlink-16,naive] [--plot FILE.svg]
-//        link_bench rq2 --model PATH [--rates 0.5,1,2,4,8] [--duration 20] [--slo 2]
-//          [--pool 16] [--chunk 512] [--chunks-per-request 4] [--new 50] [--output 16]
-//          [--methods attnlink-16,cacheblend-0.15@1,full]
+// Usage: link_bench rq3 --model PATH [--lengths 1,2,4,7] [--repeats 3] [--chunk 1024]
+//          [--new 50] [--methods full,cacheblend-0.15@1,attnlink-16,naive] [--skip-after S]
+//          [--plot FILE.svg]
+//        link_bench rq2 --model PATH [--rates 0.2,0.3,0.45,0.7,1,1.5,2.2,3.3] [--duration 30]
+//          [--drain 15] [--slo S] [--pool 16] [--chunk 512] [--chunks-per-request 4] [--new 50]
+//          [--output 16] [--methods attnlink-16,cacheblend-0.15@1,full]
 //        common: [--threads 2] [--seed 1] [--preload layerwise|sync|inline] [--json FILE]
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <sys/resource.h>
@@ -85,6 +90,27 @@ double MaxRssMiB() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_maxrss / 1024.0;
+}
+
+// What else ran on the machine: /proc/loadavg's 1/5/15-minute figures ("" if unknown).
+std::string LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return f ? a + " " + b + " " + c : "";
+}
+
+// The CPU's model name (/proc/cpuinfo), "" if unknown.
+std::string CpuName() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(std::min(line.size(), colon + 2));
+    }
+  }
+  return "";
 }
 
 // "FR", "CacheBlend-15", "AttnLink-16", "Naive": the paper's names.
@@ -398,6 +424,7 @@ int RunRq3(int argc, char** argv) {
     flags.UsageError("--model is required; --lengths positive chunk counts, --repeats >= 1, --chunk >= 16, --new >= 1");
   bench::CheckOutput(kProgram, c.json);
   bench::CheckOutput(kProgram, plot);
+  const std::string load_start = LoadAverage();
 
   const int max_chunks = lengths.back();
   const int context = 1 + max_chunks * chunk + fresh + 8;
@@ -449,6 +476,9 @@ int RunRq3(int argc, char** argv) {
   // Tables and JSON.
   nlohmann::json out;
   out["experiment"] = "rq3";
+  out["cpu"] = CpuName();
+  out["loadavg_start"] = load_start;
+  out["loadavg_end"] = LoadAverage();
   out["model"] = c.model;
   out["threads"] = c.threads;
   out["chunk_tokens"] = chunk;
@@ -548,8 +578,10 @@ int RunRq3(int argc, char** argv) {
     bench::WriteOutput(kProgram, plot, PlotSvg(names, x, med, title));
   }
   out["peak_rss_mib"] = MaxRssMiB();
-  std::printf("\npeak RSS %.0f MiB (after model load %.0f, after KVGen %.0f)\n", MaxRssMiB(), rig.rss_after_load(),
-              rig.rss_after_gen());
+  std::printf("\npeak RSS %.0f MiB (after model load %.0f, after KVGen %.0f); CPU %s; load average %s at the start, "
+              "%s at the end\n",
+              MaxRssMiB(), rig.rss_after_load(), rig.rss_after_gen(), CpuName().c_str(), load_start.c_str(),
+              LoadAverage().c_str());
   const std::string line = out.dump();
   std::printf("\n%s\n", line.c_str());
   bench::WriteOutput(kProgram, c.json, line + "\n");
@@ -708,6 +740,7 @@ int RunRq2(int argc, char** argv) {
     flags.UsageError("--model is required; rates > 0, --pool >= --chunks-per-request >= 1, --chunk >= 16, --slo >= 0");
   bench::CheckOutput(kProgram, c.json);
   const bool slo_auto = a.slo == 0;
+  const std::string load_start = LoadAverage();
 
   const int context = 1 + a.per_request * a.chunk + a.fresh + a.output + 8;
   Rig rig(c, context, SchedulerOptions{}.max_running, a.pool, a.chunk);
@@ -758,6 +791,9 @@ int RunRq2(int argc, char** argv) {
 
   nlohmann::json out;
   out["experiment"] = "rq2";
+  out["cpu"] = CpuName();
+  out["loadavg_start"] = load_start;
+  out["loadavg_end"] = LoadAverage();
   out["model"] = c.model;
   out["threads"] = c.threads;
   out["rates"] = a.rates;
@@ -819,6 +855,8 @@ int RunRq2(int argc, char** argv) {
     out["unloaded_ttft_s"][c.methods[m].ToString()] = unloaded[m];
   }
   out["peak_rss_mib"] = MaxRssMiB();
+  std::printf("\npeak RSS %.0f MiB; CPU %s; load average %s at the start, %s at the end\n", MaxRssMiB(),
+              CpuName().c_str(), load_start.c_str(), LoadAverage().c_str());
   const std::string line = out.dump();
   std::printf("\n%s\n", line.c_str());
   bench::WriteOutput(kProgram, c.json, line + "\n");
