@@ -18,13 +18,14 @@
 //   rq2  Poisson load: each request links --chunks-per-request chunks drawn from a pool
 //        of --pool pre-generated chunks (random order) plus --new fresh tokens, and
 //        answers --output tokens. Arrivals are Poisson at each rate of --rates for
-//        --duration seconds (open loop: a request's TTFT counts from its scheduled
-//        arrival); a step-loop thread runs WaitForWork + Step as the server does. Per
+//        max(--duration, --min-requests / rate) seconds (open loop: a request's TTFT
+//        counts from its scheduled arrival); a step-loop thread runs WaitForWork + Step as the server does. Per
 //        (rate, method): TTFT p50/p90 (requests rejected by the full queue or without a
 //        first token by the end of --drain count as infinitely late), throughput, and
 //        the highest rate whose p90 TTFT stays within --slo (default: twice the slowest
 //        linking method's unloaded TTFT, measured first; see RunRq2). Rates ascend,
-//        methods interleaved at each; a method stops at the first rate it fails.
+//        methods interleaved at each; a method stops at the first rate it fails, and
+//        one whose unloaded TTFT is above the threshold is not swept at all.
 //
 // Prefix reuse is off (min_reuse_tokens beyond any prompt): the first chunk's entry is
 // BOS + chunk, a stored prefix of every prompt that starts with it, which would be
@@ -36,8 +37,8 @@
 // Usage: link_bench rq3 --model PATH [--lengths 1,2,4,7] [--repeats 3] [--chunk 1024]
 //          [--new 50] [--methods full,cacheblend-0.15@1,attnlink-16,naive] [--skip-after S]
 //          [--plot FILE.svg]
-//        link_bench rq2 --model PATH [--rates 0.2,0.3,0.45,0.7,1,1.5,2.2,3.3] [--duration 30]
-//          [--drain 15] [--slo S] [--pool 16] [--chunk 512] [--chunks-per-request 4] [--new 50]
+//        link_bench rq2 --model PATH [--rates 0.075,0.1,0.15,0.2,0.3,0.45,0.7,1,1.5,2.2]
+//          [--duration 30] [--min-requests 6] [--drain 15] [--slo S] [--pool 16] [--chunk 512] [--chunks-per-request 4] [--new 50]
 //          [--output 16] [--methods attnlink-16,cacheblend-0.15@1,full]
 //        common: [--threads 2] [--seed 1] [--preload layerwise|sync|inline] [--json FILE]
 // Output: tables on stdout, then one JSON line (also to --json).
@@ -592,15 +593,18 @@ int RunRq3(int argc, char** argv) {
 // rq2
 
 struct Rq2Cell {
-  double rate = 0;
+  double rate = 0, window = 0;
   int submitted = 0, rejected = 0, finished = 0, unfinished = 0;
   double p50 = kInf, p90 = kInf, req_s = 0, tok_s = 0, mean_recomputed = 0;
   bool ran = false;
 };
 
 struct Rq2Args {
-  std::vector<double> rates = {0.2, 0.3, 0.45, 0.7, 1, 1.5, 2.2, 3.3};
+  std::vector<double> rates = {0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.7, 1, 1.5, 2.2};
   double duration = 30, drain = 15;
+  int min_requests = 6;  // a rate's window is long enough for this many arrivals on average
+  // The arrival window at `rate`, seconds.
+  double Window(double rate) const { return std::max(duration, min_requests / rate); }
   double slo = 0;  // 0: twice the slowest linking method's unloaded TTFT (RunRq2)
   int pool = 16, chunk = 512, per_request = 4, fresh = 50, output = 16;
 };
@@ -629,7 +633,8 @@ Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double ra
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap(rate);
   std::vector<double> at;
-  for (double t = gap(rng); t < a.duration; t += gap(rng)) at.push_back(t);
+  const double window = a.Window(rate);
+  for (double t = gap(rng); t < window; t += gap(rng)) at.push_back(t);
   std::vector<GenerationRequest> reqs;
   for (size_t i = 0; i < at.size(); ++i) reqs.push_back(Rq2Request(rig, a, method, rng));
 
@@ -654,6 +659,7 @@ Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double ra
 
   Rq2Cell cell;
   cell.rate = rate;
+  cell.window = window;
   cell.ran = true;
   std::vector<std::shared_ptr<ResultChannel>> chans;
   const auto t0 = SchedClock::now();
@@ -673,7 +679,7 @@ Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double ra
     std::lock_guard<std::mutex> lock(mu);
     return records.size();
   };
-  const auto drain_end = t0 + std::chrono::duration_cast<SchedClock::duration>(std::chrono::duration<double>(a.duration + a.drain));
+  const auto drain_end = t0 + std::chrono::duration_cast<SchedClock::duration>(std::chrono::duration<double>(window + a.drain));
   while (n_records() < chans.size() && SchedClock::now() < drain_end) std::this_thread::sleep_for(10ms);
   for (auto& ch : chans) ch->Cancel();  // what is left past the drain
   const auto reap_end = SchedClock::now() + 10s;
@@ -698,7 +704,7 @@ Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double ra
   }
   // Throughput: what finished, over the time from the window's start to the last finish
   // (at least the window: an idle tail after the last arrival is not the server's).
-  const double elapsed = std::max(last_end, a.duration);
+  const double elapsed = std::max(last_end, window);
   cell.req_s = cell.finished / elapsed;
   cell.tok_s = tokens / elapsed;
   cell.unfinished = cell.submitted - cell.rejected - cell.finished;
@@ -718,14 +724,16 @@ int RunRq2(int argc, char** argv) {
   c.methods = {*ParseLinkOptions("attnlink-16"), *ParseLinkOptions("cacheblend-0.15@1"), *ParseLinkOptions("full")};
   Rq2Args a;
   bench::FlagParser flags(std::string(kProgram) + " rq2",
-                          "--model PATH [--rates 0.2,0.3,0.45,0.7,1,1.5,2.2,3.3] [--duration 30] [--drain 15]\n"
-                          "         [--slo SECONDS (0: auto)] [--pool 16]\n"
+                          "--model PATH [--rates 0.075,0.1,0.15,0.2,0.3,0.45,0.7,1,1.5,2.2] [--duration 30]\n"
+                          "         [--min-requests 6] [--drain 15]"
+                          " [--slo SECONDS (0: auto)] [--pool 16]\n"
                           "         [--chunk 512] [--chunks-per-request 4] [--new 50] [--output 16]\n"
                           "         [--methods attnlink-16,cacheblend-0.15@1,full] [--threads 2] [--seed 1]\n"
                           "         [--preload layerwise|sync|inline] [--json FILE]");
   AddCommonFlags(flags, &c);
   flags.DoubleList("--rates", &a.rates);
   flags.Double("--duration", &a.duration);
+  flags.Int("--min-requests", &a.min_requests);
   flags.Double("--drain", &a.drain);
   flags.Double("--slo", &a.slo);
   flags.Int("--pool", &a.pool);
@@ -776,7 +784,9 @@ int RunRq2(int argc, char** argv) {
   // Rates in ascending order, methods interleaved at each; a method stops at the first
   // rate it does not sustain (a higher rate would not either, and would take the longest).
   std::vector<std::vector<Rq2Cell>> cells(c.methods.size(), std::vector<Rq2Cell>(a.rates.size()));
+  // A method whose unloaded TTFT is above the threshold sustains no rate: not swept.
   std::vector<bool> failed(c.methods.size(), false);
+  for (size_t m = 0; m < c.methods.size(); ++m) failed[m] = unloaded[m] > a.slo;
   for (size_t ri = 0; ri < a.rates.size(); ++ri) {
     for (size_t m = 0; m < c.methods.size(); ++m) {
       if (failed[m]) continue;
@@ -798,6 +808,7 @@ int RunRq2(int argc, char** argv) {
   out["threads"] = c.threads;
   out["rates"] = a.rates;
   out["duration_s"] = a.duration;
+  out["min_requests"] = a.min_requests;
   out["drain_s"] = a.drain;
   out["slo_p90_ttft_s"] = a.slo;
   out["slo_auto"] = slo_auto;
@@ -809,8 +820,9 @@ int RunRq2(int argc, char** argv) {
   out["preload"] = c.preload;
   out["kvgen_seconds"] = rig.gen_seconds();
   auto ms = [](double s) { return std::isinf(s) ? std::string("inf") : Fmt("%.0f", 1e3 * s); };
-  std::printf("## Poisson load: %d x %d-token chunks of a pool of %d + %d new tokens, %d output tokens, %.0f s per rate\n\n%s",
-              a.per_request, a.chunk, a.pool, a.fresh, a.output, a.duration,
+  std::printf("## Poisson load: %d x %d-token chunks of a pool of %d + %d new tokens, %d output tokens; each rate for "
+              "max(%.0f s, %d / rate); a method stops at the first rate it fails\n\n%s",
+              a.per_request, a.chunk, a.pool, a.fresh, a.output, a.duration, a.min_requests,
               bench::TableHeader({"rate req/s", "method", "submitted", "finished", "rejected", "TTFT p50 ms",
                                   "TTFT p90 ms", "req/s", "output tok/s", "recomputed / req"})
                   .c_str());
@@ -818,13 +830,7 @@ int RunRq2(int argc, char** argv) {
   for (size_t ri = 0; ri < a.rates.size(); ++ri) {
     for (size_t m = 0; m < c.methods.size(); ++m) {
       const Rq2Cell& k = cells[m][ri];
-      if (!k.ran) {
-        std::fputs(bench::TableRow({Fmt("%g", k.rate > 0 ? k.rate : a.rates[ri]), Label(c.methods[m]), "-", "-", "-", "-",
-                                    "-", "-", "-", "skipped (a lower rate failed)"})
-                       .c_str(),
-                   stdout);
-        continue;
-      }
+      if (!k.ran) continue;
       if (k.p90 <= a.slo) sustained[m] = std::max(sustained[m], k.rate);
       std::fputs(bench::TableRow({Fmt("%g", k.rate), Label(c.methods[m]), std::to_string(k.submitted),
                                   std::to_string(k.finished), std::to_string(k.rejected), ms(k.p50), ms(k.p90),
@@ -833,6 +839,7 @@ int RunRq2(int argc, char** argv) {
                  stdout);
       out["cells"].push_back({{"rate", k.rate},
                               {"method", c.methods[m].ToString()},
+                              {"window_s", k.window},
                               {"submitted", k.submitted},
                               {"finished", k.finished},
                               {"rejected", k.rejected},
@@ -847,8 +854,9 @@ int RunRq2(int argc, char** argv) {
   std::printf("\n## Highest rate sustained with p90 TTFT <= %.2f s (of the rates swept)\n\n%s", a.slo,
               bench::TableHeader({"method", "unloaded TTFT ms", "sustained req/s"}).c_str());
   for (size_t m = 0; m < c.methods.size(); ++m) {
+    const std::string none = unloaded[m] > a.slo ? "none (unloaded TTFT above the threshold)" : "none";
     std::fputs(bench::TableRow({Label(c.methods[m]), Fmt("%.0f", 1e3 * unloaded[m]),
-                                sustained[m] > 0 ? Fmt("%g", sustained[m]) : "none"})
+                                sustained[m] > 0 ? Fmt("%g", sustained[m]) : none})
                    .c_str(),
                stdout);
     out["sustained_req_per_s"][c.methods[m].ToString()] = sustained[m];
