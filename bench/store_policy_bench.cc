@@ -154,7 +154,7 @@ Trace MakeTrace(const Params& p) {
       // context re-enters at new positions: the entry stays valid, paper 3.4).
       int prev_first = start / kBlock, prev_n = k == 0 ? 0 : BenchTokens(context);
       std::vector<int32_t> q = k == 0 ? Ids(s, 60000, 4) : Ids(s, prev_first, prev_n + 4);
-      j.query = {"default", sid, std::move(q), 0, ""};
+      j.query = {"default", sid, std::move(q)};
       context += added;
       while (context > p.context) {
         context -= p.truncate;

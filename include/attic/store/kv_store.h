@@ -146,7 +146,7 @@ struct QueuedJob {
   // A stored entry the job reads by key, whatever `tokens` say (a context-cache chunk it
   // links): resolved to that entry, so that eviction keeps it, Prefetch promotes it and
   // the read buffer fetches it ahead like a session's history.
-  std::string key;
+  std::string key{};
 };
 
 struct StoreStats {
