@@ -10,14 +10,6 @@ namespace attic::eval {
 
 namespace {
 
-Status CheckFits(const engine::Engine& engine, size_t n_tokens) {
-  if (n_tokens > static_cast<size_t>(engine.context_length())) {
-    return OutOfRangeError("a sequence of " + std::to_string(n_tokens) + " tokens exceeds the context window of " +
-                           std::to_string(engine.context_length()) + " tokens (-c)");
-  }
-  return OkStatus();
-}
-
 // A chunk's pre-RoPE K and V at every layer: k[l], v[l] are [n_rows, kv_dim].
 struct ChunkKv {
   std::vector<std::vector<float>> k, v;

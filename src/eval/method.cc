@@ -8,8 +8,6 @@
 
 namespace attic::eval {
 
-namespace {
-
 Status CheckFits(const engine::Engine& engine, size_t n_tokens) {
   if (n_tokens > static_cast<size_t>(engine.context_length())) {
     return OutOfRangeError("a sequence of " + std::to_string(n_tokens) + " tokens exceeds the context window of " +
@@ -17,6 +15,8 @@ Status CheckFits(const engine::Engine& engine, size_t n_tokens) {
   }
   return OkStatus();
 }
+
+namespace {
 
 // One forward step of `seq` over tokens[begin, end): rows of logits for every new token
 // when `all`, else for the last one only when `last`, else none.

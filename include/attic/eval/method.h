@@ -74,6 +74,9 @@ class FullAttention : public Method {
   engine::Engine& engine_;
 };
 
+// OutOfRange when a sequence of n_tokens does not fit the engine's context window.
+Status CheckFits(const engine::Engine& engine, size_t n_tokens);
+
 // The name of the reference method, always first on the methods axis.
 inline constexpr const char* kReferenceMethod = "full";
 
