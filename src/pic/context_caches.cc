@@ -130,32 +130,32 @@ StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, co
 StatusOr<std::shared_ptr<const engine::LinkSpec>> ContextCacheService::Link(
     const std::string& tenant, const std::vector<PromptPiece>& pieces, const engine::LinkOptions& options,
     engine::SchedClock::time_point deadline, std::vector<int32_t>* prompt, LinkPrep* prep) {
-  for (bool bos : {true, false}) {
-    std::vector<std::vector<int32_t>> missing;
-    for (const PromptPiece& p : pieces) {
-      if (!p.cached || p.tokens.empty() || p.bos != bos) continue;
-      ++prep->chunks;
-      if (auto tier = store_.TierOf(StoreKey(tenant, p.tokens, bos))) {
-        ++prep->hits_by_tier[store_.tier_name(*tier)];
-      } else {
-        missing.push_back(p.tokens);
-      }
-    }
-    if (missing.empty()) continue;
-    // Evicted or lost since it was cached: prefilled again (once) before linking.
-    ATTIC_ASSIGN_OR_RETURN(int n, Generate(tenant, missing, bos, deadline));
-    prep->regenerated += static_cast<int>(missing.size());
-    prep->regenerated_tokens += n;
-  }
+  // One pass: the spec (each chunk's store key computed once) and the chunks whose KV is
+  // gone, by their BOS option.
   auto spec = std::make_shared<engine::LinkSpec>();
   spec->options = options;
   prompt->clear();
+  std::vector<std::vector<int32_t>> missing[2];  // [bos]
   for (const PromptPiece& p : pieces) {
     if (p.cached && !p.tokens.empty()) {
-      spec->chunks.push_back({static_cast<int>(prompt->size()), static_cast<int>(p.tokens.size()),
-                              StoreKey(tenant, p.tokens, p.bos), p.bos && bos_id_ >= 0 ? 1 : 0});
+      std::string key = StoreKey(tenant, p.tokens, p.bos);
+      ++prep->chunks;
+      if (auto tier = store_.TierOf(key)) {
+        ++prep->hits_by_tier[store_.tier_name(*tier)];
+      } else {
+        missing[p.bos].push_back(p.tokens);
+      }
+      spec->chunks.push_back({static_cast<int>(prompt->size()), static_cast<int>(p.tokens.size()), std::move(key),
+                              p.bos && bos_id_ >= 0 ? 1 : 0});
     }
     prompt->insert(prompt->end(), p.tokens.begin(), p.tokens.end());
+  }
+  for (bool bos : {true, false}) {
+    if (missing[bos].empty()) continue;
+    // Evicted or lost since it was cached: prefilled again (once) before linking.
+    ATTIC_ASSIGN_OR_RETURN(int n, Generate(tenant, missing[bos], bos, deadline));
+    prep->regenerated += static_cast<int>(missing[bos].size());
+    prep->regenerated_tokens += n;
   }
   if (spec->chunks.empty()) return std::shared_ptr<const engine::LinkSpec>();
   return std::shared_ptr<const engine::LinkSpec>(std::move(spec));
