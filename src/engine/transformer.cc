@@ -292,6 +292,8 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
       Visibility vis;
       vis.kv_end = kv_end + off;
       vis.n_slots = r.kv.n_slots;
+      vis.q = r.q;
+      vis.kv = &r.kv;
       hooks->BeforeAttention(layer, Rows(i), &vis);
       r.indices = vis.indices;
       r.n_indices = vis.n_indices;

@@ -24,6 +24,7 @@
 #include <random>
 #include <set>
 
+#include "attic/backend/convert.h"
 #include "attic/engine/transformer.h"
 #include "engine/tiny_llama.h"
 
@@ -490,6 +491,70 @@ class DropHooks : public LayerHooks {
   std::set<int32_t> drop_;
   std::set<int> drop_all_;
 };
+
+// What BeforeAttention may read to choose slots: its rows' queries (rotated) and the
+// layer's KV as attention reads it, this step's rows included.
+class QueryKvRecorder : public LayerHooks {
+ public:
+  struct Seen {
+    int layer, n_slots, view_slots;
+    std::vector<int32_t> slots;   // the rows' slots
+    std::vector<float> q;         // [n_rows, q_dim]
+    std::vector<float> k;         // [view_slots, kv_dim] read through the view
+  };
+  QueryKvRecorder(int q_dim, int n_kv_heads, int head_dim) : q_dim_(q_dim), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
+  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+    Seen s{layer, vis->n_slots, vis->kv->n_slots, {rows.slots, rows.slots + rows.n_rows}, {}, {}};
+    s.q.assign(vis->q, vis->q + static_cast<size_t>(rows.n_rows) * q_dim_);
+    const attention::KvLayerView& kv = *vis->kv;
+    s.k.resize(static_cast<size_t>(kv.n_slots) * n_kv_heads_ * head_dim_);
+    for (int j = 0; j < kv.n_slots; ++j) {
+      const int64_t block = kv.block_table[j / kv.block_size];
+      for (int h = 0; h < n_kv_heads_; ++h) {
+        const int64_t at = block * kv.block_stride + (static_cast<int64_t>(h) * kv.block_size + j % kv.block_size) * head_dim_;
+        float* dst = s.k.data() + (static_cast<size_t>(j) * n_kv_heads_ + h) * head_dim_;
+        if (kv.k_pool != nullptr) {
+          std::copy(kv.k_pool + at, kv.k_pool + at + head_dim_, dst);
+        } else {
+          backend::ConvertF16ToF32(kv.k_f16 + at, dst, head_dim_);
+        }
+      }
+    }
+    seen.push_back(std::move(s));
+  }
+  std::vector<Seen> seen;
+
+ private:
+  int q_dim_, n_kv_heads_, head_dim_;
+};
+
+TEST_P(ForwardSlotsTest, BeforeAttentionSeesTheRowsQueriesAndTheLayersKv) {
+  std::mt19937 rng(6);
+  const int n = 20;
+  const std::vector<int32_t> tokens = RandomTokens(n, rng);
+  const NaiveRun ref = Naive(tokens, Options());
+  kv::SequenceKv seq(kvp_.get());
+  QueryKvRecorder hooks(cfg().q_dim(), cfg().n_kv_heads, cfg().head_dim);
+  for (int p = 0; p < n; p += 12) {  // a chunk of 12, then 8: the view holds the earlier chunk too
+    std::vector<BatchEntry> b(1);
+    b[0].seq = &seq;
+    b[0].tokens.assign(tokens.begin() + p, tokens.begin() + std::min(n, p + 12));
+    std::vector<float> logits;
+    ASSERT_TRUE(tf_->Forward(b, &logits, &hooks).ok());
+  }
+  ASSERT_EQ(hooks.seen.size(), static_cast<size_t>(2 * cfg().n_layers));
+  const double kv_tol = kv_f16() ? 2e-3 : tol();
+  const int kvd = cfg().kv_dim(), qd = cfg().q_dim();
+  for (const auto& s : hooks.seen) {
+    const std::string what = "layer " + std::to_string(s.layer) + ", " + std::to_string(s.n_slots) + " slots";
+    EXPECT_EQ(s.view_slots, s.n_slots) << what;
+    EXPECT_EQ(s.n_slots, s.slots.back() + 1) << what;
+    for (size_t r = 0; r < s.slots.size(); ++r)
+      EXPECT_LE(RowError(s.q.data() + r * qd, ref.q_rot[s.layer][s.slots[r]]), tol()) << what << " q row " << r;
+    for (int j = 0; j < s.view_slots; ++j)
+      EXPECT_LE(RowError(s.k.data() + static_cast<size_t>(j) * kvd, ref.k_rot[s.layer][j]), kv_tol) << what << " K slot " << j;
+  }
+}
 
 TEST_P(ForwardSlotsTest, AfterLayerDroppedRowsKeepTheCachedKvOfLaterLayers) {
   // CacheBlend's shape: entry 0 recomputes 10 slots of a 32-slot sequence in place and

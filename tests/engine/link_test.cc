@@ -419,7 +419,9 @@ TEST_F(LinkTest, BadLinkSpecsAreRejected) {
     change(*s);
     auto c = sched_->Submit(Req("t", prompt, s));
     EXPECT_FALSE(c.ok());
-    if (!c.ok()) EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+    if (!c.ok()) {
+      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+    }
   };
   bad([](LinkSpec& s) { std::swap(s.chunks[0], s.chunks[1]); });  // not ascending
   bad([&](LinkSpec& s) { s.chunks[1].n = static_cast<int>(prompt.size()); });  // outside the prompt

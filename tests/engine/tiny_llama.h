@@ -118,6 +118,7 @@ using Rows = std::vector<std::vector<double>>;  // [token][...]
 struct NaiveRun {
   Rows logits;                         // [n][vocab]
   std::vector<Rows> k_pre, k_rot, v;   // [layer][n][kv_dim]: K before / after RoPE, V
+  std::vector<Rows> q_rot;             // [layer][n][q_dim]: the queries after RoPE
 };
 
 struct NaiveOptions {
@@ -158,6 +159,7 @@ inline NaiveRun NaiveForwardEx(const NaiveConfig& c, const NaiveWeights& w, cons
       for (int hh = 0; hh < c.n_kv_heads; ++hh) NaiveRope(&k[t][hh * hd], hd, pos(t), inv);
     }
     run.k_rot.push_back(k);
+    run.q_rot.push_back(q);
     run.v.push_back(v);
     if (o.stale_kv) {
       for (int j = 0; j < n; ++j) o.stale_kv(l, j, &k[j], &v[j]);

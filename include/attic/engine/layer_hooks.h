@@ -19,6 +19,8 @@
 #include <functional>
 #include <utility>
 
+#include "attic/attention/attention.h"
+
 namespace attic::engine {
 
 // The rows of one batch entry that are still in the pass at a layer (all of the entry's
@@ -47,6 +49,12 @@ struct LayerKv {
 struct Visibility {
   int32_t* kv_end = nullptr;  // [n_rows]: row i sees slots < kv_end[i]
   int n_slots = 0;            // the sequence's slots after this step's appends
+  // What a hook may read to choose (sparse decoding scores slots against the query):
+  // the rows' queries, rotated to their positions, [n_rows, n_heads, head_dim], and the
+  // layer's KV of the sequence as attention reads it (K rotated; this step's rows
+  // already written; kv->n_slots == n_slots).
+  const float* q = nullptr;
+  const attention::KvLayerView* kv = nullptr;
   const int32_t* indices = nullptr;  // ascending slots, for every head ...
   int n_indices = 0;
   const int32_t* const* head_indices = nullptr;  // ... or per KV head: [n_kv_heads] lists
@@ -64,8 +72,8 @@ class LayerHooks {
   virtual void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) {}
 
   // (2) Before layer `layer`'s attention (the rows' K/V are in the compute buffer): may
-  // narrow (or widen) what the entry's rows see. Called anew at every layer, with the
-  // default preset.
+  // narrow (or widen) what the entry's rows see, reading the rows' queries and the
+  // layer's KV (vis->q, vis->kv). Called anew at every layer, with the default preset.
   virtual void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) {}
 
   // (3) After layer `layer` (attention and FFN done): set keep[i] = 0 to drop row i
