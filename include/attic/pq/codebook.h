@@ -1,0 +1,85 @@
+// Product quantization of one KV head's keys (paper 004, PQCache, section 3.2): the
+// head_dim of a key (RoPE applied, as attention sees it) is split into m sub-spaces of
+// head_dim / m dimensions; each sub-space is clustered by k-means into 2^bits centroids;
+// a key's code is the index of its nearest centroid in every sub-space (m bytes). A
+// query's inner product with a key is then approximated by
+//     sum over s of  q_s . centroid[s][code_s]
+// which a table of q_s . centroid[s][c] (m x 2^bits floats per query) turns into m
+// look-ups per key.
+//
+// K-means is faiss's (libfaiss-dev): faiss::Clustering with L2 assignment; its training
+// set is subsampled to at most max_points_per_centroid * 2^bits keys. Encoding (nearest
+// centroid) and scoring are Attic's own: they run on every decode step and must not go
+// through a library call per key.
+//
+// Thread-safety: a trained PqCodebook is immutable; its const methods may be called from
+// any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attic/core/status.h"
+
+namespace attic::pq {
+
+struct PqOptions {
+  int m = 2;         // sub-spaces; must divide head_dim
+  int bits = 6;      // 2^bits centroids per sub-space, 1..8 (a code is one byte)
+  int iterations = 10;               // k-means iterations (>= 1)
+  int max_points_per_centroid = 256; // training subsample, as faiss's default
+  uint64_t seed = 1234;
+  // InvalidArgument unless m >= 1 divides head_dim, 1 <= bits <= 8, iterations >= 1.
+  Status Validate(int head_dim) const;
+};
+
+class PqCodebook {
+ public:
+  PqCodebook() = default;
+
+  // Trains on `n` keys of head_dim floats each, rows `stride` floats apart (a KV head's
+  // keys inside [n, kv_dim] rows: stride = kv_dim). With fewer keys than centroids the
+  // surplus centroids repeat keys (faiss warns; scores stay exact for the keys present).
+  // REQUIRES: n >= 1.
+  static StatusOr<PqCodebook> Train(const float* keys, int64_t n, int head_dim, int64_t stride, const PqOptions& options);
+
+  int m() const { return m_; }
+  int bits() const { return bits_; }
+  int n_centroids() const { return 1 << bits_; }
+  int head_dim() const { return head_dim_; }
+  int sub_dim() const { return head_dim_ / m_; }
+  // Centroid c of sub-space s: sub_dim floats.
+  const float* centroid(int s, int c) const;
+
+  // codes[i * m + s] = nearest centroid (squared L2) of key i's sub-vector s; ties go to
+  // the lower index.
+  void Encode(const float* keys, int64_t n, int64_t stride, uint8_t* codes) const;
+
+  // table[s * n_centroids + c] += weight * (q_s . centroid[s][c]) for one query of
+  // head_dim floats. Summing the tables of a GQA group's query heads scores the sum of
+  // their inner products (GqaCombine::kSum).
+  void AddQueryTable(const float* q, float weight, float* table) const;
+
+  // scores[i] = sum over s of table[s * n_centroids + codes[i * m + s]], i in [0, n).
+  void Score(const float* table, const uint8_t* codes, int64_t n, float* scores) const;
+
+  // Bytes the codebook holds (centroids), for memory accounting.
+  int64_t bytes() const { return static_cast<int64_t>(centroids_.size()) * 4; }
+
+ private:
+  int m_ = 0, bits_ = 0, head_dim_ = 0;
+  std::vector<float> centroids_;  // [m][2^bits][sub_dim]
+};
+
+// The indices of the k largest scores among scores[0, n) (ties: the lower index),
+// ascending by index. k >= n returns every index.
+void TopK(const float* scores, int64_t n, int64_t k, std::vector<int32_t>* out);
+
+// Section 3.3, adaptive clustering: the iteration count that keeps one layer's k-means
+// (n keys, every KV head, every sub-space) within `budget_seconds`, from a measured cost
+// `seconds_per_point_iteration` (one key, one sub-space, one iteration, all 2^bits
+// centroids), clamped to [min_iterations, max_iterations].
+int AdaptiveIterations(double budget_seconds, double seconds_per_point_iteration, int64_t n_points, int n_kv_heads,
+                       const PqOptions& options, int min_iterations = 1, int max_iterations = 25);
+
+}  // namespace attic::pq
