@@ -71,7 +71,9 @@ struct SparseOptions {
 StatusOr<SparseOptions> ParseSparseOptions(std::string_view text);
 
 // The budget at a step over n_slots slots (n_slots >= min_slots), split: initial +
-// local + top == min(n_slots, budget), each >= 0.
+// local + top == min(n_slots, budget), each >= 0. The budget is ratio * n_slots rounded
+// to nearest (or count), at least 1. local >= 1: the decoding token's own slot is the
+// last local one (a budget of at most n_initial slots gives up initial ones for it).
 struct Budget {
   int initial = 0, local = 0, top = 0;
 };

@@ -1,0 +1,459 @@
+// Sparse decoding (attic/pq/sparse.h): options and budget, each selector against an
+// independent naive reference on a synthetic paged KV (hooks driven directly), and
+// ratio 1.0 against the hookless forward pass of a real model (stories260K).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "attic/core/file.h"
+#include "attic/engine/engine.h"
+#include "attic/pq/sparse.h"
+#include "test_util.h"
+
+namespace attic::pq {
+namespace {
+
+using attic::testing::SharedDir;
+
+// ---------------------------------------------------------------------------------------
+// Options and budget.
+
+TEST(SparseOptions, ParseToStringRoundTrip) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"full", "full"},
+      {"pq-0.2", "pq-0.2"},
+      {"pq-1.0", "pq-1.0"},
+      {"oracle-0.1", "oracle-0.1"},
+      {"streaming-2048", "streaming-2048"},
+      {"h2o-0.2@local=64,initial=4", "h2o-0.2@local=64"},
+      {"pq-0.1@iters=8", "pq-0.1@iters=8"},
+      {"pq-0.2@m=4,bits=8,combine=max,min=2048", "pq-0.2@min=2048,combine=max,m=4,bits=8"},
+      {"oracle-0.05@initial=0,share=0.1", "oracle-0.05@initial=0,share=0.1"},
+      {"pq", "pq-0.2"},
+  };
+  for (const auto& [text, canonical] : cases) {
+    auto o = ParseSparseOptions(text);
+    ASSERT_TRUE(o.ok()) << text << ": " << o.status().ToString();
+    EXPECT_EQ(o->ToString(), canonical) << text;
+    auto back = ParseSparseOptions(o->ToString());
+    ASSERT_TRUE(back.ok()) << canonical;
+    EXPECT_EQ(back->ToString(), canonical);
+    EXPECT_EQ(back->method, o->method);
+    EXPECT_EQ(back->ratio, o->ratio);
+    EXPECT_EQ(back->count, o->count);
+    EXPECT_EQ(back->n_initial, o->n_initial);
+    EXPECT_EQ(back->n_local, o->n_local);
+    EXPECT_EQ(back->min_slots, o->min_slots);
+    EXPECT_EQ(back->combine, o->combine);
+    EXPECT_EQ(back->pq.m, o->pq.m);
+    EXPECT_EQ(back->pq.bits, o->pq.bits);
+    EXPECT_EQ(back->fixed_iterations, o->fixed_iterations);
+    EXPECT_EQ(back->pq.iterations, o->pq.iterations);
+    EXPECT_EQ(back->cluster_share, o->cluster_share);
+  }
+  auto o = ParseSparseOptions("oracle-512@combine=max,initial=2,local=16,min=100");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->method, SparseMethod::kOracle);
+  EXPECT_EQ(o->count, 512);
+  EXPECT_EQ(o->combine, GqaCombine::kMax);
+  EXPECT_EQ(o->n_initial, 2);
+  EXPECT_EQ(o->n_local, 16);
+  EXPECT_EQ(o->min_slots, 100);
+  EXPECT_FALSE(o->fixed_iterations);
+}
+
+TEST(SparseOptions, ParseErrors) {
+  for (const char* bad : {"", "bogus-0.2", "pq-1.5", "pq-0.0", "pq-0", "pq--3", "pq-", "pq-0.2@", "pq-0.2@foo=1",
+                          "pq-0.2@combine=avg", "pq-0.2@m=x", "pq-0.2@initial=-1", "pq-0.2@local=-2",
+                          "pq-0.2@bits=9", "pq-0.2@iters=0", "pq-0.2@share=0", "full-0.2", "pq-0.2@m=2,",
+                          "pq-abc", "pq-0.2@local"}) {
+    auto o = ParseSparseOptions(bad);
+    EXPECT_FALSE(o.ok()) << "'" << bad << "' parsed";
+    if (!o.ok()) {
+      EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+TEST(SparseOptions, Validate) {
+  SparseOptions o;
+  EXPECT_TRUE(o.Validate(64).ok());
+  o.pq.m = 3;
+  EXPECT_FALSE(o.Validate(64).ok());  // m must divide head_dim
+  o.method = SparseMethod::kOracle;
+  EXPECT_TRUE(o.Validate(64).ok());   // ... only for pq
+  o.ratio = 0;
+  EXPECT_FALSE(o.Validate(64).ok());
+  o.ratio = 0.5;
+  o.count = -1;
+  EXPECT_FALSE(o.Validate(64).ok());
+}
+
+TEST(SplitBudget, PartsSumToTheBudget) {
+  for (SparseMethod m : {SparseMethod::kPq, SparseMethod::kOracle, SparseMethod::kStreaming, SparseMethod::kH2o}) {
+    for (double ratio : {0.01, 0.1, 0.2, 0.5, 1.0}) {
+      for (int local : {-1, 0, 7}) {
+        SparseOptions o;
+        o.method = m;
+        o.ratio = ratio;
+        o.n_local = local;
+        for (int n = 1; n <= 3000; n += (n < 100 ? 1 : 37)) {
+          const Budget b = SplitBudget(o, n);
+          const int64_t want = std::clamp<int64_t>(std::llround(ratio * n), 1, n);
+          EXPECT_EQ(b.initial + b.local + b.top, want) << ratio << " " << n;
+          EXPECT_GE(b.initial, 0);
+          EXPECT_GE(b.top, 0);
+          EXPECT_GE(b.local, 1);  // the decoding token's own slot
+          EXPECT_LE(b.initial, o.n_initial);
+          if (m == SparseMethod::kStreaming) {
+            EXPECT_EQ(b.top, 0);
+          }
+          if (m != SparseMethod::kStreaming && local == -1 && want >= 8) {
+            EXPECT_EQ(b.local, static_cast<int>(std::floor(want / 4.0 + 0.5)));  // a quarter, rounded
+          }
+          if (m != SparseMethod::kStreaming && local == 7 && want >= 11) {
+            EXPECT_EQ(b.local, 7);
+          }
+        }
+      }
+    }
+  }
+  SparseOptions o;
+  o.count = 100;
+  EXPECT_EQ(SplitBudget(o, 50).initial + SplitBudget(o, 50).local + SplitBudget(o, 50).top, 50);
+  const Budget b = SplitBudget(o, 1000);
+  EXPECT_EQ(b.initial, 4);
+  EXPECT_EQ(b.local, 25);
+  EXPECT_EQ(b.top, 71);
+  o.ratio = 1.0;
+  o.count = 0;
+  EXPECT_EQ(SplitBudget(o, 500).top, 500 - 4 - 125);
+}
+
+// ---------------------------------------------------------------------------------------
+// Selectors on a synthetic paged KV: the hooks are called as the forward pass calls them.
+
+// One layer's K of one sequence, both dense (for the references) and paged with a
+// shuffled block table (for the hooks).
+struct FakeKv {
+  int n_kv_heads, head_dim, block_size = 16, max_slots;
+  std::vector<float> dense;  // [slot][kv_head][head_dim]
+  std::vector<float> pool;   // blocks
+  std::vector<int32_t> table;
+  attention::KvLayerView view;
+
+  FakeKv(int h, int d, int max) : n_kv_heads(h), head_dim(d), max_slots(max) {
+    const int n_blocks = (max + block_size - 1) / block_size;
+    pool.assign(static_cast<size_t>(n_blocks) * h * block_size * d, 0.f);
+    table.resize(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937 rng(7);
+    std::shuffle(table.begin(), table.end(), rng);
+    view.k_pool = pool.data();
+    view.v_pool = pool.data();
+    view.block_size = block_size;
+    view.block_stride = static_cast<int64_t>(h) * block_size * d;
+    view.block_table = table.data();
+  }
+  void Append(const float* k) {  // [n_kv_heads, head_dim]
+    const int s = view.n_slots++;
+    dense.insert(dense.end(), k, k + n_kv_heads * head_dim);
+    for (int h = 0; h < n_kv_heads; ++h) {
+      float* dst = pool.data() + table[s / block_size] * view.block_stride +
+                   (static_cast<int64_t>(h) * block_size + s % block_size) * head_dim;
+      std::copy(k + h * head_dim, k + (h + 1) * head_dim, dst);
+    }
+  }
+  const float* K(int s, int h) const { return dense.data() + (static_cast<size_t>(s) * n_kv_heads + h) * head_dim; }
+};
+
+struct Synthetic {
+  attention::AttentionShape shape;
+  std::mt19937 rng{42};
+  std::normal_distribution<float> normal{0.f, 1.f};
+  FakeKv kv;
+  Synthetic(int n_heads, int n_kv, int hd, int max) : kv(n_kv, hd, max) {
+    shape.n_heads = n_heads;
+    shape.n_kv_heads = n_kv;
+    shape.head_dim = hd;
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  }
+  std::vector<float> Random(size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(rng);
+    return v;
+  }
+  // Appends n slots of random K as one step of n rows and calls the hook (layer 0).
+  // Returns the step's queries [n, n_heads, head_dim].
+  std::vector<float> Step(engine::LayerHooks* hooks, int n, int layer = 0) {
+    std::vector<int32_t> rows(n), slots(n), pos(n), kv_end(n);
+    for (int i = 0; i < n; ++i) {
+      auto k = Random(static_cast<size_t>(shape.n_kv_heads) * shape.head_dim);
+      rows[i] = i;
+      slots[i] = pos[i] = kv.view.n_slots;
+      kv.Append(k.data());
+      kv_end[i] = slots[i] + 1;
+    }
+    auto q = Random(static_cast<size_t>(n) * shape.n_heads * shape.head_dim);
+    engine::EntryRows er{0, n, rows.data(), slots.data(), pos.data()};
+    engine::Visibility vis;
+    vis.kv_end = kv_end.data();
+    vis.n_slots = kv.view.n_slots;
+    vis.q = q.data();
+    vis.kv = &kv.view;
+    hooks->BeforeAttention(layer, er, &vis);
+    last_vis_heads = vis.head_indices != nullptr;
+    return q;
+  }
+  bool last_vis_heads = false;
+};
+
+std::vector<int32_t> Range(int a, int b) {
+  std::vector<int32_t> v;
+  for (int s = a; s < b; ++s) v.push_back(s);
+  return v;
+}
+
+TEST(Streaming, SelectsExactlyInitialAndLocal) {
+  Synthetic syn(4, 2, 16, 600);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions("streaming-0.1@min=100");
+  ASSERT_TRUE(o.ok());
+  auto sa = MakeSparseAttention(*o, syn.shape, 1, pool);
+  syn.Step(sa.get(), 90);
+  EXPECT_TRUE(sa->last_selection(0, 0).empty());
+  for (int step = 0; step < 300; ++step) {
+    syn.Step(sa.get(), 1);
+    const int n = syn.kv.view.n_slots;
+    if (n < 100) {
+      EXPECT_FALSE(syn.last_vis_heads);
+      continue;
+    }
+    ASSERT_TRUE(syn.last_vis_heads);
+    const int total = static_cast<int>(std::lround(0.1 * n));
+    std::vector<int32_t> want = Range(0, 4);
+    for (int32_t s : Range(n - (total - 4), n)) want.push_back(s);
+    for (int h = 0; h < 2; ++h) EXPECT_EQ(sa->last_selection(0, h), want) << n;
+  }
+  EXPECT_EQ(sa->stats().sparse_steps, 291);  // n_slots 100 .. 390
+  EXPECT_EQ(sa->stats().full_steps, 9);      // n_slots 91 .. 99
+}
+
+// Oracle: the top middle slots by q . k (sum or max over the group) in double precision.
+void CheckOracle(GqaCombine combine) {
+  Synthetic syn(6, 2, 32, 3000);
+  backend::ThreadPool pool(2);
+  SparseOptions o;
+  o.method = SparseMethod::kOracle;
+  o.ratio = 0.1;
+  o.min_slots = 64;
+  o.combine = combine;
+  auto sa = MakeSparseAttention(o, syn.shape, 1, pool);
+  syn.Step(sa.get(), 2500);
+  const int g = 3, hd = 32;
+  for (int step = 0; step < 20; ++step) {
+    auto q = syn.Step(sa.get(), 1);
+    const int n = syn.kv.view.n_slots;
+    const Budget b = SplitBudget(o, n);
+    for (int h = 0; h < 2; ++h) {
+      std::vector<double> score(static_cast<size_t>(n));
+      for (int s = b.initial; s < n - b.local; ++s) {
+        double c = combine == GqaCombine::kSum ? 0 : -INFINITY;
+        for (int j = 0; j < g; ++j) {
+          double d = 0;
+          for (int t = 0; t < hd; ++t) d += static_cast<double>(q[(h * g + j) * hd + t]) * syn.kv.K(s, h)[t];
+          c = combine == GqaCombine::kSum ? c + d : std::max(c, d);
+        }
+        score[s] = c;
+      }
+      std::vector<int32_t> mid = Range(b.initial, n - b.local);
+      std::stable_sort(mid.begin(), mid.end(), [&](int32_t a, int32_t c) { return score[a] > score[c]; });
+      mid.resize(static_cast<size_t>(b.top));
+      std::sort(mid.begin(), mid.end());
+      std::vector<int32_t> want = Range(0, b.initial);
+      want.insert(want.end(), mid.begin(), mid.end());
+      for (int32_t s : Range(n - b.local, n)) want.push_back(s);
+      const auto& got = sa->last_selection(0, h);
+      ASSERT_EQ(got.size(), want.size());
+      // Equal, except where two scores agree to float precision (then either may win).
+      std::vector<int32_t> only_got, only_want;
+      std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(only_got));
+      std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(only_want));
+      ASSERT_EQ(only_got.size(), only_want.size());
+      for (size_t i = 0; i < only_got.size(); ++i) {
+        EXPECT_NEAR(score[only_got[i]], score[only_want[i]], 1e-4) << "step " << step << " head " << h;
+      }
+      EXPECT_LE(only_got.size(), 1u);
+    }
+  }
+  EXPECT_EQ(sa->stats().sparse_steps, 20);
+}
+
+TEST(Oracle, EqualsBruteForceSum) { CheckOracle(GqaCombine::kSum); }
+TEST(Oracle, EqualsBruteForceMax) { CheckOracle(GqaCombine::kMax); }
+
+// A naive H2O on the dense K, written from the contract: accumulate softmax
+// probabilities of every query (prefill rows over [0, own slot]); at a decode step keep
+// initial + local + the `top` heaviest middle slots never dropped, drop the other middle
+// slots for good, then add the decode query's probabilities over what it attended.
+TEST(H2o, EqualsNaiveSimulation) {
+  const int n_heads = 4, n_kv = 2, hd = 16, g = 2;
+  Synthetic syn(n_heads, n_kv, hd, 1200);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions("h2o-0.2@min=150,local=8");
+  ASSERT_TRUE(o.ok());
+  auto sa = MakeSparseAttention(*o, syn.shape, 1, pool);
+  std::vector<std::vector<double>> acc(n_kv);
+  std::vector<std::set<int>> dropped(n_kv);
+  auto add = [&](const float* q_row, int h, const std::vector<int32_t>& slots) {
+    for (int j = 0; j < g; ++j) {
+      std::vector<double> l;
+      double mx = -INFINITY;
+      for (int s : slots) {
+        double d = 0;
+        for (int t = 0; t < hd; ++t) d += static_cast<double>(q_row[(h * g + j) * hd + t]) * syn.kv.K(s, h)[t];
+        l.push_back(d / std::sqrt(static_cast<double>(hd)));
+        mx = std::max(mx, l.back());
+      }
+      double z = 0;
+      for (double& x : l) z += (x = std::exp(x - mx));
+      for (size_t i = 0; i < slots.size(); ++i) acc[h][slots[i]] += l[i] / z;
+    }
+  };
+  auto prefill = [&](int n) {
+    const int first = syn.kv.view.n_slots;
+    auto q = syn.Step(sa.get(), n);
+    for (int h = 0; h < n_kv; ++h) {
+      acc[h].resize(syn.kv.view.n_slots, 0.0);
+      for (int i = 0; i < n; ++i) add(q.data() + static_cast<size_t>(i) * n_heads * hd, h, Range(0, first + i + 1));
+    }
+  };
+  prefill(100);
+  prefill(40);  // two chunks
+  for (int step = 0; step < 200; ++step) {
+    auto q = syn.Step(sa.get(), 1);
+    const int n = syn.kv.view.n_slots;
+    for (int h = 0; h < n_kv; ++h) {
+      acc[h].resize(n, 0.0);
+      if (n < 150) {
+        add(q.data(), h, Range(0, n));
+        continue;
+      }
+      const Budget b = SplitBudget(*o, n);
+      std::vector<int32_t> alive;
+      for (int s = b.initial; s < n - b.local; ++s)
+        if (!dropped[h].count(s)) alive.push_back(s);
+      std::stable_sort(alive.begin(), alive.end(), [&](int32_t a, int32_t c) { return acc[h][a] > acc[h][c]; });
+      for (size_t i = static_cast<size_t>(b.top); i < alive.size(); ++i) dropped[h].insert(alive[i]);
+      if (alive.size() > static_cast<size_t>(b.top)) alive.resize(static_cast<size_t>(b.top));
+      std::sort(alive.begin(), alive.end());
+      std::vector<int32_t> want = Range(0, b.initial);
+      want.insert(want.end(), alive.begin(), alive.end());
+      for (int32_t s : Range(n - b.local, n)) want.push_back(s);
+      ASSERT_EQ(sa->last_selection(0, h), want) << "step " << step << " head " << h;
+      add(q.data(), h, want);
+    }
+  }
+  EXPECT_EQ(sa->stats().sparse_steps, 191);  // n_slots 150 .. 340
+  // Dropped slots never come back.
+  EXPECT_GT(dropped[0].size(), 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// A real model: with a budget of every slot each selector's decode equals full attention.
+
+std::unique_ptr<engine::Engine> LoadStories() {
+  engine::EngineOptions o;
+  o.model_path = SharedDir() + "/models/stories260K-hf";
+  o.n_threads = 2;
+  auto e = engine::Engine::Load(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+std::vector<int32_t> StoryTokens(engine::Engine& e, size_t n) {
+  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+  EXPECT_TRUE(text.ok());
+  auto ids = e.Tokenize(*text, true);
+  EXPECT_TRUE(ids.ok());
+  EXPECT_GE(ids->size(), n);
+  ids->resize(n);
+  return *ids;
+}
+
+// Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
+// returns the decode steps' logits.
+std::vector<float> Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
+                          engine::LayerHooks* hooks) {
+  kv::SequenceKv seq(&e.kv_pool());
+  std::vector<float> logits, all;
+  for (size_t pos = 0; pos < tokens.size(); ) {
+    const size_t end = pos < prompt ? std::min(prompt, pos + 128) : pos + 1;
+    std::vector<engine::BatchEntry> batch(1);
+    batch[0].seq = &seq;
+    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+    EXPECT_TRUE(e.transformer().Forward(batch, &logits, hooks).ok());
+    if (end > prompt) all.insert(all.end(), logits.begin(), logits.end());
+    pos = end;
+  }
+  return all;
+}
+
+class FullBudget : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FullBudget, EqualsFullAttention) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  const auto tokens = StoryTokens(*e, 340);
+  const auto want = Decode(*e, tokens, 300, nullptr);
+  auto o = ParseSparseOptions(GetParam());
+  ASSERT_TRUE(o.ok());
+  const auto& c = e->model().config();
+  attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  auto sa = MakeSparseAttention(*o, shape, c.n_layers, e->threads());
+  const auto got = Decode(*e, tokens, 300, sa.get());
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(want.size(), 40u * c.vocab_size);
+  double max_diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) max_diff = std::max(max_diff, std::abs(double(got[i]) - want[i]));
+  EXPECT_LT(max_diff, 1e-4) << GetParam();
+  if (o->method != SparseMethod::kFull) {
+    EXPECT_EQ(sa->stats().sparse_steps, 40);
+    EXPECT_EQ(sa->stats().attended_slots, sa->stats().context_slots);
+    EXPECT_EQ(sa->last_selection(c.n_layers - 1, 0).size(), 340u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Selectors, FullBudget,
+                         ::testing::Values("full", "oracle-1.0@min=64", "oracle-1.0@min=64,combine=max",
+                                           "streaming-1.0@min=64", "h2o-1.0@min=64"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+// Below the budget the selectors do change the output (the hooks are not inert).
+TEST(Sparse, SmallBudgetChangesTheOutput) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  const auto tokens = StoryTokens(*e, 340);
+  const auto want = Decode(*e, tokens, 300, nullptr);
+  const auto& c = e->model().config();
+  attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  for (const char* name : {"streaming-0.1@min=64", "oracle-0.1@min=64", "h2o-0.1@min=64"}) {
+    auto sa = MakeSparseAttention(*ParseSparseOptions(name), shape, c.n_layers, e->threads());
+    const auto got = Decode(*e, tokens, 300, sa.get());
+    double max_diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) max_diff = std::max(max_diff, std::abs(double(got[i]) - want[i]));
+    EXPECT_GT(max_diff, 1e-3) << name;
+    EXPECT_LT(sa->stats().attended_slots, sa->stats().context_slots / 5) << name;
+  }
+}
+
+}  // namespace
+}  // namespace attic::pq
