@@ -29,19 +29,40 @@ struct PqOptions {
   int iterations = 10;               // k-means iterations (>= 1)
   int max_points_per_centroid = 256; // training subsample, as faiss's default
   uint64_t seed = 1234;
-  // InvalidArgument unless m >= 1 divides head_dim, 1 <= bits <= 8, iterations >= 1.
+  // InvalidArgument unless m >= 1 divides head_dim >= 1, 1 <= bits <= 8, iterations >= 1
+  // and max_points_per_centroid >= 1.
   Status Validate(int head_dim) const;
+};
+
+// What one Train call cost: the adaptive planner (AdaptiveIterations) calibrates its
+// seconds_per_point_iteration from the first layer it clusters.
+struct TrainStats {
+  double seconds = 0;          // wall time of the whole Train call (copies, k-means, all sub-spaces)
+  int64_t points_used = 0;     // keys k-means ran on per sub-space: min(n, max_points_per_centroid * 2^bits); 0 if none ran
+  int iterations = 0;          // k-means iterations per sub-space (0 if none ran)
+  int m = 0;                   // sub-spaces clustered
+  // seconds / (points_used * m * iterations): one key, one sub-space, one iteration, all
+  // 2^bits centroids; 0 when no k-means ran.
+  double seconds_per_point_iteration() const;
 };
 
 class PqCodebook {
  public:
+  // The OpenMP threads faiss's k-means may use (measured on 2 cores: see codebook.cc).
+  static constexpr int kTrainThreads = 1;
+
   PqCodebook() = default;
 
   // Trains on `n` keys of head_dim floats each, rows `stride` floats apart (a KV head's
-  // keys inside [n, kv_dim] rows: stride = kv_dim). With fewer keys than centroids the
-  // surplus centroids repeat keys (faiss warns; scores stay exact for the keys present).
-  // REQUIRES: n >= 1.
-  static StatusOr<PqCodebook> Train(const float* keys, int64_t n, int head_dim, int64_t stride, const PqOptions& options);
+  // keys inside [n, kv_dim] rows: stride = kv_dim). With no more keys than centroids no
+  // k-means runs: centroid c of a sub-space is key c % n's sub-vector (faiss refuses
+  // n < 2^bits), so every key is its own centroid and scores are exact. `stats`, when
+  // not null, receives what the clustering cost (TrainStats).
+  // Runs faiss on at most kTrainThreads OpenMP threads of the calling thread (see the .cc).
+  // InvalidArgument for n < 1, stride < head_dim or options that fail Validate; Internal
+  // if faiss fails.
+  static StatusOr<PqCodebook> Train(const float* keys, int64_t n, int head_dim, int64_t stride, const PqOptions& options,
+                                    TrainStats* stats = nullptr);
 
   int m() const { return m_; }
   int bits() const { return bits_; }
@@ -63,12 +84,13 @@ class PqCodebook {
   // scores[i] = sum over s of table[s * n_centroids + codes[i * m + s]], i in [0, n).
   void Score(const float* table, const uint8_t* codes, int64_t n, float* scores) const;
 
-  // Bytes the codebook holds (centroids), for memory accounting.
-  int64_t bytes() const { return static_cast<int64_t>(centroids_.size()) * 4; }
+  // Bytes the codebook holds (its centroids, in both layouts), for memory accounting.
+  int64_t bytes() const { return static_cast<int64_t>(centroids_.size() + transposed_.size()) * 4; }
 
  private:
   int m_ = 0, bits_ = 0, head_dim_ = 0;
-  std::vector<float> centroids_;  // [m][2^bits][sub_dim]
+  std::vector<float> centroids_;   // [m][2^bits][sub_dim]
+  std::vector<float> transposed_;  // [m][sub_dim][2^bits]: what Encode and AddQueryTable read
 };
 
 // The indices of the k largest scores among scores[0, n) (ties: the lower index),
@@ -78,7 +100,11 @@ void TopK(const float* scores, int64_t n, int64_t k, std::vector<int32_t>* out);
 // Section 3.3, adaptive clustering: the iteration count that keeps one layer's k-means
 // (n keys, every KV head, every sub-space) within `budget_seconds`, from a measured cost
 // `seconds_per_point_iteration` (one key, one sub-space, one iteration, all 2^bits
-// centroids), clamped to [min_iterations, max_iterations].
+// centroids), clamped to [min_iterations, max_iterations]:
+//   floor(budget_seconds / (n_used * m * n_kv_heads * seconds_per_point_iteration)),
+//   n_used = min(n_points, max_points_per_centroid * 2^bits) (faiss subsamples to that).
+// A cost that is not positive and finite (nothing measured yet) gives max_iterations; a
+// budget that is not positive gives min_iterations. TrainStats measures the cost.
 int AdaptiveIterations(double budget_seconds, double seconds_per_point_iteration, int64_t n_points, int n_kv_heads,
                        const PqOptions& options, int min_iterations = 1, int max_iterations = 25);
 

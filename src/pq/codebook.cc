@@ -1,0 +1,292 @@
+// PqCodebook: k-means by faiss (one faiss::Clustering per sub-space, on a contiguous copy
+// of that sub-space's sub-vectors); encoding, query tables and scoring are plain loops
+// written so that -O2 vectorizes them (see the layout note below).
+//
+// Centroids are kept twice:
+//   centroids_    [m][2^bits][sub_dim]  what centroid(s, c) returns
+//   transposed_   [m][sub_dim][2^bits]  what Encode and AddQueryTable read: the inner loop
+//                                       runs over the centroids, element-wise, so it
+//                                       vectorizes without reassociating a reduction;
+//                                       each centroid's sum over its dimensions is still
+//                                       taken in dimension order, exactly as a scalar loop.
+// The loops are instantiated per 2^bits (a compile-time trip count is what -O2's cheap
+// vectorizer needs).
+#include "attic/pq/codebook.h"
+
+#include <cblas.h>
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <string>
+
+namespace attic::pq {
+
+namespace {
+
+// Sets the calling thread's OpenMP thread count for a scope and restores it after.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int n) : previous_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedOmpThreads() { omp_set_num_threads(previous_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+// codes[i * m + s] for keys [0, n): nearest of K centroids (squared L2, first minimum).
+// ct: [m][dsub][K].
+template <int K>
+void EncodeImpl(const float* ct, int m, int dsub, const float* keys, int64_t n, int64_t stride, uint8_t* codes) {
+  alignas(64) float dist[K];
+  for (int64_t i = 0; i < n; ++i) {
+    const float* key = keys + i * stride;
+    for (int s = 0; s < m; ++s) {
+      const float* x = key + s * dsub;
+      const float* cs = ct + static_cast<int64_t>(s) * dsub * K;
+      for (int c = 0; c < K; ++c) dist[c] = 0;
+      for (int d = 0; d < dsub; ++d) {
+        const float xd = x[d];
+        const float* row = cs + static_cast<int64_t>(d) * K;
+        for (int c = 0; c < K; ++c) {
+          const float diff = xd - row[c];
+          dist[c] += diff * diff;
+        }
+      }
+      int best = 0;
+      float best_dist = dist[0];
+      for (int c = 1; c < K; ++c) {
+        if (dist[c] < best_dist) {  // strict: ties keep the lower index
+          best_dist = dist[c];
+          best = c;
+        }
+      }
+      codes[i * m + s] = static_cast<uint8_t>(best);
+    }
+  }
+}
+
+template <int K>
+void QueryTableImpl(const float* ct, int m, int dsub, const float* q, float weight, float* table) {
+  alignas(64) float acc[K];
+  for (int s = 0; s < m; ++s) {
+    const float* x = q + s * dsub;
+    const float* cs = ct + static_cast<int64_t>(s) * dsub * K;
+    for (int c = 0; c < K; ++c) acc[c] = 0;
+    for (int d = 0; d < dsub; ++d) {
+      const float xd = x[d];
+      const float* row = cs + static_cast<int64_t>(d) * K;
+      for (int c = 0; c < K; ++c) acc[c] += xd * row[c];
+    }
+    float* t = table + s * K;
+    for (int c = 0; c < K; ++c) t[c] += weight * acc[c];
+  }
+}
+
+// Calls fn.template operator()<K>() with K = 2^bits, bits in [1, 8].
+template <typename Fn>
+void DispatchK(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn.template operator()<2>(); break;
+    case 2: fn.template operator()<4>(); break;
+    case 3: fn.template operator()<8>(); break;
+    case 4: fn.template operator()<16>(); break;
+    case 5: fn.template operator()<32>(); break;
+    case 6: fn.template operator()<64>(); break;
+    case 7: fn.template operator()<128>(); break;
+    case 8: fn.template operator()<256>(); break;
+    default: ATTIC_CHECK(false);
+  }
+}
+
+// NaN ranks below every number in TopK (it never wins a slot over a real score).
+inline float RankKey(float x) { return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x; }
+
+}  // namespace
+
+Status PqOptions::Validate(int head_dim) const {
+  if (head_dim < 1) return InvalidArgumentError("pq: head_dim must be >= 1, got " + std::to_string(head_dim));
+  if (m < 1 || head_dim % m != 0) {
+    return InvalidArgumentError("pq: m = " + std::to_string(m) + " must be >= 1 and divide head_dim = " +
+                                std::to_string(head_dim));
+  }
+  if (bits < 1 || bits > 8) return InvalidArgumentError("pq: bits must be in [1, 8], got " + std::to_string(bits));
+  if (iterations < 1) return InvalidArgumentError("pq: iterations must be >= 1, got " + std::to_string(iterations));
+  if (max_points_per_centroid < 1) {
+    return InvalidArgumentError("pq: max_points_per_centroid must be >= 1, got " +
+                                std::to_string(max_points_per_centroid));
+  }
+  return OkStatus();
+}
+
+double TrainStats::seconds_per_point_iteration() const {
+  const double work = static_cast<double>(points_used) * m * iterations;
+  return work > 0 ? seconds / work : 0.0;
+}
+
+StatusOr<PqCodebook> PqCodebook::Train(const float* keys, int64_t n, int head_dim, int64_t stride,
+                                       const PqOptions& options, TrainStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
+  ATTIC_RETURN_IF_ERROR(options.Validate(head_dim));
+  if (n < 1) return InvalidArgumentError("pq: Train needs at least one key, got " + std::to_string(n));
+  if (keys == nullptr) return InvalidArgumentError("pq: Train got no keys");
+  if (stride < head_dim) {
+    return InvalidArgumentError("pq: stride " + std::to_string(stride) + " < head_dim " + std::to_string(head_dim));
+  }
+
+  PqCodebook cb;
+  cb.m_ = options.m;
+  cb.bits_ = options.bits;
+  cb.head_dim_ = head_dim;
+  const int k = 1 << options.bits;
+  const int dsub = head_dim / options.m;
+  cb.centroids_.resize(static_cast<size_t>(options.m) * k * dsub);
+
+  const bool run_kmeans = n > k;
+  std::vector<float> sub(static_cast<size_t>(n) * dsub);  // [n][dsub], one sub-space at a time
+  {
+    // faiss parallelises assignment and centroid updates with OpenMP, and its distance
+    // GEMM with OpenBLAS. The engine's pool owns the cores (the backend already switches
+    // OpenBLAS's threads off), and this runs on the step thread while that pool is idle.
+    ScopedOmpThreads omp_threads(kTrainThreads);
+    openblas_set_num_threads(1);
+    for (int s = 0; s < options.m; ++s) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = keys + i * stride + s * dsub;
+        std::copy(src, src + dsub, sub.data() + i * dsub);
+      }
+      float* out = cb.centroids_.data() + static_cast<size_t>(s) * k * dsub;
+      if (!run_kmeans) {
+        // Every key its own centroid; the surplus repeat keys (never nearer than the
+        // original, so never chosen over it: ties go to the lower index).
+        for (int c = 0; c < k; ++c) std::copy_n(sub.data() + (c % n) * dsub, dsub, out + c * dsub);
+        continue;
+      }
+      faiss::ClusteringParameters cp;
+      cp.niter = options.iterations;
+      cp.seed = static_cast<int>(options.seed);
+      cp.max_points_per_centroid = options.max_points_per_centroid;
+      cp.min_points_per_centroid = 1;  // faiss only uses it to print a warning
+      cp.verbose = false;
+      try {
+        faiss::Clustering clustering(dsub, k, cp);
+        faiss::IndexFlatL2 index(dsub);
+        clustering.train(n, sub.data(), index);
+        if (clustering.centroids.size() != static_cast<size_t>(k) * dsub) {
+          return InternalError("pq: faiss returned " + std::to_string(clustering.centroids.size()) +
+                               " centroid floats, expected " + std::to_string(k * dsub));
+        }
+        std::copy(clustering.centroids.begin(), clustering.centroids.end(), out);
+      } catch (const std::exception& e) {
+        return InternalError(std::string("pq: faiss k-means failed: ") + e.what());
+      }
+    }
+  }
+
+  cb.transposed_.resize(cb.centroids_.size());
+  for (int s = 0; s < options.m; ++s) {
+    const float* src = cb.centroids_.data() + static_cast<size_t>(s) * k * dsub;
+    float* dst = cb.transposed_.data() + static_cast<size_t>(s) * k * dsub;
+    for (int c = 0; c < k; ++c) {
+      for (int d = 0; d < dsub; ++d) dst[d * k + c] = src[c * dsub + d];
+    }
+  }
+
+  if (stats != nullptr) {
+    stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats->points_used =
+        run_kmeans ? std::min<int64_t>(n, static_cast<int64_t>(options.max_points_per_centroid) * k) : 0;
+    stats->iterations = run_kmeans ? options.iterations : 0;
+    stats->m = options.m;
+  }
+  return cb;
+}
+
+const float* PqCodebook::centroid(int s, int c) const {
+  return centroids_.data() + (static_cast<size_t>(s) * n_centroids() + c) * sub_dim();
+}
+
+void PqCodebook::Encode(const float* keys, int64_t n, int64_t stride, uint8_t* codes) const {
+  DispatchK(bits_, [&]<int K>() { EncodeImpl<K>(transposed_.data(), m_, sub_dim(), keys, n, stride, codes); });
+}
+
+void PqCodebook::AddQueryTable(const float* q, float weight, float* table) const {
+  DispatchK(bits_, [&]<int K>() { QueryTableImpl<K>(transposed_.data(), m_, sub_dim(), q, weight, table); });
+}
+
+void PqCodebook::Score(const float* table, const uint8_t* codes, int64_t n, float* scores) const {
+  const int k = n_centroids();
+  if (m_ == 2) {
+    // The hot case: two look-ups per key, every coded slot of every KV head of every
+    // layer at every decode step.
+    const float* t0 = table;
+    const float* t1 = table + k;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const uint8_t* c = codes + 2 * i;
+      scores[i] = t0[c[0]] + t1[c[1]];
+      scores[i + 1] = t0[c[2]] + t1[c[3]];
+      scores[i + 2] = t0[c[4]] + t1[c[5]];
+      scores[i + 3] = t0[c[6]] + t1[c[7]];
+    }
+    for (; i < n; ++i) scores[i] = t0[codes[2 * i]] + t1[codes[2 * i + 1]];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* c = codes + i * m_;
+    float sum = table[c[0]];
+    for (int s = 1; s < m_; ++s) sum += table[s * k + c[s]];
+    scores[i] = sum;
+  }
+}
+
+void TopK(const float* scores, int64_t n, int64_t k, std::vector<int32_t>* out) {
+  out->clear();
+  if (n <= 0 || k <= 0) return;
+  if (k >= n) {
+    out->resize(n);
+    for (int64_t i = 0; i < n; ++i) (*out)[i] = static_cast<int32_t>(i);
+    return;
+  }
+  // The k-th largest value t splits the scores: every score > t is taken, and the
+  // lowest-indexed scores == t fill the rest. One selection and one pass, O(n); the pass
+  // emits indices in ascending order, so nothing is sorted.
+  thread_local std::vector<float> work;
+  work.resize(n);
+  for (int64_t i = 0; i < n; ++i) work[i] = RankKey(scores[i]);
+  std::nth_element(work.begin(), work.begin() + (k - 1), work.end(), std::greater<float>());
+  const float t = work[k - 1];
+  int64_t above = 0;
+  for (int64_t i = 0; i < n; ++i) above += RankKey(scores[i]) > t;
+  int64_t ties_left = k - above;
+  out->reserve(k);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = RankKey(scores[i]);
+    if (v > t || (v == t && ties_left-- > 0)) out->push_back(static_cast<int32_t>(i));
+  }
+}
+
+int AdaptiveIterations(double budget_seconds, double seconds_per_point_iteration, int64_t n_points, int n_kv_heads,
+                       const PqOptions& options, int min_iterations, int max_iterations) {
+  max_iterations = std::max(max_iterations, min_iterations);
+  const int64_t k = int64_t{1} << options.bits;
+  const int64_t n_used = std::min<int64_t>(n_points, static_cast<int64_t>(options.max_points_per_centroid) * k);
+  const double per_iteration =
+      static_cast<double>(n_used) * options.m * n_kv_heads * seconds_per_point_iteration;
+  // Nothing to cluster, or no measured cost: the cap.
+  if (!(per_iteration > 0) || !std::isfinite(per_iteration)) return max_iterations;
+  if (!(budget_seconds > 0)) return min_iterations;
+  const double fit = std::floor(budget_seconds / per_iteration);
+  if (fit >= max_iterations) return max_iterations;
+  if (fit <= min_iterations) return min_iterations;
+  return static_cast<int>(fit);
+}
+
+}  // namespace attic::pq
