@@ -58,7 +58,8 @@ class PqCodebook {
   // k-means runs: centroid c of a sub-space is key c % n's sub-vector (faiss refuses
   // n < 2^bits), so every key is its own centroid and scores are exact. `stats`, when
   // not null, receives what the clustering cost (TrainStats).
-  // Runs faiss on at most kTrainThreads OpenMP threads of the calling thread (see the .cc).
+  // faiss runs on kTrainThreads OpenMP threads (the calling thread's setting, restored
+  // after) and single-threaded OpenBLAS (process-wide, as the backend sets it).
   // InvalidArgument for n < 1, stride < head_dim or options that fail Validate; Internal
   // if faiss fails.
   static StatusOr<PqCodebook> Train(const float* keys, int64_t n, int head_dim, int64_t stride, const PqOptions& options,
