@@ -95,7 +95,8 @@ class PqCodebook {
 };
 
 // The indices of the k largest scores among scores[0, n) (ties: the lower index),
-// ascending by index. k >= n returns every index.
+// ascending by index. k >= n returns every index; k <= 0 none. A NaN score ranks as
+// -infinity. O(n): one selection (nth_element) and one pass, no sort.
 void TopK(const float* scores, int64_t n, int64_t k, std::vector<int32_t>* out);
 
 // Section 3.3, adaptive clustering: the iteration count that keeps one layer's k-means
