@@ -1,17 +1,198 @@
-// pq: PQCache's selector (paper 004, section 3): one codebook per layer and KV head.
-// It needs the codebook (codebook.h), which lands separately; until then asking for pq
-// is a broken invariant rather than silently another method.
-#include <cstdio>
+// pq: PQCache's selector (paper 004, section 3). The first sparse step that meets a
+// layer trains one codebook per KV head on the layer's keys of slots [0, n_slots - 1)
+// (the prompt: what prefill produced) and codes slots [0, n_slots - local); later steps
+// code each slot as it leaves the local window (nearest centroid). Every step scores
+// the coded middle slots from q . centroid tables (codebook.h) and takes the top.
+//
+// K-means iterations (section 3.3): fixed (options.fixed_iterations) or adaptive: the
+// prefill the hooks saw (first multi-row BeforeAttention to the first sparse step) times
+// cluster_share is the clustering budget, split evenly over the layers; the first layer
+// clustered runs kCalibrationIterations and its time gives the cost of one key, one
+// sub-space and one iteration (faiss's fixed costs included, so the estimate errs
+// towards fewer iterations); AdaptiveIterations picks the count for the others. A
+// sequence whose KV came from a store (no multi-row step through the hooks) has no
+// prefill time to share: it uses kNoPrefillIterations.
+#include <algorithm>
+#include <cmath>
 
 #include "pq/sparse_internal.h"
 
 namespace attic::pq::internal {
 
-std::unique_ptr<SparseAttention> MakePqSelector(const SparseOptions&, const attention::AttentionShape&, int,
-                                                backend::ThreadPool&) {
-  std::fprintf(stderr, "attic: the pq sparse selector needs the PQ codebook, not built yet\n");
-  ATTIC_CHECK(false);
-  return nullptr;
+namespace {
+
+constexpr int kCalibrationIterations = 2;
+constexpr int kNoPrefillIterations = 6;
+constexpr int kScoreChunk = 4096;  // slots per scoring task
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class PqSelector : public SelectorBase {
+ public:
+  PqSelector(const SparseOptions& o, const attention::AttentionShape& shape, int n_layers, backend::ThreadPool& pool)
+      : SelectorBase(o, shape, n_layers, pool),
+        layers_(static_cast<size_t>(n_layers)),
+        tables_(static_cast<size_t>(shape.n_heads)),
+        thread_scores_(static_cast<size_t>(pool.n_threads())) {}
+
+  const PqCodebook* codebook(int layer, int kv_head) const override {
+    const Layer& l = layers_[layer];
+    return l.books.empty() ? nullptr : &l.books[kv_head];
+  }
+  const std::vector<uint8_t>* codes(int layer, int kv_head) const override {
+    const Layer& l = layers_[layer];
+    return l.codes.empty() ? nullptr : &l.codes[kv_head];
+  }
+
+ protected:
+  void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
+                 std::vector<std::vector<int32_t>>* top) override {
+    Layer& l = layers_[layer];
+    const int n = vis.n_slots, end = n - b.local;
+    if (l.books.empty()) {
+      Train(layer, vis);
+      Encode(layer, vis, 0, std::max(0, end));
+    } else if (l.n_coded < end) {
+      stats_.encoded_keys += static_cast<int64_t>(end - l.n_coded) * shape_.n_kv_heads;
+      Encode(layer, vis, l.n_coded, end);
+    }
+    const int first = b.initial, n_mid = std::min(end, l.n_coded) - first;
+    if (b.top <= 0 || n_mid <= 0) return;
+    const int n_kv = shape_.n_kv_heads;
+    if (b.top >= n_mid) {
+      for (int h = 0; h < n_kv; ++h)
+        for (int s = 0; s < n_mid; ++s) (*top)[h].push_back(first + s);
+      return;
+    }
+    const int g = group(), hd = shape_.head_dim, m = options_.pq.m;
+    const bool sum = options_.combine == GqaCombine::kSum;
+    const int n_tables = sum ? n_kv : shape_.n_heads;  // sum: one per KV head; max: one per query head
+    const size_t table_size = static_cast<size_t>(m) << options_.pq.bits;
+    pool_.ParallelFor(n_tables, [&](int64_t t, int) {
+      std::vector<float>& table = tables_[t];
+      table.assign(table_size, 0.f);
+      const int h = static_cast<int>(sum ? t : t / g);
+      const PqCodebook& book = l.books[h];
+      if (sum) {
+        for (int j = 0; j < g; ++j) book.AddQueryTable(vis.q + (static_cast<int64_t>(h) * g + j) * hd, 1.f, table.data());
+      } else {
+        book.AddQueryTable(vis.q + t * hd, 1.f, table.data());
+      }
+    });
+    scores_.resize(static_cast<size_t>(n_kv) * n_mid);
+    const int n_chunks = (n_mid + kScoreChunk - 1) / kScoreChunk;
+    pool_.ParallelFor(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t task, int thread) {
+      const int h = static_cast<int>(task / n_chunks);
+      const int c0 = static_cast<int>(task % n_chunks) * kScoreChunk, c1 = std::min(n_mid, c0 + kScoreChunk);
+      const PqCodebook& book = l.books[h];
+      const uint8_t* codes = l.codes[h].data() + static_cast<int64_t>(first + c0) * m;
+      float* out = scores_.data() + static_cast<size_t>(h) * n_mid + c0;
+      if (sum) {
+        book.Score(tables_[h].data(), codes, c1 - c0, out);
+        return;
+      }
+      std::vector<float>& other = thread_scores_[thread];
+      other.resize(static_cast<size_t>(c1 - c0));
+      book.Score(tables_[static_cast<size_t>(h) * g].data(), codes, c1 - c0, out);
+      for (int j = 1; j < g; ++j) {
+        book.Score(tables_[static_cast<size_t>(h) * g + j].data(), codes, c1 - c0, other.data());
+        for (int i = 0; i < c1 - c0; ++i) out[i] = std::max(out[i], other[i]);
+      }
+    });
+    pool_.ParallelFor(n_kv, [&](int64_t h, int) {
+      std::vector<int32_t>& picked = (*top)[h];
+      TopK(scores_.data() + h * n_mid, n_mid, b.top, &picked);
+      for (int32_t& s : picked) s += first;
+    });
+  }
+
+ private:
+  struct Layer {
+    std::vector<PqCodebook> books;            // [kv_head]
+    std::vector<std::vector<uint8_t>> codes;  // [kv_head][slot * m + s], slots [0, n_coded)
+    int n_coded = 0;
+  };
+
+  int Iterations(int64_t n_points) {
+    if (options_.fixed_iterations) return options_.pq.iterations;
+    if (!prefill_seconds()) return kNoPrefillIterations;
+    if (seconds_per_point_iteration_ <= 0) return kCalibrationIterations;
+    const double budget = options_.cluster_share * *prefill_seconds() / n_layers_;
+    return AdaptiveIterations(budget, seconds_per_point_iteration_, n_points, shape_.n_kv_heads, options_.pq);
+  }
+
+  void Train(int layer, const engine::Visibility& vis) {
+    Layer& l = layers_[layer];
+    const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
+    const int n_train = std::max(1, vis.n_slots - 1);  // the decoding token's key is not the prompt's
+    const int64_t n_points =
+        std::min<int64_t>(n_train, static_cast<int64_t>(options_.pq.max_points_per_centroid) << options_.pq.bits);
+    PqOptions po = options_.pq;
+    po.iterations = Iterations(n_points);
+    const bool calibrating = !options_.fixed_iterations && prefill_seconds() && seconds_per_point_iteration_ <= 0;
+    const KeyReader keys(*vis.kv, hd);
+    keys_.resize(static_cast<size_t>(n_train) * hd);
+    const auto t0 = std::chrono::steady_clock::now();
+    l.books.clear();
+    for (int h = 0; h < n_kv; ++h) {
+      keys.Gather(h, 0, n_train, keys_.data());
+      auto book = PqCodebook::Train(keys_.data(), n_train, hd, hd, po);
+      ATTIC_CHECK(book.ok());  // options were validated against head_dim; n_train >= 1
+      l.books.push_back(std::move(*book));
+    }
+    const double seconds = Since(t0);
+    if (calibrating) {
+      seconds_per_point_iteration_ =
+          seconds / (static_cast<double>(n_points) * po.m * n_kv * po.iterations);
+    }
+    stats_.cluster_seconds += seconds;
+    stats_.clustered_keys += static_cast<int64_t>(n_train) * n_kv;
+    stats_.iterations = po.iterations;
+    l.codes.assign(static_cast<size_t>(n_kv), {});
+    UpdateBytes();
+  }
+
+  // Codes slots [begin, end) of every KV head (nearest centroid).
+  void Encode(int layer, const engine::Visibility& vis, int begin, int end) {
+    Layer& l = layers_[layer];
+    if (end <= begin) return;
+    const int hd = shape_.head_dim, m = options_.pq.m;
+    const KeyReader keys(*vis.kv, hd);
+    for (auto& c : l.codes) c.resize(static_cast<size_t>(end) * m);
+    encode_buf_.resize(static_cast<size_t>(shape_.n_kv_heads) * (end - begin) * hd);
+    pool_.ParallelFor(shape_.n_kv_heads, [&](int64_t h, int) {
+      float* buf = encode_buf_.data() + static_cast<size_t>(h) * (end - begin) * hd;
+      keys.Gather(static_cast<int>(h), begin, end, buf);
+      l.books[h].Encode(buf, end - begin, hd, l.codes[h].data() + static_cast<int64_t>(begin) * m);
+    });
+    l.n_coded = end;
+    UpdateBytes();
+  }
+
+  void UpdateBytes() {
+    int64_t bytes = 0;
+    for (const Layer& l : layers_) {
+      for (const PqCodebook& b : l.books) bytes += b.bytes();
+      for (const auto& c : l.codes) bytes += static_cast<int64_t>(c.size());
+    }
+    stats_.index_bytes = bytes;
+  }
+
+  std::vector<Layer> layers_;
+  double seconds_per_point_iteration_ = 0;  // calibrated on the first layer clustered
+  std::vector<std::vector<float>> tables_;  // [table][m * 2^bits]
+  std::vector<float> scores_;               // [n_kv_heads, n_mid]
+  std::vector<std::vector<float>> thread_scores_;
+  std::vector<float> keys_, encode_buf_;
+};
+
+}  // namespace
+
+std::unique_ptr<SparseAttention> MakePqSelector(const SparseOptions& o, const attention::AttentionShape& shape,
+                                                int n_layers, backend::ThreadPool& pool) {
+  return std::make_unique<PqSelector>(o, shape, n_layers, pool);
 }
 
 }  // namespace attic::pq::internal

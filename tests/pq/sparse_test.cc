@@ -363,6 +363,107 @@ TEST(H2o, EqualsNaiveSimulation) {
   EXPECT_GT(dropped[0].size(), 0u);
 }
 
+// pq: every coded slot's code is its nearest centroid (brute force, double), slots are
+// coded exactly up to the local window, and the selection is the top of the scores the
+// codebook's centroids give (computed here from centroid(), in double).
+void CheckPq(GqaCombine combine) {
+  const int n_heads = 4, n_kv = 2, hd = 16, g = 2;
+  Synthetic syn(n_heads, n_kv, hd, 1000);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions(std::string("pq-0.2@min=100,m=4,bits=4,iters=3") +
+                              (combine == GqaCombine::kMax ? ",combine=max" : ""));
+  ASSERT_TRUE(o.ok());
+  auto sa = MakeSparseAttention(*o, syn.shape, 1, pool);
+  syn.Step(sa.get(), 400);
+  EXPECT_EQ(sa->codebook(0, 0), nullptr);
+  int64_t near_ties = 0, checked = 0;
+  for (int step = 0; step < 60; ++step) {
+    auto q = syn.Step(sa.get(), 1);
+    const int n = syn.kv.view.n_slots;
+    const Budget b = SplitBudget(*o, n);
+    for (int h = 0; h < n_kv; ++h) {
+      const PqCodebook* book = sa->codebook(0, h);
+      const std::vector<uint8_t>* codes = sa->codes(0, h);
+      ASSERT_NE(book, nullptr);
+      ASSERT_NE(codes, nullptr);
+      ASSERT_EQ(book->m(), 4);
+      ASSERT_EQ(book->n_centroids(), 16);
+      const int sd = book->sub_dim();
+      ASSERT_EQ(static_cast<int>(codes->size()), (n - b.local) * 4) << "coded up to the local window";
+      // Codes: nearest centroid. At the first step every coded slot, later the new ones.
+      for (int slot = step == 0 ? 0 : n - b.local - 1; slot < n - b.local; ++slot) {
+        for (int s = 0; s < 4; ++s) {
+          double best = INFINITY;
+          int best_c = -1;
+          std::vector<double> d(16);
+          for (int c = 0; c < 16; ++c) {
+            d[c] = 0;
+            for (int t = 0; t < sd; ++t) {
+              const double x = static_cast<double>(syn.kv.K(slot, h)[s * sd + t]) - book->centroid(s, c)[t];
+              d[c] += x * x;
+            }
+            if (d[c] < best) best = d[c], best_c = c;
+          }
+          const int got = (*codes)[static_cast<size_t>(slot) * 4 + s];
+          ++checked;
+          if (got != best_c) {
+            ++near_ties;
+            EXPECT_NEAR(d[got], best, 1e-5 * (1 + best)) << "slot " << slot << " sub-space " << s;
+          }
+        }
+      }
+      // Selection: the top middle slots by the PQ scores.
+      std::vector<double> score(static_cast<size_t>(n));
+      for (int slot = b.initial; slot < n - b.local; ++slot) {
+        double c = combine == GqaCombine::kSum ? 0 : -INFINITY;
+        for (int j = 0; j < g; ++j) {
+          double d = 0;
+          for (int s = 0; s < 4; ++s) {
+            const float* cen = book->centroid(s, (*codes)[static_cast<size_t>(slot) * 4 + s]);
+            for (int t = 0; t < sd; ++t) d += static_cast<double>(q[(h * g + j) * hd + s * sd + t]) * cen[t];
+          }
+          c = combine == GqaCombine::kSum ? c + d : std::max(c, d);
+        }
+        score[slot] = c;
+      }
+      std::vector<int32_t> mid = Range(b.initial, n - b.local);
+      std::stable_sort(mid.begin(), mid.end(), [&](int32_t a, int32_t c) { return score[a] > score[c]; });
+      // PQ scores tie often (slots sharing every code): compare the kept scores as a multiset
+      const auto& got = sa->last_selection(0, h);
+      ASSERT_EQ(static_cast<int>(got.size()), b.initial + b.top + b.local);
+      std::vector<double> want_scores, got_scores;
+      for (int i = 0; i < b.top; ++i) want_scores.push_back(score[mid[i]]);
+      for (int i = b.initial; i < b.initial + b.top; ++i) got_scores.push_back(score[got[i]]);
+      std::sort(want_scores.begin(), want_scores.end());
+      std::sort(got_scores.begin(), got_scores.end());
+      for (int i = 0; i < b.top; ++i) EXPECT_NEAR(got_scores[i], want_scores[i], 1e-4) << "step " << step;
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + b.initial), Range(0, b.initial));
+      EXPECT_EQ(std::vector<int32_t>(got.end() - b.local, got.end()), Range(n - b.local, n));
+    }
+  }
+  EXPECT_LE(near_ties * 1000, checked);  // float vs double may split a near tie, rarely
+  EXPECT_EQ(sa->stats().clustered_keys, 2 * 400);  // slots [0, n_slots - 1) at the first step
+  EXPECT_EQ(sa->stats().iterations, 3);
+  EXPECT_GT(sa->stats().encoded_keys, 0);
+  EXPECT_GT(sa->stats().index_bytes, 0);
+}
+
+TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreSum) { CheckPq(GqaCombine::kSum); }
+TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreMax) { CheckPq(GqaCombine::kMax); }
+
+// Without a multi-row step through the hooks (KV from a store) there is no prefill time
+// to share: adaptive clustering uses the documented fixed count (6).
+TEST(Pq, NoPrefillUsesTheFixedDefault) {
+  Synthetic syn(4, 2, 16, 300);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions("pq-0.2@min=100");
+  ASSERT_TRUE(o.ok());
+  auto sa = MakeSparseAttention(*o, syn.shape, 1, pool);
+  for (int i = 0; i < 120; ++i) syn.Step(sa.get(), 1);
+  EXPECT_EQ(sa->stats().iterations, 6);
+  EXPECT_EQ(sa->stats().sparse_steps, 21);
+}
+
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 
@@ -426,10 +527,17 @@ TEST_P(FullBudget, EqualsFullAttention) {
     EXPECT_EQ(sa->stats().attended_slots, sa->stats().context_slots);
     EXPECT_EQ(sa->last_selection(c.n_layers - 1, 0).size(), 340u);
   }
+  if (o->method == SparseMethod::kPq) {  // trained on the prompt's 300 keys, adaptive iterations
+    EXPECT_EQ(sa->stats().clustered_keys, int64_t{300} * c.n_kv_heads * c.n_layers);
+    EXPECT_GE(sa->stats().iterations, 1);
+    EXPECT_LE(sa->stats().iterations, 25);
+    EXPECT_GT(sa->stats().cluster_seconds, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Selectors, FullBudget,
-                         ::testing::Values("full", "oracle-1.0@min=64", "oracle-1.0@min=64,combine=max",
+                         ::testing::Values("full", "pq-1.0@min=64", "pq-1.0@min=64,combine=max",
+                                           "oracle-1.0@min=64", "oracle-1.0@min=64,combine=max",
                                            "streaming-1.0@min=64", "h2o-1.0@min=64"),
                          [](const auto& info) {
                            std::string s = info.param;
@@ -445,7 +553,7 @@ TEST(Sparse, SmallBudgetChangesTheOutput) {
   const auto want = Decode(*e, tokens, 300, nullptr);
   const auto& c = e->model().config();
   attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  for (const char* name : {"streaming-0.1@min=64", "oracle-0.1@min=64", "h2o-0.1@min=64"}) {
+  for (const char* name : {"streaming-0.1@min=64", "oracle-0.1@min=64", "h2o-0.1@min=64", "pq-0.1@min=64"}) {
     auto sa = MakeSparseAttention(*ParseSparseOptions(name), shape, c.n_layers, e->threads());
     const auto got = Decode(*e, tokens, 300, sa.get());
     double max_diff = 0;

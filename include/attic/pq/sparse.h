@@ -100,6 +100,11 @@ class SparseAttention : public engine::LayerHooks {
   // The slots KV head `kv_head` of layer `layer` attended to at the most recent sparse
   // step (ascending); empty before any. Tests and the block-cache benchmark read it.
   virtual const std::vector<int32_t>& last_selection(int layer, int kv_head) const = 0;
+  // pq only (nullptr otherwise, and before the layer's first sparse step): the codebook
+  // of KV head `kv_head` of layer `layer`, and the codes of its slots [0, n_coded)
+  // ([n_coded, m] bytes: slots leave the local window in order). Tests read them.
+  virtual const PqCodebook* codebook(int layer, int kv_head) const { return nullptr; }
+  virtual const std::vector<uint8_t>* codes(int layer, int kv_head) const { return nullptr; }
 };
 
 // `pool` runs scoring and clustering (the step's thread waits for it, as for attention).
