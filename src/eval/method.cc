@@ -5,6 +5,7 @@
 
 #include "attic/engine/sampler.h"
 #include "attic/eval/link_method.h"
+#include "attic/eval/sparse_method.h"
 
 namespace attic::eval {
 
@@ -96,9 +97,12 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
   return registry;
 }
 
-// Linked methods (link_method.h) are a parametric family, listed by pattern.
+// Linked methods (link_method.h) and sparse decoding (sparse_method.h) are parametric
+// families, listed by pattern.
 const std::vector<std::string>& LinkedPatterns() {
-  static const std::vector<std::string> patterns = {"naive[+bos]", "attnlink-K[+bos]", "cacheblend-R[@LAYER][+bos]"};
+  static const std::vector<std::string> patterns = {"naive[+bos]", "attnlink-K[+bos]", "cacheblend-R[@LAYER][+bos]",
+                                                     "pq-R|N[@OPTS]", "oracle-R|N[@OPTS]", "streaming-R|N[@OPTS]",
+                                                     "h2o-R|N[@OPTS]"};
   return patterns;
 }
 
@@ -111,7 +115,7 @@ std::string KnownNames() {
 bool Known(const std::string& name) {
   for (const auto& [n, factory] : Registry())
     if (n == name) return true;
-  return IsLinkedMethodName(name);
+  return IsLinkedMethodName(name) || IsSparseMethodName(name);
 }
 
 }  // namespace
@@ -128,6 +132,7 @@ StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, engine::En
     if (n == name) return factory(engine);
   }
   if (IsLinkedMethodName(name)) return MakeLinkedMethod(name, engine);
+  if (IsSparseMethodName(name)) return MakeSparseMethod(name, engine);
   return InvalidArgumentError("unknown method '" + name + "' (methods: " + KnownNames() + ")");
 }
 

@@ -72,7 +72,8 @@ TEST(EvalCli, NeedleGridWritesTableJsonAndHeatmap) {
 
 TEST(EvalCli, MistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("eval"), "subcommand");
-  ExpectUsageError(RunAttic("eval perplexity --methods nope"), "unknown method 'nope' (methods: full, naive[+bos], attnlink-K[+bos], cacheblend-R[@LAYER][+bos])");
+  ExpectUsageError(RunAttic("eval perplexity --methods nope"), "unknown method 'nope' (methods: full, naive[+bos], attnlink-K[+bos], cacheblend-R[@LAYER][+bos], pq-R|N[@OPTS], "
+                   "oracle-R|N[@OPTS], streaming-R|N[@OPTS], h2o-R|N[@OPTS])");
   ExpectUsageError(RunAttic("eval perplexity -c 100 -l 128"), "-c 100");
   ExpectUsageError(RunAttic("eval perplexity -l 64 --score-from 64"), "--score-from");
   ExpectUsageError(RunAttic("eval needle --depths 1.5"), "--depths");
