@@ -7,9 +7,10 @@
 // K-means iterations (section 3.3): fixed (options.fixed_iterations) or adaptive: the
 // prefill the hooks saw (first multi-row BeforeAttention to the first sparse step) times
 // cluster_share is the clustering budget, split evenly over the layers; the first layer
-// clustered runs kCalibrationIterations and its time gives the cost of one key, one
-// sub-space and one iteration (faiss's fixed costs included, so the estimate errs
-// towards fewer iterations); AdaptiveIterations picks the count for the others. A
+// clustered runs kCalibrationIterations and its TrainStats give the cost of one key, one
+// sub-space and one iteration (the whole Train call's time, so faiss's fixed costs are
+// included and the estimate errs towards fewer iterations); AdaptiveIterations picks the
+// count for the others. stats().iterations is the count of the last layer clustered. A
 // sequence whose KV came from a store (no multi-row step through the hooks) has no
 // prefill time to share: it uses kNoPrefillIterations.
 #include <algorithm>
@@ -115,41 +116,45 @@ class PqSelector : public SelectorBase {
     int n_coded = 0;
   };
 
-  int Iterations(int64_t n_points) {
+  int Iterations(int64_t n_keys) {
     if (options_.fixed_iterations) return options_.pq.iterations;
     if (!prefill_seconds()) return kNoPrefillIterations;
     if (seconds_per_point_iteration_ <= 0) return kCalibrationIterations;
     const double budget = options_.cluster_share * *prefill_seconds() / n_layers_;
-    return AdaptiveIterations(budget, seconds_per_point_iteration_, n_points, shape_.n_kv_heads, options_.pq);
+    return AdaptiveIterations(budget, seconds_per_point_iteration_, n_keys, shape_.n_kv_heads, options_.pq);
   }
 
   void Train(int layer, const engine::Visibility& vis) {
     Layer& l = layers_[layer];
     const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
     const int n_train = std::max(1, vis.n_slots - 1);  // the decoding token's key is not the prompt's
-    const int64_t n_points =
-        std::min<int64_t>(n_train, static_cast<int64_t>(options_.pq.max_points_per_centroid) << options_.pq.bits);
     PqOptions po = options_.pq;
-    po.iterations = Iterations(n_points);
+    po.iterations = Iterations(n_train);
     const bool calibrating = !options_.fixed_iterations && prefill_seconds() && seconds_per_point_iteration_ <= 0;
     const KeyReader keys(*vis.kv, hd);
     keys_.resize(static_cast<size_t>(n_train) * hd);
     const auto t0 = std::chrono::steady_clock::now();
     l.books.clear();
+    double kmeans_seconds = 0, point_iterations = 0;
+    int used_iterations = 0;
     for (int h = 0; h < n_kv; ++h) {
       keys.Gather(h, 0, n_train, keys_.data());
-      auto book = PqCodebook::Train(keys_.data(), n_train, hd, hd, po);
+      TrainStats ts;
+      auto book = PqCodebook::Train(keys_.data(), n_train, hd, hd, po, &ts);
       ATTIC_CHECK(book.ok());  // options were validated against head_dim; n_train >= 1
       l.books.push_back(std::move(*book));
+      if (ts.points_used > 0) {  // k-means ran (more keys than centroids)
+        kmeans_seconds += ts.seconds;
+        point_iterations += static_cast<double>(ts.points_used) * ts.m * ts.iterations;
+        used_iterations = ts.iterations;
+      }
     }
-    const double seconds = Since(t0);
-    if (calibrating) {
-      seconds_per_point_iteration_ =
-          seconds / (static_cast<double>(n_points) * po.m * n_kv * po.iterations);
-    }
-    stats_.cluster_seconds += seconds;
+    // Calibrated on the first layer whose k-means ran (a layer with no more keys than
+    // centroids copies keys and measures nothing).
+    if (calibrating && point_iterations > 0) seconds_per_point_iteration_ = kmeans_seconds / point_iterations;
+    stats_.cluster_seconds += Since(t0);
     stats_.clustered_keys += static_cast<int64_t>(n_train) * n_kv;
-    stats_.iterations = po.iterations;
+    stats_.iterations = used_iterations;
     l.codes.assign(static_cast<size_t>(n_kv), {});
     UpdateBytes();
   }

@@ -87,9 +87,7 @@ bool ParseDouble(std::string_view s, double* out) {
 
 Status SparseOptions::Validate(int head_dim) const {
   ATTIC_RETURN_IF_ERROR(ValidateShapeFree(*this));
-  if (method == SparseMethod::kPq && (head_dim % pq.m != 0)) {
-    return InvalidArgumentError("pq m=" + std::to_string(pq.m) + " must divide head_dim " + std::to_string(head_dim));
-  }
+  if (method == SparseMethod::kPq) ATTIC_RETURN_IF_ERROR(pq.Validate(head_dim));
   return OkStatus();
 }
 
