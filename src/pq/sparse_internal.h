@@ -28,9 +28,15 @@ class KeyReader {
   int head_dim_;
 };
 
+// Eight independent partial sums: the compiler may keep them in vector lanes (one
+// running sum would have to be added in order).
 inline float Dot(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
