@@ -103,9 +103,7 @@ class PqSelector : public SelectorBase {
       }
     });
     pool_.ParallelFor(n_kv, [&](int64_t h, int) {
-      std::vector<int32_t>& picked = (*top)[h];
-      TopK(scores_.data() + h * n_mid, n_mid, b.top, &picked);
-      for (int32_t& s : picked) s += first;
+      TopKAppend(scores_.data() + h * n_mid, n_mid, b.top, first, &(*top)[h]);
     });
   }
 

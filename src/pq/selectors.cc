@@ -2,6 +2,7 @@
 // full and streaming (windows only), oracle (exact q . k), h2o (accumulated attention).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "attic/backend/convert.h"
@@ -33,19 +34,80 @@ void KeyReader::Gather(int h, int begin, int end, float* out) const {
   }
 }
 
+namespace {
+
+// Order-preserving map of a float to an unsigned key (NaN ranks as -infinity).
+inline uint32_t OrderKey(float f) {
+  if (std::isnan(f)) return 0x007FFFFFu;  // OrderKey(-infinity)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace
+
+// Bucket selection: the scores' range is cut into 2,048 equal buckets (a monotone map,
+// so equal scores share a bucket); one pass counts them and finds the bucket that holds
+// the k-th largest, a second takes every index above it and collects the bucket's; only
+// those are ordered exactly. PQ scores take few distinct values (m=2, 6 bits: 4,096),
+// and comparison-based selection (nth_element) is slow on their ties.
 void TopKAppend(const float* scores, int64_t n, int64_t k, int32_t offset, std::vector<int32_t>* out) {
   if (k <= 0 || n <= 0) return;
   if (k >= n) {
     for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(offset + i));
     return;
   }
-  std::vector<int32_t> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), 0);
-  auto before = [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
-  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
-  idx.resize(static_cast<size_t>(k));
-  std::sort(idx.begin(), idx.end());
-  for (int32_t i : idx) out->push_back(offset + i);
+  constexpr int kBuckets = 2048;
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(scores[i])) continue;
+    lo = std::min<double>(lo, scores[i]);
+    hi = std::max<double>(hi, scores[i]);
+  }
+  const bool linear = hi > lo && std::isfinite(hi - lo);
+  const double scale = linear ? (kBuckets - 0.5) / (hi - lo) : 0;
+  // Without a finite range the float's order bits decide (NaN as -infinity).
+  auto bucket_of = [&](float f) -> int { return static_cast<int>(OrderKey(f) >> 21); };
+  thread_local std::vector<int64_t> hist;
+  thread_local std::vector<int32_t> above, bucket;
+  thread_local std::vector<uint16_t> keys;
+  hist.assign(linear ? kBuckets : 1 << 11, 0);
+  keys.resize(static_cast<size_t>(n));
+  if (linear) {
+    const float flo = static_cast<float>(lo), fscale = static_cast<float>(scale);
+    for (int64_t i = 0; i < n; ++i) {
+      // NaN fails both comparisons: bucket 0, with -infinity's rank below.
+      const float x = (scores[i] - flo) * fscale;
+      keys[i] = static_cast<uint16_t>(x > 0 ? (x < kBuckets - 1 ? static_cast<int>(x) : kBuckets - 1) : 0);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) keys[i] = static_cast<uint16_t>(bucket_of(scores[i]));
+  }
+  for (int64_t i = 0; i < n; ++i) ++hist[keys[i]];
+  int64_t n_above = 0;
+  int b = static_cast<int>(hist.size()) - 1;
+  while (n_above + hist[b] < k) n_above += hist[b--];
+  const int64_t need = k - n_above;  // taken from bucket b, 1 <= need <= hist[b]
+  above.clear();
+  bucket.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const int key = keys[i];
+    if (key > b) above.push_back(static_cast<int32_t>(i));
+    else if (key == b) bucket.push_back(static_cast<int32_t>(i));
+  }
+  if (need < static_cast<int64_t>(bucket.size())) {
+    auto before = [&](int32_t x, int32_t y) {
+      const uint32_t kx = OrderKey(scores[x]), ky = OrderKey(scores[y]);
+      return kx > ky || (kx == ky && x < y);
+    };
+    std::nth_element(bucket.begin(), bucket.begin() + need, bucket.end(), before);
+    bucket.resize(static_cast<size_t>(need));
+    std::sort(bucket.begin(), bucket.end());
+  }
+  const size_t start = out->size();
+  out->resize(start + above.size() + bucket.size());
+  std::merge(above.begin(), above.end(), bucket.begin(), bucket.end(), out->begin() + static_cast<std::ptrdiff_t>(start));
+  for (size_t i = start; i < out->size(); ++i) (*out)[i] += offset;
 }
 
 SelectorBase::SelectorBase(const SparseOptions& options, const attention::AttentionShape& shape, int n_layers,

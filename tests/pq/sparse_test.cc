@@ -12,6 +12,7 @@
 #include "attic/core/file.h"
 #include "attic/engine/engine.h"
 #include "attic/pq/sparse.h"
+#include "pq/sparse_internal.h"
 #include "test_util.h"
 
 namespace attic::pq {
@@ -216,6 +217,33 @@ std::vector<int32_t> Range(int a, int b) {
   std::vector<int32_t> v;
   for (int s = a; s < b; ++s) v.push_back(s);
   return v;
+}
+
+// The selectors' top-k (radix selection) against a full sort, on distinct scores, heavy
+// ties (PQ-like: few distinct values), negatives, and every k.
+TEST(TopK, EqualsASortedReference) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int n = trial < 3 ? 3000 : 40000;
+    std::vector<float> scores(static_cast<size_t>(n));
+    std::normal_distribution<float> normal(0.f, trial % 2 ? 1e-3f : 10.f);
+    std::uniform_int_distribution<int> few(0, 40);
+    for (float& x : scores) x = trial % 3 == 2 ? static_cast<float>(few(rng)) - 20.f : normal(rng);
+    if (trial == 4) scores[17] = NAN, scores[99] = INFINITY, scores[100] = -INFINITY;
+    for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{n / 10}, int64_t{n / 2}, int64_t{n - 1}, int64_t{n}}) {
+      std::vector<int32_t> idx = Range(0, n);
+      auto rank = [&](int32_t i) { return std::isnan(scores[i]) ? -INFINITY : scores[i]; };  // NaN lowest
+      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return rank(a) > rank(b); });
+      idx.resize(static_cast<size_t>(k));
+      std::sort(idx.begin(), idx.end());
+      for (int32_t& i : idx) i += 5;
+      std::vector<int32_t> got = {-1};
+      internal::TopKAppend(scores.data(), n, k, 5, &got);
+      ASSERT_EQ(got.front(), -1);
+      got.erase(got.begin());
+      EXPECT_EQ(got, idx) << "trial " << trial << " k " << k;
+    }
+  }
 }
 
 TEST(Streaming, SelectsExactlyInitialAndLocal) {
