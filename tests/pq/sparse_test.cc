@@ -9,9 +9,11 @@
 #include <random>
 #include <set>
 
+#include "attic/backend/convert.h"
 #include "attic/core/file.h"
 #include "attic/engine/engine.h"
 #include "attic/pq/sparse.h"
+#include "attic/tensor/dtype.h"
 #include "pq/sparse_internal.h"
 #include "test_util.h"
 
@@ -147,26 +149,37 @@ struct FakeKv {
   std::vector<int32_t> table;
   attention::KvLayerView view;
 
-  FakeKv(int h, int d, int max) : n_kv_heads(h), head_dim(d), max_slots(max) {
+  bool f16 = false;              // pool16 holds K (the dense copy: its widened values)
+  std::vector<uint16_t> pool16;
+
+  FakeKv(int h, int d, int max, bool half = false) : n_kv_heads(h), head_dim(d), max_slots(max), f16(half) {
     const int n_blocks = (max + block_size - 1) / block_size;
     pool.assign(static_cast<size_t>(n_blocks) * h * block_size * d, 0.f);
+    if (f16) pool16.assign(pool.size(), 0);
     table.resize(static_cast<size_t>(n_blocks));
     std::iota(table.begin(), table.end(), 0);
     std::mt19937 rng(7);
     std::shuffle(table.begin(), table.end(), rng);
-    view.k_pool = pool.data();
-    view.v_pool = pool.data();
+    view.k_pool = f16 ? nullptr : pool.data();
+    view.v_pool = f16 ? nullptr : pool.data();
+    view.k_f16 = f16 ? pool16.data() : nullptr;
+    view.v_f16 = f16 ? pool16.data() : nullptr;
     view.block_size = block_size;
     view.block_stride = static_cast<int64_t>(h) * block_size * d;
     view.block_table = table.data();
   }
   void Append(const float* k) {  // [n_kv_heads, head_dim]
     const int s = view.n_slots++;
+    const size_t first = dense.size();
     dense.insert(dense.end(), k, k + n_kv_heads * head_dim);
     for (int h = 0; h < n_kv_heads; ++h) {
-      float* dst = pool.data() + table[s / block_size] * view.block_stride +
-                   (static_cast<int64_t>(h) * block_size + s % block_size) * head_dim;
-      std::copy(k + h * head_dim, k + (h + 1) * head_dim, dst);
+      const int64_t off = table[s / block_size] * view.block_stride +
+                          (static_cast<int64_t>(h) * block_size + s % block_size) * head_dim;
+      std::copy(k + h * head_dim, k + (h + 1) * head_dim, pool.data() + off);
+      if (f16) {
+        backend::ConvertF32ToF16(k + h * head_dim, pool16.data() + off, head_dim);
+        for (int t = 0; t < head_dim; ++t) dense[first + h * head_dim + t] = F16ToF32(pool16[off + t]);
+      }
     }
   }
   const float* K(int s, int h) const { return dense.data() + (static_cast<size_t>(s) * n_kv_heads + h) * head_dim; }
@@ -177,7 +190,7 @@ struct Synthetic {
   std::mt19937 rng{42};
   std::normal_distribution<float> normal{0.f, 1.f};
   FakeKv kv;
-  Synthetic(int n_heads, int n_kv, int hd, int max) : kv(n_kv, hd, max) {
+  Synthetic(int n_heads, int n_kv, int hd, int max, bool f16 = false) : kv(n_kv, hd, max, f16) {
     shape.n_heads = n_heads;
     shape.n_kv_heads = n_kv;
     shape.head_dim = hd;
@@ -272,8 +285,8 @@ TEST(Streaming, SelectsExactlyInitialAndLocal) {
 }
 
 // Oracle: the top middle slots by q . k (sum or max over the group) in double precision.
-void CheckOracle(GqaCombine combine) {
-  Synthetic syn(6, 2, 32, 3000);
+void CheckOracle(GqaCombine combine, bool f16 = false) {
+  Synthetic syn(6, 2, 32, 3000, f16);
   backend::ThreadPool pool(2);
   SparseOptions o;
   o.method = SparseMethod::kOracle;
@@ -323,6 +336,7 @@ void CheckOracle(GqaCombine combine) {
 
 TEST(Oracle, EqualsBruteForceSum) { CheckOracle(GqaCombine::kSum); }
 TEST(Oracle, EqualsBruteForceMax) { CheckOracle(GqaCombine::kMax); }
+TEST(Oracle, EqualsBruteForceF16Kv) { CheckOracle(GqaCombine::kSum, true); }  // K widened from f16
 
 // A naive H2O on the dense K, written from the contract: accumulate softmax
 // probabilities of every query (prefill rows over [0, own slot]); at a decode step keep
@@ -394,9 +408,9 @@ TEST(H2o, EqualsNaiveSimulation) {
 // pq: every coded slot's code is its nearest centroid (brute force, double), slots are
 // coded exactly up to the local window, and the selection is the top of the scores the
 // codebook's centroids give (computed here from centroid(), in double).
-void CheckPq(GqaCombine combine) {
+void CheckPq(GqaCombine combine, bool f16 = false) {
   const int n_heads = 4, n_kv = 2, hd = 16, g = 2;
-  Synthetic syn(n_heads, n_kv, hd, 1000);
+  Synthetic syn(n_heads, n_kv, hd, 1000, f16);
   backend::ThreadPool pool(2);
   auto o = ParseSparseOptions(std::string("pq-0.2@min=100,m=4,bits=4,iters=3") +
                               (combine == GqaCombine::kMax ? ",combine=max" : ""));
@@ -478,6 +492,7 @@ void CheckPq(GqaCombine combine) {
 
 TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreSum) { CheckPq(GqaCombine::kSum); }
 TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreMax) { CheckPq(GqaCombine::kMax); }
+TEST(Pq, CodesAreNearestCentroidsF16Kv) { CheckPq(GqaCombine::kSum, true); }
 
 // Without a multi-row step through the hooks (KV from a store) there is no prefill time
 // to share: adaptive clustering uses the documented fixed count (6).
