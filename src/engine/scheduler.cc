@@ -1,6 +1,7 @@
 // Scheduler: the waiting queue, admission against the KV budget, and resident-KV reuse.
 // The step itself (batching, sampling, streaming) is in scheduler_step.cc.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "attic/store/prefix_match.h"
@@ -12,7 +13,33 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
+  attention::AttentionShape shape;
+  shape.n_heads = c.n_heads;
+  shape.n_kv_heads = c.n_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return shape;
+}
+
+// Whether options ask for a selector (not full attention).
+bool HasSelector(const std::shared_ptr<const pq::SparseOptions>& o) {
+  return o != nullptr && o->method != pq::SparseMethod::kFull;
+}
+
 }  // namespace
+
+void SparseDecodeStats::Add(pq::SparseMethod method, const pq::SparseStats& s) {
+  ++requests[pq::SparseMethodName(method)];
+  sparse_steps += static_cast<uint64_t>(s.sparse_steps);
+  full_steps += static_cast<uint64_t>(s.full_steps);
+  attended_slots += static_cast<uint64_t>(s.attended_slots);
+  context_slots += static_cast<uint64_t>(s.context_slots);
+  select_seconds += s.select_seconds;
+  clustered_keys += static_cast<uint64_t>(s.clustered_keys);
+  cluster_seconds += s.cluster_seconds;
+  encoded_keys += static_cast<uint64_t>(s.encoded_keys);
+}
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
     : engine_(engine),
@@ -55,6 +82,13 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
   if (request.link != nullptr)
     ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
+  if (request.sparse == nullptr) request.sparse = options_.sparse;
+  if (request.sparse != nullptr) {
+    if (Status st = request.sparse->Validate(engine_.model().config().head_dim); !st.ok()) {
+      return InvalidArgumentError(st.message().rfind("sparse", 0) == 0 ? st.message()
+                                                                        : "sparse: " + st.message());
+    }
+  }
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab_) {
       return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
@@ -245,6 +279,11 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->req.session_ttl_ms = w.req.session_ttl_ms;
   r->req.link = w.req.link;
   r->max_slots = max_slots;
+  // A prefill-only request samples nothing: it never decodes, sparsely or not.
+  if (HasSelector(w.req.sparse) && !w.req.prefill_only) {
+    const model::ModelConfig& c = engine_.model().config();
+    r->sparse = pq::MakeSparseAttention(*w.req.sparse, AttentionShapeOf(c), c.n_layers, engine_.threads());
+  }
   SeqPlan stored;
   if (store_ != nullptr && !w.req.prefill_only) {
     stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
@@ -355,6 +394,10 @@ void Scheduler::Admit(SchedClock::time_point now) {
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
+  if (r.sparse) {
+    sparse_stats_.Add(r.sparse->options().method, r.sparse->stats());
+    r.sparse.reset();
+  }
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
@@ -400,6 +443,7 @@ void Scheduler::PublishStats() {
   stats_.evicted_sequences = evicted_;
   stats_.peak_decode_batch = peak_decode_batch_;
   stats_.kv_load = load_stats_;
+  stats_.sparse = sparse_stats_;
   if (store_ != nullptr) {  // the read buffer and the measured rates are the store's
     const store::KvStore::ReadBufferStats rb = store_->ReadBuffer();
     stats_.kv_load.staged = rb.staged;

@@ -64,6 +64,9 @@ struct Scheduler::Running {
   size_t compute_next = 0;
   int recomputed = 0;
   std::unique_ptr<CacheBlendHooks> blend;
+  // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
+  // its entry at every step (prefill and decode; it decides what to narrow).
+  std::unique_ptr<pq::SparseAttention> sparse;
   bool prefilled() const { return compute_next >= compute_slots.size() && kv->n_slots() >= static_cast<int>(prompt->size()); }
 
   bool decoding = false;

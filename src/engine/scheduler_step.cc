@@ -12,20 +12,34 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The step's layer hooks: every layer's new pre-RoPE K and V of an entry go to the
-// entry's turn (null: a sequence without one) -- saving to the store is a hook -- and an
-// entry being linked with CacheBlend has its selection hooks. first_new[e]: the entry's
-// first appended slot (rows below it recompute slots in place).
+// What one batch entry hooks into the step's forward (null / 0: nothing).
+struct EntryHooks {
+  LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
+  LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
+  store::Turn* turn = nullptr;    // with a KV store: the turn that keeps the new K and V
+  int first_new = 0;              // the entry's first appended slot (rows below recompute in place)
+  bool any() const { return link != nullptr || sparse != nullptr || turn != nullptr; }
+};
+
+// The step's layer hooks. Each entry's hooks are called in this fixed order:
+//   1. CacheBlend (link): compares fresh and cached KV, narrows and drops the rows it
+//      recomputes;
+//   2. the sparse selector: narrows what a decode row sees (at a prefill step it only
+//      observes), after CacheBlend so that it sees what the entry's rows really attend;
+//   3. the turn saver (OnKv only): every layer's new pre-RoPE K and V go to the entry's
+//      turn -- saving to the store is a hook; it reads the K/V and changes nothing.
+// (CacheBlend acts on a linked prompt's prefill and a selector narrows only one-row
+// decode steps, so today they never narrow the same step; the order is fixed anyway.)
 class StepHooks : public LayerHooks {
  public:
-  StepHooks(const std::vector<store::Turn*>& turns, const std::vector<int>& first_new,
-            const std::vector<LayerHooks*>& link, int kv_dim)
-      : turns_(turns), first_new_(first_new), link_(link), kv_dim_(kv_dim) {}
+  StepHooks(const std::vector<EntryHooks>& entries, int kv_dim) : entries_(entries), kv_dim_(kv_dim) {}
   void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
-    if (LayerHooks* h = link_[rows.entry]) h->OnKv(layer, rows, kv);
-    store::Turn* t = turns_[rows.entry];
+    const EntryHooks& e = entries_[rows.entry];
+    if (e.link != nullptr) e.link->OnKv(layer, rows, kv);
+    if (e.sparse != nullptr) e.sparse->OnKv(layer, rows, kv);
+    store::Turn* t = e.turn;
     if (t == nullptr) return;
-    const int first_new = first_new_[rows.entry];
+    const int first_new = e.first_new;
     if (rows.n_rows > 0 && rows.slots[0] >= first_new) {  // appended (the common case: every row)
       t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
       return;
@@ -42,16 +56,18 @@ class StepHooks : public LayerHooks {
     }
   }
   void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
-    if (LayerHooks* h = link_[rows.entry]) h->BeforeAttention(layer, rows, vis);
+    const EntryHooks& e = entries_[rows.entry];
+    if (e.link != nullptr) e.link->BeforeAttention(layer, rows, vis);
+    if (e.sparse != nullptr) e.sparse->BeforeAttention(layer, rows, vis);
   }
   void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
-    if (LayerHooks* h = link_[rows.entry]) h->AfterLayer(layer, rows, keep);
+    const EntryHooks& e = entries_[rows.entry];
+    if (e.link != nullptr) e.link->AfterLayer(layer, rows, keep);
+    if (e.sparse != nullptr) e.sparse->AfterLayer(layer, rows, keep);
   }
 
  private:
-  const std::vector<store::Turn*>& turns_;
-  const std::vector<int>& first_new_;
-  const std::vector<LayerHooks*>& link_;
+  const std::vector<EntryHooks>& entries_;
   const size_t kv_dim_;
 };
 
@@ -144,18 +160,21 @@ int Scheduler::Step() {
     grow += BlocksFor(e.seq->n_slots() + appended) - static_cast<int>(e.seq->block_table().size());
   }
   EnsureFree(grow, nullptr);
-  // With a KV store, each new slot's pre-RoPE K and V go to its sequence's turn (the
-  // store keeps them to save the turn): saving is a layer hook.
-  std::vector<store::Turn*> turns(owners.size(), nullptr);
-  std::vector<int> first_new(owners.size());
-  std::vector<LayerHooks*> link(owners.size(), nullptr);
+  // Each entry's layer hooks (StepHooks): with a KV store its new slots' pre-RoPE K and
+  // V go to its turn; a linked prompt's CacheBlend and a sparse request's selector plug
+  // in. The forward runs with hooks when any entry has one.
+  std::vector<EntryHooks> entry_hooks(owners.size());
+  bool any_hooks = false;
   for (size_t i = 0; i < owners.size(); ++i) {
-    if (store_ != nullptr) turns[i] = owners[i]->turn.get();
-    first_new[i] = batch[i].seq->n_slots();
-    if (!owners[i]->decoding) link[i] = owners[i]->blend.get();
+    EntryHooks& h = entry_hooks[i];
+    if (store_ != nullptr) h.turn = owners[i]->turn.get();
+    h.first_new = batch[i].seq->n_slots();
+    if (!owners[i]->decoding) h.link = owners[i]->blend.get();
+    h.sparse = owners[i]->sparse.get();
+    any_hooks = any_hooks || h.any();
   }
-  StepHooks step_hooks(turns, first_new, link, pool_.shape().kv_dim());
-  LayerHooks* hooks = store_ != nullptr ? &step_hooks : nullptr;
+  StepHooks step_hooks(entry_hooks, pool_.shape().kv_dim());
+  LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).

@@ -13,6 +13,11 @@
 // blocks are needed); a new request of the same tenant whose prompt shares a prefix
 // with a resident sequence reuses that prefix and prefills only the rest.
 //
+// Sparse decoding (paper 004, PQCache): a request whose sparse options (its own, else
+// SchedulerOptions::sparse) name a selector decodes with a pq::SparseAttention of its
+// own, attached as layer hooks to its batch entry at every step; the other entries of
+// the step are untouched.
+//
 // The waiting queue is visible read-only through LookAhead(): the next N waiting
 // requests with their token ids and session ids, for the KV store's prefetch/eviction
 // (paper 001 section 3.3, DESIGN.md decision 6).
@@ -30,6 +35,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +46,7 @@
 #include "attic/engine/link.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
+#include "attic/pq/sparse.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::engine {
@@ -84,6 +91,9 @@ struct SchedulerOptions {
   KvPreload kv_preload = KvPreload::kLayerwise;
   int64_t kv_read_buffer_bytes = -1;
   bool store_save = true;          // save each finished turn's KV (false: read-only store)
+  // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
+  // gets (the server's --sparse). null or method full = full attention.
+  std::shared_ptr<const pq::SparseOptions> sparse;
 };
 
 // Loading stored KV, since start (step loop; published with Stats()).
@@ -100,6 +110,23 @@ struct KvLoadStats {
   uint64_t deferred_for_save = 0;   // admissions put off a step: the session's save was queued
   double t_load_per_token = 0;      // measured (EMA), seconds
   double t_prefill_per_token = 0;   // measured (EMA), seconds
+};
+
+// Sparse decoding, since start (step loop; published with Stats()): the pq::SparseStats
+// of every request that decoded with a selector, added when it ended (finished, failed
+// or cancelled). attended_slots / context_slots is the measured share of the context
+// attended at sparse steps.
+struct SparseDecodeStats {
+  std::map<std::string, uint64_t> requests;  // by method name (pq, oracle, streaming, h2o)
+  uint64_t sparse_steps = 0;     // decode steps that attended sparsely
+  uint64_t full_steps = 0;       // decode steps of such requests below min_slots (full attention)
+  uint64_t attended_slots = 0;   // per layer and KV head, summed over sparse steps
+  uint64_t context_slots = 0;    // the sequences' slots, per layer and KV head, same steps
+  double select_seconds = 0;     // scoring and top-k
+  uint64_t clustered_keys = 0;   // pq: keys clustered, per layer and KV head
+  double cluster_seconds = 0;    // pq: k-means
+  uint64_t encoded_keys = 0;     // pq: keys coded after leaving the local window
+  void Add(pq::SparseMethod method, const pq::SparseStats& s);
 };
 
 struct TokenUsage {
@@ -151,6 +178,11 @@ struct GenerationRequest {
   // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
   // as the spec's method says (link.h); null = none. Needs a KV store.
   std::shared_ptr<const LinkSpec> link;
+  // Sparse decoding (pq/sparse.h): null = the scheduler's default (SchedulerOptions::
+  // sparse); method full asks for full attention whatever the default. A request with a
+  // selector (any other method) decodes with its own pq::SparseAttention; it batches with
+  // every other request as usual.
+  std::shared_ptr<const pq::SparseOptions> sparse;
   // Compute and save the prompt's KV (session_id names the entry), sample nothing: the
   // request finishes ("stop", no completion tokens) once its prompt is prefilled. Its
   // prompt is computed from scratch (no reuse), so the entry holds KV computed from
@@ -183,6 +215,7 @@ struct SchedulerStats {
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
   KvLoadStats kv_load;
+  SparseDecodeStats sparse;
 };
 
 // What happened to one request; reported on the step loop when it ends.
@@ -206,7 +239,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request and returns its channel. InvalidArgument (empty prompt, bad
-  // sampling parameters or token ids), OutOfRange (prompt beyond the context window or
+  // sampling parameters or token ids, sparse options that do not fit the model: the
+  // message starts with "sparse"), OutOfRange (prompt beyond the context window or
   // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down).
   StatusOr<std::shared_ptr<ResultChannel>> Submit(GenerationRequest request);
 
@@ -288,6 +322,7 @@ class Scheduler {
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
   KvLoadStats load_stats_;            // step loop
+  SparseDecodeStats sparse_stats_;    // step loop
 
   // Guarded by mu_.
   mutable std::mutex mu_;
