@@ -11,6 +11,7 @@
 
 #include "attic/core/byte_size.h"
 #include "attic/core/log.h"
+#include "attic/pq/sparse.h"
 #include "attic/server/server.h"
 #include "attic/store/kv_store.h"
 #include "cli/commands.h"
@@ -39,6 +40,7 @@ struct ServeFlags {
   std::string log_level = "info";
   std::string link = "attnlink-16";
   bool link_chunk_bos = true;
+  std::string sparse = "full";
 };
 
 // One key per line; blank lines and lines starting with '#' are ignored.
@@ -129,6 +131,10 @@ int RunServe(ServeFlags f) {
   if (!link.ok()) return UsageError("--link: " + link.status().message());
   f.server.link = *link;
   f.server.link_chunk_bos = f.link_chunk_bos;
+  auto sparse = pq::ParseSparseOptions(f.sparse);
+  if (!sparse.ok()) return UsageError("--sparse: " + sparse.status().message());
+  if (sparse->method != pq::SparseMethod::kFull)
+    f.server.scheduler.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
@@ -213,6 +219,11 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   cmd->add_option("--link-chunk-bos", f->link_chunk_bos,
                   "context caches: prefill each chunk after a BOS token (true) or from its first token (false)")
+      ->capture_default_str();
+  cmd->add_option("--sparse", f->sparse,
+                  "sparse decoding (PQCache) for requests that name none: METHOD[-RATIO|-COUNT][@key=value,...] "
+                  "with METHOD pq, oracle, streaming or h2o, e.g. pq-0.2 (attend to 1/5 of the context), "
+                  "streaming-2048, pq-0.1@iters=8,min=2048; full = off (docs/serving.md)")
       ->capture_default_str();
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")

@@ -227,6 +227,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   g.session_ttl_ms = r.session_ttl_s < 0 ? -1 : r.session_ttl_s * 1000;
   g.prompt = std::move(prompt->ids);
   g.link = prompt->link;
+  if (r.sparse) g.sparse = std::make_shared<const pq::SparseOptions>(*r.sparse);
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;
   g.arrival = arrival;
@@ -237,6 +238,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     ApiError e = ErrorFromStatus(channel.status());
     if (e.http_status == 400 || e.http_status == 413) e.param = kind == ApiKind::kChat ? "messages" : "prompt";
     if (e.message.rfind("link", 0) == 0) e.param = "link";
+    if (e.message.rfind("sparse", 0) == 0) e.param = "sparse";
     return SendError(res, e);
   }
   metrics.CountLink(prompt->prep, prompt->link != nullptr);

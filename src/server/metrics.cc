@@ -180,6 +180,37 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_kv_entered_bytes_total", "counter",
          "Bytes of stored KV entered into the compute buffer (with the enter seconds above: the entering rate).");
   Line(&out, "attic_kv_entered_bytes_total", "", k.entered_bytes);
+  // Sparse decoding (paper 004, PQCache): requests' selector statistics, added when they end.
+  const engine::SparseDecodeStats& sp = s.sparse;
+  Header(&out, "attic_sparse_requests_total", "counter",
+         "Finished requests that decoded with a sparse-attention selector, by method.");
+  for (const char* method : {"pq", "oracle", "streaming", "h2o"}) {
+    auto it = sp.requests.find(method);
+    Line(&out, "attic_sparse_requests_total", std::string("method=\"") + method + "\"",
+         it == sp.requests.end() ? uint64_t{0} : it->second);
+  }
+  Header(&out, "attic_sparse_decode_steps_total", "counter",
+         "Decode steps of those requests that attended to a selection of the context.");
+  Line(&out, "attic_sparse_decode_steps_total", "", sp.sparse_steps);
+  Header(&out, "attic_sparse_full_decode_steps_total", "counter",
+         "Decode steps of those requests that attended in full (context shorter than min_tokens).");
+  Line(&out, "attic_sparse_full_decode_steps_total", "", sp.full_steps);
+  Header(&out, "attic_sparse_attended_slots_total", "counter",
+         "Context slots attended at sparse decode steps, per layer and KV head (over the next: the share attended).");
+  Line(&out, "attic_sparse_attended_slots_total", "", sp.attended_slots);
+  Header(&out, "attic_sparse_context_slots_total", "counter",
+         "Context slots at sparse decode steps, per layer and KV head.");
+  Line(&out, "attic_sparse_context_slots_total", "", sp.context_slots);
+  Header(&out, "attic_sparse_select_seconds_total", "counter",
+         "Time spent scoring slots and choosing the top ones (pq, oracle, h2o).");
+  Line(&out, "attic_sparse_select_seconds_total", "", sp.select_seconds);
+  Header(&out, "attic_pq_clustered_keys_total", "counter", "Keys product-quantized by k-means, per layer and KV head.");
+  Line(&out, "attic_pq_clustered_keys_total", "", sp.clustered_keys);
+  Header(&out, "attic_pq_cluster_seconds_total", "counter", "Time spent clustering keys (k-means).");
+  Line(&out, "attic_pq_cluster_seconds_total", "", sp.cluster_seconds);
+  Header(&out, "attic_pq_encoded_keys_total", "counter",
+         "Keys coded by nearest centroid after leaving the local window, per layer and KV head.");
+  Line(&out, "attic_pq_encoded_keys_total", "", sp.encoded_keys);
   return out;
 }
 

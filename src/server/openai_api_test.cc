@@ -89,6 +89,73 @@ TEST(OpenAiRequest, BadContextCachePartsAndLinksAre400NamingTheParam) {
   EXPECT_EQ(ChatError(m + R"("x"}],"link":"attnlink"})").param, "link");
 }
 
+TEST(OpenAiRequest, SparseMapsOntoSparseOptions) {
+  const std::string m = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  EXPECT_FALSE(Chat(m + R"("max_tokens":1})").sparse.has_value());  // absent: the server's --sparse
+  ApiRequest r = Chat(m + R"("sparse":{"method":"pq","ratio":0.2}})");
+  ASSERT_TRUE(r.sparse.has_value());
+  EXPECT_EQ(r.sparse->method, pq::SparseMethod::kPq);
+  EXPECT_DOUBLE_EQ(r.sparse->ratio, 0.2);
+  EXPECT_EQ(r.sparse->count, 0);
+  EXPECT_FALSE(r.sparse->fixed_iterations);  // adaptive unless iterations are given
+  const pq::SparseOptions defaults;
+  EXPECT_EQ(r.sparse->n_initial, defaults.n_initial);
+  EXPECT_EQ(r.sparse->n_local, defaults.n_local);
+  EXPECT_EQ(r.sparse->min_slots, defaults.min_slots);
+  r = Chat(m + R"("sparse":{"method":"pq","count":2048,"initial":8,"local":64,"iterations":5,"combine":"max",
+               "min_tokens":128}})");
+  ASSERT_TRUE(r.sparse.has_value());
+  EXPECT_EQ(r.sparse->count, 2048);
+  EXPECT_EQ(r.sparse->n_initial, 8);
+  EXPECT_EQ(r.sparse->n_local, 64);
+  EXPECT_EQ(r.sparse->pq.iterations, 5);
+  EXPECT_TRUE(r.sparse->fixed_iterations);
+  EXPECT_EQ(r.sparse->combine, pq::GqaCombine::kMax);
+  EXPECT_EQ(r.sparse->min_slots, 128);
+  EXPECT_EQ(Chat(m + R"("sparse":{"method":"oracle","ratio":1}})").sparse->method, pq::SparseMethod::kOracle);
+  EXPECT_EQ(Chat(m + R"("sparse":{"method":"streaming","count":256,"local":200}})").sparse->method,
+            pq::SparseMethod::kStreaming);
+  EXPECT_EQ(Chat(m + R"("sparse":{"method":"h2o","ratio":0.1,"combine":"sum"}})").sparse->method,
+            pq::SparseMethod::kH2o);
+  EXPECT_EQ(Chat(m + R"("sparse":{"method":"full"}})").sparse->method, pq::SparseMethod::kFull);
+  EXPECT_TRUE(Chat(m + R"("sparse":null})").sparse == std::nullopt);
+  // /v1/completions takes the same field.
+  ParseResult c = ParseApiRequest(ApiKind::kCompletion, R"({"model":"m","prompt":"x","sparse":{"method":"h2o"}})");
+  ASSERT_FALSE(c.error.has_value()) << c.error->message;
+  EXPECT_EQ(c.request.sparse->method, pq::SparseMethod::kH2o);
+}
+
+TEST(OpenAiRequest, BadSparseOptionsAre400NamingSparse) {
+  const std::string m = R"({"model":"m","messages":[{"role":"user","content":"x"}],"sparse":)";
+  auto error = [&](const std::string& sparse, const std::string& mentions) {
+    SCOPED_TRACE(sparse);
+    ApiError e = ChatError(m + sparse + "}");
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.type, "invalid_request_error");
+    EXPECT_EQ(e.param, "sparse");
+    EXPECT_NE(e.message.find(mentions), std::string::npos) << e.message;
+  };
+  error(R"("pq-0.2")", "'sparse' must be an object");
+  error(R"({"ratio":0.2})", "'sparse.method'");
+  error(R"({"method":"fast"})", "got 'fast'");
+  error(R"({"method":7})", "'sparse.method'");
+  error(R"({"method":"pq","ratio":0})", "'sparse.ratio'");
+  error(R"({"method":"pq","ratio":1.5})", "'sparse.ratio'");
+  error(R"({"method":"pq","ratio":"0.2"})", "'sparse.ratio'");
+  error(R"({"method":"pq","ratio":0.2,"count":100})", "not both");
+  error(R"({"method":"pq","count":0})", "'sparse.count'");
+  error(R"({"method":"pq","count":2.5})", "'sparse.count'");
+  error(R"({"method":"pq","initial":-1})", "'sparse.initial'");
+  error(R"({"method":"pq","local":-4})", "'sparse.local'");
+  error(R"({"method":"pq","min_tokens":-1})", "'sparse.min_tokens'");
+  error(R"({"method":"pq","iterations":0})", "'sparse.iterations'");
+  error(R"({"method":"pq","combine":"mean"})", "'sparse.combine'");
+  error(R"({"method":"oracle","iterations":4})", "does not apply to method 'oracle'");
+  error(R"({"method":"streaming","combine":"max"})", "does not apply");
+  error(R"({"method":"full","ratio":0.5})", "does not apply to method 'full'");
+  error(R"({"method":"pq","ration":0.2})", "'sparse.ration' is not a sparse option");
+}
+
 TEST(OpenAiRequest, DefaultsAreOpenAis) {
   ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
   EXPECT_FALSE(r.max_tokens.has_value());
@@ -330,6 +397,38 @@ TEST(Metrics, RendersCountersHistogramsAndGauges) {
   EXPECT_TRUE(has("attic_requests_running 2"));
   EXPECT_TRUE(has("attic_kv_blocks_used 7"));
   EXPECT_TRUE(has("attic_kv_blocks_free 9"));
+}
+
+TEST(Metrics, RendersSparseDecodingCounters) {
+  Metrics m;
+  engine::SchedulerStats s;
+  pq::SparseStats a;
+  a.sparse_steps = 10;
+  a.full_steps = 2;
+  a.attended_slots = 200;
+  a.context_slots = 1000;
+  a.select_seconds = 0.25;
+  a.clustered_keys = 4096;
+  a.cluster_seconds = 0.5;
+  a.encoded_keys = 7;
+  s.sparse.Add(pq::SparseMethod::kPq, a);
+  s.sparse.Add(pq::SparseMethod::kPq, a);
+  s.sparse.Add(pq::SparseMethod::kStreaming, pq::SparseStats{});
+  std::string text = m.Render(s);
+  auto has = [&](const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has(R"(attic_sparse_requests_total{method="pq"} 2)")) << text;
+  EXPECT_TRUE(has(R"(attic_sparse_requests_total{method="streaming"} 1)"));
+  EXPECT_TRUE(has(R"(attic_sparse_requests_total{method="oracle"} 0)"));
+  EXPECT_TRUE(has(R"(attic_sparse_requests_total{method="h2o"} 0)"));
+  EXPECT_TRUE(has("# TYPE attic_sparse_decode_steps_total counter"));
+  EXPECT_TRUE(has("attic_sparse_decode_steps_total 20"));
+  EXPECT_TRUE(has("attic_sparse_full_decode_steps_total 4"));
+  EXPECT_TRUE(has("attic_sparse_attended_slots_total 400"));
+  EXPECT_TRUE(has("attic_sparse_context_slots_total 2000"));
+  EXPECT_TRUE(has("attic_sparse_select_seconds_total 0.5"));
+  EXPECT_TRUE(has("attic_pq_clustered_keys_total 8192"));
+  EXPECT_TRUE(has("attic_pq_cluster_seconds_total 1"));
+  EXPECT_TRUE(has("attic_pq_encoded_keys_total 14"));
 }
 
 // Counters print exactly (no double rounding past 2^53, no exponent) and doubles in a form

@@ -327,6 +327,96 @@ std::optional<ApiError> ReadLink(const json& body, ApiRequest* r) {
   return std::nullopt;
 }
 
+// "sparse": {"method": "pq", "ratio": 0.2} and optionally "count" (instead of ratio),
+// "initial", "local", "min_tokens", "combine" ("sum" | "max"; not for streaming),
+// "iterations" (fixed k-means iterations; pq only); {"method": "full"} alone. Every
+// error is a 400 with param "sparse" whose message names the field. What depends on the
+// model (PQ sub-spaces against head_dim) is checked when the request is submitted.
+std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
+  const json* sp = Field(body, "sparse");
+  if (sp == nullptr) return std::nullopt;
+  auto invalid = [](const std::string& message) { return Invalid("sparse", message); };
+  if (!sp->is_object())
+    return invalid("'sparse' must be an object such as {\"method\": \"pq\", \"ratio\": 0.2}");
+  static const char* const kKeys[] = {"method", "ratio", "count", "initial", "local", "min_tokens", "combine", "iterations"};
+  for (const auto& [key, value] : sp->items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys))
+      return invalid("'sparse." + key + "' is not a sparse option (method, ratio, count, initial, local, min_tokens, "
+                     "combine, iterations)");
+  }
+  const json* m = Field(*sp, "method");
+  const char* kMethods = "'sparse.method' must be one of: pq, oracle, streaming, h2o, full";
+  if (m == nullptr || !m->is_string()) return invalid(kMethods);
+  pq::SparseOptions o;
+  const std::string& name = m->get_ref<const std::string&>();
+  if (name == "pq") {
+    o.method = pq::SparseMethod::kPq;
+  } else if (name == "oracle") {
+    o.method = pq::SparseMethod::kOracle;
+  } else if (name == "streaming") {
+    o.method = pq::SparseMethod::kStreaming;
+  } else if (name == "h2o") {
+    o.method = pq::SparseMethod::kH2o;
+  } else if (name == "full") {
+    o.method = pq::SparseMethod::kFull;
+  } else {
+    return invalid(std::string(kMethods) + " (got '" + name + "')");
+  }
+  auto applies = [&](const char* key) {
+    const std::string k = key;
+    if (o.method == pq::SparseMethod::kFull) return false;
+    if (k == "iterations") return o.method == pq::SparseMethod::kPq;
+    if (k == "combine") return o.method != pq::SparseMethod::kStreaming;
+    return true;
+  };
+  for (const char* key : kKeys) {
+    if (std::string(key) != "method" && Field(*sp, key) != nullptr && !applies(key))
+      return invalid(std::string("'sparse.") + key + "' does not apply to method '" + name + "'");
+  }
+  // The readers name the field by its key; the param is "sparse", the message says which.
+  auto named = [](std::optional<ApiError> e, const char* key) {
+    const std::string from = std::string("'") + key + "'";
+    if (size_t at = e->message.find(from); at != std::string::npos)
+      e->message.replace(at, from.size(), std::string("'sparse.") + key + "'");
+    e->param = "sparse";
+    return e;
+  };
+  if (Field(*sp, "ratio") != nullptr && Field(*sp, "count") != nullptr)
+    return invalid("give 'sparse.ratio' or 'sparse.count', not both");
+  if (const json* ratio = Field(*sp, "ratio")) {
+    if (!ratio->is_number() || !std::isfinite(ratio->get<double>()) || ratio->get<double>() <= 0 ||
+        ratio->get<double>() > 1)
+      return invalid("'sparse.ratio' must be a number in (0, 1]: the share of the context attended");
+    o.ratio = ratio->get<double>();
+  }
+  constexpr int64_t kMaxSlots = 1 << 30;
+  std::optional<int64_t> count, initial, local, min_tokens, iterations;
+  if (auto e = ReadInt(*sp, "count", 1, kMaxSlots, &count)) return named(e, "count");
+  if (auto e = ReadInt(*sp, "initial", 0, kMaxSlots, &initial)) return named(e, "initial");
+  if (auto e = ReadInt(*sp, "local", 0, kMaxSlots, &local)) return named(e, "local");
+  if (auto e = ReadInt(*sp, "min_tokens", 0, kMaxSlots, &min_tokens)) return named(e, "min_tokens");
+  if (auto e = ReadInt(*sp, "iterations", 1, 1000, &iterations)) return named(e, "iterations");
+  if (count) o.count = static_cast<int>(*count);
+  if (initial) o.n_initial = static_cast<int>(*initial);
+  if (local) o.n_local = static_cast<int>(*local);
+  if (min_tokens) o.min_slots = static_cast<int>(*min_tokens);
+  if (iterations) {
+    o.pq.iterations = static_cast<int>(*iterations);
+    o.fixed_iterations = true;
+  }
+  if (const json* c = Field(*sp, "combine")) {
+    if (*c == json("sum")) {
+      o.combine = pq::GqaCombine::kSum;
+    } else if (*c == json("max")) {
+      o.combine = pq::GqaCombine::kMax;
+    } else {
+      return invalid("'sparse.combine' must be \"sum\" or \"max\"");
+    }
+  }
+  r->sparse = o;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadStop(const json& body, std::vector<std::string>* out) {
   const json* v = Field(body, "stop");
   if (v == nullptr) return std::nullopt;
@@ -361,6 +451,7 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
     if (auto e = ReadPrompt(body, r)) return e;
   }
   if (auto e = ReadLink(body, r)) return e;
+  if (auto e = ReadSparse(body, r)) return e;
   constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
   std::optional<int64_t> n, max_tokens, max_completion_tokens, seed, top_k, best_of;
   if (auto e = ReadInt(body, "max_tokens", 1, kBig, &max_tokens)) return e;

@@ -1,7 +1,8 @@
 // Server metrics in the Prometheus text exposition format (GET /metrics): HTTP requests
 // by endpoint and status, token counters (prompt, generated, reused from resident KV),
 // time-to-first-token / time-per-output-token / queue-wait histograms, and gauges read
-// from the scheduler at scrape time (queue depth, running sequences, KV blocks).
+// from the scheduler at scrape time (queue depth, running sequences, KV blocks, stored-KV
+// loading, sparse decoding).
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once

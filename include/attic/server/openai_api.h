@@ -17,6 +17,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pq/sparse.h"
 #include "attic/tokenizer/chat_template.h"
 
 namespace attic::server {
@@ -72,6 +73,9 @@ struct ApiRequest {
   };
   std::vector<CachePart> cache_parts;
   std::optional<engine::LinkOptions> link;       // extension: "link" (else the server's --link)
+  // Extension: "sparse" (sparse decoding, PQCache; docs/serving.md "Sparse decoding");
+  // else the server's --sparse.
+  std::optional<pq::SparseOptions> sparse;
 };
 
 // The stand-in of cache part i in a message's content or a prompt's text: private-use
