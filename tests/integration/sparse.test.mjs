@@ -1,0 +1,93 @@
+// Sparse decoding (PQCache) through the official openai client: the "sparse" request
+// field on both endpoints, the server default (--sparse), its metrics, and 400s for bad
+// options. The server default here is streaming, so that a request without the field is
+// counted as one and a request asking for {"method": "full"} is not.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer, stories, request, metrics } from './lib/server.mjs';
+
+let server;
+const client = () => new OpenAI({ apiKey: 'unused', baseURL: server.baseURL, maxRetries: 0, timeout: 60000 });
+const model = 'stories260K-hf';
+// About 200 prompt tokens: longer than the min_tokens (64) the requests below give.
+const story = 'Once upon a time, there was a little girl named Lily. She loved to play in the park with her ball. '
+  .repeat(8);
+const messages = [{ role: 'user', content: `${story}What did Lily do next?` }];
+
+before(async () => {
+  server = await startServer(['-m', stories, '--chat-template', 'chatml', '--sparse', 'streaming-0.25@min=64']);
+});
+after(async () => {
+  const r = await server.stop();
+  assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${server.log()}`);
+});
+
+// What moved in the sparse counters between two scrapes.
+const sparseDelta = (a, b) => {
+  const d = {};
+  for (const k of Object.keys(b)) if (/^attic_(sparse|pq)_/.test(k)) d[k] = b[k] - (a[k] ?? 0);
+  return d;
+};
+
+test('a chat completion with sparse pq at ratio 0.2 answers with the right usage and moves the counters', async () => {
+  const before = await metrics(server.port);
+  const r = await client().chat.completions.create({
+    model, messages, max_tokens: 16, temperature: 0, ignore_eos: true,
+    sparse: { method: 'pq', ratio: 0.2, min_tokens: 64 },
+  });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.equal(r.usage.completion_tokens, 16);
+  const tok = await request(server.port, { path: '/tokenize', body: JSON.stringify({ messages }) });
+  const count = JSON.parse(tok.body).count;
+  assert.ok(count > 64, `prompt of ${count} tokens`);
+  assert.equal(r.usage.prompt_tokens, count);
+  assert.equal(r.usage.total_tokens, count + 16);
+
+  const d = sparseDelta(before, await metrics(server.port));
+  assert.equal(d['attic_sparse_requests_total{method="pq"}'], 1, JSON.stringify(d));
+  assert.equal(d['attic_sparse_requests_total{method="streaming"}'], 0);
+  // Every decode step after the first token is a sparse one (the context is past min_tokens).
+  assert.equal(d.attic_sparse_decode_steps_total, 15);
+  assert.equal(d.attic_sparse_full_decode_steps_total, 0);
+  const share = d.attic_sparse_attended_slots_total / d.attic_sparse_context_slots_total;
+  assert.ok(share > 0.1 && share < 0.3, `attended share ${share}`);
+  assert.ok(d.attic_pq_clustered_keys_total > 0, 'pq clustered keys');
+  assert.ok(d.attic_pq_cluster_seconds_total > 0, 'pq cluster time');
+});
+
+test('a completion without the field gets the server default; {"method": "full"} is full attention', async () => {
+  const before = await metrics(server.port);
+  const r = await client().completions.create({ model, prompt: story, max_tokens: 8, temperature: 0, ignore_eos: true });
+  assert.equal(r.usage.completion_tokens, 8);
+  const full = await client().completions.create({
+    model, prompt: story, max_tokens: 8, temperature: 0, ignore_eos: true, sparse: { method: 'full' },
+  });
+  assert.equal(full.usage.completion_tokens, 8);
+  const d = sparseDelta(before, await metrics(server.port));
+  assert.equal(d['attic_sparse_requests_total{method="streaming"}'], 1, JSON.stringify(d));  // the first only
+  assert.equal(d.attic_sparse_decode_steps_total, 7);
+});
+
+test('bad sparse options are a 400 the client surfaces as BadRequestError (param "sparse")', async () => {
+  const bad = [
+    { method: 'pq', ratio: 1.5 },
+    { method: 'fastest' },
+    { method: 'pq', ratio: 0.2, count: 100 },
+    { method: 'oracle', iterations: 4 },
+    'pq-0.2',
+  ];
+  for (const sparse of bad) {
+    await assert.rejects(client().chat.completions.create({ model, messages, max_tokens: 4, sparse }), (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, `${JSON.stringify(sparse)}: ${e}`);
+      assert.equal(e.status, 400);
+      assert.equal(e.param, 'sparse');
+      assert.equal(e.type, 'invalid_request_error');
+      assert.match(e.message, /sparse/);
+      return true;
+    });
+  }
+  const m = await metrics(server.port);
+  assert.ok(m['attic_http_requests_total{endpoint="/v1/chat/completions",status="400"}'] >= bad.length);
+});
