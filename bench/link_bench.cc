@@ -14,7 +14,7 @@
 //        KV bytes entered into the compute buffer (SchedulerStats kv_load.entered_bytes)
 //        against the linked chunks' stored bytes, the most rows turns held of their own
 //        (StoreStats turn_bytes: the pre-RoPE copy a turn keeps to be saved), and the
-//        process's peak RSS so far (getrusage ru_maxrss).
+//        process's peak RSS so far (VmHWM).
 //   rq2  Poisson load: each request links --chunks-per-request chunks drawn from a pool
 //        of --pool pre-generated chunks (random order) plus --new fresh tokens, and
 //        answers --output tokens. Arrivals are Poisson at each rate of --rates for
@@ -68,6 +68,7 @@
 #include "bench/common/format.h"
 #include "bench/common/measure.h"
 #include "bench/common/output.h"
+#include "bench/common/plot.h"
 #include "bench/common/stats.h"
 
 using namespace attic;
@@ -84,34 +85,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "%s: error: %s\n", kProgram, message.c_str());
   std::exit(1);
-}
-
-// Peak resident set of the process so far (getrusage: KiB on Linux), MiB.
-double MaxRssMiB() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024.0;
-}
-
-// What else ran on the machine: /proc/loadavg's 1/5/15-minute figures ("" if unknown).
-std::string LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return f ? a + " " + b + " " + c : "";
-}
-
-// The CPU's model name (/proc/cpuinfo), "" if unknown.
-std::string CpuName() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? "" : line.substr(std::min(line.size(), colon + 2));
-    }
-  }
-  return "";
 }
 
 // "FR", "CacheBlend-15", "AttnLink-16", "Naive": the paper's names.
@@ -182,7 +155,7 @@ class Rig {
     const auto& cfg = engine_->model().config();
     row_bytes_ = static_cast<uint64_t>(cfg.n_layers) * cfg.kv_dim() * 2 * sizeof(float);  // K + V, f32
     engine_->ResizeKvCache(static_cast<int64_t>(kv_sequences) * (context + 256) * static_cast<int64_t>(row_bytes_));
-    rss_after_load_ = MaxRssMiB();
+    rss_after_load_ = bench::PeakRssMiB();
 
     store::StoreOptions so;
     so.fingerprint = engine_->model().fingerprint();
@@ -197,7 +170,7 @@ class Rig {
     for (int i = 0; i < n_chunks; ++i)
       chunks_.push_back(bench::RandomTokens(chunk, c.seed * 1000003 + i, 100, cfg.vocab_size));
     Generate();
-    rss_after_gen_ = MaxRssMiB();
+    rss_after_gen_ = bench::PeakRssMiB();
   }
 
   Engine& engine() { return *engine_; }
@@ -349,54 +322,6 @@ double GrowthExponent(const std::vector<double>& x, const std::vector<double>& y
   return (n * sxy - sx * sy) / (n * sxx - sx * sx);
 }
 
-// TTFT against prompt length, log-log, a line per method (nan: not measured). Plain SVG.
-std::string PlotSvg(const std::vector<std::string>& names, const std::vector<double>& x,
-                    const std::vector<std::vector<double>>& y, const std::string& title) {
-  const double W = 720, H = 460, L = 70, R = 170, T = 40, B = 60;
-  double ymin = kInf, ymax = 0;
-  for (const auto& row : y)
-    for (double v : row)
-      if (!std::isnan(v)) ymin = std::min(ymin, v), ymax = std::max(ymax, v);
-  const double ly0 = std::floor(std::log10(ymin)), ly1 = std::ceil(std::log10(ymax));
-  const double lx0 = std::log2(x.front()), lx1 = std::log2(x.back()) + 1e-9;
-  auto px = [&](double v) { return L + (std::log2(v) - lx0) / std::max(lx1 - lx0, 1e-9) * (W - L - R); };
-  auto py = [&](double v) { return H - B - (std::log10(v) - ly0) / std::max(ly1 - ly0, 1e-9) * (H - T - B); };
-  std::string o = Fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
-                      W, H);
-  o += Fmt("<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" "
-           "font-size=\"15\">%s</text>\n",
-           (W - R + L) / 2, title.c_str());
-  for (double e = ly0; e <= ly1 + 1e-9; ++e) {
-    const double v = std::pow(10.0, e), yy = py(v);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, yy, W - R, yy);
-    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g s</text>\n", L - 6, yy + 4, v);
-  }
-  for (double v : x) {
-    const double xx = px(v);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", xx, T, xx, H - B);
-    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.1fk</text>\n", xx, H - B + 16, v / 1024);
-  }
-  o += Fmt("<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"12\">prompt tokens (log)</text>\n",
-           (W - R + L) / 2, H - 18);
-  o += Fmt("<text x=\"16\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">TTFT "
-           "(log)</text>\n",
-           (H - B + T) / 2, (H - B + T) / 2);
-  const char* colors[] = {"#2ca02c", "#ff7f0e", "#1f77b4", "#d62728", "#9467bd", "#8c564b"};
-  for (size_t m = 0; m < names.size(); ++m) {
-    const char* c = colors[m % 6];
-    std::string pts;
-    for (size_t i = 0; i < x.size(); ++i)
-      if (!std::isnan(y[m][i])) pts += Fmt("%.1f,%.1f ", px(x[i]), py(y[m][i]));
-    o += Fmt("<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>\n", c, pts.c_str());
-    for (size_t i = 0; i < x.size(); ++i)
-      if (!std::isnan(y[m][i])) o += Fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(x[i]), py(y[m][i]), c);
-    const double ly = T + 20 + 20 * m;
-    o += Fmt("<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>\n", W - R + 15, ly,
-             W - R + 40, ly, c);
-    o += Fmt("<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\">%s</text>\n", W - R + 46, ly + 4, names[m].c_str());
-  }
-  return o + "</svg>\n";
-}
 
 int RunRq3(int argc, char** argv) {
   Common c;
@@ -425,7 +350,7 @@ int RunRq3(int argc, char** argv) {
     flags.UsageError("--model is required; --lengths positive chunk counts, --repeats >= 1, --chunk >= 16, --new >= 1");
   bench::CheckOutput(kProgram, c.json);
   bench::CheckOutput(kProgram, plot);
-  const std::string load_start = LoadAverage();
+  const std::string load_start = bench::LoadAverage();
 
   const int max_chunks = lengths.back();
   const int context = 1 + max_chunks * chunk + fresh + 8;
@@ -468,7 +393,7 @@ int RunRq3(int argc, char** argv) {
                      rep + 1, repeats, lengths[li], Label(c.methods[m]).c_str(), s.ttft_s, s.step_ms.size(),
                      s.recomputed, s.entered_bytes / 1e6);
         samples[m][li].push_back(std::move(s));
-        rss[m][li] = MaxRssMiB();
+        rss[m][li] = bench::PeakRssMiB();
       }
     }
   }
@@ -477,9 +402,9 @@ int RunRq3(int argc, char** argv) {
   // Tables and JSON.
   nlohmann::json out;
   out["experiment"] = "rq3";
-  out["cpu"] = CpuName();
+  out["cpu"] = bench::CpuName();
   out["loadavg_start"] = load_start;
-  out["loadavg_end"] = LoadAverage();
+  out["loadavg_end"] = bench::LoadAverage();
   out["model"] = c.model;
   out["threads"] = c.threads;
   out["chunk_tokens"] = chunk;
@@ -576,13 +501,13 @@ int RunRq3(int argc, char** argv) {
   }
   if (!plot.empty()) {
     const std::string title = Fmt("TTFT vs context length (%d-token chunks, %d threads)", chunk, c.threads);
-    bench::WriteOutput(kProgram, plot, PlotSvg(names, x, med, title));
+    bench::WriteOutput(kProgram, plot, bench::LogLogPlotSvg(names, x, med, title, "prompt tokens (log)", "TTFT (log)", "s"));
   }
-  out["peak_rss_mib"] = MaxRssMiB();
+  out["peak_rss_mib"] = bench::PeakRssMiB();
   std::printf("\npeak RSS %.0f MiB (after model load %.0f, after KVGen %.0f); CPU %s; load average %s at the start, "
               "%s at the end\n",
-              MaxRssMiB(), rig.rss_after_load(), rig.rss_after_gen(), CpuName().c_str(), load_start.c_str(),
-              LoadAverage().c_str());
+              bench::PeakRssMiB(), rig.rss_after_load(), rig.rss_after_gen(), bench::CpuName().c_str(), load_start.c_str(),
+              bench::LoadAverage().c_str());
   const std::string line = out.dump();
   std::printf("\n%s\n", line.c_str());
   bench::WriteOutput(kProgram, c.json, line + "\n");
@@ -748,7 +673,7 @@ int RunRq2(int argc, char** argv) {
     flags.UsageError("--model is required; rates > 0, --pool >= --chunks-per-request >= 1, --chunk >= 16, --slo >= 0");
   bench::CheckOutput(kProgram, c.json);
   const bool slo_auto = a.slo == 0;
-  const std::string load_start = LoadAverage();
+  const std::string load_start = bench::LoadAverage();
 
   const int context = 1 + a.per_request * a.chunk + a.fresh + a.output + 8;
   Rig rig(c, context, SchedulerOptions{}.max_running, a.pool, a.chunk);
@@ -801,9 +726,9 @@ int RunRq2(int argc, char** argv) {
 
   nlohmann::json out;
   out["experiment"] = "rq2";
-  out["cpu"] = CpuName();
+  out["cpu"] = bench::CpuName();
   out["loadavg_start"] = load_start;
-  out["loadavg_end"] = LoadAverage();
+  out["loadavg_end"] = bench::LoadAverage();
   out["model"] = c.model;
   out["threads"] = c.threads;
   out["rates"] = a.rates;
@@ -862,9 +787,9 @@ int RunRq2(int argc, char** argv) {
     out["sustained_req_per_s"][c.methods[m].ToString()] = sustained[m];
     out["unloaded_ttft_s"][c.methods[m].ToString()] = unloaded[m];
   }
-  out["peak_rss_mib"] = MaxRssMiB();
-  std::printf("\npeak RSS %.0f MiB; CPU %s; load average %s at the start, %s at the end\n", MaxRssMiB(),
-              CpuName().c_str(), load_start.c_str(), LoadAverage().c_str());
+  out["peak_rss_mib"] = bench::PeakRssMiB();
+  std::printf("\npeak RSS %.0f MiB; CPU %s; load average %s at the start, %s at the end\n", bench::PeakRssMiB(),
+              bench::CpuName().c_str(), load_start.c_str(), bench::LoadAverage().c_str());
   const std::string line = out.dump();
   std::printf("\n%s\n", line.c_str());
   bench::WriteOutput(kProgram, c.json, line + "\n");

@@ -1,5 +1,6 @@
 #include "bench/common/measure.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -18,6 +19,25 @@ double PeakRssMiB() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return 0;
+}
+
+std::string CpuName() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(std::min(line.size(), colon + 2));
+    }
+  }
+  return "";
+}
+
+std::string LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return f ? a + " " + b + " " + c : "";
 }
 
 std::vector<int32_t> RandomTokens(int n, uint64_t seed, int32_t lo, int32_t hi) {

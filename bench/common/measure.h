@@ -1,8 +1,11 @@
 // What a benchmark run measures about itself and feeds the engine: a monotonic clock in
-// seconds, the process's peak resident memory, and seeded random token ids. Thread-safe.
+// seconds, the process's peak resident memory, the machine it ran on (CPU model, load
+// average: this VM's CPU changes between sessions and its cores are shared), and seeded
+// random token ids. Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace attic::bench {
@@ -12,6 +15,12 @@ double NowSeconds();
 
 // The process's peak resident set size (VmHWM of /proc/self/status) in MiB; 0 if unknown.
 double PeakRssMiB();
+
+// The CPU's model name (/proc/cpuinfo), "" if unknown.
+std::string CpuName();
+
+// What else ran on the machine: /proc/loadavg's 1/5/15-minute figures ("" if unknown).
+std::string LoadAverage();
 
 // `n` token ids in [lo, hi), the i-th from the i-th draw of a mt19937_64 seeded with
 // `seed` (as lo + draw % (hi - lo)): the same ids for the same seed on every machine.
