@@ -17,16 +17,27 @@
 //           selectors attached, as a server runs it: adaptive clustering times it) then
 //           the first decode step, where PQ clusters every layer. Variants: full, PQ with
 //           adaptive iterations, PQ with fixed iterations (--iterations).
+//   blocks  the block cache's hit rate against its size (Fig. 10d): one sequence
+//           (random tokens, or the text of --text) decodes --steps steps with --method;
+//           each step's selection of every (layer, KV head), less its initial and local
+//           slots (always resident), goes through a BlockCache of each size of --blocks
+//           blocks of --block-tokens slots, LRU and LFU (pq/block_cache.h says exactly
+//           what is counted). Hit rate = selected slots found cached / selected slots,
+//           over every step, layer and KV head.
 //
 // Usage: sparse_bench tpot --model PATH [--lengths 2048,4096,8192,16384,32768] [--batch 1,8]
 //          [--methods full,pq-0.2,pq-0.1] [--steps 16] [--warmup 2] [--plot FILE.svg]
 //        sparse_bench tt2t --model PATH [--lengths 8192,32768] [--method pq-0.2]
 //          [--iterations 10,25]
+//        sparse_bench blocks --model PATH [--context 32768] [--text FILE] [--method pq-0.1]
+//          [--steps 64] [--blocks 4,8,16,32,64,128] [--block-tokens 128] [--plot FILE.svg]
 //        common: [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -35,6 +46,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/engine/engine.h"
+#include "attic/pq/block_cache.h"
 #include "attic/pq/sparse.h"
 #include "bench/common/flags.h"
 #include "bench/common/format.h"
@@ -596,10 +608,155 @@ int RunTt2t(int argc, char** argv) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------
+// blocks
+
+int RunBlocks(int argc, char** argv) {
+  Common c;
+  std::string method_flag = "pq-0.1", blocks_flag = "4,8,16,32,64,128", text, plot;
+  int context = 32768, steps = 64, block_tokens = 128;
+  bench::FlagParser flags(std::string(kProgram) + " blocks",
+                          "--model PATH [--context 32768] [--text FILE] [--method pq-0.1] [--steps 64]\n"
+                          "         [--blocks 4,8,16,32,64,128] [--block-tokens 128] [--plot FILE.svg]\n"
+                          "         [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]");
+  AddCommonFlags(flags, &c);
+  flags.Int("--context", &context);
+  flags.String("--text", &text);
+  flags.String("--method", &method_flag);
+  flags.Int("--steps", &steps);
+  flags.String("--blocks", &blocks_flag);
+  flags.Int("--block-tokens", &block_tokens);
+  flags.String("--plot", &plot);
+  flags.ParseOrExit(argc - 1, argv + 1);
+  const std::vector<int> capacities = ParseIntList(blocks_flag);
+  auto parsed = pq::ParseSparseOptions(method_flag);
+  if (c.model.empty() || context < 16 || steps < 1 || block_tokens < 1)
+    flags.UsageError("--model is required; --context >= 16, --steps >= 1, --block-tokens >= 1");
+  if (!parsed.ok()) flags.UsageError("--method: " + parsed.status().message());
+  if (parsed->method == pq::SparseMethod::kFull) flags.UsageError("--method must select (pq, oracle, h2o, streaming)");
+  bench::CheckOutput(kProgram, c.json);
+  bench::CheckOutput(kProgram, plot);
+  const std::string load_start = bench::LoadAverage();
+  auto engine = LoadEngine(c, context + steps + 8, 1);
+  const auto& cfg = engine->model().config();
+  Status vst = parsed->Validate(cfg.head_dim);
+  if (!vst.ok()) Die(vst.ToString());
+  std::vector<int32_t> tokens;
+  if (!text.empty()) {
+    std::ifstream f(text);
+    if (!f) Die("cannot read --text " + text);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto t = engine->Tokenize(ss.str(), /*add_bos=*/true);
+    if (!t.ok()) Die(t.status().ToString());
+    tokens = std::move(*t);
+    if (static_cast<int>(tokens.size()) < context + steps)
+      Die(Fmt("--text has %zu tokens; --context + --steps need %d", tokens.size(), context + steps));
+    tokens.resize(context + steps);
+  } else {
+    tokens = bench::RandomTokens(context + steps, c.seed, 100, cfg.vocab_size);
+  }
+  auto sparse = pq::MakeSparseAttention(*parsed, Shape(cfg), cfg.n_layers, engine->threads());
+  kv::SequenceKv seq(&engine->kv_pool());
+  std::fprintf(stderr, "context %d:\n", context);
+  Prefill(*engine, &seq, tokens, context, sparse.get());
+  // caches[capacity][policy][layer * n_kv_heads + head]
+  const pq::CachePolicy policies[] = {pq::CachePolicy::kLru, pq::CachePolicy::kLfu};
+  std::vector<std::vector<std::vector<pq::BlockCache>>> caches(capacities.size());
+  for (size_t ci = 0; ci < capacities.size(); ++ci) {
+    caches[ci].resize(2);
+    for (int p = 0; p < 2; ++p)
+      for (int i = 0; i < cfg.n_layers * cfg.n_kv_heads; ++i) caches[ci][p].emplace_back(capacities[ci], policies[p], block_tokens);
+  }
+  int64_t selected_total = 0;
+  std::vector<float> logits;
+  std::vector<int32_t> middle;
+  for (int i = 0; i < steps; ++i) {
+    std::vector<BatchEntry> b(1);
+    b[0].seq = &seq;
+    b[0].tokens = {tokens[context + i]};
+    Status st = engine->transformer().Forward(b, &logits, sparse.get());
+    if (!st.ok()) Die("decode: " + st.ToString());
+    const int n_slots = seq.n_slots();
+    const pq::Budget budget = pq::SplitBudget(*parsed, n_slots);
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      for (int h = 0; h < cfg.n_kv_heads; ++h) {
+        middle.clear();
+        for (int32_t s : sparse->last_selection(l, h))
+          if (s >= budget.initial && s < n_slots - budget.local) middle.push_back(s);
+        selected_total += static_cast<int64_t>(middle.size());
+        for (auto& per_capacity : caches)
+          for (auto& per_policy : per_capacity)
+            per_policy[l * cfg.n_kv_heads + h].Access(middle.data(), static_cast<int>(middle.size()));
+      }
+    }
+    if (i % 8 == 7) std::fprintf(stderr, "\r  step %d / %d", i + 1, steps);
+  }
+  std::fprintf(stderr, "\n");
+  std::printf("# sparse_bench blocks: %s, context %d (%s), %s, %d steps, %d-slot blocks; CPU %s\n\n", c.model.c_str(),
+              context, text.empty() ? "random tokens" : text.c_str(), parsed->ToString().c_str(), steps, block_tokens,
+              bench::CpuName().c_str());
+  std::printf("%s", bench::TableHeader({"blocks", "cached share of context", "LRU hit rate", "LFU hit rate"}).c_str());
+  nlohmann::json out;
+  out["program"] = std::string(kProgram) + " blocks";
+  out["model"] = c.model;
+  out["cpu"] = bench::CpuName();
+  out["context"] = context;
+  out["text"] = text;
+  out["method"] = parsed->ToString();
+  out["steps"] = steps;
+  out["block_tokens"] = block_tokens;
+  out["selected_slots_per_head_step"] =
+      static_cast<double>(selected_total) / (static_cast<double>(steps) * cfg.n_layers * cfg.n_kv_heads);
+  std::vector<std::vector<double>> y(2);
+  for (size_t ci = 0; ci < capacities.size(); ++ci) {
+    double rate[2];
+    nlohmann::json j;
+    j["blocks"] = capacities[ci];
+    for (int p = 0; p < 2; ++p) {
+      int64_t hits = 0, misses = 0, inserted = 0, evicted = 0;
+      for (const auto& cache : caches[ci][p]) {
+        hits += cache.stats().token_hits;
+        misses += cache.stats().token_misses;
+        inserted += cache.stats().block_insertions;
+        evicted += cache.stats().block_evictions;
+      }
+      rate[p] = hits + misses > 0 ? static_cast<double>(hits) / (hits + misses) : 0;
+      y[p].push_back(std::max(rate[p], 1e-3));
+      nlohmann::json jp;
+      jp["hit_rate"] = rate[p];
+      jp["token_hits"] = hits;
+      jp["token_misses"] = misses;
+      jp["block_insertions"] = inserted;
+      jp["block_evictions"] = evicted;
+      j[pq::CachePolicyName(policies[p])] = jp;
+    }
+    std::printf("%s", bench::TableRow({std::to_string(capacities[ci]),
+                                       Fmt("%.3f", std::min(1.0, static_cast<double>(capacities[ci]) * block_tokens / context)),
+                                       Fmt("%.3f", rate[0]), Fmt("%.3f", rate[1])})
+                          .c_str());
+    out["capacities"].push_back(j);
+  }
+  if (!plot.empty()) {
+    std::vector<double> x(capacities.begin(), capacities.end());
+    bench::WriteOutput(kProgram, plot,
+                       bench::LogLogPlotSvg({"LRU", "LFU"}, x, y,
+                                            Fmt("Block cache hit rate (%s, context %d)", parsed->ToString().c_str(), context),
+                                            "cache blocks (log)", "hit rate (log)", ""));
+  }
+  out["load_average"] = {load_start, bench::LoadAverage()};
+  std::printf("\nCPU %s; load average %s at the start, %s at the end\n", bench::CpuName().c_str(), load_start.c_str(),
+              bench::LoadAverage().c_str());
+  const std::string line = out.dump();
+  std::printf("\n%s\n", line.c_str());
+  bench::WriteOutput(kProgram, c.json, line + "\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string usage = std::string("usage: ") + kProgram + " tpot|tt2t --model PATH [flags] (--help per command)\n";
+  const std::string usage = std::string("usage: ") + kProgram + " tpot|tt2t|blocks --model PATH [flags] (--help per command)\n";
   if (argc < 2) {
     std::fprintf(stderr, "%s", usage.c_str());
     return 2;
@@ -607,6 +764,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "tpot") return RunTpot(argc, argv);
   if (cmd == "tt2t") return RunTt2t(argc, argv);
+  if (cmd == "blocks") return RunBlocks(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     std::printf("%s", usage.c_str());
     return 0;
