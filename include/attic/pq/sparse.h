@@ -54,7 +54,11 @@ struct SparseOptions {
   GqaCombine combine = GqaCombine::kSum;
   PqOptions pq;                 // m, bits, seed; pq.iterations is used when fixed_iterations
   bool fixed_iterations = false;  // false: adaptive (section 3.3), from measured rates
-  double cluster_share = 0.05;  // adaptive: clustering may take this share of the prefill time
+  // adaptive: clustering may take this share of the prefill time the hooks measured (first
+  // multi-row step to the first sparse step), split evenly over the layers; the first
+  // layer clustered calibrates the cost with 2 iterations. A sequence with no multi-row
+  // step through the hooks (KV loaded from a store) uses 6 iterations.
+  double cluster_share = 0.05;
   // InvalidArgument for a ratio outside (0, 1], a negative count, local or initial, or
   // PQ options that do not fit head_dim.
   Status Validate(int head_dim) const;
