@@ -255,6 +255,131 @@ void PqCodebook::Score(const float* table, const uint8_t* codes, int64_t n, floa
   }
 }
 
+namespace {
+
+// The largest t among keys[0, n) (each counted weights[i] times) such that at least k
+// of the counted keys are >= t, and how many are > t: a quickselect weighted by the
+// counts. REQUIRES: 1 <= k <= the sum of the weights.
+void WeightedKth(std::vector<float>& keys, std::vector<int32_t>& weights, int64_t k, float* t, int64_t* n_above) {
+  size_t lo = 0, hi = keys.size();
+  int64_t above = 0;  // counted keys known to be > every key in [lo, hi)
+  while (true) {
+    const float p = keys[lo + (hi - lo) / 2];
+    // Three-way partition of [lo, hi): > p first, then == p, then < p.
+    size_t g = lo, e = lo, l = hi;
+    while (e < l) {
+      if (keys[e] > p) {
+        std::swap(keys[e], keys[g]);
+        std::swap(weights[e], weights[g]);
+        ++g, ++e;
+      } else if (keys[e] < p) {
+        --l;
+        std::swap(keys[e], keys[l]);
+        std::swap(weights[e], weights[l]);
+      } else {
+        ++e;
+      }
+    }
+    int64_t w_greater = 0, w_equal = 0;
+    for (size_t i = lo; i < g; ++i) w_greater += weights[i];
+    for (size_t i = g; i < e; ++i) w_equal += weights[i];
+    if (k <= w_greater) {
+      hi = g;
+    } else if (k <= w_greater + w_equal) {
+      *t = p;
+      *n_above = above + w_greater;
+      return;
+    } else {
+      k -= w_greater + w_equal;
+      above += w_greater + w_equal;
+      lo = e;
+    }
+  }
+}
+
+}  // namespace
+
+void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uint8_t* codes, int64_t n, int64_t k,
+                             int32_t offset, std::vector<int32_t>* out) const {
+  if (n <= 0 || k <= 0) return;
+  if (k >= n) {
+    for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(offset + i));
+    return;
+  }
+  const int kc = n_centroids(), m = m_;
+  const int tuple_bits = m * bits_;
+  if (tuple_bits > 16 || (int64_t{1} << tuple_bits) > 4 * n) {
+    // Many tuples for few keys: score every key.
+    thread_local std::vector<float> scores, other;
+    thread_local std::vector<int32_t> picked;
+    scores.resize(n);
+    Score(tables[0], codes, n, scores.data());
+    if (n_tables > 1) {
+      other.resize(n);
+      for (int t = 1; t < n_tables; ++t) {
+        Score(tables[t], codes, n, other.data());
+        for (int64_t i = 0; i < n; ++i) scores[i] = std::max(scores[i], other[i]);
+      }
+    }
+    TopK(scores.data(), n, k, &picked);
+    for (int32_t i : picked) out->push_back(offset + i);
+    return;
+  }
+  // Tuple index of a key: codes c_0 .. c_{m-1} as digits of base 2^bits, c_0 lowest.
+  const int n_tuples = 1 << tuple_bits;
+  thread_local std::vector<float> tuple_score;
+  thread_local std::vector<int32_t> count;
+  thread_local std::vector<uint16_t> key_tuple;
+  tuple_score.resize(n_tuples);
+  // Each tuple's score summed in Score's order (sub-space 0 first), so it equals Score's.
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    float best = 0;
+    for (int t = 0; t < n_tables; ++t) {
+      float sum = tables[t][tup & (kc - 1)];
+      for (int s = 1; s < m; ++s) sum += tables[t][s * kc + ((tup >> (s * bits_)) & (kc - 1))];
+      best = t == 0 ? sum : std::max(best, sum);
+    }
+    tuple_score[tup] = RankKey(best);
+  }
+  count.assign(n_tuples, 0);
+  key_tuple.resize(n);
+  if (m == 2) {
+    for (int64_t i = 0; i < n; ++i) key_tuple[i] = static_cast<uint16_t>(codes[2 * i] | (codes[2 * i + 1] << bits_));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      int tup = 0;
+      for (int s = 0; s < m; ++s) tup |= codes[i * m + s] << (s * bits_);
+      key_tuple[i] = static_cast<uint16_t>(tup);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) ++count[key_tuple[i]];
+  thread_local std::vector<float> keys;
+  thread_local std::vector<int32_t> weights;
+  keys.clear();
+  weights.clear();
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    if (count[tup] == 0) continue;
+    keys.push_back(tuple_score[tup]);
+    weights.push_back(count[tup]);
+  }
+  float t = 0;
+  int64_t n_above = 0;
+  WeightedKth(keys, weights, k, &t, &n_above);
+  int64_t ties = k - n_above;  // keys scoring exactly t, lowest indices first
+  const size_t start = out->size();
+  out->resize(start + k + 1);
+  int32_t* o = out->data() + start;
+  int64_t j = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = tuple_score[key_tuple[i]];
+    const int64_t tie = (v == t) & (ties > 0);
+    o[j] = static_cast<int32_t>(offset + i);
+    j += (v > t) | tie;
+    ties -= tie;
+  }
+  out->resize(start + k);
+}
+
 void TopK(const float* scores, int64_t n, int64_t k, std::vector<int32_t>* out) {
   out->clear();
   if (n <= 0 || k <= 0) return;

@@ -1,16 +1,18 @@
 // pq: PQCache's selector (paper 004, section 3). The first sparse step that meets a
 // layer trains one codebook per KV head on the layer's keys of slots [0, n_slots - 1)
 // (the prompt: what prefill produced) and codes slots [0, n_slots - local); later steps
-// code each slot as it leaves the local window (nearest centroid). Every step scores
-// the coded middle slots from q . centroid tables (codebook.h) and takes the top.
+// code each slot as it leaves the local window (nearest centroid). Every step ranks
+// the coded middle slots by their PQ scores from q . centroid tables (codebook.h:
+// TopKByCodes, which never scores key by key when the code tuples are few) and takes
+// the top.
 //
 // K-means iterations (section 3.3): fixed (options.fixed_iterations) or adaptive: the
 // prefill the hooks saw (first multi-row BeforeAttention to the first sparse step) times
 // cluster_share is the clustering budget, split evenly over the layers; the first layer
-// clustered runs kCalibrationIterations and its TrainStats give the cost of one key, one
-// sub-space and one iteration (the whole Train call's time, so faiss's fixed costs are
-// included and the estimate errs towards fewer iterations); AdaptiveIterations picks the
-// count for the others. stats().iterations is the count of the last layer clustered. A
+// clustered runs kCalibrationIterations, and the wall time of its training (the KV heads
+// in parallel on the pool, gathers and faiss's fixed costs included, so the estimate
+// errs towards fewer iterations) over the work done gives the cost of one key, one
+// sub-space and one iteration; AdaptiveIterations picks the count for the others. stats().iterations is the count of the last layer clustered. A
 // sequence whose KV came from a store (no multi-row step through the hooks) has no
 // prefill time to share: it uses kNoPrefillIterations.
 #include <algorithm>
@@ -24,7 +26,6 @@ namespace {
 
 constexpr int kCalibrationIterations = 2;
 constexpr int kNoPrefillIterations = 6;
-constexpr int kScoreChunk = 4096;  // slots per scoring task
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -35,8 +36,7 @@ class PqSelector : public SelectorBase {
   PqSelector(const SparseOptions& o, const attention::AttentionShape& shape, int n_layers, backend::ThreadPool& pool)
       : SelectorBase(o, shape, n_layers, pool),
         layers_(static_cast<size_t>(n_layers)),
-        tables_(static_cast<size_t>(shape.n_heads)),
-        thread_scores_(static_cast<size_t>(pool.n_threads())) {}
+        tables_(static_cast<size_t>(shape.n_heads)) {}
 
   const PqCodebook* codebook(int layer, int kv_head) const override {
     const Layer& l = layers_[layer];
@@ -69,41 +69,26 @@ class PqSelector : public SelectorBase {
     }
     const int g = group(), hd = shape_.head_dim, m = options_.pq.m;
     const bool sum = options_.combine == GqaCombine::kSum;
-    const int n_tables = sum ? n_kv : shape_.n_heads;  // sum: one per KV head; max: one per query head
     const size_t table_size = static_cast<size_t>(m) << options_.pq.bits;
-    pool_.ParallelFor(n_tables, [&](int64_t t, int) {
-      std::vector<float>& table = tables_[t];
-      table.assign(table_size, 0.f);
-      const int h = static_cast<int>(sum ? t : t / g);
-      const PqCodebook& book = l.books[h];
-      if (sum) {
-        for (int j = 0; j < g; ++j) book.AddQueryTable(vis.q + (static_cast<int64_t>(h) * g + j) * hd, 1.f, table.data());
-      } else {
-        book.AddQueryTable(vis.q + t * hd, 1.f, table.data());
-      }
-    });
-    scores_.resize(static_cast<size_t>(n_kv) * n_mid);
-    const int n_chunks = (n_mid + kScoreChunk - 1) / kScoreChunk;
-    pool_.ParallelFor(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t task, int thread) {
-      const int h = static_cast<int>(task / n_chunks);
-      const int c0 = static_cast<int>(task % n_chunks) * kScoreChunk, c1 = std::min(n_mid, c0 + kScoreChunk);
-      const PqCodebook& book = l.books[h];
-      const uint8_t* codes = l.codes[h].data() + static_cast<int64_t>(first + c0) * m;
-      float* out = scores_.data() + static_cast<size_t>(h) * n_mid + c0;
-      if (sum) {
-        book.Score(tables_[h].data(), codes, c1 - c0, out);
-        return;
-      }
-      std::vector<float>& other = thread_scores_[thread];
-      other.resize(static_cast<size_t>(c1 - c0));
-      book.Score(tables_[static_cast<size_t>(h) * g].data(), codes, c1 - c0, out);
-      for (int j = 1; j < g; ++j) {
-        book.Score(tables_[static_cast<size_t>(h) * g + j].data(), codes, c1 - c0, other.data());
-        for (int i = 0; i < c1 - c0; ++i) out[i] = std::max(out[i], other[i]);
-      }
-    });
+    // Per KV head, in parallel: its q . centroid table(s) -- sum: one, the group's query
+    // heads added; max: one per query head -- then its top from the codes alone
+    // (TopKByCodes: the code tuples' scores tabulated and counted, no per-key scores).
     pool_.ParallelFor(n_kv, [&](int64_t h, int) {
-      TopKAppend(scores_.data() + h * n_mid, n_mid, b.top, first, &(*top)[h]);
+      const PqCodebook& book = l.books[h];
+      const int n_t = sum ? 1 : g;
+      std::vector<const float*> tables(n_t);
+      for (int j = 0; j < n_t; ++j) {
+        std::vector<float>& table = tables_[sum ? h : h * g + j];
+        table.assign(table_size, 0.f);
+        if (sum) {
+          for (int q = 0; q < g; ++q) book.AddQueryTable(vis.q + (h * g + q) * hd, 1.f, table.data());
+        } else {
+          book.AddQueryTable(vis.q + (h * g + j) * hd, 1.f, table.data());
+        }
+        tables[j] = table.data();
+      }
+      const uint8_t* codes = l.codes[h].data() + static_cast<int64_t>(first) * m;
+      book.TopKByCodes(tables.data(), n_t, codes, n_mid, b.top, first, &(*top)[h]);
     });
   }
 
@@ -130,26 +115,31 @@ class PqSelector : public SelectorBase {
     po.iterations = Iterations(n_train);
     const bool calibrating = !options_.fixed_iterations && prefill_seconds() && seconds_per_point_iteration_ <= 0;
     const KeyReader keys(*vis.kv, hd);
-    keys_.resize(static_cast<size_t>(n_train) * hd);
+    keys_.resize(static_cast<size_t>(n_kv) * n_train * hd);
     const auto t0 = std::chrono::steady_clock::now();
-    l.books.clear();
-    double kmeans_seconds = 0, point_iterations = 0;
-    int used_iterations = 0;
-    for (int h = 0; h < n_kv; ++h) {
-      keys.Gather(h, 0, n_train, keys_.data());
-      TrainStats ts;
-      auto book = PqCodebook::Train(keys_.data(), n_train, hd, hd, po, &ts);
+    // The KV heads' codebooks in parallel on the pool (k-means itself runs on one thread
+    // each: PqCodebook::kTrainThreads).
+    l.books.assign(static_cast<size_t>(n_kv), PqCodebook());
+    std::vector<TrainStats> ts(static_cast<size_t>(n_kv));
+    pool_.ParallelFor(n_kv, [&](int64_t h, int) {
+      float* buf = keys_.data() + static_cast<size_t>(h) * n_train * hd;
+      keys.Gather(static_cast<int>(h), 0, n_train, buf);
+      auto book = PqCodebook::Train(buf, n_train, hd, hd, po, &ts[h]);
       ATTIC_CHECK(book.ok());  // options were validated against head_dim; n_train >= 1
-      l.books.push_back(std::move(*book));
-      if (ts.points_used > 0) {  // k-means ran (more keys than centroids)
-        kmeans_seconds += ts.seconds;
-        point_iterations += static_cast<double>(ts.points_used) * ts.m * ts.iterations;
-        used_iterations = ts.iterations;
-      }
+      l.books[h] = std::move(*book);
+    });
+    const double wall = Since(t0);
+    double point_iterations = 0;
+    int used_iterations = 0;
+    for (const TrainStats& t : ts) {
+      if (t.points_used == 0) continue;  // no k-means ran (no more keys than centroids)
+      point_iterations += static_cast<double>(t.points_used) * t.m * t.iterations;
+      used_iterations = t.iterations;
     }
-    // Calibrated on the first layer whose k-means ran (a layer with no more keys than
-    // centroids copies keys and measures nothing).
-    if (calibrating && point_iterations > 0) seconds_per_point_iteration_ = kmeans_seconds / point_iterations;
+    // Calibrated on the first layer whose k-means ran, as the wall time of the whole
+    // (parallel) training over the work done: the rate the next layers will see, gathers
+    // included (so the estimate errs towards fewer iterations).
+    if (calibrating && point_iterations > 0) seconds_per_point_iteration_ = wall / point_iterations;
     stats_.cluster_seconds += Since(t0);
     stats_.clustered_keys += static_cast<int64_t>(n_train) * n_kv;
     stats_.iterations = used_iterations;
@@ -186,8 +176,6 @@ class PqSelector : public SelectorBase {
   std::vector<Layer> layers_;
   double seconds_per_point_iteration_ = 0;  // calibrated on the first layer clustered
   std::vector<std::vector<float>> tables_;  // [table][m * 2^bits]
-  std::vector<float> scores_;               // [n_kv_heads, n_mid]
-  std::vector<std::vector<float>> thread_scores_;
   std::vector<float> keys_, encode_buf_;
 };
 

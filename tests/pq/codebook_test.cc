@@ -1,4 +1,4 @@
-// PqCodebook, TopK and AdaptiveIterations against references written here: brute-force
+// PqCodebook, TopK, TopKByCodes and AdaptiveIterations against references written here: brute-force
 // nearest centroids and inner products in double, a full sort, the formula by hand.
 #include "attic/pq/codebook.h"
 
@@ -403,6 +403,88 @@ TEST(TopKTest, NanRanksLast) {
   std::vector<int32_t> got;
   TopK(s.data(), 5, 3, &got);
   EXPECT_EQ(got, (std::vector<int32_t>{1, 3, 4}));
+}
+
+// TopKByCodes against the reference: each key's score summed here from the tables (in
+// sub-space order, as Score documents), the max over the tables, then a full sort.
+TEST(TopKByCodesTest, MatchesAFullSortOfTheKeysScores) {
+  std::mt19937 rng(91);
+  struct Shape {
+    int m, bits, head_dim;
+  };
+  // m * bits <= 16 tabulates the code tuples (when n is large enough); 4 x 6 = 24 scores
+  // every key.
+  for (const Shape& sh : {Shape{2, 6, 16}, Shape{1, 8, 8}, Shape{2, 8, 16}, Shape{4, 4, 16}, Shape{4, 6, 16},
+                          Shape{2, 3, 4}}) {
+    PqOptions o;
+    o.m = sh.m;
+    o.bits = sh.bits;
+    o.iterations = 1;
+    const PqCodebook cb = MustTrain(RandomRows(64, sh.head_dim, 5), 64, sh.head_dim, sh.head_dim, o);
+    const int kc = 1 << sh.bits;
+    for (int trial = 0; trial < 40; ++trial) {
+      const int64_t n = std::uniform_int_distribution<int>(1, 5000)(rng);
+      const int n_tables = 1 + trial % 3;
+      const bool ties = trial % 2 == 0;  // small integer table entries: many equal scores
+      std::vector<std::vector<float>> tables(n_tables, std::vector<float>(static_cast<size_t>(sh.m) * kc));
+      for (auto& t : tables)
+        for (float& x : t)
+          x = ties ? static_cast<float>(std::uniform_int_distribution<int>(-3, 3)(rng)) : std::normal_distribution<float>()(rng);
+      std::vector<const float*> ptrs;
+      for (auto& t : tables) ptrs.push_back(t.data());
+      // Skewed codes (a few centroids take most keys), as real keys cluster.
+      std::vector<uint8_t> codes(static_cast<size_t>(n) * sh.m);
+      for (uint8_t& c : codes) {
+        const int r = std::uniform_int_distribution<int>(0, kc - 1)(rng);
+        c = static_cast<uint8_t>(rng() % 4 == 0 ? r : r % std::max(1, kc / 8));
+      }
+      std::vector<float> ref_scores(n);
+      for (int64_t i = 0; i < n; ++i) {
+        float best = 0;
+        for (int t = 0; t < n_tables; ++t) {
+          float sum = tables[t][codes[i * sh.m]];
+          for (int s = 1; s < sh.m; ++s) sum += tables[t][s * kc + codes[i * sh.m + s]];
+          best = t == 0 ? sum : std::max(best, sum);
+        }
+        ref_scores[i] = best;
+      }
+      for (int64_t k : {int64_t{1}, n / 5, n / 2, n - 1, n, n + 3}) {
+        if (k < 1) continue;
+        std::vector<int32_t> got = {-7};  // appended after what is there
+        cb.TopKByCodes(ptrs.data(), n_tables, codes.data(), n, k, 100, &got);
+        std::vector<int32_t> want = {-7};
+        for (int32_t i : RefTopK(ref_scores, k)) want.push_back(100 + i);
+        ASSERT_EQ(got, want) << "m " << sh.m << " bits " << sh.bits << " trial " << trial << " n " << n << " k " << k;
+      }
+    }
+  }
+}
+
+TEST(TopKByCodesTest, NanScoresRankLast) {
+  PqOptions o;
+  o.m = 2;
+  o.bits = 2;
+  o.iterations = 1;
+  const PqCodebook cb = MustTrain(RandomRows(16, 4, 6), 16, 4, 4, o);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Sub-space 0's code 1 is NaN: every key with it scores NaN.
+  const std::vector<float> table = {0, nan, 2, 3, /* sub-space 1 */ 0, 0, 1, 0};
+  const float* ptr = table.data();
+  // Keys: (c0, c1) pairs; scores 0+0, NaN, 2+1, 3+0, NaN, 0+1 (many keys so the tuples
+  // are tabulated: 16 tuples <= 4n).
+  std::vector<uint8_t> codes;
+  const std::vector<std::pair<int, int>> keys = {{0, 0}, {1, 0}, {2, 2}, {3, 1}, {1, 3}, {0, 2}};
+  for (int rep = 0; rep < 3; ++rep)
+    for (auto [a, b] : keys) codes.push_back(static_cast<uint8_t>(a)), codes.push_back(static_cast<uint8_t>(b));
+  std::vector<int32_t> got;
+  cb.TopKByCodes(&ptr, 1, codes.data(), 18, 6, 0, &got);
+  EXPECT_EQ(got, (std::vector<int32_t>{2, 3, 8, 9, 14, 15}));  // every 3 and 2+1
+  got.clear();
+  cb.TopKByCodes(&ptr, 1, codes.data(), 18, 17, 0, &got);  // all but one NaN: the last NaN key goes
+  std::vector<int32_t> want(18);
+  std::iota(want.begin(), want.end(), 0);
+  want.erase(want.begin() + 16);  // keys 1, 4, 7, 10, 13, 16 are NaN; 16 is the last
+  EXPECT_EQ(got, want);
 }
 
 TEST(AdaptiveIterationsTest, Arithmetic) {

@@ -85,6 +85,18 @@ class PqCodebook {
   // scores[i] = sum over s of table[s * n_centroids + codes[i * m + s]], i in [0, n).
   void Score(const float* table, const uint8_t* codes, int64_t n, float* scores) const;
 
+  // The k best keys by PQ score, appended to `out` as offset + index, ascending: what
+  // TopK gives for the scores Score computes with tables[0] (n_tables == 1), or for the
+  // max over t of Score with tables[t] (a GQA group's query heads combined by max) --
+  // the same keys, ties to the lower index, NaN lowest -- without scoring every key.
+  // A key's score depends only on its m codes, so when there are few code tuples
+  // (2^(m * bits) <= 65,536 and no more than 4n) the tuples' scores are tabulated once,
+  // the keys counted per tuple, the k-th best found among the tuples (a selection
+  // weighted by the counts) and the keys taken in one pass over the codes; otherwise
+  // Score then TopK. O(n + 2^(m * bits)).
+  void TopKByCodes(const float* const* tables, int n_tables, const uint8_t* codes, int64_t n, int64_t k, int32_t offset,
+                   std::vector<int32_t>* out) const;
+
   // Bytes the codebook holds (its centroids, in both layouts), for memory accounting.
   int64_t bytes() const { return static_cast<int64_t>(centroids_.size() + transposed_.size()) * 4; }
 
