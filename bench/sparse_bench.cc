@@ -12,7 +12,9 @@
 //           recorded visibility -- the same AttendBatch call, the same KV and index
 //           lists -- plus the selector's own time: scoring and top-k), the share of the
 //           context attended, and the KV bytes a step reads (attended K and V rows, plus
-//           the PQ codes scored).
+//           the PQ codes scored); and the first decode step, where PQ clusters: TT2T =
+//           the prefill of that length (the chain's prefill so far: the same chunks as a
+//           prefill from scratch) + that step, adaptive clustering told the prefill time.
 //   tt2t    time to the second token (the paper's TT2T, Fig. 10a): prefill (with the
 //           selectors attached, as a server runs it: adaptive clustering times it) then
 //           the first decode step, where PQ clusters every layer. Variants: full, PQ with
@@ -262,6 +264,9 @@ struct TpotCell {
   int length = 0, batch = 0;
   std::string method;
   double tpot_s = 0, attention_s = 0, select_s = 0, attended_share = 1, bytes_per_step = 0;
+  // The first decode step (PQ clusters there), and TT2T = prefill + that step.
+  double first_step_s = 0, prefill_s = 0, cluster_s = 0;
+  int iterations = 0;
   std::vector<double> step_s;
 };
 
@@ -316,26 +321,32 @@ int RunTpot(int argc, char** argv) {
               c.model.c_str(), cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, c.kv_dtype.c_str(), c.threads,
               bench::CpuName().c_str());
   std::printf("%s", bench::TableHeader({"context", "batch", "method", "TPOT ms", "vs full", "attention ms/step",
-                                        "attn vs full", "select ms", "attended", "MB read/step"})
+                                        "attn vs full", "select ms", "attended", "MB read/step", "1st step s",
+                                        "TT2T vs full", "clustering s", "iterations"})
                         .c_str());
   std::vector<TpotCell> cells;
   kv::SequenceKv base(&engine->kv_pool());
+  double prefill_s = 0;  // the chain's prefill so far: a prefill of L from scratch (same chunks)
   for (int L : lengths) {
     std::fprintf(stderr, "context %d:\n", L);
+    const double p0 = bench::NowSeconds();
     Prefill(*engine, &base, tokens, L, nullptr);
+    prefill_s += bench::NowSeconds() - p0;
     for (int B : batches) {
       std::vector<std::unique_ptr<kv::SequenceKv>> seqs;
       for (int i = 0; i < B; ++i) {
         seqs.push_back(std::make_unique<kv::SequenceKv>(&engine->kv_pool()));
         CopySequence(base, L, cfg.kv_dim(), cfg.n_layers, seqs.back().get());
       }
-      double full_tpot = 0, full_attn = 0;
+      double full_tpot = 0, full_attn = 0, full_tt2t = 0;
       for (const auto& m : methods) {
         std::vector<std::unique_ptr<pq::SparseAttention>> sparse;
         std::vector<LayerHooks*> per_entry(B, nullptr);
         if (m.method != pq::SparseMethod::kFull) {
           for (int i = 0; i < B; ++i) {
             sparse.push_back(pq::MakeSparseAttention(m, Shape(cfg), cfg.n_layers, engine->threads()));
+            // The copies' prefill happened outside the hooks: adaptive clustering gets its time.
+            sparse.back()->set_prefill_seconds(prefill_s);
             per_entry[i] = sparse.back().get();
           }
         }
@@ -355,7 +366,15 @@ int RunTpot(int argc, char** argv) {
           if (!st.ok()) Die("decode: " + st.ToString());
           return bench::NowSeconds() - t0;
         };
-        for (int i = 0; i < warmup; ++i) step(i);
+        cell.prefill_s = prefill_s;
+        for (int i = 0; i < warmup; ++i) {
+          const double s = step(i);
+          if (i == 0) cell.first_step_s = s;
+        }
+        for (const auto& sp : sparse) {
+          cell.cluster_s += sp->stats().cluster_seconds / B;
+          cell.iterations = sp->stats().iterations;
+        }
         pq::SparseStats before;
         for (const auto& s : sparse) {
           before.select_seconds += s->stats().select_seconds;
@@ -404,13 +423,17 @@ int RunTpot(int argc, char** argv) {
         } else {
           cell.attention_s = AttentionSeconds(*engine, hooks, 5) + cell.select_s;
         }
-        if (m.method == pq::SparseMethod::kFull) full_tpot = cell.tpot_s, full_attn = cell.attention_s;
+        const double tt2t = prefill_s + cell.first_step_s;
+        if (m.method == pq::SparseMethod::kFull) full_tpot = cell.tpot_s, full_attn = cell.attention_s, full_tt2t = tt2t;
         std::printf("%s", bench::TableRow({std::to_string(L), std::to_string(B), cell.method, Fmt("%.2f", cell.tpot_s * 1e3),
                                            full_tpot > 0 ? Fmt("%.2f", cell.tpot_s / full_tpot) : "-",
                                            Fmt("%.2f", cell.attention_s * 1e3),
                                            full_attn > 0 ? Fmt("%.2f", cell.attention_s / full_attn) : "-",
                                            Fmt("%.2f", cell.select_s * 1e3), Fmt("%.3f", cell.attended_share),
-                                           Fmt("%.1f", cell.bytes_per_step / 1e6)})
+                                           Fmt("%.1f", cell.bytes_per_step / 1e6), Fmt("%.2f", cell.first_step_s),
+                                           full_tt2t > 0 ? Fmt("%.3f", tt2t / full_tt2t) : "-",
+                                           Fmt("%.2f", cell.cluster_s),
+                                           cell.iterations > 0 ? std::to_string(cell.iterations) : "-"})
                               .c_str());
         std::fflush(stdout);
         cells.push_back(cell);
@@ -439,6 +462,11 @@ int RunTpot(int argc, char** argv) {
     j["attended_share"] = cell.attended_share;
     j["bytes_per_step"] = cell.bytes_per_step;
     j["step_s"] = cell.step_s;
+    j["first_step_s"] = cell.first_step_s;
+    j["prefill_s"] = cell.prefill_s;
+    j["tt2t_s"] = cell.prefill_s + cell.first_step_s;
+    j["cluster_s"] = cell.cluster_s;
+    j["iterations"] = cell.iterations;
     out["cells"].push_back(j);
   }
   if (!plot.empty()) {

@@ -131,7 +131,13 @@ void SelectorBase::BeforeAttention(int layer, const engine::EntryRows& rows, eng
   }
   if (layer == 0) {
     ++stats_.sparse_steps;
-    if (!any_sparse_ && first_multi_row_) prefill_seconds_ = Since(*first_multi_row_);
+    if (!any_sparse_) {
+      if (given_prefill_seconds_) {
+        prefill_seconds_ = given_prefill_seconds_;
+      } else if (first_multi_row_) {
+        prefill_seconds_ = Since(*first_multi_row_);
+      }
+    }
     any_sparse_ = true;
   }
   const Budget b = SplitBudget(options_, n);

@@ -58,6 +58,7 @@ class SelectorBase : public SparseAttention {
     return lists_[layer][kv_head];
   }
   void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) final;
+  void set_prefill_seconds(double seconds) final { given_prefill_seconds_ = seconds; }
 
  protected:
   // A step that attends in full (several rows; or one row below min_slots): the rows see
@@ -71,7 +72,8 @@ class SelectorBase : public SparseAttention {
   virtual void AfterSelect(int layer, const engine::Visibility& vis) {}
 
   // Seconds from the first BeforeAttention of a multi-row step to the first sparse step
-  // (set at layer 0 of that step); nullopt when no multi-row step came first.
+  // (set at layer 0 of that step), or what set_prefill_seconds gave; nullopt when
+  // neither.
   std::optional<double> prefill_seconds() const { return prefill_seconds_; }
   int group() const { return shape_.n_heads / shape_.n_kv_heads; }
 
@@ -88,6 +90,7 @@ class SelectorBase : public SparseAttention {
   std::vector<std::vector<int32_t>> top_;                 // [kv_head] scratch
   std::optional<std::chrono::steady_clock::time_point> first_multi_row_;
   std::optional<double> prefill_seconds_;
+  std::optional<double> given_prefill_seconds_;  // set_prefill_seconds
   bool any_sparse_ = false;
 };
 

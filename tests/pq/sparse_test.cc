@@ -507,6 +507,21 @@ TEST(Pq, NoPrefillUsesTheFixedDefault) {
   EXPECT_EQ(sa->stats().sparse_steps, 21);
 }
 
+// A prefill time given with set_prefill_seconds (KV prefilled elsewhere) makes clustering
+// adaptive: the first layer clustered calibrates with its 2 iterations instead of the
+// fixed 6.
+TEST(Pq, GivenPrefillTimeMakesClusteringAdaptive) {
+  Synthetic syn(4, 2, 16, 300);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions("pq-0.2@min=100");
+  ASSERT_TRUE(o.ok());
+  auto sa = MakeSparseAttention(*o, syn.shape, 1, pool);
+  sa->set_prefill_seconds(10.0);
+  for (int i = 0; i < 120; ++i) syn.Step(sa.get(), 1);
+  EXPECT_EQ(sa->stats().iterations, 2);
+  EXPECT_EQ(sa->stats().sparse_steps, 21);
+}
+
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 

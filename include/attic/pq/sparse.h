@@ -109,6 +109,11 @@ class SparseAttention : public engine::LayerHooks {
   // ([n_coded, m] bytes: slots leave the local window in order). Tests read them.
   virtual const PqCodebook* codebook(int layer, int kv_head) const { return nullptr; }
   virtual const std::vector<uint8_t>* codes(int layer, int kv_head) const { return nullptr; }
+  // The prefill time adaptive clustering shares (SparseOptions::cluster_share), for a
+  // sequence whose prefill the hooks did not see (its KV was prefilled elsewhere and
+  // copied in, as a benchmark does, or entered from a store): given before the first
+  // sparse step, it replaces the measured time (and the fixed fallback without one).
+  virtual void set_prefill_seconds(double seconds) = 0;
 };
 
 // `pool` runs scoring and clustering (the step's thread waits for it, as for attention).
