@@ -198,14 +198,7 @@ StatusOr<PqCodebook> PqCodebook::Train(const float* keys, int64_t n, int head_di
     }
   }
 
-  cb.transposed_.resize(cb.centroids_.size());
-  for (int s = 0; s < options.m; ++s) {
-    const float* src = cb.centroids_.data() + static_cast<size_t>(s) * k * dsub;
-    float* dst = cb.transposed_.data() + static_cast<size_t>(s) * k * dsub;
-    for (int c = 0; c < k; ++c) {
-      for (int d = 0; d < dsub; ++d) dst[d * k + c] = src[c * dsub + d];
-    }
-  }
+  cb.Transpose();
 
   if (stats != nullptr) {
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -214,6 +207,37 @@ StatusOr<PqCodebook> PqCodebook::Train(const float* keys, int64_t n, int head_di
     stats->iterations = run_kmeans ? options.iterations : 0;
     stats->m = options.m;
   }
+  return cb;
+}
+
+void PqCodebook::Transpose() {
+  const int k = n_centroids(), dsub = sub_dim();
+  transposed_.resize(centroids_.size());
+  for (int s = 0; s < m_; ++s) {
+    const float* src = centroids_.data() + static_cast<size_t>(s) * k * dsub;
+    float* dst = transposed_.data() + static_cast<size_t>(s) * k * dsub;
+    for (int c = 0; c < k; ++c) {
+      for (int d = 0; d < dsub; ++d) dst[d * k + c] = src[c * dsub + d];
+    }
+  }
+}
+
+StatusOr<PqCodebook> PqCodebook::FromCentroids(int m, int bits, int head_dim, std::vector<float> centroids) {
+  PqOptions o;
+  o.m = m;
+  o.bits = bits;
+  ATTIC_RETURN_IF_ERROR(o.Validate(head_dim));
+  if (centroids.size() != static_cast<size_t>(head_dim) << bits)
+    return InvalidArgumentError("pq: " + std::to_string(centroids.size()) + " centroid floats, expected " +
+                                std::to_string(static_cast<size_t>(head_dim) << bits));
+  for (float x : centroids)
+    if (!std::isfinite(x)) return InvalidArgumentError("pq: a centroid is not finite");
+  PqCodebook cb;
+  cb.m_ = m;
+  cb.bits_ = bits;
+  cb.head_dim_ = head_dim;
+  cb.centroids_ = std::move(centroids);
+  cb.Transpose();
   return cb;
 }
 

@@ -15,6 +15,12 @@
 // sub-space and one iteration; AdaptiveIterations picks the count for the others. stats().iterations is the count of the last layer clustered. A
 // sequence whose KV came from a store (no multi-row step through the hooks) has no
 // prefill time to share: it uses kNoPrefillIterations.
+//
+// An imported index (ImportIndex; pq_index.h) replaces the clustering of every layer it
+// built: at the layer's first sparse step its codebooks are taken as they are and the
+// slots past its codes that have left the local window are coded (nearest centroid).
+// Codes it holds for slots still inside the window stay (same keys: the index is only
+// imported for slots reused as they were).
 #include <algorithm>
 #include <cmath>
 
@@ -47,11 +53,48 @@ class PqSelector : public SelectorBase {
     return l.codes.empty() ? nullptr : &l.codes[kv_head];
   }
 
+  std::optional<PqIndex> ExportIndex() const override {
+    PqIndex index;
+    index.m = options_.pq.m;
+    index.bits = options_.pq.bits;
+    index.head_dim = shape_.head_dim;
+    index.n_kv_heads = shape_.n_kv_heads;
+    index.layers.resize(layers_.size());
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& l = layers_[i];
+      if (l.books.empty()) continue;
+      PqIndex::Layer& out = index.layers[i];
+      out.built = true;
+      out.n_coded = l.n_coded;
+      out.books = l.books;
+      out.codes = l.codes;
+      for (auto& c : out.codes) c.resize(static_cast<size_t>(l.n_coded) * index.m);
+    }
+    if (!index.any_built()) return std::nullopt;
+    return index;
+  }
+
+  Status ImportIndex(PqIndex index) override {
+    if (stats_.sparse_steps + stats_.full_steps > 0 ||
+        std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return !l.books.empty(); }))
+      return FailedPreconditionError("sparse: a PQ index is imported before the first step");
+    if (index.m != options_.pq.m || index.bits != options_.pq.bits || index.head_dim != shape_.head_dim ||
+        index.n_kv_heads != shape_.n_kv_heads || index.n_layers() != n_layers_)
+      return InvalidArgumentError("sparse: the PQ index was built with other options or for another shape");
+    imported_ = std::move(index);
+    return OkStatus();
+  }
+
  protected:
   void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
                  std::vector<std::vector<int32_t>>* top) override {
     Layer& l = layers_[layer];
     const int n = vis.n_slots, end = n - b.local;
+    if (l.books.empty() && layer < imported_.n_layers() && imported_.layers[layer].built) {
+      TakeImported(layer, n);
+      stats_.imported_keys += static_cast<int64_t>(l.n_coded) * shape_.n_kv_heads;
+      ++stats_.imported_layers;
+    }
     if (l.books.empty()) {
       Train(layer, vis);
       Encode(layer, vis, 0, std::max(0, end));
@@ -98,6 +141,19 @@ class PqSelector : public SelectorBase {
     std::vector<std::vector<uint8_t>> codes;  // [kv_head][slot * m + s], slots [0, n_coded)
     int n_coded = 0;
   };
+
+  // The imported index's layer `layer` becomes the layer's index; codes past the n
+  // slots the sequence has now (none when the caller truncated it) are dropped.
+  void TakeImported(int layer, int n) {
+    PqIndex::Layer& in = imported_.layers[layer];
+    Layer& l = layers_[layer];
+    l.n_coded = std::min(in.n_coded, n);
+    l.books = std::move(in.books);
+    l.codes = std::move(in.codes);
+    for (auto& c : l.codes) c.resize(static_cast<size_t>(l.n_coded) * options_.pq.m);
+    in = PqIndex::Layer{};
+    UpdateBytes();
+  }
 
   int Iterations(int64_t n_keys) {
     if (options_.fixed_iterations) return options_.pq.iterations;
@@ -174,6 +230,7 @@ class PqSelector : public SelectorBase {
   }
 
   std::vector<Layer> layers_;
+  PqIndex imported_;  // ImportIndex's, until each layer takes its part
   double seconds_per_point_iteration_ = 0;  // calibrated on the first layer clustered
   std::vector<std::vector<float>> tables_;  // [table][m * 2^bits]
   std::vector<float> keys_, encode_buf_;

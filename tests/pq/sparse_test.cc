@@ -522,6 +522,71 @@ TEST(Pq, GivenPrefillTimeMakesClusteringAdaptive) {
   EXPECT_EQ(sa->stats().sparse_steps, 21);
 }
 
+// Drives two selectors with the same steps: `b` sees each step first, on its own copy of
+// the visibility (its selection is read back through last_selection).
+struct Tee : engine::LayerHooks {
+  engine::LayerHooks *a, *b;
+  Tee(engine::LayerHooks* x, engine::LayerHooks* y) : a(x), b(y) {}
+  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
+    engine::Visibility copy = *vis;
+    b->BeforeAttention(layer, rows, &copy);
+    a->BeforeAttention(layer, rows, vis);
+  }
+};
+
+// An index exported after decoding, serialized and imported by a new selector over the
+// same keys: the new selector clusters nothing, codes the slots the index leaves out by
+// nearest centroid exactly as the first selector does, and selects exactly what it
+// selects at every later step (same codebooks, same codes).
+TEST(Pq, AnImportedIndexDecodesAsTheSelectorThatBuiltIt) {
+  const int n_kv = 2;
+  Synthetic syn(4, n_kv, 16, 1000);
+  backend::ThreadPool pool(2);
+  auto o = ParseSparseOptions("pq-0.2@min=100,m=4,bits=4,iters=3");
+  ASSERT_TRUE(o.ok());
+  auto first = MakeSparseAttention(*o, syn.shape, 2, pool);
+  EXPECT_FALSE(first->ExportIndex().has_value());  // nothing built before a sparse step
+  syn.Step(first.get(), 400);
+  for (int i = 0; i < 20; ++i) syn.Step(first.get(), 1);
+  std::optional<PqIndex> exported = first->ExportIndex();
+  ASSERT_TRUE(exported.has_value());
+  ASSERT_TRUE(exported->layers[0].built);
+  EXPECT_FALSE(exported->layers[1].built);  // the hooks only ever saw layer 0
+  const int n_coded = exported->layers[0].n_coded;
+  EXPECT_EQ(n_coded, static_cast<int>(first->codes(0, 0)->size()) / 4);
+  auto blob = DeserializePqIndex(SerializePqIndex(*exported));
+  ASSERT_TRUE(blob.ok());
+  // A later sequence reuses the first 300 slots as they were: the index is cut to them.
+  ASSERT_GT(n_coded, 300);
+  blob->Truncate(300);
+
+  auto second = MakeSparseAttention(*o, syn.shape, 2, pool);
+  auto other = *ParseSparseOptions("pq-0.2@min=100,m=2,bits=4");
+  EXPECT_EQ(MakeSparseAttention(other, syn.shape, 2, pool)->ImportIndex(*blob).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeSparseAttention(*ParseSparseOptions("oracle-0.2"), syn.shape, 2, pool)->ImportIndex(*blob).code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(second->ImportIndex(std::move(*blob)).ok());
+  Tee both(first.get(), second.get());
+  for (int step = 0; step < 40; ++step) {
+    syn.Step(&both, 1);
+    for (int h = 0; h < n_kv; ++h) {
+      SCOPED_TRACE(step);
+      ASSERT_NE(second->codes(0, h), nullptr);
+      EXPECT_EQ(*second->codes(0, h), *first->codes(0, h));
+      EXPECT_EQ(second->last_selection(0, h), first->last_selection(0, h));
+      EXPECT_EQ(second->codebook(0, h)->centroids(), first->codebook(0, h)->centroids());
+    }
+  }
+  EXPECT_EQ(second->stats().clustered_keys, 0);
+  EXPECT_EQ(second->stats().cluster_seconds, 0.0);
+  EXPECT_EQ(second->stats().imported_layers, 1);
+  EXPECT_EQ(second->stats().imported_keys, 300 * n_kv);
+  EXPECT_EQ(second->stats().sparse_steps, 40);
+  EXPECT_GT(second->stats().encoded_keys, 0);  // slots 300.. coded by nearest centroid
+  // Importing after the first step is refused.
+  EXPECT_EQ(second->ImportIndex(*first->ExportIndex()).code(), StatusCode::kFailedPrecondition);
+}
+
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 

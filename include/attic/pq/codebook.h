@@ -65,6 +65,11 @@ class PqCodebook {
   static StatusOr<PqCodebook> Train(const float* keys, int64_t n, int head_dim, int64_t stride, const PqOptions& options,
                                     TrainStats* stats = nullptr);
 
+  // A codebook from its centroids ([m][2^bits][sub_dim] floats, the layout centroid()
+  // reads; a stored index, pq_index.h): InvalidArgument for options that fail Validate,
+  // a wrong count or a centroid that is not finite.
+  static StatusOr<PqCodebook> FromCentroids(int m, int bits, int head_dim, std::vector<float> centroids);
+
   int m() const { return m_; }
   int bits() const { return bits_; }
   int n_centroids() const { return 1 << bits_; }
@@ -72,6 +77,8 @@ class PqCodebook {
   int sub_dim() const { return head_dim_ / m_; }
   // Centroid c of sub-space s: sub_dim floats.
   const float* centroid(int s, int c) const;
+  // Every centroid: [m][2^bits][sub_dim] floats.
+  const std::vector<float>& centroids() const { return centroids_; }
 
   // codes[i * m + s] = nearest centroid (squared L2) of key i's sub-vector s; ties go to
   // the lower index.
@@ -101,6 +108,8 @@ class PqCodebook {
   int64_t bytes() const { return static_cast<int64_t>(centroids_.size() + transposed_.size()) * 4; }
 
  private:
+  void Transpose();  // transposed_ from centroids_
+
   int m_ = 0, bits_ = 0, head_dim_ = 0;
   std::vector<float> centroids_;   // [m][2^bits][sub_dim]
   std::vector<float> transposed_;  // [m][sub_dim][2^bits]: what Encode and AddQueryTable read

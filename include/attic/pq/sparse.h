@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "attic/core/status.h"
 #include "attic/engine/layer_hooks.h"
 #include "attic/pq/codebook.h"
+#include "attic/pq/pq_index.h"
 
 namespace attic::pq {
 
@@ -95,6 +97,8 @@ struct SparseStats {
   int iterations = 0;          // the k-means iterations used (last layer clustered)
   int64_t encoded_keys = 0;    // keys coded after leaving the local window
   int64_t index_bytes = 0;     // codebooks + codes held now
+  int64_t imported_layers = 0; // layers that started from an imported index (no clustering)
+  int64_t imported_keys = 0;   // coded slots taken from it, per layer and KV head
 };
 
 class SparseAttention : public engine::LayerHooks {
@@ -114,6 +118,20 @@ class SparseAttention : public engine::LayerHooks {
   // copied in, as a benchmark does, or entered from a store): given before the first
   // sparse step, it replaces the measured time (and the fixed fallback without one).
   virtual void set_prefill_seconds(double seconds) = 0;
+  // pq only (nullopt otherwise, or before any layer's first sparse step): the index built
+  // so far (pq_index.h), e.g. when the request ends, to save it with the turn's KV.
+  virtual std::optional<PqIndex> ExportIndex() const { return std::nullopt; }
+  // pq only, before the first step: start from `index` (pq_index.h says for which slots
+  // it is valid: the caller truncates it to the slots reused as they were). At its first
+  // sparse step a layer the index built is not clustered: its codebooks are the index's,
+  // and the slots the index does not code that have left the local window are coded by
+  // nearest centroid, as new tokens always are. FailedPrecondition for other methods or
+  // after the first step; InvalidArgument when m, bits, head_dim, KV heads or layers
+  // differ from the selector's.
+  virtual Status ImportIndex(PqIndex index) {
+    return FailedPreconditionError(std::string("sparse: method ") + SparseMethodName(options().method) +
+                                   " has no PQ index");
+  }
 };
 
 // `pool` runs scoring and clustering (the step's thread waits for it, as for attention).
