@@ -10,7 +10,9 @@ namespace attic::store {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'T', 'T', 'I', 'C', 'K', 'V', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion1 = 1;  // no attachments
+constexpr uint32_t kVersion2 = 2;  // an attachment table in the header, blobs after the layers
+constexpr uint32_t kMaxKind = 64;
 constexpr uint64_t kAlign = 4096;
 // Bounds that keep a corrupt header from asking for absurd allocations.
 constexpr uint32_t kMaxLayers = 1024;
@@ -83,12 +85,16 @@ uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
   return Hash64(v, n, h);
 }
 
+uint64_t AttachmentChecksum(std::string_view bytes) { return Hash64(bytes.data(), bytes.size(), 0x6174); }
+
+uint32_t VersionOf(const KvEntry& e) { return e.attachments.empty() ? kVersion1 : kVersion2; }
+
 // Header bytes up to (excluding) the header checksum.
 std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums) {
   std::string out;
   Writer w(&out);
   w.Raw(kMagic, sizeof(kMagic));
-  w.Pod(kVersion);
+  w.Pod(VersionOf(e));
   w.Pod(static_cast<uint32_t>(e.dtype));
   w.Pod(static_cast<uint32_t>(e.n_layers));
   w.Pod(static_cast<uint32_t>(e.kv_dim));
@@ -97,6 +103,14 @@ std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums)
   w.Str(e.tenant);
   w.Str(e.session_id);
   w.Str(e.fingerprint);
+  if (VersionOf(e) == kVersion2) {
+    w.Pod(static_cast<uint32_t>(e.attachments.size()));
+    for (const EntryAttachment& a : e.attachments) {
+      w.Str(a.kind);
+      w.Pod(static_cast<uint64_t>(a.bytes->size()));
+      w.Pod(AttachmentChecksum(*a.bytes));
+    }
+  }
   w.Raw(e.tokens.data(), e.tokens.size() * sizeof(int32_t));
   w.Raw(e.positions.data(), e.positions.size() * sizeof(int32_t));
   w.Raw(checksums.data(), checksums.size() * sizeof(uint64_t));
@@ -161,11 +175,28 @@ EntryKey KvEntry::key() const {
 uint64_t KvEntry::SerializedBytes() const {
   uint64_t header = 8 + 4 * 5 + 8 + 12 + tenant.size() + session_id.size() + fingerprint.size() +
                     8ull * tokens.size() + 8ull * n_layers + 8;
-  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * elem_bytes();
+  if (!attachments.empty()) {
+    header += 4;
+    for (const EntryAttachment& a : attachments) header += 4 + a.kind.size() + 16;
+  }
+  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * elem_bytes() + attachment_bytes();
+}
+
+const EntryAttachment* KvEntry::attachment(std::string_view kind) const {
+  for (const EntryAttachment& a : attachments)
+    if (a.kind == kind) return &a;
+  return nullptr;
+}
+
+uint64_t KvEntry::attachment_bytes() const {
+  uint64_t n = 0;
+  for (const EntryAttachment& a : attachments) n += a.bytes ? a.bytes->size() : 0;
+  return n;
 }
 
 void KvEntry::TruncateTo(int n) {
   if (n >= n_tokens()) return;
+  attachments.clear();
   tokens.resize(n);
   positions.resize(n);
   base.n_rows = std::min(base.n_rows, n);
@@ -210,6 +241,14 @@ Status ValidateEntry(const KvEntry& e) {
     base_ok = base_ok && b.n_rows == 0;
   }
   if (!base_ok) return InvalidArgumentError("bad KV row base");
+  if (e.attachments.size() > static_cast<size_t>(kMaxEntryAttachments)) return InvalidArgumentError("too many attachments");
+  for (size_t i = 0; i < e.attachments.size(); ++i) {
+    const EntryAttachment& a = e.attachments[i];
+    if (a.kind.empty() || a.kind.size() > kMaxKind || a.bytes == nullptr || a.bytes->size() > kMaxAttachmentBytes)
+      return InvalidArgumentError("bad attachment");
+    for (size_t j = 0; j < i; ++j)
+      if (e.attachments[j].kind == a.kind) return InvalidArgumentError("duplicate attachment kind " + a.kind);
+  }
   if (e.dtype != KvDtype::kF32 && e.dtype != KvDtype::kF16) return InvalidArgumentError("bad KV dtype");
   const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
   auto check = [&](const auto& k, const auto& v) {
@@ -301,7 +340,7 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   const size_t body = HeaderBody(e, checksums).size();
   const size_t data = AlignUp(body + sizeof(uint64_t));
   std::unique_ptr<Bytes> out = Bytes::Allocate(e.SerializedBytes());
-  ATTIC_CHECK(data + 2 * e.n_layers * per_layer == out->size());
+  ATTIC_CHECK(data + 2 * e.n_layers * per_layer + e.attachment_bytes() == out->size());
   char* p = out->data();
   std::memset(p + body, 0, data - body);
   for (int l = 0; l < e.n_layers; ++l) {
@@ -311,6 +350,11 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
     std::memcpy(k + base, e.own_k(l), per_layer - base);
     std::memcpy(v + base, e.own_v(l), per_layer - base);
     checksums[l] = LayerChecksum(k, v, per_layer);
+  }
+  char* at = p + data + 2 * e.n_layers * per_layer;
+  for (const EntryAttachment& a : e.attachments) {
+    std::memcpy(at, a.bytes->data(), a.bytes->size());
+    at += a.bytes->size();
   }
   const std::string header = HeaderBody(e, checksums);
   ATTIC_CHECK(header.size() == body);
@@ -335,7 +379,8 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
       !r.Pod(&e.expires_at_ms))
     return DataLossError("truncated KV entry header");
-  if (version != kVersion) return DataLossError("unsupported KV entry version " + std::to_string(version));
+  if (version != kVersion1 && version != kVersion2)
+    return DataLossError("unsupported KV entry version " + std::to_string(version));
   if (dtype != static_cast<uint32_t>(KvDtype::kF32) && dtype != static_cast<uint32_t>(KvDtype::kF16))
     return DataLossError("unsupported KV entry dtype");
   if (n_layers == 0 || n_layers > kMaxLayers || kv_dim == 0 || kv_dim > kMaxKvDim || n_tokens == 0 ||
@@ -345,6 +390,19 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   e.n_layers = static_cast<int>(n_layers);
   e.kv_dim = static_cast<int>(kv_dim);
   if (!r.Str(&e.tenant) || !r.Str(&e.session_id) || !r.Str(&e.fingerprint)) return DataLossError("truncated KV entry header");
+  if (version == kVersion2) {
+    uint32_t n_att;
+    if (!r.Pod(&n_att)) return DataLossError("truncated KV entry header");
+    if (n_att == 0 || n_att > static_cast<uint32_t>(kMaxEntryAttachments))
+      return DataLossError("KV entry header out of bounds");
+    for (uint32_t i = 0; i < n_att; ++i) {
+      AttachmentInfo a;
+      if (!r.Str(&a.kind) || !r.Pod(&a.size) || !r.Pod(&a.checksum)) return DataLossError("truncated KV entry header");
+      if (a.kind.empty() || a.kind.size() > kMaxKind || a.size > kMaxAttachmentBytes)
+        return DataLossError("KV entry header out of bounds");
+      h.attachments.push_back(std::move(a));
+    }
+  }
   e.tokens.resize(n_tokens);
   e.positions.resize(n_tokens);
   h.layer_checksums.resize(n_layers);
@@ -358,6 +416,10 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   h.data_offset = AlignUp(r.pos());
   h.layer_bytes = 2ull * n_tokens * kv_dim * e.elem_bytes();
   h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
+  for (AttachmentInfo& a : h.attachments) {
+    a.offset = h.total_bytes;
+    h.total_bytes += a.size;
+  }
   return h;
 }
 
@@ -388,13 +450,26 @@ StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
   if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
       !r.Pod(&expires))
     return OutOfRangeError("too short for a KV entry header");
-  if (version != kVersion || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 || n_tokens > kMaxTokens)
+  if ((version != kVersion1 && version != kVersion2) || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 ||
+      n_tokens > kMaxTokens)
     return DataLossError("KV entry header out of bounds");
-  for (int i = 0; i < 3; ++i) {  // tenant, session id, fingerprint
+  auto skip_str = [&](uint32_t max) -> Status {
     uint32_t n;
     if (!r.Pod(&n)) return OutOfRangeError("too short for a KV entry header");
-    if (n > kMaxString) return DataLossError("KV entry header out of bounds");
+    if (n > max) return DataLossError("KV entry header out of bounds");
     if (!r.Skip(n)) return OutOfRangeError("too short for a KV entry header");
+    return OkStatus();
+  };
+  for (int i = 0; i < 3; ++i) ATTIC_RETURN_IF_ERROR(skip_str(kMaxString));  // tenant, session id, fingerprint
+  if (version == kVersion2) {  // the attachment table
+    uint32_t n_att;
+    if (!r.Pod(&n_att)) return OutOfRangeError("too short for a KV entry header");
+    if (n_att == 0 || n_att > static_cast<uint32_t>(kMaxEntryAttachments))
+      return DataLossError("KV entry header out of bounds");
+    for (uint32_t i = 0; i < n_att; ++i) {
+      ATTIC_RETURN_IF_ERROR(skip_str(kMaxKind));
+      if (!r.Skip(16)) return OutOfRangeError("too short for a KV entry header");
+    }
   }
   // tokens, positions, layer checksums, header checksum
   return AlignUp(r.pos() + n_tokens * 8ull + n_layers * 8ull + sizeof(uint64_t));
@@ -424,8 +499,24 @@ StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& exp
   return h;
 }
 
+StatusOr<std::string_view> EntryAttachmentBytes(std::string_view bytes, const EntryHeader& h, std::string_view kind) {
+  for (const AttachmentInfo& a : h.attachments) {
+    if (a.kind != kind) continue;
+    if (bytes.size() != h.total_bytes || a.offset + a.size > bytes.size())
+      return DataLossError("KV entry attachment " + a.kind + " out of bounds");
+    const std::string_view view = bytes.substr(a.offset, a.size);
+    if (AttachmentChecksum(view) != a.checksum) return DataLossError("KV entry attachment " + a.kind + " checksum mismatch");
+    return view;
+  }
+  return NotFoundError("KV entry has no attachment " + std::string(kind));
+}
+
 KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
   KvEntry& e = h.meta;
+  for (const AttachmentInfo& a : h.attachments) {
+    auto view = EntryAttachmentBytes(bytes, h, a.kind);
+    if (view.ok()) e.attachments.push_back({a.kind, std::make_shared<const std::string>(*view)});
+  }
   const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
   if (e.dtype == KvDtype::kF16) {
     e.k16.resize(e.n_layers);

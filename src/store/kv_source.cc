@@ -16,6 +16,15 @@ std::shared_ptr<const KvSource> KvSource::Queued(std::shared_ptr<const KvEntry> 
   return s;
 }
 
+StatusOr<std::string_view> KvSource::attachment(std::string_view kind) const {
+  if (queued_ != nullptr) {
+    const EntryAttachment* a = queued_->attachment(kind);
+    if (a == nullptr) return NotFoundError("KV entry has no attachment " + std::string(kind));
+    return std::string_view(*a->bytes);
+  }
+  return EntryAttachmentBytes(*bytes_, header_, kind);
+}
+
 KvSource::Layer KvSource::layer(int l) const {
   const KvEntry& m = meta();
   const size_t kv_dim = static_cast<size_t>(m.kv_dim), elem_bytes = m.elem_bytes();

@@ -328,6 +328,7 @@ StoreStats KvStore::Stats() const {
     s = stats_;
     s.entries = entries_.size();
   }
+  s.corrupt_attachments = corrupt_attachments_.load();
   // Asked of the tiers without the store's lock (a remote tier's answer is I/O).
   for (int level = 0; level < n_tiers(); ++level) {
     s.tiers[level].bytes = tiers_[level]->bytes();

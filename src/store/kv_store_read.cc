@@ -129,6 +129,18 @@ StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& k
   ATTIC_ASSIGN_OR_RETURN(SharedBytes bytes, tier.GetShared(key));
   ATTIC_ASSIGN_OR_RETURN(EntryHeader header, VerifyEntry(*bytes, options_.fingerprint, check_layers));
   if (header.meta.key().ToString() != key) return DataLossError("misnamed KV entry");
+  // A bad attachment does not make the entry bad: its user finds it bad when it reads it
+  // (EntryAttachmentBytes) and goes without. Counted and logged where the layers are
+  // checked too (bytes that crossed a persistence boundary).
+  if (check_layers) {
+    for (const AttachmentInfo& a : header.attachments) {
+      if (auto view = EntryAttachmentBytes(*bytes, header, a.kind); !view.ok()) {
+        corrupt_attachments_.fetch_add(1);
+        Log(LogLevel::kWarn, "KV store: entry %s: %s (dropped; the KV is served)", key.c_str(),
+            view.status().ToString().c_str());
+      }
+    }
+  }
   return Fetched{std::move(bytes), std::move(header)};
 }
 

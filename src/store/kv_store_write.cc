@@ -23,7 +23,7 @@ uint64_t EntryKvBytes(const KvEntry& e) {
   uint64_t n = 0;
   for (const auto& x : e.k) n += x.size() * sizeof(float);
   for (const auto& x : e.v) n += x.size() * sizeof(float);
-  return n;
+  return n + e.attachment_bytes();
 }
 }  // namespace
 

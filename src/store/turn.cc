@@ -244,7 +244,8 @@ void Turn::RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vec
   saved_.reset();
 }
 
-void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows) {
+void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows,
+                  std::vector<EntryAttachment> attachments) {
   WaitLoad();
   const int n = static_cast<int>(tokens.size());
   if (!valid_ || n == 0 || n_slots() != n || static_cast<int>(rows_.k.size()) != n_layers_) return;
@@ -257,6 +258,7 @@ void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>
   e.dtype = dtype_;
   e.tokens = tokens;
   e.positions = positions;
+  e.attachments = std::move(attachments);
   if (keep_rows) RebaseOnPlacedSave(tokens, positions);
   e.base = rows_.base;  // the stored history is written from where it is
   // The rows since the base move into the entry (no copy on the step loop).

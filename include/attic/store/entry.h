@@ -7,14 +7,30 @@
 //
 // Serialized layout (little-endian, one byte buffer / one file):
 //   [0, 4096)   header: magic "ATTICKV1", version, dtype, n_layers, kv_dim, n_tokens,
-//               expires_at_ms, tenant, session_id, fingerprint, tokens[n_tokens],
-//               positions[n_tokens], layer_checksum[n_layers], header_checksum
+//               expires_at_ms, tenant, session_id, fingerprint,
+//               [version 2: n_attachments (u32), per attachment: kind (u32 length +
+//               bytes), size (u64), checksum (u64)]
+//               tokens[n_tokens], positions[n_tokens], layer_checksum[n_layers],
+//               header_checksum
 //               (the header grows past 4096 in 4096-byte steps when it must)
 //   then per layer l: K [n_tokens, kv_dim], V [n_tokens, kv_dim] in the entry's dtype
 //               (f32: 4 bytes an element; f16: IEEE half, 2 bytes an element; the f32
 //               layout is the one version 1 always had)
+//   then (version 2) each attachment's bytes, in header order, unaligned
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
+//
+// Versions: an entry without attachments is written as version 1 (byte for byte what
+// version 1 always was); one with attachments as version 2. Both are read. The layers
+// lie where version 1 puts them in both, so layer-wise reads do not care.
+//
+// Attachments: named blobs saved with the entry that describe its slots (a PQ index,
+// pq/pq_index.h), in the same buffer / file (so the same atomic write), counted in its
+// bytes. Each has its own xxh3 checksum, checked whenever it is read
+// (EntryAttachmentBytes), whatever the tier: a bad attachment is dropped on its own (its
+// user rebuilds what it held) while the KV, verified by its layer checksums, is still
+// served. The attachment table is part of the header (header checksum); a file cut short
+// anywhere is a bad entry as before (size mismatch).
 //
 // Thread-safety: value types.
 #pragma once
@@ -65,6 +81,16 @@ bool EntryKeyHasDtype(std::string_view key, KvDtype dtype);
 
 struct KvEntry;
 
+// A named blob saved with an entry (see "Attachments" above). `kind` names what it is
+// (e.g. pq::kPqIndexAttachment): 1..64 bytes; at most kMaxEntryAttachments of them, each
+// at most kMaxAttachmentBytes.
+struct EntryAttachment {
+  std::string kind;
+  std::shared_ptr<const std::string> bytes;
+};
+inline constexpr int kMaxEntryAttachments = 16;
+inline constexpr uint64_t kMaxAttachmentBytes = 1ull << 30;
+
 // The first `n_rows` rows of every layer's K and V, shared in place, not copied: either
 // rows of another serialized entry (`bytes`), or rows of an entry not serialized yet
 // (`entry`: a queued save, immutable once queued; its own first rows may in turn come
@@ -113,6 +139,9 @@ struct KvEntry {
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
+  // Blobs saved with the entry (distinct kinds). They describe all of its slots: an
+  // entry cut (TruncateTo) drops them.
+  std::vector<EntryAttachment> attachments;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   size_t elem_bytes() const { return KvDtypeBytes(dtype); }
@@ -129,8 +158,12 @@ struct KvEntry {
   EntryKey key() const;
   // Size of Serialize()'s output.
   uint64_t SerializedBytes() const;
-  // Keeps the first n tokens (and their KV).
+  // Keeps the first n tokens (and their KV); drops the attachments when it cuts.
   void TruncateTo(int n);
+  // The attachment of that kind, or null.
+  const EntryAttachment* attachment(std::string_view kind) const;
+  // Bytes of the attachments' contents.
+  uint64_t attachment_bytes() const;
 };
 
 // Checks shapes (k/v per layer, positions per token). InvalidArgument when inconsistent.
@@ -140,12 +173,20 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& entry);
 // The same bytes as a string.
 StatusOr<std::string> SerializeEntry(const KvEntry& entry);
 
+// An attachment as the header describes it; its bytes lie at [offset, offset + size)
+// of the serialized entry.
+struct AttachmentInfo {
+  std::string kind;
+  uint64_t offset = 0, size = 0, checksum = 0;
+};
+
 struct EntryHeader {
-  KvEntry meta;                            // everything but k/v
+  KvEntry meta;                            // everything but k/v and the attachments
   std::vector<uint64_t> layer_checksums;   // [n_layers]
   uint64_t data_offset = 0;                // where layer 0 starts
   uint64_t layer_bytes = 0;                // bytes of one layer's K+V
   uint64_t total_bytes = 0;
+  std::vector<AttachmentInfo> attachments; // version 2; none for version 1
 };
 
 // Parses and verifies the header only (magic, version, bounds, header checksum).
@@ -179,12 +220,19 @@ uint64_t EntryLayerOffset(const EntryHeader& h, int layer);
 // checksum. DataLoss on a mismatch or a wrong size.
 Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int layer);
 
+// The attachment `kind` of the serialized entry `bytes` (header `h`, size checked),
+// verified against its checksum: NotFound when the entry has none, DataLoss when its
+// bytes are bad (the KV may still be good: its layers have their own checksums).
+StatusOr<std::string_view> EntryAttachmentBytes(std::string_view bytes, const EntryHeader& h, std::string_view kind);
+
 // Parses the header and verifies the size and every layer's checksum (unless
-// !check_layers), without copying the KV. `expected_fingerprint` non-empty: another
+// !check_layers), without copying the KV. Attachments are not verified here (a bad one
+// does not make the entry bad): EntryAttachmentBytes checks each when it is read. `expected_fingerprint` non-empty: another
 // model's entry is FailedPrecondition. A truncated buffer or a bad checksum is DataLoss.
 StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint = "",
                                   bool check_layers = true);
-// The entry VerifyEntry accepted, copied out of `bytes`.
+// The entry VerifyEntry accepted, copied out of `bytes`, with the attachments whose
+// checksums hold (a bad one is left out).
 KvEntry MaterializeEntry(std::string_view bytes, EntryHeader header);
 
 // Parses and verifies everything (VerifyEntry + MaterializeEntry).

@@ -36,6 +36,12 @@ class KvSource {
 
   KvDtype dtype() const { return meta().dtype; }
 
+  // The attachment `kind` (entry.h), valid while the source lives: a queued save's as
+  // it was given, a stored entry's verified against its checksum on every call (the
+  // tier's bytes, whichever tier). NotFound when there is none, DataLoss when its bytes
+  // are bad (the KV itself may still be good).
+  StatusOr<std::string_view> attachment(std::string_view kind) const;
+
   // One layer's rows: KBytes(row) / VBytes(row) are the kv_dim elements (of dtype()) of
   // entry row `row`; K / V for an f32 source, K16 / V16 (IEEE half bits) for an f16 one.
   // A serialized layer's rows are contiguous; a queued save's are looked up through its

@@ -167,6 +167,9 @@ struct StoreStats {
   uint64_t saves_not_kept = 0;      // saves the scheduler-aware policy kept in no tier (all wanted sooner)
   uint64_t expired = 0;
   uint64_t corrupt = 0;             // entries found bad and deleted
+  // Reads (of bytes that crossed a persistence boundary: not DRAM's) that found an
+  // attachment (entry.h) bad: the attachment is dropped for that read, the KV served.
+  uint64_t corrupt_attachments = 0;
   uint64_t async_saves = 0;         // saves done by the writer thread
   uint64_t save_waits = 0;          // SaveAsync calls that waited for write-buffer room
   double save_wait_ms = 0;          // ... total time they waited
@@ -531,6 +534,7 @@ class KvStore {
   const attention::RopeTable* rope_ = nullptr;
   std::unique_ptr<KvLoader> loader_;
   std::atomic<uint64_t> turn_bytes_{0};
+  mutable std::atomic<uint64_t> corrupt_attachments_{0};  // StoreStats::corrupt_attachments
   std::atomic<uint64_t> turns_over_budget_{0};
   mutable std::mutex rmu_;  // the read buffer and the rates; never held while taking mu_ or place_mu_
   std::unordered_map<std::string, std::shared_ptr<StagedFetch>> staged_;  // entry key -> fetch

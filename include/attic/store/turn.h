@@ -117,8 +117,11 @@ class Turn {
   // asynchronously, replacing the entry the turn was loaded from when it extends it.
   // keep_rows: the sequence stays resident and the turn goes on recording (its rows are
   // then based on the saved entry, shared with the writer); else the rows move into the
-  // save and the turn records nothing more.
-  void Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows);
+  // save and the turn records nothing more. `attachments` are saved with the entry
+  // (entry.h): they must describe the saved slots (e.g. the sequence's PQ index,
+  // pq/pq_index.h).
+  void Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions, bool keep_rows,
+              std::vector<EntryAttachment> attachments = {});
 
  private:
   friend class KvStore;
