@@ -39,6 +39,7 @@ void SparseDecodeStats::Add(pq::SparseMethod method, const pq::SparseStats& s) {
   clustered_keys += static_cast<uint64_t>(s.clustered_keys);
   cluster_seconds += s.cluster_seconds;
   encoded_keys += static_cast<uint64_t>(s.encoded_keys);
+  imported_keys += static_cast<uint64_t>(s.imported_keys);
 }
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
@@ -303,6 +304,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
       resident_blocks_ -= static_cast<int>(res.kv->block_table().size());
       r->kv = std::move(res.kv);
       r->turn = std::move(res.turn);
+      if (res.pq_index) ImportPqIndex(*r, *res.pq_index, local.n_cached);
       resident_.erase(it);
       r->kv->Truncate(local.n_cached);
       if (r->turn) {
@@ -325,6 +327,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
         }
       }
       if (res.turn) r->turn = res.turn->Branch(local.n_cached, r->req.session_id, r->req.session_ttl_ms);
+      if (res.pq_index) ImportPqIndex(*r, *res.pq_index, local.n_cached);
       res.last_used = ++resident_clock_;
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
@@ -394,6 +397,8 @@ void Scheduler::Admit(SchedClock::time_point now) {
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
+  // The PQ index goes with the sequence's KV: saved with its turn, kept with it resident.
+  std::shared_ptr<const std::string> pq_index = ExportPqIndex(r);
   if (r.sparse) {
     sparse_stats_.Add(r.sparse->options().method, r.sparse->stats());
     r.sparse.reset();
@@ -403,14 +408,15 @@ void Scheduler::Retire(Running& r) {
   // either: a sequence adopting or copying it could not be saved.
   const bool unsaved_link = !r.compute_slots.empty() && r.turn != nullptr && !r.turn->valid();
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link) {
-    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false);
+    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));
     r.kv.reset();
     return;
   }
   auto res = std::make_unique<Resident>();
   res->tenant = r.req.tenant;
   res->session_id = r.req.session_id;
-  SaveToStore(r, true);
+  SaveToStore(r, true, pq_index);
+  res->pq_index = std::move(pq_index);
   res->kv = std::move(r.kv);
   res->turn = std::move(r.turn);
   resident_blocks_ += static_cast<int>(res->kv->block_table().size());

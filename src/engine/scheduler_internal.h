@@ -36,6 +36,9 @@ struct Scheduler::Resident {
   std::string session_id;
   std::unique_ptr<kv::SequenceKv> kv;
   std::unique_ptr<store::Turn> turn;  // with a KV store: its rows, kept for the next save
+  // A pq request's index over its slots, serialized (pq/pq_index.h), or null: a request
+  // reusing a prefix of the slots as they are starts its selector from it.
+  std::shared_ptr<const std::string> pq_index;
   uint64_t last_used = 0;             // Scheduler::resident_clock_ when retired or last reused
 };
 

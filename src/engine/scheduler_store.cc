@@ -132,6 +132,23 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
 }
 
 void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
+  // A stored prefix reused as it is (entry rows [0, n) in slots [0, n) at the entry's
+  // positions) keeps the PQ index saved with it; truncation's re-embedded rows and linked
+  // chunks do not (pq/pq_index.h).
+  if (r.sparse != nullptr && plan.n_linked == 0 && !r.truncation.active && plan.segments.size() == 1) {
+    const store::LoadSegment& seg = plan.segments.front();
+    const store::KvEntry& meta = seg.source->meta();
+    if (seg.src_row == 0 && seg.dst_slot == 0 && seg.n == plan.n_cached && meta.n_tokens() >= plan.n_cached &&
+        std::equal(plan.positions.begin(), plan.positions.begin() + plan.n_cached, meta.positions.begin()) &&
+        std::equal(plan.tokens.begin(), plan.tokens.begin() + plan.n_cached, meta.tokens.begin())) {
+      StatusOr<std::string_view> index = seg.source->attachment(pq::kPqIndexAttachment);
+      if (index.ok()) {
+        ImportPqIndex(r, *index, plan.n_cached);
+      } else if (index.status().code() != StatusCode::kNotFound) {
+        ++sparse_stats_.rejected_indexes;  // bad bytes: this request clusters
+      }
+    }
+  }
   EnsureFree(BlocksFor(plan.n_cached), nullptr);
   auto seq = std::make_unique<kv::SequenceKv>(&pool_);
   Status st = seq->Append(plan.tokens.data(), plan.positions.data(), plan.n_cached);
@@ -187,9 +204,33 @@ void Scheduler::CountFinishedLoad(store::Turn& turn) {
   }
 }
 
-void Scheduler::SaveToStore(Running& r, bool keep_rows) {
+void Scheduler::SaveToStore(Running& r, bool keep_rows, std::shared_ptr<const std::string> pq_index) {
   if (store_ == nullptr || !options_.store_save || !r.kv || !r.turn) return;
-  r.turn->Commit(r.kv->tokens(), r.kv->positions(), keep_rows);
+  std::vector<store::EntryAttachment> attachments;
+  if (pq_index != nullptr) attachments.push_back({pq::kPqIndexAttachment, std::move(pq_index)});
+  r.turn->Commit(r.kv->tokens(), r.kv->positions(), keep_rows, std::move(attachments));
+}
+
+std::shared_ptr<const std::string> Scheduler::ExportPqIndex(const Running& r) const {
+  if (r.sparse == nullptr || !r.kv) return nullptr;
+  std::optional<pq::PqIndex> index = r.sparse->ExportIndex();
+  if (!index) return nullptr;
+  index->Truncate(r.kv->n_slots());  // codes only of slots the sequence (and its save) holds
+  return std::make_shared<const std::string>(pq::SerializePqIndex(*index));
+}
+
+bool Scheduler::ImportPqIndex(Running& r, std::string_view blob, int n_cached) {
+  if (r.sparse == nullptr || r.sparse->options().method != pq::SparseMethod::kPq) return false;
+  StatusOr<pq::PqIndex> index = pq::DeserializePqIndex(blob);
+  if (index.ok()) {
+    index->Truncate(n_cached);
+    if (r.sparse->ImportIndex(std::move(*index)).ok()) {
+      ++sparse_stats_.imported_indexes;
+      return true;
+    }
+  }
+  ++sparse_stats_.rejected_indexes;  // bad bytes, or built with other m / bits
+  return false;
 }
 
 // REQUIRES: mu_ held (called from Admit).

@@ -126,6 +126,13 @@ struct SparseDecodeStats {
   uint64_t clustered_keys = 0;   // pq: keys clustered, per layer and KV head
   double cluster_seconds = 0;    // pq: k-means
   uint64_t encoded_keys = 0;     // pq: keys coded after leaving the local window
+  // pq: requests whose selector started from a saved index (a stored prefix's, or a
+  // resident sequence's) instead of clustering, the coded keys it held (per layer and KV
+  // head), and saved indexes found bad or built with other options (left out: such a
+  // request clusters).
+  uint64_t imported_indexes = 0;
+  uint64_t imported_keys = 0;
+  uint64_t rejected_indexes = 0;
   void Add(pq::SparseMethod method, const pq::SparseStats& s);
 };
 
@@ -303,9 +310,17 @@ class Scheduler {
   void Retire(Running& r);
   // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
   void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
-  // Saves the turn's KV (asynchronously). keep_rows: the sequence stays resident and
-  // its turn keeps its rows (else they move into the save).
-  void SaveToStore(Running& r, bool keep_rows);
+  // Saves the turn's KV (asynchronously) with `pq_index` (when not null) as its PQ
+  // index attachment. keep_rows: the sequence stays resident and its turn keeps its rows
+  // (else they move into the save).
+  void SaveToStore(Running& r, bool keep_rows, std::shared_ptr<const std::string> pq_index = nullptr);
+  // The serialized PQ index of a pq request's selector (pq/pq_index.h) covering only
+  // its slots, or null when it built none.
+  std::shared_ptr<const std::string> ExportPqIndex(const Running& r) const;
+  // A pq request whose first n_cached slots hold the same tokens at the same positions
+  // as where `index` (serialized) was built starts its selector from it (no clustering).
+  // Returns whether it did; a bad or mismatched index is counted and left out.
+  bool ImportPqIndex(Running& r, std::string_view index, int n_cached);
   // Collects `turn`'s finished load (if any) into load_stats_: enter time, bytes.
   void CountFinishedLoad(store::Turn& turn);
   void HintStore();
