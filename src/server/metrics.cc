@@ -211,6 +211,15 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_pq_encoded_keys_total", "counter",
          "Keys coded by nearest centroid after leaving the local window, per layer and KV head.");
   Line(&out, "attic_pq_encoded_keys_total", "", sp.encoded_keys);
+  Header(&out, "attic_pq_imported_indexes_total", "counter",
+         "Requests whose PQ index came with the KV they reused (a stored conversation, a resident sequence): no clustering.");
+  Line(&out, "attic_pq_imported_indexes_total", "", sp.imported_indexes);
+  Header(&out, "attic_pq_imported_keys_total", "counter",
+         "Coded keys those indexes held, per layer and KV head.");
+  Line(&out, "attic_pq_imported_keys_total", "", sp.imported_keys);
+  Header(&out, "attic_pq_rejected_indexes_total", "counter",
+         "Saved PQ indexes found damaged or built with other m / bits (left out: the request clustered).");
+  Line(&out, "attic_pq_rejected_indexes_total", "", sp.rejected_indexes);
   return out;
 }
 
@@ -261,6 +270,8 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   counter("attic_kv_store_expired_total", "Entries freed after their TTL.", s.expired);
   counter("attic_kv_store_corrupt_total", "Entries found corrupt, truncated or of another model (deleted).",
           s.corrupt);
+  counter("attic_kv_store_corrupt_attachments_total",
+          "Reads that found an entry's attachment (its PQ index) damaged: dropped, the KV served.", s.corrupt_attachments);
   Header(&out, "attic_kv_store_entries", "gauge", "Entries in the store.");
   Line(&out, "attic_kv_store_entries", "", s.entries);
   Header(&out, "attic_kv_store_bytes", "gauge", "Bytes held per tier.");
