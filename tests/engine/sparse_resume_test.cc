@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -276,6 +277,60 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
   EXPECT_GT(new_codes, 0);
   EXPECT_LE(new_differ * 100, new_codes);      // near ties only (measured: 4 of 1280)
   EXPECT_GT(afresh_differ * 2, afresh_codes);  // another codebook: most codes differ (16738 of 17040)
+}
+
+// Fault injection: a byte of the saved index flipped on disk. After a restart the next
+// turn still reuses the stored KV (its layers are intact) but not the index: it is
+// counted as rejected and the turn clusters again, decoding sparsely all the same.
+TEST(SparseResume, ADamagedIndexOnDiskIsDroppedAndTheTurnClustersOverTheStoredKv) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  store::testing::ScratchDir dir("sparse-resume-fault");
+  const std::vector<int32_t> first = StoryTokens(*e, 400);
+  std::vector<int32_t> history;
+  std::string path;
+  {
+    auto st = store::KvStore::Open(StoreOptionsFor(*e, dir.path(), 0));
+    ASSERT_TRUE(st.ok());
+    SchedulerOptions so;
+    so.max_resident = 0;
+    Scheduler s(*e, so);
+    s.set_store(st->get());
+    Turn(s, first);
+    (*st)->Flush();
+    history = *(*st)->SessionTokens("default", "conv");
+    auto m = (*st)->Lookup("default", "conv", history);
+    ASSERT_TRUE(m.has_value());
+    path = store::SsdTier::ModelDir(dir.path(), e->model().fingerprint()) + "/" + m->key + ".kv";
+  }
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[bytes.size() - 50] ^= 0x01;  // the index is the file's last bytes: its codes
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+
+  std::vector<int32_t> second = history;
+  const std::vector<int32_t> more = *e->Tokenize(" Then they all went home and had a big cake.", false);
+  second.insert(second.end(), more.begin(), more.end());
+  auto st = store::KvStore::Open(StoreOptionsFor(*e, dir.path(), 64 << 20));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)->open_report().removed_corrupt, 0u);
+  SchedulerOptions so;
+  so.max_resident = 0;
+  Scheduler s(*e, so);
+  s.set_store(st->get());
+  const TokenUsage two = Turn(s, second);
+  EXPECT_EQ(two.cached_tokens, static_cast<int>(history.size()));  // the KV is served
+  const SparseDecodeStats sp = s.Stats().sparse;
+  EXPECT_EQ(sp.imported_indexes, 0u);
+  EXPECT_EQ(sp.rejected_indexes, 1u);
+  EXPECT_GT(sp.clustered_keys, 0u);
+  EXPECT_EQ(sp.sparse_steps, static_cast<uint64_t>(kTokens - 1));
+  EXPECT_GE((*st)->Stats().corrupt_attachments, 1u);
+  EXPECT_EQ((*st)->Stats().corrupt, 0u);
 }
 
 // Without a store, a next turn that reuses a finished sequence still resident in the
