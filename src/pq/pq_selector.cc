@@ -81,6 +81,15 @@ class PqSelector : public SelectorBase {
     if (index.m != options_.pq.m || index.bits != options_.pq.bits || index.head_dim != shape_.head_dim ||
         index.n_kv_heads != shape_.n_kv_heads || index.n_layers() != n_layers_)
       return InvalidArgumentError("sparse: the PQ index was built with other options or for another shape");
+    for (const PqIndex::Layer& l : index.layers) {
+      if (!l.built) continue;
+      bool ok = l.n_coded >= 0 && static_cast<int>(l.books.size()) == shape_.n_kv_heads &&
+                static_cast<int>(l.codes.size()) == shape_.n_kv_heads;
+      for (int h = 0; ok && h < shape_.n_kv_heads; ++h)
+        ok = l.books[h].m() == index.m && l.books[h].bits() == index.bits && l.books[h].head_dim() == index.head_dim &&
+             l.codes[h].size() == static_cast<size_t>(l.n_coded) * index.m;
+      if (!ok) return InvalidArgumentError("sparse: the PQ index's layers are inconsistent");
+    }
     imported_ = std::move(index);
     return OkStatus();
   }
