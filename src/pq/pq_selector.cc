@@ -32,6 +32,10 @@ namespace {
 
 constexpr int kCalibrationIterations = 2;
 constexpr int kNoPrefillIterations = 6;
+// Keys per KV head from which a layer's per-head work goes to the pool: below it the
+// step's thread does it alone (waking the pool costs more than it saves, and far more
+// when the cores are shared with other processes).
+constexpr int64_t kParallelKeys = 16384;
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -122,10 +126,10 @@ class PqSelector : public SelectorBase {
     const int g = group(), hd = shape_.head_dim, m = options_.pq.m;
     const bool sum = options_.combine == GqaCombine::kSum;
     const size_t table_size = static_cast<size_t>(m) << options_.pq.bits;
-    // Per KV head, in parallel: its q . centroid table(s) -- sum: one, the group's query
+    // Per KV head (on the pool from kParallelKeys keys): its q . centroid table(s) -- sum: one, the group's query
     // heads added; max: one per query head -- then its top from the codes alone
     // (TopKByCodes: the code tuples' scores tabulated and counted, no per-key scores).
-    pool_.ParallelFor(n_kv, [&](int64_t h, int) {
+    ForEachHead(n_mid, [&](int64_t h) {
       const PqCodebook& book = l.books[h];
       const int n_t = sum ? 1 : g;
       std::vector<const float*> tables(n_t);
@@ -220,13 +224,24 @@ class PqSelector : public SelectorBase {
     const KeyReader keys(*vis.kv, hd);
     for (auto& c : l.codes) c.resize(static_cast<size_t>(end) * m);
     encode_buf_.resize(static_cast<size_t>(shape_.n_kv_heads) * (end - begin) * hd);
-    pool_.ParallelFor(shape_.n_kv_heads, [&](int64_t h, int) {
+    ForEachHead(end - begin, [&](int64_t h) {
       float* buf = encode_buf_.data() + static_cast<size_t>(h) * (end - begin) * hd;
       keys.Gather(static_cast<int>(h), begin, end, buf);
       l.books[h].Encode(buf, end - begin, hd, l.codes[h].data() + static_cast<int64_t>(begin) * m);
     });
     l.n_coded = end;
     UpdateBytes();
+  }
+
+  // fn(h) for every KV head: on the pool when each head has at least kParallelKeys keys
+  // to go through, else on this thread.
+  template <typename Fn>
+  void ForEachHead(int64_t keys_per_head, const Fn& fn) {
+    if (keys_per_head >= kParallelKeys) {
+      pool_.ParallelFor(shape_.n_kv_heads, [&](int64_t h, int) { fn(h); });
+    } else {
+      for (int h = 0; h < shape_.n_kv_heads; ++h) fn(h);
+    }
   }
 
   void UpdateBytes() {
