@@ -126,15 +126,6 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   return std::move(*e);
 }
 
-attention::AttentionShape Shape(const model::ModelConfig& c) {
-  attention::AttentionShape s;
-  s.n_heads = c.n_heads;
-  s.n_kv_heads = c.n_kv_heads;
-  s.head_dim = c.head_dim;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  return s;
-}
-
 // Prefills `seq` with tokens[seq->n_slots(), n) in chunks, hooks attached (may be null).
 void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n, LayerHooks* hooks) {
   Transformer& tf = engine.transformer();
@@ -215,7 +206,7 @@ class BatchHooks : public LayerHooks {
 // `reps` runs.
 double AttentionSeconds(Engine& engine, const BatchHooks& hooks, int reps) {
   const auto& c = engine.model().config();
-  const attention::AttentionShape shape = Shape(c);
+  const attention::AttentionShape shape = AttentionShapeOf(c);
   const auto& seen = hooks.seen();
   const int n_entries = static_cast<int>(seen.size());
   std::mt19937 rng(7);
@@ -344,7 +335,7 @@ int RunTpot(int argc, char** argv) {
         std::vector<LayerHooks*> per_entry(B, nullptr);
         if (m.method != pq::SparseMethod::kFull) {
           for (int i = 0; i < B; ++i) {
-            sparse.push_back(pq::MakeSparseAttention(m, Shape(cfg), cfg.n_layers, engine->threads()));
+            sparse.push_back(pq::MakeSparseAttention(m, AttentionShapeOf(cfg), cfg.n_layers, engine->threads()));
             // The copies' prefill happened outside the hooks: adaptive clustering gets its time.
             sparse.back()->set_prefill_seconds(prefill_s);
             per_entry[i] = sparse.back().get();
@@ -576,7 +567,7 @@ int RunTt2t(int argc, char** argv) {
     std::vector<std::unique_ptr<pq::SparseAttention>> sparse;
     std::vector<LayerHooks*> all;
     for (const auto& v : variants) {
-      sparse.push_back(pq::MakeSparseAttention(v, Shape(cfg), cfg.n_layers, engine->threads()));
+      sparse.push_back(pq::MakeSparseAttention(v, AttentionShapeOf(cfg), cfg.n_layers, engine->threads()));
       all.push_back(sparse.back().get());
     }
     TeeHooks tee(all);
@@ -684,7 +675,7 @@ int RunBlocks(int argc, char** argv) {
   } else {
     tokens = bench::RandomTokens(context + steps, c.seed, 100, cfg.vocab_size);
   }
-  auto sparse = pq::MakeSparseAttention(*parsed, Shape(cfg), cfg.n_layers, engine->threads());
+  auto sparse = pq::MakeSparseAttention(*parsed, AttentionShapeOf(cfg), cfg.n_layers, engine->threads());
   kv::SequenceKv seq(&engine->kv_pool());
   std::fprintf(stderr, "context %d:\n", context);
   Prefill(*engine, &seq, tokens, context, sparse.get());

@@ -13,14 +13,6 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
-  attention::AttentionShape shape;
-  shape.n_heads = c.n_heads;
-  shape.n_kv_heads = c.n_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  return shape;
-}
 
 // Whether options ask for a selector (not full attention).
 bool HasSelector(const std::shared_ptr<const pq::SparseOptions>& o) {

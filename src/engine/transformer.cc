@@ -29,6 +29,15 @@ attention::KvLayerView KvView(kv::BlockPool& pool, int layer) {
 float* F(AlignedBuffer& b) { return b.as<float>(); }
 }  // namespace
 
+attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
+  attention::AttentionShape shape;
+  shape.n_heads = c.n_heads;
+  shape.n_kv_heads = c.n_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return shape;
+}
+
 Transformer::Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens, bool row_invariant)
     : model_(model),
       config_(model.config()),
@@ -255,11 +264,7 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
     }
   }
 
-  attention::AttentionShape shape;
-  shape.n_heads = c.n_heads;
-  shape.n_kv_heads = c.n_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const attention::AttentionShape shape = AttentionShapeOf(c);
   // All sequences' attention in one parallel pass (continuous batching's decode steps
   // are one row each: too small to keep the pool busy one sequence at a time).
   int32_t* kv_end = kv_end_.data();

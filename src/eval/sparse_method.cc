@@ -40,12 +40,7 @@ SparseDecodingMethod::SparseDecodingMethod(engine::Engine& engine, std::string n
 
 std::unique_ptr<pq::SparseAttention> SparseDecodingMethod::NewHooks() const {
   const auto& c = engine_.model().config();
-  attention::AttentionShape shape;
-  shape.n_heads = c.n_heads;
-  shape.n_kv_heads = c.n_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  return pq::MakeSparseAttention(options_, shape, c.n_layers, engine_.threads());
+  return pq::MakeSparseAttention(options_, engine::AttentionShapeOf(c), c.n_layers, engine_.threads());
 }
 
 Status SparseDecodingMethod::Prefill(const std::vector<int32_t>& tokens, size_t n, kv::SequenceKv* seq,

@@ -235,7 +235,7 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
   // selector started from the saved index (cut to the reused slots, as the scheduler does).
   auto fresh = LoadStories();
   ASSERT_NE(fresh, nullptr);
-  attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   auto ref = pq::MakeSparseAttention(*PqFifth(), shape, c.n_layers, fresh->threads());
   pq::PqIndex cut = *index;
   cut.Truncate(static_cast<int>(history.size()));

@@ -637,7 +637,7 @@ TEST_P(FullBudget, EqualsFullAttention) {
   auto o = ParseSparseOptions(GetParam());
   ASSERT_TRUE(o.ok());
   const auto& c = e->model().config();
-  attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   auto sa = MakeSparseAttention(*o, shape, c.n_layers, e->threads());
   const auto got = Decode(*e, tokens, 300, sa.get());
   ASSERT_EQ(got.size(), want.size());
@@ -675,7 +675,7 @@ TEST(Sparse, SmallBudgetChangesTheOutput) {
   const auto tokens = StoryTokens(*e, 340);
   const auto want = Decode(*e, tokens, 300, nullptr);
   const auto& c = e->model().config();
-  attention::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   for (const char* name : {"streaming-0.1@min=64", "oracle-0.1@min=64", "h2o-0.1@min=64", "pq-0.1@min=64"}) {
     auto sa = MakeSparseAttention(*ParseSparseOptions(name), shape, c.n_layers, e->threads());
     const auto got = Decode(*e, tokens, 300, sa.get());

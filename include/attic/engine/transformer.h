@@ -47,6 +47,10 @@ struct BatchEntry {
   bool all_logits = false;         // ... for every new token instead (evaluation: perplexity, KL)
 };
 
+// The attention's shape for a model: its heads, KV heads, head_dim, and the scale
+// 1/sqrt(head_dim).
+attention::AttentionShape AttentionShapeOf(const model::ModelConfig& config);
+
 class Transformer {
  public:
   // max_batch_tokens bounds the tokens of one step (scratch memory is sized for it).
