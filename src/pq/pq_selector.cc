@@ -222,7 +222,10 @@ class PqSelector : public SelectorBase {
     if (end <= begin) return;
     const int hd = shape_.head_dim, m = options_.pq.m;
     const KeyReader keys(*vis.kv, hd);
-    for (auto& c : l.codes) c.resize(static_cast<size_t>(end) * m);
+    for (auto& c : l.codes) {
+      stats_.index_bytes += static_cast<int64_t>(end) * m - static_cast<int64_t>(c.size());
+      c.resize(static_cast<size_t>(end) * m);
+    }
     encode_buf_.resize(static_cast<size_t>(shape_.n_kv_heads) * (end - begin) * hd);
     ForEachHead(end - begin, [&](int64_t h) {
       float* buf = encode_buf_.data() + static_cast<size_t>(h) * (end - begin) * hd;
@@ -230,7 +233,6 @@ class PqSelector : public SelectorBase {
       l.books[h].Encode(buf, end - begin, hd, l.codes[h].data() + static_cast<int64_t>(begin) * m);
     });
     l.n_coded = end;
-    UpdateBytes();
   }
 
   // fn(h) for every KV head: on the pool when each head has at least kParallelKeys keys
@@ -244,6 +246,8 @@ class PqSelector : public SelectorBase {
     }
   }
 
+  // index_bytes recounted over every layer (after a layer's codebooks change); coding
+  // slots adds to it as it goes.
   void UpdateBytes() {
     int64_t bytes = 0;
     for (const Layer& l : layers_) {
