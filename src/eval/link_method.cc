@@ -133,11 +133,7 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
 
 Status LinkedMethod::Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) {
   const size_t n = tokens.size();
-  if (first_scored < 1 || static_cast<size_t>(first_scored) >= n) {
-    return InvalidArgumentError("nothing to score: first scored token " + std::to_string(first_scored) + " of " +
-                                std::to_string(n));
-  }
-  ATTIC_RETURN_IF_ERROR(CheckFits(engine_, n));
+  ATTIC_RETURN_IF_ERROR(CheckScore(engine_, n, first_scored));
   kv::SequenceKv seq(&engine_.kv_pool());
   ATTIC_RETURN_IF_ERROR(Link(tokens, first_scored, &seq, logits));
   // Teacher forcing: tokens [first_scored, n-1) appended; each row predicts the next.

@@ -34,13 +34,17 @@ Status Step(engine::Engine& engine, kv::SequenceKv* seq, const std::vector<int32
 
 }  // namespace
 
+Status CheckScore(const engine::Engine& engine, size_t n_tokens, int first_scored) {
+  if (first_scored < 1 || static_cast<size_t>(first_scored) >= n_tokens) {
+    return InvalidArgumentError("nothing to score: first scored token " + std::to_string(first_scored) + " of " +
+                                std::to_string(n_tokens));
+  }
+  return CheckFits(engine, n_tokens);
+}
+
 Status FullAttention::Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) {
   const size_t n = tokens.size();
-  if (first_scored < 1 || static_cast<size_t>(first_scored) >= n) {
-    return InvalidArgumentError("nothing to score: first scored token " + std::to_string(first_scored) + " of " +
-                                std::to_string(n));
-  }
-  ATTIC_RETURN_IF_ERROR(CheckFits(engine_, n));
+  ATTIC_RETURN_IF_ERROR(CheckScore(engine_, n, first_scored));
   const int vocab = engine_.model().config().vocab_size;
   logits->clear();
   logits->reserve((n - static_cast<size_t>(first_scored)) * static_cast<size_t>(vocab));

@@ -55,11 +55,7 @@ Status SparseDecodingMethod::Prefill(const std::vector<int32_t>& tokens, size_t 
 
 Status SparseDecodingMethod::Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) {
   const size_t n = tokens.size();
-  if (first_scored < 1 || static_cast<size_t>(first_scored) >= n) {
-    return InvalidArgumentError("nothing to score: first scored token " + std::to_string(first_scored) + " of " +
-                                std::to_string(n));
-  }
-  ATTIC_RETURN_IF_ERROR(CheckFits(engine_, n));
+  ATTIC_RETURN_IF_ERROR(CheckScore(engine_, n, first_scored));
   auto hooks = NewHooks();
   kv::SequenceKv seq(&engine_.kv_pool());
   std::vector<float> row;

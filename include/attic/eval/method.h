@@ -76,6 +76,9 @@ class FullAttention : public Method {
 
 // OutOfRange when a sequence of n_tokens does not fit the engine's context window.
 Status CheckFits(const engine::Engine& engine, size_t n_tokens);
+// What every Score checks first: InvalidArgument unless 1 <= first_scored < n_tokens,
+// then CheckFits.
+Status CheckScore(const engine::Engine& engine, size_t n_tokens, int first_scored);
 
 // The name of the reference method, always first on the methods axis.
 inline constexpr const char* kReferenceMethod = "full";
