@@ -129,14 +129,10 @@ void AddCommonFlags(bench::FlagParser& flags, Common* c) {
   });
 }
 
+// Positive integers; empty when any item is not one (the callers' usage error says so).
 std::vector<int> ParseIntList(const std::string& v) {
-  std::vector<int> out;
-  for (const std::string& s : bench::SplitList(v)) {
-    auto n = bench::ParseInt(s);
-    if (!n.ok() || *n < 1) return {};
-    out.push_back(*n);
-  }
-  return out;
+  auto list = bench::ParseIntList(v);
+  return list.ok() ? *list : std::vector<int>{};
 }
 
 // The engine, its store, and the pre-generated chunks (KVGen) every experiment links.

@@ -71,13 +71,9 @@ constexpr char kProgram[] = "sparse_bench";
 }
 
 std::vector<int> ParseIntList(const std::string& s) {
-  std::vector<int> out;
-  for (const std::string& item : bench::SplitList(s)) {
-    auto v = bench::ParseInt(item);
-    if (!v.ok() || *v <= 0) Die("not a positive integer list: " + s);
-    out.push_back(*v);
-  }
-  return out;
+  auto list = bench::ParseIntList(s);
+  if (!list.ok()) Die("not a positive integer list: " + s);
+  return *list;
 }
 
 struct Common {

@@ -37,6 +37,18 @@ std::vector<std::string> SplitList(const std::string& s, char sep) {
   return out;
 }
 
+StatusOr<std::vector<int>> ParseIntList(const std::string& s, int min) {
+  std::vector<int> out;
+  for (const std::string& item : SplitList(s)) {
+    auto v = ParseInt(item);
+    if (!v.ok() || *v < min) {
+      return InvalidArgumentError("'" + item + "' is not an integer >= " + std::to_string(min));
+    }
+    out.push_back(*v);
+  }
+  return out;
+}
+
 FlagParser::FlagParser(std::string program, std::string usage) : program_(std::move(program)), usage_(std::move(usage)) {}
 
 void FlagParser::Int(const std::string& name, int* target) {

@@ -24,6 +24,9 @@ StatusOr<int> ParseInt(const std::string& s);
 StatusOr<double> ParseDouble(const std::string& s);
 // "a,b,,c" -> {"a", "b", "c"}: the items between separators, empty ones dropped.
 std::vector<std::string> SplitList(const std::string& s, char sep = ',');
+// "1,2,4" -> {1, 2, 4}: SplitList's items as whole integers >= min (InvalidArgument
+// naming the first that is not).
+StatusOr<std::vector<int>> ParseIntList(const std::string& s, int min = 1);
 
 class FlagParser {
  public:

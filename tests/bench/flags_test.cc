@@ -85,6 +85,16 @@ TEST(SplitList, DropsEmptyItems) {
   EXPECT_EQ(SplitList("x\n\ny", '\n'), (std::vector<std::string>{"x", "y"}));
 }
 
+TEST(ParseIntList, WholeIntegersAtLeastMin) {
+  auto ok = ParseIntList("1,2,,40");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, (std::vector<int>{1, 2, 40}));
+  EXPECT_FALSE(ParseIntList("1,0").ok());        // below the default min, 1
+  EXPECT_TRUE(ParseIntList("1,0", 0).ok());
+  EXPECT_FALSE(ParseIntList("3,4x").ok());       // not whole
+  EXPECT_TRUE(ParseIntList("").value().empty());
+}
+
 TEST(Format, MarkdownTablesAndPrintf) {
   EXPECT_EQ(TableHeader({"a", "bc"}), "| a | bc |\n|---|---|\n");
   EXPECT_EQ(TableRow({"1", "", "x y"}), "| 1 |  | x y |\n");
