@@ -93,13 +93,25 @@ void SequenceKv::Truncate(int n) {
   const int bs = pool_->shape().block_size;
   size_t keep = static_cast<size_t>((n + bs - 1) / bs);
   while (blocks_.size() > keep) {
-    pool_->Free(blocks_.back());
+    if (blocks_.back() != kNoBlock) pool_->Free(blocks_.back());
     blocks_.pop_back();
   }
 }
 
+void SequenceKv::ReleaseBlock(int index) {
+  ATTIC_CHECK(index >= 0 && index < static_cast<int>(blocks_.size()));
+  if (blocks_[index] == kNoBlock) return;
+  pool_->Free(blocks_[index]);
+  blocks_[index] = kNoBlock;
+}
+
+int SequenceKv::n_resident_blocks() const {
+  return static_cast<int>(std::count_if(blocks_.begin(), blocks_.end(), [](int32_t b) { return b != kNoBlock; }));
+}
+
 void SequenceKv::Release() {
-  for (int32_t b : blocks_) pool_->Free(b);
+  for (int32_t b : blocks_)
+    if (b != kNoBlock) pool_->Free(b);
   blocks_.clear();
   tokens_.clear();
   positions_.clear();

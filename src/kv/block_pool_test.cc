@@ -103,5 +103,30 @@ TEST(SequenceKv, AppendIsAllOrNothingWhenFull) {
   EXPECT_EQ(pool.n_free(), 2);
 }
 
+TEST(SequenceKv, ReleasedBlocksReturnToThePoolAndTheSlotsStay) {
+  BlockPool pool(Shape(), 4);
+  SequenceKv seq(&pool);
+  std::vector<int32_t> t(12), p(12);
+  for (int i = 0; i < 12; ++i) t[i] = 100 + i, p[i] = i;
+  ASSERT_TRUE(seq.Append(t.data(), p.data(), 12).ok());  // block_size 4: 3 blocks
+  ASSERT_EQ(pool.n_free(), 1);
+  seq.ReleaseBlock(1);
+  seq.ReleaseBlock(1);  // twice: no-op
+  EXPECT_EQ(pool.n_free(), 2);
+  EXPECT_FALSE(seq.resident(1));
+  EXPECT_TRUE(seq.resident(0) && seq.resident(2));
+  EXPECT_EQ(seq.block_table()[1], SequenceKv::kNoBlock);
+  EXPECT_EQ(seq.n_resident_blocks(), 2);
+  EXPECT_EQ(seq.n_slots(), 12);
+  EXPECT_EQ(seq.tokens()[5], 105);
+  // Appending still takes new blocks at the end; truncating and releasing free only what is held.
+  ASSERT_TRUE(seq.Append(t.data(), p.data(), 4).ok());
+  EXPECT_EQ(pool.n_free(), 1);
+  seq.Truncate(6);  // keeps blocks 0 and 1 (released)
+  EXPECT_EQ(pool.n_free(), 3);
+  seq.Release();
+  EXPECT_EQ(pool.n_free(), 4);
+}
+
 }  // namespace
 }  // namespace attic::kv

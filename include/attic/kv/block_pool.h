@@ -115,8 +115,16 @@ class BlockPool {
 
 // One sequence's KV in the pool: its block table, and the token and position of every
 // slot. Slot s is the s-th KV entry of the sequence; its position is what RoPE used.
+//
+// A block may be released while its slots stay in the sequence (ReleaseBlock: a sparse
+// sequence whose older KV lives in a slower tier, pq/offload.h): its table entry is then
+// kNoBlock, and whoever lets attention see those slots must give it the rows from
+// elsewhere (engine::Visibility::view). Reading or writing a released block's slots is a
+// caller bug.
 class SequenceKv {
  public:
+  static constexpr int32_t kNoBlock = -1;
+
   explicit SequenceKv(BlockPool* pool) : pool_(pool) {}
   ~SequenceKv() { Release(); }
   SequenceKv(const SequenceKv&) = delete;
@@ -138,6 +146,13 @@ class SequenceKv {
   void SetSlot(int slot, int32_t token, int32_t position);
   // Drops slots >= n (frees whole blocks past the end).
   void Truncate(int n);
+  // Frees block `index` of the table (slots [index * block_size, (index + 1) *
+  // block_size)); the slots keep their tokens and positions. No-op when already released.
+  // REQUIRES: 0 <= index < block_table().size().
+  void ReleaseBlock(int index);
+  bool resident(int index) const { return blocks_[index] != kNoBlock; }
+  // Blocks of the pool the sequence holds (its table minus the released ones).
+  int n_resident_blocks() const;
   // Frees every block.
   void Release();
 
