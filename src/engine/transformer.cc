@@ -300,6 +300,7 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
       vis.q = r.q;
       vis.kv = &r.kv;
       hooks->BeforeAttention(layer, Rows(i), &vis);
+      if (vis.view != nullptr) r.kv = *vis.view;
       r.indices = vis.indices;
       r.n_indices = vis.n_indices;
       r.head_indices = vis.head_indices;

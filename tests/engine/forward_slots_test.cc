@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -554,6 +555,87 @@ TEST_P(ForwardSlotsTest, BeforeAttentionSeesTheRowsQueriesAndTheLayersKv) {
     for (int j = 0; j < s.view_slots; ++j)
       EXPECT_LE(RowError(s.k.data() + static_cast<size_t>(j) * kvd, ref.k_rot[s.layer][j]), kv_tol) << what << " K slot " << j;
   }
+}
+
+// For one-row steps, stages the row's own slot and the even slots before it into
+// buffers of its own, renumbered 0..m-1 (what an offloading hook does with the slots it
+// fetched), and points attention there: the compute buffer's rows are not read.
+class CompactViewHooks : public LayerHooks {
+ public:
+  static bool Sees(int t, int j) { return j == t || (j < t && j % 2 == 0); }
+  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+    if (rows.n_rows != 1) return;
+    const attention::KvLayerView& kv = *vis->kv;
+    const int own = rows.slots[0];
+    std::vector<int> slots;
+    for (int j = 0; j <= own; ++j)
+      if (Sees(own, j)) slots.push_back(j);
+    const int m = static_cast<int>(slots.size()), bs = kv.block_size;
+    const int n_blocks = (m + bs - 1) / bs;
+    const int eb = kv.k_f16 != nullptr ? 2 : 4;
+    const int head_dim = static_cast<int>(kv.block_stride / bs) / n_kv_heads_;
+    k_.assign(static_cast<size_t>(n_blocks * kv.block_stride) * eb, 0xFF);  // NaN where nothing is staged
+    v_.assign(k_.size(), 0xFF);
+    const auto* kp = reinterpret_cast<const char*>(kv.k_f16 != nullptr ? static_cast<const void*>(kv.k_f16) : kv.k_pool);
+    const auto* vp = reinterpret_cast<const char*>(kv.v_f16 != nullptr ? static_cast<const void*>(kv.v_f16) : kv.v_pool);
+    for (int i = 0; i < m; ++i) {
+      const int j = slots[i];
+      for (int h = 0; h < n_kv_heads_; ++h) {
+        const int64_t from = kv.block_table[j / bs] * kv.block_stride + (static_cast<int64_t>(h) * bs + j % bs) * head_dim;
+        const int64_t to = (i / bs) * kv.block_stride + (static_cast<int64_t>(h) * bs + i % bs) * head_dim;
+        std::memcpy(k_.data() + to * eb, kp + from * eb, static_cast<size_t>(head_dim) * eb);
+        std::memcpy(v_.data() + to * eb, vp + from * eb, static_cast<size_t>(head_dim) * eb);
+      }
+    }
+    table_.resize(n_blocks);
+    for (int b = 0; b < n_blocks; ++b) table_[b] = b;
+    view_ = kv;
+    view_.k_pool = view_.v_pool = nullptr;
+    view_.k_f16 = view_.v_f16 = nullptr;
+    if (eb == 2) {
+      view_.k_f16 = reinterpret_cast<const uint16_t*>(k_.data());
+      view_.v_f16 = reinterpret_cast<const uint16_t*>(v_.data());
+    } else {
+      view_.k_pool = reinterpret_cast<const float*>(k_.data());
+      view_.v_pool = reinterpret_cast<const float*>(v_.data());
+    }
+    view_.block_table = table_.data();
+    view_.n_slots = m;
+    vis->kv_end[0] = m;
+    vis->view = &view_;
+    vis->kv = &view_;
+    ++staged;
+  }
+  explicit CompactViewHooks(int n_kv_heads) : n_kv_heads_(n_kv_heads) {}
+  int staged = 0;
+
+ private:
+  int n_kv_heads_;
+  std::vector<uint8_t> k_, v_;
+  std::vector<int32_t> table_;
+  attention::KvLayerView view_;
+};
+
+TEST_P(ForwardSlotsTest, BeforeAttentionMayPointAttentionAtAViewOfItsOwn) {
+  std::mt19937 rng(8);
+  const int n = 20, prefill = 9;
+  const std::vector<int32_t> tokens = RandomTokens(n, rng);
+  NaiveOptions o = Options();
+  o.visible = [](int, int t, int, int j) { return t < prefill ? j <= t : CompactViewHooks::Sees(t, j); };
+  const NaiveRun ref = Naive(tokens, o);
+  kv::SequenceKv seq(kvp_.get());
+  CompactViewHooks hooks(cfg().n_kv_heads);
+  for (int p = 0; p < n; p = p == 0 ? prefill : p + 1) {  // a prefill chunk, then one row at a time
+    std::vector<BatchEntry> b(1);
+    b[0].seq = &seq;
+    b[0].tokens.assign(tokens.begin() + p, tokens.begin() + (p == 0 ? prefill : p + 1));
+    b[0].all_logits = true;
+    std::vector<float> logits;
+    ASSERT_TRUE(tf_->Forward(b, &logits, &hooks).ok());
+    for (size_t r = 0; r < b[0].tokens.size(); ++r)
+      ExpectRow(logits.data() + r * cfg().vocab_size, ref.logits[p + r], "slot " + std::to_string(p + r));
+  }
+  EXPECT_EQ(hooks.staged, (n - prefill) * cfg().n_layers);
 }
 
 TEST_P(ForwardSlotsTest, AfterLayerDroppedRowsKeepTheCachedKvOfLaterLayers) {

@@ -59,6 +59,14 @@ struct Visibility {
   int n_indices = 0;
   const int32_t* const* head_indices = nullptr;  // ... or per KV head: [n_kv_heads] lists
   const int32_t* n_head_indices = nullptr;       // [n_kv_heads] their lengths
+  // Where attention reads the KV instead of the compute buffer's view (`kv`): a hook
+  // that keeps some of the sequence's KV elsewhere (a released block, kv::SequenceKv;
+  // pq/offload.h) stages what the rows will see and points here. Slots are numbered as
+  // the view says (kv_end and the index lists above are in its numbering; view->n_slots
+  // bounds them); the view must hold the rows' own K/V where they see them. Owned by the
+  // hook, valid until the Layer call returns; the hook also points `kv` at it, so that
+  // later hooks read what attention will.
+  const attention::KvLayerView* view = nullptr;
 };
 
 // Override what you need; every method defaults to doing nothing.
