@@ -1,0 +1,511 @@
+// Offloading a sparse sequence's KV below the compute buffer (offload.h).
+//
+// Tier layout: one value per complete block b of the sequence, key "<prefix>-<b>",
+// holding for each layer l its K then its V rows, [block_size, kv_dim] f32 each, before
+// RoPE (what the forward's OnKv hands over): layer l's part of block b is the range
+// [l * 2 * R, (l + 1) * 2 * R) with R = block_size * kv_dim * 4 bytes, so one layer of
+// one block is one GetRange.
+#include "attic/pq/offload.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "attic/backend/convert.h"
+#include "attic/core/log.h"
+#include "attic/tensor/buffer.h"
+
+namespace attic::pq {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string KeyPrefix() {
+  static std::atomic<uint64_t> next{0};
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "offload-%08x-%llu", static_cast<unsigned>(std::random_device{}()),
+                static_cast<unsigned long long>(next++));
+  return buf;
+}
+
+// A buffer laid out like one layer of the pool's blocks ([block][kv_head][row][head_dim]
+// of the pool's element type), K and V: attention reads it through `view`.
+struct LayerBuffer {
+  AlignedBuffer k, v;
+  std::vector<int32_t> table;
+  size_t bytes = 0;
+  void Reserve(int n_blocks, int64_t block_layer_bytes) {
+    const size_t need = static_cast<size_t>(n_blocks) * block_layer_bytes;
+    if (need > bytes) {
+      k.ResizeUninitialized(need);
+      v.ResizeUninitialized(need);
+      bytes = need;
+    }
+    if (static_cast<int>(table.size()) < n_blocks) {
+      const int from = static_cast<int>(table.size());
+      table.resize(n_blocks);
+      for (int b = from; b < n_blocks; ++b) table[b] = b;
+    }
+  }
+  void Free() {
+    k = AlignedBuffer();
+    v = AlignedBuffer();
+    bytes = 0;
+  }
+};
+
+class Offloaded final : public OffloadedSparseAttention {
+ public:
+  // `cache_phys`: the cache's blocks, taken from the sequence's pool.
+  Offloaded(std::unique_ptr<SparseAttention> inner, const OffloadOptions& options, kv::SequenceKv* seq,
+            const attention::RopeTable& rope, store::Tier* backing, int n_layers, backend::ThreadPool& pool,
+            std::vector<int32_t> cache_phys)
+      : inner_(std::move(inner)), opt_(options), seq_(seq), rope_(rope), backing_(backing), n_layers_(n_layers),
+        pool_(pool), ks_(seq->pool()->shape()), prefix_(KeyPrefix()), cache_phys_(std::move(cache_phys)) {
+    pend_k_.resize(n_layers);
+    pend_v_.resize(n_layers);
+    caches_.resize(n_layers);
+    cache_where_.resize(n_layers);
+    cache_free_.resize(n_layers);
+    for (int l = 0; l < n_layers; ++l) {
+      for (int h = 0; h < ks_.n_kv_heads; ++h) {
+        caches_[l].emplace_back(opt_.cache_blocks, opt_.policy, ks_.block_size, opt_.update_blocks);
+        cache_where_[l].emplace_back();
+        std::vector<int> free(opt_.cache_blocks);
+        for (int i = 0; i < opt_.cache_blocks; ++i) free[i] = opt_.cache_blocks - 1 - i;
+        cache_free_[l].push_back(std::move(free));
+      }
+    }
+    compact_.resize(ks_.n_kv_heads);
+    compact_ptrs_.resize(ks_.n_kv_heads);
+    compact_lens_.resize(ks_.n_kv_heads);
+  }
+
+  ~Offloaded() override {
+    for (int b = 0; b < static_cast<int>(in_tier_.size()); ++b)
+      if (in_tier_[b]) (void)backing_->Erase(Key(b));
+    for (int32_t p : cache_phys_) seq_->pool()->Free(p);
+  }
+
+  const SparseOptions& options() const override { return inner_->options(); }
+  const SparseStats& stats() const override { return inner_->stats(); }
+  const OffloadStats& offload_stats() const override { return stats_; }
+  const std::vector<int32_t>& last_selection(int layer, int kv_head) const override {
+    return inner_->last_selection(layer, kv_head);
+  }
+  const PqCodebook* codebook(int layer, int kv_head) const override { return inner_->codebook(layer, kv_head); }
+  const std::vector<uint8_t>* codes(int layer, int kv_head) const override { return inner_->codes(layer, kv_head); }
+  void set_prefill_seconds(double seconds) override { inner_->set_prefill_seconds(seconds); }
+  std::optional<PqIndex> ExportIndex() const override { return inner_->ExportIndex(); }
+
+  void OnKv(int layer, const engine::EntryRows& rows, const engine::LayerKv& kv) override {
+    const int kvd = ks_.kv_dim();
+    const int expect = flushed_ + static_cast<int>(pend_k_[layer].size() / kvd);
+    for (int r = 0; r < rows.n_rows; ++r)
+      ATTIC_CHECK(rows.slots[r] == expect + r);  // offloaded sequences only append (offload.h)
+    pend_k_[layer].insert(pend_k_[layer].end(), kv.k_pre_rope, kv.k_pre_rope + static_cast<int64_t>(rows.n_rows) * kvd);
+    pend_v_[layer].insert(pend_v_[layer].end(), kv.v, kv.v + static_cast<int64_t>(rows.n_rows) * kvd);
+    inner_->OnKv(layer, rows, kv);
+  }
+
+  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
+    const int n = vis->n_slots;
+    const int n_blocks = (n + ks_.block_size - 1) / ks_.block_size;
+    if (seq_->n_resident_blocks() == n_blocks) {  // nothing offloaded (yet)
+      inner_->BeforeAttention(layer, rows, vis);
+      return;
+    }
+    const SparseOptions& o = inner_->options();
+    const bool decode = rows.n_rows == 1 && rows.slots[0] == n - 1;
+    const bool sparse = decode && o.method != SparseMethod::kFull && n >= o.min_slots;
+    const bool trains = o.method == SparseMethod::kPq && inner_->codebook(layer, 0) == nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!sparse || trains) {
+      StageAll(layer, *vis->kv, n_blocks);
+      vis->view = &view_;
+      vis->kv = &view_;
+      stats_.stage_seconds += Since(t0);
+      inner_->BeforeAttention(layer, rows, vis);  // the selection, if any, is in slot numbering
+      if (!failed_blocks_.empty()) LeaveOut(vis);
+      if (sparse) {
+        // Warm the cache with this step's selection; its blocks are in the staged layer.
+        for (int h = 0; h < ks_.n_kv_heads; ++h) UpdateCache(layer, h, inner_->last_selection(layer, h), &full_);
+      }
+      return;
+    }
+    inner_->BeforeAttention(layer, rows, vis);  // reads codes, and keys of the resident tail only
+    ATTIC_CHECK(vis->head_indices != nullptr);
+    StageSelection(layer, *vis);
+    vis->head_indices = compact_ptrs_.data();
+    vis->n_head_indices = compact_lens_.data();
+    vis->kv_end[0] = view_.n_slots;
+    vis->view = &view_;
+    vis->kv = &view_;
+    stats_.stage_seconds += Since(t0);
+  }
+
+  void AfterLayer(int layer, const engine::EntryRows& rows, uint8_t* keep) override {
+    inner_->AfterLayer(layer, rows, keep);
+    if (layer == n_layers_ - 1) EndStep();
+  }
+
+ private:
+  std::string Key(int block) const { return prefix_ + "-" + std::to_string(block); }
+  int64_t RowBytes() const { return static_cast<int64_t>(ks_.kv_dim()) * 4; }
+  int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
+  int eb() const { return ks_.elem_bytes(); }
+
+  // One layer of block b from the tier: K rows then V rows, pre-RoPE f32.
+  StatusOr<store::ByteRange> ReadLayer(int layer, int block) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = backing_->GetRange(Key(block), static_cast<uint64_t>(layer) * LayerRangeBytes(), LayerRangeBytes());
+    stats_.fetch_seconds += Since(t0);
+    if (!r.ok()) {
+      ++stats_.backing_errors;
+      Log(LogLevel::kWarn, "sparse offload: reading block %d, layer %d: %s", block, layer, r.status().ToString().c_str());
+    }
+    return r;
+  }
+
+  // Slot s (row `row` of its block) of KV head h from a tier range: K rotated to the
+  // slot's position, both in the pool's element type, to k_dst / v_dst.
+  void EnterRow(const store::ByteRange& range, int row, int h, int32_t position, uint8_t* k_dst, uint8_t* v_dst) const {
+    const int hd = ks_.head_dim;
+    const float* k = reinterpret_cast<const float*>(range.data) + static_cast<int64_t>(row) * ks_.kv_dim() + h * hd;
+    const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) +
+                     static_cast<int64_t>(row) * ks_.kv_dim() + h * hd;
+    float kr[256];
+    ATTIC_CHECK(hd <= 256);
+    rope_.ApplyToken(k, kr, 1, hd, position);
+    if (ks_.dtype == DType::kF16) {
+      backend::ConvertF32ToF16(kr, reinterpret_cast<uint16_t*>(k_dst), hd);
+      backend::ConvertF32ToF16(v, reinterpret_cast<uint16_t*>(v_dst), hd);
+    } else {
+      std::memcpy(k_dst, kr, static_cast<size_t>(hd) * 4);
+      std::memcpy(v_dst, v, static_cast<size_t>(hd) * 4);
+    }
+  }
+
+  void SetView(const LayerBuffer& buf, int n_slots) {
+    view_ = attention::KvLayerView();
+    if (ks_.dtype == DType::kF16) {
+      view_.k_f16 = buf.k.as<uint16_t>();
+      view_.v_f16 = buf.v.as<uint16_t>();
+    } else {
+      view_.k_pool = buf.k.as<float>();
+      view_.v_pool = buf.v.as<float>();
+    }
+    view_.block_stride = ks_.block_stride();
+    view_.block_size = ks_.block_size;
+    view_.block_table = buf.table.data();
+    view_.n_slots = n_slots;
+  }
+
+  // Every slot of the layer into full_, in slot numbering.
+  void StageAll(int layer, const attention::KvLayerView& kv, int n_blocks) {
+    ++stats_.full_stagings;
+    const int64_t lb = ks_.block_layer_bytes();
+    full_.Reserve(n_blocks, lb);
+    NoteBuffer();
+    const auto* kp = reinterpret_cast<const uint8_t*>(seq_->pool()->k_data(layer));
+    const auto* vp = reinterpret_cast<const uint8_t*>(seq_->pool()->v_data(layer));
+    const int bs = ks_.block_size;
+    const auto& table = seq_->block_table();
+    const auto& pos = seq_->positions();
+    pool_.ParallelFor(n_blocks, [&](int64_t b, int) {
+      uint8_t* kd = full_.k.as<uint8_t>() + b * lb;
+      uint8_t* vd = full_.v.as<uint8_t>() + b * lb;
+      if (table[b] != kv::SequenceKv::kNoBlock) {
+        std::memcpy(kd, kp + table[b] * lb, lb);
+        std::memcpy(vd, vp + table[b] * lb, lb);
+        return;
+      }
+      auto range = ReadLayerLocked(layer, static_cast<int>(b));
+      {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        if (!range.ok()) {
+          failed_blocks_.push_back(static_cast<int32_t>(b));  // its slots are left out (LeaveOut)
+          return;
+        }
+        stats_.fetched_bytes += static_cast<int64_t>(range->size);
+      }
+      const int64_t hs = ks_.head_stride() * eb();
+      for (int r = 0; r < bs; ++r)
+        for (int h = 0; h < ks_.n_kv_heads; ++h)
+          EnterRow(*range, r, h, pos[b * bs + r], kd + h * hs + static_cast<int64_t>(r) * ks_.head_dim * eb(),
+                   vd + h * hs + static_cast<int64_t>(r) * ks_.head_dim * eb());
+    });
+    (void)kv;
+    SetView(full_, seq_->n_slots());
+  }
+
+  // ReadLayer from pool threads: the stats are updated under a lock.
+  StatusOr<store::ByteRange> ReadLayerLocked(int layer, int block) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return ReadLayer(layer, block);
+  }
+
+  // After a whole-layer staging that could not read some blocks: what the rows see,
+  // without those blocks' slots (an index list per head, or one for all).
+  void LeaveOut(engine::Visibility* vis) {
+    std::sort(failed_blocks_.begin(), failed_blocks_.end());
+    const int bs = ks_.block_size;
+    auto failed = [&](int32_t s) { return std::binary_search(failed_blocks_.begin(), failed_blocks_.end(), s / bs); };
+    if (vis->head_indices != nullptr) {
+      for (int h = 0; h < ks_.n_kv_heads; ++h) {
+        compact_[h].clear();
+        for (int i = 0; i < vis->n_head_indices[h]; ++i)
+          if (!failed(vis->head_indices[h][i])) compact_[h].push_back(vis->head_indices[h][i]);
+        compact_ptrs_[h] = compact_[h].data();
+        compact_lens_[h] = static_cast<int32_t>(compact_[h].size());
+      }
+      vis->head_indices = compact_ptrs_.data();
+      vis->n_head_indices = compact_lens_.data();
+    } else {
+      const int32_t* from = vis->indices;
+      const int n_from = from != nullptr ? vis->n_indices : vis->n_slots;
+      visible_.clear();
+      for (int i = 0; i < n_from; ++i) {
+        const int32_t s = from != nullptr ? from[i] : i;
+        if (!failed(s)) visible_.push_back(s);
+      }
+      vis->indices = visible_.data();
+      vis->n_indices = static_cast<int>(visible_.size());
+    }
+    failed_blocks_.clear();
+  }
+
+  // The cache of (layer, h) after one step's selection: counts the selected slots of
+  // released blocks, then fills the blocks that entered from `staged` (a whole-layer
+  // staging, slot numbering) or from the tier.
+  void UpdateCache(int layer, int h, const std::vector<int32_t>& selection, const LayerBuffer* staged) {
+    sel_.clear();
+    const auto& table = seq_->block_table();
+    for (int32_t s : selection) {
+      if (table[s / ks_.block_size] == kv::SequenceKv::kNoBlock) sel_.push_back(s);
+      else ++stats_.resident_reads;
+    }
+    BlockCache& cache = caches_[layer][h];
+    const AccessResult r = cache.Access(sel_.data(), static_cast<int>(sel_.size()));
+    stats_.cache_hits += r.token_hits;
+    stats_.cache_misses += r.token_misses;
+    if (r.block_insertions == 0 && r.block_evictions == 0) return;
+    auto& where = cache_where_[layer][h];
+    auto& free = cache_free_[layer][h];
+    for (auto it = where.begin(); it != where.end();) {
+      if (!cache.Contains(it->first)) {
+        free.push_back(it->second);
+        it = where.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int bs = ks_.block_size, hd = ks_.head_dim;
+    const int64_t lb = ks_.block_layer_bytes(), hs = ks_.head_stride() * eb(), row = static_cast<int64_t>(hd) * eb();
+    auto* kp = reinterpret_cast<uint8_t*>(seq_->pool()->k_data(layer));
+    auto* vp = reinterpret_cast<uint8_t*>(seq_->pool()->v_data(layer));
+    const auto& pos = seq_->positions();
+    for (int32_t b : cache.CachedBlocks()) {
+      if (where.count(b) != 0) continue;
+      ATTIC_CHECK(!free.empty());
+      const int idx = free.back();
+      free.pop_back();
+      where[b] = idx;
+      uint8_t* kd = kp + cache_phys_[idx] * lb + h * hs;
+      uint8_t* vd = vp + cache_phys_[idx] * lb + h * hs;
+      if (staged != nullptr) {
+        std::memcpy(kd, staged->k.as<uint8_t>() + b * lb + h * hs, bs * row);
+        std::memcpy(vd, staged->v.as<uint8_t>() + b * lb + h * hs, bs * row);
+        continue;
+      }
+      auto range = ReadLayer(layer, b);
+      if (!range.ok()) {
+        where.erase(b);  // not filled: served from the tier (or left out) until it enters again
+        free.push_back(idx);
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, pos[b * bs + r], kd + r * row, vd + r * row);
+      stats_.fetch_seconds += Since(t0);
+      stats_.fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
+    }
+  }
+
+  // The selection of each KV head, compacted into stage_: head h's i-th selected slot
+  // becomes slot i of the view.
+  void StageSelection(int layer, const engine::Visibility& vis) {
+    const int n_kv = ks_.n_kv_heads, bs = ks_.block_size, hd = ks_.head_dim;
+    int m = 0;
+    for (int h = 0; h < n_kv; ++h) m = std::max(m, vis.n_head_indices[h]);
+    const int n_blocks = std::max(1, (m + bs - 1) / bs);
+    const int64_t lb = ks_.block_layer_bytes(), hs = ks_.head_stride() * eb(), row = static_cast<int64_t>(hd) * eb();
+    stage_.Reserve(n_blocks, lb);
+    NoteBuffer();
+    const auto& table = seq_->block_table();
+    const auto& pos = seq_->positions();
+    const auto* kp = reinterpret_cast<const uint8_t*>(seq_->pool()->k_data(layer));
+    const auto* vp = reinterpret_cast<const uint8_t*>(seq_->pool()->v_data(layer));
+    for (int h = 0; h < n_kv; ++h) {
+      const std::vector<int32_t>& sel = inner_->last_selection(layer, h);
+      UpdateCache(layer, h, sel, nullptr);
+      const auto& where = cache_where_[layer][h];
+      std::vector<int32_t>& out = compact_[h];
+      out.clear();
+      int i = 0;
+      const store::ByteRange* range = nullptr;
+      StatusOr<store::ByteRange> fetched = store::ByteRange();
+      int fetched_block = -1;
+      for (size_t j = 0; j < sel.size(); ++j) {
+        const int32_t s = sel[j], b = s / bs;
+        uint8_t* kd = stage_.k.as<uint8_t>() + (i / bs) * lb + h * hs + (i % bs) * row;
+        uint8_t* vd = stage_.v.as<uint8_t>() + (i / bs) * lb + h * hs + (i % bs) * row;
+        if (table[b] != kv::SequenceKv::kNoBlock || where.count(b) != 0) {
+          const int64_t p = table[b] != kv::SequenceKv::kNoBlock ? table[b] : cache_phys_[where.at(b)];
+          const int64_t at = p * lb + h * hs + (s % bs) * row;
+          std::memcpy(kd, kp + at, row);
+          std::memcpy(vd, vp + at, row);
+        } else {
+          if (b != fetched_block) {
+            fetched = ReadLayer(layer, b);
+            fetched_block = b;
+            range = fetched.ok() ? &*fetched : nullptr;
+          }
+          if (range == nullptr) continue;  // left out of this step (logged)
+          const auto t0 = std::chrono::steady_clock::now();
+          EnterRow(*range, s % bs, h, pos[s], kd, vd);
+          stats_.fetch_seconds += Since(t0);
+          stats_.fetched_bytes += 2 * hd * 4;
+        }
+        out.push_back(i++);
+      }
+      compact_ptrs_[h] = out.data();
+      compact_lens_[h] = static_cast<int32_t>(out.size());
+    }
+    SetView(stage_, std::max(1, m));
+  }
+
+  // After a step's last layer: complete blocks go to the tier, and the ones outside the
+  // first block and the next step's local window leave the compute buffer.
+  void EndStep() {
+    const int bs = ks_.block_size, kvd = ks_.kv_dim();
+    const int pend = static_cast<int>(pend_k_[0].size() / kvd);
+    for (int l = 1; l < n_layers_; ++l) ATTIC_CHECK(static_cast<int>(pend_k_[l].size() / kvd) == pend);
+    const int full_blocks = pend / bs;
+    const int64_t rb = static_cast<int64_t>(bs) * RowBytes();
+    for (int i = 0; i < full_blocks; ++i) {
+      const int b = flushed_ / bs;
+      std::string value(static_cast<size_t>(n_layers_) * LayerRangeBytes(), '\0');
+      for (int l = 0; l < n_layers_; ++l) {
+        std::memcpy(value.data() + l * LayerRangeBytes(), pend_k_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
+        std::memcpy(value.data() + l * LayerRangeBytes() + rb, pend_v_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
+      }
+      if (static_cast<int>(in_tier_.size()) <= b) in_tier_.resize(b + 1, false);
+      const Status st = backing_->Put(Key(b), value);
+      if (st.ok()) {
+        in_tier_[b] = true;
+        stats_.backing_bytes += static_cast<int64_t>(value.size());
+      } else {
+        ++stats_.backing_errors;
+        Log(LogLevel::kWarn, "sparse offload: writing block %d: %s (it stays resident)", b, st.ToString().c_str());
+      }
+      flushed_ += bs;
+    }
+    for (int l = 0; l < n_layers_; ++l) {
+      pend_k_[l].erase(pend_k_[l].begin(), pend_k_[l].begin() + static_cast<int64_t>(full_blocks) * bs * kvd);
+      pend_v_[l].erase(pend_v_[l].begin(), pend_v_[l].begin() + static_cast<int64_t>(full_blocks) * bs * kvd);
+    }
+    const int n = seq_->n_slots();
+    const SparseOptions& o = inner_->options();
+    if (n + 1 >= o.min_slots && o.method != SparseMethod::kFull) {
+      // Keep the next step's local window, and the block before it (slots leaving the
+      // window are coded from the compute buffer).
+      const int keep_from = std::max(0, n + 1 - SplitBudget(o, n + 1).local - bs);
+      for (int b = 1; b < static_cast<int>(in_tier_.size()) && (b + 1) * bs <= keep_from; ++b) {
+        if (in_tier_[b] && seq_->resident(b)) {
+          seq_->ReleaseBlock(b);
+          ++stats_.offloaded_blocks;
+        }
+      }
+    }
+    // The whole-layer staging buffer is kept only while steps use it.
+    if (stats_.full_stagings == last_full_stagings_) full_.Free();
+    last_full_stagings_ = stats_.full_stagings;
+    NoteBuffer();
+  }
+
+  void NoteBuffer() {
+    stats_.buffer_bytes = static_cast<int64_t>(seq_->n_resident_blocks() + cache_phys_.size()) * ks_.block_bytes() +
+                          2 * static_cast<int64_t>(full_.bytes + stage_.bytes);
+    stats_.peak_buffer_bytes = std::max(stats_.peak_buffer_bytes, stats_.buffer_bytes);
+  }
+
+  std::unique_ptr<SparseAttention> inner_;
+  OffloadOptions opt_;
+  kv::SequenceKv* seq_;
+  const attention::RopeTable& rope_;
+  store::Tier* backing_;
+  int n_layers_;
+  backend::ThreadPool& pool_;
+  kv::KvShape ks_;
+  std::string prefix_;
+  std::vector<int32_t> cache_phys_;  // the cache's pool blocks: index i holds, per (layer, head), one cached block
+  OffloadStats stats_;
+  std::mutex stats_mu_;
+
+  std::vector<std::vector<float>> pend_k_, pend_v_;  // [layer]: rows of slots [flushed_, ...), pre-RoPE
+  int flushed_ = 0;                                  // slots [0, flushed_) were written (whole blocks)
+  std::vector<bool> in_tier_;                        // [block]
+
+  std::vector<std::vector<BlockCache>> caches_;                             // [layer][kv_head]
+  std::vector<std::vector<std::unordered_map<int32_t, int>>> cache_where_;  // [layer][kv_head]: block -> cache index
+  std::vector<std::vector<std::vector<int>>> cache_free_;                   // [layer][kv_head]: free cache indices
+
+  LayerBuffer full_, stage_;
+  int64_t last_full_stagings_ = 0;
+  attention::KvLayerView view_;
+  std::vector<int32_t> sel_;
+  std::vector<int32_t> failed_blocks_;  // StageAll's blocks that could not be read
+  std::vector<int32_t> visible_;
+  std::vector<std::vector<int32_t>> compact_;
+  std::vector<const int32_t*> compact_ptrs_;
+  std::vector<int32_t> compact_lens_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention(
+    std::unique_ptr<SparseAttention> inner, const OffloadOptions& options, kv::SequenceKv* seq,
+    const attention::RopeTable& rope, store::Tier* backing, int n_layers, backend::ThreadPool& pool) {
+  if (inner == nullptr || seq == nullptr || backing == nullptr) return InvalidArgumentError("sparse offload: missing part");
+  const SparseMethod m = inner->options().method;
+  if (m != SparseMethod::kPq && m != SparseMethod::kStreaming) {
+    return InvalidArgumentError(std::string("sparse offload needs method pq or streaming (") + SparseMethodName(m) +
+                                " reads every key at every step)");
+  }
+  if (options.cache_blocks < 0) return InvalidArgumentError("sparse offload: cache_blocks must be >= 0");
+  if (seq->n_slots() != 0) return FailedPreconditionError("sparse offload: the sequence must start empty");
+  std::vector<int32_t> cache_phys;
+  for (int i = 0; i < options.cache_blocks; ++i) {
+    auto p = seq->pool()->Allocate();
+    if (!p.ok()) {
+      for (int32_t b : cache_phys) seq->pool()->Free(b);
+      return ResourceExhaustedError("sparse offload: the compute buffer has no room for a block cache of " +
+                                    std::to_string(options.cache_blocks) + " blocks");
+    }
+    cache_phys.push_back(*p);
+  }
+  return std::unique_ptr<OffloadedSparseAttention>(
+      new Offloaded(std::move(inner), options, seq, rope, backing, n_layers, pool, std::move(cache_phys)));
+}
+
+}  // namespace attic::pq

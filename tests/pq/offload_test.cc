@@ -1,0 +1,258 @@
+// Offloading a sparse sequence's KV below the compute buffer (attic/pq/offload.h), on a
+// real model (stories260K) with small blocks so that a 480-token sequence has 30 of
+// them: the offloaded sequence must decode exactly as the same selector with every
+// block resident (the reference: the same slots, so the same attention), while most of
+// its blocks live in the tier.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "attic/core/file.h"
+#include "attic/engine/engine.h"
+#include "attic/pq/offload.h"
+#include "attic/store/memory_tier.h"
+#include "test_util.h"
+
+namespace attic::pq {
+namespace {
+
+using attic::testing::SharedDir;
+
+constexpr int kBlock = 16;
+
+std::unique_ptr<engine::Engine> LoadStories(DType kv_dtype) {
+  engine::EngineOptions o;
+  o.model_path = SharedDir() + "/models/stories260K-hf";
+  o.n_threads = 2;
+  o.kv_block_size = kBlock;
+  o.kv_dtype = kv_dtype;
+  auto e = engine::Engine::Load(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+std::vector<int32_t> StoryTokens(engine::Engine& e, size_t n) {
+  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+  EXPECT_TRUE(text.ok());
+  auto ids = e.Tokenize(*text, true);
+  EXPECT_TRUE(ids.ok());
+  EXPECT_GE(ids->size(), n);
+  ids->resize(n);
+  return *ids;
+}
+
+struct DecodeRun {
+  std::vector<float> logits;  // the decode steps'
+  int resident_blocks = 0;    // at the end
+};
+
+// Prefill `prompt` tokens in chunks of 64, then teacher-forced decode one token per step.
+// `make` builds the hooks for the sequence (null: no hooks).
+template <class Make>
+DecodeRun Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt, Make make) {
+  kv::SequenceKv seq(&e.kv_pool());
+  std::unique_ptr<engine::LayerHooks> hooks = make(&seq);
+  DecodeRun run;
+  std::vector<float> logits;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t end = pos < prompt ? std::min(prompt, pos + 64) : pos + 1;
+    std::vector<engine::BatchEntry> batch(1);
+    batch[0].seq = &seq;
+    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+    const Status st = e.transformer().Forward(batch, &logits, hooks.get());
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (end > prompt) run.logits.insert(run.logits.end(), logits.begin(), logits.end());
+    pos = end;
+  }
+  run.resident_blocks = seq.n_resident_blocks();
+  return run;
+}
+
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
+  return d;
+}
+
+struct Case {
+  const char* method;
+  DType kv_dtype;
+  CachePolicy policy;
+  int cache_blocks;
+  int max_resident;  // blocks resident at the end: first + local window + one before + the one written
+};
+
+class OffloadTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OffloadTest, DecodesAsTheSameSelectorWithEveryBlockResident) {
+  const Case c = GetParam();
+  auto e = LoadStories(c.kv_dtype);
+  ASSERT_NE(e, nullptr);
+  const auto tokens = StoryTokens(*e, 480);
+  const auto& cfg = e->model().config();
+  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
+  auto o = ParseSparseOptions(c.method);  // fixed iterations: both runs train the same codebooks
+  ASSERT_TRUE(o.ok());
+  const DecodeRun want = Decode(*e, tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+    return MakeSparseAttention(*o, shape, cfg.n_layers, e->threads());
+  });
+  ASSERT_EQ(want.resident_blocks, 30);
+
+  store::DramTier tier(uint64_t{1} << 30);
+  const attention::RopeTable rope(cfg);
+  const int free_before = e->kv_pool().n_free();
+  {
+    const DecodeRun got = Decode(*e, tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+      OffloadOptions oo;
+      oo.cache_blocks = c.cache_blocks;
+      oo.policy = c.policy;
+      auto made = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, seq,
+                                               rope, &tier, cfg.n_layers, e->threads());
+      EXPECT_TRUE(made.ok()) << made.status().ToString();
+      return std::move(*made);
+    });
+    // The hooks are gone with the sequence; what they reported before is checked below
+    // through `got`, and the tier and the pool must be back to empty.
+    EXPECT_LT(MaxDiff(got.logits, want.logits), 1e-5) << c.method;
+    EXPECT_LE(got.resident_blocks, c.max_resident) << c.method;
+    EXPECT_GE(got.resident_blocks, 2);
+  }
+  EXPECT_EQ(tier.bytes(), 0u);  // erased with the hooks
+  EXPECT_EQ(e->kv_pool().n_free(), free_before);
+}
+
+TEST(Offload, StatsCountWhatMovedAndTheCacheHelps) {
+  auto e = LoadStories(DType::kF32);
+  ASSERT_NE(e, nullptr);
+  const auto tokens = StoryTokens(*e, 480);
+  const auto& cfg = e->model().config();
+  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
+  const attention::RopeTable rope(cfg);
+  store::DramTier tier(uint64_t{1} << 30);
+  auto o = ParseSparseOptions("pq-0.2@min=64,iters=4");
+  ASSERT_TRUE(o.ok());
+  for (int cache_blocks : {0, 8}) {
+    kv::SequenceKv seq(&e->kv_pool());
+    OffloadOptions oo;
+    oo.cache_blocks = cache_blocks;
+    auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
+                                            &tier, cfg.n_layers, e->threads());
+    ASSERT_TRUE(off.ok());
+    std::vector<float> logits;
+    for (size_t pos = 0; pos < tokens.size();) {
+      const size_t end = pos < 400 ? std::min<size_t>(400, pos + 64) : pos + 1;
+      std::vector<engine::BatchEntry> batch(1);
+      batch[0].seq = &seq;
+      batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+      ASSERT_TRUE(e->transformer().Forward(batch, &logits, off->get()).ok());
+      pos = end;
+    }
+    const OffloadStats& s = (*off)->offload_stats();
+    const int64_t block_bytes = seq.pool()->shape().block_bytes();
+    EXPECT_GE(s.offloaded_blocks, 25) << cache_blocks;
+    EXPECT_EQ(s.backing_bytes, 30 * block_bytes) << "every block complete, f32 K and V as in the f32 pool";
+    EXPECT_EQ(s.backing_errors, 0);
+    EXPECT_GT(s.full_stagings, 0);
+    EXPECT_GT(s.fetched_bytes, 0);
+    EXPECT_GT(s.resident_reads, 0);
+    EXPECT_GT(s.cache_hits + s.cache_misses, 0);
+    if (cache_blocks == 0) {
+      EXPECT_EQ(s.cache_hits, 0);
+    } else {
+      EXPECT_GT(s.cache_hits, 0);
+    }
+    EXPECT_LT(s.peak_buffer_bytes, 30 * block_bytes);
+    EXPECT_GT(s.buffer_bytes, 0);
+  }
+}
+
+TEST(Offload, TierFailuresAreCountedNeverFatal) {
+  auto e = LoadStories(DType::kF32);
+  ASSERT_NE(e, nullptr);
+  const auto tokens = StoryTokens(*e, 480);
+  const auto& cfg = e->model().config();
+  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
+  const attention::RopeTable rope(cfg);
+  auto o = ParseSparseOptions("pq-0.2@min=64,iters=4");
+  ASSERT_TRUE(o.ok());
+  const DecodeRun want = Decode(*e, tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+    return MakeSparseAttention(*o, shape, cfg.n_layers, e->threads());
+  });
+  // A tier too small for the sequence: the blocks it refuses stay resident, and the
+  // decode is still exact.
+  store::MemoryTierOptions small;
+  small.capacity = 8 * e->kv_pool().shape().block_bytes();
+  store::MemoryTier tiny(small);
+  OffloadOptions oo;
+  oo.cache_blocks = 2;  // the pool holds one 512-token sequence: most of it stays resident here
+  const DecodeRun full = Decode(*e, tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+    return std::move(*MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, seq,
+                                                   rope, &tiny, cfg.n_layers, e->threads()));
+  });
+  EXPECT_LT(MaxDiff(full.logits, want.logits), 1e-5);
+  EXPECT_GT(full.resident_blocks, 20);
+  // Reads failing (a tier timing out): counted, logged, the step goes on without those rows.
+  store::MemoryTier flaky(store::MemoryTierOptions{"flaky", uint64_t{1} << 30, {}, {}});
+  flaky.FailNextReads(50, UnavailableError("injected"));
+  kv::SequenceKv seq(&e->kv_pool());
+  auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
+                                          &flaky, cfg.n_layers, e->threads());
+  ASSERT_TRUE(off.ok());
+  std::vector<float> logits;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t end = pos < 400 ? std::min<size_t>(400, pos + 64) : pos + 1;
+    std::vector<engine::BatchEntry> batch(1);
+    batch[0].seq = &seq;
+    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+    ASSERT_TRUE(e->transformer().Forward(batch, &logits, off->get()).ok());
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    pos = end;
+  }
+  EXPECT_EQ((*off)->offload_stats().backing_errors, 50);
+}
+
+TEST(Offload, RefusesWhatItCannotServe) {
+  auto e = LoadStories(DType::kF32);
+  ASSERT_NE(e, nullptr);
+  const auto& cfg = e->model().config();
+  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
+  const attention::RopeTable rope(cfg);
+  store::DramTier tier(uint64_t{1} << 30);
+  kv::SequenceKv seq(&e->kv_pool());
+  for (const char* method : {"oracle-0.2", "h2o-0.2", "full"}) {
+    auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*ParseSparseOptions(method), shape, cfg.n_layers,
+                                                                e->threads()),
+                                            {}, &seq, rope, &tier, cfg.n_layers, e->threads());
+    EXPECT_EQ(off.status().code(), StatusCode::kInvalidArgument) << method;
+  }
+  OffloadOptions huge;
+  huge.cache_blocks = e->kv_pool().n_free() + 1;
+  const int free_before = e->kv_pool().n_free();
+  auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*ParseSparseOptions("pq-0.2"), shape, cfg.n_layers,
+                                                              e->threads()),
+                                          huge, &seq, rope, &tier, cfg.n_layers, e->threads());
+  EXPECT_EQ(off.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->kv_pool().n_free(), free_before);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Selectors, OffloadTest,
+    // pq-0.2 at 480 slots: a local window of 24 slots (two blocks of 16); pq-0.1: 12;
+    // streaming-0.2: the whole budget of 96 (six blocks).
+    ::testing::Values(Case{"pq-0.2@min=64,iters=4", DType::kF32, CachePolicy::kLru, 6, 5},
+                      Case{"pq-0.2@min=64,iters=4", DType::kF16, CachePolicy::kLfu, 6, 5},
+                      Case{"pq-0.1@min=64,iters=4,combine=max", DType::kF32, CachePolicy::kLfu, 0, 4},
+                      Case{"streaming-0.2@min=64", DType::kF32, CachePolicy::kLru, 4, 9}),
+    [](const auto& info) {
+      std::string s = std::string(info.param.method) + (info.param.kv_dtype == DType::kF16 ? "_f16_" : "_f32_") +
+                      CachePolicyName(info.param.policy) + std::to_string(info.param.cache_blocks);
+      for (auto& ch : s)
+        if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return s;
+    });
+
+}  // namespace
+}  // namespace attic::pq
