@@ -56,14 +56,13 @@
 #include "bench/common/output.h"
 #include "bench/common/plot.h"
 #include "bench/common/stats.h"
+#include "bench/sparse_bench.h"
 
 using namespace attic;
 using namespace attic::engine;
 using bench::Fmt;
 
-namespace {
-
-constexpr char kProgram[] = "sparse_bench";
+namespace sparse_bench {
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "%s: error: %s\n", kProgram, message.c_str());
@@ -75,12 +74,6 @@ std::vector<int> ParseIntList(const std::string& s) {
   if (!list.ok()) Die("not a positive integer list: " + s);
   return *list;
 }
-
-struct Common {
-  std::string model, json, kv_dtype = "f16";
-  int threads = 2, chunk = 1024;
-  uint64_t seed = 1;
-};
 
 void AddCommonFlags(bench::FlagParser& flags, Common* c) {
   flags.String("--model", &c->model);
@@ -95,8 +88,7 @@ void AddCommonFlags(bench::FlagParser& flags, Common* c) {
   });
 }
 
-// The engine, sized for `n_sequences` sequences of `context` slots each.
-std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences) {
+std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences, const PoolBlocks& pool_blocks) {
   EngineOptions eo;
   eo.model_path = c.model;
   eo.n_threads = c.threads;
@@ -115,14 +107,14 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   kv::KvShape shape = (*probe)->transformer().kv_shape(kv::kDefaultBlockSize);
   shape.dtype = eo.kv_dtype;
   const int64_t per_seq = (static_cast<int64_t>(context) / shape.block_size + 2) * shape.block_bytes();
+  const int n_layers = (*probe)->model().config().n_layers;
   probe->reset();
-  eo.kv_cache_bytes = per_seq * n_sequences;
+  eo.kv_cache_bytes = pool_blocks ? pool_blocks(shape, n_layers) * shape.block_bytes() : per_seq * n_sequences;
   auto e = Engine::Load(eo);
   if (!e.ok()) Die(e.status().ToString());
   return std::move(*e);
 }
 
-// Prefills `seq` with tokens[seq->n_slots(), n) in chunks, hooks attached (may be null).
 void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n, LayerHooks* hooks) {
   Transformer& tf = engine.transformer();
   std::vector<float> logits;
@@ -139,6 +131,12 @@ void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& to
   }
   std::fprintf(stderr, "\n");
 }
+
+}  // namespace sparse_bench
+
+namespace {
+
+using namespace sparse_bench;
 
 // A copy of src's slots [0, n) (tokens, positions and every layer's KV) in `dst` (empty).
 void CopySequence(const kv::SequenceKv& src, int n, int kv_dim, int n_layers, kv::SequenceKv* dst) {
@@ -771,7 +769,7 @@ int RunBlocks(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string usage = std::string("usage: ") + kProgram + " tpot|tt2t|blocks --model PATH [flags] (--help per command)\n";
+  const std::string usage = std::string("usage: ") + kProgram + " tpot|tt2t|blocks|offload --model PATH [flags] (--help per command)\n";
   if (argc < 2) {
     std::fprintf(stderr, "%s", usage.c_str());
     return 2;
@@ -780,6 +778,7 @@ int main(int argc, char** argv) {
   if (cmd == "tpot") return RunTpot(argc, argv);
   if (cmd == "tt2t") return RunTt2t(argc, argv);
   if (cmd == "blocks") return RunBlocks(argc, argv);
+  if (cmd == "offload") return sparse_bench::RunOffload(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     std::printf("%s", usage.c_str());
     return 0;
