@@ -26,6 +26,9 @@
 //           blocks of --block-tokens slots, LRU and LFU (pq/block_cache.h says exactly
 //           what is counted). Hit rate = selected slots found cached / selected slots,
 //           over every step, layer and KV head.
+//   offload the longest context that decodes with a compute buffer of a given share of
+//           its KV, with PQ offload (pq/offload.h; bench/sparse_offload.cc says what is
+//           measured).
 //
 // Usage: sparse_bench tpot --model PATH [--lengths 2048,4096,8192,16384,32768] [--batch 1,8]
 //          [--methods full,pq-0.2,pq-0.1] [--steps 16] [--warmup 2] [--plot FILE.svg]
@@ -33,6 +36,9 @@
 //          [--iterations 10,25]
 //        sparse_bench blocks --model PATH [--context 32768] [--text FILE] [--method pq-0.1]
 //          [--steps 64] [--blocks 4,8,16,32,64,128] [--block-tokens 128] [--plot FILE.svg]
+//        sparse_bench offload --model PATH [--context 65536] [--buffer-share 0.125]
+//          [--method pq-0.1] [--cache-blocks N] [--policy lru|lfu] [--steps 16] [--warmup 2]
+//          [--replay-blocks 8,16,32,64,128]
 //        common: [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <algorithm>
