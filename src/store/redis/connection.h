@@ -1,0 +1,69 @@
+// One connection to one Redis node over hiredis (blocking, with timeouts): commands are
+// sent pipelined and their replies read in order. Replies are hiredis reply trees kept
+// alive by shared pointers, so a value read from the node can be handed out without a
+// copy (store::ByteRange owners).
+//
+// Errors: a connect that fails or takes longer than its timeout is Unavailable /
+// DeadlineExceeded; so is a command whose reply does not arrive within the I/O timeout.
+// After any such error the connection is broken (broken() is true) and must be dropped:
+// the protocol stream is no longer in step. An error *reply* (-MOVED, -ERR ...) is not a
+// failed call: it comes back as a reply of type REDIS_REPLY_ERROR for the caller to judge.
+//
+// Thread-safety: one thread at a time (ClusterClient hands each out exclusively).
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attic/core/status.h"
+
+namespace attic::store::redis {
+
+using Reply = std::shared_ptr<const redisReply>;
+// One command: its arguments (binary safe).
+using Command = std::vector<std::string_view>;
+
+// A reply's string (STRING, STATUS, ERROR), "" for other types.
+std::string_view ReplyText(const redisReply& r);
+// Whether `r` is an error reply whose first word is `word` ("MOVED", "ASK", ...).
+bool IsErrorReply(const redisReply& r, std::string_view word);
+
+class Connection {
+ public:
+  // Connects to host:port within `connect_timeout`; commands then time out after
+  // `io_timeout` (SetTimeout changes it).
+  static StatusOr<std::unique_ptr<Connection>> Open(const std::string& host, int port,
+                                                    std::chrono::milliseconds connect_timeout,
+                                                    std::chrono::milliseconds io_timeout);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends `commands` in one pipeline and reads one reply each, in order. REQUIRES: !broken().
+  StatusOr<std::vector<Reply>> Pipeline(const std::vector<Command>& commands);
+  StatusOr<Reply> Run(const Command& command);
+  // The time a reply may take from now on (the rest of a caller's budget).
+  Status SetTimeout(std::chrono::milliseconds timeout);
+  bool broken() const { return broken_; }
+  // "host:port"
+  const std::string& address() const { return address_; }
+
+ private:
+  Connection(redisContext* c, std::string address) : c_(c), address_(std::move(address)) {}
+  // The context's error as a Status (and the connection broken).
+  Status Fail(const char* what);
+
+  redisContext* c_;
+  std::string address_;
+  bool broken_ = false;
+};
+
+// Splits "host:port" (IPv4 or a name; "[v6]:port" for IPv6). InvalidArgument otherwise.
+Status ParseAddress(std::string_view address, std::string* host, int* port);
+
+}  // namespace attic::store::redis
