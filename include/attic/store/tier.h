@@ -30,6 +30,7 @@
 
 #include "attic/core/status.h"
 #include "attic/store/bytes.h"
+#include "attic/store/entry.h"
 
 namespace attic::store {
 
@@ -106,6 +107,14 @@ class Tier {
   virtual int64_t SizeOf(const std::string& key) const = 0;
   // Every key (enumerable tiers; others may return a partial list).
   virtual std::vector<std::string> Keys() const = 0;
+  // A shared tier's newest entry of the session `session` names (its tenant, model
+  // fingerprint, dtype and session id; the token hash is ignored), saved by any
+  // instance: that entry's key, for a store that has not indexed it (another instance
+  // wrote it). NotFound when there is none; the default for tiers that keep no such
+  // pointer (every local one: the store indexes what it wrote itself).
+  virtual StatusOr<std::string> FindSession(const EntryKey& session) {
+    return NotFoundError("the " + name() + " tier keeps no session pointers");
+  }
   // Bytes stored and the capacity. Both answer from memory, without I/O (the store asks
   // them under its lock); a tier that evicts by itself may answer an estimate.
   virtual uint64_t bytes() const = 0;
