@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -32,6 +34,11 @@ struct ServeFlags {
   uint64_t kv_dram = 0;
   std::string kv_ssd_dir;
   uint64_t kv_ssd = 16ull << 30;
+  // Shared remote tier (Redis Cluster); on when --kv-remote is given.
+  std::string kv_remote;
+  uint64_t kv_remote_bytes = 8ull << 30;
+  std::string kv_remote_write = "through";
+  int kv_remote_timeout_ms = 1500;
   std::string kv_read_buffer = "auto";
   std::string kv_policy = "scheduler-aware";
   double session_ttl_s = 86400;
@@ -115,6 +122,19 @@ int RunServe(ServeFlags f) {
   f.server.scheduler.kv_preload = f.kv_preload == "sync"     ? engine::KvPreload::kSync
                                   : f.kv_preload == "inline" ? engine::KvPreload::kInline
                                                              : engine::KvPreload::kLayerwise;
+  if (!f.kv_remote.empty()) {
+    if (f.kv_remote_write != "through" && f.kv_remote_write != "back")
+      return UsageError("--kv-remote-write must be 'through' (write each save to the cluster) or 'back' (only what "
+                        "is demoted there)");
+    if (f.kv_remote_timeout_ms < 1) return UsageError("--kv-remote-timeout must be at least 1 ms");
+    if (f.kv_remote_bytes == 0) return UsageError("--kv-remote-bytes must be positive");
+    if (f.kv_dram == 0) return UsageError("--kv-remote needs the DRAM tier above it: give --kv-dram too");
+    f.server.remote.url = f.kv_remote;
+    f.server.remote.capacity = f.kv_remote_bytes;
+    f.server.remote.retry_budget = std::chrono::milliseconds(f.kv_remote_timeout_ms);
+    f.server.remote.command_timeout = std::chrono::milliseconds(std::min(1000, f.kv_remote_timeout_ms));
+    f.server.store.write_through = f.kv_remote_write == "through";
+  }
   if (f.kv_dram > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);
     if (!policy.ok()) return Fail(policy.status());
@@ -152,6 +172,10 @@ int RunServe(ServeFlags f) {
   if (const store::KvStore* kv = (*srv)->kv_store(); kv != nullptr)
     Log(LogLevel::kInfo, "%s; entries hold %s K/V", store::FormatOpenReport(kv->open_report()).c_str(),
         store::KvDtypeName(kv->kv_dtype()));
+  if (!f.kv_remote.empty())
+    Log(LogLevel::kInfo, "KV store: remote tier %s (shared; this server's share %s, write-%s, reads time out after %d ms)",
+        f.kv_remote.c_str(), FormatByteSize(f.kv_remote_bytes).c_str(), f.kv_remote_write.c_str(),
+        f.kv_remote_timeout_ms);
 
   RaiseFileLimit();
   Status st = (*srv)->Start();
@@ -213,6 +237,19 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "directory of the SSD tier of the KV store (survives restarts): a new or empty directory, or one "
                   "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
+  cmd->add_option("--kv-remote", f->kv_remote,
+                  "shared remote tier of the KV store below DRAM/SSD: a Redis Cluster, redis://host:port[,host:port...] "
+                  "(several servers on one cluster reuse each other's sessions; needs --kv-dram)");
+  AddSizeOption(cmd, "--kv-remote-bytes", "", 1, &f->kv_remote_bytes,
+                "this server's share of the remote tier: its oldest writes beyond it are deleted; the cluster's "
+                "maxmemory policy governs the rest (default 8G)");
+  cmd->add_option("--kv-remote-write", f->kv_remote_write,
+                  "through: every save is also written to the remote tier (other servers find it at once); back: "
+                  "only entries demoted from DRAM/SSD go there")
+      ->capture_default_str();
+  cmd->add_option("--kv-remote-timeout", f->kv_remote_timeout_ms,
+                  "milliseconds one remote call may take, retries included; then it is a miss")
+      ->capture_default_str();
   cmd->add_option("--link", f->link,
                   "context caches: how a request links cached chunks when it names no method: attnlink-K (recompute K "
                   "tokens at each chunk boundary), cacheblend-RATIO[@LAYER], naive or full (docs/linking.md)")

@@ -272,6 +272,21 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
           s.corrupt);
   counter("attic_kv_store_corrupt_attachments_total",
           "Reads that found an entry's attachment (its PQ index) damaged: dropped, the KV served.", s.corrupt_attachments);
+  counter("attic_kv_store_read_errors_total",
+          "Tier reads that failed for now (a network error, a timeout): misses that kept their entry.", s.read_errors);
+  counter("attic_kv_store_vanished_total",
+          "Entries gone from a shared or self-evicting tier (evicted by the cluster, deleted by another server).",
+          s.vanished);
+  counter("attic_kv_store_shared_found_total",
+          "Entries another server saved, found by session in the shared remote tier.", s.shared_found);
+  counter("attic_kv_store_write_throughs_total", "Saves also written to the shared remote tier.", s.write_throughs);
+  counter("attic_kv_store_write_through_errors_total",
+          "Saves that could not be written to the shared remote tier (kept locally).", s.write_through_errors);
+  Header(&out, "attic_kv_store_tier_hits_total", "counter", "Lookups that found their entry in a tier, by tier.");
+  for (const auto& t : s.tiers) Line(&out, "attic_kv_store_tier_hits_total", "tier=\"" + t.name + "\"", t.hits);
+  Header(&out, "attic_kv_store_tier_bytes", "gauge",
+         "Bytes per tier (the remote tier: what this server wrote and has not seen go, an estimate).");
+  for (const auto& t : s.tiers) Line(&out, "attic_kv_store_tier_bytes", "tier=\"" + t.name + "\"", t.bytes);
   Header(&out, "attic_kv_store_entries", "gauge", "Entries in the store.");
   Line(&out, "attic_kv_store_entries", "", s.entries);
   Header(&out, "attic_kv_store_bytes", "gauge", "Bytes held per tier.");

@@ -163,6 +163,7 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
     }
   }
   if (placed) {
+    if (options_.write_through) WriteThrough(lock, &info, bytes);
     IndexLocked(std::move(info));
     ++stats_.saves;
     stats_.bytes_saved += size;

@@ -35,6 +35,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
+#include "attic/store/redis_tier.h"
 #include "attic/engine/scheduler.h"
 
 namespace attic::server {
@@ -54,6 +55,9 @@ struct ServerOptions {
   // filled from the engine's model.
   bool kv_store = false;
   store::StoreOptions store;
+  // A shared remote tier below DRAM (and SSD): a Redis Cluster (--kv-remote; off when
+  // remote.url is empty). Turns the store on. docs/store.md "Remote tier".
+  store::RedisTierOptions remote;
   int64_t store_expire_interval_ms = 1000;  // how often expired sessions (and context caches) are freed
   // Context caches (paper 002; need the KV store): the linking method a request gets
   // when it names none (--link), and whether chunks are prefilled after a BOS token

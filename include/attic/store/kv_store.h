@@ -92,6 +92,12 @@ struct StoreOptions {
   // turn without recomputation), in bytes; 0 = no limit. A turn that would exceed it
   // stops recording and is not saved.
   uint64_t turn_bytes = 0;
+  // Write-through to a shared tier (--kv-remote-write through): a save placed in a tier
+  // above the first shared tier (a Redis Cluster tier) is also written there at once, as
+  // the entry's copy (EntryInfo::copy_level), so other instances find it by session
+  // right away. Off (write-back): an entry reaches the shared tier only when it is
+  // demoted there. A failed write-through leaves the entry where it was placed.
+  bool write_through = false;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
 };
@@ -191,6 +197,9 @@ struct StoreStats {
   uint64_t ssd_bytes = 0, ssd_capacity = 0;    // tier 1
   uint64_t read_errors = 0;         // transient tier read failures: misses, the entries kept
   uint64_t vanished = 0;            // entries found gone from a shared or self-evicting tier
+  uint64_t shared_found = 0;        // entries another instance saved, found by session in a shared tier
+  uint64_t write_throughs = 0;      // saves also written to a shared tier (StoreOptions::write_through)
+  uint64_t write_through_errors = 0;  // ... that failed (the entry stayed local)
   // Per tier, in the store's order (hits_dram, evictions_dram, ... are tiers 0 and 1's).
   struct Tier {
     std::string name;
@@ -395,6 +404,16 @@ class KvStore {
   void StageReads(const std::vector<QueuedJob>& jobs);
   KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status Rebuild();
+
+  // --- Shared tiers (kv_store_shared.cc) ---
+  // When `session_id` is not indexed here, asks the shared tiers for the session's newest
+  // entry (another instance saved it), checks its header and indexes it where it is.
+  // Tier I/O with no lock held; takes place_mu_ and mu_ to index. REQUIRES: neither held.
+  void DiscoverSession(const std::string& tenant, const std::string& session_id);
+  // Write-through of a placed entry (`info` at its tier, not yet indexed): writes
+  // `bytes` to the first shared tier below it and sets info->copy_level on success.
+  // REQUIRES: place_mu_ held and `lock` holding mu_ (released around the write).
+  void WriteThrough(std::unique_lock<std::mutex>& lock, EntryInfo* info, const SharedBytes& bytes);
 
   // --- Reads (kv_store_read.cc) ---
   // One attempt of Fetch; *moved = the entry moved between tiers while it was read.

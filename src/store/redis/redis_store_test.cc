@@ -1,0 +1,160 @@
+// KvStore with RedisTier as its shared bottom tier, on the real cluster of the
+// `redis_cluster` fixture: demotion to the cluster and back, two stores (two server
+// instances) sharing sessions through it with tenancy intact, a damaged value as a miss
+// that is dropped, and a cluster that is not there as misses, never errors or hangs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "attic/store/kv_store.h"
+#include "attic/store/redis_tier.h"
+#include "store/redis/cluster_client.h"
+#include "store/redis/redis_test_util.h"
+#include "store/store_test_util.h"
+
+namespace attic::store {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MakeEntry;
+using testing::Range;
+
+const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
+
+KvEntry Job(int n, const std::string& tenant = "default") {
+  return MakeEntry(Range(n * 1000, 32), "j" + std::to_string(n), tenant, 2, 8, "fp-A", n);
+}
+
+std::string FreshPrefix() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return "attic-test-" + std::to_string(rng());
+}
+
+struct Instance {
+  RedisTier* remote = nullptr;  // owned by the store
+  std::unique_ptr<KvStore> store;
+};
+
+// A store of DRAM (`dram_entries` entries) over the remote tier, as `attic serve
+// --kv-dram ... --kv-remote ...` makes it.
+Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
+              const std::string& url = "redis://" + redis::testing::TestNodes()) {
+  StoreOptions o;
+  o.fingerprint = "fp-A";
+  o.policy = PolicyKind::kLru;
+  o.default_ttl_ms = 0;
+  o.prefix_block = 8;
+  o.write_buffer_bytes = 0;
+  o.write_through = write_through;
+  RedisTierOptions r;
+  r.url = url;
+  r.prefix = prefix;
+  r.capacity = 64 << 20;
+  r.retry_budget = 500ms;
+  r.command_timeout = 300ms;
+  auto tier = RedisTier::Open(r);
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  Instance in;
+  in.remote = tier->get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<DramTier>(dram_entries * kEntry));
+  tiers.push_back(std::move(*tier));
+  auto s = KvStore::Open(o, std::move(tiers), nullptr);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  in.store = std::move(*s);
+  return in;
+}
+
+void ExpectLoads(KvStore& s, int n, const std::string& tenant = "default") {
+  auto m = s.Lookup(tenant, "j" + std::to_string(n), Range(n * 1000, 33));
+  ASSERT_TRUE(m.has_value()) << n;
+  EXPECT_EQ(m->n_tokens, 32);
+  auto e = s.Load(m->key);
+  ASSERT_TRUE(e.ok()) << n << ": " << e.status().ToString();
+  EXPECT_EQ(e->k, Job(n).k) << n;
+  EXPECT_EQ(e->v, Job(n).v) << n;
+}
+
+TEST(KvStoreOnRedis, DemotedEntriesComeBackFromTheCluster) {
+  ATTIC_REQUIRE_REDIS();
+  Instance a = Open(FreshPrefix(), 2, /*write_through=*/false);
+  ASSERT_NE(a.store, nullptr);
+  EXPECT_EQ(a.store->tier_name(TierAt(1)), "remote");
+  for (int n = 0; n < 5; ++n) ASSERT_TRUE(a.store->Save(Job(n)).ok()) << n;
+  // DRAM holds the last two; the first three were demoted to the cluster (write-back).
+  for (int n = 0; n < 3; ++n) EXPECT_EQ(a.store->TierOf(Job(n).key().ToString()), TierAt(1)) << n;
+  EXPECT_EQ(a.remote->stats().puts, 3u);
+  for (int n = 0; n < 5; ++n) ExpectLoads(*a.store, n);
+  EXPECT_GE(a.store->Stats().tiers[1].hits, 3u);
+  EXPECT_EQ(a.store->Stats().corrupt, 0u);
+}
+
+TEST(KvStoreOnRedis, ASessionSavedByOneStoreIsFoundByAnotherOfTheSameTenantOnly) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, /*write_through=*/true);
+  Instance b = Open(prefix, 8, /*write_through=*/true);
+  ASSERT_TRUE(a.store->Save(Job(1, "tenant-1")).ok());
+  EXPECT_EQ(a.store->Stats().write_throughs, 1u);
+  EXPECT_EQ(a.store->TierOf(Job(1, "tenant-1").key().ToString()), TierAt(0));  // and a copy in the cluster
+  // Another tenant asking for the same session id finds nothing, on either instance.
+  EXPECT_FALSE(b.store->Lookup("tenant-2", "j1", Range(1000, 33)).has_value());
+  EXPECT_FALSE(a.store->Lookup("tenant-2", "j1", Range(1000, 33)).has_value());
+  // The same tenant on instance B finds A's save in the cluster and loads it.
+  auto m = b.store->Lookup("tenant-1", "j1", Range(1000, 33));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->tier, TierAt(1));
+  EXPECT_EQ(m->n_tokens, 32);
+  auto e = b.store->Load(m->key);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->k, Job(1, "tenant-1").k);
+  EXPECT_EQ(e->tenant, "tenant-1");
+  EXPECT_EQ(b.store->Stats().shared_found, 1u);
+  EXPECT_EQ(b.store->TierOf(m->key), TierAt(0));  // promoted to B's DRAM
+  // B's next turn of the session replaces it for both.
+  KvEntry turn2 = MakeEntry(Range(1000, 48), "j1", "tenant-1", 2, 8, "fp-A", 9);
+  ASSERT_TRUE(b.store->Save(turn2).ok());
+  Instance c = Open(prefix, 8, true);
+  auto m2 = c.store->Lookup("tenant-1", "j1", Range(1000, 49));
+  ASSERT_TRUE(m2.has_value());
+  EXPECT_EQ(m2->entry_tokens, 48);
+}
+
+TEST(KvStoreOnRedis, ADamagedValueIsAMissAndIsDropped) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, true);
+  Instance b = Open(prefix, 8, true);
+  ASSERT_TRUE(a.store->Save(Job(2)).ok());
+  const std::string key = Job(2).key().ToString();
+  // Layer 1 (field "2": the header is part 0) damaged in the cluster.
+  const std::string hk = b.remote->HashKey(key);
+  auto part = b.remote->client().Run(hk, {"HGET", hk, "2"});
+  ASSERT_TRUE(part.ok());
+  std::string bytes(redis::ReplyText(**part));
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x04;
+  ASSERT_TRUE(b.remote->client().Run(hk, {"HSET", hk, "2", bytes}).ok());
+  auto m = b.store->Lookup("default", "j2", Range(2000, 33));
+  ASSERT_TRUE(m.has_value());  // the header is fine: found
+  auto e = b.store->Load(m->key);
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound) << e.status().ToString();  // a miss, never bad KV
+  EXPECT_EQ(b.store->Stats().corrupt, 1u);
+  EXPECT_FALSE(b.store->Contains(key));
+  EXPECT_FALSE(b.remote->Contains(key));  // deleted from the cluster
+}
+
+TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {
+  Instance a = Open(FreshPrefix(), 8, true, "redis://127.0.0.1:1,127.0.0.1:2");
+  ASSERT_NE(a.store, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a.store->Save(Job(3)).ok());  // kept in DRAM; the write-through failed
+  EXPECT_EQ(a.store->Stats().write_through_errors, 1u);
+  ExpectLoads(*a.store, 3);
+  EXPECT_FALSE(a.store->Lookup("default", "unknown", Range(0, 33)).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+}  // namespace
+}  // namespace attic::store
