@@ -375,12 +375,12 @@ void Server::Impl::SetupRoutes() {
     }
     SendError(res, e);
   };
-  auto session_object = [](const store::SessionInfo& info) {
+  auto session_object = [this](const store::SessionInfo& info) {
     return json{{"id", info.session_id},
                 {"object", "session"},
                 {"tokens", info.n_tokens},
                 {"bytes", info.bytes},
-                {"tier", store::TierName(info.tier)},
+                {"tier", store != nullptr ? store->tier_name(info.tier) : store::TierName(info.tier)},
                 {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
   };
   http.Get(R"(/v1/sessions/(.+))", [this, session_error, session_object](const httplib::Request& req,

@@ -16,7 +16,8 @@
 // maxmemory (never one layer without the others). Both keys expire (PEXPIREAT) when the
 // entry's header says it does.
 //
-// Reads: GetShared reads the whole hash (HGETALL, one round trip); GetRange reads only
+// Reads: GetShared reads the manifest, then the parts in batches of about 8 MB (HMGET);
+// GetRange reads only
 // the parts its range covers (HMGET of those fields and the manifest, checked against
 // the manifest it planned with): a layer of an entry (layer_read.h) is exactly one
 // part. Bad bytes are DataLoss (a part of the wrong size, a missing part, a malformed

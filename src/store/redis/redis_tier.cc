@@ -30,12 +30,6 @@ bool ParseU64(std::string_view s, uint64_t* out) {
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
 }
 
-// The hash's fields from an HGETALL reply: field -> value reply element.
-std::unordered_map<std::string_view, const redisReply*> Fields(const redisReply& r) {
-  std::unordered_map<std::string_view, const redisReply*> out;
-  for (size_t i = 0; i + 1 < r.elements; i += 2) out[ReplyText(*r.element[i])] = r.element[i + 1];
-  return out;
-}
 }  // namespace
 
 StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(RedisTierOptions options) {
@@ -205,34 +199,56 @@ Status RedisTier::Put(const std::string& key, std::string_view bytes) {
 }
 
 StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
+  // The manifest, then the parts in batches of about kBatchBytes (one HMGET each, the
+  // manifest with them), so that the client holds one batch's reply besides the entry's
+  // buffer rather than a second copy of a 100 MB entry; each batch's parts are checked
+  // against the manifest the read started with (a replacement meanwhile: read again).
+  constexpr uint64_t kBatchBytes = 8 << 20;
   const std::string hk = HashKey(key);
-  auto reply = client_->Run(hk, {"HGETALL", hk});
-  if (!reply.ok()) return Failed(reply.status());
-  const redisReply& r = **reply;
-  if (Status st = redis::ReplyStatus(r); !st.ok()) return Failed(st);
-  if (r.type != REDIS_REPLY_ARRAY) return Failed(DataLossError("remote tier: " + hk + " is not an entry"));
-  if (r.elements == 0) return NotFoundError("no entry " + key + " in the remote tier");
-  const auto fields = Fields(r);
-  auto mf = fields.find("m");
-  if (mf == fields.end()) return Failed(DataLossError("remote tier: " + hk + " has no manifest"));
-  ATTIC_ASSIGN_OR_RETURN(Manifest m, ParseManifest(ReplyText(*mf->second)));
-  if (fields.size() != m.starts.size() + 1)
-    return Failed(DataLossError("remote tier: " + hk + " has " + std::to_string(fields.size() - 1) + " parts, not " +
-                                std::to_string(m.starts.size())));
-  std::unique_ptr<Bytes> out = Bytes::Allocate(m.total);
-  for (size_t i = 0; i < m.starts.size(); ++i) {
-    auto f = fields.find(PartField(i));
-    const uint64_t want = m.end(i) - m.starts[i];
-    if (f == fields.end() || f->second->type != REDIS_REPLY_STRING || f->second->len != want)
-      return Failed(DataLossError("remote tier: " + hk + " part " + std::to_string(i) + " is missing or cut"));
-    std::memcpy(out->data() + m.starts[i], f->second->str, want);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    StatusOr<Manifest> plan = ReadManifest(hk);
+    if (!plan.ok()) return plan.status().code() == StatusCode::kNotFound
+                               ? NotFoundError("no entry " + key + " in the remote tier")
+                               : plan.status();
+    const Manifest& m = *plan;
+    std::unique_ptr<Bytes> out = Bytes::Allocate(m.total);
+    bool replaced = false;
+    for (size_t first = 0; first < m.starts.size() && !replaced;) {
+      size_t last = first;
+      while (last + 1 < m.starts.size() && m.end(last + 1) - m.starts[first] <= kBatchBytes) ++last;
+      std::vector<std::string> names;
+      for (size_t i = first; i <= last; ++i) names.push_back(PartField(i));
+      Command hmget = {"HMGET", hk, "m"};
+      for (const std::string& n : names) hmget.push_back(n);
+      auto reply = client_->Run(hk, hmget);
+      if (!reply.ok()) return Failed(reply.status());
+      const redisReply& r = **reply;
+      if (Status st = redis::ReplyStatus(r); !st.ok()) return Failed(st);
+      if (r.type != REDIS_REPLY_ARRAY || r.elements != names.size() + 1)
+        return Failed(DataLossError("remote tier: unexpected reply for " + hk));
+      if (r.element[0]->type == REDIS_REPLY_NIL) return NotFoundError("no entry " + key + " in the remote tier");
+      if (ReplyText(*r.element[0]) != m.text) {
+        replaced = true;
+        break;
+      }
+      for (size_t i = first; i <= last; ++i) {
+        const redisReply* part = r.element[1 + i - first];
+        const uint64_t want = m.end(i) - m.starts[i];
+        if (part->type != REDIS_REPLY_STRING || part->len != want)
+          return Failed(DataLossError("remote tier: " + hk + " part " + std::to_string(i) + " is missing or cut"));
+        std::memcpy(out->data() + m.starts[i], part->str, want);
+      }
+      first = last + 1;
+    }
+    if (replaced) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.gets;
+    stats_.bytes_read += m.total;
+    if (manifests_.size() >= kMaxManifests) manifests_.clear();
+    manifests_[key] = m;
+    return SharedBytes(std::move(out));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.gets;
-  stats_.bytes_read += m.total;
-  if (manifests_.size() >= kMaxManifests) manifests_.clear();
-  manifests_[key] = std::move(m);
-  return SharedBytes(std::move(out));
+  return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
 }
 
 StatusOr<std::string> RedisTier::Get(const std::string& key) {
