@@ -17,6 +17,10 @@
 //   ssd             the entries were demoted to the SSD tier; no prefetch (LRU policy)
 //   ssd+prefetch    same, scheduler-aware prefetch pulls queued jobs' entries to DRAM
 //   recompute       no store: the whole H+N prompt is prefilled (RE)
+//   remote          (--kv-remote URL) another server saved the history to a Redis
+//                   Cluster (write-through); this one has never seen it: the lookup finds
+//                   the session in the cluster, fetches and verifies the entry (single
+//                   job only)
 //
 // Single-job configurations report TTFT (submit -> first token) of one job on an idle
 // server. The back-to-back rows queue --jobs jobs at once (max one running, as the
@@ -28,6 +32,7 @@
 //
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
 //          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
+//          [--kv-remote redis://host:port,...]
 // Output: a table on stdout, then one JSON line (also to --json).
 #include <unistd.h>
 
@@ -46,6 +51,7 @@
 #include "attic/core/huge_pages.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/redis_tier.h"
 #include "bench/common/flags.h"
 #include "bench/common/format.h"
 #include "bench/common/output.h"
@@ -68,6 +74,7 @@ struct Args {
   int threads = 2;
   std::string json;
   std::string only;  // "", "single", "queued" or "saving"
+  std::string remote;  // --kv-remote: a Redis Cluster for the "remote" row
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -132,6 +139,7 @@ struct Config {
   store::PolicyKind policy = store::PolicyKind::kSchedulerAware;
   bool async_save = true;
   bool save = true;                 // save each turn (false: read-only store)
+  bool remote = false;              // primed by another store on the --kv-remote cluster
 };
 
 class Bench {
@@ -155,9 +163,15 @@ class Bench {
     const std::string ssd_dir =
         (std::filesystem::temp_directory_path() / ("attic-overlap-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(ssd_dir);
-    std::unique_ptr<store::KvStore> store;
+    std::unique_ptr<store::KvStore> store, primer;
     const uint64_t entry_bytes = EntryBytes();
-    if (c.store) {
+    if (c.remote) {
+      // Two stores on the cluster, as two servers: `primer` saves every history (written
+      // through), `store` (the timed one) has never seen them.
+      const std::string prefix = "attic-bench-" + std::to_string(::getpid()) + "-" + std::to_string(++runs_);
+      primer = OpenRemote(prefix, entry_bytes);
+      store = OpenRemote(prefix, entry_bytes);
+    } else if (c.store) {
       store::StoreOptions o;
       o.fingerprint = e_.model().fingerprint();
       // SSD runs: DRAM holds two entries (so prefetch has room), everything else on SSD.
@@ -190,9 +204,10 @@ class Bench {
     };
     if (!c.save) {
       Scheduler saver(e_, so);
-      saver.set_store(store.get());
+      saver.set_store(primer != nullptr ? primer.get() : store.get());
       prime(saver);
       saver.Shutdown();
+      if (primer != nullptr) primer->Flush();
     }
     so.store_save = c.save;
     Scheduler sched(e_, so);
@@ -228,6 +243,33 @@ class Bench {
   }
 
  private:
+  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes) {
+    store::StoreOptions o;
+    o.fingerprint = e_.model().fingerprint();
+    o.dram_bytes = 64 * entry_bytes;
+    o.policy = store::PolicyKind::kLru;
+    o.default_ttl_ms = 600 * 1000;  // the cluster drops the bench's entries after 10 minutes
+    o.write_through = true;
+    store::RedisTierOptions r;
+    r.url = a_.remote;
+    r.prefix = prefix;
+    r.capacity = 64 * entry_bytes;
+    auto tier = store::RedisTier::Open(r);
+    if (!tier.ok()) {
+      std::fprintf(stderr, "store_overlap_bench: --kv-remote: %s\n", tier.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::vector<std::unique_ptr<store::Tier>> tiers;
+    tiers.push_back(std::make_unique<store::DramTier>(o.dram_bytes));
+    tiers.push_back(std::move(*tier));
+    auto s = store::KvStore::Open(o, std::move(tiers), nullptr);
+    if (!s.ok()) {
+      std::fprintf(stderr, "store_overlap_bench: %s\n", s.status().ToString().c_str());
+      std::exit(1);
+    }
+    return std::move(*s);
+  }
+
   uint64_t EntryBytes() const {
     const auto& cfg = e_.model().config();
     return static_cast<uint64_t>(a_.history + a_.fresh + a_.answer) * cfg.n_layers * cfg.kv_dim() * 2 * 4 + (64 << 10);
@@ -256,6 +298,7 @@ class Bench {
   Engine& e_;
   const Args& a_;
   std::vector<std::vector<int32_t>> hist_, fresh_;
+  int runs_ = 0;
 };
 
 }  // namespace
@@ -265,7 +308,7 @@ int main(int argc, char** argv) {
   Args a;
   bench::FlagParser flags("store_overlap_bench",
                           "--model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] [--reps 3] "
-                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving]");
+                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving] [--kv-remote URL]");
   flags.String("--model", &a.model);
   flags.Int("--history", &a.history);
   flags.Int("--new", &a.fresh);
@@ -275,6 +318,7 @@ int main(int argc, char** argv) {
   flags.Int("--threads", &a.threads);
   flags.String("--json", &a.json);
   flags.String("--only", &a.only);
+  flags.String("--kv-remote", &a.remote);
   flags.ParseOrExit(argc, argv);
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
@@ -297,13 +341,15 @@ int main(int argc, char** argv) {
   }
   Bench b(e, a);
 
-  const std::vector<Config> single = {
+  std::vector<Config> single = {
       {"resident", false, true, KvPreload::kLayerwise, 0},
       {"sync", true, false, KvPreload::kSync, 0},
       {"layerwise", true, false, KvPreload::kLayerwise, 0},
       {"inline", true, false, KvPreload::kInline, 0},
       {"recompute", false, false, KvPreload::kSync, 0},
   };
+  if (!a.remote.empty())
+    single.push_back({"remote", true, false, KvPreload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true});
   // Loading only (Fig. 19): the store configurations are read-only here (their entries
   // primed by a saving scheduler), so SSD rows measure reads and prefetch, not the
   // demotions the jobs' own saves would cause; saving is measured below (Fig. 20).
