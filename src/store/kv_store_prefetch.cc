@@ -28,7 +28,9 @@ class KvStore::IndexView final : public PrefetchView {
 };
 
 int KvStore::Prefetch() {
-  if (n_tiers() < 2 || !prefetch_->promotes()) return 0;
+  if (n_tiers() < 2) return 0;
+  DiscoverQueued();  // queued jobs' sessions that other servers saved to a shared tier
+  if (!prefetch_->promotes()) return 0;
   int promoted = 0;
   for (int round = 0; round < 1024; ++round) {
     // Under the lock: what the policy promotes next.

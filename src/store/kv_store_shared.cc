@@ -1,8 +1,9 @@
 // KvStore over shared tiers (TierTraits::shared: a Redis Cluster tier that several
 // instances use; docs/store.md "Remote tier"). The store's index is a cache of such a
 // tier: what this instance saved is indexed when saved; what another instance saved is
-// found by session (Tier::FindSession) the first time a lookup of that session misses
-// here, and indexed where it lies after its header checked out. A save may also be
+// found by session (Tier::FindSession) when a queued job's session is not indexed here
+// (the prefetch thread, DiscoverQueued) or, failing that, when its lookup misses, and
+// indexed where it lies after its header checked out. A save may also be
 // written through to the shared tier at once (StoreOptions::write_through), so the
 // other instances can find it before it is ever demoted.
 #include "attic/core/log.h"
@@ -72,6 +73,31 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
     ++stats_.shared_found;
     return;
   }
+}
+
+void KvStore::DiscoverQueued() {
+  constexpr size_t kJobs = 4;           // queued jobs looked at per prefetch run
+  constexpr int64_t kRetryMs = 1000;    // a session asked for is not asked again sooner
+  std::vector<std::pair<std::string, std::string>> todo;  // (tenant, session id)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool shared = false;
+    for (const TierTraits& t : traits_) shared = shared || t.shared;
+    if (!shared) return;
+    const int64_t now = clock_->NowMs();
+    if (discover_tried_.size() > 4096) discover_tried_.clear();
+    for (size_t i = 0; i < queue_.size() && todo.size() < kJobs; ++i) {
+      const QueuedJob& j = queue_[i];
+      if (j.session_id.empty() || !j.key.empty()) continue;
+      const std::string sk = SessionKey(j.tenant, j.session_id);
+      if (sessions_.count(sk) != 0) continue;
+      auto t = discover_tried_.find(sk);
+      if (t != discover_tried_.end() && now - t->second < kRetryMs) continue;
+      discover_tried_[sk] = now;
+      todo.emplace_back(j.tenant, j.session_id);
+    }
+  }
+  for (const auto& [tenant, session_id] : todo) DiscoverSession(tenant, session_id);
 }
 
 void KvStore::WriteThrough(std::unique_lock<std::mutex>& lock, EntryInfo* info, const SharedBytes& bytes) {

@@ -410,6 +410,11 @@ class KvStore {
   // entry (another instance saved it), checks its header and indexes it where it is.
   // Tier I/O with no lock held; takes place_mu_ and mu_ to index. REQUIRES: neither held.
   void DiscoverSession(const std::string& tenant, const std::string& session_id);
+  // DiscoverSession for the first few queued jobs (SetLookAhead) whose sessions are not
+  // indexed, each at most once a second: on the prefetch thread, so that their admission
+  // finds them indexed (and the prefetch policy can promote them) instead of asking the
+  // shared tier on the step loop. REQUIRES: neither place_mu_ nor mu_ held.
+  void DiscoverQueued();
   // Write-through of a placed entry (`info` at its tier, not yet indexed): writes
   // `bytes` to the first shared tier below it and sets info->copy_level on success.
   // REQUIRES: place_mu_ held and `lock` holding mu_ (released around the write).
@@ -506,6 +511,9 @@ class KvStore {
   // Entries are inserted and erased only with place_mu_ held too.
   std::unordered_map<std::string, EntryInfo> entries_;
   std::vector<std::pair<int, std::string>> doomed_;  // (level, key): copies to erase (EraseDoomed)
+  // Sessions DiscoverQueued asked the shared tiers for (tenant '\0' session id -> when,
+  // clock ms): not asked again within a second. Bounded (cleared past 4096).
+  std::unordered_map<std::string, int64_t> discover_tried_;
   // Entries being promoted, by key: their read bytes, served to a Fetch meanwhile.
   std::unordered_map<std::string, Fetched> in_transit_;
   std::unordered_map<std::string, std::string> sessions_;  // tenant '\0' session_id -> key

@@ -39,10 +39,11 @@ struct Instance {
 // A store of DRAM (`dram_entries` entries) over the remote tier, as `attic serve
 // --kv-dram ... --kv-remote ...` makes it.
 Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
-              const std::string& url = "redis://" + redis::testing::TestNodes()) {
+              const std::string& url = "redis://" + redis::testing::TestNodes(),
+              PolicyKind policy = PolicyKind::kLru) {
   StoreOptions o;
   o.fingerprint = "fp-A";
-  o.policy = PolicyKind::kLru;
+  o.policy = policy;
   o.default_ttl_ms = 0;
   o.prefix_block = 8;
   o.write_buffer_bytes = 0;
@@ -119,6 +120,31 @@ TEST(KvStoreOnRedis, ASessionSavedByOneStoreIsFoundByAnotherOfTheSameTenantOnly)
   auto m2 = c.store->Lookup("tenant-1", "j1", Range(1000, 49));
   ASSERT_TRUE(m2.has_value());
   EXPECT_EQ(m2->entry_tokens, 48);
+}
+
+// The scheduler-aware prefetcher looks for queued jobs' sessions in the cluster (off the
+// step loop) and pulls them to DRAM before their admission; a session nobody saved is
+// asked for once, not at every prefetch run.
+TEST(KvStoreOnRedis, ThePrefetcherFindsQueuedSessionsInTheClusterAndPullsThemToDram) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, true);
+  Instance b = Open(prefix, 8, true, "redis://" + redis::testing::TestNodes(), PolicyKind::kSchedulerAware);
+  ASSERT_TRUE(a.store->Save(Job(4)).ok());
+  const std::string key = Job(4).key().ToString();
+  b.store->SetLookAhead({QueuedJob{"default", "j4", Range(4000, 33), 33}});
+  EXPECT_EQ(b.store->Prefetch(), 1);
+  EXPECT_EQ(b.store->Stats().shared_found, 1u);
+  EXPECT_EQ(b.store->TierOf(key), TierAt(0));  // in B's DRAM before the job is admitted
+  auto m = b.store->Lookup("default", "j4", Range(4000, 33));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->tier, TierAt(0));
+  EXPECT_EQ(b.store->Stats().shared_found, 1u);  // the lookup did not ask again
+  const uint64_t calls = b.remote->client().stats().calls;
+  b.store->SetLookAhead({QueuedJob{"default", "nobody-saved-this", Range(9000, 33), 33}});
+  b.store->Prefetch();
+  b.store->Prefetch();
+  EXPECT_EQ(b.remote->client().stats().calls - calls, 1u);  // one FindSession, then not again within 1 s
 }
 
 TEST(KvStoreOnRedis, ADamagedValueIsAMissAndIsDropped) {
