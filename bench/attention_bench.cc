@@ -9,12 +9,19 @@
 // its own, in one AttendBatch call.
 // chunkQ is a turn's prefill over stored history: Q new queries after 2048 slots, cycling
 // through n_layers KV layers (the shape of a returning conversation's step).
+// sparseR is PQCache's decode step (docs/sparse.md): one query over --sparse-context
+// slots (default 8192) where each KV head sees its own ascending index list of R x the
+// slots: 4 initial slots, a local window of a quarter of the budget at the end, and the
+// rest drawn uniformly from the middle (as a random-weight model's selection scatters);
+// "sparse1.0" is the same step with no lists (full attention), the baseline to divide by.
+// KV bytes count the rows the lists select.
 // Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
 //
 // Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
 //
-// Usage: attention_bench [--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk]
-//                        [--history N] [--kv f32|f16] [--json-only]
+// Usage: attention_bench [--threads N] [--reps N] [--block-size N]
+//                        [--only prefill|decode|batch|chunk|sparse] [--history N]
+//                        [--sparse-context N] [--kv f32|f16] [--json-only]
 // --history sets the stored slots the chunk cases follow (default 2048).
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
 // Output: a human table, then one JSON object on the last line.
@@ -206,26 +213,87 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
   return Result{m.name, "chunk" + std::to_string(n_q), f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, 0};
 }
 
+// One decode step over every layer, each KV head attending to its own index list of
+// `ratio` x n slots (ratio 1: no lists, full attention); reported per layer.
+Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, bool f16, int reps,
+                   std::vector<Layer>& layers, std::mt19937& rng) {
+  if (layers.empty())
+    for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
+  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  std::vector<float> q(static_cast<size_t>(m.n_heads) * m.head_dim), out(q.size());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  const int32_t kv_end = n;
+  // The lists, as pq::SplitBudget cuts a budget: 4 initial, a quarter local, the rest top.
+  const bool full = ratio >= 1;
+  const int total = std::max(1, static_cast<int>(std::lround(ratio * n)));
+  const int initial = std::min(4, total - 1), local = std::clamp((total + 2) / 4, 1, total - initial);
+  const int top = total - initial - local;
+  std::vector<std::vector<std::vector<int32_t>>> lists(layers.size(), std::vector<std::vector<int32_t>>(m.n_kv_heads));
+  std::vector<std::vector<const int32_t*>> ptrs(layers.size());
+  std::vector<std::vector<int32_t>> lens(layers.size());
+  int64_t selected = 0;
+  if (!full) {
+    std::vector<int32_t> middle(std::max(0, n - local - initial));
+    for (size_t l = 0; l < layers.size(); ++l) {
+      for (int h = 0; h < m.n_kv_heads; ++h) {
+        std::vector<int32_t>& list = lists[l][h];
+        for (int s = 0; s < initial; ++s) list.push_back(s);
+        for (size_t i = 0; i < middle.size(); ++i) middle[i] = initial + static_cast<int32_t>(i);
+        for (int i = 0; i < top; ++i) std::swap(middle[i], middle[i + rng() % (middle.size() - i)]);
+        std::sort(middle.begin(), middle.begin() + top);
+        list.insert(list.end(), middle.begin(), middle.begin() + top);
+        for (int s = n - local; s < n; ++s) list.push_back(s);
+        ptrs[l].push_back(list.data());
+        lens[l].push_back(static_cast<int32_t>(list.size()));
+        selected += static_cast<int64_t>(list.size());
+      }
+    }
+  }
+  double best = 1e30;
+  for (int r = 0; r < reps * 4 + 1; ++r) {
+    const double t0 = NowSeconds();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      attic::attention::AttendRequest req{q.data(), 1, &kv_end, nullptr, 0, layers[l].view, out.data()};
+      if (!full) {
+        req.head_indices = ptrs[l].data();
+        req.n_head_indices = lens[l].data();
+      }
+      attic::attention::AttendBatch(pool, shape, &req, 1);
+    }
+    if (r > 0) best = std::min(best, NowSeconds() - t0);
+  }
+  const double per_layer = best / m.n_layers;
+  const double rows = full ? static_cast<double>(m.n_kv_heads) * n : static_cast<double>(selected) / layers.size();
+  const double flops = 4.0 * m.head_dim * (m.n_heads / m.n_kv_heads) * rows;
+  const double bytes = 2.0 * rows * m.head_dim * (f16 ? 2 : 4);
+  char mode[32];
+  std::snprintf(mode, sizeof mode, "sparse%.1f", full ? 1.0 : ratio);
+  return Result{m.name, mode, f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 3, history = 2048;
+  int threads = 2, reps = 3, history = 2048, sparse_context = 8192;
   bool json_only = false;
   std::string only, kv_only;
   attic::bench::FlagParser flags("attention_bench",
-                                 "[--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk] "
-                                 "[--history N]\n         [--kv f32|f16] [--json-only]");
+                                 "[--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk|sparse] "
+                                 "[--history N]\n         [--sparse-context N] [--kv f32|f16] [--json-only]");
   flags.Int("--threads", &threads);
   flags.Int("--reps", &reps);
   flags.Int("--block-size", &g_block_size);
   flags.String("--only", &only);
   flags.Int("--history", &history);
+  flags.Int("--sparse-context", &sparse_context);
   flags.String("--kv", &kv_only);
   flags.Switch("--json-only", &json_only);
   flags.ParseOrExit(argc, argv);
   reps = std::max(1, reps);
   g_block_size = std::max(1, g_block_size);
   history = std::max(1, history);
+  sparse_context = std::max(16, sparse_context);
   attic::backend::ThreadPool pool(threads);
   std::mt19937 rng(1);
   const std::vector<ModelShape>& shapes = attic::bench::BenchModelShapes();
@@ -242,6 +310,11 @@ int main(int argc, char** argv) {
         for (int batch : {4, 16}) results.push_back(BenchDecodeBatch(pool, m, 2048, batch, f16, reps, rng));
       if (want("chunk"))
         for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, history, n_q, f16, reps, rng));
+      if (want("sparse")) {
+        std::vector<Layer> layers;  // one KV for every ratio
+        for (double ratio : {1.0, 0.2, 0.1})
+          results.push_back(BenchSparse(pool, m, sparse_context, ratio, f16, reps, layers, rng));
+      }
     }
   }
   const char* isa = attic::backend::IsaName(attic::backend::ActiveIsa());

@@ -93,8 +93,8 @@ constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGr
 }
 
 template <int R, int VB, int JS, int kD, class T>
-inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vb, const __m256* alpha,
-                           int col, int d_runtime = 0) {
+inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vr /*[kDecodeChunk]*/,
+                           const __m256* alpha, int col, int d_runtime = 0) {
   const int d = kD ? kD : d_runtime;
   __m256 acc[JS][R][VB];
 #pragma GCC unroll 8
@@ -107,15 +107,16 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
     }
   }
   for (int gi = 0; gi < kGroups; ++gi) {
-    const T* vg = vb[gi] + col;
+    const T* const* vg = vr + gi * kGroup;
     const float* pg = p + gi * kGroup;
 #pragma GCC unroll 8
     for (int j = 0; j < kGroup; j += JS) {
 #pragma GCC unroll 8
       for (int js = 0; js < JS; ++js) {
         __m256 vv[VB];
+        const T* row = vg[j + js] + col;
 #pragma GCC unroll 8
-        for (int v = 0; v < VB; ++v) vv[v] = LoadKv(vg + (j + js) * d + 8 * v);
+        for (int v = 0; v < VB; ++v) vv[v] = LoadKv(row + 8 * v);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256 pr = _mm256_broadcast_ss(pg + r * kDecodeChunk + j + js);
@@ -138,10 +139,10 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 }
 
 // Row-major kernel for R rows (<= 8); kD = head_dim, or 0 for any multiple of 8. Each
-// step takes 64 slots as 8 groups of 8: a group inside one block is read in place (rows
-// head_dim apart); any other group (index lists, block edges, the tail) is first
-// gathered into a local buffer, zero-padded. T: the KV element type (float, or uint16_t
-// for f16, widened as it is loaded).
+// step takes 64 slots as 8 groups of 8, every K and V row read where it lies in the pool
+// through a pointer per row (DecodeRows; a zero row past the last visible slot): an
+// index list's scattered rows are not copied first. T: the KV element type (float, or
+// uint16_t for f16, widened as it is loaded).
 template <int R, int kD, class T>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
@@ -149,8 +150,8 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   float* qs = ThreadScratch(0, static_cast<size_t>(R) * d);
   float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
   constexpr bool f16 = sizeof(T) == 2;
-  T* kbuf = reinterpret_cast<T*>(ThreadScratch(2, static_cast<size_t>(2 * kDecodeChunk) * d));
-  T* vbuf = kbuf + kDecodeChunk * d;
+  T* zero = reinterpret_cast<T*>(ThreadScratch(2, static_cast<size_t>(d)));
+  std::fill(zero, zero + d, T{0});
   const T* k_pool = f16 ? reinterpret_cast<const T*>(p.kv.k_f16) : reinterpret_cast<const T*>(p.kv.k_pool);
   const T* v_pool = f16 ? reinterpret_cast<const T*>(p.kv.v_f16) : reinterpret_cast<const T*>(p.kv.v_pool);
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
@@ -172,14 +173,14 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   PrefetchKvRows(p.kv, map, p.indices, job.slot_begin, std::min(max_lim, job.slot_begin + kDecodeChunk), d);
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
-    const T* kb[kGroups];
-    const T* vb[kGroups];
-    DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
+    const T* kr[kDecodeChunk];
+    const T* vr[kDecodeChunk];
+    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
     const bool masked = c + kDecodeChunk > min_lim;
     for (int r = 0; r < R; ++r) {
       __m256 s[kGroups];
       for (int gi = 0; gi < kGroups; ++gi) {
-        const T* k = kb[gi];
+        const T* const* k = kr + gi * kGroup;
         __m256 acc[kGroup];
 #pragma GCC unroll 8
         for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_setzero_ps();
@@ -188,13 +189,13 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
           for (int v = 0; v < kD / 8; ++v) {
             const __m256 qv = _mm256_load_ps(qs + r * d + 8 * v);
 #pragma GCC unroll 8
-            for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadKv(k + j * d + 8 * v), acc[j]);
+            for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadKv(k[j] + 8 * v), acc[j]);
           }
         } else {
           for (int v = 0; v < dv; ++v) {
             const __m256 qv = _mm256_load_ps(qs + r * d + 8 * v);
 #pragma GCC unroll 8
-            for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadKv(k + j * d + 8 * v), acc[j]);
+            for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadKv(k[j] + 8 * v), acc[j]);
           }
         }
         s[gi] = Reduce8(acc);
@@ -222,9 +223,9 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
       for (int v0 = 0; v0 < kD / 8; v0 += VB)
-        AccumulateRows<R, VB, DecodeJs(R, VB), kD, T>(ot + 8 * v0, pbuf[0], vb, alpha, 8 * v0);
+        AccumulateRows<R, VB, DecodeJs(R, VB), kD, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0);
     } else {
-      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 8 * v0, pbuf[0], vb, alpha, 8 * v0, d);
+      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0, d);
     }
   }
   for (int r = 0; r < R; ++r) {

@@ -187,7 +187,8 @@ inline void LoadDecodeRows(const AttendParams& p, const TileJob& job, int n_rows
   }
 }
 
-// The decode kernels' K/V rows for one softmax step of kGroups x kGroup virtual slots
+// The AVX-512 decode kernel's K/V rows (the AVX2 one reads rows in place: DecodeRows
+// below) for one softmax step of kGroups x kGroup virtual slots
 // from `c` (of T elements: float, or uint16_t for f16): kb[gi] / vb[gi] point at group
 // gi's kGroup rows, head_dim apart -- in the pool itself when the group is one run
 // inside a block, else gathered into kbuf / vbuf ([kGroups * kGroup][d] each) and
@@ -216,6 +217,39 @@ inline void DecodeGroups(const AttendParams& p, const SlotMap& map, int c, int m
     std::fill(vg + n * d, vg + kGroup * d, T{0});
     kb[gi] = kg;
     vb[gi] = vg;
+  }
+}
+
+// The decode kernels' K/V rows for one softmax step of kGroups x kGroup virtual slots
+// from `c`, as one pointer per row: kr[i] / vr[i] point at virtual slot c + i's K / V
+// row in the pool itself, or at `zero` (head_dim zeros) past max_lim. Where
+// DecodeGroups copies an index list's rows into a buffer (two row copies per selected
+// slot, then the kernel reads the copies), this lets the kernel read every selected row
+// where it lies: a scattered selection then costs its row loads and nothing more. The
+// values read, and so the kernel's results, are the same.
+template <int kGroup, int kGroups, class T>
+inline void DecodeRows(const AttendParams& p, const SlotMap& map, int c, int max_lim, const T* k_pool,
+                       const T* v_pool, const T* zero, const T** kr, const T** vr) {
+  const int d = p.shape.head_dim, bs = map.block_size();
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int c0 = c + gi * kGroup;
+    const int n = std::clamp(max_lim - c0, 0, kGroup);
+    const T** kg = kr + gi * kGroup;
+    const T** vg = vr + gi * kGroup;
+    if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // one run of rows
+      const int64_t off = map.Offset(c0);
+      for (int j = 0; j < kGroup; ++j) {
+        kg[j] = k_pool + off + static_cast<int64_t>(j) * d;
+        vg[j] = v_pool + off + static_cast<int64_t>(j) * d;
+      }
+      continue;
+    }
+    for (int j = 0; j < n; ++j) {
+      const int64_t off = map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
+      kg[j] = k_pool + off;
+      vg[j] = v_pool + off;
+    }
+    for (int j = n; j < kGroup; ++j) kg[j] = vg[j] = zero;
   }
 }
 

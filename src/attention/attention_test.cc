@@ -608,6 +608,63 @@ TEST_P(AttentionTest, PerKvHeadListsAllEqualGiveTheSharedListsBits) {
   }
 }
 
+TEST_P(AttentionTest, DecodeIndexListEqualsDenseOverTheSameRowsBitForBit) {
+  // A PQCache-shaped selection per KV head (initial slots, runs, scattered slots, the
+  // local window) against the same rows copied in order into a compact KV of their own
+  // and attended densely: the kernel must read each selected row where it lies and do
+  // exactly what it does for consecutive slots, so the outputs are the same bits.
+  std::mt19937 rng(34);
+  backend::ThreadPool pool(2);
+  const int n_kv_heads = 3, n_slots = 1400;
+  for (int block_size : {16, 128}) {
+    for (int g : {1, 3}) {
+      for (double density : {0.03, 0.2, 0.6}) {
+        const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, 64);
+        PagedKv kv(n_kv_heads, block_size, 64, n_slots, rng);
+        std::vector<std::vector<int32_t>> lists(n_kv_heads);
+        std::bernoulli_distribution keep(density), run(0.02);
+        for (int h = 0; h < n_kv_heads; ++h) {
+          for (int s = 0; s < n_slots; ++s) {
+            if (s < 4 || s >= n_slots - 70 || keep(rng)) {
+              lists[h].push_back(s);
+            } else if (run(rng)) {  // a run of consecutive slots, as neighbouring keys often score alike
+              for (int e = std::min(n_slots - 70, s + 1 + static_cast<int>(rng() % 40)); s < e; ++s) lists[h].push_back(s);
+              --s;
+            }
+          }
+        }
+        // Every list the same length, so one compact KV (slot j = list entry j) serves all heads.
+        size_t len = lists[0].size();
+        for (const auto& l : lists) len = std::min(len, l.size());
+        for (auto& l : lists) l.erase(l.begin() + 4, l.begin() + 4 + (l.size() - len));  // keep initial and local
+        PagedKv compact(n_kv_heads, block_size, 64, static_cast<int>(len), rng);
+        for (int h = 0; h < n_kv_heads; ++h) {
+          for (size_t j = 0; j < len; ++j) {
+            std::copy_n(&kv.k_pool[kv.Offset(h, lists[h][j])], 64, &compact.k_pool[compact.Offset(h, static_cast<int>(j))]);
+            std::copy_n(&kv.v_pool[kv.Offset(h, lists[h][j])], 64, &compact.v_pool[compact.Offset(h, static_cast<int>(j))]);
+          }
+        }
+        std::vector<float> q = RandomQ(1, shape.n_heads, 64, 1.0f, rng);
+        const int32_t end = n_slots, compact_end = static_cast<int32_t>(len);
+        std::vector<const int32_t*> ptrs;
+        std::vector<int32_t> counts;
+        for (const auto& l : lists) {
+          ptrs.push_back(l.data());
+          counts.push_back(static_cast<int32_t>(l.size()));
+        }
+        std::vector<float> sparse(q.size()), dense(q.size());
+        AttendRequest r{q.data(), 1, &end, nullptr, 0, kv.View(), sparse.data()};
+        r.head_indices = ptrs.data();
+        r.n_head_indices = counts.data();
+        internal::AttendBatchIsa(isa(), pool, shape, &r, 1);
+        AttendRequest rd{q.data(), 1, &compact_end, nullptr, 0, compact.View(), dense.data()};
+        internal::AttendBatchIsa(isa(), pool, shape, &rd, 1);
+        EXPECT_EQ(sparse, dense) << "block " << block_size << " g " << g << " density " << density;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, AttentionTest,
                          ::testing::Combine(::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
                                             ::testing::Bool()),
