@@ -321,10 +321,82 @@ void WeightedKth(std::vector<float>& keys, std::vector<int32_t>& weights, int64_
   }
 }
 
+// A key's tuple index: codes c_0 .. c_{m-1} as digits of base 2^bits, c_0 lowest.
+inline int TupleOf(const uint8_t* c, int m, int bits) {
+  int tup = 0;
+  for (int s = 0; s < m; ++s) tup |= c[s] << (s * bits);
+  return tup;
+}
+
+// WeightedKth over the tuples: the largest t such that at least k of the keys (tuple
+// tup counted count[tup] times, scored score[tup]) score >= t, and how many score > t.
+// REQUIRES: 1 <= k <= the sum of the counts; scores are never NaN (RankKey).
+//
+// The tuples' scores are first cut into kBuckets equal ranges of [lo, hi] (a monotone
+// map, so equal scores share a bucket and bucket order is score order); one pass counts
+// the keys per bucket, a walk from the top finds the bucket holding the k-th best key,
+// and only that bucket's tuples (a handful) go through WeightedKth, whose three-way
+// partitions branch unpredictably on every element they move. Without a finite range
+// (one distinct score, or infinities) every non-empty tuple goes to WeightedKth.
+void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int64_t k, float* t, int64_t* n_above) {
+  constexpr int kBuckets = 1024;
+  thread_local std::vector<float> keys;
+  thread_local std::vector<int32_t> weights;
+  keys.clear();
+  weights.clear();
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    if (count[tup] == 0 || !std::isfinite(score[tup])) continue;
+    lo = std::min(lo, score[tup]);
+    hi = std::max(hi, score[tup]);
+  }
+  const double range = static_cast<double>(hi) - lo;
+  if (!(range > 0) || !std::isfinite(range)) {
+    for (int tup = 0; tup < n_tuples; ++tup) {
+      if (count[tup] == 0) continue;
+      keys.push_back(score[tup]);
+      weights.push_back(count[tup]);
+    }
+    WeightedKth(keys, weights, k, t, n_above);
+    return;
+  }
+  const float scale = static_cast<float>((kBuckets - 0.5) / range);
+  thread_local std::vector<uint16_t> bucket;
+  thread_local std::vector<int64_t> hist;
+  bucket.resize(n_tuples);
+  hist.assign(kBuckets, 0);
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    // -infinity (a NaN score) fails x > 0: bucket 0, below every finite score in it.
+    const float x = (score[tup] - lo) * scale;
+    const int b = x > 0 ? (x < kBuckets - 1 ? static_cast<int>(x) : kBuckets - 1) : 0;
+    bucket[tup] = static_cast<uint16_t>(b);
+    hist[b] += count[tup];
+  }
+  int64_t above = 0;
+  int b = kBuckets - 1;
+  while (above + hist[b] < k) above += hist[b--];
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    if (bucket[tup] != b || count[tup] == 0) continue;
+    keys.push_back(score[tup]);
+    weights.push_back(count[tup]);
+  }
+  WeightedKth(keys, weights, k - above, t, n_above);
+  *n_above += above;
+}
+
 }  // namespace
 
+void PqCodebook::CountTuples(const uint8_t* codes, int64_t n, int32_t delta, int32_t* counts) const {
+  ATTIC_CHECK(n_tuples() > 0);
+  if (m_ == 2) {
+    for (int64_t i = 0; i < n; ++i) counts[codes[2 * i] | (codes[2 * i + 1] << bits_)] += delta;
+  } else {
+    for (int64_t i = 0; i < n; ++i) counts[TupleOf(codes + i * m_, m_, bits_)] += delta;
+  }
+}
+
 void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uint8_t* codes, int64_t n, int64_t k,
-                             int32_t offset, std::vector<int32_t>* out) const {
+                             int32_t offset, std::vector<int32_t>* out, const int32_t* counts) const {
   if (n <= 0 || k <= 0) return;
   if (k >= n) {
     for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(offset + i));
@@ -353,7 +425,6 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
   const int n_tuples = 1 << tuple_bits;
   thread_local std::vector<float> tuple_score;
   thread_local std::vector<int32_t> count;
-  thread_local std::vector<uint16_t> key_tuple;
   tuple_score.resize(n_tuples);
   // Each tuple's score summed in Score's order (sub-space 0 first), so it equals Score's.
   if (m == 2) {
@@ -384,41 +455,43 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
       tuple_score[tup] = RankKey(best);
     }
   }
-  count.assign(n_tuples, 0);
-  key_tuple.resize(n);
-  if (m == 2) {
-    for (int64_t i = 0; i < n; ++i) key_tuple[i] = static_cast<uint16_t>(codes[2 * i] | (codes[2 * i + 1] << bits_));
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      int tup = 0;
-      for (int s = 0; s < m; ++s) tup |= codes[i * m + s] << (s * bits_);
-      key_tuple[i] = static_cast<uint16_t>(tup);
-    }
-  }
-  for (int64_t i = 0; i < n; ++i) ++count[key_tuple[i]];
-  thread_local std::vector<float> keys;
-  thread_local std::vector<int32_t> weights;
-  keys.clear();
-  weights.clear();
-  for (int tup = 0; tup < n_tuples; ++tup) {
-    if (count[tup] == 0) continue;
-    keys.push_back(tuple_score[tup]);
-    weights.push_back(count[tup]);
+  // The keys counted per tuple (one pass over the codes, unless the caller keeps the
+  // counts), the threshold found among the tuples (TupleThreshold: O(2^(m * bits)), no
+  // per-key work), then one more pass over the codes takes the keys. The tuple index is
+  // recomputed from the codes in that pass rather than stored by the first: two code
+  // bytes are cheaper to read again than a uint16 per key to write and read.
+  if (counts == nullptr) {
+    count.assign(n_tuples, 0);
+    CountTuples(codes, n, 1, count.data());
+    counts = count.data();
   }
   float t = 0;
   int64_t n_above = 0;
-  WeightedKth(keys, weights, k, &t, &n_above);
-  int64_t ties = k - n_above;  // keys scoring exactly t, lowest indices first
+  TupleThreshold(tuple_score.data(), counts, n_tuples, k, &t, &n_above);
+  // Per tuple: 1 taken (score > t), 2 a tie (score == t: taken while ties remain, lowest
+  // keys first), 0 not taken.
+  thread_local std::vector<uint8_t> cls;
+  cls.resize(n_tuples);
+  for (int tup = 0; tup < n_tuples; ++tup) {
+    const float v = tuple_score[tup];
+    cls[tup] = static_cast<uint8_t>((v > t) | ((v == t) << 1));
+  }
+  int64_t ties = k - n_above;
   const size_t start = out->size();
   out->resize(start + k + 1);
   int32_t* o = out->data() + start;
   int64_t j = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = tuple_score[key_tuple[i]];
-    const int64_t tie = (v == t) & (ties > 0);
+  // Branch-free: o[j] is always written, and kept when j advances (hence k + 1).
+  auto take = [&](int64_t i, int c) {
+    const int64_t tie = (c >> 1) & (ties > 0);
     o[j] = static_cast<int32_t>(offset + i);
-    j += (v > t) | tie;
+    j += (c & 1) | tie;
     ties -= tie;
+  };
+  if (m == 2) {
+    for (int64_t i = 0; i < n; ++i) take(i, cls[codes[2 * i] | (codes[2 * i + 1] << bits_)]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) take(i, cls[TupleOf(codes + i * m, m, bits_)]);
   }
   out->resize(start + k);
 }

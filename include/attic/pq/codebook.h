@@ -101,8 +101,17 @@ class PqCodebook {
   // the keys counted per tuple, the k-th best found among the tuples (a selection
   // weighted by the counts) and the keys taken in one pass over the codes; otherwise
   // Score then TopK. O(n + 2^(m * bits)).
+  // `counts`, when not null, are the keys per code tuple of codes[0, n) (n_tuples()
+  // entries, as CountTuples makes them): a caller that keeps them up to date as it codes
+  // keys spares TopKByCodes its own pass over the codes. Same result either way.
   void TopKByCodes(const float* const* tables, int n_tables, const uint8_t* codes, int64_t n, int64_t k, int32_t offset,
-                   std::vector<int32_t>* out) const;
+                   std::vector<int32_t>* out, const int32_t* counts = nullptr) const;
+
+  // The code tuples TopKByCodes can tabulate: 2^(m * bits) when m * bits <= 16, else 0.
+  int64_t n_tuples() const { return m_ * bits_ <= 16 ? int64_t{1} << (m_ * bits_) : 0; }
+  // counts[tuple of key i] += delta for keys i in [0, n) (codes[i * m + s]; counts has
+  // n_tuples() entries). REQUIRES: n_tuples() > 0.
+  void CountTuples(const uint8_t* codes, int64_t n, int32_t delta, int32_t* counts) const;
 
   // Bytes the codebook holds (its centroids, in both layouts), for memory accounting.
   int64_t bytes() const { return static_cast<int64_t>(centroids_.size() + transposed_.size()) * 4; }
