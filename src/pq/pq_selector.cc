@@ -144,7 +144,7 @@ class PqSelector : public SelectorBase {
         tables[j] = table.data();
       }
       const uint8_t* codes = l.codes[h].data() + static_cast<int64_t>(first) * m;
-      book.TopKByCodes(tables.data(), n_t, codes, n_mid, b.top, first, &(*top)[h]);
+      book.TopKByCodes(tables.data(), n_t, codes, n_mid, b.top, first, &(*top)[h], MidCounts(l, h, first, n_mid));
     });
   }
 
@@ -153,7 +153,40 @@ class PqSelector : public SelectorBase {
     std::vector<PqCodebook> books;            // [kv_head]
     std::vector<std::vector<uint8_t>> codes;  // [kv_head][slot * m + s], slots [0, n_coded)
     int n_coded = 0;
+    // [kv_head][tuple]: slots [0, n_coded) per code tuple, kept as slots are coded so
+    // that a step does not count them again (TopKByCodes' counts); empty when the
+    // tuples are more than kMaxCountedTuples.
+    std::vector<std::vector<int32_t>> counts;
   };
+  // 4,096 tuples (m = 2, 6 bits) cost 16 KB per layer and KV head; 16 bits' 65,536 would
+  // cost 256 KB each for little gain (TopKByCodes then counts in its own pass).
+  static constexpr int64_t kMaxCountedTuples = 4096;
+
+  // l.counts from l.codes (after the codebooks or the coded slots were replaced).
+  void RecountTuples(Layer& l) {
+    l.counts.assign(l.codes.size(), {});
+    for (size_t h = 0; h < l.codes.size(); ++h) {
+      const int64_t n_tuples = l.books[h].n_tuples();
+      if (n_tuples == 0 || n_tuples > kMaxCountedTuples) continue;
+      l.counts[h].assign(static_cast<size_t>(n_tuples), 0);
+      const int64_t n = static_cast<int64_t>(l.codes[h].size()) / l.books[h].m();
+      l.books[h].CountTuples(l.codes[h].data(), n, 1, l.counts[h].data());
+    }
+  }
+
+  // The tuple counts of KV head h's slots [first, first + n_mid): the kept counts less
+  // the few slots outside that range (the initial ones; coded slots still inside the
+  // local window). nullptr when the layer keeps none.
+  const int32_t* MidCounts(const Layer& l, int h, int first, int n_mid) {
+    if (l.counts.empty() || l.counts[h].empty()) return nullptr;
+    thread_local std::vector<int32_t> mid;
+    mid = l.counts[h];
+    const PqCodebook& book = l.books[h];
+    const int m = book.m(), end = first + n_mid;
+    book.CountTuples(l.codes[h].data(), first, -1, mid.data());
+    book.CountTuples(l.codes[h].data() + static_cast<int64_t>(end) * m, l.n_coded - end, -1, mid.data());
+    return mid.data();
+  }
 
   // The imported index's layer `layer` becomes the layer's index; codes past the n
   // slots the sequence has now (none when the caller truncated it) are dropped.
@@ -165,6 +198,7 @@ class PqSelector : public SelectorBase {
     l.codes = std::move(in.codes);
     for (auto& c : l.codes) c.resize(static_cast<size_t>(l.n_coded) * options_.pq.m);
     in = PqIndex::Layer{};
+    RecountTuples(l);
     UpdateBytes();
   }
 
@@ -213,6 +247,7 @@ class PqSelector : public SelectorBase {
     stats_.clustered_keys += static_cast<int64_t>(n_train) * n_kv;
     stats_.iterations = used_iterations;
     l.codes.assign(static_cast<size_t>(n_kv), {});
+    RecountTuples(l);
     UpdateBytes();
   }
 
@@ -231,6 +266,8 @@ class PqSelector : public SelectorBase {
       float* buf = encode_buf_.data() + static_cast<size_t>(h) * (end - begin) * hd;
       keys.Gather(static_cast<int>(h), begin, end, buf);
       l.books[h].Encode(buf, end - begin, hd, l.codes[h].data() + static_cast<int64_t>(begin) * m);
+      if (!l.counts[h].empty())
+        l.books[h].CountTuples(l.codes[h].data() + static_cast<int64_t>(begin) * m, end - begin, 1, l.counts[h].data());
     });
     l.n_coded = end;
   }

@@ -587,6 +587,73 @@ TEST(Pq, AnImportedIndexDecodesAsTheSelectorThatBuiltIt) {
   EXPECT_EQ(second->ImportIndex(*first->ExportIndex()).code(), StatusCode::kFailedPrecondition);
 }
 
+// What the pq selector's top should be at a step: PqCodebook::TopKByCodes counting the
+// middle slots' code tuples itself (no kept counts), from the selector's own codebook and
+// codes and the step's queries' tables (the group's added, or one per query head).
+std::vector<int32_t> TopCountingEachStep(const SparseAttention& sa, const SparseOptions& o, const float* q, int n,
+                                         int h, int g, int hd) {
+  const Budget b = SplitBudget(o, n);
+  const PqCodebook* book = sa.codebook(0, h);
+  const std::vector<uint8_t>& codes = *sa.codes(0, h);
+  const int m = book->m(), n_coded = static_cast<int>(codes.size()) / m;
+  const int first = b.initial, n_mid = std::min(n - b.local, n_coded) - first;
+  const bool sum = o.combine == GqaCombine::kSum;
+  std::vector<std::vector<float>> tables(sum ? 1 : g, std::vector<float>(static_cast<size_t>(m) * book->n_centroids()));
+  for (int j = 0; j < g; ++j) book->AddQueryTable(q + (h * g + j) * hd, 1.f, tables[sum ? 0 : j].data());
+  std::vector<const float*> ptrs;
+  for (const auto& t : tables) ptrs.push_back(t.data());
+  std::vector<int32_t> top;
+  book->TopKByCodes(ptrs.data(), static_cast<int>(ptrs.size()), codes.data() + static_cast<int64_t>(first) * m, n_mid,
+                    b.top, first, &top);
+  return top;
+}
+
+// The selector keeps each layer's code-tuple counts as it codes slots (m = 2, 6 bits:
+// 4,096 tuples) and hands the middle slots' counts to TopKByCodes: the same slots as
+// counting every step. Also through an imported index decoded with a larger budget, whose
+// local window then holds coded slots (their counts are taken out).
+TEST(Pq, KeptTupleCountsSelectAsCountingEveryStep) {
+  const int n_heads = 4, n_kv = 2, hd = 16, g = 2;
+  for (const char* method : {"pq-0.2@min=100,iters=2", "pq-0.1@min=100,iters=2,combine=max"}) {
+    SCOPED_TRACE(method);
+    Synthetic syn(n_heads, n_kv, hd, 3000);
+    backend::ThreadPool pool(2);
+    const SparseOptions o = *ParseSparseOptions(method);
+    auto sa = MakeSparseAttention(o, syn.shape, 1, pool);
+    syn.Step(sa.get(), 2000);  // enough middle slots for the tuple path (4,096 tuples <= 4n)
+    for (int step = 0; step < 12; ++step) {
+      const std::vector<float> q = syn.Step(sa.get(), 1);
+      const int n = syn.kv.view.n_slots;
+      const Budget b = SplitBudget(o, n);
+      for (int h = 0; h < n_kv; ++h) {
+        const auto& got = sa->last_selection(0, h);
+        ASSERT_EQ(static_cast<int>(got.size()), b.initial + b.top + b.local);
+        EXPECT_EQ(std::vector<int32_t>(got.begin() + b.initial, got.begin() + b.initial + b.top),
+                  TopCountingEachStep(*sa, o, q.data(), n, h, g, hd))
+            << "step " << step << " head " << h;
+      }
+    }
+    // A next turn imports the index and decodes with twice the budget: a larger local
+    // window, so the index's last coded slots are inside it.
+    SparseOptions wider = o;
+    wider.ratio = 2 * o.ratio;
+    auto second = MakeSparseAttention(wider, syn.shape, 1, pool);
+    ASSERT_TRUE(second->ImportIndex(*sa->ExportIndex()).ok());
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<float> q = syn.Step(second.get(), 1);
+      const int n = syn.kv.view.n_slots;
+      const Budget b = SplitBudget(wider, n);
+      ASSERT_GT(static_cast<int>(second->codes(0, 0)->size()) / 2, n - b.local) << "coded slots in the window";
+      for (int h = 0; h < n_kv; ++h) {
+        const auto& got = second->last_selection(0, h);
+        EXPECT_EQ(std::vector<int32_t>(got.begin() + b.initial, got.begin() + b.initial + b.top),
+                  TopCountingEachStep(*second, wider, q.data(), n, h, g, hd))
+            << "imported, step " << step << " head " << h;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 
