@@ -25,6 +25,9 @@
 #include <limits>
 #include <string>
 
+#include "attic/backend/cpu_features.h"
+#include "pq/codebook_internal.h"
+
 namespace attic::pq {
 
 namespace {
@@ -330,7 +333,8 @@ inline int TupleOf(const uint8_t* c, int m, int bits) {
 
 // WeightedKth over the tuples: the largest t such that at least k of the keys (tuple
 // tup counted count[tup] times, scored score[tup]) score >= t, and how many score > t.
-// REQUIRES: 1 <= k <= the sum of the counts; scores are never NaN (RankKey).
+// [lo, hi]: a range holding every finite score of a non-empty tuple. REQUIRES: 1 <= k <=
+// the sum of the counts; scores are never NaN (RankKey).
 //
 // The tuples' scores are first cut into kBuckets equal ranges of [lo, hi] (a monotone
 // map, so equal scores share a bucket and bucket order is score order); one pass counts
@@ -338,18 +342,13 @@ inline int TupleOf(const uint8_t* c, int m, int bits) {
 // and only that bucket's tuples (a handful) go through WeightedKth, whose three-way
 // partitions branch unpredictably on every element they move. Without a finite range
 // (one distinct score, or infinities) every non-empty tuple goes to WeightedKth.
-void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int64_t k, float* t, int64_t* n_above) {
+void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int64_t k, float lo, float hi, bool avx2,
+                    float* t, int64_t* n_above) {
   constexpr int kBuckets = 1024;
   thread_local std::vector<float> keys;
   thread_local std::vector<int32_t> weights;
   keys.clear();
   weights.clear();
-  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
-  for (int tup = 0; tup < n_tuples; ++tup) {
-    if (count[tup] == 0 || !std::isfinite(score[tup])) continue;
-    lo = std::min(lo, score[tup]);
-    hi = std::max(hi, score[tup]);
-  }
   const double range = static_cast<double>(hi) - lo;
   if (!(range > 0) || !std::isfinite(range)) {
     for (int tup = 0; tup < n_tuples; ++tup) {
@@ -365,20 +364,33 @@ void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int6
   thread_local std::vector<int64_t> hist;
   bucket.resize(n_tuples);
   hist.assign(kBuckets, 0);
-  for (int tup = 0; tup < n_tuples; ++tup) {
-    // -infinity (a NaN score) fails x > 0: bucket 0, below every finite score in it.
-    const float x = (score[tup] - lo) * scale;
-    const int b = x > 0 ? (x < kBuckets - 1 ? static_cast<int>(x) : kBuckets - 1) : 0;
-    bucket[tup] = static_cast<uint16_t>(b);
-    hist[b] += count[tup];
+  avx2 = avx2 && n_tuples % 16 == 0;
+  if (avx2) {
+    internal::BucketTuplesAvx2(score, count, n_tuples, lo, scale, kBuckets, bucket.data(), hist.data());
+  } else {
+    for (int tup = 0; tup < n_tuples; ++tup) {
+      // -infinity (a NaN score) fails x > 0: bucket 0, below every finite score in it.
+      const float x = (score[tup] - lo) * scale;
+      const int b = x > 0 ? (x < kBuckets - 1 ? static_cast<int>(x) : kBuckets - 1) : 0;
+      bucket[tup] = static_cast<uint16_t>(b);
+      hist[b] += count[tup];
+    }
   }
   int64_t above = 0;
   int b = kBuckets - 1;
   while (above + hist[b] < k) above += hist[b--];
-  for (int tup = 0; tup < n_tuples; ++tup) {
-    if (bucket[tup] != b || count[tup] == 0) continue;
-    keys.push_back(score[tup]);
-    weights.push_back(count[tup]);
+  if (avx2) {
+    keys.resize(n_tuples);
+    weights.resize(n_tuples);
+    const int found = internal::CollectBucketAvx2(bucket.data(), count, score, n_tuples, b, keys.data(), weights.data());
+    keys.resize(found);
+    weights.resize(found);
+  } else {
+    for (int tup = 0; tup < n_tuples; ++tup) {
+      if (bucket[tup] != b || count[tup] == 0) continue;
+      keys.push_back(score[tup]);
+      weights.push_back(count[tup]);
+    }
   }
   WeightedKth(keys, weights, k - above, t, n_above);
   *n_above += above;
@@ -426,8 +438,13 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
   thread_local std::vector<float> tuple_score;
   thread_local std::vector<int32_t> count;
   tuple_score.resize(n_tuples);
+  // m = 2 with whole AVX2 vectors of centroids (bits >= 3): the vector forms of the
+  // loops below (codebook_avx2.cc; the same values, so the same keys).
+  const bool avx2 = m == 2 && kc % 8 == 0 && backend::ActiveIsa() != backend::Isa::kGeneric;
   // Each tuple's score summed in Score's order (sub-space 0 first), so it equals Score's.
-  if (m == 2) {
+  if (avx2 && n_tables == 1) {
+    internal::TupleScoresM2Avx2(tables[0], tables[0] + kc, kc, tuple_score.data());
+  } else if (m == 2) {
     // The hot case, row by row of the second code (contiguous: vectorizes).
     float* ts = tuple_score.data();
     for (int t = 0; t < n_tables; ++t) {
@@ -465,9 +482,41 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
     CountTuples(codes, n, 1, count.data());
     counts = count.data();
   }
+  // The range of the scores: for one m = 2 table, from its two halves' extremes (a sum
+  // rounds monotonically, so fl(min + min) is the least tuple score); otherwise a scan.
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  if (avx2 && n_tables == 1) {
+    const float* t0 = tables[0];
+    const float* t1 = tables[0] + kc;
+    float lo0 = t0[0], hi0 = t0[0], lo1 = t1[0], hi1 = t1[0];
+    for (int c = 1; c < kc; ++c) {
+      lo0 = std::min(lo0, t0[c]), hi0 = std::max(hi0, t0[c]);
+      lo1 = std::min(lo1, t1[c]), hi1 = std::max(hi1, t1[c]);
+    }
+    // An infinite entry leaves no finite range (TupleThreshold's fallback); a NaN entry is
+    // skipped here, and its tuples' -infinity lands in the lowest bucket.
+    lo = lo0 + lo1, hi = hi0 + hi1;
+  } else {
+    for (int tup = 0; tup < n_tuples; ++tup) {
+      const float v = tuple_score[tup];
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+  }
   float t = 0;
   int64_t n_above = 0;
-  TupleThreshold(tuple_score.data(), counts, n_tuples, k, &t, &n_above);
+  TupleThreshold(tuple_score.data(), counts, n_tuples, k, lo, hi, avx2, &t, &n_above);
+  int64_t ties = k - n_above;
+  const size_t start = out->size();
+  if (avx2) {
+    thread_local std::vector<int32_t> cls32;
+    cls32.resize(n_tuples);
+    internal::ClassifyAvx2(tuple_score.data(), n_tuples, t, cls32.data());
+    out->resize(start + k + 8);
+    const int64_t taken = internal::TakeM2Avx2(codes, n, bits_, cls32.data(), ties, offset, out->data() + start);
+    ATTIC_CHECK(taken == k);
+    out->resize(start + k);
+    return;
+  }
   // Per tuple: 1 taken (score > t), 2 a tie (score == t: taken while ties remain, lowest
   // keys first), 0 not taken.
   thread_local std::vector<uint8_t> cls;
@@ -476,8 +525,6 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
     const float v = tuple_score[tup];
     cls[tup] = static_cast<uint8_t>((v > t) | ((v == t) << 1));
   }
-  int64_t ties = k - n_above;
-  const size_t start = out->size();
   out->resize(start + k + 1);
   int32_t* o = out->data() + start;
   int64_t j = 0;
