@@ -16,6 +16,7 @@
 #include "attic/pq/sparse.h"
 #include "attic/server/server.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/redis_tier.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -134,6 +135,9 @@ int RunServe(ServeFlags f) {
     f.server.remote.retry_budget = std::chrono::milliseconds(f.kv_remote_timeout_ms);
     f.server.remote.command_timeout = std::chrono::milliseconds(std::min(1000, f.kv_remote_timeout_ms));
     f.server.store.write_through = f.kv_remote_write == "through";
+    // The URL is checked now (nothing connects yet), before the model loads.
+    if (auto check = store::RedisTier::Open(f.server.remote); !check.ok())
+      return UsageError("--kv-remote: " + check.status().message());
   }
   if (f.kv_dram > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);

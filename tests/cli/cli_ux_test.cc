@@ -46,6 +46,14 @@ TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("generate -n many"), "many");
   ExpectUsageError(RunAttic("serve --kv-dtype f64"), "f64");
   ExpectUsageError(RunAttic("serve --kv-dram 12X"), "invalid size '12X'");
+  // The remote tier's flags (checked before the model loads; nothing connects).
+  ExpectUsageError(RunAttic("serve --kv-remote redis://127.0.0.1:1"), "give --kv-dram too");
+  ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote rediss://h:1"), "only redis:// is supported");
+  ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h"), "not host:port");
+  ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h:1 --kv-remote-write sideways"),
+                   "--kv-remote-write must be 'through'");
+  ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h:1 --kv-remote-timeout 0"),
+                   "--kv-remote-timeout must be at least 1 ms");
   ExpectUsageError(RunAttic("make-model --shape smollm2-135m"), "--out-hf");
   // --help is not an error.
   Result help = RunAttic("serve --help");
