@@ -45,6 +45,13 @@ Status ValidateShapeFree(const SparseOptions& o) {
   if (o.pq.iterations < 1) {
     return InvalidArgumentError("pq iterations must be >= 1, got " + std::to_string(o.pq.iterations));
   }
+  if (o.offload_cache_blocks < -1) {
+    return InvalidArgumentError("sparse offload cache blocks must be >= 0, got " + std::to_string(o.offload_cache_blocks));
+  }
+  if (o.offload() && o.method != SparseMethod::kPq && o.method != SparseMethod::kStreaming) {
+    return InvalidArgumentError(std::string("sparse offload needs method pq or streaming (") + SparseMethodName(o.method) +
+                                " reads every key at every step)");
+  }
   return OkStatus();
 }
 
@@ -105,6 +112,8 @@ std::string SparseOptions::ToString() const {
   if (pq.bits != d.pq.bits) kv.push_back("bits=" + std::to_string(pq.bits));
   if (fixed_iterations) kv.push_back("iters=" + std::to_string(pq.iterations));
   if (cluster_share != d.cluster_share) kv.push_back("share=" + FormatDouble(cluster_share));
+  if (offload()) kv.push_back("offload=" + std::to_string(offload_cache_blocks));
+  if (offload_policy != d.offload_policy) kv.push_back(std::string("cache=") + CachePolicyName(offload_policy));
   for (size_t i = 0; i < kv.size(); ++i) s += (i == 0 ? "@" : ",") + kv[i];
   return s;
 }
@@ -114,7 +123,7 @@ StatusOr<SparseOptions> ParseSparseOptions(std::string_view text) {
   auto bad = [&](const std::string& why) {
     return InvalidArgumentError("sparse method '" + whole + "': " + why +
                                 " (METHOD[-RATIO|-COUNT][@key=value,...], methods full, pq, oracle, streaming, h2o;"
-                                " keys initial, local, min, combine, m, bits, iters, share)");
+                                " keys initial, local, min, combine, m, bits, iters, share, offload, cache)");
   };
   SparseOptions o;
   std::string_view head = text, tail;
@@ -161,6 +170,7 @@ StatusOr<SparseOptions> ParseSparseOptions(std::string_view text) {
     else if (key == "min") int_field = &o.min_slots;
     else if (key == "m") int_field = &o.pq.m;
     else if (key == "bits") int_field = &o.pq.bits;
+    else if (key == "offload") int_field = &o.offload_cache_blocks;
     else if (key == "iters") {
       int_field = &o.pq.iterations;
       o.fixed_iterations = true;
@@ -171,6 +181,10 @@ StatusOr<SparseOptions> ParseSparseOptions(std::string_view text) {
       if (value == "sum") o.combine = GqaCombine::kSum;
       else if (value == "max") o.combine = GqaCombine::kMax;
       else return bad("combine must be sum or max, got '" + v + "'");
+    } else if (key == "cache") {
+      if (value == "lru") o.offload_policy = CachePolicy::kLru;
+      else if (value == "lfu") o.offload_policy = CachePolicy::kLfu;
+      else return bad("cache must be lru or lfu, got '" + v + "'");
     } else if (key == "share") {
       if (!ParseDouble(value, &o.cluster_share)) return bad("bad number '" + v + "' for share");
     } else {

@@ -37,6 +37,8 @@ TEST(SparseOptions, ParseToStringRoundTrip) {
       {"pq-0.2@m=4,bits=8,combine=max,min=2048", "pq-0.2@min=2048,combine=max,m=4,bits=8"},
       {"oracle-0.05@initial=0,share=0.1", "oracle-0.05@initial=0,share=0.1"},
       {"pq", "pq-0.2"},
+      {"pq-0.1@offload=32", "pq-0.1@offload=32"},
+      {"streaming-0.2@cache=lfu,offload=0", "streaming-0.2@offload=0,cache=lfu"},
   };
   for (const auto& [text, canonical] : cases) {
     auto o = ParseSparseOptions(text);
@@ -57,6 +59,8 @@ TEST(SparseOptions, ParseToStringRoundTrip) {
     EXPECT_EQ(back->fixed_iterations, o->fixed_iterations);
     EXPECT_EQ(back->pq.iterations, o->pq.iterations);
     EXPECT_EQ(back->cluster_share, o->cluster_share);
+    EXPECT_EQ(back->offload_cache_blocks, o->offload_cache_blocks);
+    EXPECT_EQ(back->offload_policy, o->offload_policy);
   }
   auto o = ParseSparseOptions("oracle-512@combine=max,initial=2,local=16,min=100");
   ASSERT_TRUE(o.ok());
@@ -73,7 +77,8 @@ TEST(SparseOptions, ParseErrors) {
   for (const char* bad : {"", "bogus-0.2", "pq-1.5", "pq-0.0", "pq-0", "pq--3", "pq-", "pq-0.2@", "pq-0.2@foo=1",
                           "pq-0.2@combine=avg", "pq-0.2@m=x", "pq-0.2@initial=-1", "pq-0.2@local=-2",
                           "pq-0.2@bits=9", "pq-0.2@iters=0", "pq-0.2@share=0", "full-0.2", "pq-0.2@m=2,",
-                          "pq-abc", "pq-0.2@local"}) {
+                          "pq-abc", "pq-0.2@local", "pq-0.2@offload=-2", "pq-0.2@cache=mru",
+                          "oracle-0.2@offload=8", "h2o-0.2@offload=0"}) {
     auto o = ParseSparseOptions(bad);
     EXPECT_FALSE(o.ok()) << "'" << bad << "' parsed";
     if (!o.ok()) {

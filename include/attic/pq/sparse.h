@@ -35,6 +35,7 @@
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
 #include "attic/engine/layer_hooks.h"
+#include "attic/pq/block_cache.h"
 #include "attic/pq/codebook.h"
 #include "attic/pq/pq_index.h"
 
@@ -61,8 +62,14 @@ struct SparseOptions {
   // layer clustered calibrates the cost with 2 iterations. A sequence with no multi-row
   // step through the hooks (KV loaded from a store) uses 6 iterations.
   double cluster_share = 0.05;
-  // InvalidArgument for a ratio outside (0, 1], a negative count, local or initial, or
-  // PQ options that do not fit head_dim.
+  // Offload (offload.h): the sequence's KV below the compute buffer, with a block cache of
+  // this many pool blocks (for every layer and KV head) and its victim policy; -1 = off,
+  // every slot resident. pq and streaming only (the others read every key each step).
+  int offload_cache_blocks = -1;
+  CachePolicy offload_policy = CachePolicy::kLru;
+  bool offload() const { return offload_cache_blocks >= 0; }
+  // InvalidArgument for a ratio outside (0, 1], a negative count, local or initial,
+  // offload with another method, or PQ options that do not fit head_dim.
   Status Validate(int head_dim) const;
   // "pq-0.2", "oracle-0.1", "streaming-2048", "h2o-0.2", "full"; options that differ from
   // the defaults follow as "@key=value,..." (ParseSparseOptions reads it back).
@@ -72,7 +79,7 @@ struct SparseOptions {
 // METHOD[-RATIO|-COUNT][@key=value,...]: "pq-0.2", "pq-0.1@iters=8", "oracle-512",
 // "h2o-0.2@local=64,initial=4", "pq-0.2@m=4,bits=8,combine=max,min=2048", "full".
 // Keys: initial, local, min, combine (sum|max), m, bits, iters (fixed iterations),
-// share (adaptive share). A ratio has a decimal point; a count does not. The server's
+// share (adaptive share), offload (cache blocks: offload on), cache (lru|lfu). A ratio has a decimal point; a count does not. The server's
 // --sparse and `attic eval --methods` both read this.
 StatusOr<SparseOptions> ParseSparseOptions(std::string_view text);
 
