@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "attic/pq/offload.h"
 #include "attic/store/prefix_match.h"
 #include "engine/scheduler_internal.h"
 
@@ -56,25 +57,27 @@ Scheduler::~Scheduler() = default;
 
 int Scheduler::BlocksFor(int n_slots) const { return (n_slots + block_size_ - 1) / block_size_; }
 
+bool Scheduler::Offloads(const GenerationRequest& request) const {
+  return HasSelector(request.sparse) && request.sparse->offload() && !request.prefill_only;
+}
+
+int Scheduler::OffloadBlocks(const pq::SparseOptions& o, int max_slots) const {
+  const int chunk = BlocksFor(engine_.transformer().max_batch_tokens()) + 1;
+  // Below min_slots nothing leaves; beyond it the first block, the local window, the
+  // block before it and the one being written stay (pq/offload.h).
+  const int below = BlocksFor(std::min(o.min_slots, max_slots)) + chunk;
+  const int tail = 3 + BlocksFor(pq::SplitBudget(o, max_slots).local) + chunk;
+  return std::min(BlocksFor(max_slots), std::max(below, tail)) + o.offload_cache_blocks;
+}
+
+int64_t Scheduler::OffloadTierBytes(int max_slots) const {
+  const kv::KvShape& k = pool_.shape();
+  return static_cast<int64_t>(BlocksFor(max_slots)) * k.block_size * k.kv_dim() * 4 * 2 * k.n_layers;
+}
+
 StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
   const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
   if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
-  const int limit = std::min(engine_.context_length(), max_slots_);
-  const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
-  if (n_prompt > engine_.context_length() && !truncate) {
-    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
-                           std::to_string(engine_.context_length()) + " tokens");
-  }
-  if (n_prompt > max_slots_ && !truncate) {
-    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the KV budget of " +
-                           std::to_string(max_slots_) + " tokens");
-  }
-  ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
-  if (request.sampling.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
-  if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
-    return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
-  if (request.link != nullptr)
-    ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
   if (request.sparse == nullptr) request.sparse = options_.sparse;
   if (request.sparse != nullptr) {
     if (Status st = request.sparse->Validate(engine_.model().config().head_dim); !st.ok()) {
@@ -82,6 +85,42 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
                                                                         : "sparse: " + st.message());
     }
   }
+  // An offloaded sequence keeps only its working set in the compute buffer: the window,
+  // not the KV budget, bounds it; its whole context must fit the offload tier.
+  const bool offloaded = Offloads(request);
+  if (offloaded) {
+    const int64_t want = std::min<int64_t>(static_cast<int64_t>(n_prompt) + std::max(1, request.sampling.max_tokens) - 1,
+                                           engine_.context_length());
+    const int64_t tier = OffloadTierBytes(static_cast<int>(want));
+    if (tier > options_.sparse_offload_bytes) {
+      return OutOfRangeError("an offloaded context of " + std::to_string(want) + " tokens needs " +
+                             std::to_string(tier >> 20) + " MiB of offload tier, more than its capacity of " +
+                             std::to_string(options_.sparse_offload_bytes >> 20) + " MiB (--sparse-offload-bytes)");
+    }
+    const int blocks = OffloadBlocks(*request.sparse, static_cast<int>(want));
+    if (blocks > pool_.n_blocks()) {
+      return OutOfRangeError("an offloaded sequence needs " + std::to_string(blocks) +
+                             " KV blocks resident (its window, a prefill chunk and the block cache), more than the " +
+                             std::to_string(pool_.n_blocks()) + " the compute buffer holds");
+    }
+  }
+  const int max_slots = offloaded ? engine_.context_length() : max_slots_;
+  const int limit = std::min(engine_.context_length(), max_slots);
+  const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
+  if (n_prompt > engine_.context_length() && !truncate) {
+    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
+                           std::to_string(engine_.context_length()) + " tokens");
+  }
+  if (n_prompt > max_slots && !truncate) {
+    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the KV budget of " +
+                           std::to_string(max_slots) + " tokens");
+  }
+  ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.sampling.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
+    return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
+  if (request.link != nullptr)
+    ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab_) {
       return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
@@ -188,7 +227,9 @@ int Scheduler::OutstandingReservation() const {
   int n = 0;
   for (const auto& r : running_) {
     if (r->done || !r->kv) continue;
-    n += std::max(0, r->reserved_blocks - static_cast<int>(r->kv->block_table().size()));
+    const int held = r->offloaded ? r->kv->n_resident_blocks() + r->offload_cache_blocks
+                                  : static_cast<int>(r->kv->block_table().size());
+    n += std::max(0, r->reserved_blocks - held);
   }
   return n;
 }
@@ -244,10 +285,12 @@ SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
 bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
-  const int max_slots = static_cast<int>(std::min<int64_t>(want, max_slots_));
-  const int need = BlocksFor(max_slots);
-  // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing.
-  SeqPlan local = w.req.prefill_only ? SeqPlan{} : PlanReuse(w);
+  const bool offloaded = Offloads(w.req);
+  const int max_slots = static_cast<int>(std::min<int64_t>(want, offloaded ? engine_.context_length() : max_slots_));
+  const int need = offloaded ? OffloadBlocks(*w.req.sparse, max_slots) : BlocksFor(max_slots);
+  // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
+  // so does an offloaded one (entering reused KV into an offloaded sequence is not built).
+  SeqPlan local = w.req.prefill_only || offloaded ? SeqPlan{} : PlanReuse(w);
   // A linked prompt reuses a resident sequence only when it covers every linked chunk
   // (a conversation's later turn); else its chunks are linked after a stored prefix.
   const int chunks_end = w.req.link && !w.req.link->chunks.empty()
@@ -260,6 +303,8 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = SeqPlan{};
   }
   if (need > avail) return false;
+  const int64_t tier_bytes = offloaded ? OffloadTierBytes(max_slots) : 0;
+  if (offloaded && offload_tier_reserved_ + tier_bytes > options_.sparse_offload_bytes) return false;
 
   std::vector<int32_t> stop_ids;
   if (!w.req.ignore_eos) stop_ids = engine_.stop_token_ids();
@@ -273,12 +318,12 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->req.link = w.req.link;
   r->max_slots = max_slots;
   // A prefill-only request samples nothing: it never decodes, sparsely or not.
-  if (HasSelector(w.req.sparse) && !w.req.prefill_only) {
+  if (HasSelector(w.req.sparse) && !w.req.prefill_only && !offloaded) {
     const model::ModelConfig& c = engine_.model().config();
     r->sparse = pq::MakeSparseAttention(*w.req.sparse, AttentionShapeOf(c), c.n_layers, engine_.threads());
   }
   SeqPlan stored;
-  if (store_ != nullptr && !w.req.prefill_only) {
+  if (store_ != nullptr && !w.req.prefill_only && !offloaded) {
     stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
     if (stored.n_cached < chunks_end && local.empty()) stored = PlanLinked(*r, std::move(stored));
   }
@@ -323,6 +368,25 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
       res.last_used = ++resident_clock_;
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
+  }
+  if (offloaded) {
+    // The selector, wrapped so that the sequence's complete blocks leave for the tier.
+    const model::ModelConfig& c = engine_.model().config();
+    const pq::SparseOptions& o = *w.req.sparse;
+    if (!offload_tier_) offload_tier_ = std::make_unique<store::DramTier>(options_.sparse_offload_bytes);
+    EnsureFree(o.offload_cache_blocks, nullptr);
+    pq::OffloadOptions oo;
+    oo.cache_blocks = o.offload_cache_blocks;
+    oo.policy = o.offload_policy;
+    auto made = pq::MakeOffloadedSparseAttention(pq::MakeSparseAttention(o, AttentionShapeOf(c), c.n_layers, engine_.threads()),
+                                                 oo, r->kv.get(), engine_.transformer().rope(), offload_tier_.get(),
+                                                 c.n_layers, engine_.threads());
+    if (!made.ok()) return false;  // no room for the cache yet (the reservation check makes this rare)
+    r->sparse = std::move(*made);
+    r->offloaded = true;
+    r->offload_cache_blocks = o.offload_cache_blocks;
+    r->offload_tier_bytes = tier_bytes;
+    offload_tier_reserved_ += tier_bytes;
   }
   if (store_ != nullptr && r->turn == nullptr) {
     r->turn = store_->NewTurn(r->req.tenant, r->req.session_id, r->req.session_ttl_ms);
@@ -393,13 +457,26 @@ void Scheduler::Retire(Running& r) {
   std::shared_ptr<const std::string> pq_index = ExportPqIndex(r);
   if (r.sparse) {
     sparse_stats_.Add(r.sparse->options().method, r.sparse->stats());
-    r.sparse.reset();
+    if (r.offloaded) {
+      const pq::OffloadStats& o = static_cast<const pq::OffloadedSparseAttention&>(*r.sparse).offload_stats();
+      ++sparse_stats_.offloaded_requests;
+      sparse_stats_.offloaded_blocks += static_cast<uint64_t>(o.offloaded_blocks);
+      sparse_stats_.offload_cache_hits += static_cast<uint64_t>(o.cache_hits);
+      sparse_stats_.offload_cache_misses += static_cast<uint64_t>(o.cache_misses);
+      sparse_stats_.offload_fetched_bytes += static_cast<uint64_t>(o.fetched_bytes);
+      sparse_stats_.offload_fetch_seconds += o.fetch_seconds;
+      sparse_stats_.offload_errors += static_cast<uint64_t>(o.backing_errors);
+      offload_tier_reserved_ -= r.offload_tier_bytes;
+      r.offload_tier_bytes = 0;
+    }
+    r.sparse.reset();  // an offloaded sequence's blocks leave the tier, its cache the pool
   }
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
   const bool unsaved_link = !r.compute_slots.empty() && r.turn != nullptr && !r.turn->valid();
-  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link) {
+  // An offloaded sequence's released blocks are gone: it cannot stay resident.
+  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));
     r.kv.reset();
     return;

@@ -70,6 +70,12 @@ struct Scheduler::Running {
   // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
   // its entry at every step (prefill and decode; it decides what to narrow).
   std::unique_ptr<pq::SparseAttention> sparse;
+  // Offload (sparse->options().offload()): `sparse` is a pq::OffloadedSparseAttention
+  // holding offload_cache_blocks pool blocks and up to offload_tier_bytes of the
+  // scheduler's offload tier; the sequence starts empty and never stays resident.
+  bool offloaded = false;
+  int offload_cache_blocks = 0;
+  int64_t offload_tier_bytes = 0;
   bool prefilled() const { return compute_next >= compute_slots.size() && kv->n_slots() >= static_cast<int>(prompt->size()); }
 
   bool decoding = false;

@@ -289,5 +289,69 @@ TEST(SparseScheduler, InvalidOptionsAreRejectedAtSubmit) {
   EXPECT_TRUE(s2.Submit(Request({1, 100}, 4, Sparse(pq::SparseMethod::kFull, 0.2, 0, 1024))).ok());
 }
 
+// Offload (pq/offload.h) in the scheduler: a request whose context does not fit the
+// compute buffer decodes with offload, exactly as the same selector with its whole KV
+// resident in a larger one; the plain request is refused; bad offload options too.
+TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferTooSmallForIt) {
+  auto load = [](int64_t kv_bytes) {
+    EngineOptions o;
+    o.model_path = SharedDir() + "/models/stories260K-hf";
+    o.n_threads = 2;
+    o.max_batch_tokens = 64;
+    o.kv_block_size = 16;
+    o.kv_cache_bytes = kv_bytes;
+    auto e = Engine::Load(o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  auto big = load(8 << 20);
+  ASSERT_NE(big, nullptr);
+  const int64_t block_bytes = big->kv_pool().shape().block_bytes();
+  auto small = load(12 * block_bytes);  // 12 blocks of 16: 192 slots
+  ASSERT_NE(small, nullptr);
+  ASSERT_EQ(small->kv_pool().n_blocks(), 12);
+  const std::vector<int32_t> prompt = Tok(*big, LongText());
+  ASSERT_GT(prompt.size(), 300u);
+  constexpr int kTokens = 40;
+  auto resident = std::make_shared<pq::SparseOptions>(*pq::ParseSparseOptions("pq-0.2@min=64,local=16,iters=4"));
+  auto offload = std::make_shared<pq::SparseOptions>(*resident);
+  offload->offload_cache_blocks = 2;
+  offload->offload_policy = pq::CachePolicy::kLfu;
+
+  const auto want = RunTogether(*big, {Request(prompt, kTokens, resident)});
+  ASSERT_EQ(want.size(), 1u);
+  {
+    Scheduler s(*small, SchedulerOptions{});
+    EXPECT_EQ(s.Submit(Request(prompt, kTokens, resident)).status().code(), StatusCode::kOutOfRange);
+  }
+  SchedulerStats stats;
+  const auto got = RunTogether(*small, {Request(prompt, kTokens, offload)}, &stats);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].text, want[0].text);
+  EXPECT_EQ(got[0].usage.completion_tokens, kTokens);
+  EXPECT_EQ(stats.sparse.offloaded_requests, 1u);
+  EXPECT_GE(stats.sparse.offloaded_blocks, 15u);
+  EXPECT_GT(stats.sparse.offload_cache_hits + stats.sparse.offload_cache_misses, 0u);
+  EXPECT_GT(stats.sparse.offload_fetched_bytes, 0u);
+  EXPECT_EQ(stats.sparse.offload_errors, 0u);
+  EXPECT_EQ(stats.kv_blocks_used, 0);  // nothing stays resident; the cache went back to the pool
+
+  // Refused at Submit: offload with a selector that reads every key; a context larger
+  // than the offload tier; a working set larger than the compute buffer.
+  Scheduler s(*small, SchedulerOptions{});
+  auto oracle = std::make_shared<pq::SparseOptions>(*offload);
+  oracle->method = pq::SparseMethod::kOracle;
+  EXPECT_EQ(s.Submit(Request(prompt, kTokens, oracle)).status().code(), StatusCode::kInvalidArgument);
+  auto huge_cache = std::make_shared<pq::SparseOptions>(*offload);
+  huge_cache->offload_cache_blocks = 12;
+  EXPECT_EQ(s.Submit(Request(prompt, kTokens, huge_cache)).status().code(), StatusCode::kOutOfRange);
+  SchedulerOptions tiny_tier;
+  tiny_tier.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
+  Scheduler s2(*small, tiny_tier);
+  auto r = s2.Submit(Request(prompt, kTokens, offload));
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(r.status().message().find("--sparse-offload-bytes"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace attic::engine

@@ -94,6 +94,11 @@ struct SchedulerOptions {
   // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
   // gets (the server's --sparse). null or method full = full attention.
   std::shared_ptr<const pq::SparseOptions> sparse;
+  // Offloaded sparse requests (pq/offload.h): their complete blocks live pre-RoPE (f32)
+  // in a host-memory tier of this capacity (--sparse-offload-bytes); a request waits
+  // until its whole context fits beside the running ones', and one that cannot fit at
+  // all is refused.
+  int64_t sparse_offload_bytes = int64_t{4} << 30;
 };
 
 // Loading stored KV, since start (step loop; published with Stats()).
@@ -133,6 +138,16 @@ struct SparseDecodeStats {
   uint64_t imported_indexes = 0;
   uint64_t imported_keys = 0;
   uint64_t rejected_indexes = 0;
+  // Offload (pq/offload.h): requests, blocks written to the tier and released, the block
+  // cache's hits and misses (selected slots of released blocks), bytes and seconds of
+  // reading the tier, and tier failures.
+  uint64_t offloaded_requests = 0;
+  uint64_t offloaded_blocks = 0;
+  uint64_t offload_cache_hits = 0;
+  uint64_t offload_cache_misses = 0;
+  uint64_t offload_fetched_bytes = 0;
+  double offload_fetch_seconds = 0;
+  uint64_t offload_errors = 0;
   void Add(pq::SparseMethod method, const pq::SparseStats& s);
 };
 
@@ -285,6 +300,12 @@ class Scheduler {
   struct Resident;
 
   int BlocksFor(int n_slots) const;
+  // Offloaded requests: the pool blocks one of at most max_slots slots holds at once
+  // (first block, local window and the block before it, the block being written, a
+  // prefill chunk, the cache), and the tier bytes of its whole context.
+  bool Offloads(const GenerationRequest& request) const;
+  int OffloadBlocks(const pq::SparseOptions& o, int max_slots) const;
+  int64_t OffloadTierBytes(int max_slots) const;
   int OutstandingReservation() const;
   int AvailableBlocks() const;
   void EnsureFree(int n_blocks, const Resident* pinned);
@@ -334,6 +355,10 @@ class Scheduler {
   const int block_size_;
   const int vocab_;
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
+  // Offloaded sparse requests: their tier (made at the first), and its bytes reserved by
+  // the running ones.
+  std::unique_ptr<store::Tier> offload_tier_;
+  int64_t offload_tier_reserved_ = 0;
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
   KvLoadStats load_stats_;            // step loop
