@@ -40,6 +40,7 @@ struct ServeFlags {
   uint64_t kv_remote_bytes = 8ull << 30;
   std::string kv_remote_write = "through";
   int kv_remote_timeout_ms = 1500;
+  uint64_t sparse_offload = 4ull << 30;
   std::string kv_read_buffer = "auto";
   std::string kv_policy = "scheduler-aware";
   double session_ttl_s = 86400;
@@ -159,6 +160,7 @@ int RunServe(ServeFlags f) {
   if (!sparse.ok()) return UsageError("--sparse: " + sparse.status().message());
   if (sparse->method != pq::SparseMethod::kFull)
     f.server.scheduler.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
+  f.server.scheduler.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
@@ -264,8 +266,12 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--sparse", f->sparse,
                   "sparse decoding (PQCache) for requests that name none: METHOD[-RATIO|-COUNT][@key=value,...] "
                   "with METHOD pq, oracle, streaming or h2o, e.g. pq-0.2 (attend to 1/5 of the context), "
-                  "streaming-2048, pq-0.1@iters=8,min=2048; full = off (docs/serving.md)")
+                  "streaming-2048, pq-0.1@iters=8,min=2048, pq-0.1@offload=32 (the KV below the compute buffer, "
+                  "a block cache of 32 blocks); full = off (docs/serving.md)")
       ->capture_default_str();
+  AddSizeOption(cmd, "--sparse-offload-bytes", "", 1, &f->sparse_offload,
+                "host memory for the KV of offloaded sparse requests (pre-RoPE f32; default 4G): a request waits "
+                "until its context fits beside the running ones'");
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")
       ->capture_default_str();

@@ -220,6 +220,27 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_pq_rejected_indexes_total", "counter",
          "Saved PQ indexes found damaged or built with other m / bits (left out: the request clustered).");
   Line(&out, "attic_pq_rejected_indexes_total", "", sp.rejected_indexes);
+  Header(&out, "attic_sparse_offload_requests_total", "counter",
+         "Finished sparse requests whose KV was offloaded below the compute buffer.");
+  Line(&out, "attic_sparse_offload_requests_total", "", sp.offloaded_requests);
+  Header(&out, "attic_sparse_offload_blocks_total", "counter",
+         "KV blocks such requests wrote to the offload tier and released from the compute buffer.");
+  Line(&out, "attic_sparse_offload_blocks_total", "", sp.offloaded_blocks);
+  Header(&out, "attic_sparse_offload_cache_hits_total", "counter",
+         "Selected slots of offloaded blocks found in the block cache, per layer and KV head.");
+  Line(&out, "attic_sparse_offload_cache_hits_total", "", sp.offload_cache_hits);
+  Header(&out, "attic_sparse_offload_cache_misses_total", "counter",
+         "Selected slots of offloaded blocks fetched from the offload tier, per layer and KV head.");
+  Line(&out, "attic_sparse_offload_cache_misses_total", "", sp.offload_cache_misses);
+  Header(&out, "attic_sparse_offload_fetched_bytes_total", "counter",
+         "Bytes read from the offload tier (cache fills, single slots, whole-layer staging).");
+  Line(&out, "attic_sparse_offload_fetched_bytes_total", "", sp.offload_fetched_bytes);
+  Header(&out, "attic_sparse_offload_fetch_seconds_total", "counter",
+         "Time spent reading the offload tier and applying RoPE to what it returned.");
+  Line(&out, "attic_sparse_offload_fetch_seconds_total", "", sp.offload_fetch_seconds);
+  Header(&out, "attic_sparse_offload_errors_total", "counter",
+         "Offload tier failures: a block it refused (stayed resident) or a read that failed (slots left out).");
+  Line(&out, "attic_sparse_offload_errors_total", "", sp.offload_errors);
   return out;
 }
 

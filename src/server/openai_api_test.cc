@@ -119,6 +119,16 @@ TEST(OpenAiRequest, SparseMapsOntoSparseOptions) {
             pq::SparseMethod::kH2o);
   EXPECT_EQ(Chat(m + R"("sparse":{"method":"full"}})").sparse->method, pq::SparseMethod::kFull);
   EXPECT_TRUE(Chat(m + R"("sparse":null})").sparse == std::nullopt);
+  EXPECT_FALSE(Chat(m + R"("sparse":{"method":"pq"}})").sparse->offload());
+  EXPECT_FALSE(Chat(m + R"("sparse":{"method":"pq","offload":false}})").sparse->offload());
+  r = Chat(m + R"("sparse":{"method":"pq","ratio":0.1,"offload":true}})");
+  EXPECT_EQ(r.sparse->offload_cache_blocks, pq::kDefaultOffloadCacheBlocks);
+  EXPECT_EQ(r.sparse->offload_policy, pq::CachePolicy::kLru);
+  r = Chat(m + R"("sparse":{"method":"streaming","offload":{"cache_blocks":0,"policy":"lfu"}}})");
+  EXPECT_EQ(r.sparse->offload_cache_blocks, 0);
+  EXPECT_EQ(r.sparse->offload_policy, pq::CachePolicy::kLfu);
+  EXPECT_EQ(Chat(m + R"("sparse":{"method":"pq","offload":{"policy":"lfu"}}})").sparse->offload_cache_blocks,
+            pq::kDefaultOffloadCacheBlocks);
   // /v1/completions takes the same field.
   ParseResult c = ParseApiRequest(ApiKind::kCompletion, R"({"model":"m","prompt":"x","sparse":{"method":"h2o"}})");
   ASSERT_FALSE(c.error.has_value()) << c.error->message;
@@ -154,6 +164,13 @@ TEST(OpenAiRequest, BadSparseOptionsAre400NamingSparse) {
   error(R"({"method":"streaming","combine":"max"})", "does not apply");
   error(R"({"method":"full","ratio":0.5})", "does not apply to method 'full'");
   error(R"({"method":"pq","ration":0.2})", "'sparse.ration' is not a sparse option");
+  error(R"({"method":"pq","offload":"yes"})", "'sparse.offload' must be");
+  error(R"({"method":"pq","offload":{"cache_blocks":-1}})", "'sparse.offload.cache_blocks'");
+  error(R"({"method":"pq","offload":{"cache_blocks":1.5}})", "'sparse.offload.cache_blocks'");
+  error(R"({"method":"pq","offload":{"policy":"mru"}})", "'sparse.offload.policy'");
+  error(R"({"method":"pq","offload":{"blocks":4}})", "'sparse.offload.blocks' is not an offload option");
+  error(R"({"method":"oracle","offload":true})", "does not apply to method 'oracle'");
+  error(R"({"method":"h2o","offload":true})", "does not apply to method 'h2o'");
 }
 
 TEST(OpenAiRequest, DefaultsAreOpenAis) {

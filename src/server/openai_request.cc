@@ -329,7 +329,9 @@ std::optional<ApiError> ReadLink(const json& body, ApiRequest* r) {
 
 // "sparse": {"method": "pq", "ratio": 0.2} and optionally "count" (instead of ratio),
 // "initial", "local", "min_tokens", "combine" ("sum" | "max"; not for streaming),
-// "iterations" (fixed k-means iterations; pq only); {"method": "full"} alone. Every
+// "iterations" (fixed k-means iterations; pq only), "offload" (true, or {"cache_blocks":
+// N, "policy": "lru" | "lfu"}: the KV below the compute buffer, pq/offload.h; pq and
+// streaming only); {"method": "full"} alone. Every
 // error is a 400 with param "sparse" whose message names the field. What depends on the
 // model (PQ sub-spaces against head_dim) is checked when the request is submitted.
 std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
@@ -338,11 +340,12 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
   auto invalid = [](const std::string& message) { return Invalid("sparse", message); };
   if (!sp->is_object())
     return invalid("'sparse' must be an object such as {\"method\": \"pq\", \"ratio\": 0.2}");
-  static const char* const kKeys[] = {"method", "ratio", "count", "initial", "local", "min_tokens", "combine", "iterations"};
+  static const char* const kKeys[] = {"method",     "ratio",   "count",      "initial", "local",
+                                      "min_tokens", "combine", "iterations", "offload"};
   for (const auto& [key, value] : sp->items()) {
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys))
       return invalid("'sparse." + key + "' is not a sparse option (method, ratio, count, initial, local, min_tokens, "
-                     "combine, iterations)");
+                     "combine, iterations, offload)");
   }
   const json* m = Field(*sp, "method");
   const char* kMethods = "'sparse.method' must be one of: pq, oracle, streaming, h2o, full";
@@ -367,6 +370,7 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
     if (o.method == pq::SparseMethod::kFull) return false;
     if (k == "iterations") return o.method == pq::SparseMethod::kPq;
     if (k == "combine") return o.method != pq::SparseMethod::kStreaming;
+    if (k == "offload") return o.method == pq::SparseMethod::kPq || o.method == pq::SparseMethod::kStreaming;
     return true;
   };
   for (const char* key : kKeys) {
@@ -411,6 +415,36 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
       o.combine = pq::GqaCombine::kMax;
     } else {
       return invalid("'sparse.combine' must be \"sum\" or \"max\"");
+    }
+  }
+  if (const json* off = Field(*sp, "offload")) {
+    const char* kShape = "'sparse.offload' must be true, false or an object such as {\"cache_blocks\": 16, \"policy\": \"lru\"}";
+    if (off->is_boolean()) {
+      if (off->get<bool>()) o.offload_cache_blocks = pq::kDefaultOffloadCacheBlocks;
+    } else if (off->is_object()) {
+      for (const auto& [key, value] : off->items()) {
+        if (key != "cache_blocks" && key != "policy")
+          return invalid("'sparse.offload." + key + "' is not an offload option (cache_blocks, policy)");
+      }
+      std::optional<int64_t> blocks;
+      if (auto e = ReadInt(*off, "cache_blocks", 0, 1 << 20, &blocks)) {
+        e = named(e, "cache_blocks");
+        if (size_t at = e->message.find("'sparse.cache_blocks'"); at != std::string::npos)
+          e->message.replace(at, 21, "'sparse.offload.cache_blocks'");
+        return e;
+      }
+      o.offload_cache_blocks = blocks ? static_cast<int>(*blocks) : pq::kDefaultOffloadCacheBlocks;
+      if (const json* p = Field(*off, "policy")) {
+        if (*p == json("lru")) {
+          o.offload_policy = pq::CachePolicy::kLru;
+        } else if (*p == json("lfu")) {
+          o.offload_policy = pq::CachePolicy::kLfu;
+        } else {
+          return invalid("'sparse.offload.policy' must be \"lru\" or \"lfu\"");
+        }
+      }
+    } else {
+      return invalid(kShape);
     }
   }
   r->sparse = o;

@@ -47,6 +47,10 @@ const char* SparseMethodName(SparseMethod m);  // "full", "pq", "oracle", "strea
 // How the query heads of one KV head combine their scores of a slot.
 enum class GqaCombine { kSum, kMax };
 
+// The block cache offload gets when asked for without a size (the server's
+// "offload": true).
+inline constexpr int kDefaultOffloadCacheBlocks = 16;
+
 struct SparseOptions {
   SparseMethod method = SparseMethod::kPq;
   double ratio = 0.2;    // budget: this share of the sequence's slots at each step ...
