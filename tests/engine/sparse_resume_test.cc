@@ -24,6 +24,7 @@
 #include "attic/pq/pq_index.h"
 #include "attic/store/kv_store.h"
 #include "store/store_test_util.h"
+#include "stories.h"
 #include "test_util.h"
 
 namespace attic::engine {
@@ -34,25 +35,11 @@ using namespace std::chrono_literals;
 
 std::unique_ptr<Engine> LoadStories() {
   EngineOptions o;
-  o.model_path = SharedDir() + "/models/stories260K-hf";
-  o.n_threads = 2;
   o.max_batch_tokens = 128;
   o.kv_cache_bytes = 8 << 20;
-  auto e = Engine::Load(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(*e) : nullptr;
+  return attic::testing::LoadStories(o);
 }
-
-// The first n tokens of held-out stories.
-std::vector<int32_t> StoryTokens(Engine& e, size_t n) {
-  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
-  EXPECT_TRUE(text.ok());
-  auto ids = e.Tokenize(*text, true);
-  EXPECT_TRUE(ids.ok());
-  EXPECT_GE(ids->size(), n);
-  ids->resize(n);
-  return *ids;
-}
+using attic::testing::StoryTokens;
 
 std::shared_ptr<const pq::SparseOptions> PqFifth() {
   auto o = std::make_shared<pq::SparseOptions>();

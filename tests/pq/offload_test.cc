@@ -9,38 +9,23 @@
 #include <cmath>
 #include <memory>
 
-#include "attic/core/file.h"
 #include "attic/engine/engine.h"
 #include "attic/pq/offload.h"
 #include "attic/store/memory_tier.h"
-#include "test_util.h"
+#include "stories.h"
 
 namespace attic::pq {
 namespace {
 
-using attic::testing::SharedDir;
+using attic::testing::StoryTokens;
 
 constexpr int kBlock = 16;
 
 std::unique_ptr<engine::Engine> LoadStories(DType kv_dtype) {
   engine::EngineOptions o;
-  o.model_path = SharedDir() + "/models/stories260K-hf";
-  o.n_threads = 2;
   o.kv_block_size = kBlock;
   o.kv_dtype = kv_dtype;
-  auto e = engine::Engine::Load(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(*e) : nullptr;
-}
-
-std::vector<int32_t> StoryTokens(engine::Engine& e, size_t n) {
-  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
-  EXPECT_TRUE(text.ok());
-  auto ids = e.Tokenize(*text, true);
-  EXPECT_TRUE(ids.ok());
-  EXPECT_GE(ids->size(), n);
-  ids->resize(n);
-  return *ids;
+  return attic::testing::LoadStories(o);
 }
 
 struct DecodeRun {
@@ -48,24 +33,31 @@ struct DecodeRun {
   int resident_blocks = 0;    // at the end
 };
 
-// Prefill `prompt` tokens in chunks of 64, then teacher-forced decode one token per step.
-// `make` builds the hooks for the sequence (null: no hooks).
+// Prefills `prompt` tokens of `tokens` into `seq` in chunks of 64, then teacher-forced
+// decodes the rest one token per step; returns the decode steps' logits.
+std::vector<float> Feed(engine::Engine& e, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, size_t prompt,
+                        engine::LayerHooks* hooks) {
+  std::vector<float> logits, out;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t end = pos < prompt ? std::min(prompt, pos + 64) : pos + 1;
+    std::vector<engine::BatchEntry> batch(1);
+    batch[0].seq = seq;
+    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+    const Status st = e.transformer().Forward(batch, &logits, hooks);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (end > prompt) out.insert(out.end(), logits.begin(), logits.end());
+    pos = end;
+  }
+  return out;
+}
+
+// Feed with the hooks `make` builds for a fresh sequence (null: no hooks).
 template <class Make>
 DecodeRun Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt, Make make) {
   kv::SequenceKv seq(&e.kv_pool());
   std::unique_ptr<engine::LayerHooks> hooks = make(&seq);
   DecodeRun run;
-  std::vector<float> logits;
-  for (size_t pos = 0; pos < tokens.size();) {
-    const size_t end = pos < prompt ? std::min(prompt, pos + 64) : pos + 1;
-    std::vector<engine::BatchEntry> batch(1);
-    batch[0].seq = &seq;
-    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-    const Status st = e.transformer().Forward(batch, &logits, hooks.get());
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    if (end > prompt) run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-    pos = end;
-  }
+  run.logits = Feed(e, &seq, tokens, prompt, hooks.get());
   run.resident_blocks = seq.n_resident_blocks();
   return run;
 }
@@ -141,15 +133,7 @@ TEST(Offload, StatsCountWhatMovedAndTheCacheHelps) {
     auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
                                             &tier, cfg.n_layers, e->threads());
     ASSERT_TRUE(off.ok());
-    std::vector<float> logits;
-    for (size_t pos = 0; pos < tokens.size();) {
-      const size_t end = pos < 400 ? std::min<size_t>(400, pos + 64) : pos + 1;
-      std::vector<engine::BatchEntry> batch(1);
-      batch[0].seq = &seq;
-      batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-      ASSERT_TRUE(e->transformer().Forward(batch, &logits, off->get()).ok());
-      pos = end;
-    }
+    Feed(*e, &seq, tokens, 400, off->get());
     const OffloadStats& s = (*off)->offload_stats();
     const int64_t block_bytes = seq.pool()->shape().block_bytes();
     EXPECT_GE(s.offloaded_blocks, 25) << cache_blocks;
@@ -201,16 +185,7 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
                                           &flaky, cfg.n_layers, e->threads());
   ASSERT_TRUE(off.ok());
-  std::vector<float> logits;
-  for (size_t pos = 0; pos < tokens.size();) {
-    const size_t end = pos < 400 ? std::min<size_t>(400, pos + 64) : pos + 1;
-    std::vector<engine::BatchEntry> batch(1);
-    batch[0].seq = &seq;
-    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-    ASSERT_TRUE(e->transformer().Forward(batch, &logits, off->get()).ok());
-    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
-    pos = end;
-  }
+  for (float x : Feed(*e, &seq, tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
   EXPECT_EQ((*off)->offload_stats().backing_errors, 50);
 }
 

@@ -15,6 +15,7 @@
 #include "attic/pq/sparse.h"
 #include "attic/tensor/dtype.h"
 #include "pq/sparse_internal.h"
+#include "stories.h"
 #include "test_util.h"
 
 namespace attic::pq {
@@ -662,24 +663,8 @@ TEST(Pq, KeptTupleCountsSelectAsCountingEveryStep) {
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 
-std::unique_ptr<engine::Engine> LoadStories() {
-  engine::EngineOptions o;
-  o.model_path = SharedDir() + "/models/stories260K-hf";
-  o.n_threads = 2;
-  auto e = engine::Engine::Load(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(*e) : nullptr;
-}
-
-std::vector<int32_t> StoryTokens(engine::Engine& e, size_t n) {
-  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
-  EXPECT_TRUE(text.ok());
-  auto ids = e.Tokenize(*text, true);
-  EXPECT_TRUE(ids.ok());
-  EXPECT_GE(ids->size(), n);
-  ids->resize(n);
-  return *ids;
-}
+std::unique_ptr<engine::Engine> LoadStories() { return attic::testing::LoadStories(); }
+using attic::testing::StoryTokens;
 
 // Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
 // returns the decode steps' logits.
