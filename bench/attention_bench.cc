@@ -110,13 +110,30 @@ struct Result {
   double ms = 0, gflops = 0, gbps = 0;
 };
 
+AttentionShape ShapeOf(const ModelShape& m) {
+  return AttentionShape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+}
+
+// n_rows rows of queries, [n_rows][n_heads][head_dim], uniform in [-1, 1).
+std::vector<float> RandomQueries(const ModelShape& m, int n_rows, std::mt19937& rng) {
+  std::vector<float> q(static_cast<size_t>(n_rows) * m.n_heads * m.head_dim);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  return q;
+}
+
+std::vector<Layer> MakeLayers(const ModelShape& m, int n_layers, int n_slots, bool f16, std::mt19937& rng) {
+  std::vector<Layer> layers;
+  for (int l = 0; l < n_layers; ++l) layers.push_back(MakeLayer(m, n_slots, f16, rng));
+  return layers;
+}
+
 Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
                     std::mt19937& rng) {
   Layer layer = MakeLayer(m, n, f16, rng);
-  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
-  std::vector<float> q(static_cast<size_t>(n) * m.n_heads * m.head_dim), out(q.size());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : q) x = u(rng);
+  const AttentionShape shape = ShapeOf(m);
+  const std::vector<float> q = RandomQueries(m, n, rng);
+  std::vector<float> out(q.size());
   std::vector<int32_t> kv_end(n);
   for (int i = 0; i < n; ++i) kv_end[i] = i + 1;
   double best = 1e30;
@@ -129,28 +146,51 @@ Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n
   return Result{m.name, "prefill", f16 ? "f16" : "f32", n, best * 1e3, flops / best * 1e-9, 0};
 }
 
-// Times one decode step over all layers (reported per layer).
-Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
-                   std::mt19937& rng) {
-  std::vector<Layer> layers;
-  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
-  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
-  std::vector<float> q(static_cast<size_t>(m.n_heads) * m.head_dim), out(q.size());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : q) x = u(rng);
+// One decode step (one query over n slots) through every layer, timed best-of and
+// reported per layer. lists[l][h]: KV head h's ascending index list at layer l; with no
+// lists every KV head attends to all n slots. KV GB/s counts the rows attended.
+Result TimeDecodeStep(attic::backend::ThreadPool& pool, const ModelShape& m, const std::vector<Layer>& layers, int n,
+                      const std::vector<std::vector<std::vector<int32_t>>>& lists, bool f16, int reps,
+                      std::mt19937& rng, const std::string& mode) {
+  const AttentionShape shape = ShapeOf(m);
+  const std::vector<float> q = RandomQueries(m, 1, rng);
+  std::vector<float> out(q.size());
   const int32_t kv_end = n;
+  std::vector<std::vector<const int32_t*>> ptrs(lists.size());
+  std::vector<std::vector<int32_t>> lens(lists.size());
+  int64_t rows = lists.empty() ? static_cast<int64_t>(m.n_kv_heads) * n * static_cast<int64_t>(layers.size()) : 0;
+  for (size_t l = 0; l < lists.size(); ++l) {
+    for (const std::vector<int32_t>& list : lists[l]) {
+      ptrs[l].push_back(list.data());
+      lens[l].push_back(static_cast<int32_t>(list.size()));
+      rows += static_cast<int64_t>(list.size());
+    }
+  }
   double best = 1e30;
   for (int r = 0; r < reps * 4 + 1; ++r) {
     const double t0 = NowSeconds();
-    for (const Layer& layer : layers) {
-      attic::attention::Attend(pool, shape, q.data(), 1, &kv_end, nullptr, 0, layer.view, out.data());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      attic::attention::AttendRequest req{q.data(), 1, &kv_end, nullptr, 0, layers[l].view, out.data()};
+      if (!lists.empty()) {
+        req.head_indices = ptrs[l].data();
+        req.n_head_indices = lens[l].data();
+      }
+      attic::attention::AttendBatch(pool, shape, &req, 1);
     }
     if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
-  const double per_layer = best / m.n_layers;
-  const double flops = 4.0 * m.head_dim * m.n_heads * n;
-  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * (f16 ? 2 : 4);
-  return Result{m.name, "decode", f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+  const double per_layer = best / static_cast<double>(layers.size());
+  const double rows_per_layer = static_cast<double>(rows) / static_cast<double>(layers.size());
+  const double flops = 4.0 * m.head_dim * (m.n_heads / m.n_kv_heads) * rows_per_layer;
+  const double bytes = 2.0 * rows_per_layer * m.head_dim * (f16 ? 2 : 4);
+  return Result{m.name, mode, f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+}
+
+// One decode step over all layers (reported per layer).
+Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
+                   std::mt19937& rng) {
+  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, f16, rng);
+  return TimeDecodeStep(pool, m, layers, n, {}, f16, reps, rng, "decode");
 }
 
 // Continuous batching's decode step: `batch` sequences, each one query over its own n
@@ -162,11 +202,10 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
   std::vector<std::vector<Layer>> layers(n_layers);
   for (auto& l : layers)
     for (int b = 0; b < batch; ++b) l.push_back(MakeLayer(m, n, f16, rng));
-  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
+  const AttentionShape shape = ShapeOf(m);
   const size_t row = static_cast<size_t>(m.n_heads) * m.head_dim;
-  std::vector<float> q(row * batch), out(q.size());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : q) x = u(rng);
+  const std::vector<float> q = RandomQueries(m, batch, rng);
+  std::vector<float> out(q.size());
   const int32_t kv_end = n;
   std::vector<attic::attention::AttendRequest> reqs(batch);
   double best = 1e30;
@@ -192,12 +231,10 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
 Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, bool f16, int reps,
                   std::mt19937& rng) {
   const int n = history + n_q;
-  std::vector<Layer> layers;
-  for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
-  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
-  std::vector<float> q(static_cast<size_t>(n_q) * m.n_heads * m.head_dim), out(q.size());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : q) x = u(rng);
+  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, f16, rng);
+  const AttentionShape shape = ShapeOf(m);
+  const std::vector<float> q = RandomQueries(m, n_q, rng);
+  std::vector<float> out(q.size());
   std::vector<int32_t> kv_end(n_q);
   for (int i = 0; i < n_q; ++i) kv_end[i] = history + i + 1;
   double best = 1e30;
@@ -217,59 +254,28 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
 // `ratio` x n slots (ratio 1: no lists, full attention); reported per layer.
 Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, bool f16, int reps,
                    std::vector<Layer>& layers, std::mt19937& rng) {
-  if (layers.empty())
-    for (int l = 0; l < m.n_layers; ++l) layers.push_back(MakeLayer(m, n, f16, rng));
-  const AttentionShape shape{m.n_heads, m.n_kv_heads, m.head_dim, 1.0f / std::sqrt(static_cast<float>(m.head_dim))};
-  std::vector<float> q(static_cast<size_t>(m.n_heads) * m.head_dim), out(q.size());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : q) x = u(rng);
-  const int32_t kv_end = n;
-  // The lists, as pq::SplitBudget cuts a budget: 4 initial, a quarter local, the rest top.
+  if (layers.empty()) layers = MakeLayers(m, m.n_layers, n, f16, rng);
   const bool full = ratio >= 1;
+  char mode[32];
+  std::snprintf(mode, sizeof mode, "sparse%.1f", full ? 1.0 : ratio);
+  if (full) return TimeDecodeStep(pool, m, layers, n, {}, f16, reps, rng, mode);
+  // The lists, as pq::SplitBudget cuts a budget: 4 initial, a quarter local, the rest top.
   const int total = std::max(1, static_cast<int>(std::lround(ratio * n)));
   const int initial = std::min(4, total - 1), local = std::clamp((total + 2) / 4, 1, total - initial);
   const int top = total - initial - local;
   std::vector<std::vector<std::vector<int32_t>>> lists(layers.size(), std::vector<std::vector<int32_t>>(m.n_kv_heads));
-  std::vector<std::vector<const int32_t*>> ptrs(layers.size());
-  std::vector<std::vector<int32_t>> lens(layers.size());
-  int64_t selected = 0;
-  if (!full) {
-    std::vector<int32_t> middle(std::max(0, n - local - initial));
-    for (size_t l = 0; l < layers.size(); ++l) {
-      for (int h = 0; h < m.n_kv_heads; ++h) {
-        std::vector<int32_t>& list = lists[l][h];
-        for (int s = 0; s < initial; ++s) list.push_back(s);
-        for (size_t i = 0; i < middle.size(); ++i) middle[i] = initial + static_cast<int32_t>(i);
-        for (int i = 0; i < top; ++i) std::swap(middle[i], middle[i + rng() % (middle.size() - i)]);
-        std::sort(middle.begin(), middle.begin() + top);
-        list.insert(list.end(), middle.begin(), middle.begin() + top);
-        for (int s = n - local; s < n; ++s) list.push_back(s);
-        ptrs[l].push_back(list.data());
-        lens[l].push_back(static_cast<int32_t>(list.size()));
-        selected += static_cast<int64_t>(list.size());
-      }
+  std::vector<int32_t> middle(std::max(0, n - local - initial));
+  for (auto& layer_lists : lists) {
+    for (std::vector<int32_t>& list : layer_lists) {
+      for (int s = 0; s < initial; ++s) list.push_back(s);
+      for (size_t i = 0; i < middle.size(); ++i) middle[i] = initial + static_cast<int32_t>(i);
+      for (int i = 0; i < top; ++i) std::swap(middle[i], middle[i + rng() % (middle.size() - i)]);
+      std::sort(middle.begin(), middle.begin() + top);
+      list.insert(list.end(), middle.begin(), middle.begin() + top);
+      for (int s = n - local; s < n; ++s) list.push_back(s);
     }
   }
-  double best = 1e30;
-  for (int r = 0; r < reps * 4 + 1; ++r) {
-    const double t0 = NowSeconds();
-    for (size_t l = 0; l < layers.size(); ++l) {
-      attic::attention::AttendRequest req{q.data(), 1, &kv_end, nullptr, 0, layers[l].view, out.data()};
-      if (!full) {
-        req.head_indices = ptrs[l].data();
-        req.n_head_indices = lens[l].data();
-      }
-      attic::attention::AttendBatch(pool, shape, &req, 1);
-    }
-    if (r > 0) best = std::min(best, NowSeconds() - t0);
-  }
-  const double per_layer = best / m.n_layers;
-  const double rows = full ? static_cast<double>(m.n_kv_heads) * n : static_cast<double>(selected) / layers.size();
-  const double flops = 4.0 * m.head_dim * (m.n_heads / m.n_kv_heads) * rows;
-  const double bytes = 2.0 * rows * m.head_dim * (f16 ? 2 : 4);
-  char mode[32];
-  std::snprintf(mode, sizeof mode, "sparse%.1f", full ? 1.0 : ratio);
-  return Result{m.name, mode, f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+  return TimeDecodeStep(pool, m, layers, n, lists, f16, reps, rng, mode);
 }
 
 }  // namespace
