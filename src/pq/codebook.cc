@@ -342,6 +342,7 @@ inline int TupleOf(const uint8_t* c, int m, int bits) {
 // and only that bucket's tuples (a handful) go through WeightedKth, whose three-way
 // partitions branch unpredictably on every element they move. Without a finite range
 // (one distinct score, or infinities) every non-empty tuple goes to WeightedKth.
+// avx2: the passes of codebook_avx2.cc (REQUIRES: n_tuples % 16 == 0).
 void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int64_t k, float lo, float hi, bool avx2,
                     float* t, int64_t* n_above) {
   constexpr int kBuckets = 1024;
@@ -364,7 +365,6 @@ void TupleThreshold(const float* score, const int32_t* count, int n_tuples, int6
   thread_local std::vector<int64_t> hist;
   bucket.resize(n_tuples);
   hist.assign(kBuckets, 0);
-  avx2 = avx2 && n_tuples % 16 == 0;
   if (avx2) {
     internal::BucketTuplesAvx2(score, count, n_tuples, lo, scale, kBuckets, bucket.data(), hist.data());
   } else {
@@ -415,8 +415,8 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
     return;
   }
   const int kc = n_centroids(), m = m_;
-  const int tuple_bits = m * bits_;
-  if (tuple_bits > 16 || (int64_t{1} << tuple_bits) > 4 * n) {
+  const int n_tuples = static_cast<int>(this->n_tuples());  // a key's tuple: TupleOf
+  if (n_tuples == 0 || n_tuples > 4 * n) {
     // Many tuples for few keys: score every key.
     thread_local std::vector<float> scores, other;
     thread_local std::vector<int32_t> picked;
@@ -433,13 +433,12 @@ void PqCodebook::TopKByCodes(const float* const* tables, int n_tables, const uin
     for (int32_t i : picked) out->push_back(offset + i);
     return;
   }
-  // Tuple index of a key: codes c_0 .. c_{m-1} as digits of base 2^bits, c_0 lowest.
-  const int n_tuples = 1 << tuple_bits;
   thread_local std::vector<float> tuple_score;
   thread_local std::vector<int32_t> count;
   tuple_score.resize(n_tuples);
-  // m = 2 with whole AVX2 vectors of centroids (bits >= 3): the vector forms of the
-  // loops below (codebook_avx2.cc; the same values, so the same keys).
+  // m = 2 with whole AVX2 vectors of centroids (bits >= 3, so the tuples are a multiple
+  // of 64): the vector forms of the loops below (codebook_avx2.cc; the same values, so
+  // the same keys).
   const bool avx2 = m == 2 && kc % 8 == 0 && backend::ActiveIsa() != backend::Isa::kGeneric;
   // Each tuple's score summed in Score's order (sub-space 0 first), so it equals Score's.
   if (avx2 && n_tables == 1) {
