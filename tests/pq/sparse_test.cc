@@ -663,7 +663,7 @@ TEST(Pq, KeptTupleCountsSelectAsCountingEveryStep) {
 // ---------------------------------------------------------------------------------------
 // A real model: with a budget of every slot each selector's decode equals full attention.
 
-std::unique_ptr<engine::Engine> LoadStories() { return attic::testing::LoadStories(); }
+using attic::testing::LoadStories;
 using attic::testing::StoryTokens;
 
 // Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
