@@ -37,6 +37,7 @@
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
+#include "attic/pq/sparse.h"
 #include "attic/tensor/dtype.h"
 #include "bench/common/flags.h"
 #include "bench/common/measure.h"
@@ -259,10 +260,10 @@ Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
   char mode[32];
   std::snprintf(mode, sizeof mode, "sparse%.1f", full ? 1.0 : ratio);
   if (full) return TimeDecodeStep(pool, m, layers, n, {}, f16, reps, rng, mode);
-  // The lists, as pq::SplitBudget cuts a budget: 4 initial, a quarter local, the rest top.
-  const int total = std::max(1, static_cast<int>(std::lround(ratio * n)));
-  const int initial = std::min(4, total - 1), local = std::clamp((total + 2) / 4, 1, total - initial);
-  const int top = total - initial - local;
+  // The lists cut as the pq selector's budget (4 initial, a quarter local, the rest top).
+  attic::pq::SparseOptions o;
+  o.ratio = ratio;
+  const auto [initial, local, top] = attic::pq::SplitBudget(o, n);
   std::vector<std::vector<std::vector<int32_t>>> lists(layers.size(), std::vector<std::vector<int32_t>>(m.n_kv_heads));
   std::vector<int32_t> middle(std::max(0, n - local - initial));
   for (auto& layer_lists : lists) {
