@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "attic/backend/convert.h"
 #include "attic/core/log.h"
+#include "attic/kv/enter_rows.h"
 #include "attic/tensor/buffer.h"
 
 namespace attic::pq {
@@ -177,23 +177,15 @@ class Offloaded final : public OffloadedSparseAttention {
     return r;
   }
 
-  // Slot s (row `row` of its block) of KV head h from a tier range: K rotated to the
-  // slot's position, both in the pool's element type, to k_dst / v_dst.
-  void EnterRow(const store::ByteRange& range, int row, int h, int32_t position, uint8_t* k_dst, uint8_t* v_dst) const {
-    const int hd = ks_.head_dim;
-    const float* k = reinterpret_cast<const float*>(range.data) + static_cast<int64_t>(row) * ks_.kv_dim() + h * hd;
-    const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) +
-                     static_cast<int64_t>(row) * ks_.kv_dim() + h * hd;
-    float kr[256];
-    ATTIC_CHECK(hd <= 256);
-    rope_.ApplyToken(k, kr, 1, hd, position);
-    if (ks_.dtype == DType::kF16) {
-      backend::ConvertF32ToF16(kr, reinterpret_cast<uint16_t*>(k_dst), hd);
-      backend::ConvertF32ToF16(v, reinterpret_cast<uint16_t*>(v_dst), hd);
-    } else {
-      std::memcpy(k_dst, kr, static_cast<size_t>(hd) * 4);
-      std::memcpy(v_dst, v, static_cast<size_t>(hd) * 4);
-    }
+  // Row `row` of a block from a tier range (one layer: K rows, then V rows), KV heads
+  // [h, h + n_heads): K rotated to `position`, both in the pool's element type, to k_dst /
+  // v_dst (heads head_stride() elements apart).
+  void EnterRow(const store::ByteRange& range, int row, int h, int n_heads, int32_t position, uint8_t* k_dst,
+                uint8_t* v_dst) const {
+    const int64_t at = static_cast<int64_t>(row) * ks_.kv_dim() + static_cast<int64_t>(h) * ks_.head_dim;
+    const float* k = reinterpret_cast<const float*>(range.data) + at;
+    const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
+    kv::EnterRotatedHeads(ks_.dtype, rope_, k, v, n_heads, ks_.head_dim, position, k_dst, v_dst, ks_.head_stride());
   }
 
   void SetView(const LayerBuffer& buf, int n_slots) {
@@ -239,11 +231,9 @@ class Offloaded final : public OffloadedSparseAttention {
         }
         stats_.fetched_bytes += static_cast<int64_t>(range->size);
       }
-      const int64_t hs = ks_.head_stride() * eb();
+      const int64_t row = static_cast<int64_t>(ks_.head_dim) * eb();
       for (int r = 0; r < bs; ++r)
-        for (int h = 0; h < ks_.n_kv_heads; ++h)
-          EnterRow(*range, r, h, pos[b * bs + r], kd + h * hs + static_cast<int64_t>(r) * ks_.head_dim * eb(),
-                   vd + h * hs + static_cast<int64_t>(r) * ks_.head_dim * eb());
+        EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd + r * row, vd + r * row);
     });
     (void)kv;
     SetView(full_, seq_->n_slots());
@@ -335,7 +325,7 @@ class Offloaded final : public OffloadedSparseAttention {
         continue;
       }
       const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, pos[b * bs + r], kd + r * row, vd + r * row);
+      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd + r * row, vd + r * row);
       stats_.fetch_seconds += Since(t0);
       stats_.fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
     }
@@ -382,7 +372,7 @@ class Offloaded final : public OffloadedSparseAttention {
           }
           if (range == nullptr) continue;  // left out of this step (logged)
           const auto t0 = std::chrono::steady_clock::now();
-          EnterRow(*range, s % bs, h, pos[s], kd, vd);
+          EnterRow(*range, s % bs, h, 1, pos[s], kd, vd);
           stats_.fetch_seconds += Since(t0);
           stats_.fetched_bytes += 2 * hd * 4;
         }

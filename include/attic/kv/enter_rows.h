@@ -53,6 +53,35 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
   }
 }
 
+// One token's pre-RoPE K and V -- n_heads heads of head_dim f32 elements each, contiguous
+// (a kv_dim row, or the part of it from some head on) -- into rows of `dtype` (kF32 or
+// kF16) whose heads lie dst_head_stride elements apart: K rotated to `position` in f32,
+// then stored (and V converted) in dtype. The per-token step of EnterRotatedRows, for
+// destinations that are not slots of a block table too (a staging buffer, one head's part
+// of a block: pq/offload.h).
+inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, const float* k, const float* v,
+                              int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
+                              int64_t dst_head_stride) {
+  const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
+  if (dtype == DType::kF32) {
+    // K rotated straight into place, V copied head by head.
+    float* vd = static_cast<float*>(v_dst);
+    rope.ApplyToken(k, static_cast<float*>(k_dst), n_heads, dst_head_stride, position);
+    for (int h = 0; h < n_heads; ++h) std::memcpy(vd + h * dst_head_stride, v + h * head_dim, row_bytes);
+    return;
+  }
+  // f16: K rotated into a row buffer (one token: stays in L1), then both converted.
+  thread_local std::vector<float> krow;
+  krow.resize(static_cast<size_t>(n_heads) * head_dim);
+  rope.ApplyToken(k, krow.data(), n_heads, head_dim, position);
+  uint16_t* kd = static_cast<uint16_t*>(k_dst);
+  uint16_t* vd = static_cast<uint16_t*>(v_dst);
+  for (int h = 0; h < n_heads; ++h) {
+    backend::ConvertF32ToF16(krow.data() + h * head_dim, kd + h * dst_head_stride, head_dim);
+    backend::ConvertF32ToF16(v + h * head_dim, vd + h * dst_head_stride, head_dim);
+  }
+}
+
 // Slots [first, first + n) of the sequence whose block table is `blocks`, at `layer`:
 // slot s takes K_row(s) rotated to positions[s] and V_row(s) (each kv_dim pre-RoPE
 // elements). K_row / V_row: callables int slot -> const float* (an f32 entry, or rows
@@ -66,25 +95,9 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
-    const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim;
-    if (shape.dtype == DType::kF32) {
-      // K rotated straight into its slot (heads head_stride apart), V copied head by head.
-      const int64_t hs = shape.head_stride();
-      for (int s = first; s < first + n; ++s) {
-        rope.ApplyToken(k_row(s), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
-        const float* v = v_row(s);
-        float* vd = pool.v_slot_f32(layer, blocks, s);
-        for (int h = 0; h < n_kv_heads; ++h) std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(float));
-      }
-      return;
-    }
-    // Other element types: K rotated into a row buffer (one token: stays in L1), then
-    // converted and stored with V.
-    thread_local std::vector<float> krow;
-    krow.resize(static_cast<size_t>(shape.kv_dim()));
     for (int s = first; s < first + n; ++s) {
-      rope.ApplyToken(k_row(s), krow.data(), n_kv_heads, hd, positions[s]);
-      pool.WriteRows(layer, blocks, s, 1, krow.data(), v_row(s));
+      EnterRotatedHeads(shape.dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim, positions[s],
+                        pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s), shape.head_stride());
     }
   }
 }
