@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <unordered_map>
 #include <utility>
@@ -119,19 +118,19 @@ class Offloaded final : public OffloadedSparseAttention {
   }
 
   void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
-    const int n = vis->n_slots;
-    const int n_blocks = (n + ks_.block_size - 1) / ks_.block_size;
-    if (seq_->n_resident_blocks() == n_blocks) {  // nothing offloaded (yet)
+    if (stats_.offloaded_blocks == 0) {  // nothing released yet: the compute buffer has it all
       inner_->BeforeAttention(layer, rows, vis);
       return;
     }
+    const int n = vis->n_slots;
+    const int n_blocks = (n + ks_.block_size - 1) / ks_.block_size;
     const SparseOptions& o = inner_->options();
     const bool decode = rows.n_rows == 1 && rows.slots[0] == n - 1;
     const bool sparse = decode && o.method != SparseMethod::kFull && n >= o.min_slots;
     const bool trains = o.method == SparseMethod::kPq && inner_->codebook(layer, 0) == nullptr;
     const auto t0 = std::chrono::steady_clock::now();
     if (!sparse || trains) {
-      StageAll(layer, *vis->kv, n_blocks);
+      StageAll(layer, n_blocks);
       vis->view = &view_;
       vis->kv = &view_;
       stats_.stage_seconds += Since(t0);
@@ -165,13 +164,14 @@ class Offloaded final : public OffloadedSparseAttention {
   int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
   int eb() const { return ks_.elem_bytes(); }
 
-  // One layer of block b from the tier: K rows then V rows, pre-RoPE f32.
-  StatusOr<store::ByteRange> ReadLayer(int layer, int block) {
+  // One layer of block b from the tier: K rows then V rows, pre-RoPE f32. The read's time
+  // and a failure (logged) are added to `stats` (stats_, or a pool thread's own).
+  StatusOr<store::ByteRange> ReadLayer(int layer, int block, OffloadStats* stats) const {
     const auto t0 = std::chrono::steady_clock::now();
     auto r = backing_->GetRange(Key(block), static_cast<uint64_t>(layer) * LayerRangeBytes(), LayerRangeBytes());
-    stats_.fetch_seconds += Since(t0);
+    stats->fetch_seconds += Since(t0);
     if (!r.ok()) {
-      ++stats_.backing_errors;
+      ++stats->backing_errors;
       Log(LogLevel::kWarn, "sparse offload: reading block %d, layer %d: %s", block, layer, r.status().ToString().c_str());
     }
     return r;
@@ -203,8 +203,9 @@ class Offloaded final : public OffloadedSparseAttention {
     view_.n_slots = n_slots;
   }
 
-  // Every slot of the layer into full_, in slot numbering.
-  void StageAll(int layer, const attention::KvLayerView& kv, int n_blocks) {
+  // Every slot of the layer into full_, in slot numbering. The blocks are staged in
+  // parallel; each pool thread counts its reads in its own stats, added up after.
+  void StageAll(int layer, int n_blocks) {
     ++stats_.full_stagings;
     const int64_t lb = ks_.block_layer_bytes();
     full_.Reserve(n_blocks, lb);
@@ -214,7 +215,9 @@ class Offloaded final : public OffloadedSparseAttention {
     const int bs = ks_.block_size;
     const auto& table = seq_->block_table();
     const auto& pos = seq_->positions();
-    pool_.ParallelFor(n_blocks, [&](int64_t b, int) {
+    std::vector<OffloadStats> per_thread(static_cast<size_t>(pool_.n_threads()));
+    std::vector<std::vector<int32_t>> failed(per_thread.size());
+    pool_.ParallelFor(n_blocks, [&](int64_t b, int thread) {
       uint8_t* kd = full_.k.as<uint8_t>() + b * lb;
       uint8_t* vd = full_.v.as<uint8_t>() + b * lb;
       if (table[b] != kv::SequenceKv::kNoBlock) {
@@ -222,27 +225,23 @@ class Offloaded final : public OffloadedSparseAttention {
         std::memcpy(vd, vp + table[b] * lb, lb);
         return;
       }
-      auto range = ReadLayerLocked(layer, static_cast<int>(b));
-      {
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        if (!range.ok()) {
-          failed_blocks_.push_back(static_cast<int32_t>(b));  // its slots are left out (LeaveOut)
-          return;
-        }
-        stats_.fetched_bytes += static_cast<int64_t>(range->size);
+      auto range = ReadLayer(layer, static_cast<int>(b), &per_thread[thread]);
+      if (!range.ok()) {
+        failed[thread].push_back(static_cast<int32_t>(b));  // its slots are left out (LeaveOut)
+        return;
       }
+      per_thread[thread].fetched_bytes += static_cast<int64_t>(range->size);
       const int64_t row = static_cast<int64_t>(ks_.head_dim) * eb();
       for (int r = 0; r < bs; ++r)
         EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd + r * row, vd + r * row);
     });
-    (void)kv;
+    for (size_t t = 0; t < per_thread.size(); ++t) {
+      stats_.fetch_seconds += per_thread[t].fetch_seconds;
+      stats_.backing_errors += per_thread[t].backing_errors;
+      stats_.fetched_bytes += per_thread[t].fetched_bytes;
+      failed_blocks_.insert(failed_blocks_.end(), failed[t].begin(), failed[t].end());
+    }
     SetView(full_, seq_->n_slots());
-  }
-
-  // ReadLayer from pool threads: the stats are updated under a lock.
-  StatusOr<store::ByteRange> ReadLayerLocked(int layer, int block) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return ReadLayer(layer, block);
   }
 
   // After a whole-layer staging that could not read some blocks: what the rows see,
@@ -318,7 +317,7 @@ class Offloaded final : public OffloadedSparseAttention {
         std::memcpy(vd, staged->v.as<uint8_t>() + b * lb + h * hs, bs * row);
         continue;
       }
-      auto range = ReadLayer(layer, b);
+      auto range = ReadLayer(layer, b, &stats_);
       if (!range.ok()) {
         where.erase(b);  // not filled: served from the tier (or left out) until it enters again
         free.push_back(idx);
@@ -366,7 +365,7 @@ class Offloaded final : public OffloadedSparseAttention {
           std::memcpy(vd, vp + at, row);
         } else {
           if (b != fetched_block) {
-            fetched = ReadLayer(layer, b);
+            fetched = ReadLayer(layer, b, &stats_);
             fetched_block = b;
             range = fetched.ok() ? &*fetched : nullptr;
           }
@@ -450,7 +449,6 @@ class Offloaded final : public OffloadedSparseAttention {
   std::string prefix_;
   std::vector<int32_t> cache_phys_;  // the cache's pool blocks: index i holds, per (layer, head), one cached block
   OffloadStats stats_;
-  std::mutex stats_mu_;
 
   std::vector<std::vector<float>> pend_k_, pend_v_;  // [layer]: rows of slots [flushed_, ...), pre-RoPE
   int flushed_ = 0;                                  // slots [0, flushed_) were written (whole blocks)
