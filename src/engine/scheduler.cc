@@ -35,6 +35,16 @@ void SparseDecodeStats::Add(pq::SparseMethod method, const pq::SparseStats& s) {
   imported_keys += static_cast<uint64_t>(s.imported_keys);
 }
 
+void SparseDecodeStats::AddOffload(const pq::OffloadStats& s) {
+  ++offloaded_requests;
+  offloaded_blocks += static_cast<uint64_t>(s.offloaded_blocks);
+  offload_cache_hits += static_cast<uint64_t>(s.cache_hits);
+  offload_cache_misses += static_cast<uint64_t>(s.cache_misses);
+  offload_fetched_bytes += static_cast<uint64_t>(s.fetched_bytes);
+  offload_fetch_seconds += s.fetch_seconds;
+  offload_errors += static_cast<uint64_t>(s.backing_errors);
+}
+
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
     : engine_(engine),
       options_(options),
@@ -458,14 +468,7 @@ void Scheduler::Retire(Running& r) {
   if (r.sparse) {
     sparse_stats_.Add(r.sparse->options().method, r.sparse->stats());
     if (r.offloaded) {
-      const pq::OffloadStats& o = static_cast<const pq::OffloadedSparseAttention&>(*r.sparse).offload_stats();
-      ++sparse_stats_.offloaded_requests;
-      sparse_stats_.offloaded_blocks += static_cast<uint64_t>(o.offloaded_blocks);
-      sparse_stats_.offload_cache_hits += static_cast<uint64_t>(o.cache_hits);
-      sparse_stats_.offload_cache_misses += static_cast<uint64_t>(o.cache_misses);
-      sparse_stats_.offload_fetched_bytes += static_cast<uint64_t>(o.fetched_bytes);
-      sparse_stats_.offload_fetch_seconds += o.fetch_seconds;
-      sparse_stats_.offload_errors += static_cast<uint64_t>(o.backing_errors);
+      sparse_stats_.AddOffload(static_cast<const pq::OffloadedSparseAttention&>(*r.sparse).offload_stats());
       offload_tier_reserved_ -= r.offload_tier_bytes;
       r.offload_tier_bytes = 0;
     }

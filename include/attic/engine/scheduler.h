@@ -46,6 +46,7 @@
 #include "attic/engine/link.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
+#include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
 #include "attic/store/kv_store.h"
 
@@ -149,6 +150,8 @@ struct SparseDecodeStats {
   double offload_fetch_seconds = 0;
   uint64_t offload_errors = 0;
   void Add(pq::SparseMethod method, const pq::SparseStats& s);
+  // An offloaded request's pq::OffloadStats (offload.h), besides Add.
+  void AddOffload(const pq::OffloadStats& s);
 };
 
 struct TokenUsage {
