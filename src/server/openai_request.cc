@@ -377,11 +377,12 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
     if (std::string(key) != "method" && Field(*sp, key) != nullptr && !applies(key))
       return invalid(std::string("'sparse.") + key + "' does not apply to method '" + name + "'");
   }
-  // The readers name the field by its key; the param is "sparse", the message says which.
-  auto named = [](std::optional<ApiError> e, const char* key) {
+  // The readers name the field by its key; the param is "sparse", the message says which
+  // (`path`: the key's path under "sparse", when it is nested).
+  auto named = [](std::optional<ApiError> e, const char* key, const char* path = nullptr) {
     const std::string from = std::string("'") + key + "'";
     if (size_t at = e->message.find(from); at != std::string::npos)
-      e->message.replace(at, from.size(), std::string("'sparse.") + key + "'");
+      e->message.replace(at, from.size(), std::string("'sparse.") + (path != nullptr ? path : key) + "'");
     e->param = "sparse";
     return e;
   };
@@ -427,12 +428,8 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
           return invalid("'sparse.offload." + key + "' is not an offload option (cache_blocks, policy)");
       }
       std::optional<int64_t> blocks;
-      if (auto e = ReadInt(*off, "cache_blocks", 0, 1 << 20, &blocks)) {
-        e = named(e, "cache_blocks");
-        if (size_t at = e->message.find("'sparse.cache_blocks'"); at != std::string::npos)
-          e->message.replace(at, 21, "'sparse.offload.cache_blocks'");
-        return e;
-      }
+      if (auto e = ReadInt(*off, "cache_blocks", 0, 1 << 20, &blocks))
+        return named(e, "cache_blocks", "offload.cache_blocks");
       o.offload_cache_blocks = blocks ? static_cast<int>(*blocks) : pq::kDefaultOffloadCacheBlocks;
       if (const json* p = Field(*off, "policy")) {
         if (*p == json("lru")) {
