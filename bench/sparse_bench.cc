@@ -121,6 +121,19 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   return std::move(*e);
 }
 
+std::vector<int32_t> BenchTokens(Engine& engine, const std::string& text, int n, uint64_t seed) {
+  if (text.empty()) return bench::RandomTokens(n, seed, 100, engine.model().config().vocab_size);
+  std::ifstream f(text);
+  if (!f) Die("cannot read --text " + text);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto t = engine.Tokenize(ss.str(), /*add_bos=*/true);
+  if (!t.ok()) Die(t.status().ToString());
+  if (static_cast<int>(t->size()) < n) Die(Fmt("--text has %zu tokens; %d needed", t->size(), n));
+  t->resize(n);
+  return std::move(*t);
+}
+
 void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n, LayerHooks* hooks) {
   Transformer& tf = engine.transformer();
   std::vector<float> logits;
@@ -660,21 +673,7 @@ int RunBlocks(int argc, char** argv) {
   const auto& cfg = engine->model().config();
   Status vst = parsed->Validate(cfg.head_dim);
   if (!vst.ok()) Die(vst.ToString());
-  std::vector<int32_t> tokens;
-  if (!text.empty()) {
-    std::ifstream f(text);
-    if (!f) Die("cannot read --text " + text);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto t = engine->Tokenize(ss.str(), /*add_bos=*/true);
-    if (!t.ok()) Die(t.status().ToString());
-    tokens = std::move(*t);
-    if (static_cast<int>(tokens.size()) < context + steps)
-      Die(Fmt("--text has %zu tokens; --context + --steps need %d", tokens.size(), context + steps));
-    tokens.resize(context + steps);
-  } else {
-    tokens = bench::RandomTokens(context + steps, c.seed, 100, cfg.vocab_size);
-  }
+  const std::vector<int32_t> tokens = BenchTokens(*engine, text, context + steps, c.seed);
   auto sparse = pq::MakeSparseAttention(*parsed, AttentionShapeOf(cfg), cfg.n_layers, engine->threads());
   kv::SequenceKv seq(&engine->kv_pool());
   std::fprintf(stderr, "context %d:\n", context);

@@ -31,6 +31,10 @@ using PoolBlocks = std::function<int64_t(const attic::kv::KvShape& shape, int n_
 std::unique_ptr<attic::engine::Engine> LoadEngine(const Common& c, int context, int n_sequences,
                                                   const PoolBlocks& pool_blocks = nullptr);
 
+// n tokens: the first n of --text `text` tokenized (BOS first; too few is fatal), or
+// random ones from `seed` when `text` is empty.
+std::vector<int32_t> BenchTokens(attic::engine::Engine& engine, const std::string& text, int n, uint64_t seed);
+
 // Prefills `seq` with tokens[seq->n_slots(), n) in chunks, hooks attached (may be null).
 void Prefill(attic::engine::Engine& engine, attic::kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n,
              attic::engine::LayerHooks* hooks);

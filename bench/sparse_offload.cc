@@ -18,8 +18,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -94,19 +92,7 @@ int RunOffload(int argc, char** argv) {
   Status vst = parsed->Validate(cfg.head_dim);
   if (!vst.ok()) Die(vst.ToString());
   const kv::KvShape& shape = engine->kv_pool().shape();
-  std::vector<int32_t> tokens;
-  if (!text.empty()) {
-    std::ifstream f(text);
-    if (!f) Die("cannot read --text " + text);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto t = engine->Tokenize(ss.str(), /*add_bos=*/true);
-    if (!t.ok()) Die(t.status().ToString());
-    if (static_cast<int>(t->size()) < total) Die(Fmt("--text has %zu tokens; %d needed", t->size(), total));
-    tokens.assign(t->begin(), t->begin() + total);
-  } else {
-    tokens = bench::RandomTokens(total, c.seed, 100, cfg.vocab_size);
-  }
+  const std::vector<int32_t> tokens = BenchTokens(*engine, text, total, c.seed);
 
   store::DramTier tier(static_cast<uint64_t>(kv_bytes) * 4 / shape.elem_bytes() + (uint64_t{1} << 30));
   const attention::RopeTable rope(cfg);
