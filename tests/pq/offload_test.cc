@@ -21,12 +21,31 @@ using attic::testing::StoryTokens;
 
 constexpr int kBlock = 16;
 
-std::unique_ptr<engine::Engine> LoadStories(DType kv_dtype) {
-  engine::EngineOptions o;
-  o.kv_block_size = kBlock;
-  o.kv_dtype = kv_dtype;
-  return attic::testing::LoadStories(o);
-}
+// stories260K with 16-slot blocks, the 480 tokens every test decodes (a 400-token prompt,
+// then 80 steps), and the hooks the tests build over them.
+struct Stories {
+  explicit Stories(DType kv_dtype) {
+    engine::EngineOptions o;
+    o.kv_block_size = kBlock;
+    o.kv_dtype = kv_dtype;
+    e = attic::testing::LoadStories(o);
+    if (e == nullptr) return;
+    tokens = StoryTokens(*e, 480);
+    rope = std::make_unique<attention::RopeTable>(e->model().config());
+  }
+  const model::ModelConfig& cfg() const { return e->model().config(); }
+  std::unique_ptr<SparseAttention> Selector(const SparseOptions& o) const {
+    return MakeSparseAttention(o, engine::AttentionShapeOf(cfg()), cfg().n_layers, e->threads());
+  }
+  StatusOr<std::unique_ptr<OffloadedSparseAttention>> Offloaded(const SparseOptions& o, const OffloadOptions& oo,
+                                                                kv::SequenceKv* seq, store::Tier* tier) const {
+    return MakeOffloadedSparseAttention(Selector(o), oo, seq, *rope, tier, cfg().n_layers, e->threads());
+  }
+
+  std::unique_ptr<engine::Engine> e;
+  std::vector<int32_t> tokens;
+  std::unique_ptr<attention::RopeTable> rope;
+};
 
 struct DecodeRun {
   std::vector<float> logits;  // the decode steps'
@@ -81,28 +100,24 @@ class OffloadTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(OffloadTest, DecodesAsTheSameSelectorWithEveryBlockResident) {
   const Case c = GetParam();
-  auto e = LoadStories(c.kv_dtype);
-  ASSERT_NE(e, nullptr);
-  const auto tokens = StoryTokens(*e, 480);
-  const auto& cfg = e->model().config();
-  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
+  const Stories st(c.kv_dtype);
+  ASSERT_NE(st.e, nullptr);
+  engine::Engine* e = st.e.get();
   auto o = ParseSparseOptions(c.method);  // fixed iterations: both runs train the same codebooks
   ASSERT_TRUE(o.ok());
-  const DecodeRun want = Decode(*e, tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
-    return MakeSparseAttention(*o, shape, cfg.n_layers, e->threads());
+  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+    return st.Selector(*o);
   });
   ASSERT_EQ(want.resident_blocks, 30);
 
   store::DramTier tier(uint64_t{1} << 30);
-  const attention::RopeTable rope(cfg);
   const int free_before = e->kv_pool().n_free();
   {
-    const DecodeRun got = Decode(*e, tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+    const DecodeRun got = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
       OffloadOptions oo;
       oo.cache_blocks = c.cache_blocks;
       oo.policy = c.policy;
-      auto made = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, seq,
-                                               rope, &tier, cfg.n_layers, e->threads());
+      auto made = st.Offloaded(*o, oo, seq, &tier);
       EXPECT_TRUE(made.ok()) << made.status().ToString();
       return std::move(*made);
     });
@@ -117,23 +132,18 @@ TEST_P(OffloadTest, DecodesAsTheSameSelectorWithEveryBlockResident) {
 }
 
 TEST(Offload, StatsCountWhatMovedAndTheCacheHelps) {
-  auto e = LoadStories(DType::kF32);
-  ASSERT_NE(e, nullptr);
-  const auto tokens = StoryTokens(*e, 480);
-  const auto& cfg = e->model().config();
-  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
-  const attention::RopeTable rope(cfg);
+  const Stories st(DType::kF32);
+  ASSERT_NE(st.e, nullptr);
   store::DramTier tier(uint64_t{1} << 30);
   auto o = ParseSparseOptions("pq-0.2@min=64,iters=4");
   ASSERT_TRUE(o.ok());
   for (int cache_blocks : {0, 8}) {
-    kv::SequenceKv seq(&e->kv_pool());
+    kv::SequenceKv seq(&st.e->kv_pool());
     OffloadOptions oo;
     oo.cache_blocks = cache_blocks;
-    auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
-                                            &tier, cfg.n_layers, e->threads());
+    auto off = st.Offloaded(*o, oo, &seq, &tier);
     ASSERT_TRUE(off.ok());
-    Feed(*e, &seq, tokens, 400, off->get());
+    Feed(*st.e, &seq, st.tokens, 400, off->get());
     const OffloadStats& s = (*off)->offload_stats();
     const int64_t block_bytes = seq.pool()->shape().block_bytes();
     EXPECT_GE(s.offloaded_blocks, 25) << cache_blocks;
@@ -154,16 +164,13 @@ TEST(Offload, StatsCountWhatMovedAndTheCacheHelps) {
 }
 
 TEST(Offload, TierFailuresAreCountedNeverFatal) {
-  auto e = LoadStories(DType::kF32);
-  ASSERT_NE(e, nullptr);
-  const auto tokens = StoryTokens(*e, 480);
-  const auto& cfg = e->model().config();
-  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
-  const attention::RopeTable rope(cfg);
+  const Stories st(DType::kF32);
+  ASSERT_NE(st.e, nullptr);
+  engine::Engine* e = st.e.get();
   auto o = ParseSparseOptions("pq-0.2@min=64,iters=4");
   ASSERT_TRUE(o.ok());
-  const DecodeRun want = Decode(*e, tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
-    return MakeSparseAttention(*o, shape, cfg.n_layers, e->threads());
+  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+    return st.Selector(*o);
   });
   // A tier too small for the sequence: the blocks it refuses stay resident, and the
   // decode is still exact.
@@ -172,9 +179,8 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   store::MemoryTier tiny(small);
   OffloadOptions oo;
   oo.cache_blocks = 2;  // the pool holds one 512-token sequence: most of it stays resident here
-  const DecodeRun full = Decode(*e, tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
-    return std::move(*MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, seq,
-                                                   rope, &tiny, cfg.n_layers, e->threads()));
+  const DecodeRun full = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+    return std::move(*st.Offloaded(*o, oo, seq, &tiny));
   });
   EXPECT_LT(MaxDiff(full.logits, want.logits), 1e-5);
   EXPECT_GT(full.resident_blocks, 20);
@@ -182,33 +188,26 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   store::MemoryTier flaky(store::MemoryTierOptions{"flaky", uint64_t{1} << 30, {}, {}});
   flaky.FailNextReads(50, UnavailableError("injected"));
   kv::SequenceKv seq(&e->kv_pool());
-  auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*o, shape, cfg.n_layers, e->threads()), oo, &seq, rope,
-                                          &flaky, cfg.n_layers, e->threads());
+  auto off = st.Offloaded(*o, oo, &seq, &flaky);
   ASSERT_TRUE(off.ok());
-  for (float x : Feed(*e, &seq, tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
+  for (float x : Feed(*e, &seq, st.tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
   EXPECT_EQ((*off)->offload_stats().backing_errors, 50);
 }
 
 TEST(Offload, RefusesWhatItCannotServe) {
-  auto e = LoadStories(DType::kF32);
-  ASSERT_NE(e, nullptr);
-  const auto& cfg = e->model().config();
-  const attention::AttentionShape shape = engine::AttentionShapeOf(cfg);
-  const attention::RopeTable rope(cfg);
+  const Stories st(DType::kF32);
+  ASSERT_NE(st.e, nullptr);
+  engine::Engine* e = st.e.get();
   store::DramTier tier(uint64_t{1} << 30);
   kv::SequenceKv seq(&e->kv_pool());
   for (const char* method : {"oracle-0.2", "h2o-0.2", "full"}) {
-    auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*ParseSparseOptions(method), shape, cfg.n_layers,
-                                                                e->threads()),
-                                            {}, &seq, rope, &tier, cfg.n_layers, e->threads());
+    auto off = st.Offloaded(*ParseSparseOptions(method), {}, &seq, &tier);
     EXPECT_EQ(off.status().code(), StatusCode::kInvalidArgument) << method;
   }
   OffloadOptions huge;
   huge.cache_blocks = e->kv_pool().n_free() + 1;
   const int free_before = e->kv_pool().n_free();
-  auto off = MakeOffloadedSparseAttention(MakeSparseAttention(*ParseSparseOptions("pq-0.2"), shape, cfg.n_layers,
-                                                              e->threads()),
-                                          huge, &seq, rope, &tier, cfg.n_layers, e->threads());
+  auto off = st.Offloaded(*ParseSparseOptions("pq-0.2"), huge, &seq, &tier);
   EXPECT_EQ(off.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(e->kv_pool().n_free(), free_before);
 }
