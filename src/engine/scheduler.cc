@@ -71,18 +71,13 @@ bool Scheduler::Offloads(const GenerationRequest& request) const {
   return HasSelector(request.sparse) && request.sparse->offload() && !request.prefill_only;
 }
 
-int Scheduler::OffloadBlocks(const pq::SparseOptions& o, int max_slots) const {
-  const int chunk = BlocksFor(engine_.transformer().max_batch_tokens()) + 1;
-  // Below min_slots nothing leaves; beyond it the first block, the local window, the
-  // block before it and the one being written stay (pq/offload.h).
-  const int below = BlocksFor(std::min(o.min_slots, max_slots)) + chunk;
-  const int tail = 3 + BlocksFor(pq::SplitBudget(o, max_slots).local) + chunk;
-  return std::min(BlocksFor(max_slots), std::max(below, tail)) + o.offload_cache_blocks;
+int Scheduler::MaxSlots(const GenerationRequest& request) const {
+  return Offloads(request) ? engine_.context_length() : max_slots_;
 }
 
-int64_t Scheduler::OffloadTierBytes(int max_slots) const {
-  const kv::KvShape& k = pool_.shape();
-  return static_cast<int64_t>(BlocksFor(max_slots)) * k.block_size * k.kv_dim() * 4 * 2 * k.n_layers;
+int Scheduler::OffloadBlocks(const pq::SparseOptions& o, int max_slots) const {
+  return pq::OffloadWorkingBlocks(o, block_size_, max_slots, engine_.transformer().max_batch_tokens()) +
+         o.offload_cache_blocks;
 }
 
 StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
@@ -101,7 +96,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   if (offloaded) {
     const int64_t want = std::min<int64_t>(static_cast<int64_t>(n_prompt) + std::max(1, request.sampling.max_tokens) - 1,
                                            engine_.context_length());
-    const int64_t tier = OffloadTierBytes(static_cast<int>(want));
+    const int64_t tier = pq::OffloadTierBytes(pool_.shape(), static_cast<int>(want));
     if (tier > options_.sparse_offload_bytes) {
       return OutOfRangeError("an offloaded context of " + std::to_string(want) + " tokens needs " +
                              std::to_string(tier >> 20) + " MiB of offload tier, more than its capacity of " +
@@ -114,7 +109,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
                              std::to_string(pool_.n_blocks()) + " the compute buffer holds");
     }
   }
-  const int max_slots = offloaded ? engine_.context_length() : max_slots_;
+  const int max_slots = MaxSlots(request);
   const int limit = std::min(engine_.context_length(), max_slots);
   const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
   if (n_prompt > engine_.context_length() && !truncate) {
@@ -296,7 +291,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
   const bool offloaded = Offloads(w.req);
-  const int max_slots = static_cast<int>(std::min<int64_t>(want, offloaded ? engine_.context_length() : max_slots_));
+  const int max_slots = static_cast<int>(std::min<int64_t>(want, MaxSlots(w.req)));
   const int need = offloaded ? OffloadBlocks(*w.req.sparse, max_slots) : BlocksFor(max_slots);
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
   // so does an offloaded one (entering reused KV into an offloaded sequence is not built).
@@ -313,7 +308,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = SeqPlan{};
   }
   if (need > avail) return false;
-  const int64_t tier_bytes = offloaded ? OffloadTierBytes(max_slots) : 0;
+  const int64_t tier_bytes = offloaded ? pq::OffloadTierBytes(pool_.shape(), max_slots) : 0;
   if (offloaded && offload_tier_reserved_ + tier_bytes > options_.sparse_offload_bytes) return false;
 
   std::vector<int32_t> stop_ids;

@@ -29,6 +29,11 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One block's value in the tier: for each layer its K then its V rows, f32.
+int64_t BlockValueBytes(const kv::KvShape& s) {
+  return static_cast<int64_t>(s.n_layers) * 2 * s.block_size * s.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
 std::string KeyPrefix() {
   static std::atomic<uint64_t> next{0};
   char buf[64];
@@ -393,7 +398,7 @@ class Offloaded final : public OffloadedSparseAttention {
     const int64_t rb = static_cast<int64_t>(bs) * RowBytes();
     for (int i = 0; i < full_blocks; ++i) {
       const int b = flushed_ / bs;
-      std::string value(static_cast<size_t>(n_layers_) * LayerRangeBytes(), '\0');
+      std::string value(static_cast<size_t>(BlockValueBytes(ks_)), '\0');
       for (int l = 0; l < n_layers_; ++l) {
         std::memcpy(value.data() + l * LayerRangeBytes(), pend_k_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
         std::memcpy(value.data() + l * LayerRangeBytes() + rb, pend_v_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
@@ -470,6 +475,18 @@ class Offloaded final : public OffloadedSparseAttention {
 };
 
 }  // namespace
+
+int OffloadWorkingBlocks(const SparseOptions& options, int block_size, int max_slots, int chunk_tokens) {
+  auto blocks = [block_size](int64_t slots) { return static_cast<int>((slots + block_size - 1) / block_size); };
+  const int chunk = blocks(chunk_tokens) + 1;  // a chunk may straddle a block boundary
+  const int below = blocks(std::min(options.min_slots, max_slots)) + chunk;
+  const int tail = 3 + blocks(SplitBudget(options, max_slots).local) + chunk;
+  return std::min(blocks(max_slots), std::max(below, tail));
+}
+
+int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots) {
+  return static_cast<int64_t>((n_slots + shape.block_size - 1) / shape.block_size) * BlockValueBytes(shape);
+}
 
 StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention(
     std::unique_ptr<SparseAttention> inner, const OffloadOptions& options, kv::SequenceKv* seq,

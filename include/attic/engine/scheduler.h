@@ -303,12 +303,14 @@ class Scheduler {
   struct Resident;
 
   int BlocksFor(int n_slots) const;
-  // Offloaded requests: the pool blocks one of at most max_slots slots holds at once
-  // (first block, local window and the block before it, the block being written, a
-  // prefill chunk, the cache), and the tier bytes of its whole context.
+  // Whether `request` decodes with offload (pq/offload.h).
   bool Offloads(const GenerationRequest& request) const;
+  // The slots one sequence of `request` may reach: the context window when it offloads,
+  // else also the pool's capacity.
+  int MaxSlots(const GenerationRequest& request) const;
+  // Offloaded requests: the pool blocks one of at most max_slots slots holds at once, its
+  // block cache included (pq::OffloadWorkingBlocks + the cache).
   int OffloadBlocks(const pq::SparseOptions& o, int max_slots) const;
-  int64_t OffloadTierBytes(int max_slots) const;
   int OutstandingReservation() const;
   int AvailableBlocks() const;
   void EnsureFree(int n_blocks, const Resident* pinned);

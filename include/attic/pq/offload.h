@@ -73,6 +73,17 @@ class OffloadedSparseAttention : public SparseAttention {
   virtual const OffloadStats& offload_stats() const = 0;
 };
 
+// The pool blocks an offloaded sequence of at most max_slots slots holds at once, its
+// cache aside: before options.min_slots nothing leaves; from there on the first block,
+// the local window and the block before it, and the block being written stay -- plus a
+// prefill chunk of chunk_tokens before its complete blocks leave at the step's end. An
+// upper bound (the scheduler admits by it), never more than every block.
+int OffloadWorkingBlocks(const SparseOptions& options, int block_size, int max_slots, int chunk_tokens);
+
+// Bytes the tier holds for an offloaded sequence of n_slots slots: per block, every
+// layer's pre-RoPE K and V in f32 (the layout in offload.cc).
+int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots);
+
 // Wraps `inner` (method pq or streaming: the selectors that read no offloaded key once
 // their codebooks exist; InvalidArgument otherwise) so that `seq`'s KV is offloaded to
 // `backing` as it is computed. `rope` must be the model's (the one that rotated the
