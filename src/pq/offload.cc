@@ -20,14 +20,13 @@
 #include "attic/core/log.h"
 #include "attic/kv/enter_rows.h"
 #include "attic/tensor/buffer.h"
+#include "pq/sparse_internal.h"
 
 namespace attic::pq {
 
 namespace {
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using internal::Since;
 
 // One block's value in the tier: for each layer its K then its V rows, f32.
 int64_t BlockValueBytes(const kv::KvShape& s) {

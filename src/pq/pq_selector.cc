@@ -37,10 +37,6 @@ constexpr int kNoPrefillIterations = 6;
 // when the cores are shared with other processes).
 constexpr int64_t kParallelKeys = 16384;
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 class PqSelector : public SelectorBase {
  public:
   PqSelector(const SparseOptions& o, const attention::AttentionShape& shape, int n_layers, backend::ThreadPool& pool)

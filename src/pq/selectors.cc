@@ -10,14 +10,6 @@
 
 namespace attic::pq::internal {
 
-namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 const float* KeyReader::Row(int h, int s, float* buf) const {
   const int64_t block = kv_.block_table[s / kv_.block_size];
   const int64_t off = block * kv_.block_stride + (static_cast<int64_t>(h) * kv_.block_size + s % kv_.block_size) * head_dim_;

@@ -14,6 +14,11 @@
 
 namespace attic::pq::internal {
 
+// Seconds since t0 (the selectors' and offload's timers).
+inline double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // K rows of one layer as attention reads them (RoPE applied), f32 or f16 storage.
 class KeyReader {
  public:
