@@ -40,7 +40,7 @@
 namespace attic::pq {
 
 struct OffloadOptions {
-  int cache_blocks = 16;                    // block cache capacity per layer and KV head, in pool blocks
+  int cache_blocks = kDefaultOffloadCacheBlocks;  // block cache capacity per layer and KV head, in pool blocks
   CachePolicy policy = CachePolicy::kLru;   // its victims
   int update_blocks = -1;                   // blocks a step may insert (-1: cache_blocks); BlockCache's
 };

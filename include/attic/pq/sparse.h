@@ -83,8 +83,9 @@ struct SparseOptions {
 // METHOD[-RATIO|-COUNT][@key=value,...]: "pq-0.2", "pq-0.1@iters=8", "oracle-512",
 // "h2o-0.2@local=64,initial=4", "pq-0.2@m=4,bits=8,combine=max,min=2048", "full".
 // Keys: initial, local, min, combine (sum|max), m, bits, iters (fixed iterations),
-// share (adaptive share), offload (cache blocks: offload on), cache (lru|lfu). A ratio has a decimal point; a count does not. The server's
-// --sparse and `attic eval --methods` both read this.
+// share (adaptive share), offload (cache blocks: offload on), cache (lru|lfu). A ratio
+// has a decimal point; a count does not. The server's --sparse and `attic eval
+// --methods` both read this.
 StatusOr<SparseOptions> ParseSparseOptions(std::string_view text);
 
 // The budget at a step over n_slots slots (n_slots >= min_slots), split: initial +
