@@ -397,16 +397,18 @@ class Offloaded final : public OffloadedSparseAttention {
     const int64_t rb = static_cast<int64_t>(bs) * RowBytes();
     for (int i = 0; i < full_blocks; ++i) {
       const int b = flushed_ / bs;
-      std::string value(static_cast<size_t>(BlockValueBytes(ks_)), '\0');
+      // Written once, into a store buffer a DRAM tier keeps as it is (PutShared).
+      std::unique_ptr<store::Bytes> value = store::Bytes::Allocate(static_cast<size_t>(BlockValueBytes(ks_)));
       for (int l = 0; l < n_layers_; ++l) {
-        std::memcpy(value.data() + l * LayerRangeBytes(), pend_k_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
-        std::memcpy(value.data() + l * LayerRangeBytes() + rb, pend_v_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
+        std::memcpy(value->data() + l * LayerRangeBytes(), pend_k_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
+        std::memcpy(value->data() + l * LayerRangeBytes() + rb, pend_v_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
       }
       if (static_cast<int>(in_tier_.size()) <= b) in_tier_.resize(b + 1, false);
-      const Status st = backing_->Put(Key(b), value);
+      const int64_t value_bytes = static_cast<int64_t>(value->size());
+      const Status st = backing_->PutShared(Key(b), std::move(value));
       if (st.ok()) {
         in_tier_[b] = true;
-        stats_.backing_bytes += static_cast<int64_t>(value.size());
+        stats_.backing_bytes += value_bytes;
       } else {
         ++stats_.backing_errors;
         Log(LogLevel::kWarn, "sparse offload: writing block %d: %s (it stays resident)", b, st.ToString().c_str());
