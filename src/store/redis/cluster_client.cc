@@ -128,6 +128,24 @@ void ClusterClient::Release(std::unique_ptr<Connection> conn) {
   if (static_cast<int>(idle.size()) < options_.pool_per_node) idle.push_back(std::move(conn));
 }
 
+StatusOr<std::vector<Reply>> ClusterClient::PipelineAt(const std::string& address,
+                                                      const std::vector<Command>& commands,
+                                                      Clock::time_point deadline) {
+  auto conn = Acquire(address, deadline);
+  if (!conn.ok()) {
+    DropPool(address);
+    return conn.status();
+  }
+  (*conn)->SetTimeout(std::max(milliseconds(1), std::min(options_.command_timeout, Left(deadline)))).IgnoreError();
+  auto replies = (*conn)->Pipeline(commands);
+  if (!replies.ok()) {
+    DropPool(address);
+    return replies.status();
+  }
+  Release(std::move(*conn));
+  return replies;
+}
+
 void ClusterClient::DropPool(const std::string& address) {
   std::vector<std::unique_ptr<Connection>> dropped;  // closed outside the lock
   std::lock_guard<std::mutex> lock(mu_);
@@ -141,21 +159,12 @@ Status ClusterClient::RefreshSlots(Clock::time_point deadline) {
   Status last = UnavailableError("redis cluster: no node answers (seeds " + options_.seeds.front() + "...)");
   for (const std::string& node : KnownNodes()) {
     if (Left(deadline).count() <= 0) break;
-    auto conn = Acquire(node, deadline);
-    if (!conn.ok()) {
-      last = conn.status();
-      DropPool(node);
+    auto replies = PipelineAt(node, {{"CLUSTER", "SLOTS"}}, deadline);
+    if (!replies.ok()) {
+      last = replies.status();
       continue;
     }
-    (*conn)->SetTimeout(std::max(milliseconds(1), std::min(options_.command_timeout, Left(deadline)))).IgnoreError();
-    auto reply = (*conn)->Run({"CLUSTER", "SLOTS"});
-    if (!reply.ok()) {
-      last = reply.status();
-      DropPool(node);
-      continue;
-    }
-    Release(std::move(*conn));
-    const redisReply& r = **reply;
+    const redisReply& r = *replies->front();
     if (r.type != REDIS_REPLY_ARRAY) {
       last = UnavailableError("redis " + node + ": CLUSTER SLOTS: " + std::string(ReplyText(r)));
       continue;
@@ -236,15 +245,6 @@ StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const
       }
     }
     {
-      auto conn = Acquire(address, deadline);
-      if (!conn.ok()) {
-        last = conn.status();
-        DropPool(address);
-        stale_map = true;  // a master down: the map may name its replica soon
-        ask_target.clear();
-        goto back_off;
-      }
-      (*conn)->SetTimeout(std::max(milliseconds(1), std::min(options_.command_timeout, Left(deadline)))).IgnoreError();
       std::vector<Command> sent;
       const bool asking = !ask_target.empty();
       if (asking) {
@@ -253,16 +253,14 @@ StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const
           sent.push_back(c);
         }
       }
-      auto replies = (*conn)->Pipeline(asking ? sent : commands);
+      auto replies = PipelineAt(address, asking ? sent : commands, deadline);
       if (!replies.ok()) {
         last = replies.status();
-        DropPool(address);
-        stale_map = true;
+        stale_map = true;  // a master down: the map may name its replica soon
         ask_target.clear();
         goto back_off;
       }
       reached = true;
-      Release(std::move(*conn));
       std::vector<Reply> out;
       if (asking) {
         for (size_t i = 1; i < replies->size(); i += 2) out.push_back((*replies)[i]);
@@ -327,21 +325,9 @@ StatusOr<Reply> ClusterClient::RunAnywhere(const Command& command) {
   Status last = UnavailableError("redis cluster: no node answers");
   for (const std::string& node : KnownNodes()) {
     if (Left(deadline).count() <= 0) break;
-    auto conn = Acquire(node, deadline);
-    if (!conn.ok()) {
-      last = conn.status();
-      DropPool(node);
-      continue;
-    }
-    (*conn)->SetTimeout(std::max(milliseconds(1), std::min(options_.command_timeout, Left(deadline)))).IgnoreError();
-    auto reply = (*conn)->Run(command);
-    if (!reply.ok()) {
-      last = reply.status();
-      DropPool(node);
-      continue;
-    }
-    Release(std::move(*conn));
-    return reply;
+    auto replies = PipelineAt(node, {command}, deadline);
+    if (replies.ok()) return std::move(replies->front());
+    last = replies.status();
   }
   return last;
 }

@@ -91,6 +91,12 @@ class ClusterClient {
   Status RefreshSlots(Clock::time_point deadline);
   StatusOr<std::unique_ptr<Connection>> Acquire(const std::string& address, Clock::time_point deadline);
   void Release(std::unique_ptr<Connection> conn);
+  // `commands` in one pipeline at `address` (no routing), each reply within the
+  // command timeout and never past `deadline`. On a failed connect or send the
+  // address's pooled connections are dropped; otherwise the connection goes back to
+  // the pool. Error replies are replies.
+  StatusOr<std::vector<Reply>> PipelineAt(const std::string& address, const std::vector<Command>& commands,
+                                          Clock::time_point deadline);
   // Drops the pooled connections of `address` (after an error on one of them).
   void DropPool(const std::string& address);
   std::vector<std::string> KnownNodes();
