@@ -47,6 +47,8 @@
 #include "attic/store/entry.h"
 #include "attic/store/tier.h"
 
+struct redisReply;  // hiredis
+
 namespace attic::store {
 
 namespace redis {
@@ -117,6 +119,14 @@ class RedisTier final : public Tier {
   StatusOr<Manifest> ReadManifest(const std::string& hash_key);
   // The whole value, assembled into one buffer.
   StatusOr<SharedBytes> ReadAll(const std::string& key);
+  // HMGET of the hash `hk`'s manifest and parts [first, last]: an array reply of the
+  // manifest (NIL when the hash is gone), then the parts. A failed call, an error reply
+  // or a reply of another shape is an error (counted).
+  StatusOr<std::shared_ptr<const redisReply>> ReadParts(const std::string& hk, size_t first, size_t last) const;
+  // DataLoss (counted) unless each part of `r` (ReadParts) has the size `m` gives it.
+  Status CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last, const std::string& hk) const;
+  // Keeps `m` as `key`'s read plan (bounded: cleared when full). REQUIRES: mu_ held.
+  void RememberLocked(const std::string& key, const Manifest& m);
   void Forget(const std::string& key);  // local accounting of an erased key
   Status Failed(const Status& status) const;
 

@@ -216,39 +216,55 @@ StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
     for (size_t first = 0; first < m.starts.size() && !replaced;) {
       size_t last = first;
       while (last + 1 < m.starts.size() && m.end(last + 1) - m.starts[first] <= kBatchBytes) ++last;
-      std::vector<std::string> names;
-      for (size_t i = first; i <= last; ++i) names.push_back(PartField(i));
-      Command hmget = {"HMGET", hk, "m"};
-      for (const std::string& n : names) hmget.push_back(n);
-      auto reply = client_->Run(hk, hmget);
-      if (!reply.ok()) return Failed(reply.status());
-      const redisReply& r = **reply;
-      if (Status st = redis::ReplyStatus(r); !st.ok()) return Failed(st);
-      if (r.type != REDIS_REPLY_ARRAY || r.elements != names.size() + 1)
-        return Failed(DataLossError("remote tier: unexpected reply for " + hk));
+      ATTIC_ASSIGN_OR_RETURN(Reply reply, ReadParts(hk, first, last));
+      const redisReply& r = *reply;
       if (r.element[0]->type == REDIS_REPLY_NIL) return NotFoundError("no entry " + key + " in the remote tier");
       if (ReplyText(*r.element[0]) != m.text) {
         replaced = true;
         break;
       }
-      for (size_t i = first; i <= last; ++i) {
-        const redisReply* part = r.element[1 + i - first];
-        const uint64_t want = m.end(i) - m.starts[i];
-        if (part->type != REDIS_REPLY_STRING || part->len != want)
-          return Failed(DataLossError("remote tier: " + hk + " part " + std::to_string(i) + " is missing or cut"));
-        std::memcpy(out->data() + m.starts[i], part->str, want);
-      }
+      ATTIC_RETURN_IF_ERROR(CheckParts(r, m, first, last, hk));
+      for (size_t i = first; i <= last; ++i)
+        std::memcpy(out->data() + m.starts[i], r.element[1 + i - first]->str, m.end(i) - m.starts[i]);
       first = last + 1;
     }
     if (replaced) continue;
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.gets;
     stats_.bytes_read += m.total;
-    if (manifests_.size() >= kMaxManifests) manifests_.clear();
-    manifests_[key] = m;
+    RememberLocked(key, m);
     return SharedBytes(std::move(out));
   }
   return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
+}
+
+StatusOr<Reply> RedisTier::ReadParts(const std::string& hk, size_t first, size_t last) const {
+  Command hmget = {"HMGET", hk, "m"};
+  std::vector<std::string> fields;  // keeps the field names alive for the command views
+  fields.reserve(last - first + 1);
+  for (size_t i = first; i <= last; ++i) hmget.push_back(fields.emplace_back(PartField(i)));
+  auto reply = client_->Run(hk, hmget);
+  if (!reply.ok()) return Failed(reply.status());
+  const redisReply& r = **reply;
+  if (Status st = redis::ReplyStatus(r); !st.ok()) return Failed(st);
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != fields.size() + 1)
+    return Failed(DataLossError("remote tier: unexpected reply for " + hk));
+  return *reply;
+}
+
+Status RedisTier::CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last,
+                             const std::string& hk) const {
+  for (size_t i = first; i <= last; ++i) {
+    const redisReply* part = r.element[1 + i - first];
+    if (part->type != REDIS_REPLY_STRING || part->len != m.end(i) - m.starts[i])
+      return Failed(DataLossError("remote tier: " + hk + " part " + std::to_string(i) + " is missing or cut"));
+  }
+  return OkStatus();
+}
+
+void RedisTier::RememberLocked(const std::string& key, const Manifest& m) {
+  if (manifests_.size() >= kMaxManifests) manifests_.clear();
+  manifests_[key] = m;
 }
 
 StatusOr<std::string> RedisTier::Get(const std::string& key) {
@@ -284,16 +300,7 @@ StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset,
     size_t first = std::upper_bound(plan->starts.begin(), plan->starts.end(), offset) - plan->starts.begin() - 1;
     size_t last = first;
     while (last + 1 < plan->starts.size() && plan->starts[last + 1] < offset + length) ++last;
-    std::vector<std::string> names;
-    for (size_t i = first; i <= last; ++i) names.push_back(PartField(i));
-    Command hmget = {"HMGET", hk, "m"};
-    for (const std::string& n : names) hmget.push_back(n);
-    auto reply = client_->Run(hk, hmget);
-    if (!reply.ok()) return Failed(reply.status());
-    const Reply& r = *reply;
-    if (Status st = redis::ReplyStatus(*r); !st.ok()) return Failed(st);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != names.size() + 1)
-      return Failed(DataLossError("remote tier: unexpected reply for " + hk));
+    ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last));
     const redisReply* m = r->element[0];
     if (m->type == REDIS_REPLY_NIL) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -304,17 +311,12 @@ StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset,
       plan.reset();
       continue;
     }
-    for (size_t i = first; i <= last; ++i) {
-      const redisReply* part = r->element[1 + i - first];
-      if (part->type != REDIS_REPLY_STRING || part->len != plan->end(i) - plan->starts[i])
-        return Failed(DataLossError("remote tier: " + hk + " part " + std::to_string(i) + " is missing or cut"));
-    }
+    ATTIC_RETURN_IF_ERROR(CheckParts(*r, *plan, first, last, hk));
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.range_gets;
       stats_.bytes_read += length;
-      if (manifests_.size() >= kMaxManifests) manifests_.clear();
-      manifests_[key] = *plan;
+      RememberLocked(key, *plan);
     }
     if (first == last) {  // within one part: a view of the reply, no copy
       const redisReply* part = r->element[1];
