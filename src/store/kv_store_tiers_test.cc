@@ -19,6 +19,7 @@ using testing::Gate;
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
+using testing::TierTestOptions;
 
 // Every test entry has 32 tokens of 2 layers x kv_dim 8: 8 KiB serialized.
 const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
@@ -26,16 +27,6 @@ const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
 KvEntry Job(int n) { return MakeEntry(Range(n * 1000, 32), "j" + std::to_string(n), "default", 2, 8, "fp-A", n); }
 std::vector<int32_t> Prompt(int n) { return Range(n * 1000, 33); }
 std::string KeyOf(int n) { return Job(n).key().ToString(); }
-
-StoreOptions Options(PolicyKind policy = PolicyKind::kLru) {
-  StoreOptions o;
-  o.fingerprint = "fp-A";
-  o.policy = policy;
-  o.default_ttl_ms = 0;
-  o.prefix_block = 8;
-  o.write_buffer_bytes = 0;
-  return o;
-}
 
 MemoryTierOptions Remote(uint64_t entries, bool shared = true, bool evicts_itself = false) {
   MemoryTierOptions o;
@@ -48,7 +39,7 @@ MemoryTierOptions Remote(uint64_t entries, bool shared = true, bool evicts_itsel
 }
 
 std::unique_ptr<KvStore> Open(std::vector<std::unique_ptr<Tier>> tiers, PolicyKind policy = PolicyKind::kLru) {
-  auto s = KvStore::Open(Options(policy), std::move(tiers), nullptr);
+  auto s = KvStore::Open(TierTestOptions(policy), std::move(tiers), nullptr);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? std::move(s).value() : nullptr;
 }

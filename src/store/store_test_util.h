@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attic/store/entry.h"
+#include "attic/store/kv_store.h"
 
 namespace attic::store::testing {
 
@@ -44,6 +45,18 @@ inline std::vector<int32_t> Range(int first, int n) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = first + i;
   return t;
+}
+
+// The store options of the tests over caller-made tiers: model "fp-A", no TTL,
+// 8-token prefix blocks, saves written to the tiers at once (no write buffer).
+inline StoreOptions TierTestOptions(PolicyKind policy = PolicyKind::kLru) {
+  StoreOptions o;
+  o.fingerprint = "fp-A";
+  o.policy = policy;
+  o.default_ttl_ms = 0;
+  o.prefix_block = 8;
+  o.write_buffer_bytes = 0;
+  return o;
 }
 
 // A fresh empty directory under the system temp dir, removed on destruction.

@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "attic/store/kv_store.h"
@@ -24,13 +23,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using redis::testing::FreshPrefix;
 using testing::MakeEntry;
 using testing::Range;
-
-std::string FreshPrefix() {
-  static std::mt19937_64 rng(std::random_device{}());
-  return "attic-test-" + std::to_string(rng());
-}
+using testing::TierTestOptions;
 
 RedisTierOptions Options(const std::string& prefix) {
   RedisTierOptions o;
@@ -122,12 +118,7 @@ TEST(RedisFaults, AStoppedClusterIsAMissBoundedByTheTimeoutAndIsUsedAgainWhenBac
   ASSERT_TRUE(WaitFor(ClusterOk, 20s));
   const std::string prefix = FreshPrefix();
   auto open = [&] {
-    StoreOptions o;
-    o.fingerprint = "fp-A";
-    o.policy = PolicyKind::kLru;
-    o.default_ttl_ms = 0;
-    o.prefix_block = 8;
-    o.write_buffer_bytes = 0;
+    StoreOptions o = TierTestOptions();
     o.write_through = true;
     std::vector<std::unique_ptr<Tier>> tiers;
     tiers.push_back(std::make_unique<DramTier>(1 << 20));

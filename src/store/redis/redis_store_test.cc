@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
@@ -17,18 +16,15 @@ namespace attic::store {
 namespace {
 
 using namespace std::chrono_literals;
+using redis::testing::FreshPrefix;
 using testing::MakeEntry;
 using testing::Range;
+using testing::TierTestOptions;
 
 const uint64_t kEntry = MakeEntry(Range(0, 32)).SerializedBytes();
 
 KvEntry Job(int n, const std::string& tenant = "default") {
   return MakeEntry(Range(n * 1000, 32), "j" + std::to_string(n), tenant, 2, 8, "fp-A", n);
-}
-
-std::string FreshPrefix() {
-  static std::mt19937_64 rng(std::random_device{}());
-  return "attic-test-" + std::to_string(rng());
 }
 
 struct Instance {
@@ -41,12 +37,7 @@ struct Instance {
 Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
               const std::string& url = "redis://" + redis::testing::TestNodes(),
               PolicyKind policy = PolicyKind::kLru) {
-  StoreOptions o;
-  o.fingerprint = "fp-A";
-  o.policy = policy;
-  o.default_ttl_ms = 0;
-  o.prefix_block = 8;
-  o.write_buffer_bytes = 0;
+  StoreOptions o = TierTestOptions(policy);
   o.write_through = write_through;
   RedisTierOptions r;
   r.url = url;

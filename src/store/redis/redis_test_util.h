@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ inline std::string TestNodes() {
 inline std::vector<std::string> TestSeeds() {
   auto seeds = ParseRedisUrl(TestNodes());
   return seeds.ok() ? *seeds : std::vector<std::string>{};
+}
+
+// A fresh key prefix per tier, so tests never see each other's (or an earlier run's) keys.
+inline std::string FreshPrefix() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return "attic-test-" + std::to_string(rng());
 }
 
 #define ATTIC_REQUIRE_REDIS()                                                                        \

@@ -5,7 +5,6 @@
 #include "attic/store/redis_tier.h"
 
 #include <chrono>
-#include <random>
 #include <thread>
 
 #include "store/redis/cluster_client.h"
@@ -16,12 +15,7 @@ namespace attic::store {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A fresh namespace per tier, so tests never see each other's (or an earlier run's) keys.
-std::string FreshPrefix() {
-  static std::mt19937_64 rng(std::random_device{}());
-  return "attic-test-" + std::to_string(rng());
-}
+using redis::testing::FreshPrefix;
 
 std::unique_ptr<RedisTier> OpenTier(uint64_t capacity, const std::string& prefix = FreshPrefix()) {
   RedisTierOptions o;
