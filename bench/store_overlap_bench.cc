@@ -259,10 +259,13 @@ class Bench {
       std::fprintf(stderr, "store_overlap_bench: --kv-remote: %s\n", tier.status().ToString().c_str());
       std::exit(1);
     }
-    std::vector<std::unique_ptr<store::Tier>> tiers;
-    tiers.push_back(std::make_unique<store::DramTier>(o.dram_bytes));
-    tiers.push_back(std::move(*tier));
-    auto s = store::KvStore::Open(o, std::move(tiers), nullptr);
+    auto tiers = store::KvStore::LocalTiers(o);  // DRAM
+    if (!tiers.ok()) {
+      std::fprintf(stderr, "store_overlap_bench: %s\n", tiers.status().ToString().c_str());
+      std::exit(1);
+    }
+    tiers->push_back(std::move(*tier));
+    auto s = store::KvStore::Open(o, std::move(*tiers), nullptr);
     if (!s.ok()) {
       std::fprintf(stderr, "store_overlap_bench: %s\n", s.status().ToString().c_str());
       std::exit(1);

@@ -84,22 +84,14 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
   if (options.kv_store) {
     store::StoreOptions so = options.store;
     so.fingerprint = engine.model().fingerprint();
-    StatusOr<std::unique_ptr<store::KvStore>> st = InvalidArgumentError("no store");
-    if (options.remote.url.empty()) {
-      st = store::KvStore::Open(so);
-    } else {  // DRAM, SSD when given, then the shared remote tier
-      std::vector<std::unique_ptr<store::Tier>> tiers;
-      tiers.push_back(std::make_unique<store::DramTier>(so.dram_bytes));
-      if (!so.ssd_dir.empty()) {
-        auto ssd = store::SsdTier::Open(so.ssd_dir, so.fingerprint, so.ssd_bytes);
-        if (!ssd.ok()) return ssd.status().WithContext("KV store");
-        tiers.push_back(std::move(*ssd));
-      }
+    auto tiers = store::KvStore::LocalTiers(so);
+    if (!tiers.ok()) return tiers.status().WithContext("KV store");
+    if (!options.remote.url.empty()) {  // the shared remote tier, below DRAM and SSD
       auto remote = store::RedisTier::Open(options.remote);
       if (!remote.ok()) return remote.status().WithContext("--kv-remote");
-      tiers.push_back(std::move(*remote));
-      st = store::KvStore::Open(so, std::move(tiers), nullptr);
+      tiers->push_back(std::move(*remote));
     }
+    auto st = store::KvStore::Open(so, std::move(*tiers), nullptr);
     if (!st.ok()) return st.status().WithContext("KV store");
     im.store = std::move(*st);
     im.scheduler->set_store(im.store.get());

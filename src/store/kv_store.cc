@@ -17,13 +17,21 @@ namespace attic::store {
 
 using internal::SessionKey;
 
-StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, const Clock* clock) {
+StatusOr<std::vector<std::unique_ptr<Tier>>> KvStore::LocalTiers(const StoreOptions& options) {
   if (options.fingerprint.empty()) return InvalidArgumentError("KV store needs the model fingerprint");
-  std::unique_ptr<Tier> ssd;
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<DramTier>(options.dram_bytes));
   if (!options.ssd_dir.empty()) {
-    ATTIC_ASSIGN_OR_RETURN(ssd, SsdTier::Open(options.ssd_dir, options.fingerprint, options.ssd_bytes));
+    ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd,
+                           SsdTier::Open(options.ssd_dir, options.fingerprint, options.ssd_bytes));
+    tiers.push_back(std::move(ssd));
   }
-  return Open(options, std::make_unique<DramTier>(options.dram_bytes), std::move(ssd), clock);
+  return tiers;
+}
+
+StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, const Clock* clock) {
+  ATTIC_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, LocalTiers(options));
+  return Open(options, std::move(tiers), clock);
 }
 
 StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const StoreOptions& options, std::unique_ptr<Tier> dram,

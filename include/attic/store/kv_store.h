@@ -239,6 +239,9 @@ class KvStore {
   // given), rebuilds the index from the enumerable ones. `clock` (null = SystemClock)
   // must outlive the store.
   static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, const Clock* clock = nullptr);
+  // The tiers Open(options) makes, fastest first: DRAM, and SSD when ssd_dir is given.
+  // A caller with a remote tier appends it and opens the store with the list.
+  static StatusOr<std::vector<std::unique_ptr<Tier>>> LocalTiers(const StoreOptions& options);
   // Same with caller-made tiers, fastest first (tests, remote tiers): tiers[0] takes
   // saves, the last one's victims leave the store. At least one tier, none null.
   static StatusOr<std::unique_ptr<KvStore>> Open(const StoreOptions& options, std::vector<std::unique_ptr<Tier>> tiers,
