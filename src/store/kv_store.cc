@@ -68,6 +68,7 @@ KvStore::KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>>
       clock_(clock),
       tiers_(std::move(tiers)),
       traits_(TraitsOf(tiers_)),
+      any_shared_(std::any_of(traits_.begin(), traits_.end(), [](const TierTraits& t) { return t.shared; })),
       policy_(MakePolicy(options.policy)),
       prefetch_(MakePrefetchPolicy(options.policy)) {
   for (const auto& t : tiers_) stats_.tiers.push_back(StoreStats::Tier{t->name()});

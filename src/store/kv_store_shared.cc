@@ -16,7 +16,7 @@ namespace attic::store {
 using internal::SessionKey;
 
 void KvStore::DiscoverSession(const std::string& tenant, const std::string& session_id) {
-  if (session_id.empty()) return;
+  if (session_id.empty() || !any_shared_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (sessions_.count(SessionKey(tenant, session_id)) != 0) return;  // indexed: this instance's or found before
@@ -78,12 +78,10 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
 void KvStore::DiscoverQueued() {
   constexpr size_t kJobs = 4;           // queued jobs looked at per prefetch run
   constexpr int64_t kRetryMs = 1000;    // a session asked for is not asked again sooner
+  if (!any_shared_) return;
   std::vector<std::pair<std::string, std::string>> todo;  // (tenant, session id)
   {
     std::lock_guard<std::mutex> lock(mu_);
-    bool shared = false;
-    for (const TierTraits& t : traits_) shared = shared || t.shared;
-    if (!shared) return;
     const int64_t now = clock_->NowMs();
     if (discover_tried_.size() > 4096) discover_tried_.clear();
     for (size_t i = 0; i < queue_.size() && todo.size() < kJobs; ++i) {

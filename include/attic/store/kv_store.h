@@ -506,6 +506,7 @@ class KvStore {
   std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the pages faulted in at Open
   const std::vector<std::unique_ptr<Tier>> tiers_;  // fastest first; tiers_[i] is TierAt(i)
   const std::vector<TierTraits> traits_;            // tiers_[i]->traits()
+  const bool any_shared_;                           // some tier is shared (the Discover* calls ask it)
   std::unique_ptr<EvictionPolicy> policy_;
   std::unique_ptr<PrefetchPolicy> prefetch_;
 
