@@ -151,15 +151,7 @@ Status KvStore::Rebuild() {
         ++report.removed_corrupt;
         continue;
       }
-      KvEntry& entry = read->header.meta;
-      EntryInfo info;
-      info.key = key;
-      info.tenant = entry.tenant;
-      info.session_id = entry.session_id;
-      info.tokens = std::move(entry.tokens);
-      info.bytes = read->bytes->size();
-      info.tier = TierAt(level);
-      info.expires_at_ms = entry.expires_at_ms;
+      EntryInfo info = internal::ReadEntryInfo(key, read->header.meta, read->bytes->size(), level);
       info.inserted_seq = info.access_seq = ++seq_;
       if (Expired(info)) {
         tier->Erase(key).IgnoreError();

@@ -55,14 +55,7 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
       }
       continue;
     }
-    EntryInfo info;
-    info.key = *key;
-    info.tenant = tenant;
-    info.session_id = session_id;
-    info.tokens = std::move(h->meta.tokens);
-    info.bytes = h->total_bytes;
-    info.tier = TierAt(level);
-    info.expires_at_ms = h->meta.expires_at_ms;
+    EntryInfo info = internal::ReadEntryInfo(*key, h->meta, h->total_bytes, level);  // tenant, session: checked above
     if (Expired(info)) continue;
     std::lock_guard<std::mutex> placing(place_mu_);
     std::lock_guard<std::mutex> lock(mu_);
