@@ -127,7 +127,9 @@ class RedisTier final : public Tier {
   Status CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last, const std::string& hk) const;
   // Keeps `m` as `key`'s read plan (bounded: cleared when full). REQUIRES: mu_ held.
   void RememberLocked(const std::string& key, const Manifest& m);
-  void Forget(const std::string& key);  // local accounting of an erased key
+  // Drops `key` from the local accounting (its size, write order and read plan).
+  // REQUIRES: mu_ held.
+  void ForgetLocked(const std::string& key);
   Status Failed(const Status& status) const;
 
   const RedisTierOptions options_;

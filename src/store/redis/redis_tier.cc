@@ -172,12 +172,7 @@ Status RedisTier::Put(const std::string& key, std::string_view bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.puts;
     stats_.bytes_written += bytes.size();
-    manifests_.erase(key);
-    auto it = sizes_.find(key);
-    if (it != sizes_.end()) {
-      bytes_ -= it->second;
-      order_.erase(std::find(order_.begin(), order_.end(), key));
-    }
+    ForgetLocked(key);  // a replaced value of this key
     sizes_[key] = bytes.size();
     order_.push_back(key);
     bytes_ += bytes.size();
@@ -335,8 +330,7 @@ StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset,
   return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
 }
 
-void RedisTier::Forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+void RedisTier::ForgetLocked(const std::string& key) {
   manifests_.erase(key);
   auto it = sizes_.find(key);
   if (it == sizes_.end()) return;
@@ -350,7 +344,8 @@ Status RedisTier::Erase(const std::string& key) {
   auto r = client_->Run(hk, {"DEL", hk});
   if (!r.ok()) return Failed(r.status());
   if (Status st = redis::ReplyStatus(**r); !st.ok()) return Failed(st);
-  Forget(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetLocked(key);
   return OkStatus();
 }
 
