@@ -196,6 +196,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
   ParseResult parsed = ParseApiRequest(kind, body);
   if (parsed.error) return SendError(res, *parsed.error);
+  if (auto e = ApplySessionHeader(req.get_header_value(kSessionIdHeader), &parsed.request)) return SendError(res, *e);
   const ApiRequest& r = parsed.request;
   if (r.model != model_name) return SendError(res, ModelNotFound(r.model));
   if (pic::IsChunkStoreSession(r.session_id)) {

@@ -48,6 +48,33 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
   EXPECT_EQ(r.session_ttl_s, 30);
 }
 
+TEST(OpenAiRequest, SessionHeaderNamesTheSessionWhenTheBodyDoesNotOrAgrees) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  ApiRequest none = Chat(R"({"model":"m",)" + msgs + "}");
+  EXPECT_FALSE(ApplySessionHeader("", &none).has_value());  // no header: no session
+  EXPECT_EQ(none.session_id, "");
+  ASSERT_FALSE(ApplySessionHeader("conv-7", &none).has_value());
+  EXPECT_EQ(none.session_id, "conv-7");
+  ApiRequest same = Chat(R"({"model":"m",)" + msgs + R"(,"session_id":"conv-7"})");
+  ASSERT_FALSE(ApplySessionHeader("conv-7", &same).has_value());
+  EXPECT_EQ(same.session_id, "conv-7");
+  ApiRequest body_only = Chat(R"({"model":"m",)" + msgs + R"(,"session_id":"conv-7"})");
+  ASSERT_FALSE(ApplySessionHeader("", &body_only).has_value());
+  EXPECT_EQ(body_only.session_id, "conv-7");
+
+  ApiRequest other = Chat(R"({"model":"m",)" + msgs + R"(,"session_id":"conv-8"})");
+  std::optional<ApiError> e = ApplySessionHeader("conv-7", &other);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 400);
+  EXPECT_EQ(e->param, "session_id");
+  EXPECT_EQ(other.session_id, "conv-8");
+  ApiRequest longer = Chat(R"({"model":"m",)" + msgs + "}");
+  EXPECT_FALSE(ApplySessionHeader(std::string(256, 'a'), &longer).has_value());
+  e = ApplySessionHeader(std::string(257, 'a'), &longer);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 400);
+}
+
 TEST(OpenAiRequest, ContextCachePartsStandInTheTextWhereTheyAre) {
   ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"A "},
       {"type":"context_cache","id":"ctx-1"},{"type":"text","text":"B","cache_control":{"type":"ephemeral","ttl":"1h"}},

@@ -628,6 +628,21 @@ ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
   return out;
 }
 
+std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* r) {
+  if (header.empty()) return std::nullopt;
+  if (header.size() > kMaxSessionIdBytes) {
+    return Invalid("session_id", std::string("the ") + kSessionIdHeader + " header is longer than " +
+                                     std::to_string(kMaxSessionIdBytes) + " bytes");
+  }
+  if (r->session_id.empty()) {
+    r->session_id = std::string(header);
+  } else if (r->session_id != header) {
+    return Invalid("session_id", std::string("the ") + kSessionIdHeader +
+                                     " header and the 'session_id' field name different sessions");
+  }
+  return std::nullopt;
+}
+
 TokenizeParse ParseTokenizeRequest(std::string_view body) {
   return ParseWith<TokenizeParse>(body, TokenizeFields);
 }

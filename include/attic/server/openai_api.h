@@ -96,6 +96,17 @@ struct ParseResult {
 
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body);
 
+// The HTTP header that names a request's conversation, as a load balancer sees it
+// (docs/serving.md "Several servers behind nginx"): a client sets it once as a default
+// header, the balancer hashes on it, and the server takes it as the session id.
+inline constexpr const char* kSessionIdHeader = "X-Session-Id";
+
+// Applies an X-Session-Id header value to a parsed request: "" (absent) changes
+// nothing; otherwise it is the session id when the body names none, must equal the
+// body's `session_id` when it names one (else 400: the balancer routed one conversation
+// and the body would store another), and is limited to kMaxSessionIdBytes like the field.
+std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* r);
+
 // POST /tokenize, in vLLM's shape; llama-server's names are accepted as aliases
 // (content = prompt, add_special = add_special_tokens, with_pieces = return_token_strs).
 // Exactly one of prompt/content and messages.
