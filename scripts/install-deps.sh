@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git curl
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev liburing-dev libxxhash-dev libzstd-dev libfaiss-dev
-      libhiredis-dev redis-server redis-tools
+      libhiredis-dev redis-server redis-tools nginx
       python3 python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
