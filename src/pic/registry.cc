@@ -15,6 +15,7 @@
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
 #include "attic/core/log.h"
+#include "pic/registry_format.h"
 
 namespace attic::pic {
 
@@ -31,7 +32,6 @@ constexpr char kImplicitPrefix[] = "implicit-";
 constexpr size_t kImplicitHex = 32;
 constexpr char kJson[] = ".json";
 constexpr char kTmp[] = ".tmp";  // WriteFileAtomic's temporary: "<name>.tmp"
-constexpr char kChunkSessionPrefix[] = "ctx:";
 constexpr int64_t kMaxStamp = (int64_t{1} << 48) - 1;
 
 bool IsLowerHex(std::string_view s) {
@@ -225,6 +225,30 @@ Status NotFound(const std::string& id) { return NotFoundError("context cache '" 
 
 }  // namespace
 
+namespace internal {
+
+std::string MakeCacheId(int64_t stamp_ms, uint64_t random) {
+  return kCachePrefix + Hex16(static_cast<uint64_t>(std::clamp<int64_t>(stamp_ms, 0, kMaxStamp))).substr(4) +
+         Hex16(random & ((uint64_t{1} << 48) - 1)).substr(4);
+}
+
+bool IsCacheIdText(std::string_view id) { return IsCacheId(id); }
+
+void AssignChunkIds(ContextCache* cache) {
+  for (size_t i = 0; i < cache->chunks.size(); ++i) {
+    cache->chunks[i].id = ChunkId(cache->id, i);
+    cache->chunks[i].store_session = ChunkStoreSession(cache->chunks[i].tokens, cache->bos);
+  }
+}
+
+StatusOr<std::string> CacheRecordText(const ContextCache& cache) { return Dump(CacheJson(cache)); }
+
+StatusOr<ContextCache> ParseCacheRecord(const std::string& text, const std::string& id) { return ParseCache(text, id); }
+
+Status CacheNotFound(const std::string& id) { return NotFound(id); }
+
+}  // namespace internal
+
 int ContextCache::n_tokens() const {
   size_t n = 0;
   for (const CachedChunk& c : chunks) n += c.tokens.size();
@@ -239,23 +263,23 @@ std::string ChunkStoreSession(const std::vector<int32_t>& tokens, bool bos) {
     const auto u = static_cast<uint32_t>(t);
     for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
   }
-  return kChunkSessionPrefix + Hex16(Hash64(bytes));
+  return kChunkStoreSessionPrefix + Hex16(Hash64(bytes));
 }
 
-bool IsChunkStoreSession(std::string_view session_id) { return StartsWith(session_id, kChunkSessionPrefix); }
+bool IsChunkStoreSession(std::string_view session_id) { return StartsWith(session_id, kChunkStoreSessionPrefix); }
 
-ContextCacheRegistry::ContextCacheRegistry(std::string dir, const store::Clock* clock, RegistryOptions options)
+LocalContextCacheRegistry::LocalContextCacheRegistry(std::string dir, const store::Clock* clock, RegistryOptions options)
     : dir_(std::move(dir)),
       clock_(clock != nullptr ? clock : store::SystemClock::Default()),
       options_(options),
       rng_(std::random_device{}()) {}
 
-ContextCacheRegistry::~ContextCacheRegistry() = default;
+LocalContextCacheRegistry::~LocalContextCacheRegistry() = default;
 
-StatusOr<std::unique_ptr<ContextCacheRegistry>> ContextCacheRegistry::Open(const std::string& dir,
-                                                                         const store::Clock* clock,
-                                                                         RegistryOptions options) {
-  std::unique_ptr<ContextCacheRegistry> r(new ContextCacheRegistry(dir, clock, options));
+StatusOr<std::unique_ptr<LocalContextCacheRegistry>> ContextCacheRegistry::Open(const std::string& dir,
+                                                                               const store::Clock* clock,
+                                                                               RegistryOptions options) {
+  std::unique_ptr<LocalContextCacheRegistry> r(new LocalContextCacheRegistry(dir, clock, options));
   if (!dir.empty()) {
     ATTIC_RETURN_IF_ERROR(MakeDirectories(dir));
     ATTIC_RETURN_IF_ERROR(r->Load());
@@ -264,7 +288,7 @@ StatusOr<std::unique_ptr<ContextCacheRegistry>> ContextCacheRegistry::Open(const
 }
 
 // Runs in Open, before the registry is shared: the *Locked calls need no lock here.
-Status ContextCacheRegistry::Load() {
+Status LocalContextCacheRegistry::Load() {
   std::vector<std::string> names;
   std::string foreign_example;
   std::error_code ec;
@@ -354,14 +378,14 @@ Status ContextCacheRegistry::Load() {
   return OkStatus();
 }
 
-Status ContextCacheRegistry::WriteRecord(const std::string& name, const std::string& text) {
+Status LocalContextCacheRegistry::WriteRecord(const std::string& name, const std::string& text) {
   if (dir_.empty()) return OkStatus();
   ATTIC_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir_, name), text));
   FsyncDir(dir_);
   return OkStatus();
 }
 
-Status ContextCacheRegistry::RemoveRecord(const std::string& name) {
+Status LocalContextCacheRegistry::RemoveRecord(const std::string& name) {
   if (dir_.empty()) return OkStatus();
   const std::string path = JoinPath(dir_, name);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove", path, errno);
@@ -369,20 +393,19 @@ Status ContextCacheRegistry::RemoveRecord(const std::string& name) {
   return OkStatus();
 }
 
-std::string ContextCacheRegistry::NewId(int64_t now_ms) {
+std::string LocalContextCacheRegistry::NewId(int64_t now_ms) {
   last_stamp_ms_ = std::min(kMaxStamp, std::max(now_ms, last_stamp_ms_ + 1));
-  const uint64_t random = rng_() & ((uint64_t{1} << 48) - 1);
-  return kCachePrefix + Hex16(static_cast<uint64_t>(last_stamp_ms_)).substr(4) + Hex16(random).substr(4);
+  return internal::MakeCacheId(last_stamp_ms_, rng_());
 }
 
-const ContextCache* ContextCacheRegistry::FindLiveLocked(const std::string& tenant, const std::string& id,
+const ContextCache* LocalContextCacheRegistry::FindLiveLocked(const std::string& tenant, const std::string& id,
                                                          int64_t now_ms) const {
   auto it = caches_.find(id);
   if (it == caches_.end() || it->second.tenant != tenant || now_ms >= it->second.expires_at_ms) return nullptr;
   return &it->second;
 }
 
-int ContextCacheRegistry::LiveCachesLocked(const std::string& tenant, int64_t now_ms) const {
+int LocalContextCacheRegistry::LiveCachesLocked(const std::string& tenant, int64_t now_ms) const {
   auto it = tenant_caches_.find(tenant);
   if (it == tenant_caches_.end()) return 0;
   return static_cast<int>(std::count_if(it->second.begin(), it->second.end(), [&](const std::string& id) {
@@ -390,7 +413,7 @@ int ContextCacheRegistry::LiveCachesLocked(const std::string& tenant, int64_t no
   }));
 }
 
-int ContextCacheRegistry::LiveImplicitLocked(const std::string& tenant, int64_t now_ms) const {
+int LocalContextCacheRegistry::LiveImplicitLocked(const std::string& tenant, int64_t now_ms) const {
   int n = 0;
   for (auto it = implicit_.lower_bound(ChunkKey{tenant, "", ""}); it != implicit_.end() && it->first.tenant == tenant;
        ++it)
@@ -398,14 +421,14 @@ int ContextCacheRegistry::LiveImplicitLocked(const std::string& tenant, int64_t 
   return n;
 }
 
-void ContextCacheRegistry::InsertCacheLocked(ContextCache cache) {
+void LocalContextCacheRegistry::InsertCacheLocked(ContextCache cache) {
   for (const CachedChunk& ch : cache.chunks) RefLocked({cache.tenant, cache.model, ch.store_session});
   tenant_caches_[cache.tenant].insert(cache.id);
   std::string id = cache.id;
   caches_.emplace(std::move(id), std::move(cache));
 }
 
-void ContextCacheRegistry::EraseCacheLocked(const std::string& id) {
+void LocalContextCacheRegistry::EraseCacheLocked(const std::string& id) {
   auto it = caches_.find(id);
   ATTIC_CHECK(it != caches_.end());
   const ContextCache& c = it->second;
@@ -416,9 +439,9 @@ void ContextCacheRegistry::EraseCacheLocked(const std::string& id) {
   caches_.erase(it);
 }
 
-void ContextCacheRegistry::RefLocked(const ChunkKey& key) { ++refs_[key]; }
+void LocalContextCacheRegistry::RefLocked(const ChunkKey& key) { ++refs_[key]; }
 
-void ContextCacheRegistry::UnrefLocked(const ChunkKey& key) {
+void LocalContextCacheRegistry::UnrefLocked(const ChunkKey& key) {
   auto it = refs_.find(key);
   ATTIC_CHECK(it != refs_.end() && it->second > 0);
   if (--it->second == 0) {
@@ -427,7 +450,7 @@ void ContextCacheRegistry::UnrefLocked(const ChunkKey& key) {
   }
 }
 
-StatusOr<ContextCache> ContextCacheRegistry::Create(ContextCache cache) {
+StatusOr<ContextCache> LocalContextCacheRegistry::Create(ContextCache cache) {
   std::lock_guard<std::mutex> write(write_mu_);
   const int64_t now = clock_->NowMs();
   if (cache.chunks.empty()) return InvalidArgumentError("a context cache needs at least one chunk");
@@ -446,11 +469,8 @@ StatusOr<ContextCache> ContextCacheRegistry::Create(ContextCache cache) {
   const int64_t stamp_before = last_stamp_ms_;
   cache.id = NewId(now);
   cache.created_at_ms = now;
-  for (size_t i = 0; i < cache.chunks.size(); ++i) {
-    cache.chunks[i].id = ChunkId(cache.id, i);
-    cache.chunks[i].store_session = ChunkStoreSession(cache.chunks[i].tokens, cache.bos);
-  }
-  StatusOr<std::string> text = Dump(CacheJson(cache));
+  internal::AssignChunkIds(&cache);
+  StatusOr<std::string> text = internal::CacheRecordText(cache);
   Status st = text.ok() ? WriteRecord(cache.id + kJson, *text) : text.status();
   if (!st.ok()) {
     last_stamp_ms_ = stamp_before;
@@ -461,7 +481,7 @@ StatusOr<ContextCache> ContextCacheRegistry::Create(ContextCache cache) {
   return cache;
 }
 
-StatusOr<ContextCache> ContextCacheRegistry::Get(const std::string& tenant, const std::string& id) const {
+StatusOr<ContextCache> LocalContextCacheRegistry::Get(const std::string& tenant, const std::string& id) const {
   const int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(mu_);
   const ContextCache* c = FindLiveLocked(tenant, id, now);
@@ -470,7 +490,7 @@ StatusOr<ContextCache> ContextCacheRegistry::Get(const std::string& tenant, cons
 }
 
 StatusOr<std::vector<CachedChunk>> ContextCacheRegistry::Resolve(const std::string& tenant,
-                                                                 const std::string& id) const {
+                                                               const std::string& id) const {
   // "<cache id>-c<index>", the index in canonical decimal.
   std::string cache_id = id;
   int64_t index = -1;
@@ -482,16 +502,15 @@ StatusOr<std::vector<CachedChunk>> ContextCacheRegistry::Resolve(const std::stri
     cache_id = id.substr(0, kCacheIdSize);
     index = std::stoll(digits);
   }
-  const int64_t now = clock_->NowMs();
-  std::lock_guard<std::mutex> lock(mu_);
-  const ContextCache* c = FindLiveLocked(tenant, cache_id, now);
-  if (c == nullptr) return NotFound(id);
-  if (index < 0) return c->chunks;
+  StatusOr<ContextCache> c = Get(tenant, cache_id);
+  if (!c.ok()) return c.status().code() == StatusCode::kNotFound ? NotFound(id) : c.status();
+  if (index < 0) return std::move(c->chunks);
   if (index >= static_cast<int64_t>(c->chunks.size())) return NotFound(id);
-  return std::vector<CachedChunk>{c->chunks[static_cast<size_t>(index)]};
+  return std::vector<CachedChunk>{std::move(c->chunks[static_cast<size_t>(index)])};
 }
 
-CachePage ContextCacheRegistry::List(const std::string& tenant, const std::string& after_id, int limit) const {
+StatusOr<CachePage> LocalContextCacheRegistry::List(const std::string& tenant, const std::string& after_id,
+                                                    int limit) const {
   limit = std::max(limit, 1);
   const int64_t now = clock_->NowMs();
   CachePage page;
@@ -511,7 +530,7 @@ CachePage ContextCacheRegistry::List(const std::string& tenant, const std::strin
   return page;
 }
 
-StatusOr<ContextCache> ContextCacheRegistry::SetExpiry(const std::string& tenant, const std::string& id,
+StatusOr<ContextCache> LocalContextCacheRegistry::SetExpiry(const std::string& tenant, const std::string& id,
                                                        int64_t expires_at_ms) {
   std::lock_guard<std::mutex> write(write_mu_);
   const int64_t now = clock_->NowMs();
@@ -531,7 +550,7 @@ StatusOr<ContextCache> ContextCacheRegistry::SetExpiry(const std::string& tenant
   return updated;
 }
 
-Status ContextCacheRegistry::Delete(const std::string& tenant, const std::string& id) {
+Status LocalContextCacheRegistry::Delete(const std::string& tenant, const std::string& id) {
   std::lock_guard<std::mutex> write(write_mu_);
   const int64_t now = clock_->NowMs();
   {
@@ -544,7 +563,7 @@ Status ContextCacheRegistry::Delete(const std::string& tenant, const std::string
   return OkStatus();
 }
 
-Status ContextCacheRegistry::TouchImplicit(const std::string& tenant, const std::string& model,
+Status LocalContextCacheRegistry::TouchImplicit(const std::string& tenant, const std::string& model,
                                            const std::vector<int32_t>& tokens, bool bos, int64_t expires_at_ms) {
   std::lock_guard<std::mutex> write(write_mu_);
   const int64_t now = clock_->NowMs();
@@ -575,7 +594,11 @@ Status ContextCacheRegistry::TouchImplicit(const std::string& tenant, const std:
   return OkStatus();
 }
 
-bool ContextCacheRegistry::HasImplicit(const std::string& tenant, const std::string& model,
+bool LocalContextCacheRegistry::ReferencesImplicit(const ChunkKey& key) const {
+  return HasImplicit(key.tenant, key.model, key.store_session);
+}
+
+bool LocalContextCacheRegistry::HasImplicit(const std::string& tenant, const std::string& model,
                                        const std::string& store_session) const {
   const int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(mu_);
@@ -583,7 +606,7 @@ bool ContextCacheRegistry::HasImplicit(const std::string& tenant, const std::str
   return it != implicit_.end() && now < it->second.expires_at_ms;
 }
 
-std::vector<ChunkKey> ContextCacheRegistry::ExpireNow() {
+std::vector<ChunkKey> LocalContextCacheRegistry::ExpireNow() {
   std::lock_guard<std::mutex> write(write_mu_);
   const int64_t now = clock_->NowMs();
   std::vector<std::string> cache_ids;
@@ -618,7 +641,7 @@ std::vector<ChunkKey> ContextCacheRegistry::ExpireNow() {
   return out;
 }
 
-std::vector<LiveChunk> ContextCacheRegistry::LiveChunks() const {
+std::vector<LiveChunk> LocalContextCacheRegistry::LiveChunks() const {
   const int64_t now = clock_->NowMs();
   std::map<ChunkKey, LiveChunk> live;
   std::lock_guard<std::mutex> lock(mu_);

@@ -31,7 +31,7 @@ ContextCache NewCache(const std::string& tenant, std::vector<std::vector<int32_t
   return c;
 }
 
-std::unique_ptr<ContextCacheRegistry> OpenOrDie(const std::string& dir, const VirtualClock* clock,
+std::unique_ptr<LocalContextCacheRegistry> OpenOrDie(const std::string& dir, const VirtualClock* clock,
                                                 RegistryOptions options = {}) {
   auto r = ContextCacheRegistry::Open(dir, clock, options);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -64,6 +64,11 @@ std::vector<std::string> Ids(const CachePage& page) {
   std::vector<std::string> ids;
   for (const ContextCache& c : page.data) ids.push_back(c.id);
   return ids;
+}
+
+std::vector<std::string> Ids(const StatusOr<CachePage>& page) {
+  EXPECT_TRUE(page.ok()) << page.status().ToString();
+  return page.ok() ? Ids(*page) : std::vector<std::string>{};
 }
 
 TEST(ChunkStoreSession, EqualForEqualTokensAndBosDifferentOtherwise) {
@@ -131,7 +136,7 @@ TEST(ContextCacheRegistry, CreateRejectsBadCachesAndStoresNothing) {
   ContextCache bad_name = NewCache("alice", {{1}}, kT0 + 1000);
   bad_name.display_name = std::string("\xff\xfe", 2);  // not UTF-8: could not be persisted as JSON
   EXPECT_EQ(reg->Create(bad_name).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(reg->List("alice", "", 10).data.empty());
+  EXPECT_TRUE(reg->List("alice", "", 10)->data.empty());
   EXPECT_TRUE(reg->LiveChunks().empty());
   EXPECT_TRUE(reg->ExpireNow().empty());
 }
@@ -147,7 +152,7 @@ TEST(ContextCacheRegistry, AnotherTenantGetsNotFoundLikeAnUnknownId) {
   EXPECT_EQ(reg->Resolve("bob", c->id + "-c0").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(reg->SetExpiry("bob", c->id, kT0 + 5000).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(reg->Delete("bob", c->id).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(reg->List("bob", "", 10).data.empty());
+  EXPECT_TRUE(reg->List("bob", "", 10)->data.empty());
   // Bob's attempts changed nothing of alice's.
   auto still = reg->Get("alice", c->id);
   ASSERT_TRUE(still.ok());
@@ -169,21 +174,21 @@ TEST(ContextCacheRegistry, ListPagesInCreationOrder) {
     created.push_back(c->id);
     ASSERT_TRUE(reg->Create(NewCache("bob", {{i + 1}}, kT0 + 100'000)).ok());  // interleaved, not listed
   }
-  auto p1 = reg->List("alice", "", 3);
+  CachePage p1 = *reg->List("alice", "", 3);
   EXPECT_EQ(Ids(p1), (std::vector<std::string>(created.begin(), created.begin() + 3)));
   EXPECT_TRUE(p1.has_more);
-  auto p2 = reg->List("alice", p1.data.back().id, 3);
+  CachePage p2 = *reg->List("alice", p1.data.back().id, 3);
   EXPECT_EQ(Ids(p2), (std::vector<std::string>(created.begin() + 3, created.begin() + 6)));
   EXPECT_TRUE(p2.has_more);
-  auto p3 = reg->List("alice", p2.data.back().id, 3);
+  CachePage p3 = *reg->List("alice", p2.data.back().id, 3);
   EXPECT_EQ(Ids(p3), (std::vector<std::string>{created[6]}));
   EXPECT_FALSE(p3.has_more);
   // Exactly a page's worth left: no more after it.
-  auto exact = reg->List("alice", created[3], 3);
+  CachePage exact = *reg->List("alice", created[3], 3);
   EXPECT_EQ(Ids(exact), (std::vector<std::string>(created.begin() + 4, created.end())));
   EXPECT_FALSE(exact.has_more);
-  EXPECT_EQ(reg->List("alice", "", 100).data.size(), 7u);
-  EXPECT_EQ(reg->List("alice", "", 0).data.size(), 1u);  // a limit below 1 counts as 1
+  EXPECT_EQ(reg->List("alice", "", 100)->data.size(), 7u);
+  EXPECT_EQ(reg->List("alice", "", 0)->data.size(), 1u);  // a limit below 1 counts as 1
 
   // The cursor is a position: deleting the cache it names does not break the iteration.
   ASSERT_TRUE(reg->Delete("alice", created[2]).ok());
@@ -192,10 +197,10 @@ TEST(ContextCacheRegistry, ListPagesInCreationOrder) {
   auto last = reg->SetExpiry("alice", created[6], kT0 + 50);
   ASSERT_TRUE(last.ok());
   clock.Set(kT0 + 60);
-  auto tail = reg->List("alice", created[4], 10);
+  CachePage tail = *reg->List("alice", created[4], 10);
   EXPECT_EQ(Ids(tail), (std::vector<std::string>{created[5]}));
   EXPECT_FALSE(tail.has_more);
-  EXPECT_FALSE(reg->List("alice", created[4], 1).has_more);
+  EXPECT_FALSE(reg->List("alice", created[4], 1)->has_more);
 }
 
 TEST(ContextCacheRegistry, ExpiryReportsOnlyChunksNoLongerReferenced) {
@@ -327,7 +332,7 @@ TEST(ContextCacheRegistry, PerTenantLimits) {
   EXPECT_TRUE(reg->Create(NewCache("bob", {{3}}, kT0 + 1000)).ok());  // per tenant
   clock.Set(kT0 + 100);  // one of alice's expires: room again, even before ExpireNow
   EXPECT_TRUE(reg->Create(NewCache("alice", {{3}}, kT0 + 1000)).ok());
-  EXPECT_EQ(reg->List("alice", "", 10).data.size(), 2u);
+  EXPECT_EQ(reg->List("alice", "", 10)->data.size(), 2u);
 
   ASSERT_TRUE(reg->TouchImplicit("alice", kModel, {1}, true, kT0 + 200).ok());
   EXPECT_EQ(reg->TouchImplicit("alice", kModel, {2}, true, kT0 + 200).code(), StatusCode::kResourceExhausted);
@@ -481,7 +486,7 @@ TEST(ContextCacheRegistry, RecordsOfANewerVersionAreLeftAlone) {
   EXPECT_EQ(reg->open_report().newer, 1);
   EXPECT_EQ(reg->open_report().corrupt, 0);
   EXPECT_EQ(ReadAll(tmp.File(id + ".json")), text);
-  EXPECT_TRUE(reg->List("", "", 10).data.empty());
+  EXPECT_TRUE(reg->List("", "", 10)->data.empty());
 }
 
 TEST(ContextCacheRegistry, LiveChunksListsEachReferencedChunkOnce) {
@@ -520,8 +525,8 @@ TEST(ContextCacheRegistry, ConcurrentCallsKeepCountsConsistent) {
   }
   for (auto& th : threads) th.join();
   // Each thread kept kEach / 2 caches; {99} is still referenced by every tenant's.
-  EXPECT_EQ(reg->List("tenant0", "", 100).data.size(), static_cast<size_t>(kEach));
-  EXPECT_EQ(reg->List("tenant1", "", 100).data.size(), static_cast<size_t>(kEach));
+  EXPECT_EQ(reg->List("tenant0", "", 100)->data.size(), static_cast<size_t>(kEach));
+  EXPECT_EQ(reg->List("tenant1", "", 100)->data.size(), static_cast<size_t>(kEach));
   std::set<ChunkKey> reported;
   for (const ChunkKey& k : reg->ExpireNow()) reported.insert(k);
   // The deleted caches' own chunks {t, i} (even i), and nothing else.

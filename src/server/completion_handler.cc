@@ -135,6 +135,10 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
         // A chunk id is its cache's id ("ctx-" + 24 hex) + "-c" + index.
         auto cache = registry->Get(tenant, part.cache_id.substr(0, 28));
         auto chunks = registry->Resolve(tenant, part.cache_id);
+        // A registry that did not answer (the shared one, with --kv-remote) is its error
+        // (503), never a 404 that would tell the client the cache is gone.
+        for (const Status& st : {cache.status(), chunks.status()})
+          if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
         if (!chunks.ok() || !cache.ok() || cache->model != model_name)
           return NotFoundError("No context cache or chunk '" + part.cache_id + "' (unknown, expired or deleted)");
         for (pic::CachedChunk& c : *chunks) pieces.push_back({std::move(c.tokens), true, cache->bos});

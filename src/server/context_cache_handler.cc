@@ -46,6 +46,15 @@ ApiError NotFound(const std::string& id) {
   return e;
 }
 
+// The error for a cache lookup that found no cache of the served model: 404, or what a
+// registry that did not answer (the shared one, with --kv-remote) failed with (503).
+std::optional<ApiError> Missing(const StatusOr<pic::ContextCache>& c, const std::string& id,
+                                const std::string& model_name) {
+  if (c.ok()) return c->model == model_name ? std::nullopt : std::optional<ApiError>(NotFound(id));
+  if (c.status().code() == StatusCode::kNotFound) return NotFound(id);
+  return ErrorFromStatus(c.status());
+}
+
 json CacheObject(const pic::ContextCache& c) {
   json chunks = json::array();
   for (const pic::CachedChunk& ch : c.chunks) chunks.push_back({{"id", ch.id}, {"n_tokens", ch.tokens.size()}});
@@ -219,15 +228,16 @@ void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
     }
     const std::string after = req.get_param_value("after");
     if (after.size() > 256) return SendError(res, Bad("after", "'after' is longer than 256 bytes"));
-    pic::CachePage page = registry->List(tenant, after, limit);
+    StatusOr<pic::CachePage> page = registry->List(tenant, after, limit);
+    if (!page.ok()) return SendError(res, ErrorFromStatus(page.status()));  // the shared registry did not answer
     json data = json::array();
-    for (const auto& c : page.data)
+    for (const auto& c : page->data)
       if (c.model == model_name) data.push_back(CacheObject(c));
     json j{{"object", "list"},
            {"data", data},
            {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
            {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
-           {"has_more", page.has_more}};
+           {"has_more", page->has_more}};
     res.set_content(j.dump(), "application/json");
   });
 
@@ -237,7 +247,7 @@ void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
     if (registry == nullptr) return unavailable(res, *this);
     const std::string id = req.matches[1];
     auto c = registry->Get(tenant, id);
-    if (!c.ok() || c->model != model_name) return SendError(res, NotFound(id));
+    if (auto e = Missing(c, id, model_name)) return SendError(res, *e);
     res.set_content(CacheObject(*c).dump(), "application/json");
   });
 
@@ -259,7 +269,7 @@ void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
     if (auto e = ReadExpiry(b, caches->options().max_ttl_ms, &expires_at, &given)) return SendError(res, *e);
     if (!given) return SendError(res, Bad("ttl", "give 'ttl' or 'expire_at'", "missing_required_parameter"));
     auto old = registry->Get(tenant, id);
-    if (!old.ok() || old->model != model_name) return SendError(res, NotFound(id));
+    if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
     auto c = registry->SetExpiry(tenant, id, expires_at);
     if (!c.ok()) {
       if (c.status().code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
@@ -275,7 +285,7 @@ void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
     if (caches == nullptr) return unavailable(res, *this);
     const std::string id = req.matches[1];
     auto old = registry->Get(tenant, id);
-    if (!old.ok() || old->model != model_name) return SendError(res, NotFound(id));
+    if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
     Status st = registry->Delete(tenant, id);
     if (!st.ok()) {
       if (st.code() == StatusCode::kNotFound) return SendError(res, NotFound(id));

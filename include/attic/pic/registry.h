@@ -18,10 +18,11 @@
 // Only names of exactly these patterns are ever read, written or removed; any other file
 // or directory (and links) is left untouched (counted in RegistryOpenReport::foreign).
 //
-// Thread-safety: every method may be called from any thread. Reads (Get, Resolve, List,
-// HasImplicit, LiveChunks) take one mutex for memory work only; changes (Create,
-// SetExpiry, Delete, TouchImplicit, ExpireNow) are serialized among themselves and do
-// their file I/O without holding the readers' mutex.
+// With --kv-remote the records of context caches live in the Redis Cluster instead, shared
+// by every instance (SharedContextCacheRegistry, attic/pic/shared_registry.h); both are a
+// ContextCacheRegistry.
+//
+// Thread-safety: see each class.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,8 @@ struct ContextCache {
 // little-endian int32). A 64-bit hash may collide: a caller linking an entry compares the
 // entry's token ids (the store keeps them) with the chunk's.
 std::string ChunkStoreSession(const std::vector<int32_t>& tokens, bool bos);
+// The prefix of every ChunkStoreSession ("ctx:").
+inline constexpr char kChunkStoreSessionPrefix[] = "ctx:";
 // Whether `session_id` is of that form's namespace (starts with "ctx:"). A server must refuse
 // such session ids from users, so that no conversation can overwrite a chunk's entry.
 bool IsChunkStoreSession(std::string_view session_id);
@@ -111,41 +114,49 @@ struct RegistryOpenReport {
   int foreign = 0;    // anything else in the directory: left untouched
 };
 
+class LocalContextCacheRegistry;
+
+// The registry's interface: the local registry (LocalContextCacheRegistry, below: one
+// instance's records, in memory or in files) and the shared one
+// (attic/pic/shared_registry.h: records in a Redis Cluster that several instances share,
+// with --kv-remote) behave alike; the server and ContextCacheService use only this.
+// A backend whose storage can fail (the shared one) returns Unavailable /
+// DeadlineExceeded for a call the storage did not answer; NotFound means not found.
 class ContextCacheRegistry {
  public:
-  // dir "" = in memory only; else records persist in `dir` (created if missing) and are
-  // loaded here (see the file comment; the chunks of records found expired are reported by
-  // the first ExpireNow). clock null = the system clock (tests pass a store::VirtualClock,
-  // which must outlive the registry). Unavailable when `dir` cannot be created or listed.
-  static StatusOr<std::unique_ptr<ContextCacheRegistry>> Open(const std::string& dir,
-                                                              const store::Clock* clock = nullptr,
-                                                              RegistryOptions options = {});
-  ~ContextCacheRegistry();
-  ContextCacheRegistry(const ContextCacheRegistry&) = delete;
-  ContextCacheRegistry& operator=(const ContextCacheRegistry&) = delete;
+  // The local registry. dir "" = in memory only; else records persist in `dir` (created
+  // if missing) and are loaded here (see the file comment; the chunks of records found
+  // expired are reported by the first ExpireNow). clock null = the system clock (tests
+  // pass a store::VirtualClock, which must outlive the registry). Unavailable when `dir`
+  // cannot be created or listed.
+  static StatusOr<std::unique_ptr<LocalContextCacheRegistry>> Open(const std::string& dir,
+                                                                   const store::Clock* clock = nullptr,
+                                                                   RegistryOptions options = {});
+  virtual ~ContextCacheRegistry() = default;
 
   // Assigns the id and chunk ids, computes the chunks' store sessions, stamps created_at
   // (`cache`'s own values of those are ignored) and stores it; returns the stored cache.
   // InvalidArgument: no chunks, an empty chunk, expires_at_ms <= now, a string that is not
   // UTF-8. ResourceExhausted: the tenant's limit. A failed write (Unavailable, ...) stores nothing.
-  StatusOr<ContextCache> Create(ContextCache cache);
+  virtual StatusOr<ContextCache> Create(ContextCache cache) = 0;
   // NotFound ("context cache '<id>' not found") for an unknown id, an expired cache or
   // another tenant's: the same status, so that no tenant learns another's ids.
-  StatusOr<ContextCache> Get(const std::string& tenant, const std::string& id) const;
+  virtual StatusOr<ContextCache> Get(const std::string& tenant, const std::string& id) const = 0;
   // A chunk by its chunk id (one chunk), or a cache by its id (its chunks in order).
   // NotFound as Get (also for a chunk index the cache does not have).
   StatusOr<std::vector<CachedChunk>> Resolve(const std::string& tenant, const std::string& id) const;
   // The tenant's live caches in creation order, oldest first, starting after `after_id`
   // ("" = from the first): a position in that order, not a reference, so an expired or
   // deleted cursor still works. At most `limit` (values < 1 count as 1).
-  CachePage List(const std::string& tenant, const std::string& after_id, int limit) const;
+  virtual StatusOr<CachePage> List(const std::string& tenant, const std::string& after_id, int limit) const = 0;
   // Sets a live cache's expiry (longer or shorter); returns it. InvalidArgument when
   // expires_at_ms <= now; NotFound as Get. Once it expires, the ExpireNow after that reports
   // its chunks (like any cache's).
-  StatusOr<ContextCache> SetExpiry(const std::string& tenant, const std::string& id, int64_t expires_at_ms);
+  virtual StatusOr<ContextCache> SetExpiry(const std::string& tenant, const std::string& id,
+                                           int64_t expires_at_ms) = 0;
   // Removes a live cache. NotFound as Get. Its chunks that nothing else references are
   // returned by the next ExpireNow.
-  Status Delete(const std::string& tenant, const std::string& id);
+  virtual Status Delete(const std::string& tenant, const std::string& id) = 0;
 
   // Implicit caching (Anthropic-style cache_control on a text part): keeps the chunk
   // (tenant, model, ChunkStoreSession(tokens, bos)) alive until expires_at_ms; extends, never
@@ -153,10 +164,11 @@ class ContextCacheRegistry {
   // and an fsync: a caller refreshing a 5-minute TTL on every request may round expiries up,
   // e.g. to the minute, to write less). InvalidArgument: empty tokens, expires_at_ms <= now,
   // a string that is not UTF-8. ResourceExhausted: the tenant's limit.
-  Status TouchImplicit(const std::string& tenant, const std::string& model, const std::vector<int32_t>& tokens,
-                       bool bos, int64_t expires_at_ms);
+  virtual Status TouchImplicit(const std::string& tenant, const std::string& model, const std::vector<int32_t>& tokens,
+                               bool bos, int64_t expires_at_ms) = 0;
   // Whether a live implicit record of that chunk exists (a caller deciding to link it).
-  bool HasImplicit(const std::string& tenant, const std::string& model, const std::string& store_session) const;
+  virtual bool HasImplicit(const std::string& tenant, const std::string& model,
+                           const std::string& store_session) const = 0;
 
   // Drops expired caches and implicit records (and their files) and returns, sorted, the
   // chunks that no live cache or implicit record of the same tenant and model references
@@ -167,20 +179,47 @@ class ContextCacheRegistry {
   // linking a chunk treats a missing entry (also evicted, or expired by the store's own TTL)
   // as a miss: it prefills and saves the chunk again. Call it periodically: what Delete and
   // expiry leave for it accumulates until then.
-  std::vector<ChunkKey> ExpireNow();
+  virtual std::vector<ChunkKey> ExpireNow() = 0;
+};
+
+// The local registry: one instance's records, in memory or in one directory (the file
+// comment). Thread-safety: every method may be called from any thread. Reads (Get,
+// Resolve, List, HasImplicit, LiveChunks) take one mutex for memory work only; changes
+// (Create, SetExpiry, Delete, TouchImplicit, ExpireNow) are serialized among themselves and
+// do their file I/O without holding the readers' mutex.
+class LocalContextCacheRegistry final : public ContextCacheRegistry {
+ public:
+  ~LocalContextCacheRegistry() override;
+  LocalContextCacheRegistry(const LocalContextCacheRegistry&) = delete;
+  LocalContextCacheRegistry& operator=(const LocalContextCacheRegistry&) = delete;
+
+  StatusOr<ContextCache> Create(ContextCache cache) override;
+  StatusOr<ContextCache> Get(const std::string& tenant, const std::string& id) const override;
+  StatusOr<CachePage> List(const std::string& tenant, const std::string& after_id, int limit) const override;
+  StatusOr<ContextCache> SetExpiry(const std::string& tenant, const std::string& id, int64_t expires_at_ms) override;
+  Status Delete(const std::string& tenant, const std::string& id) override;
+  Status TouchImplicit(const std::string& tenant, const std::string& model, const std::vector<int32_t>& tokens,
+                       bool bos, int64_t expires_at_ms) override;
+  bool HasImplicit(const std::string& tenant, const std::string& model,
+                   const std::string& store_session) const override;
+  std::vector<ChunkKey> ExpireNow() override;
   // Every chunk a live cache or implicit record references, once each, sorted by key (a
   // caller checks that the store still holds them).
   std::vector<LiveChunk> LiveChunks() const;
+  // Whether a live implicit record references the chunk (the shared registry keeps its
+  // implicit records in a local one and asks before erasing a chunk of a shared cache).
+  bool ReferencesImplicit(const ChunkKey& key) const;
 
   const RegistryOpenReport& open_report() const { return open_report_; }
 
  private:
+  friend class ContextCacheRegistry;
   struct Implicit {  // an implicit chunk record
     std::vector<int32_t> tokens;
     bool bos = true;
     int64_t expires_at_ms = 0;
   };
-  ContextCacheRegistry(std::string dir, const store::Clock* clock, RegistryOptions options);
+  LocalContextCacheRegistry(std::string dir, const store::Clock* clock, RegistryOptions options);
   Status Load();
   Status WriteRecord(const std::string& name, const std::string& text);
   Status RemoveRecord(const std::string& name);
