@@ -39,7 +39,15 @@ std::string ContextCacheService::StoreKey(const std::string& tenant, const std::
 }
 
 bool ContextCacheService::Stored(const std::string& tenant, const std::vector<int32_t>& tokens, bool bos) const {
-  return store_.Contains(StoreKey(tenant, tokens, bos));
+  return Have(tenant, tokens, bos, StoreKey(tenant, tokens, bos));
+}
+
+bool ContextCacheService::Have(const std::string& tenant, const std::vector<int32_t>& tokens, bool bos,
+                               const std::string& key) const {
+  if (store_.Contains(key)) return true;
+  // Another instance's KVGen of it, in the shared tier (--kv-remote): indexed here once found.
+  store_.DiscoverSession(tenant, ChunkStoreSession(tokens, bos));
+  return store_.Contains(key);
 }
 
 StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std::vector<std::vector<int32_t>>& chunks,
@@ -70,7 +78,7 @@ StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std
   int computed = 0;
   for (const auto& tokens : chunks) {
     const std::string key = StoreKey(tenant, tokens, bos);
-    if (!seen.insert(key).second || store_.Contains(key)) continue;
+    if (!seen.insert(key).second || Have(tenant, tokens, bos, key)) continue;
     while (in_flight.size() >= window && failed.ok()) wait_oldest();
     if (!failed.ok()) break;
     engine::GenerationRequest r;
@@ -109,7 +117,10 @@ StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, co
   int fresh_tokens = 0;
   for (const auto& c : chunks) {
     const std::string key = StoreKey(tenant, c, options_.chunk_bos);
-    if (!store_.Contains(key) && pending.insert(key).second) fresh_tokens += static_cast<int>(c.size());
+    if (pending.count(key) == 0 && !Have(tenant, c, options_.chunk_bos, key)) {
+      pending.insert(key);
+      fresh_tokens += static_cast<int>(c.size());
+    }
   }
   ATTIC_RETURN_IF_ERROR(Generate(tenant, chunks, options_.chunk_bos, deadline).status());
   *computed = fresh_tokens;
@@ -140,6 +151,7 @@ StatusOr<std::shared_ptr<const engine::LinkSpec>> ContextCacheService::Link(
     if (p.cached && !p.tokens.empty()) {
       std::string key = StoreKey(tenant, p.tokens, p.bos);
       ++prep->chunks;
+      if (!store_.Contains(key)) Have(tenant, p.tokens, p.bos, key);
       if (auto tier = store_.TierOf(key)) {
         ++prep->hits_by_tier[store_.tier_name(*tier)];
       } else {

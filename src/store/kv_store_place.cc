@@ -163,7 +163,9 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
     }
   }
   if (placed) {
-    if (options_.write_through) WriteThrough(lock, &info, bytes);
+    const std::string& through = options_.write_through_session_prefix;
+    if (options_.write_through || (!through.empty() && info.session_id.compare(0, through.size(), through) == 0))
+      WriteThrough(lock, &info, bytes);
     IndexLocked(std::move(info));
     ++stats_.saves;
     stats_.bytes_saved += size;

@@ -102,6 +102,10 @@ class ContextCacheService {
   int Sweep();
 
  private:
+  // Whether the store holds the chunk's entry `key` (StoreKey): indexed here, or found in
+  // a shared tier (another instance's KVGen, --kv-remote) and indexed now.
+  bool Have(const std::string& tenant, const std::vector<int32_t>& tokens, bool bos, const std::string& key) const;
+
   engine::Engine& engine_;
   engine::Scheduler& scheduler_;
   store::KvStore& store_;

@@ -98,6 +98,11 @@ struct StoreOptions {
   // right away. Off (write-back): an entry reaches the shared tier only when it is
   // demoted there. A failed write-through leaves the entry where it was placed.
   bool write_through = false;
+  // Saves of sessions whose id starts with this prefix are written through to a shared
+  // tier whatever write_through says ("" = none). The server gives the context-cache
+  // chunks' prefix ("ctx:", pic::ChunkStoreSession): a cache created on one instance is
+  // linked on any other from the shared tier.
+  std::string write_through_session_prefix;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
 };
@@ -328,6 +333,11 @@ class KvStore {
   std::vector<SessionInfo> ListSessions(const std::string& tenant);
   bool Contains(const std::string& key) const;
   std::optional<TierLevel> TierOf(const std::string& key) const;
+  // When `session_id` is not indexed here, asks the shared tiers for the session's newest
+  // entry (another instance saved it), checks its header and indexes it where it is (a
+  // no-op without a shared tier or when the session is indexed). Tier I/O with no lock
+  // held; takes place_mu_ and mu_ to index. REQUIRES: neither held.
+  void DiscoverSession(const std::string& tenant, const std::string& session_id);
   int n_tiers() const { return static_cast<int>(tiers_.size()); }
   // The name tier `level` gives itself ("dram", "ssd", ...).
   std::string tier_name(TierLevel level) const { return tiers_.at(TierIndex(level))->name(); }
@@ -409,10 +419,6 @@ class KvStore {
   Status Rebuild();
 
   // --- Shared tiers (kv_store_shared.cc) ---
-  // When `session_id` is not indexed here, asks the shared tiers for the session's newest
-  // entry (another instance saved it), checks its header and indexes it where it is.
-  // Tier I/O with no lock held; takes place_mu_ and mu_ to index. REQUIRES: neither held.
-  void DiscoverSession(const std::string& tenant, const std::string& session_id);
   // DiscoverSession for the first few queued jobs (SetLookAhead) whose sessions are not
   // indexed, each at most once a second: on the prefetch thread, so that their admission
   // finds them indexed (and the prefetch policy can promote them) instead of asking the
