@@ -11,6 +11,7 @@
 
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
+#include "attic/pic/shared_registry.h"
 #include "attic/store/tier.h"
 #include "attic/core/thread_name.h"
 #include "server/access_log.h"
@@ -84,6 +85,9 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
   if (options.kv_store) {
     store::StoreOptions so = options.store;
     so.fingerprint = engine.model().fingerprint();
+    // Context caches are created on one instance and linked on any: their chunks' KV
+    // goes to the shared tier at once, whatever the write policy.
+    if (!options.remote.url.empty()) so.write_through_session_prefix = pic::kChunkStoreSessionPrefix;
     auto tiers = store::KvStore::LocalTiers(so);
     if (!tiers.ok()) return tiers.status().WithContext("KV store");
     if (!options.remote.url.empty()) {  // the shared remote tier, below DRAM and SSD
@@ -95,11 +99,25 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
     if (!st.ok()) return st.status().WithContext("KV store");
     im.store = std::move(*st);
     im.scheduler->set_store(im.store.get());
-    // Context caches: the registry persists beside the SSD tier (restart), else in memory.
-    const std::string dir = so.ssd_dir.empty() ? "" : JoinPath(so.ssd_dir, store::SsdTier::kContextCacheDirName);
-    auto reg = pic::ContextCacheRegistry::Open(dir);
-    if (!reg.ok()) return reg.status().WithContext("context-cache registry");
-    im.registry = std::move(*reg);
+    if (!options.remote.url.empty()) {
+      // Context caches shared by every instance on the cluster (docs/serving.md).
+      pic::SharedRegistryOptions ro;
+      ro.url = options.remote.url;
+      ro.prefix = options.remote.prefix;
+      ro.scope = so.fingerprint;
+      ro.connect_timeout = options.remote.connect_timeout;
+      ro.command_timeout = options.remote.command_timeout;
+      ro.retry_budget = options.remote.retry_budget;
+      auto reg = pic::SharedContextCacheRegistry::Open(ro);
+      if (!reg.ok()) return reg.status().WithContext("--kv-remote: context-cache registry");
+      im.registry = std::move(*reg);
+    } else {
+      // Context caches: the registry persists beside the SSD tier (restart), else in memory.
+      const std::string dir = so.ssd_dir.empty() ? "" : JoinPath(so.ssd_dir, store::SsdTier::kContextCacheDirName);
+      auto reg = pic::ContextCacheRegistry::Open(dir);
+      if (!reg.ok()) return reg.status().WithContext("context-cache registry");
+      im.registry = std::move(*reg);
+    }
     pic::ContextCacheOptions co;
     co.model = im.model_name;
     co.chunk_bos = options.link_chunk_bos;
@@ -160,6 +178,7 @@ Status Server::Start() {
     im.started = true;
   }
   im.step_thread = StartNamedThread("attic-step", [&im] { im.StepLoop(); });
+  if (im.caches != nullptr) im.sweep_thread = StartNamedThread("attic-sweep", [&im] { im.SweepLoop(); });
   // The HTTP request workers, started by this thread, inherit its name.
   im.http_thread = StartNamedThread("attic-http", [&im] { im.http.listen_after_bind(); });
   // Listening for real before this returns: httplib's stop() does nothing until its
@@ -194,6 +213,8 @@ void Server::Stop() {
   // then the HTTP side stops accepting and joins its threads.
   im.stopping.store(true);
   if (im.step_thread.joinable()) im.step_thread.join();
+  im.WakeSweep();
+  if (im.sweep_thread.joinable()) im.sweep_thread.join();
   im.http.stop();
   if (im.http_thread.joinable()) im.http_thread.join();
   std::lock_guard<std::mutex> lock(im.state_mu);
@@ -206,13 +227,28 @@ void Server::Impl::StepLoop() {
   while (!stopping.load()) {
     if (store != nullptr && std::chrono::steady_clock::now() >= next_expiry) {
       store->ExpireNow();
-      if (caches != nullptr) caches->Sweep();
       next_expiry = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.store_expire_interval_ms);
     }
     if (!scheduler->WaitForWork(std::chrono::milliseconds(50))) continue;
     scheduler->Step();
   }
   scheduler->Shutdown();
+}
+
+void Server::Impl::SweepLoop() {
+  std::unique_lock<std::mutex> lock(sweep_mu);
+  while (!stopping.load()) {
+    lock.unlock();
+    caches->Sweep();
+    lock.lock();
+    sweep_cv.wait_for(lock, std::chrono::milliseconds(options.store_expire_interval_ms),
+                      [this] { return stopping.load(); });
+  }
+}
+
+void Server::Impl::WakeSweep() {
+  std::lock_guard<std::mutex> lock(sweep_mu);
+  sweep_cv.notify_all();
 }
 
 std::optional<ApiError> Server::Impl::Authenticate(const httplib::Request& req, std::string* tenant) const {

@@ -44,6 +44,12 @@ struct Server::Impl {
   HttpTransport http;
   std::thread step_thread;
   std::thread http_thread;
+  // Drops expired context caches and erases their chunks' KV every
+  // store_expire_interval_ms: off the step loop, since the shared registry's sweep asks
+  // the cluster (a slow one must not stall decoding).
+  std::thread sweep_thread;
+  std::mutex sweep_mu;
+  std::condition_variable sweep_cv;
   std::atomic<bool> stopping{false};
   std::mutex state_mu;
   std::condition_variable state_cv;
@@ -60,6 +66,8 @@ struct Server::Impl {
 
   void SetupRoutes();
   void StepLoop();
+  void SweepLoop();
+  void WakeSweep();  // after `stopping` is set: SweepLoop returns
   // Tenant of the request, or a 401.
   std::optional<ApiError> Authenticate(const httplib::Request& req, std::string* tenant) const;
   void SendError(httplib::Response& res, const ApiError& error) const;
