@@ -4,7 +4,8 @@
 // on server A is read, listed, patched, deleted and linked on server B; B links A's
 // chunks from the cluster (no prefill) and answers exactly as A does; tenants stay apart
 // on every server; expiry holds on every server; a chunk whose KV left the cluster is
-// prefilled again on B, and B still answers as A does.
+// prefilled again on B, and B still answers as A does; a cluster that does not answer
+// makes the cache endpoints 503, not 404.
 //
 // Both servers run --kv-remote-write back: sessions reach the cluster only when demoted,
 // so what B finds there is the context chunks' write-through alone. Under --deterministic
@@ -193,4 +194,29 @@ test('a chunk whose KV left the cluster is prefilled again, never made up', { sk
   assert.equal(remoteHits(mb1) - remoteHits(mb0), 0);
   const onA = await chat(ca, parts, { link: { method: 'naive' } });  // A's chunks are in its DRAM
   assert.equal(onB.choices[0].message.content, onA.choices[0].message.content);
+});
+
+test('a cluster that does not answer is a 503, never a 404 that would say a cache is gone', async () => {
+  // Nothing listens on port 1: every call to the cluster fails at once.
+  const s = await startServer(['-m', stories, '--chat-template', 'chatml', '--max-resident', '0', '--kv-dram', '64M',
+    '--kv-remote', 'redis://127.0.0.1:1', '--kv-remote-timeout', '200', '--api-key', key('x')]);
+  servers.push(s);
+  const c = client(s, key('x'));
+  const id = 'ctx-0123456789abcdef01234567';
+  const unavailable = (what) => (e) => {
+    assert.equal(e.status, 503, `${what}: ${e.message}`);
+    assert.equal(e.error.code, 'unavailable', what);
+    return true;
+  };
+  await assert.rejects(c.get(`/context_caches/${id}`), unavailable('get'));
+  await assert.rejects(c.get('/context_caches'), unavailable('list'));
+  await assert.rejects(c.patch(`/context_caches/${id}`, { body: { ttl: 60 } }), unavailable('patch'));
+  await assert.rejects(c.delete(`/context_caches/${id}`), unavailable('delete'));
+  await assert.rejects(chat(c, [cachePart(id), text(ask)]), unavailable('link'));
+  await assert.rejects(c.post('/context_caches', { body: { model, chunks: [chunkTexts[0]] } }), unavailable('create'));
+  // Input errors are still 400s, and a request without caches is served.
+  const bad = await raw(s, key('x'), 'POST', '/context_caches', { model, chunks: [] });
+  assert.equal(bad.status, 400, bad.body);
+  const plain = await chat(c, [text(ask)]);
+  assert.ok(plain.choices[0].message.content.length > 0);
 });
