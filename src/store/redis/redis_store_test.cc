@@ -36,9 +36,10 @@ struct Instance {
 // --kv-dram ... --kv-remote ...` makes it.
 Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
               const std::string& url = "redis://" + redis::testing::TestNodes(),
-              PolicyKind policy = PolicyKind::kLru) {
+              PolicyKind policy = PolicyKind::kLru, const std::string& write_through_session_prefix = "") {
   StoreOptions o = TierTestOptions(policy);
   o.write_through = write_through;
+  o.write_through_session_prefix = write_through_session_prefix;
   RedisTierOptions r;
   r.url = url;
   r.prefix = prefix;
@@ -111,6 +112,37 @@ TEST(KvStoreOnRedis, ASessionSavedByOneStoreIsFoundByAnotherOfTheSameTenantOnly)
   auto m2 = c.store->Lookup("tenant-1", "j1", Range(1000, 49));
   ASSERT_TRUE(m2.has_value());
   EXPECT_EQ(m2->entry_tokens, 48);
+}
+
+// Context-cache chunks (sessions "ctx:...") are written through under write-back, so
+// that another instance finds them by session at once (DiscoverSession, as linking asks);
+// other sessions stay local until demoted.
+TEST(KvStoreOnRedis, SessionsOfTheWriteThroughPrefixReachTheClusterUnderWriteBack) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, /*write_through=*/false, "redis://" + redis::testing::TestNodes(), PolicyKind::kLru,
+                    "ctx:");
+  Instance b = Open(prefix, 8, /*write_through=*/false);
+  const KvEntry chunk = MakeEntry(Range(500, 32), "ctx:00000000000000ab", "default", 2, 8, "fp-A", 7);
+  ASSERT_TRUE(a.store->Save(chunk).ok());
+  ASSERT_TRUE(a.store->Save(Job(1)).ok());
+  EXPECT_EQ(a.store->Stats().write_throughs, 1u);
+  EXPECT_EQ(a.remote->stats().puts, 1u);
+  EXPECT_EQ(a.store->TierOf(chunk.key().ToString()), TierAt(0));  // and its copy in the cluster
+  // B does not index what it never saw until it asks by session.
+  EXPECT_FALSE(b.store->Contains(chunk.key().ToString()));
+  b.store->DiscoverSession("default", "ctx:00000000000000ab");
+  EXPECT_EQ(b.store->TierOf(chunk.key().ToString()), TierAt(1));
+  auto e = b.store->Load(chunk.key().ToString());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->k, chunk.k);
+  EXPECT_EQ(e->v, chunk.v);
+  EXPECT_EQ(e->tokens, chunk.tokens);
+  // Another tenant asking for the same session finds nothing; Job(1) never left A.
+  b.store->DiscoverSession("tenant-2", "ctx:00000000000000ab");
+  b.store->DiscoverSession("default", "j1");
+  EXPECT_EQ(b.store->Stats().shared_found, 1u);
+  EXPECT_FALSE(b.store->Contains(Job(1).key().ToString()));
 }
 
 // The scheduler-aware prefetcher looks for queued jobs' sessions in the cluster (off the
