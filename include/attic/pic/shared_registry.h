@@ -114,7 +114,8 @@ class SharedContextCacheRegistry final : public ContextCacheRegistry {
   Status NoteTenant(const std::string& tenant);
   // The chunk references among `refs` that no live cache of `tenant` names (HMGET refs);
   // an error when the cluster did not answer.
-  StatusOr<std::vector<std::string>> Unreferenced(const std::string& tenant, const std::vector<std::string>& refs) const;
+  StatusOr<std::vector<std::string>> Unreferenced(const std::string& tenant,
+                                                  const std::vector<std::string>& refs) const;
 
   const SharedRegistryOptions options_;
   const store::Clock* clock_;

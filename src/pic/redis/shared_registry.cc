@@ -269,7 +269,8 @@ StatusOr<ContextCache> SharedContextCacheRegistry::SetExpiry(const std::string& 
   ATTIC_ASSIGN_OR_RETURN(std::string text, internal::CacheRecordText(c));
   const TenantKeys k = KeysOf(tenant);
   const std::string rec = k.rec_prefix + id, expires = std::to_string(expires_at_ms), now_s = std::to_string(now);
-  ATTIC_ASSIGN_OR_RETURN(Reply r, client_->Run(rec, {"EVAL", kExpiryScript, "2", rec, k.exp, id, text, expires, now_s}));
+  ATTIC_ASSIGN_OR_RETURN(Reply r,
+                         client_->Run(rec, {"EVAL", kExpiryScript, "2", rec, k.exp, id, text, expires, now_s}));
   ATTIC_RETURN_IF_ERROR(Check(r));
   if (r->type != REDIS_REPLY_INTEGER) return InternalError("context caches: unexpected reply to a patch");
   if (r->integer == 0) return internal::CacheNotFound(id);  // deleted or expired meanwhile
@@ -368,7 +369,8 @@ std::vector<ChunkKey> SharedContextCacheRegistry::ExpireNow() {
         warn(rs);
         continue;
       }
-      for (size_t j = 0; j < (*r)->elements; ++j) out.insert(KeyOfReference(tenant, std::string(ReplyText(*(*r)->element[j]))));
+      for (size_t j = 0; j < (*r)->elements; ++j)
+        out.insert(KeyOfReference(tenant, std::string(ReplyText(*(*r)->element[j]))));
     }
   }
   std::vector<ChunkKey> result;
