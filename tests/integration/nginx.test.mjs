@@ -49,7 +49,9 @@ async function freePort() {
 }
 
 async function startNginx(upstreams) {
-  const dir = path.join(tmpRoot, `nginx-${process.pid}`);
+  // One state directory per build: an nginx that a killed run left there is stopped by
+  // the next start.
+  const dir = path.join(tmpRoot, 'nginx');
   fs.mkdirSync(tmpRoot, { recursive: true });
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
