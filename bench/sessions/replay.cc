@@ -45,16 +45,16 @@ TurnResult SendTurn(httplib::Client& cli, const std::string& model, const std::s
   return r;
 }
 
-// First-use costs are not the workload: one short request; with the store on ("CA") its
+// First-use costs are not the workload: one short request; with the store on its
 // stored session is deleted again.
-Status WarmUp(const std::string& mode, const std::string& url, const std::string& model, const ReplayOptions& o) {
+Status WarmUp(const std::string& mode, const std::string& url, const std::string& model, const ReplayOptions& o,
+              const std::string& sid) {
   httplib::Client cli(url);
   cli.set_read_timeout(600, 0);
-  const std::string sid = "warmup-" + o.nonce;
   TurnResult w = SendTurn(cli, model, o.api_key, json::array({{{"role", "user"}, {"content", "Hello there."}}}), sid, 8,
                           o.ignore_eos, Clock::now());
-  if (!w.ok) return InternalError(mode + " warm-up request failed: " + w.error);
-  if (mode == "CA") {
+  if (!w.ok) return InternalError(mode + " warm-up request failed (" + url + "): " + w.error);
+  if (o.store) {
     // The turn is saved when it retires, maybe just after the reply: wait for it (2 s
     // at most) so that the delete finds it.
     for (int i = 0; i < 40; ++i) {
@@ -71,13 +71,20 @@ Status WarmUp(const std::string& mode, const std::string& url, const std::string
 
 StatusOr<RunResult> Replay(const std::string& mode, const std::string& url, const std::vector<SessionSpec>& work,
                            const ReplayOptions& o) {
-  auto model = ServedModelId(url, o.api_key);
-  if (!model.ok()) return model.status();
-  if (Status st = WarmUp(mode, url, *model, o); !st.ok()) return st;
+  const std::vector<std::string> servers = o.instance_urls.empty() ? std::vector<std::string>{url} : o.instance_urls;
+  std::string model_id;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    auto model = ServedModelId(servers[i], o.api_key);
+    if (!model.ok()) return model.status();
+    model_id = *model;
+    if (Status st = WarmUp(mode, servers[i], *model, o, "warmup-" + o.nonce + "-" + std::to_string(i)); !st.ok())
+      return st;
+  }
   RunResult out;
   out.mode = mode;
   out.url = url;
-  const MetricValues before = ScrapeMetrics(url);
+  std::vector<MetricValues> before;
+  for (const auto& u : servers) before.push_back(ScrapeMetrics(u));
   const double cpu0 = o.server_cpu_seconds ? o.server_cpu_seconds() : -1;
   int total_turns = 0;
   for (const auto& s : work) total_turns += static_cast<int>(s.turns.size());
@@ -93,12 +100,13 @@ StatusOr<RunResult> Replay(const std::string& mode, const std::string& url, cons
       cli.set_read_timeout(900, 0);
       cli.set_keep_alive(true);
       const std::string sid = "bench-" + o.nonce + "-s" + std::to_string(s.index);
+      cli.set_default_headers({{"X-Session-Id", sid}});
       json messages = json::array();
       int prev_prompt = 0, prev_completion = 0;
       for (size_t k = 0; k < s.turns.size(); ++k) {
         const TurnSpec& t = s.turns[k];
         messages.push_back({{"role", "user"}, {"content", t.user}});
-        TurnResult r = SendTurn(cli, *model, o.api_key, messages, sid, t.answer_tokens, o.ignore_eos, start);
+        TurnResult r = SendTurn(cli, model_id, o.api_key, messages, sid, t.answer_tokens, o.ignore_eos, start);
         r.session = s.index;
         r.turn = static_cast<int>(k);
         if (r.ok && k > 0) r.history_tokens = std::min(r.prompt_tokens, prev_prompt + prev_completion);
@@ -135,7 +143,11 @@ StatusOr<RunResult> Replay(const std::string& mode, const std::string& url, cons
   for (auto& t : threads) t.join();
   out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (o.server_cpu_seconds && cpu0 >= 0) out.cpu_s = o.server_cpu_seconds() - cpu0;
-  out.metrics_delta = MetricsDelta(before, ScrapeMetrics(url));
+  for (size_t i = 0; i < servers.size(); ++i) {
+    MetricValues d = MetricsDelta(before[i], ScrapeMetrics(servers[i]));
+    for (const auto& [k, v] : d) out.metrics_delta[k] += v;
+    if (!o.instance_urls.empty()) out.instance_deltas.push_back(std::move(d));
+  }
   std::sort(out.turns.begin(), out.turns.end(), [](const TurnResult& a, const TurnResult& b) {
     return std::tie(a.session, a.turn) < std::tie(b.session, b.turn);
   });

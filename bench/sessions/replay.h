@@ -4,8 +4,11 @@
 // the whole history + the new user message (the history holds what the server actually
 // answered, as a real client's does), session_id, max_tokens = the turn's answer length,
 // temperature 0 and ignore_eos (unless disabled), thinks, and goes on; a failed turn
-// ends its session. One warm-up request comes first (first-use costs are not the
-// workload), and /metrics is scraped before and after the replay.
+// ends its session. The session id also goes in an X-Session-Id header, as a client
+// behind a session-affinity balancer sends it (docs/serving.md "Several servers behind
+// nginx"). One warm-up request per server comes first (first-use costs are not the
+// workload), and /metrics is scraped before and after the replay: of the one server,
+// or of each server behind a balancer (summed).
 // Thread-safety: Replay blocks until every session has finished; it is not reentrant
 // with itself on the same server (the metrics deltas would mix).
 #pragma once
@@ -37,16 +40,23 @@ struct RunResult {
   std::string mode, url;
   std::vector<TurnResult> turns;  // sorted by (session, turn)
   MetricValues metrics_delta;     // the server's /metrics, after - before the replay
+                                  // (behind a balancer: the sum over its servers)
+  std::vector<MetricValues> instance_deltas;  // behind a balancer: each server's delta
   double cpu_s = -1;              // server CPU seconds during the replay; -1: unknown
   double wall_s = 0;
 };
 
 struct ReplayOptions {
   std::string api_key;
+  // The servers keep a KV store: the warm-up's stored session is deleted again.
+  bool store = false;
+  // The servers behind `url` when it is a balancer ("http://host:port" each): each is
+  // warmed up and scraped directly. Empty: `url` is the server.
+  std::vector<std::string> instance_urls;
   bool ignore_eos = true;
   bool quiet = false;  // no per-turn progress lines on stderr
-  // Unique per benchmark run: session ids are "bench-<nonce>-s<i>", the warm-up's
-  // "warmup-<nonce>" (deleted again when the store is on, mode "CA").
+  // Unique per replay: session ids are "bench-<nonce>-s<i>", the warm-ups'
+  // "warmup-<nonce>-<server>" (deleted again when the store is on).
   std::string nonce;
   // The server process's CPU seconds so far (-1 if unknown), sampled before and after
   // the replay; null when the server is not the benchmark's own.

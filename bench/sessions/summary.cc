@@ -54,8 +54,28 @@ json Summarize(const RunResult& r) {
   };
   const double lookups = metric("attic_kv_store_lookups_total");
   const double ttft_count = metric("attic_time_to_first_token_seconds_count");
-  const double hits_dram = metric("attic_kv_store_hits_total{tier=\"dram\"}");
-  const double hits_ssd = metric("attic_kv_store_hits_total{tier=\"ssd\"}");
+  // Hits by tier: attic_kv_store_tier_hits_total{tier} names every tier (DRAM, SSD,
+  // remote); servers without it report attic_kv_store_hits_total (tiers 0 and 1 only).
+  const bool by_name = r.metrics_delta.count("attic_kv_store_tier_hits_total{tier=\"dram\"}") > 0;
+  const double hits_dram = metric(by_name ? "attic_kv_store_tier_hits_total{tier=\"dram\"}"
+                                          : "attic_kv_store_hits_total{tier=\"dram\"}");
+  const double hits_ssd = metric(by_name ? "attic_kv_store_tier_hits_total{tier=\"ssd\"}"
+                                         : "attic_kv_store_hits_total{tier=\"ssd\"}");
+  const double hits_remote = metric("attic_kv_store_tier_hits_total{tier=\"remote\"}");
+  const double hits = hits_dram + hits_ssd + hits_remote;
+  // Behind a balancer: how the lookups and hits fell on each server.
+  json instances = json::array();
+  for (const MetricValues& d : r.instance_deltas) {
+    auto get = [&d](const std::string& k) {
+      auto it = d.find(k);
+      return it == d.end() ? 0.0 : it->second;
+    };
+    instances.push_back({{"lookups", get("attic_kv_store_lookups_total")},
+                         {"hits", get("attic_kv_store_tier_hits_total{tier=\"dram\"}") +
+                                      get("attic_kv_store_tier_hits_total{tier=\"ssd\"}") +
+                                      get("attic_kv_store_tier_hits_total{tier=\"remote\"}")},
+                         {"shared_found", get("attic_kv_store_shared_found_total")}});
+  }
   json turn_p50 = json::object();
   for (const auto& [k, v] : by_turn) turn_p50[std::to_string(k)] = Percentile(v, 50);
   json s{{"mode", r.mode},
@@ -74,10 +94,14 @@ json Summarize(const RunResult& r) {
           {{"lookups", lookups},
            {"hits_dram", hits_dram},
            {"hits_ssd", hits_ssd},
+           {"hits_remote", hits_remote},
            {"misses", metric("attic_kv_store_misses_total")},
-           {"hit_rate", lookups > 0 ? (hits_dram + hits_ssd) / lookups : 0.0},
+           {"hit_rate", lookups > 0 ? hits / lookups : 0.0},
            {"hit_rate_dram", lookups > 0 ? hits_dram / lookups : 0.0},
            {"hit_rate_ssd", lookups > 0 ? hits_ssd / lookups : 0.0},
+           {"hit_rate_remote", lookups > 0 ? hits_remote / lookups : 0.0},
+           {"shared_found", metric("attic_kv_store_shared_found_total")},
+           {"instances", instances},
            {"reused_tokens", metric("attic_kv_store_reused_tokens_total")},
            {"bytes_loaded", metric("attic_kv_store_bytes_total{direction=\"load\"}")},
            {"bytes_saved", metric("attic_kv_store_bytes_total{direction=\"save\"}")},

@@ -1,10 +1,12 @@
 // The statistics of one mode's replay (paper 001 section 4.2's metrics), as the JSON
 // object `attic bench sessions` prints under "ca" / "re":
-//   * store hit rate: deltas of /metrics attic_kv_store_hits_total{tier} over
-//     attic_kv_store_lookups_total (the server's own count: one lookup per admitted
-//     request; a first turn can hit another session's entry through the shared system
-//     prompt); also the token reuse: usage.prompt_tokens_details.cached_tokens over the
-//     prompt tokens (all turns) and over the history tokens (later turns).
+//   * store hit rate: deltas of /metrics attic_kv_store_tier_hits_total{tier} (DRAM, SSD,
+//     remote; older servers: attic_kv_store_hits_total) over attic_kv_store_lookups_total
+//     (the server's own count: one lookup per admitted request; a first turn can hit
+//     another session's entry through the shared system prompt), summed over the servers
+//     behind a balancer (and per server under "instances"); also the token reuse:
+//     usage.prompt_tokens_details.cached_tokens over the prompt tokens (all turns) and
+//     over the history tokens (later turns).
 //   * TTFT (client side: request sent -> first non-empty content chunk) p50 / p90 over
 //     all turns, and over the turns whose prompt is >= 90% history ("history heavy"),
 //     where a turn's history = min(prompt tokens, previous turn's prompt + completion

@@ -92,6 +92,39 @@ TEST(SessionsSummary, MetricsByHand) {
   EXPECT_TRUE(s["server_cpu_s"].is_null());  // not measured
 }
 
+TEST(SessionsSummary, RemoteHitsAndServersBehindABalancer) {
+  // Two servers with DRAM and a remote tier (no SSD): the remote tier is their tier 1,
+  // which the old per-level counter reports under "ssd"; the by-name counter is used.
+  RunResult r = HandMadeRun();
+  const MetricValues a{{"attic_kv_store_lookups_total", 6},
+                       {"attic_kv_store_hits_total{tier=\"dram\"}", 4},
+                       {"attic_kv_store_hits_total{tier=\"ssd\"}", 0},
+                       {"attic_kv_store_tier_hits_total{tier=\"dram\"}", 4},
+                       {"attic_kv_store_tier_hits_total{tier=\"remote\"}", 0}};
+  const MetricValues b{{"attic_kv_store_lookups_total", 4},
+                       {"attic_kv_store_hits_total{tier=\"dram\"}", 1},
+                       {"attic_kv_store_hits_total{tier=\"ssd\"}", 3},
+                       {"attic_kv_store_tier_hits_total{tier=\"dram\"}", 1},
+                       {"attic_kv_store_tier_hits_total{tier=\"remote\"}", 3},
+                       {"attic_kv_store_shared_found_total", 2}};
+  r.instance_deltas = {a, b};
+  r.metrics_delta.clear();
+  for (const auto* d : {&a, &b})
+    for (const auto& [k, v] : *d) r.metrics_delta[k] += v;
+  const nlohmann::json s = Summarize(r);
+  EXPECT_EQ(s["store"]["lookups"], 10.0);
+  EXPECT_DOUBLE_EQ(s["store"]["hit_rate"].get<double>(), 0.8);  // (5 + 3) / 10
+  EXPECT_DOUBLE_EQ(s["store"]["hit_rate_dram"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(s["store"]["hit_rate_ssd"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(s["store"]["hit_rate_remote"].get<double>(), 0.3);
+  EXPECT_EQ(s["store"]["shared_found"], 2.0);
+  ASSERT_EQ(s["store"]["instances"].size(), 2u);
+  EXPECT_EQ(s["store"]["instances"][0]["lookups"], 6.0);
+  EXPECT_EQ(s["store"]["instances"][0]["hits"], 4.0);
+  EXPECT_EQ(s["store"]["instances"][1]["hits"], 4.0);
+  EXPECT_EQ(s["store"]["instances"][1]["shared_found"], 2.0);
+}
+
 TEST(SessionsSummary, TurnsJson) {
   const nlohmann::json t = TurnsJson(HandMadeRun());
   ASSERT_EQ(t.size(), 4u);
