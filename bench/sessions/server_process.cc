@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,8 @@ std::atomic<pid_t> g_children[kMaxChildren] = {-1, -1, -1, -1};
 int g_pipe[2] = {-1, -1};
 std::mutex g_mu;
 std::string g_tmp_dir;  // guarded by g_mu
+std::map<int, std::function<void()>> g_cleanups;  // guarded by g_mu
+int g_next_cleanup = 0;                           // guarded by g_mu
 
 int ClaimSlot(pid_t pid) {
   for (int i = 0; i < kMaxChildren; ++i) {
@@ -65,6 +68,12 @@ void StopServersOnSignal(const std::string& tmp_dir) {
     while (read(g_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     std::fprintf(stderr, "attic: interrupted, stopping the servers\n");
+    std::map<int, std::function<void()>> cleanups;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      cleanups = g_cleanups;
+    }
+    for (auto& [id, fn] : cleanups) fn();
     for (auto& c : g_children) {
       pid_t pid = c.load();
       if (pid > 0) kill(pid, SIGTERM);
@@ -78,6 +87,17 @@ void StopServersOnSignal(const std::string& tmp_dir) {
     if (!g_tmp_dir.empty()) std::filesystem::remove_all(g_tmp_dir, ec);
     std::_Exit(128 + sig);
   }).detach();
+}
+
+int AddSignalCleanup(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_cleanups[g_next_cleanup] = std::move(fn);
+  return g_next_cleanup++;
+}
+
+void RemoveSignalCleanup(int id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_cleanups.erase(id);
 }
 
 Status ServerProcess::Start(const std::string& label, std::vector<std::string> args, const std::string& log_path) {

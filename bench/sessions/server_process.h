@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ namespace attic::bench::sessions {
 // stops every running ServerProcess, removes `tmp_dir` (if not empty) and exits with
 // 128 + the signal number. Call once, before starting servers.
 void StopServersOnSignal(const std::string& tmp_dir);
+
+// Something else to stop on such a signal (a daemon the benchmark started, e.g. its
+// nginx): `fn` runs on the signal thread before the servers are stopped. Returns an id
+// for RemoveSignalCleanup; call that before `fn`'s captures go away.
+int AddSignalCleanup(std::function<void()> fn);
+void RemoveSignalCleanup(int id);
 
 class ServerProcess {
  public:

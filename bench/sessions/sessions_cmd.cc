@@ -26,6 +26,16 @@
 // store and --max-resident 0, so every turn recomputes its whole history. --ca-url /
 // --re-url use already running servers instead (then no server CPU time is measured).
 //
+// Several servers (issue 20's scale-out): --instances N starts N CA servers (each its
+// own store; with --kv-remote URL all of them on that shared tier) behind an nginx that
+// scripts/nginx-affinity.sh starts on a free loopback port, routing by the X-Session-Id
+// header every turn carries (--routing affinity) or not (round-robin, random); the
+// store counters are scraped from every server. --routing-matrix runs the CA trace on
+// one server (the reference), then on --instances servers (default 2) with affinity
+// and random routing, each without and (given --kv-remote) with the shared tier, and
+// prints scale_out.h's table and checks (RE is not run). Every replay uses its own
+// session ids, so a run never finds an earlier run's sessions in the shared tier.
+//
 // Output: a table, the JSON summary as the last stdout line, --json FILE (the summary
 // plus every turn), --plot FILE.svg (TTFT CDF and median TTFT by turn index);
 // --trace-only prints the generated workload as JSON and exits.
@@ -49,9 +59,11 @@
 
 #include "attic/core/byte_size.h"
 #include "attic/core/file.h"
+#include "bench/sessions/nginx_front.h"
 #include "bench/sessions/plot.h"
 #include "bench/sessions/replay.h"
 #include "bench/sessions/report.h"
+#include "bench/sessions/scale_out.h"
 #include "bench/sessions/server_process.h"
 #include "bench/sessions/summary.h"
 #include "bench/sessions/workload.h"
@@ -88,6 +100,11 @@ struct SessionsFlags {
   std::string ssd_parent;
   int ca_max_resident = 0;
   std::string serve_args;
+  // Several servers behind nginx.
+  int instances = 1;
+  std::string routing = "affinity";
+  std::string kv_remote;
+  bool routing_matrix = false;
   // Output.
   std::string json_out, plot_out;
   bool trace_only = false;
@@ -136,7 +153,10 @@ std::vector<std::string> ServeArgs(const SessionsFlags& f, bool ca, const std::s
 
 // The "servers" object of the JSON: how the two servers were configured.
 json ServersJson(const SessionsFlags& f) {
-  return json{{"threads", f.threads},
+  return json{{"instances", f.instances},
+              {"routing", f.instances > 1 || f.routing_matrix ? json(f.routing) : json(nullptr)},
+              {"kv_remote", f.kv_remote.empty() ? json(nullptr) : json(f.kv_remote)},
+              {"threads", f.threads},
               {"ctx", f.ctx},
               {"kv_budget_bytes", f.kv_budget},
               {"max_running", f.max_running},
@@ -162,6 +182,15 @@ Status CheckFlags(SessionsFlags* f) {
     return InvalidArgumentError("--max-prompt-chars, --max-context and --mean-turns must be >= 1");
   if (f->only != "both" && f->only != "ca" && f->only != "re")
     return InvalidArgumentError("--only must be both, ca or re");
+  if (f->routing != "affinity" && f->routing != "round-robin" && f->routing != "random")
+    return InvalidArgumentError("--routing must be affinity, round-robin or random");
+  if (f->routing_matrix && f->instances == 1) f->instances = 2;
+  if (f->instances < 1 || f->instances > 3)
+    return InvalidArgumentError("--instances must be 1..3 (the benchmark supervises at most 4 servers)");
+  if ((f->instances > 1 || f->routing_matrix) && !f->ca_url.empty())
+    return InvalidArgumentError("--instances / --routing-matrix start their own servers: drop --ca-url");
+  if (!f->kv_remote.empty() && f->kv_remote.rfind("redis://", 0) != 0)
+    return InvalidArgumentError("--kv-remote must be redis://host:port[,host:port...]");
   if (f->datasets.empty()) f->datasets = DefaultDatasets();
   if (f->model.empty()) f->model = JoinPath(ProjectDir(), kDefaultModel);
   return OkStatus();
@@ -184,44 +213,105 @@ json WorkloadSummaryJson(const SessionsFlags& f, int n_turns, size_t n_conversat
               {"conversations_in_pool", n_conversations}};
 }
 
-// Runs CA then RE (or the one --only names), each on its own server: started here
-// (logs and SSD tier under `tmp`) or the --ca-url / --re-url one.
-StatusOr<std::vector<RunResult>> RunModes(const SessionsFlags& f, const std::vector<SessionSpec>& work,
-                                          const std::string& tmp, const std::string& nonce) {
-  std::vector<RunResult> runs;
-  for (const std::string mode : {"CA", "RE"}) {
-    const bool ca = mode == "CA";
-    if ((ca && f.only == "re") || (!ca && f.only == "ca")) continue;
-    std::string url = ca ? f.ca_url : f.re_url;
-    ServerProcess proc;
-    bool spawned = false;
-    if (url.empty()) {
-      const std::vector<std::string> args = ServeArgs(f, ca, tmp, nonce);
+// One replay: the servers it runs against and how they are reached.
+struct RunPlan {
+  std::string label;           // "CA", "RE", or a --routing-matrix row's label
+  bool ca = true;              // CA's server flags, else RE's
+  int instances = 1;           // > 1: behind nginx
+  std::string routing;         // with instances > 1
+  bool shared = false;         // the CA servers share --kv-remote
+  std::string nonce;           // session ids of this replay
+};
+
+// Starts the plan's servers (or uses --ca-url / --re-url) and nginx when there are
+// several, replays `work`, and stops them. Logs and SSD tiers under `tmp`.
+StatusOr<RunResult> RunPlanned(const SessionsFlags& f, const RunPlan& p, const std::vector<SessionSpec>& work,
+                               const std::string& tmp, int index) {
+  std::string url = p.instances == 1 ? (p.ca ? f.ca_url : f.re_url) : "";
+  std::vector<std::unique_ptr<ServerProcess>> procs;
+  bench::sessions::NginxFront front;
+  bench::sessions::ReplayOptions ro;
+  const std::string tag = "run" + std::to_string(index);
+  if (url.empty()) {
+    std::vector<std::string> urls;
+    for (int i = 0; i < p.instances; ++i) {
+      std::vector<std::string> args = ServeArgs(f, p.ca, tmp, p.nonce + "-" + std::to_string(i));
+      if (p.shared) args.insert(args.end(), {"--kv-remote", f.kv_remote});
+      const std::string name = p.instances == 1 ? p.label : p.label + " #" + std::to_string(i + 1);
       if (!f.quiet) {
         std::string cmd = "attic serve";
         for (const auto& a : args) cmd += " " + a;
-        std::fprintf(stderr, "attic: %s: starting %s\n", mode.c_str(), cmd.c_str());
+        std::fprintf(stderr, "attic: %s: starting %s\n", name.c_str(), cmd.c_str());
       }
-      if (Status st = proc.Start(mode, args, tmp + "/" + mode + ".log"); !st.ok()) return st;
-      url = proc.url();
-      spawned = true;
-      if (!f.quiet) std::fprintf(stderr, "attic: %s: server on %s\n", mode.c_str(), url.c_str());
+      procs.push_back(std::make_unique<ServerProcess>());
+      const std::string log = tmp + "/" + (p.instances == 1 && !f.routing_matrix ? p.label : tag + "-" + std::to_string(i)) + ".log";
+      if (Status st = procs.back()->Start(name, args, log); !st.ok()) return st;
+      urls.push_back(procs.back()->url());
+      if (!f.quiet) std::fprintf(stderr, "attic: %s: server on %s\n", name.c_str(), urls.back().c_str());
     }
-    bench::sessions::ReplayOptions ro;
-    ro.api_key = f.api_key;
-    ro.ignore_eos = !f.no_ignore_eos;
-    ro.quiet = f.quiet;
-    ro.nonce = nonce;
-    if (spawned) ro.server_cpu_seconds = [&proc] { return proc.CpuSeconds(); };
-    auto r = bench::sessions::Replay(mode, url, work, ro);
-    if (spawned) proc.Stop();
-    if (!r.ok()) return r.status();
-    // With the store on, make sure the server was really configured as asked.
-    if (ca && r->metrics_delta.count("attic_kv_store_lookups_total") == 0)
-      std::fprintf(stderr, "attic: warning: the CA server reports no attic_kv_store_* metrics (is its KV store on?)\n");
-    runs.push_back(std::move(*r));
+    if (p.instances > 1) {
+      const std::string script = JoinPath(ProjectDir(), "scripts/nginx-affinity.sh");
+      if (Status st = front.Start(script, urls, p.routing, tmp + "/nginx-" + tag, tmp + "/nginx-" + tag + ".log");
+          !st.ok())
+        return st;
+      url = front.url();
+      ro.instance_urls = urls;
+      if (!f.quiet) std::fprintf(stderr, "attic: %s: nginx (%s) on %s\n", p.label.c_str(), p.routing.c_str(), url.c_str());
+    } else {
+      url = urls[0];
+    }
+    ro.server_cpu_seconds = [&procs] {
+      double sum = 0;
+      for (const auto& pr : procs) {
+        const double c = pr->CpuSeconds();
+        if (c < 0) return -1.0;
+        sum += c;
+      }
+      return sum;
+    };
   }
-  return runs;
+  ro.api_key = f.api_key;
+  ro.ignore_eos = !f.no_ignore_eos;
+  ro.quiet = f.quiet;
+  ro.nonce = p.nonce;
+  ro.store = p.ca;
+  auto r = bench::sessions::Replay(p.label, url, work, ro);
+  front.Stop();
+  for (auto& pr : procs) pr->Stop();
+  if (!r.ok()) return r.status();
+  // With the store on, make sure the server was really configured as asked.
+  if (p.ca && r->metrics_delta.count("attic_kv_store_lookups_total") == 0)
+    std::fprintf(stderr, "attic: warning: the %s server reports no attic_kv_store_* metrics (is its KV store on?)\n",
+                 p.label.c_str());
+  return r;
+}
+
+// The replays to run: CA then RE (or the one --only names), each on its own server(s);
+// or the --routing-matrix rows.
+std::vector<RunPlan> Plans(const SessionsFlags& f, const std::string& nonce,
+                           std::vector<bench::sessions::ScaleOutRow>* rows) {
+  std::vector<RunPlan> plans;
+  if (!f.routing_matrix) {
+    for (const std::string mode : {"CA", "RE"}) {
+      const bool ca = mode == "CA";
+      if ((ca && f.only == "re") || (!ca && f.only == "ca")) continue;
+      plans.push_back({mode, ca, ca ? f.instances : 1, f.routing, ca && !f.kv_remote.empty(), nonce});
+    }
+    return plans;
+  }
+  const std::string n = std::to_string(f.instances) + " x ";
+  rows->push_back({"1 instance", 1, "", false});
+  rows->push_back({n + "affinity", f.instances, "affinity", false});
+  rows->push_back({n + "random", f.instances, "random", false});
+  if (!f.kv_remote.empty()) {
+    rows->push_back({n + "affinity + shared", f.instances, "affinity", true});
+    rows->push_back({n + "random + shared", f.instances, "random", true});
+  }
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& r = (*rows)[i];
+    plans.push_back({r.label, true, r.instances, r.routing, r.shared, nonce + "-r" + std::to_string(i)});
+  }
+  return plans;
 }
 
 int RunBenchSessions(SessionsFlags f) {
@@ -266,15 +356,29 @@ int RunBenchSessions(SessionsFlags f) {
                  f.workload.sessions, n_turns, f.workload.rate, f.workload.think,
                  static_cast<unsigned long long>(f.workload.seed));
   }
-  auto runs = RunModes(f, work, tmp, nonce);
-  if (!runs.ok()) return Fail(runs.status());
+  std::vector<bench::sessions::ScaleOutRow> rows;
+  const std::vector<RunPlan> plans = Plans(f, nonce, &rows);
+  if (f.routing_matrix && f.kv_remote.empty())
+    std::fprintf(stderr, "attic: no --kv-remote: the matrix runs without the shared-tier rows\n");
+  std::vector<RunResult> runs;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    auto r = RunPlanned(f, plans[i], work, tmp, static_cast<int>(i));
+    if (!r.ok()) return Fail(r.status());
+    runs.push_back(std::move(*r));
+  }
 
   // Report.
   std::vector<json> sums;
-  for (const auto& r : *runs) sums.push_back(bench::sessions::Summarize(r));
-  bench::sessions::PrintSummaryTable(sums);
+  for (const auto& r : runs) sums.push_back(bench::sessions::Summarize(r));
   json out{{"benchmark", "sessions"}, {"model", f.model}, {"workload", workload}, {"servers", ServersJson(f)}};
-  for (const auto& s : sums) out[s["mode"] == "CA" ? "ca" : "re"] = s;
+  if (f.routing_matrix) {
+    out["runs"] = sums;
+    out["scale_out"] = bench::sessions::ScaleOutJson(rows, sums);
+    bench::sessions::PrintScaleOut(out["scale_out"]);
+  } else {
+    bench::sessions::PrintSummaryTable(sums);
+    for (const auto& s : sums) out[s["mode"] == "CA" ? "ca" : "re"] = s;
+  }
   if (out.contains("ca") && out.contains("re")) {
     out["ca_over_re"] = bench::sessions::CaOverRe(out["ca"], out["re"]);
     bench::sessions::PrintVerdict(out["ca_over_re"]);
@@ -282,12 +386,18 @@ int RunBenchSessions(SessionsFlags f) {
   if (!f.json_out.empty()) {
     json full = out;
     full["workload"]["trace"] = bench::sessions::WorkloadJson(work, false);
-    for (const auto& r : *runs) full[r.mode == "CA" ? "ca_turns" : "re_turns"] = bench::sessions::TurnsJson(r);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (f.routing_matrix) {
+        full["runs"][i]["turns"] = bench::sessions::TurnsJson(runs[i]);
+      } else {
+        full[runs[i].mode == "CA" ? "ca_turns" : "re_turns"] = bench::sessions::TurnsJson(runs[i]);
+      }
+    }
     if (Status st = WriteOutput(f.json_out, full.dump(2) + "\n", "--json"); !st.ok()) return Fail(st);
   }
   if (!f.plot_out.empty()) {
     std::vector<const RunResult*> rp;
-    for (const auto& r : *runs) rp.push_back(&r);
+    for (const auto& r : runs) rp.push_back(&r);
     const std::string svg = bench::sessions::PlotSvg(
         rp, "attic bench sessions: " + std::to_string(f.workload.sessions) + " sessions, " + std::to_string(n_turns) +
                 " turns, " + std::filesystem::path(f.model).filename().string());
@@ -345,6 +455,16 @@ void AddBenchSessionsCommand(CLI::App& app, RunFn* run) {
                   "CA: finished sequences kept in the compute buffer (0: all reuse goes through the store)")
       ->capture_default_str();
   cmd->add_option("--serve-args", f->serve_args, "extra `attic serve` flags for both servers (one string)");
+  cmd->add_option("--instances", f->instances,
+                  "CA: this many servers behind nginx (scripts/nginx-affinity.sh), routed by --routing")
+      ->capture_default_str();
+  cmd->add_option("--routing", f->routing, "with --instances > 1: affinity (X-Session-Id hash), round-robin or random")
+      ->capture_default_str();
+  cmd->add_option("--kv-remote", f->kv_remote,
+                  "CA: the servers share this remote KV tier (redis://host:port,...; scripts/redis-cluster.sh)");
+  cmd->add_flag("--routing-matrix", f->routing_matrix,
+                "CA on 1 server, then on --instances (default 2) behind nginx: affinity and random routing, "
+                "without and (with --kv-remote) with the shared tier; hit rate, TTFT, prefill throughput");
   cmd->add_option("--json", f->json_out, "write the summary and every turn as JSON to this file");
   cmd->add_option("--plot", f->plot_out, "write an SVG plot (TTFT CDF, median TTFT by turn) to this file");
   cmd->add_flag("--trace-only", f->trace_only, "print the generated workload as JSON and exit (no servers)");
