@@ -4,9 +4,11 @@
 // the command: its flags, the servers it starts and the output it writes. The parts:
 //   workload.h        sessions and turns from the ShareGPT / MT-Bench datasets
 //   server_process.h  the `attic serve` children and Ctrl-C handling
+//   nginx_front.h     the nginx in front of --instances N servers
 //   replay.h          the chat clients that replay the workload against one server
 //   summary.h         the metrics of one replay (hit rates, TTFT, prefill throughput)
 //   report.h          the tables and the CA / RE ratios
+//   scale_out.h       the --routing-matrix table and the scale-out checks
 //   plot.h            the --plot SVG
 //
 // Defaults: --max-turns 16 (the clamp barely moves the ShareGPT mean of 5.75 turns),
@@ -46,6 +48,11 @@
 //     --tokenizer ../shared/models/smollm2-135m-instruct-tokenizer --dtype bf16
 //     --out-gguf out/models/smollm2-135m-bf16.gguf
 //   build/attic bench sessions --json out/bench-sessions/sessions.json --plot out/bench-sessions/sessions.svg
+// Scale-out (docs/store.md "Several servers behind nginx"; ~9 minutes on 2 cores):
+//   REDIS_CLUSTER_MAXMEMORY=1gb scripts/redis-cluster.sh start 7100
+//   build/attic bench sessions --routing-matrix --kv-remote redis://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//     --sessions 8 --max-turns 6 --max-answer 64 --json out/bench-sessions/scale-out.json
+//   scripts/redis-cluster.sh stop 7100
 #include <signal.h>
 #include <stdlib.h>
 
