@@ -30,6 +30,9 @@
 #   NGINX_AFFINITY_READ_TIMEOUT  seconds nginx waits on an instance's answer (default 600:
 #                                a long prefill streams nothing until its first token)
 #
+# Started by root, nginx runs its workers as `nobody` as usual (its master stays root to
+# do so); started by any other user, everything runs as that user.
+#
 # Contract: `stop` kills only the pid this state directory's pid file names, and only
 # while that pid is an nginx process started with this state directory's configuration.
 # `start` refuses a taken port, and a failed start stops what it started.
@@ -143,6 +146,10 @@ EOF
   server {
     listen 127.0.0.1:$listen;
     client_max_body_size 0;             # attic serve's --max-body is the limit
+    # Request bodies up to attic serve's default --max-body stay in memory, never in a
+    # temporary file: started as root, nginx's workers run as nobody and may not reach
+    # a state directory under a private parent.
+    client_body_buffer_size 8m;
     location / {
       proxy_pass http://attic;
       proxy_http_version 1.1;
