@@ -43,12 +43,16 @@ void PrintSummaryTable(const std::vector<json>& sums) {
     row("prompt tokens computed (served - cached)",
         [](const json& s) { return Fmt("%.0f", Num(s, "computed_prompt_tokens")); }, Ratio(a, b));
   }
-  row("store hit rate: all (DRAM / SSD)",
-      [](const json& s) {
+  bool remote = false;  // a shared tier answered some lookup: its column too
+  for (const auto& s : sums) remote = remote || (s.contains("store") && Num(s["store"], "hits_remote") > 0);
+  row(remote ? "store hit rate: all (DRAM / SSD / remote)" : "store hit rate: all (DRAM / SSD)",
+      [remote](const json& s) {
         const json& st = s["store"];
-        return Num(st, "lookups") > 0 ? Fmt("%.1f%% (%.1f%% / %.1f%%)", 100 * Num(st, "hit_rate"),
-                                             100 * Num(st, "hit_rate_dram"), 100 * Num(st, "hit_rate_ssd"))
-                                      : std::string("- (no store)");
+        if (!(Num(st, "lookups") > 0)) return std::string("- (no store)");
+        std::string r = Fmt("%.1f%% (%.1f%% / %.1f%%", 100 * Num(st, "hit_rate"), 100 * Num(st, "hit_rate_dram"),
+                            100 * Num(st, "hit_rate_ssd"));
+        if (remote) r += Fmt(" / %.1f%%", 100 * Num(st, "hit_rate_remote"));
+        return r + ")";
       },
       "");
   row("DRAM hits read from the write buffer (save still queued)",

@@ -123,6 +123,12 @@ TEST(SessionsSummary, RemoteHitsAndServersBehindABalancer) {
   EXPECT_EQ(s["store"]["instances"][0]["hits"], 4.0);
   EXPECT_EQ(s["store"]["instances"][1]["hits"], 4.0);
   EXPECT_EQ(s["store"]["instances"][1]["shared_found"], 2.0);
+  ::testing::internal::CaptureStdout();
+  PrintSummaryTable({s});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("| store hit rate: all (DRAM / SSD / remote) | 80.0% (50.0% / 0.0% / 30.0%) |  |\n"),
+            std::string::npos)
+      << out;
 }
 
 TEST(SessionsSummary, TurnsJson) {
