@@ -4,8 +4,13 @@
 // One entry of --layers layers x --tokens tokens x --kv-dim (f32 K and V: the SmolLM2-135M
 // shape by default, 30 x 2048 x 192 = 94 MB) is written and read --reps times:
 //   put          RedisTier::Put (one MULTI/HSET/EXEC of every part)
-//   get          RedisTier::GetShared (the parts in HMGET batches of ~8 MB, into one buffer)
-//   get layers   the header, then every layer through GetRange (layer_read.h), one at a time
+//   get          RedisTier::GetShared (the parts in HMGET batches of ~8 MB, received in
+//                place into one buffer)
+//   get layers   the header, then every layer through GetRange (layer_read.h), one at a
+//                time (each a hiredis reply)
+//   read layers in place
+//                the header, then every layer through ReadInto, received straight into
+//                the entry's buffer, and verified: a streamed load's reads
 //   roof         the same bytes over one loopback TCP connection between two threads
 //                (send, receive into a buffer faulted in beforehand): what any remote tier
 //                on this machine could at best move over one connection
@@ -134,7 +139,7 @@ int main(int argc, char** argv) {
   auto tier = store::RedisTier::Open(o);
   bench::DieOnError("remote_tier_bench", tier.status());
 
-  std::vector<double> put, get, layered, roof;
+  std::vector<double> put, get, layered, in_place, roof;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     bench::DieOnError("remote_tier_bench", (*tier)->Put(key, bytes));
@@ -152,6 +157,19 @@ int main(int argc, char** argv) {
     bench::DieOnError("remote_tier_bench", h.status());
     for (int l = 0; l < layers; ++l) bench::DieOnError("remote_tier_bench", store::ReadEntryLayer(**tier, key, *h, l).status());
     layered.push_back(bytes.size() / 1e9 / Seconds(t0));
+    // What a streamed load does (KvStore::OpenForTurn): each layer received in place
+    // into the entry's buffer, then verified.
+    auto into = store::Bytes::Allocate(bytes.size());
+    t0 = Clock::now();
+    h = store::ReadEntryHeader(**tier, key, e.fingerprint);
+    bench::DieOnError("remote_tier_bench", h.status());
+    for (int l = 0; l < layers; ++l) {
+      const uint64_t at = store::EntryLayerOffset(*h, l);
+      bench::DieOnError("remote_tier_bench", (*tier)->ReadInto(key, at, h->layer_bytes, into->data() + at));
+      bench::DieOnError("remote_tier_bench",
+                        store::VerifyLayerBytes(std::string_view(into->data() + at, h->layer_bytes), *h, l));
+    }
+    in_place.push_back(bytes.size() / 1e9 / Seconds(t0));
     roof.push_back(bytes.size() / 1e9 / LoopbackSeconds(bytes));
   }
   (*tier)->Erase(key).IgnoreError();
@@ -167,7 +185,8 @@ int main(int argc, char** argv) {
               bytes.size() / 1e6, layers, tokens, kv_dim, reps,
               bench::TableHeader({"operation", "GB/s", "vs loopback roof"}).c_str());
   for (const auto& [name, v] : std::vector<std::pair<const char*, std::vector<double>*>>{
-           {"put", &put}, {"get", &get}, {"get layers", &layered}, {"loopback roof", &roof}}) {
+           {"put", &put}, {"get", &get}, {"get layers", &layered}, {"read layers in place", &in_place},
+           {"loopback roof", &roof}}) {
     const double m = bench::Median(*v);
     std::fputs(bench::TableRow({name, bench::Fmt("%.2f", m), bench::Fmt("%.2fx", m / roof_gbps)}).c_str(), stdout);
     out[name] = {{"gbps", m}, {"runs", *v}};

@@ -1,6 +1,8 @@
 // Tier (tier.h): level names and the interface's default methods.
 #include "attic/store/tier.h"
 
+#include <cstring>
+
 namespace attic::store {
 
 std::string TierName(TierLevel level) {
@@ -37,6 +39,12 @@ StatusOr<ByteRange> Tier::GetRange(const std::string& key, uint64_t offset, uint
   ATTIC_RETURN_IF_ERROR(CheckRange(bytes->size(), offset, length));
   const char* data = bytes->data() + offset;
   return ByteRange{std::move(bytes), data, static_cast<size_t>(length)};
+}
+
+Status Tier::ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) {
+  ATTIC_ASSIGN_OR_RETURN(ByteRange r, GetRange(key, offset, length));
+  std::memcpy(dst, r.data, r.size);
+  return OkStatus();
 }
 
 }  // namespace attic::store

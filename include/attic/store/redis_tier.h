@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -90,6 +91,9 @@ class RedisTier final : public Tier {
   StatusOr<std::string> Get(const std::string& key) override;
   StatusOr<SharedBytes> GetShared(const std::string& key) override;
   StatusOr<ByteRange> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
+  // The parts the range covers, received in place (a part wholly inside the range goes
+  // straight from the socket into `dst`: no reply buffer, no copy).
+  Status ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) override;
   Status Erase(const std::string& key) override;
   // Ask the cluster (false when it does not answer).
   bool Contains(const std::string& key) const override;
@@ -112,6 +116,8 @@ class RedisTier final : public Tier {
     std::vector<uint64_t> starts;  // part i = [starts[i], starts[i + 1] or total)
     std::string text;              // as stored
     uint64_t end(size_t i) const { return i + 1 < starts.size() ? starts[i + 1] : total; }
+    // The parts [*first, *last] that bytes [offset, offset + length) lie in.
+    void Cover(uint64_t offset, uint64_t length, size_t* first, size_t* last) const;
   };
   explicit RedisTier(RedisTierOptions options, std::unique_ptr<redis::ClusterClient> client);
   static Manifest Plan(std::string_view bytes, int64_t* expires_at_ms, EntryKey* entry_key);
@@ -122,7 +128,14 @@ class RedisTier final : public Tier {
   // HMGET of the hash `hk`'s manifest and parts [first, last]: an array reply of the
   // manifest (NIL when the hash is gone), then the parts. A failed call, an error reply
   // or a reply of another shape is an error (counted).
-  StatusOr<std::shared_ptr<const redisReply>> ReadParts(const std::string& hk, size_t first, size_t last) const;
+  // With `sink`: the parts go where it places them (redis::BulkSink).
+  StatusOr<std::shared_ptr<const redisReply>> ReadParts(const std::string& hk, size_t first, size_t last,
+                                                        const std::function<char*(size_t, size_t)>* sink = nullptr) const;
+  // Bytes [offset, offset + length) of the value whose manifest is `m` into dst, in one
+  // HMGET: the parts wholly inside are received in place, the edge parts copied.
+  // *replaced (nothing read) when the stored manifest is no longer `m`.
+  Status ReadSpan(const std::string& key, const std::string& hk, const Manifest& m, uint64_t offset, uint64_t length,
+                  char* dst, bool* replaced);
   // DataLoss (counted) unless each part of `r` (ReadParts) has the size `m` gives it.
   Status CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last, const std::string& hk) const;
   // Keeps `m` as `key`'s read plan (bounded: cleared when full). REQUIRES: mu_ held.

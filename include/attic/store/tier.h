@@ -98,6 +98,10 @@ class Tier {
   // returns a view of its value, the SSD tier reads that range. NotFound when absent,
   // OutOfRange when the range passes the value's end. Default: GetShared, sliced.
   virtual StatusOr<ByteRange> GetRange(const std::string& key, uint64_t offset, uint64_t length);
+  // The same bytes received into `dst` (at least `length` bytes), where a tier can place
+  // them there without an intermediate buffer (the remote tier receives a layer straight
+  // from its socket). Errors as GetRange. Default: GetRange, copied.
+  virtual Status ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst);
   // Put of bytes the caller already holds shared (the DRAM tier keeps them, no copy).
   virtual Status PutShared(const std::string& key, SharedBytes bytes) { return Put(key, *bytes); }
   // Removes `key`; OK when absent.

@@ -130,14 +130,14 @@ void ClusterClient::Release(std::unique_ptr<Connection> conn) {
 
 StatusOr<std::vector<Reply>> ClusterClient::PipelineAt(const std::string& address,
                                                       const std::vector<Command>& commands,
-                                                      Clock::time_point deadline) {
+                                                      Clock::time_point deadline, const BulkSink* sink) {
   auto conn = Acquire(address, deadline);
   if (!conn.ok()) {
     DropPool(address);
     return conn.status();
   }
   (*conn)->SetTimeout(std::max(milliseconds(1), std::min(options_.command_timeout, Left(deadline)))).IgnoreError();
-  auto replies = (*conn)->Pipeline(commands);
+  auto replies = (*conn)->Pipeline(commands, sink);
   if (!replies.ok()) {
     DropPool(address);
     return replies.status();
@@ -203,7 +203,8 @@ std::string ClusterClient::NodeOfSlot(int slot) {
   return slot_node_[slot];
 }
 
-StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const std::vector<Command>& commands) {
+StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const std::vector<Command>& commands,
+                                                    const BulkSink* sink) {
   counters_.calls.fetch_add(1);
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options_.retry_budget;
@@ -253,7 +254,7 @@ StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const
           sent.push_back(c);
         }
       }
-      auto replies = PipelineAt(address, asking ? sent : commands, deadline);
+      auto replies = PipelineAt(address, asking ? sent : commands, deadline, sink);
       if (!replies.ok()) {
         last = replies.status();
         stale_map = true;  // a master down: the map may name its replica soon

@@ -73,7 +73,10 @@ class ClusterClient {
 
   // Runs `commands` (all on keys of `key`'s slot, `key` among them or sharing its hash
   // tag) at the node serving that slot, in one pipeline; returns one reply each.
-  StatusOr<std::vector<Reply>> Pipeline(std::string_view key, const std::vector<Command>& commands);
+  // With `sink`: the last command's array reply places its bulk strings where the sink
+  // says (Connection::Pipeline); a redirect or retry calls it again for the new reply.
+  StatusOr<std::vector<Reply>> Pipeline(std::string_view key, const std::vector<Command>& commands,
+                                        const BulkSink* sink = nullptr);
   StatusOr<Reply> Run(std::string_view key, const Command& command);
   // A keyless command (CLUSTER INFO, PING) at the first node of the map that answers.
   StatusOr<Reply> RunAnywhere(const Command& command);
@@ -96,7 +99,7 @@ class ClusterClient {
   // address's pooled connections are dropped; otherwise the connection goes back to
   // the pool. Error replies are replies.
   StatusOr<std::vector<Reply>> PipelineAt(const std::string& address, const std::vector<Command>& commands,
-                                          Clock::time_point deadline);
+                                          Clock::time_point deadline, const BulkSink* sink = nullptr);
   // Drops the pooled connections of `address` (after an error on one of them).
   void DropPool(const std::string& address);
   std::vector<std::string> KnownNodes();

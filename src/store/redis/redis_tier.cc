@@ -195,9 +195,9 @@ Status RedisTier::Put(const std::string& key, std::string_view bytes) {
 
 StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
   // The manifest, then the parts in batches of about kBatchBytes (one HMGET each, the
-  // manifest with them), so that the client holds one batch's reply besides the entry's
-  // buffer rather than a second copy of a 100 MB entry; each batch's parts are checked
-  // against the manifest the read started with (a replacement meanwhile: read again).
+  // manifest with them), received in place into the entry's buffer; each batch's parts
+  // are checked against the manifest the read started with (a replacement meanwhile:
+  // read again).
   constexpr uint64_t kBatchBytes = 8 << 20;
   const std::string hk = HashKey(key);
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -211,40 +211,104 @@ StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
     for (size_t first = 0; first < m.starts.size() && !replaced;) {
       size_t last = first;
       while (last + 1 < m.starts.size() && m.end(last + 1) - m.starts[first] <= kBatchBytes) ++last;
-      ATTIC_ASSIGN_OR_RETURN(Reply reply, ReadParts(hk, first, last));
-      const redisReply& r = *reply;
-      if (r.element[0]->type == REDIS_REPLY_NIL) return NotFoundError("no entry " + key + " in the remote tier");
-      if (ReplyText(*r.element[0]) != m.text) {
-        replaced = true;
-        break;
-      }
-      ATTIC_RETURN_IF_ERROR(CheckParts(r, m, first, last, hk));
-      for (size_t i = first; i <= last; ++i)
-        std::memcpy(out->data() + m.starts[i], r.element[1 + i - first]->str, m.end(i) - m.starts[i]);
+      const uint64_t lo = m.starts[first], hi = m.end(last);
+      ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, m, lo, hi - lo, out->data() + lo, &replaced));
       first = last + 1;
     }
     if (replaced) continue;
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.gets;
-    stats_.bytes_read += m.total;
     RememberLocked(key, m);
     return SharedBytes(std::move(out));
   }
   return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
 }
 
-StatusOr<Reply> RedisTier::ReadParts(const std::string& hk, size_t first, size_t last) const {
+void RedisTier::Manifest::Cover(uint64_t offset, uint64_t length, size_t* first, size_t* last) const {
+  *first = std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin() - 1;
+  *last = *first;
+  while (*last + 1 < starts.size() && starts[*last + 1] < offset + length) ++*last;
+}
+
+Status RedisTier::ReadSpan(const std::string& key, const std::string& hk, const Manifest& m, uint64_t offset,
+                           uint64_t length, char* dst, bool* replaced) {
+  *replaced = false;
+  size_t first = 0, last = 0;
+  m.Cover(offset, length, &first, &last);
+  // Field 0 is the manifest (kept in the reply); part i is element 1 + i - first.
+  const std::function<char*(size_t, size_t)> sink = [&](size_t element, size_t len) -> char* {
+    if (element == 0) return nullptr;
+    const size_t i = first + element - 1;
+    if (i > last || len != m.end(i) - m.starts[i]) return nullptr;  // a bad size: CheckParts says so
+    if (m.starts[i] < offset || m.end(i) > offset + length) return nullptr;  // an edge part: copied below
+    return dst + (m.starts[i] - offset);
+  };
+  ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last, &sink));
+  const redisReply* head = r->element[0];
+  if (head->type == REDIS_REPLY_NIL) {
+    std::lock_guard<std::mutex> lock(mu_);
+    manifests_.erase(key);
+    return NotFoundError("no entry " + key + " in the remote tier");
+  }
+  if (ReplyText(*head) != m.text) {  // replaced since the plan was made
+    *replaced = true;
+    return OkStatus();
+  }
+  ATTIC_RETURN_IF_ERROR(CheckParts(*r, m, first, last, hk));
+  for (size_t i = first; i <= last; ++i) {
+    const redisReply* part = r->element[1 + i - first];
+    const uint64_t lo = std::max(offset, m.starts[i]), hi = std::min(offset + length, m.end(i));
+    char* to = dst + (lo - offset);
+    const char* from = part->str + (lo - m.starts[i]);
+    if (to != from) std::memcpy(to, from, hi - lo);  // not received in place
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_read += length;
+  return OkStatus();
+}
+
+Status RedisTier::ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) {
+  const std::string hk = HashKey(key);
+  std::optional<Manifest> plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = manifests_.find(key); it != manifests_.end()) plan = it->second;
+  }
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (!plan) {
+      auto m = ReadManifest(hk);
+      if (!m.ok()) return m.status();
+      plan = std::move(*m);
+    }
+    ATTIC_RETURN_IF_ERROR(CheckRange(plan->total, offset, length));
+    bool replaced = false;
+    ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, *plan, offset, length, dst, &replaced));
+    if (replaced) {  // plan again
+      plan.reset();
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.range_gets;
+    RememberLocked(key, *plan);
+    return OkStatus();
+  }
+  return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
+}
+
+StatusOr<Reply> RedisTier::ReadParts(const std::string& hk, size_t first, size_t last,
+                                     const std::function<char*(size_t, size_t)>* sink) const {
   Command hmget = {"HMGET", hk, "m"};
   std::vector<std::string> fields;  // keeps the field names alive for the command views
   fields.reserve(last - first + 1);
   for (size_t i = first; i <= last; ++i) hmget.push_back(fields.emplace_back(PartField(i)));
-  auto reply = client_->Run(hk, hmget);
-  if (!reply.ok()) return Failed(reply.status());
-  const redisReply& r = **reply;
+  auto replies = client_->Pipeline(hk, {hmget}, sink);
+  if (!replies.ok()) return Failed(replies.status());
+  const Reply& reply = replies->front();
+  const redisReply& r = *reply;
   if (Status st = redis::ReplyStatus(r); !st.ok()) return Failed(st);
   if (r.type != REDIS_REPLY_ARRAY || r.elements != fields.size() + 1)
     return Failed(DataLossError("remote tier: unexpected reply for " + hk));
-  return *reply;
+  return reply;
 }
 
 Status RedisTier::CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last,
@@ -291,10 +355,8 @@ StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset,
       plan = std::move(*m);
     }
     ATTIC_RETURN_IF_ERROR(CheckRange(plan->total, offset, length));
-    // The parts the range covers (none for an empty range at the end).
-    size_t first = std::upper_bound(plan->starts.begin(), plan->starts.end(), offset) - plan->starts.begin() - 1;
-    size_t last = first;
-    while (last + 1 < plan->starts.size() && plan->starts[last + 1] < offset + length) ++last;
+    size_t first = 0, last = 0;  // the parts the range covers
+    plan->Cover(offset, length, &first, &last);
     ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last));
     const redisReply* m = r->element[0];
     if (m->type == REDIS_REPLY_NIL) {

@@ -94,6 +94,52 @@ TEST(RedisTier, AnEntryIsAHashOfLayersAndALayerReadFetchesOnlyThatLayer) {
   EXPECT_EQ(*back->attachment("pq-index")->bytes, "codes and codebooks");
 }
 
+// ReadInto receives the parts a range covers wholly straight into the caller's buffer
+// (Attic's own reply reader) and copies the edge parts: any range reads the value's
+// bytes; the reply reader's errors are the tier's usual ones.
+TEST(RedisTier, ReadIntoReadsAnyRangeOfTheValueInPlace) {
+  ATTIC_REQUIRE_REDIS();
+  auto tier = OpenTier(64 << 20);
+  ASSERT_NE(tier, nullptr);
+  KvEntry e = MakeEntry(Range(0, 300), "into", "default", 4, 16, "fp-A", 5);
+  e.attachments.push_back({"pq-index", std::make_shared<const std::string>("codes and codebooks")});
+  const std::string key = e.key().ToString();
+  const std::string bytes = *SerializeEntry(e);
+  ASSERT_TRUE(tier->Put(key, bytes).ok());
+  auto h = ReadEntryHeader(*tier, key, "fp-A");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  const uint64_t n = bytes.size(), l1 = EntryLayerOffset(*h, 1), l2 = EntryLayerOffset(*h, 2);
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, n}, {l2, h->layer_bytes}, {l1 + 5, h->layer_bytes}, {l1 - 7, 2 * h->layer_bytes + 9}, {n - 3, 3},
+      {0, 10}, {n, 0}};
+  for (const auto& [offset, length] : ranges) {
+    std::string out(length, '\x55');
+    Status st = tier->ReadInto(key, offset, length, out.data());
+    ASSERT_TRUE(st.ok()) << offset << "+" << length << ": " << st.ToString();
+    EXPECT_TRUE(out == bytes.substr(offset, length)) << offset << "+" << length;
+  }
+  std::string four(4, '\0');
+  EXPECT_EQ(tier->ReadInto(key, n - 3, 4, four.data()).code(), StatusCode::kOutOfRange);
+  // Layer 2 (part 3) cut short: DataLoss; the hash gone: NotFound; a string where the
+  // hash was (an error reply to HMGET): transient.
+  const std::string hk = tier->HashKey(key);
+  auto& c = tier->client();
+  ASSERT_TRUE(c.Run(hk, {"HSET", hk, "3", "short"}).ok());
+  std::string layer(h->layer_bytes, '\0');
+  EXPECT_EQ(tier->ReadInto(key, l2, h->layer_bytes, layer.data()).code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(tier->ReadInto(key, l1, h->layer_bytes, layer.data()).ok());
+  ASSERT_TRUE(c.Run(hk, {"DEL", hk}).ok());
+  EXPECT_EQ(tier->ReadInto(key, l1, h->layer_bytes, layer.data()).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(c.Run(hk, {"SET", hk, "a string"}).ok());
+  EXPECT_EQ(ClassifyReadError(tier->ReadInto(key, 0, 10, layer.data())), ReadError::kTransient);
+  // The connection the error came back on is still in step: the next call works.
+  ASSERT_TRUE(c.Run(hk, {"DEL", hk}).ok());
+  ASSERT_TRUE(tier->Put(key, bytes).ok());
+  std::string again(n, '\0');
+  ASSERT_TRUE(tier->ReadInto(key, 0, n, again.data()).ok());
+  EXPECT_TRUE(again == bytes);
+}
+
 TEST(RedisTier, TheEntrysExpiryIsTheKeysExpiration) {
   ATTIC_REQUIRE_REDIS();
   auto tier = OpenTier(64 << 20);
