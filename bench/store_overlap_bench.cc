@@ -19,8 +19,13 @@
 //   recompute       no store: the whole H+N prompt is prefilled (RE)
 //   remote          (--kv-remote URL) another server saved the history to a Redis
 //                   Cluster (write-through); this one has never seen it: the lookup finds
-//                   the session in the cluster, fetches and verifies the entry (single
-//                   job only)
+//                   the session in the cluster and the entry streams in layer by layer,
+//                   layer l entering and computing while later layers are in flight
+//                   (single job only)
+//   remote-whole    the same, the entry read whole and verified before the job starts
+//                   (StoreOptions::stream_layers off: the read before streaming)
+//                   The returning turn comes --remote-pause ms after the other server's
+//                   save (a user reading the answer; the cluster replicates meanwhile).
 //
 // Single-job configurations report TTFT (submit -> first token) of one job on an idle
 // server. The back-to-back rows queue --jobs jobs at once (max one running, as the
@@ -32,7 +37,7 @@
 //
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
 //          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
-//          [--kv-remote redis://host:port,...]
+//          [--kv-remote redis://host:port,...] [--remote-pause MS (2000)]
 // Output: a table on stdout, then one JSON line (also to --json).
 #include <unistd.h>
 
@@ -44,6 +49,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,6 +81,7 @@ struct Args {
   std::string json;
   std::string only;  // "", "single", "queued" or "saving"
   std::string remote;  // --kv-remote: a Redis Cluster for the "remote" row
+  int remote_pause_ms = 2000;  // between the other server's save and the returning turn
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -140,6 +147,7 @@ struct Config {
   bool async_save = true;
   bool save = true;                 // save each turn (false: read-only store)
   bool remote = false;              // primed by another store on the --kv-remote cluster
+  bool stream = true;               // StoreOptions::stream_layers (remote: read layer by layer)
 };
 
 class Bench {
@@ -169,8 +177,8 @@ class Bench {
       // Two stores on the cluster, as two servers: `primer` saves every history (written
       // through), `store` (the timed one) has never seen them.
       const std::string prefix = "attic-bench-" + std::to_string(::getpid()) + "-" + std::to_string(++runs_);
-      primer = OpenRemote(prefix, entry_bytes);
-      store = OpenRemote(prefix, entry_bytes);
+      primer = OpenRemote(prefix, entry_bytes, c.stream);
+      store = OpenRemote(prefix, entry_bytes, c.stream);
     } else if (c.store) {
       store::StoreOptions o;
       o.fingerprint = e_.model().fingerprint();
@@ -207,7 +215,14 @@ class Bench {
       saver.set_store(primer != nullptr ? primer.get() : store.get());
       prime(saver);
       saver.Shutdown();
-      if (primer != nullptr) primer->Flush();
+      if (primer != nullptr) {
+        primer->Flush();
+        // The conversation's next turn comes after its user read the answer: by then the
+        // cluster has replicated the other server's write (right after a 94 MB write the
+        // masters and replicas are busy copying it, and a turn then computes on cores
+        // they take: --remote-pause 0 shows it).
+        std::this_thread::sleep_for(std::chrono::milliseconds(a_.remote_pause_ms));
+      }
     }
     so.store_save = c.save;
     Scheduler sched(e_, so);
@@ -243,8 +258,9 @@ class Bench {
   }
 
  private:
-  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes) {
+  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes, bool stream) {
     store::StoreOptions o;
+    o.stream_layers = stream;
     o.fingerprint = e_.model().fingerprint();
     o.dram_bytes = 64 * entry_bytes;
     o.policy = store::PolicyKind::kLru;
@@ -311,7 +327,7 @@ int main(int argc, char** argv) {
   Args a;
   bench::FlagParser flags("store_overlap_bench",
                           "--model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] [--reps 3] "
-                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving] [--kv-remote URL]");
+                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving] [--kv-remote URL]\n         [--remote-pause MS]");
   flags.String("--model", &a.model);
   flags.Int("--history", &a.history);
   flags.Int("--new", &a.fresh);
@@ -322,6 +338,7 @@ int main(int argc, char** argv) {
   flags.String("--json", &a.json);
   flags.String("--only", &a.only);
   flags.String("--kv-remote", &a.remote);
+  flags.Int("--remote-pause", &a.remote_pause_ms);
   flags.ParseOrExit(argc, argv);
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
@@ -351,8 +368,11 @@ int main(int argc, char** argv) {
       {"inline", true, false, KvPreload::kInline, 0},
       {"recompute", false, false, KvPreload::kSync, 0},
   };
-  if (!a.remote.empty())
+  if (!a.remote.empty()) {
     single.push_back({"remote", true, false, KvPreload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true});
+    single.push_back(
+        {"remote-whole", true, false, KvPreload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true, false});
+  }
   // Loading only (Fig. 19): the store configurations are read-only here (their entries
   // primed by a saving scheduler), so SSD rows measure reads and prefetch, not the
   // demotions the jobs' own saves would cause; saving is measured below (Fig. 20).
@@ -421,6 +441,7 @@ int main(int argc, char** argv) {
   out["jobs"] = a.jobs;
   out["answer_tokens"] = a.answer;
   out["reps"] = a.reps;
+  if (!a.remote.empty()) out["remote_pause_ms"] = a.remote_pause_ms;
   for (Section& sec : sections) {
     if (!wanted(sec)) continue;
     const double base = bench::Median(sec.runs[sec.base]);

@@ -209,6 +209,16 @@ int Scheduler::Step() {
   if (store_ != nullptr && prefill_rows >= 32 && prefill_rows * 2 >= rows)
     store_->ReportPrefillRate((Seconds(now - t_step) - waited - entered_inline) / rows);
   for (store::Turn* t : loading) CountFinishedLoad(*t);
+  // A load whose streamed read broke off: the entry's rows never entered, so what the
+  // step computed for that request is discarded (nothing sampled) and it starts again.
+  if (!loading.empty()) {
+    loading.clear();  // the failed ones' turns are replaced below
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (!owners[i]->turn || !owners[i]->turn->load_failed()) continue;
+      RecomputeFailedLoad(*owners[i]);
+      batch[i].want_logits = false;
+    }
+  }
   if (LogEnabled(LogLevel::kDebug)) {
     int64_t visible = 0;  // slots the step's rows attend over, summed over sequences
     for (const auto& e : batch) visible += e.seq->n_slots();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "attic/core/log.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -189,9 +190,34 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   } else {
     CountFinishedLoad(*turn);
   }
-  store_->RecordReuse(r.n_cached - r.recomputed);
   r.kv = std::move(seq);
   r.turn = std::move(turn);
+  if (r.turn->load_failed()) {  // a sync load whose streamed read broke off
+    RecomputeFailedLoad(r);
+    return;
+  }
+  store_->RecordReuse(r.n_cached - r.recomputed);
+}
+
+void Scheduler::RecomputeFailedLoad(Running& r) {
+  ++load_stats_.failed_loads;
+  r.turn->WaitLoad();  // a failed load publishes every layer: this returns at once
+  Log(LogLevel::kWarn, "request %llu: stored KV could not be read (%s); recomputing its prompt",
+      static_cast<unsigned long long>(r.id), r.turn->load_failure().ToString().c_str());
+  r.turn.reset();  // before the blocks it entered into go
+  r.kv = std::make_unique<kv::SequenceKv>(&pool_);
+  r.blend.reset();
+  r.compute_slots.clear();
+  r.compute_next = 0;
+  r.recomputed = 0;
+  r.n_cached = 0;
+  if (r.sparse != nullptr) {  // it saw the broken rows (and may hold the stored index)
+    const model::ModelConfig& c = engine_.model().config();
+    r.sparse = pq::MakeSparseAttention(r.sparse->options(), AttentionShapeOf(c), c.n_layers, engine_.threads());
+  }
+  r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
+  if (r.req.link != nullptr && r.req.session_id.empty()) r.turn->Invalidate();  // as StartFromStore
+  r.turn->Reserve(r.max_slots);
 }
 
 void Scheduler::CountFinishedLoad(store::Turn& turn) {

@@ -164,6 +164,9 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_kv_load_total", "counter", "Stored KV entries entered into the compute buffer, by mode.");
   Line(&out, "attic_kv_load_total", "mode=\"layerwise\"", k.layerwise_loads);
   Line(&out, "attic_kv_load_total", "mode=\"sync\"", k.loads - k.layerwise_loads);
+  Header(&out, "attic_kv_load_failed_total", "counter",
+         "Loads whose streamed read broke off after the request started: the request recomputed its prompt.");
+  Line(&out, "attic_kv_load_failed_total", "", k.failed_loads);
   Header(&out, "attic_kv_read_buffer_fetches_total", "counter",
          "Stored entries of waiting jobs fetched ahead of admission (read buffer), and how many were used.");
   Line(&out, "attic_kv_read_buffer_fetches_total", "result=\"issued\"", k.staged);
@@ -303,6 +306,10 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   counter("attic_kv_store_write_throughs_total", "Saves also written to the shared remote tier.", s.write_throughs);
   counter("attic_kv_store_write_through_errors_total",
           "Saves that could not be written to the shared remote tier (kept locally).", s.write_through_errors);
+  counter("attic_kv_store_streamed_loads_total",
+          "Entries read layer by layer from the shared remote tier while their turn computed.", s.streamed_loads);
+  counter("attic_kv_store_stream_failures_total",
+          "Streamed reads that broke off after their turn started (its request recomputed).", s.stream_failures);
   Header(&out, "attic_kv_store_tier_hits_total", "counter", "Lookups that found their entry in a tier, by tier.");
   for (const auto& t : s.tiers) Line(&out, "attic_kv_store_tier_hits_total", "tier=\"" + t.name + "\"", t.hits);
   Header(&out, "attic_kv_store_tier_bytes", "gauge",

@@ -40,6 +40,17 @@ double LoadJob::WaitLayer(int l) {
   return Since(t0);
 }
 
+Status LoadJob::failure() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return failure_;
+}
+
+void LoadJob::Fail(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (failure_.ok()) failure_ = why;
+  failed_.store(true, std::memory_order_release);
+}
+
 StatusOr<std::shared_ptr<const KvSource>>& StagedFetch::Wait() {
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return ready; });
@@ -79,6 +90,12 @@ void KvLoader::Stage(std::function<void()> fetch) {
 }
 
 void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads) {
+  // Streamed sources: the layer must have arrived (after a failure nothing is entered).
+  for (const LoadSegment& seg : job.segments) {
+    if (job.failed()) return;
+    if (Status st = seg.source->AwaitLayer(layer); !st.ok()) job.Fail(st);
+  }
+  if (job.failed()) return;
   const int kvd = pool_.shape().kv_dim(), bs = pool_.shape().block_size;
   // Pre-RoPE copy of the rows, by slot (copy row i = slot copy_first_slot + i), for
   // saving the turn (elements of the sources' dtype: the store's). Rows of slots no

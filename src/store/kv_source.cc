@@ -10,6 +10,68 @@ std::shared_ptr<const KvSource> KvSource::Stored(SharedBytes bytes, EntryHeader 
   return s;
 }
 
+std::shared_ptr<const KvSource> KvSource::Streamed(SharedBytes bytes, EntryHeader header, std::string key,
+                                                   std::shared_ptr<KvStream> stream) {
+  std::shared_ptr<KvSource> s(new KvSource());
+  s->bytes_ = std::move(bytes);
+  s->header_ = std::move(header);
+  s->key_ = std::move(key);
+  s->stream_ = std::move(stream);
+  return s;
+}
+
+Status KvSource::AwaitAll() const {
+  if (!stream_) return Status();
+  if (n_layers() > 0) ATTIC_RETURN_IF_ERROR(stream_->AwaitLayer(n_layers() - 1));
+  return stream_->AwaitAttachments();
+}
+
+void KvStream::PublishLayers(int n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    layers_ = n;
+  }
+  cv_.notify_all();
+}
+
+void KvStream::PublishAttachments() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attachments_ = true;
+  }
+  cv_.notify_all();
+}
+
+void KvStream::Fail(Status why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = why.ok() ? InternalError("KV read failed") : std::move(why);
+  }
+  cv_.notify_all();
+}
+
+Status KvStream::AwaitLayer(int l) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return layers_ > l || !error_.ok(); });
+  return layers_ > l ? Status() : error_;
+}
+
+Status KvStream::AwaitAttachments() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return attachments_ || !error_.ok(); });
+  return attachments_ ? Status() : error_;
+}
+
+int KvStream::layers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return layers_;
+}
+
+bool KvStream::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !error_.ok();
+}
+
 std::shared_ptr<const KvSource> KvSource::Queued(std::shared_ptr<const KvEntry> entry) {
   std::shared_ptr<KvSource> s(new KvSource());
   s->queued_ = std::move(entry);
@@ -22,6 +84,7 @@ StatusOr<std::string_view> KvSource::attachment(std::string_view kind) const {
     if (a == nullptr) return NotFoundError("KV entry has no attachment " + std::string(kind));
     return std::string_view(*a->bytes);
   }
+  ATTIC_RETURN_IF_ERROR(AwaitAttachments());
   return EntryAttachmentBytes(*bytes_, header_, kind);
 }
 

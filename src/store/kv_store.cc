@@ -83,7 +83,15 @@ KvStore::KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>>
 }
 
 KvStore::~KvStore() {
-  loader_.reset();  // its thread may be fetching for the read buffer: joined first
+  // Streamed reads still queued or running fail (Cancelled), releasing a load that
+  // waits for them; then the loader, whose thread may be fetching for the read buffer.
+  {
+    std::lock_guard<std::mutex> lock(smu_);
+    stop_streamer_ = true;
+  }
+  scv_.notify_all();
+  if (streamer_.joinable()) streamer_.join();
+  loader_.reset();
   {
     std::lock_guard<std::mutex> lock(pmu_);
     stop_prefetcher_ = true;

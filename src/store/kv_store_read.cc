@@ -23,73 +23,86 @@ StatusOr<KvStore::Fetched> KvStore::Fetch(const std::string& key) {
   }
 }
 
+StatusOr<KvStore::ReadStart> KvStore::BeginRead(const std::string& key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // A prefetch reading it: wait for that read (then it is in DRAM, in transit, or not).
+  prefetch_done_.wait(lock, [&] { return prefetching_ != key || in_transit_.count(key) != 0; });
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return NotFoundError("no KV entry " + key);
+  EntryInfo& info = it->second;
+  if (Expired(info)) {
+    lock.unlock();
+    if (RemoveIf(key, [&](const EntryInfo& e) { return Expired(e); })) {
+      lock.lock();
+      ++stats_.expired;
+    }
+    return NotFoundError("KV entry " + key + " expired");
+  }
+  info.access_seq = ++seq_;
+  ReadStart start;
+  if (auto t = in_transit_.find(key); t != in_transit_.end()) {  // being promoted: read already
+    stats_.bytes_loaded += t->second.bytes->size();
+    start.in_transit = t->second;
+    return start;
+  }
+  start.level = TierIndex(info.tier);
+  start.moves = info.moves;
+  if (start.level == 0 && info.prefetched) {
+    info.prefetched = false;
+    ++stats_.prefetches_useful;
+  }
+  return start;
+}
+
 StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key, bool* moved) {
   *moved = false;
-  int level = 0;
-  uint32_t moves = 0;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    // A prefetch reading it: wait for that read (then it is in DRAM, in transit, or not).
-    prefetch_done_.wait(lock, [&] { return prefetching_ != key || in_transit_.count(key) != 0; });
-    auto it = entries_.find(key);
-    if (it == entries_.end()) return NotFoundError("no KV entry " + key);
-    EntryInfo& info = it->second;
-    if (Expired(info)) {
-      lock.unlock();
-      if (RemoveIf(key, [&](const EntryInfo& e) { return Expired(e); })) {
-        lock.lock();
-        ++stats_.expired;
-      }
-      return NotFoundError("KV entry " + key + " expired");
-    }
-    info.access_seq = ++seq_;
-    if (auto t = in_transit_.find(key); t != in_transit_.end()) {  // being promoted: read already
-      stats_.bytes_loaded += t->second.bytes->size();
-      return t->second;
-    }
-    level = TierIndex(info.tier);
-    moves = info.moves;
-    if (level == 0 && info.prefetched) {
-      info.prefetched = false;
-      ++stats_.prefetches_useful;
-    }
-  }
+  ATTIC_ASSIGN_OR_RETURN(ReadStart start, BeginRead(key));
+  if (start.in_transit) return std::move(*start.in_transit);
+  const int level = start.level;
   // The read and the checksums happen outside the lock: lookups and saves go on. The
   // layer checksums guard what crossed a persistence boundary (every read of a tier
   // that is not local memory, and restart); DRAM-tier bytes never left this process's
   // memory, so only their header is checked (verifying 46 MB of a 1k-token 135M entry
   // took ~3 ms of a ~80 ms TTFT).
   StatusOr<Fetched> read = ReadChecked(*tiers_[level], key, ChecksLayers(level));
-  if (!read.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = entries_.find(key);
-      if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
-      const EntryInfo& e = it->second;
-      if (TierIndex(e.tier) != level || e.moves != moves || e.moving) {
-        *moved = true;
-        return UnavailableError("KV entry " + key + " moved");
-      }
-    }
-    return ReadFailed(key, level, moves, read.status());
-  }
+  if (!read.ok()) return ReadFailedOrMoved(key, level, start.moves, read.status(), moved);
   Fetched f = std::move(*read);
-  bool promote = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_loaded += f.bytes->size();
-    auto it = entries_.find(key);
-    promote = it != entries_.end() && it->second.tier != TierLevel::kDram && f.bytes->size() <= tiers_[0]->capacity();
   }
-  if (promote) {
-    // The paper fetches whole sessions to DRAM; a failure leaves it where it is.
-    std::lock_guard<std::mutex> placing(place_mu_);
-    std::unique_lock<std::mutex> lock(mu_);
-    auto it = entries_.find(key);
-    if (it != entries_.end() && TierIndex(it->second.tier) == level && it->second.moves == moves)
-      Promote(lock, key, f);
-  }
+  PromoteRead(key, level, start.moves, f);
   return f;
+}
+
+Status KvStore::ReadFailedOrMoved(const std::string& key, int level, uint32_t moves, const Status& why, bool* moved) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
+    const EntryInfo& e = it->second;
+    if (TierIndex(e.tier) != level || e.moves != moves || e.moving) {
+      *moved = true;
+      return UnavailableError("KV entry " + key + " moved");
+    }
+  }
+  return ReadFailed(key, level, moves, why);
+}
+
+void KvStore::PromoteRead(const std::string& key, int level, uint32_t moves, const Fetched& read) {
+  if (level == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.tier == TierLevel::kDram || read.bytes->size() > tiers_[0]->capacity())
+      return;
+  }
+  // The paper fetches whole sessions to DRAM; a failure leaves it where it is.
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && TierIndex(it->second.tier) == level && it->second.moves == moves)
+    Promote(lock, key, read);
 }
 
 Status KvStore::ReadFailed(const std::string& key, int level, uint32_t moves, const Status& why) {

@@ -87,13 +87,15 @@ StatusOr<std::shared_ptr<const KvSource>> KvStore::OpenForTurn(const StoreHit& h
   }
   if (staged != nullptr) return staged->Wait();
   const auto t0 = std::chrono::steady_clock::now();
-  StatusOr<Fetched> f = Fetch(hit.key);
-  {
-    std::lock_guard<std::mutex> lock(rmu_);
-    fetch_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  if (!f.ok()) return f.status();
-  return KvSource::Stored(std::move(f->bytes), std::move(f->header), hit.key);
+  auto opened = [&]() -> StatusOr<std::shared_ptr<const KvSource>> {
+    if (auto streamed = OpenStreamed(hit.key)) return std::move(*streamed);
+    StatusOr<Fetched> f = Fetch(hit.key);
+    if (!f.ok()) return f.status();
+    return KvSource::Stored(std::move(f->bytes), std::move(f->header), hit.key);
+  }();
+  std::lock_guard<std::mutex> lock(rmu_);
+  fetch_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return opened;
 }
 
 void KvStore::SetReadBuffer(int64_t bytes, int min_tokens) {

@@ -6,7 +6,8 @@ namespace {
 constexpr uint64_t kFirstRead = 4096;  // the header's usual size (it is padded to 4096)
 }  // namespace
 
-StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const std::string& expected_fingerprint) {
+StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const std::string& expected_fingerprint,
+                                      ByteRange* raw) {
   // A value shorter than what is asked is a truncated entry (DataLoss), not a caller's
   // out-of-range request.
   auto read = [&](uint64_t n) -> StatusOr<ByteRange> {
@@ -28,6 +29,12 @@ StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const 
   ATTIC_ASSIGN_OR_RETURN(EntryHeader h, ParseEntryHeader(head.view()));
   if (!expected_fingerprint.empty() && h.meta.fingerprint != expected_fingerprint)
     return FailedPreconditionError("KV entry belongs to another model");
+  if (raw != nullptr) {
+    if (head.size < h.data_offset) {
+      ATTIC_ASSIGN_OR_RETURN(head, read(h.data_offset));
+    }
+    *raw = std::move(head);
+  }
   return h;
 }
 

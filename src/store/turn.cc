@@ -143,10 +143,24 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
   AccountOwnBytes();
 }
 
-double Turn::WaitLoad() { return load_ ? load_->WaitAll() : 0; }
+double Turn::WaitLoad() {
+  if (!load_) return 0;
+  const double waited = load_->WaitAll();
+  if (load_->failed()) {
+    load_failure_ = load_->failure();
+    valid_ = false;
+  }
+  return waited;
+}
 
 bool Turn::CollectLoad(double* enter_seconds, int* rows, uint64_t* bytes) {
   if (!load_ || !load_->done()) return false;
+  if (load_->failed()) {  // no rate to learn from; the slots are recomputed
+    load_failure_ = load_->failure();
+    valid_ = false;
+    load_.reset();
+    return false;
+  }
   *enter_seconds = load_->enter_seconds;
   *rows = load_->n_rows();
   if (bytes != nullptr) *bytes = load_->stored_bytes();

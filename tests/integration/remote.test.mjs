@@ -104,6 +104,9 @@ test('tenants stay apart across servers', { skip }, async () => {
   assert.notEqual(JSON.parse(mine.body).tokens, 0);
 });
 
+// The header is intact, so B starts the turn streaming the entry layer by layer; the
+// bad layer is found when it arrives, after the request's forward began: the request
+// starts over as a fresh prefill (attic_kv_load_failed_total), never using the layers.
 test('a value cut short in the cluster is a miss, recomputed exactly', { skip }, async () => {
   const [a, b] = [await start(), await start()];
   const before = entryKeys();
@@ -117,6 +120,9 @@ test('a value cut short in the cluster is a miss, recomputed exactly', { skip },
   assert.equal(t2.choices[0].message.content, ref.choices[0].message.content);
   const mb = await metrics(b.port);
   assert.equal(mb['attic_kv_store_corrupt_total'], 1);
+  assert.equal(mb['attic_kv_store_streamed_loads_total'], 1);
+  assert.equal(mb['attic_kv_store_stream_failures_total'], 1);
+  assert.equal(mb['attic_kv_load_failed_total'], 1);
   assert.equal(cli(ports()[0], 'EXISTS', added[0]), '0');  // deleted from the cluster
 });
 

@@ -107,6 +107,7 @@ struct KvLoadStats {
   uint64_t loads = 0;               // entries entered into the compute buffer
   uint64_t layerwise_loads = 0;     // of which pre-loaded layer by layer
   uint64_t write_buffer_loads = 0;  // of which read from a save still queued (not waited for)
+  uint64_t failed_loads = 0;        // loads whose streamed read broke off: the request recomputed
   uint64_t staged = 0;              // read-buffer fetches issued (the store's)
   uint64_t staged_used = 0;         // read-buffer fetches a job then used
   double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
@@ -349,6 +350,10 @@ class Scheduler {
   bool ImportPqIndex(Running& r, std::string_view index, int n_cached);
   // Collects `turn`'s finished load (if any) into load_stats_: enter time, bytes.
   void CountFinishedLoad(store::Turn& turn);
+  // r's load failed (its turn's load_failed(): a streamed read broke off): its slots hold
+  // no valid KV, so the request starts again as a fresh prefill of its prompt, reusing
+  // nothing (a new sequence, turn, selector; no linking). Nothing was sampled from it.
+  void RecomputeFailedLoad(Running& r);
   void HintStore();
   void Report(RequestRecord record);
   void PublishStats();

@@ -8,7 +8,10 @@
 //     read buffer), so that a job's load does not start only when it is admitted.
 // Entering jobs go before fetches. A job holds a copy of the block ids and positions it
 // writes, so the caller may grow the sequence meanwhile; the blocks must not be freed
-// before WaitAll(). When and where a job's layers are entered is its PreloadStrategy's
+// before WaitAll(). A layer of a streamed source is entered once it has arrived
+// (KvSource::AwaitLayer); when its read fails the job fails (failed()): that layer and
+// the later ones are published without being entered, so no wait hangs, and the
+// caller must not use the job's slots (it recomputes them). When and where a job's layers are entered is its PreloadStrategy's
 // choice (sync, layer-wise on the loader thread, or inline on the compute threads).
 //
 // Thread-safety: Enter/Stage from any thread; a LoadJob's WaitLayer from one thread
@@ -78,6 +81,10 @@ struct LoadJob {
   // Bytes of stored KV the job enters (every layer's K and V rows, as the sources hold them).
   uint64_t stored_bytes() const;
   bool done() const { return layers_done.load(std::memory_order_acquire) >= n_layers(); }
+  // A source's read failed: the slots hold no valid KV (the first error in failure()).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status failure() const;
+  void Fail(const Status& why);
   // Blocks until layer `l` (or every layer) is in the compute buffer; returns the
   // seconds spent waiting (0 for inline entering, whose time is enter_seconds).
   double WaitLayer(int l);
@@ -85,8 +92,12 @@ struct LoadJob {
 
   std::atomic<int> layers_done{0};
   double enter_seconds = 0;  // time spent entering, complete when done()
-  std::mutex mu;
+  mutable std::mutex mu;
   std::condition_variable cv;
+
+ private:
+  std::atomic<bool> failed_{false};
+  Status failure_;  // guarded by mu
 };
 
 // One fetch for the read buffer.

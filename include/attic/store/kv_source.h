@@ -1,13 +1,23 @@
 // KvSource: stored pre-RoPE KV that a sequence's slots can be entered from -- a stored
-// entry's serialized bytes (fetched and verified by KvStore::Fetch), or an entry not
-// serialized yet (a save still in the write buffer, immutable once queued). Immutable
-// and shared: the loader reads it in place, and a turn that extends it saves its rows
-// from there instead of copying them (TurnRows).
+// entry's serialized bytes (fetched and verified by KvStore::Fetch), an entry not
+// serialized yet (a save still in the write buffer, immutable once queued), or a stored
+// entry whose layers are still arriving from a tier that streams them (KvStore::
+// OpenForTurn of a remote tier: the bytes are filled layer by layer, each verified
+// before it is published). Shared: the loader reads it in place, and a turn that
+// extends it saves its rows from there instead of copying them (TurnRows).
 //
-// Thread-safety: immutable after construction; share freely.
+// A streamed source's layer l may be read once AwaitLayer(l) returned OK, its
+// attachments once AwaitAttachments() did, its bytes as a whole once AwaitAll() did; a
+// read that failed makes every later wait return the error (the rows it did not
+// deliver are never valid). The other sources are complete: every wait is OK at once.
+//
+// Thread-safety: immutable after construction but for a streamed source's arrival
+// state (internally synchronized); share freely.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "attic/store/bytes.h"
@@ -15,12 +25,48 @@
 
 namespace attic::store {
 
+// The arrival of a streamed source's bytes: the reader fills the buffer and publishes
+// what it filled; the source's users wait for it. Layers arrive in order.
+class KvStream {
+ public:
+  // Layers [0, n) are in the buffer, verified. REQUIRES: n above what was published.
+  void PublishLayers(int n);
+  // The attachments (the entry's tail) are in the buffer.
+  void PublishAttachments();
+  // The read failed: nothing more arrives; every wait not yet satisfied returns `why`.
+  void Fail(Status why);
+  // Blocks until layer l is in (OK), or the read failed before it (its error).
+  Status AwaitLayer(int l) const;
+  Status AwaitAttachments() const;
+  // Layers published so far, and whether the read failed.
+  int layers() const;
+  bool failed() const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  int layers_ = 0;
+  bool attachments_ = false;
+  Status error_;
+};
+
 class KvSource {
  public:
   // A stored entry: its bytes, its parsed header and its key in the store.
   static std::shared_ptr<const KvSource> Stored(SharedBytes bytes, EntryHeader header, std::string key);
+  // A stored entry still arriving: `bytes` (header.total_bytes, the header's own bytes
+  // in place) is filled as `stream` publishes.
+  static std::shared_ptr<const KvSource> Streamed(SharedBytes bytes, EntryHeader header, std::string key,
+                                                  std::shared_ptr<KvStream> stream);
   // A save still queued in the write buffer.
   static std::shared_ptr<const KvSource> Queued(std::shared_ptr<const KvEntry> entry);
+
+  // Arrival (streamed sources; OK at once for the others): layer l is readable, the
+  // attachments are, the whole entry is.
+  Status AwaitLayer(int l) const { return stream_ ? stream_->AwaitLayer(l) : Status(); }
+  Status AwaitAttachments() const { return stream_ ? stream_->AwaitAttachments() : Status(); }
+  Status AwaitAll() const;
+  bool streamed() const { return stream_ != nullptr; }
 
   // Everything but the rows: tokens, positions, n_layers, kv_dim, tenant, session.
   const KvEntry& meta() const { return queued_ ? *queued_ : header_.meta; }
@@ -39,11 +85,12 @@ class KvSource {
   // The attachment `kind` (entry.h), valid while the source lives: a queued save's as
   // it was given, a stored entry's verified against its checksum on every call (the
   // tier's bytes, whichever tier). NotFound when there is none, DataLoss when its bytes
-  // are bad (the KV itself may still be good).
+  // are bad (the KV itself may still be good). A streamed source waits for its
+  // attachments first (its read's error when they never came).
   StatusOr<std::string_view> attachment(std::string_view kind) const;
 
-  // One layer's rows: KBytes(row) / VBytes(row) are the kv_dim elements (of dtype()) of
-  // entry row `row`; K / V for an f32 source, K16 / V16 (IEEE half bits) for an f16 one.
+  // One layer's rows (a streamed source's: after AwaitLayer(l)): KBytes(row) / VBytes(row)
+  // are the kv_dim elements (of dtype()) of entry row `row`; K / V for an f32 source, K16 / V16 (IEEE half bits) for an f16 one.
   // A serialized layer's rows are contiguous; a queued save's are looked up through its
   // bases.
   struct Layer {
@@ -74,6 +121,7 @@ class KvSource {
   EntryHeader header_;
   std::string key_;
   std::shared_ptr<const KvEntry> queued_;
+  std::shared_ptr<KvStream> stream_;
 };
 
 }  // namespace attic::store

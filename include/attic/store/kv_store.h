@@ -103,6 +103,10 @@ struct StoreOptions {
   // chunks' prefix ("ctx:", pic::ChunkStoreSession): a cache created on one instance is
   // linked on any other from the shared tier.
   std::string write_through_session_prefix;
+  // Streamed loads from tiers that stream layers (TierTraits::streams_layers: the remote
+  // tier): a turn's entry is read layer by layer while its first layers already enter
+  // and compute (OpenForTurn). Off: read whole and verified before the turn starts.
+  bool stream_layers = true;
   // Tests: runs on the writer thread before each queued save (e.g. to hold saves back).
   std::function<void()> before_async_save;
 };
@@ -205,6 +209,8 @@ struct StoreStats {
   uint64_t shared_found = 0;        // entries another instance saved, found by session in a shared tier
   uint64_t write_throughs = 0;      // saves also written to a shared tier (StoreOptions::write_through)
   uint64_t write_through_errors = 0;  // ... that failed (the entry stayed local)
+  uint64_t streamed_loads = 0;      // turns' entries read layer by layer from a streaming tier
+  uint64_t stream_failures = 0;     // ... whose read failed after the turn started (recomputed)
   // Per tier, in the store's order (hits_dram, evictions_dram, ... are tiers 0 and 1's).
   struct Tier {
     std::string name;
@@ -382,7 +388,11 @@ class KvStore {
                        bool read_queued);
   // The hit's KV, ready to enter: a queued save as it is (counted as a write-buffer
   // hit), a stored entry fetched and verified (from the read buffer when it was fetched
-  // ahead). NotFound when it is gone or bad (a miss; a bad entry is dropped).
+  // ahead), or -- an entry of a tier that streams layers, with StoreOptions::
+  // stream_layers -- its header read and checked, its layers still arriving (a streamed
+  // KvSource: the caller waits per layer, and a read that fails later fails the source,
+  // never delivers wrong rows). NotFound when it is gone or bad (a miss; a bad entry is
+  // dropped).
   StatusOr<std::shared_ptr<const KvSource>> OpenForTurn(const StoreHit& hit);
   // Read buffer (paper 3.2): bytes of stored entries of the next waiting jobs
   // (SetLookAhead) that the loader fetches and verifies ahead of their admission; -1 =
@@ -430,8 +440,34 @@ class KvStore {
   void WriteThrough(std::unique_lock<std::mutex>& lock, EntryInfo* info, const SharedBytes& bytes);
 
   // --- Reads (kv_store_read.cc) ---
+  // Where a read of `key` starts: its tier and move count then, or its bytes when it is
+  // being promoted (in_transit). Waits for a prefetch reading it; counts the access.
+  // NotFound when it is not indexed or expired (an expired entry is removed).
+  struct ReadStart {
+    int level = 0;
+    uint32_t moves = 0;
+    std::optional<Fetched> in_transit;
+  };
+  StatusOr<ReadStart> BeginRead(const std::string& key);
   // One attempt of Fetch; *moved = the entry moved between tiers while it was read.
   StatusOr<Fetched> FetchOnce(const std::string& key, bool* moved);
+  // After a read of `key` from `level` (move count `moves`) failed with `why`: *moved
+  // when the entry moved meanwhile (read it again), else ReadFailed's answer.
+  Status ReadFailedOrMoved(const std::string& key, int level, uint32_t moves, const Status& why, bool* moved);
+  // A verified read of `key` from a lower tier: promoted to the top tier when it fits and
+  // is still where it was read. Takes place_mu_ and mu_: REQUIRES neither held.
+  void PromoteRead(const std::string& key, int level, uint32_t moves, const Fetched& read);
+
+  // --- Streamed reads (kv_store_stream.cc) ---
+  // OpenForTurn of an entry on a tier that streams layers: reads and checks its header,
+  // queues the read of its layers on the streamer thread and returns the streamed
+  // source at once. nullopt when the entry is not on such a tier (read it with Fetch).
+  std::optional<StatusOr<std::shared_ptr<const KvSource>>> OpenStreamed(const std::string& key);
+  // One streamed read (on the streamer thread): the attachments, then layer after
+  // layer, each verified and published; then promoted to DRAM like a Fetch.
+  struct StreamRead;
+  void RunStreamRead(StreamRead& s);
+  void StreamerLoop();
   // Reads `key` from `tier` and checks header, size, fingerprint and name (and the layer
   // checksums unless !check_layers). Takes no lock.
   StatusOr<Fetched> ReadChecked(Tier& tier, const std::string& key, bool check_layers) const;
@@ -565,6 +601,13 @@ class KvStore {
   bool prefetch_requested_ = false;
   bool stop_prefetcher_ = false;
   std::thread prefetcher_;
+
+  // Streamer thread (OpenStreamed), started by the first streamed read.
+  std::mutex smu_;
+  std::condition_variable scv_;
+  std::deque<std::shared_ptr<StreamRead>> stream_reads_;
+  std::atomic<bool> stop_streamer_{false};
+  std::thread streamer_;
 
   // Turns (kv_store_turn.cc).
   kv::BlockPool* pool_ = nullptr;

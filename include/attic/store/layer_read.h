@@ -20,7 +20,10 @@ namespace attic::store {
 // header is longer), checked like VerifyEntry's header: DataLoss when it is not a
 // well-formed header, FailedPrecondition when `expected_fingerprint` is non-empty and
 // the entry is another model's; the tier's NotFound and transient errors as they are.
-StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const std::string& expected_fingerprint);
+// With `raw`: the bytes read, at least [0, data_offset) of the value (the header and its
+// padding, as stored).
+StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const std::string& expected_fingerprint,
+                                      ByteRange* raw = nullptr);
 
 // Layer `layer` of the entry: K and V, [n_tokens, kv_dim] f32 each, kept alive by `bytes`.
 struct EntryLayerRead {

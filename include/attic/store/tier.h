@@ -60,6 +60,12 @@ struct TierTraits {
   // boundary (the store checks their header, not every layer's checksum). Otherwise
   // every call is I/O: the store makes it without holding its lock.
   bool local_memory = false;
+  // Reading a value layer by layer (GetRange of one layer, layer_read.h) moves bytes as
+  // fast as reading it whole, and a read takes long next to a forward step (a network
+  // store): the store streams a turn's entry from it, so that layer l enters the
+  // compute buffer and computes while later layers are still in flight
+  // (KvStore::OpenForTurn). Local tiers read whole: one read is cheaper than many.
+  bool streams_layers = false;
 };
 
 // Bytes [offset, offset + size) of a stored value, kept alive by `owner` (the value

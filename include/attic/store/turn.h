@@ -82,6 +82,12 @@ class Turn {
   double WaitLayer(int l) { return load_ ? load_->WaitLayer(l) : 0; }
   // Waits until the whole load is entered; returns the seconds waited.
   double WaitLoad();
+  // The load failed (a streamed source's read broke off, KvLoader): the sequence's slots
+  // do not hold the stored KV. The turn is then invalid (never saved); the caller
+  // recomputes the sequence.
+  bool load_failed() const { return !load_failure_.ok() || (load_ && load_->failed()); }
+  // Why (OK when it did not fail).
+  Status load_failure() const { return load_ && load_->failed() ? load_->failure() : load_failure_; }
   // Drops the finished load's bookkeeping; returns (enter seconds, rows, stored bytes
   // entered) for the rates.
   bool CollectLoad(double* enter_seconds, int* rows, uint64_t* bytes = nullptr);
@@ -146,6 +152,7 @@ class Turn {
   std::string supersedes_;                // the stored entry this turn extends ("" = none)
   std::shared_ptr<const KvEntry> saved_;  // the last save while the rows stayed kept
   std::shared_ptr<LoadJob> load_;
+  Status load_failure_;  // a failed load's error, kept once the load is collected
 };
 
 }  // namespace attic::store

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <thread>
 
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
@@ -36,10 +38,12 @@ struct Instance {
 // --kv-dram ... --kv-remote ...` makes it.
 Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
               const std::string& url = "redis://" + redis::testing::TestNodes(),
-              PolicyKind policy = PolicyKind::kLru, const std::string& write_through_session_prefix = "") {
+              PolicyKind policy = PolicyKind::kLru, const std::string& write_through_session_prefix = "",
+              bool stream_layers = true) {
   StoreOptions o = TierTestOptions(policy);
   o.write_through = write_through;
   o.write_through_session_prefix = write_through_session_prefix;
+  o.stream_layers = stream_layers;
   RedisTierOptions r;
   r.url = url;
   r.prefix = prefix;
@@ -192,6 +196,91 @@ TEST(KvStoreOnRedis, ADamagedValueIsAMissAndIsDropped) {
   EXPECT_EQ(b.store->Stats().corrupt, 1u);
   EXPECT_FALSE(b.store->Contains(key));
   EXPECT_FALSE(b.remote->Contains(key));  // deleted from the cluster
+}
+
+// Polls `done` for up to two seconds (what a store's background thread finishes).
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(10ms);
+  return done();
+}
+
+// A turn's entry on the cluster (saved by another store) streams in: OpenForTurn returns
+// at once with the header checked, each layer is readable once it arrived and equals
+// what was saved, and the finished read is promoted to DRAM like a fetched entry.
+TEST(KvStoreOnRedis, ATurnsEntryFromTheClusterStreamsInLayerByLayer) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, true);
+  Instance b = Open(prefix, 8, true);
+  const KvEntry saved = MakeEntry(Range(3000, 32), "j3", "default", 4, 8, "fp-A", 3);
+  ASSERT_TRUE(a.store->Save(saved).ok());
+  const std::string key = saved.key().ToString();
+  auto hit = b.store->FindForTurn("default", "j3", Range(3000, 33), /*read_queued=*/false);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->n_tokens, 32);
+  auto src = b.store->OpenForTurn(*hit);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_TRUE((*src)->streamed());
+  EXPECT_EQ((*src)->n_rows(), 32);
+  for (int l = 0; l < 4; ++l) {
+    ASSERT_TRUE((*src)->AwaitLayer(l).ok()) << l;
+    const KvSource::Layer layer = (*src)->layer(l);
+    for (int row = 0; row < 32; ++row) {
+      EXPECT_TRUE(std::equal(layer.K(row), layer.K(row) + 8, saved.k[l].begin() + row * 8)) << l << " " << row;
+      EXPECT_TRUE(std::equal(layer.V(row), layer.V(row) + 8, saved.v[l].begin() + row * 8)) << l << " " << row;
+    }
+  }
+  ASSERT_TRUE((*src)->AwaitAll().ok());
+  EXPECT_TRUE((*src)->bytes()->view() == *SerializeEntry(saved));  // a whole serialized entry
+  EXPECT_EQ(b.store->Stats().streamed_loads, 1u);
+  EXPECT_TRUE(Eventually([&] { return b.store->TierOf(key) == TierLevel::kDram; }));
+  // From DRAM now: read whole, not streamed.
+  auto again = b.store->OpenForTurn(*b.store->FindForTurn("default", "j3", Range(3000, 33), false));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)->streamed());
+  // With streaming off, a cluster entry is read whole before the turn starts.
+  Instance c = Open(prefix, 8, true, "redis://" + redis::testing::TestNodes(), PolicyKind::kLru, "", false);
+  auto whole = c.store->OpenForTurn(*c.store->FindForTurn("default", "j3", Range(3000, 33), false));
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE((*whole)->streamed());
+  EXPECT_EQ(c.store->Stats().streamed_loads, 0u);
+}
+
+// A layer damaged in the cluster is found when it arrives, after the turn started: the
+// source fails from that layer on (the layers before it were good and stay readable),
+// never hands out the bad one, and the entry is dropped as corrupt.
+TEST(KvStoreOnRedis, AStreamedLayerFoundDamagedFailsTheSourceFromThatLayerOn) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, true);
+  Instance b = Open(prefix, 8, true);
+  const KvEntry saved = MakeEntry(Range(4000, 32), "j4", "default", 4, 8, "fp-A", 4);
+  ASSERT_TRUE(a.store->Save(saved).ok());
+  const std::string key = saved.key().ToString();
+  // Layer 2 (field "3": the header is part 0) with a flipped bit.
+  const std::string hk = b.remote->HashKey(key);
+  auto part = b.remote->client().Run(hk, {"HGET", hk, "3"});
+  ASSERT_TRUE(part.ok());
+  std::string bytes(redis::ReplyText(**part));
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 3] ^= 0x20;
+  ASSERT_TRUE(b.remote->client().Run(hk, {"HSET", hk, "3", bytes}).ok());
+  auto hit = b.store->FindForTurn("default", "j4", Range(4000, 33), false);
+  ASSERT_TRUE(hit.has_value());
+  auto src = b.store->OpenForTurn(*hit);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();  // the header is fine
+  ASSERT_TRUE((*src)->streamed());
+  EXPECT_TRUE((*src)->AwaitLayer(1).ok());
+  EXPECT_TRUE(std::equal((*src)->layer(1).K(0), (*src)->layer(1).K(0) + 8, saved.k[1].begin()));
+  EXPECT_EQ((*src)->AwaitLayer(2).code(), StatusCode::kDataLoss);
+  EXPECT_EQ((*src)->AwaitLayer(3).code(), StatusCode::kDataLoss);
+  EXPECT_EQ((*src)->AwaitAll().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Eventually([&] { return !b.store->Contains(key); }));
+  const StoreStats st = b.store->Stats();
+  EXPECT_EQ(st.corrupt, 1u);
+  EXPECT_EQ(st.stream_failures, 1u);
+  EXPECT_FALSE(b.remote->Contains(key));  // deleted from the cluster
+  EXPECT_FALSE(b.store->FindForTurn("default", "j4", Range(4000, 33), false).has_value());
 }
 
 TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {

@@ -57,6 +57,7 @@ TierTraits RedisTier::traits() const {
   t.enumerable = false;
   t.evicts_itself = true;
   t.local_memory = false;
+  t.streams_layers = true;
   return t;
 }
 
