@@ -131,6 +131,11 @@ class RedisTier final : public Tier {
   // With `sink`: the parts go where it places them (redis::BulkSink).
   StatusOr<std::shared_ptr<const redisReply>> ReadParts(const std::string& hk, size_t first, size_t last,
                                                         const std::function<char*(size_t, size_t)>* sink = nullptr) const;
+  // Runs `attempt` with `key`'s read plan (the one remembered, else the stored manifest);
+  // when it reports the value replaced (*replaced), plans again, at most three times. A
+  // read that succeeds is counted and its plan remembered.
+  Status WithReadPlan(const std::string& key, const std::string& hk,
+                      const std::function<Status(const Manifest&, bool*)>& attempt);
   // Bytes [offset, offset + length) of the value whose manifest is `m` into dst, in one
   // HMGET: the parts wholly inside are received in place, the edge parts copied.
   // *replaced (nothing read) when the stored manifest is no longer `m`.

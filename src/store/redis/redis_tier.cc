@@ -268,32 +268,38 @@ Status RedisTier::ReadSpan(const std::string& key, const std::string& hk, const 
   return OkStatus();
 }
 
-Status RedisTier::ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) {
-  const std::string hk = HashKey(key);
+Status RedisTier::WithReadPlan(const std::string& key, const std::string& hk,
+                               const std::function<Status(const Manifest&, bool*)>& attempt) {
   std::optional<Manifest> plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = manifests_.find(key); it != manifests_.end()) plan = it->second;
   }
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  for (int i = 0; i < 3; ++i) {
     if (!plan) {
       auto m = ReadManifest(hk);
       if (!m.ok()) return m.status();
       plan = std::move(*m);
     }
-    ATTIC_RETURN_IF_ERROR(CheckRange(plan->total, offset, length));
     bool replaced = false;
-    ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, *plan, offset, length, dst, &replaced));
-    if (replaced) {  // plan again
-      plan.reset();
-      continue;
+    ATTIC_RETURN_IF_ERROR(attempt(*plan, &replaced));
+    if (!replaced) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.range_gets;
+      RememberLocked(key, *plan);
+      return OkStatus();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.range_gets;
-    RememberLocked(key, *plan);
-    return OkStatus();
+    plan.reset();  // replaced since the plan was made: plan again
   }
   return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
+}
+
+Status RedisTier::ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) {
+  const std::string hk = HashKey(key);
+  return WithReadPlan(key, hk, [&](const Manifest& m, bool* replaced) {
+    ATTIC_RETURN_IF_ERROR(CheckRange(m.total, offset, length));
+    return ReadSpan(key, hk, m, offset, length, dst, replaced);
+  });
 }
 
 StatusOr<Reply> RedisTier::ReadParts(const std::string& hk, size_t first, size_t last,
@@ -344,53 +350,41 @@ StatusOr<RedisTier::Manifest> RedisTier::ReadManifest(const std::string& hk) {
 
 StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset, uint64_t length) {
   const std::string hk = HashKey(key);
-  std::optional<Manifest> plan;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = manifests_.find(key); it != manifests_.end()) plan = it->second;
-  }
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (!plan) {
-      auto m = ReadManifest(hk);
-      if (!m.ok()) return m.status();
-      plan = std::move(*m);
-    }
-    ATTIC_RETURN_IF_ERROR(CheckRange(plan->total, offset, length));
+  ByteRange out;
+  ATTIC_RETURN_IF_ERROR(WithReadPlan(key, hk, [&](const Manifest& m, bool* replaced) -> Status {
+    ATTIC_RETURN_IF_ERROR(CheckRange(m.total, offset, length));
     size_t first = 0, last = 0;  // the parts the range covers
-    plan->Cover(offset, length, &first, &last);
+    m.Cover(offset, length, &first, &last);
+    if (first != last) {  // across parts: received in place into a buffer of its own
+      std::shared_ptr<Bytes> b = Bytes::Allocate(length);
+      ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, m, offset, length, b->data(), replaced));
+      const char* data = b->data();
+      out = ByteRange{std::shared_ptr<const void>(std::move(b)), data, static_cast<size_t>(length)};
+      return OkStatus();
+    }
+    // Within one part: a view of the reply, no copy.
     ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last));
-    const redisReply* m = r->element[0];
-    if (m->type == REDIS_REPLY_NIL) {
+    const redisReply* head = r->element[0];
+    if (head->type == REDIS_REPLY_NIL) {
       std::lock_guard<std::mutex> lock(mu_);
       manifests_.erase(key);
       return NotFoundError("no entry " + key + " in the remote tier");
     }
-    if (ReplyText(*m) != plan->text) {  // replaced since the plan was made: plan again
-      plan.reset();
-      continue;
+    if (ReplyText(*head) != m.text) {
+      *replaced = true;
+      return OkStatus();
     }
-    ATTIC_RETURN_IF_ERROR(CheckParts(*r, *plan, first, last, hk));
+    ATTIC_RETURN_IF_ERROR(CheckParts(*r, m, first, last, hk));
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.range_gets;
       stats_.bytes_read += length;
-      RememberLocked(key, *plan);
     }
-    if (first == last) {  // within one part: a view of the reply, no copy
-      const redisReply* part = r->element[1];
-      const char* data = part->str + (offset - plan->starts[first]);
-      return ByteRange{std::shared_ptr<const void>(r, part), data, static_cast<size_t>(length)};
-    }
-    std::shared_ptr<Bytes> out = Bytes::Allocate(length);
-    for (size_t i = first; i <= last; ++i) {
-      const redisReply* part = r->element[1 + i - first];
-      const uint64_t lo = std::max(offset, plan->starts[i]), hi = std::min(offset + length, plan->end(i));
-      std::memcpy(out->data() + (lo - offset), part->str + (lo - plan->starts[i]), hi - lo);
-    }
-    const char* data = out->data();
-    return ByteRange{std::shared_ptr<const void>(std::move(out)), data, static_cast<size_t>(length)};
-  }
-  return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
+    const redisReply* part = r->element[1];
+    out = ByteRange{std::shared_ptr<const void>(r, part), part->str + (offset - m.starts[first]),
+                    static_cast<size_t>(length)};
+    return OkStatus();
+  }));
+  return out;
 }
 
 void RedisTier::ForgetLocked(const std::string& key) {
