@@ -163,12 +163,9 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     h = store::ReadEntryHeader(**tier, key, e.fingerprint);
     bench::DieOnError("remote_tier_bench", h.status());
-    for (int l = 0; l < layers; ++l) {
-      const uint64_t at = store::EntryLayerOffset(*h, l);
-      bench::DieOnError("remote_tier_bench", (*tier)->ReadInto(key, at, h->layer_bytes, into->data() + at));
-      bench::DieOnError("remote_tier_bench",
-                        store::VerifyLayerBytes(std::string_view(into->data() + at, h->layer_bytes), *h, l));
-    }
+    for (int l = 0; l < layers; ++l)
+      bench::DieOnError("remote_tier_bench", store::ReadEntryLayerInto(**tier, key, *h, l,
+                                                                       into->data() + store::EntryLayerOffset(*h, l)));
     in_place.push_back(bytes.size() / 1e9 / Seconds(t0));
     roof.push_back(bytes.size() / 1e9 / LoopbackSeconds(bytes));
   }

@@ -62,16 +62,6 @@ Status KvStream::AwaitAttachments() const {
   return attachments_ ? Status() : error_;
 }
 
-int KvStream::layers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return layers_;
-}
-
-bool KvStream::failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !error_.ok();
-}
-
 std::shared_ptr<const KvSource> KvSource::Queued(std::shared_ptr<const KvEntry> entry) {
   std::shared_ptr<KvSource> s(new KvSource());
   s->queued_ = std::move(entry);

@@ -145,16 +145,18 @@ StatusOr<KvStore::Fetched> KvStore::ReadChecked(Tier& tier, const std::string& k
   // A bad attachment does not make the entry bad: its user finds it bad when it reads it
   // (EntryAttachmentBytes) and goes without. Counted and logged where the layers are
   // checked too (bytes that crossed a persistence boundary).
-  if (check_layers) {
-    for (const AttachmentInfo& a : header.attachments) {
-      if (auto view = EntryAttachmentBytes(*bytes, header, a.kind); !view.ok()) {
-        corrupt_attachments_.fetch_add(1);
-        Log(LogLevel::kWarn, "KV store: entry %s: %s (dropped; the KV is served)", key.c_str(),
-            view.status().ToString().c_str());
-      }
+  if (check_layers) CheckAttachments(key, *bytes, header);
+  return Fetched{std::move(bytes), std::move(header)};
+}
+
+void KvStore::CheckAttachments(const std::string& key, std::string_view bytes, const EntryHeader& h) const {
+  for (const AttachmentInfo& a : h.attachments) {
+    if (auto view = EntryAttachmentBytes(bytes, h, a.kind); !view.ok()) {
+      corrupt_attachments_.fetch_add(1);
+      Log(LogLevel::kWarn, "KV store: entry %s: %s (dropped; the KV is served)", key.c_str(),
+          view.status().ToString().c_str());
     }
   }
-  return Fetched{std::move(bytes), std::move(header)};
 }
 
 std::optional<StoreMatch> KvStore::Peek(const std::string& tenant, const std::string& session_id,

@@ -112,13 +112,7 @@ void KvStore::RunStreamRead(StreamRead& s) {
       fail(st.code() == StatusCode::kOutOfRange ? DataLossError("truncated KV entry " + s.key) : st);
       return;
     }
-    for (const AttachmentInfo& a : h.attachments) {
-      if (auto view = EntryAttachmentBytes(s.bytes->view(), h, a.kind); !view.ok()) {
-        corrupt_attachments_.fetch_add(1);
-        Log(LogLevel::kWarn, "KV store: entry %s: %s (dropped; the KV is served)", s.key.c_str(),
-            view.status().ToString().c_str());
-      }
-    }
+    CheckAttachments(s.key, s.bytes->view(), h);
   }
   s.stream->PublishAttachments();
   for (int l = 0; l < h.meta.n_layers; ++l) {
@@ -127,11 +121,7 @@ void KvStore::RunStreamRead(StreamRead& s) {
       return;
     }
     // Received in place, then verified against the layer's checksum.
-    char* at = s.bytes->data() + EntryLayerOffset(h, l);
-    Status st = tier.ReadInto(s.key, EntryLayerOffset(h, l), h.layer_bytes, at);
-    if (st.code() == StatusCode::kOutOfRange) st = DataLossError("KV entry " + s.key + " ends before layer " + std::to_string(l));
-    if (st.ok()) st = VerifyLayerBytes(std::string_view(at, h.layer_bytes), h, l);
-    if (!st.ok()) {
+    if (Status st = ReadEntryLayerInto(tier, s.key, h, l, s.bytes->data() + EntryLayerOffset(h, l)); !st.ok()) {
       fail(st);
       return;
     }

@@ -4,6 +4,13 @@ namespace attic::store {
 
 namespace {
 constexpr uint64_t kFirstRead = 4096;  // the header's usual size (it is padded to 4096)
+
+// A layer read's error: a value that ends before the layer is a truncated entry.
+Status LayerReadError(const Status& st, const std::string& key, int layer) {
+  if (st.code() == StatusCode::kOutOfRange)
+    return DataLossError("KV entry " + key + " ends before layer " + std::to_string(layer));
+  return st;
+}
 }  // namespace
 
 StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const std::string& expected_fingerprint,
@@ -41,17 +48,20 @@ StatusOr<EntryHeader> ReadEntryHeader(Tier& tier, const std::string& key, const 
 StatusOr<EntryLayerRead> ReadEntryLayer(Tier& tier, const std::string& key, const EntryHeader& h, int layer) {
   if (layer < 0 || layer >= h.meta.n_layers) return InvalidArgumentError("no layer " + std::to_string(layer));
   StatusOr<ByteRange> r = tier.GetRange(key, EntryLayerOffset(h, layer), h.layer_bytes);
-  if (!r.ok()) {
-    if (r.status().code() == StatusCode::kOutOfRange)
-      return DataLossError("KV entry " + key + " ends before layer " + std::to_string(layer));
-    return r.status();
-  }
+  if (!r.ok()) return LayerReadError(r.status(), key, layer);
   ATTIC_RETURN_IF_ERROR(VerifyLayerBytes(r->view(), h, layer));
   EntryLayerRead out;
   out.k = reinterpret_cast<const float*>(r->data);
   out.v = out.k + h.meta.tokens.size() * static_cast<size_t>(h.meta.kv_dim);
   out.bytes = std::move(*r);
   return out;
+}
+
+Status ReadEntryLayerInto(Tier& tier, const std::string& key, const EntryHeader& h, int layer, char* dst) {
+  if (layer < 0 || layer >= h.meta.n_layers) return InvalidArgumentError("no layer " + std::to_string(layer));
+  if (Status st = tier.ReadInto(key, EntryLayerOffset(h, layer), h.layer_bytes, dst); !st.ok())
+    return LayerReadError(st, key, layer);
+  return VerifyLayerBytes(std::string_view(dst, h.layer_bytes), h, layer);
 }
 
 }  // namespace attic::store

@@ -143,21 +143,23 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
   AccountOwnBytes();
 }
 
+bool Turn::NoteLoadFailure() {
+  if (!load_->failed()) return false;
+  load_failure_ = load_->failure();
+  valid_ = false;
+  return true;
+}
+
 double Turn::WaitLoad() {
   if (!load_) return 0;
   const double waited = load_->WaitAll();
-  if (load_->failed()) {
-    load_failure_ = load_->failure();
-    valid_ = false;
-  }
+  NoteLoadFailure();
   return waited;
 }
 
 bool Turn::CollectLoad(double* enter_seconds, int* rows, uint64_t* bytes) {
   if (!load_ || !load_->done()) return false;
-  if (load_->failed()) {  // no rate to learn from; the slots are recomputed
-    load_failure_ = load_->failure();
-    valid_ = false;
+  if (NoteLoadFailure()) {  // no rate to learn from; the slots are recomputed
     load_.reset();
     return false;
   }

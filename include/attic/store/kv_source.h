@@ -38,9 +38,6 @@ class KvStream {
   // Blocks until layer l is in (OK), or the read failed before it (its error).
   Status AwaitLayer(int l) const;
   Status AwaitAttachments() const;
-  // Layers published so far, and whether the read failed.
-  int layers() const;
-  bool failed() const;
 
  private:
   mutable std::mutex mu_;

@@ -471,6 +471,9 @@ class KvStore {
   // Reads `key` from `tier` and checks header, size, fingerprint and name (and the layer
   // checksums unless !check_layers). Takes no lock.
   StatusOr<Fetched> ReadChecked(Tier& tier, const std::string& key, bool check_layers) const;
+  // Verifies each attachment of a read entry (`bytes`, header `h`): a bad one is counted
+  // and logged, and its reader goes without it (the KV is served).
+  void CheckAttachments(const std::string& key, std::string_view bytes, const EntryHeader& h) const;
   // Whether a read of `level` verifies every layer (bytes that crossed a boundary).
   bool ChecksLayers(int level) const { return !traits_[level].local_memory; }
   // A failed read of `key` from `level` (the entry's `moves` then): a miss that leaves

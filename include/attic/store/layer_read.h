@@ -35,5 +35,8 @@ struct EntryLayerRead {
 // Reads layer `layer` of `key`'s entry (header `h`, from ReadEntryHeader) and verifies
 // its checksum: DataLoss on a mismatch or when the value ends before the layer.
 StatusOr<EntryLayerRead> ReadEntryLayer(Tier& tier, const std::string& key, const EntryHeader& h, int layer);
+// The same, received into `dst` (h.layer_bytes of room) through Tier::ReadInto: where the
+// serialized entry holds the layer in a buffer of the entry's size (a streamed load).
+Status ReadEntryLayerInto(Tier& tier, const std::string& key, const EntryHeader& h, int layer, char* dst);
 
 }  // namespace attic::store

@@ -140,6 +140,8 @@ class Turn {
   // base becomes those bytes and the own rows they cover are dropped.
   void RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions);
   void AccountOwnBytes();  // updates the store's turn-bytes counter to rows_.own_bytes()
+  // When the (finished) load failed: keeps why, and the turn is invalid. REQUIRES: load_.
+  bool NoteLoadFailure();
 
   KvStore& store_;
   std::string tenant_, session_id_;
