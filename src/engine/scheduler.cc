@@ -323,10 +323,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->req.link = w.req.link;
   r->max_slots = max_slots;
   // A prefill-only request samples nothing: it never decodes, sparsely or not.
-  if (HasSelector(w.req.sparse) && !w.req.prefill_only && !offloaded) {
-    const model::ModelConfig& c = engine_.model().config();
-    r->sparse = pq::MakeSparseAttention(*w.req.sparse, AttentionShapeOf(c), c.n_layers, engine_.threads());
-  }
+  if (HasSelector(w.req.sparse) && !w.req.prefill_only && !offloaded) r->sparse = NewSelector(*w.req.sparse);
   SeqPlan stored;
   if (store_ != nullptr && !w.req.prefill_only && !offloaded) {
     stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
@@ -383,9 +380,8 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     pq::OffloadOptions oo;
     oo.cache_blocks = o.offload_cache_blocks;
     oo.policy = o.offload_policy;
-    auto made = pq::MakeOffloadedSparseAttention(pq::MakeSparseAttention(o, AttentionShapeOf(c), c.n_layers, engine_.threads()),
-                                                 oo, r->kv.get(), engine_.transformer().rope(), offload_tier_.get(),
-                                                 c.n_layers, engine_.threads());
+    auto made = pq::MakeOffloadedSparseAttention(NewSelector(o), oo, r->kv.get(), engine_.transformer().rope(),
+                                                 offload_tier_.get(), c.n_layers, engine_.threads());
     if (!made.ok()) return false;  // no room for the cache yet (the reservation check makes this rare)
     r->sparse = std::move(*made);
     r->offloaded = true;

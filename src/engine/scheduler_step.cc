@@ -211,8 +211,8 @@ int Scheduler::Step() {
   for (store::Turn* t : loading) CountFinishedLoad(*t);
   // A load whose streamed read broke off: the entry's rows never entered, so what the
   // step computed for that request is discarded (nothing sampled) and it starts again.
+  // (`loading` still points at the replaced turns: only its size is used below.)
   if (!loading.empty()) {
-    loading.clear();  // the failed ones' turns are replaced below
     for (size_t i = 0; i < owners.size(); ++i) {
       if (!owners[i]->turn || !owners[i]->turn->load_failed()) continue;
       RecomputeFailedLoad(*owners[i]);

@@ -211,13 +211,16 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   r.compute_next = 0;
   r.recomputed = 0;
   r.n_cached = 0;
-  if (r.sparse != nullptr) {  // it saw the broken rows (and may hold the stored index)
-    const model::ModelConfig& c = engine_.model().config();
-    r.sparse = pq::MakeSparseAttention(r.sparse->options(), AttentionShapeOf(c), c.n_layers, engine_.threads());
-  }
+  // The selector saw the broken rows (and may hold the stored index).
+  if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());
   r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
   if (r.req.link != nullptr && r.req.session_id.empty()) r.turn->Invalidate();  // as StartFromStore
   r.turn->Reserve(r.max_slots);
+}
+
+std::unique_ptr<pq::SparseAttention> Scheduler::NewSelector(const pq::SparseOptions& o) {
+  const model::ModelConfig& c = engine_.model().config();
+  return pq::MakeSparseAttention(o, AttentionShapeOf(c), c.n_layers, engine_.threads());
 }
 
 void Scheduler::CountFinishedLoad(store::Turn& turn) {

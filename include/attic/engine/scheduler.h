@@ -354,6 +354,8 @@ class Scheduler {
   // no valid KV, so the request starts again as a fresh prefill of its prompt, reusing
   // nothing (a new sequence, turn, selector; no linking). Nothing was sampled from it.
   void RecomputeFailedLoad(Running& r);
+  // A sparse-decoding selector of `o` for this engine's model (nothing seen yet).
+  std::unique_ptr<pq::SparseAttention> NewSelector(const pq::SparseOptions& o);
   void HintStore();
   void Report(RequestRecord record);
   void PublishStats();
