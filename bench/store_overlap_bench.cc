@@ -37,7 +37,9 @@
 //
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
 //          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
-//          [--kv-remote redis://host:port,...] [--remote-pause MS (2000)]
+//          [--kv-remote redis://host:port,...] [--remote-pause MS (2000)] [--configs a,b,...]
+//   --configs runs only the named rows (each section's base row always runs: the ratios
+//   are against it), e.g. --only single --configs layerwise,remote.
 // Output: a table on stdout, then one JSON line (also to --json).
 #include <unistd.h>
 
@@ -80,6 +82,7 @@ struct Args {
   int threads = 2;
   std::string json;
   std::string only;  // "", "single", "queued" or "saving"
+  std::string configs;  // "": every row; else comma-separated row names (plus each section's base row)
   std::string remote;  // --kv-remote: a Redis Cluster for the "remote" row
   int remote_pause_ms = 2000;  // between the other server's save and the returning turn
 };
@@ -327,7 +330,7 @@ int main(int argc, char** argv) {
   Args a;
   bench::FlagParser flags("store_overlap_bench",
                           "--model PATH [--history 1000] [--new 100] [--jobs 6] [--answer 32] [--reps 3] "
-                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving] [--kv-remote URL]\n         [--remote-pause MS]");
+                          "[--threads 2]\n         [--json FILE] [--only single|queued|saving] [--kv-remote URL]\n         [--remote-pause MS] [--configs a,b,...]");
   flags.String("--model", &a.model);
   flags.Int("--history", &a.history);
   flags.Int("--new", &a.fresh);
@@ -339,6 +342,7 @@ int main(int argc, char** argv) {
   flags.String("--only", &a.only);
   flags.String("--kv-remote", &a.remote);
   flags.Int("--remote-pause", &a.remote_pause_ms);
+  flags.String("--configs", &a.configs);
   flags.ParseOrExit(argc, argv);
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
@@ -421,11 +425,16 @@ int main(int argc, char** argv) {
        "ms per turn", "ms_per_turn", "no save", "vs_no_save", 3, saving, a.jobs, a.answer, {}, {}},
   };
   auto wanted = [&](const Section& sec) { return a.only.empty() || a.only == sec.key; };
+  auto row_wanted = [&](const Section& sec, const Config& c) {
+    if (a.configs.empty() || c.name == std::string(sec.base)) return true;
+    return ("," + a.configs + ",").find("," + std::string(c.name) + ",") != std::string::npos;
+  };
   for (int rep = 0; rep < a.reps; ++rep) {
     for (Section& sec : sections) {
       std::fprintf(stderr, "[rep %d/%d] %s\n", rep + 1, a.reps, sec.progress);
       if (!wanted(sec)) continue;
       for (const auto& c : sec.configs) {
+        if (!row_wanted(sec, c)) continue;
         const std::vector<JobTimes> t = b.Run(c, sec.jobs, sec.answer, &sec.entered[c.name]);
         double last = 0;
         for (const auto& x : t) last = std::max(last, x.end_ms);
@@ -448,6 +457,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n\n%s", sec.title.c_str(),
                 bench::TableHeader({"configuration", sec.column, std::string("vs ") + sec.base}).c_str());
     for (const auto& c : sec.configs) {
+      if (!row_wanted(sec, c)) continue;
       const double m = bench::Median(sec.runs[c.name]);
       std::fputs(bench::TableRow({c.name, bench::Fmt("%.1f", m), bench::Fmt("%.*fx", sec.ratio_digits, m / base)}).c_str(),
                  stdout);

@@ -303,6 +303,10 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
           s.vanished);
   counter("attic_kv_store_shared_found_total",
           "Entries another server saved, found by session in the shared remote tier.", s.shared_found);
+  counter("attic_kv_store_shared_superseded_total",
+          "Later turns another server saved of a session this server holds, found in the shared remote tier "
+          "(the older turn dropped).",
+          s.shared_superseded);
   counter("attic_kv_store_write_throughs_total", "Saves also written to the shared remote tier.", s.write_throughs);
   counter("attic_kv_store_write_through_errors_total",
           "Saves that could not be written to the shared remote tier (kept locally).", s.write_through_errors);

@@ -98,7 +98,7 @@ AheadEntry KvStore::ResolveLocked(const QueuedJob& job) {
 std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::string& session_id,
                                           const std::vector<int32_t>& tokens) {
   AwaitQueuedSaves(tenant, session_id, &tokens, /*wait=*/true);
-  DiscoverSession(tenant, session_id);  // another instance's save of it, in a shared tier
+  DiscoverSession(tenant, session_id, &tokens);  // another instance's save of it, in a shared tier
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
   auto m = FindLocked(tenant, session_id, tokens);

@@ -3,23 +3,38 @@
 // tier: what this instance saved is indexed when saved; what another instance saved is
 // found by session (Tier::FindSession) when a queued job's session is not indexed here
 // (the prefetch thread, DiscoverQueued) or, failing that, when its lookup misses, and
-// indexed where it lies after its header checked out. A save may also be
+// indexed where it lies after its header checked out. A session indexed here is asked
+// for too (a lookup, a queued job): another instance may have saved a later turn of it. A save may also be
 // written through to the shared tier at once (StoreOptions::write_through), so the
 // other instances can find it before it is ever demoted.
 #include "attic/core/log.h"
 #include "attic/store/kv_store.h"
 #include "attic/store/layer_read.h"
+#include "attic/store/prefix_match.h"
 #include "store/kv_store_internal.h"
 
 namespace attic::store {
 
 using internal::SessionKey;
 
-void KvStore::DiscoverSession(const std::string& tenant, const std::string& session_id) {
+void KvStore::DiscoverSession(const std::string& tenant, const std::string& session_id,
+                              const std::vector<int32_t>* tokens) {
   if (session_id.empty() || !any_shared_) return;
+  const std::string sk = SessionKey(tenant, session_id);
+  // The session's entry indexed here, if any: another instance may have saved a later
+  // turn of it since (a conversation that went A -> B -> A). Without the request's
+  // tokens there is nothing to judge a newer entry by, and the indexed one stands.
+  std::string local;
+  std::vector<int32_t> local_tokens;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (sessions_.count(SessionKey(tenant, session_id)) != 0) return;  // indexed: this instance's or found before
+    auto s = sessions_.find(sk);
+    if (s != sessions_.end()) {
+      if (tokens == nullptr) return;
+      local = s->second;
+      auto e = entries_.find(local);
+      if (e != entries_.end()) local_tokens = e->second.tokens;
+    }
   }
   EntryKey want;
   want.tenant = tenant;
@@ -38,6 +53,7 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
       if (ClassifyReadError(key.status()) == ReadError::kTransient) count(&StoreStats::read_errors);
       continue;  // none there (or a pointer that names something else: never followed)
     }
+    if (*key == local) return;  // the newest save is the one indexed here
     // The header only (a ranged read): the layers are read, and verified, when the entry
     // is loaded, like any entry of that tier.
     StatusOr<EntryHeader> h = ReadEntryHeader(tier, *key, options_.fingerprint);
@@ -57,13 +73,27 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
     }
     EntryInfo info = internal::ReadEntryInfo(*key, h->meta, h->total_bytes, level);  // tenant, session: checked above
     if (Expired(info)) continue;
+    // With an entry of the session indexed here, the other one is taken only when it
+    // serves this request better (its tokens share more with the prompt): a later turn
+    // another instance saved, not an older one (a write-back instance's newer turn that
+    // has not reached the cluster yet) nor another branch of the conversation.
+    if (!local.empty() && CommonPrefix(info.tokens, *tokens) <= CommonPrefix(local_tokens, *tokens)) return;
     std::lock_guard<std::mutex> placing(place_mu_);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     // Saved or found by this instance meanwhile: that one stands.
-    if (entries_.count(info.key) != 0 || sessions_.count(SessionKey(tenant, session_id)) != 0) return;
+    if (entries_.count(info.key) != 0) return;
+    auto s = sessions_.find(sk);
+    if ((s == sessions_.end() ? std::string() : s->second) != local) return;
+    // The turn it continues is replaced, as a save of the next turn here replaces it
+    // (KvStore::Place); an entry it does not continue stays, found by prefix only.
+    if (!local.empty() && CommonPrefix(local_tokens, info.tokens) == static_cast<int>(local_tokens.size())) {
+      Unindex(local);
+      ++stats_.shared_superseded;
+    }
     info.inserted_seq = info.access_seq = ++seq_;
     IndexLocked(std::move(info));
     ++stats_.shared_found;
+    EraseDoomed(lock);
     return;
   }
 }
@@ -72,7 +102,11 @@ void KvStore::DiscoverQueued() {
   constexpr size_t kJobs = 4;           // queued jobs looked at per prefetch run
   constexpr int64_t kRetryMs = 1000;    // a session asked for is not asked again sooner
   if (!any_shared_) return;
-  std::vector<std::pair<std::string, std::string>> todo;  // (tenant, session id)
+  struct Todo {
+    std::string tenant, session_id;
+    SharedTokens tokens;
+  };
+  std::vector<Todo> todo;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = clock_->NowMs();
@@ -81,14 +115,13 @@ void KvStore::DiscoverQueued() {
       const QueuedJob& j = queue_[i];
       if (j.session_id.empty() || !j.key.empty()) continue;
       const std::string sk = SessionKey(j.tenant, j.session_id);
-      if (sessions_.count(sk) != 0) continue;
       auto t = discover_tried_.find(sk);
       if (t != discover_tried_.end() && now - t->second < kRetryMs) continue;
       discover_tried_[sk] = now;
-      todo.emplace_back(j.tenant, j.session_id);
+      todo.push_back({j.tenant, j.session_id, j.tokens});
     }
   }
-  for (const auto& [tenant, session_id] : todo) DiscoverSession(tenant, session_id);
+  for (const Todo& t : todo) DiscoverSession(t.tenant, t.session_id, &*t.tokens);
 }
 
 void KvStore::WriteThrough(std::unique_lock<std::mutex>& lock, EntryInfo* info, const SharedBytes& bytes) {

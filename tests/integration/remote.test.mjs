@@ -77,13 +77,18 @@ test('a session saved by one server continues on another, identical to recomputa
   assert.equal(mb['attic_kv_store_shared_found_total'], 1);
   assert.ok(mb['attic_kv_store_tier_hits_total{tier="remote"}'] >= 1);
   assert.equal(mb['attic_kv_store_corrupt_total'], 0);
-  // Turn 3 back on A: B's turn-2 save replaced the session in the cluster, but A still
-  // indexes its own turn 1 (a shorter reuse), and answers exactly.
+  // Turn 3 back on A: A indexes its own turn 1, but B's turn-2 save is the session's
+  // newest in the cluster; A takes that one (all of turn 2's prompt is reused, more than
+  // turn 1 could give), drops its turn 1, and answers exactly.
   const m3 = [...messages, { role: 'assistant', content: t2.choices[0].message.content },
     { role: 'user', content: 'And then?' }];
   const { t2: t3, ref: ref3 } = await turn2(a, 'conv-shared', m3);
-  assert.ok(t3.usage.prompt_tokens_details.cached_tokens > 0);
+  const cached3 = t3.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached3 >= t2.usage.prompt_tokens, `turn 3 reused ${cached3} tokens, turn 2's prompt was ${t2.usage.prompt_tokens}`);
   assert.equal(t3.choices[0].message.content, ref3.choices[0].message.content);
+  const ma3 = await metrics(a.port);
+  assert.equal(ma3['attic_kv_store_shared_superseded_total'], 1);
+  assert.equal(ma3['attic_kv_store_corrupt_total'], 0);
 });
 
 test('tenants stay apart across servers', { skip }, async () => {

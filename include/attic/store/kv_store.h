@@ -207,6 +207,7 @@ struct StoreStats {
   uint64_t read_errors = 0;         // transient tier read failures: misses, the entries kept
   uint64_t vanished = 0;            // entries found gone from a shared or self-evicting tier
   uint64_t shared_found = 0;        // entries another instance saved, found by session in a shared tier
+  uint64_t shared_superseded = 0;   // of those, later turns of a session indexed here (its older turn dropped)
   uint64_t write_throughs = 0;      // saves also written to a shared tier (StoreOptions::write_through)
   uint64_t write_through_errors = 0;  // ... that failed (the entry stayed local)
   uint64_t streamed_loads = 0;      // turns' entries read layer by layer from a streaming tier
@@ -339,11 +340,15 @@ class KvStore {
   std::vector<SessionInfo> ListSessions(const std::string& tenant);
   bool Contains(const std::string& key) const;
   std::optional<TierLevel> TierOf(const std::string& key) const;
-  // When `session_id` is not indexed here, asks the shared tiers for the session's newest
-  // entry (another instance saved it), checks its header and indexes it where it is (a
-  // no-op without a shared tier or when the session is indexed). Tier I/O with no lock
-  // held; takes place_mu_ and mu_ to index. REQUIRES: neither held.
-  void DiscoverSession(const std::string& tenant, const std::string& session_id);
+  // Asks the shared tiers for the session's newest entry (another instance saved it),
+  // checks its header and indexes it where it is (a no-op without a shared tier). When
+  // the session is indexed here already, only with the request's `tokens` given, and
+  // only if that entry shares more of them than the indexed one (a later turn saved by
+  // another instance: the turn it continues is then dropped, as a save of it here
+  // would). Tier I/O with no lock held; takes place_mu_ and mu_ to index.
+  // REQUIRES: neither held.
+  void DiscoverSession(const std::string& tenant, const std::string& session_id,
+                       const std::vector<int32_t>* tokens = nullptr);
   int n_tiers() const { return static_cast<int>(tiers_.size()); }
   // The name tier `level` gives itself ("dram", "ssd", ...).
   std::string tier_name(TierLevel level) const { return tiers_.at(TierIndex(level))->name(); }
@@ -429,10 +434,10 @@ class KvStore {
   Status Rebuild();
 
   // --- Shared tiers (kv_store_shared.cc) ---
-  // DiscoverSession for the first few queued jobs (SetLookAhead) whose sessions are not
-  // indexed, each at most once a second: on the prefetch thread, so that their admission
-  // finds them indexed (and the prefetch policy can promote them) instead of asking the
-  // shared tier on the step loop. REQUIRES: neither place_mu_ nor mu_ held.
+  // DiscoverSession for the first few queued jobs (SetLookAhead) with a session id, each
+  // session at most once a second: on the prefetch thread, so that their admission finds
+  // them (or their later turn another instance saved) indexed, and the prefetch policy
+  // can promote them, instead of asking the shared tier on the step loop. REQUIRES: neither place_mu_ nor mu_ held.
   void DiscoverQueued();
   // Write-through of a placed entry (`info` at its tier, not yet indexed): writes
   // `bytes` to the first shared tier below it and sets info->copy_level on success.

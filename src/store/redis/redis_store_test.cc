@@ -174,6 +174,79 @@ TEST(KvStoreOnRedis, ThePrefetcherFindsQueuedSessionsInTheClusterAndPullsThemToD
   EXPECT_EQ(b.remote->client().stats().calls - calls, 1u);  // one FindSession, then not again within 1 s
 }
 
+// A conversation that goes A -> B -> A: A indexes its own turn 1, B continues it and
+// saves turn 2 to the cluster; back on A, the lookup takes B's turn 2 (it shares more
+// of the prompt) instead of A's shorter turn 1, which it drops as a save of turn 2 on A
+// would have.
+TEST(KvStoreOnRedis, AConversationBackOnAnInstanceTakesTheLaterTurnAnotherSaved) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  Instance a = Open(prefix, 8, true);
+  Instance b = Open(prefix, 8, true);
+  const KvEntry turn1 = MakeEntry(Range(1000, 32), "conv", "default", 2, 8, "fp-A", 1);
+  const KvEntry turn2 = MakeEntry(Range(1000, 48), "conv", "default", 2, 8, "fp-A", 2);
+  ASSERT_TRUE(a.store->Save(turn1).ok());
+  ASSERT_TRUE(b.store->Lookup("default", "conv", Range(1000, 33)).has_value());  // turn 1, from the cluster
+  ASSERT_TRUE(b.store->Save(turn2).ok());
+  const uint64_t found = a.store->Stats().shared_found;
+  auto m = a.store->Lookup("default", "conv", Range(1000, 49));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->key, turn2.key().ToString());
+  EXPECT_EQ(m->n_tokens, 48);
+  EXPECT_EQ(m->tier, TierAt(1));
+  EXPECT_EQ(a.store->Stats().shared_found, found + 1);
+  EXPECT_EQ(a.store->Stats().shared_superseded, 1u);
+  EXPECT_FALSE(a.store->Contains(turn1.key().ToString()));  // replaced, as a save here replaces it
+  auto e = a.store->Load(m->key);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->k, turn2.k);
+  EXPECT_EQ(e->v, turn2.v);
+  // Asked again, the cluster names the entry indexed here: nothing new.
+  ASSERT_TRUE(a.store->Lookup("default", "conv", Range(1000, 49)).has_value());
+  EXPECT_EQ(a.store->Stats().shared_found, found + 1);
+  // Another tenant with the same session id still finds nothing of it.
+  EXPECT_FALSE(a.store->Lookup("tenant-2", "conv", Range(1000, 49)).has_value());
+}
+
+// The prefetcher asks for queued jobs' sessions indexed here too, and pulls another
+// instance's later turn to DRAM before the job's admission. An entry in the cluster that
+// serves the prompt less well than the one indexed here (a write-back instance's newer
+// turn that never reached the cluster) is left alone.
+TEST(KvStoreOnRedis, ThePrefetcherFindsALaterTurnAndKeepsABetterLocalOne) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  const std::string nodes = "redis://" + redis::testing::TestNodes();
+  Instance a = Open(prefix, 8, true, nodes, PolicyKind::kSchedulerAware);
+  Instance b = Open(prefix, 8, true);
+  const KvEntry turn1 = MakeEntry(Range(1000, 32), "conv", "default", 2, 8, "fp-A", 1);
+  const KvEntry turn2 = MakeEntry(Range(1000, 48), "conv", "default", 2, 8, "fp-A", 2);
+  ASSERT_TRUE(a.store->Save(turn1).ok());
+  ASSERT_TRUE(b.store->Lookup("default", "conv", Range(1000, 33)).has_value());
+  ASSERT_TRUE(b.store->Save(turn2).ok());
+  a.store->SetLookAhead({QueuedJob{"default", "conv", Range(1000, 49), 49}});
+  a.store->Prefetch();
+  EXPECT_EQ(a.store->Stats().shared_superseded, 1u);
+  EXPECT_EQ(a.store->TierOf(turn2.key().ToString()), TierAt(0));  // in A's DRAM before admission
+  EXPECT_FALSE(a.store->Contains(turn1.key().ToString()));
+  auto m = a.store->Lookup("default", "conv", Range(1000, 49));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->key, turn2.key().ToString());
+  EXPECT_EQ(m->tier, TierAt(0));
+
+  // C writes back: its turn 3 stays local; the cluster still names turn 2.
+  Instance c = Open(prefix, 8, /*write_through=*/false, nodes, PolicyKind::kSchedulerAware);
+  const KvEntry turn3 = MakeEntry(Range(1000, 64), "conv", "default", 2, 8, "fp-A", 3);
+  ASSERT_TRUE(c.store->Save(turn3).ok());
+  c.store->SetLookAhead({QueuedJob{"default", "conv", Range(1000, 65), 65}});
+  c.store->Prefetch();
+  auto m3 = c.store->Lookup("default", "conv", Range(1000, 65));
+  ASSERT_TRUE(m3.has_value());
+  EXPECT_EQ(m3->key, turn3.key().ToString());
+  EXPECT_EQ(m3->n_tokens, 64);
+  EXPECT_EQ(c.store->Stats().shared_found, 0u);
+  EXPECT_FALSE(c.store->Contains(turn2.key().ToString()));
+}
+
 TEST(KvStoreOnRedis, ADamagedValueIsAMissAndIsDropped) {
   ATTIC_REQUIRE_REDIS();
   const std::string prefix = FreshPrefix();
