@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
@@ -174,6 +175,17 @@ TEST(KvStoreOnRedis, ThePrefetcherFindsQueuedSessionsInTheClusterAndPullsThemToD
   EXPECT_EQ(b.remote->client().stats().calls - calls, 1u);  // one FindSession, then not again within 1 s
 }
 
+// Turn 1 of session "conv" saved by A; B finds it in the cluster and saves turn 2 (16
+// tokens more), which names the session in the cluster now.
+std::pair<KvEntry, KvEntry> ContinuedOnB(Instance& a, Instance& b) {
+  KvEntry turn1 = MakeEntry(Range(1000, 32), "conv", "default", 2, 8, "fp-A", 1);
+  KvEntry turn2 = MakeEntry(Range(1000, 48), "conv", "default", 2, 8, "fp-A", 2);
+  EXPECT_TRUE(a.store->Save(turn1).ok());
+  EXPECT_TRUE(b.store->Lookup("default", "conv", Range(1000, 33)).has_value());  // turn 1, from the cluster
+  EXPECT_TRUE(b.store->Save(turn2).ok());
+  return {std::move(turn1), std::move(turn2)};
+}
+
 // A conversation that goes A -> B -> A: A indexes its own turn 1, B continues it and
 // saves turn 2 to the cluster; back on A, the lookup takes B's turn 2 (it shares more
 // of the prompt) instead of A's shorter turn 1, which it drops as a save of turn 2 on A
@@ -183,11 +195,7 @@ TEST(KvStoreOnRedis, AConversationBackOnAnInstanceTakesTheLaterTurnAnotherSaved)
   const std::string prefix = FreshPrefix();
   Instance a = Open(prefix, 8, true);
   Instance b = Open(prefix, 8, true);
-  const KvEntry turn1 = MakeEntry(Range(1000, 32), "conv", "default", 2, 8, "fp-A", 1);
-  const KvEntry turn2 = MakeEntry(Range(1000, 48), "conv", "default", 2, 8, "fp-A", 2);
-  ASSERT_TRUE(a.store->Save(turn1).ok());
-  ASSERT_TRUE(b.store->Lookup("default", "conv", Range(1000, 33)).has_value());  // turn 1, from the cluster
-  ASSERT_TRUE(b.store->Save(turn2).ok());
+  const auto [turn1, turn2] = ContinuedOnB(a, b);
   const uint64_t found = a.store->Stats().shared_found;
   auto m = a.store->Lookup("default", "conv", Range(1000, 49));
   ASSERT_TRUE(m.has_value());
@@ -218,11 +226,7 @@ TEST(KvStoreOnRedis, ThePrefetcherFindsALaterTurnAndKeepsABetterLocalOne) {
   const std::string nodes = "redis://" + redis::testing::TestNodes();
   Instance a = Open(prefix, 8, true, nodes, PolicyKind::kSchedulerAware);
   Instance b = Open(prefix, 8, true);
-  const KvEntry turn1 = MakeEntry(Range(1000, 32), "conv", "default", 2, 8, "fp-A", 1);
-  const KvEntry turn2 = MakeEntry(Range(1000, 48), "conv", "default", 2, 8, "fp-A", 2);
-  ASSERT_TRUE(a.store->Save(turn1).ok());
-  ASSERT_TRUE(b.store->Lookup("default", "conv", Range(1000, 33)).has_value());
-  ASSERT_TRUE(b.store->Save(turn2).ok());
+  const auto [turn1, turn2] = ContinuedOnB(a, b);
   a.store->SetLookAhead({QueuedJob{"default", "conv", Range(1000, 49), 49}});
   a.store->Prefetch();
   EXPECT_EQ(a.store->Stats().shared_superseded, 1u);
