@@ -61,6 +61,7 @@ struct Scheduler::Running {
   int max_slots = 0;              // KV slots this sequence may grow to
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission
   int n_cached = 0;
+  int reuse_pending = 0;          // reused tokens of a layer-wise load, recorded once it entered
   // Linking (req.link): slots computed in place before decoding (SeqPlan::compute_slots),
   // the next one to compute, cached slots among them, and CacheBlend's selection.
   std::vector<int32_t> compute_slots;

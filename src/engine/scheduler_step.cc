@@ -212,11 +212,18 @@ int Scheduler::Step() {
   // A load whose streamed read broke off: the entry's rows never entered, so what the
   // step computed for that request is discarded (nothing sampled) and it starts again.
   // (`loading` still points at the replaced turns: only its size is used below.)
+  // A load that entered every layer: its tokens count as reused now.
   if (!loading.empty()) {
     for (size_t i = 0; i < owners.size(); ++i) {
-      if (!owners[i]->turn || !owners[i]->turn->load_failed()) continue;
-      RecomputeFailedLoad(*owners[i]);
-      batch[i].want_logits = false;
+      Running& r = *owners[i];
+      if (!r.turn) continue;
+      if (r.turn->load_failed()) {
+        RecomputeFailedLoad(r);
+        batch[i].want_logits = false;
+      } else if (r.reuse_pending > 0 && r.turn->loading() == nullptr) {
+        store_->RecordReuse(r.reuse_pending);
+        r.reuse_pending = 0;
+      }
     }
   }
   if (LogEnabled(LogLevel::kDebug)) {

@@ -196,11 +196,18 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
     RecomputeFailedLoad(r);
     return;
   }
-  store_->RecordReuse(r.n_cached - r.recomputed);
+  // Counted as reused once every layer entered: a sync load has, a layer-wise one does
+  // during the request's first step (Scheduler::Step), unless its streamed read breaks off.
+  if (mode == store::Preload::kSync) {
+    store_->RecordReuse(r.n_cached - r.recomputed);
+  } else {
+    r.reuse_pending = r.n_cached - r.recomputed;
+  }
 }
 
 void Scheduler::RecomputeFailedLoad(Running& r) {
   ++load_stats_.failed_loads;
+  r.reuse_pending = 0;  // nothing of it was reused
   r.turn->WaitLoad();  // a failed load publishes every layer: this returns at once
   Log(LogLevel::kWarn, "request %llu: stored KV could not be read (%s); recomputing its prompt",
       static_cast<unsigned long long>(r.id), r.turn->load_failure().ToString().c_str());

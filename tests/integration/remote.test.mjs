@@ -128,6 +128,7 @@ test('a value cut short in the cluster is a miss, recomputed exactly', { skip },
   assert.equal(mb['attic_kv_store_streamed_loads_total'], 1);
   assert.equal(mb['attic_kv_store_stream_failures_total'], 1);
   assert.equal(mb['attic_kv_load_failed_total'], 1);
+  assert.equal(mb['attic_kv_store_reused_tokens_total'], 0);  // the failed load reused nothing
   assert.equal(cli(ports()[0], 'EXISTS', added[0]), '0');  // deleted from the cluster
 });
 

@@ -305,6 +305,8 @@ class KvStore {
   void RecordWriteBufferHit();
   // Waits until every queued save is done.
   void Flush();
+  // Tokens a request reused from the store (StoreStats::reused_tokens), recorded once
+  // its load entered them all.
   void RecordReuse(int n_tokens);
 
   // --- Streaming load (layer-wise pre-loading, paper 3.2; kv_store_read.cc) ---
