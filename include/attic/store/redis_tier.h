@@ -123,7 +123,8 @@ class RedisTier final : public Tier {
   static Manifest Plan(std::string_view bytes, int64_t* expires_at_ms, EntryKey* entry_key);
   static StatusOr<Manifest> ParseManifest(std::string_view text);
   StatusOr<Manifest> ReadManifest(const std::string& hash_key);
-  // The whole value, assembled into one buffer.
+  // The whole value, assembled into one buffer (WithReadPlan: no manifest read when the
+  // plan is remembered).
   StatusOr<SharedBytes> ReadAll(const std::string& key);
   // HMGET of the hash `hk`'s manifest and parts [first, last]: an array reply of the
   // manifest (NIL when the hash is gone), then the parts. A failed call, an error reply
@@ -133,16 +134,19 @@ class RedisTier final : public Tier {
                                                         const std::function<char*(size_t, size_t)>* sink = nullptr) const;
   // Runs `attempt` with `key`'s read plan (the one remembered, else the stored manifest);
   // when it reports the value replaced (*replaced), plans again, at most three times. A
-  // read that succeeds is counted and its plan remembered.
-  Status WithReadPlan(const std::string& key, const std::string& hk,
+  // read that succeeds is counted in stats_.*counted and its plan remembered.
+  Status WithReadPlan(const std::string& key, const std::string& hk, uint64_t RedisTierStats::*counted,
                       const std::function<Status(const Manifest&, bool*)>& attempt);
   // Bytes [offset, offset + length) of the value whose manifest is `m` into dst, in one
   // HMGET: the parts wholly inside are received in place, the edge parts copied.
   // *replaced (nothing read) when the stored manifest is no longer `m`.
   Status ReadSpan(const std::string& key, const std::string& hk, const Manifest& m, uint64_t offset, uint64_t length,
                   char* dst, bool* replaced);
-  // DataLoss (counted) unless each part of `r` (ReadParts) has the size `m` gives it.
-  Status CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last, const std::string& hk) const;
+  // Checks `r` (ReadParts of parts [first, last]) against the plan `m`: NotFound (the plan
+  // forgotten) when the hash is gone; *replaced when its manifest is no longer `m`;
+  // DataLoss (counted) unless each part has the size `m` gives it.
+  Status CheckReply(const std::string& key, const std::string& hk, const Manifest& m, size_t first, size_t last,
+                    const redisReply& r, bool* replaced);
   // Keeps `m` as `key`'s read plan (bounded: cleared when full). REQUIRES: mu_ held.
   void RememberLocked(const std::string& key, const Manifest& m);
   // Drops `key` from the local accounting (its size, write order and read plan).

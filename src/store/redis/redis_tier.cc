@@ -195,34 +195,24 @@ Status RedisTier::Put(const std::string& key, std::string_view bytes) {
 }
 
 StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
-  // The manifest, then the parts in batches of about kBatchBytes (one HMGET each, the
-  // manifest with them), received in place into the entry's buffer; each batch's parts
-  // are checked against the manifest the read started with (a replacement meanwhile:
-  // read again).
+  // The parts in batches of about kBatchBytes (one HMGET each, the manifest with them),
+  // received in place into the entry's buffer; each batch's parts are checked against
+  // the plan the read started with (a replacement meanwhile: read again).
   constexpr uint64_t kBatchBytes = 8 << 20;
   const std::string hk = HashKey(key);
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    StatusOr<Manifest> plan = ReadManifest(hk);
-    if (!plan.ok()) return plan.status().code() == StatusCode::kNotFound
-                               ? NotFoundError("no entry " + key + " in the remote tier")
-                               : plan.status();
-    const Manifest& m = *plan;
-    std::unique_ptr<Bytes> out = Bytes::Allocate(m.total);
-    bool replaced = false;
-    for (size_t first = 0; first < m.starts.size() && !replaced;) {
+  std::unique_ptr<Bytes> out;
+  ATTIC_RETURN_IF_ERROR(WithReadPlan(key, hk, &RedisTierStats::gets, [&](const Manifest& m, bool* replaced) {
+    out = Bytes::Allocate(m.total);
+    for (size_t first = 0; first < m.starts.size() && !*replaced;) {
       size_t last = first;
       while (last + 1 < m.starts.size() && m.end(last + 1) - m.starts[first] <= kBatchBytes) ++last;
       const uint64_t lo = m.starts[first], hi = m.end(last);
-      ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, m, lo, hi - lo, out->data() + lo, &replaced));
+      ATTIC_RETURN_IF_ERROR(ReadSpan(key, hk, m, lo, hi - lo, out->data() + lo, replaced));
       first = last + 1;
     }
-    if (replaced) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.gets;
-    RememberLocked(key, m);
-    return SharedBytes(std::move(out));
-  }
-  return Failed(UnavailableError("remote tier: " + hk + " keeps being replaced"));
+    return OkStatus();
+  }));
+  return SharedBytes(std::move(out));
 }
 
 void RedisTier::Manifest::Cover(uint64_t offset, uint64_t length, size_t* first, size_t* last) const {
@@ -240,22 +230,13 @@ Status RedisTier::ReadSpan(const std::string& key, const std::string& hk, const 
   const std::function<char*(size_t, size_t)> sink = [&](size_t element, size_t len) -> char* {
     if (element == 0) return nullptr;
     const size_t i = first + element - 1;
-    if (i > last || len != m.end(i) - m.starts[i]) return nullptr;  // a bad size: CheckParts says so
+    if (i > last || len != m.end(i) - m.starts[i]) return nullptr;  // a bad size: CheckReply says so
     if (m.starts[i] < offset || m.end(i) > offset + length) return nullptr;  // an edge part: copied below
     return dst + (m.starts[i] - offset);
   };
   ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last, &sink));
-  const redisReply* head = r->element[0];
-  if (head->type == REDIS_REPLY_NIL) {
-    std::lock_guard<std::mutex> lock(mu_);
-    manifests_.erase(key);
-    return NotFoundError("no entry " + key + " in the remote tier");
-  }
-  if (ReplyText(*head) != m.text) {  // replaced since the plan was made
-    *replaced = true;
-    return OkStatus();
-  }
-  ATTIC_RETURN_IF_ERROR(CheckParts(*r, m, first, last, hk));
+  ATTIC_RETURN_IF_ERROR(CheckReply(key, hk, m, first, last, *r, replaced));
+  if (*replaced) return OkStatus();
   for (size_t i = first; i <= last; ++i) {
     const redisReply* part = r->element[1 + i - first];
     const uint64_t lo = std::max(offset, m.starts[i]), hi = std::min(offset + length, m.end(i));
@@ -268,7 +249,7 @@ Status RedisTier::ReadSpan(const std::string& key, const std::string& hk, const 
   return OkStatus();
 }
 
-Status RedisTier::WithReadPlan(const std::string& key, const std::string& hk,
+Status RedisTier::WithReadPlan(const std::string& key, const std::string& hk, uint64_t RedisTierStats::*counted,
                                const std::function<Status(const Manifest&, bool*)>& attempt) {
   std::optional<Manifest> plan;
   {
@@ -278,14 +259,16 @@ Status RedisTier::WithReadPlan(const std::string& key, const std::string& hk,
   for (int i = 0; i < 3; ++i) {
     if (!plan) {
       auto m = ReadManifest(hk);
-      if (!m.ok()) return m.status();
+      if (!m.ok())
+        return m.status().code() == StatusCode::kNotFound ? NotFoundError("no entry " + key + " in the remote tier")
+                                                          : m.status();
       plan = std::move(*m);
     }
     bool replaced = false;
     ATTIC_RETURN_IF_ERROR(attempt(*plan, &replaced));
     if (!replaced) {
       std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.range_gets;
+      ++(stats_.*counted);
       RememberLocked(key, *plan);
       return OkStatus();
     }
@@ -296,7 +279,7 @@ Status RedisTier::WithReadPlan(const std::string& key, const std::string& hk,
 
 Status RedisTier::ReadInto(const std::string& key, uint64_t offset, uint64_t length, char* dst) {
   const std::string hk = HashKey(key);
-  return WithReadPlan(key, hk, [&](const Manifest& m, bool* replaced) {
+  return WithReadPlan(key, hk, &RedisTierStats::range_gets, [&](const Manifest& m, bool* replaced) {
     ATTIC_RETURN_IF_ERROR(CheckRange(m.total, offset, length));
     return ReadSpan(key, hk, m, offset, length, dst, replaced);
   });
@@ -318,8 +301,19 @@ StatusOr<Reply> RedisTier::ReadParts(const std::string& hk, size_t first, size_t
   return reply;
 }
 
-Status RedisTier::CheckParts(const redisReply& r, const Manifest& m, size_t first, size_t last,
-                             const std::string& hk) const {
+Status RedisTier::CheckReply(const std::string& key, const std::string& hk, const Manifest& m, size_t first,
+                             size_t last, const redisReply& r, bool* replaced) {
+  *replaced = false;
+  const redisReply* head = r.element[0];
+  if (head->type == REDIS_REPLY_NIL) {
+    std::lock_guard<std::mutex> lock(mu_);
+    manifests_.erase(key);
+    return NotFoundError("no entry " + key + " in the remote tier");
+  }
+  if (ReplyText(*head) != m.text) {  // replaced since the plan was made
+    *replaced = true;
+    return OkStatus();
+  }
   for (size_t i = first; i <= last; ++i) {
     const redisReply* part = r.element[1 + i - first];
     if (part->type != REDIS_REPLY_STRING || part->len != m.end(i) - m.starts[i])
@@ -351,7 +345,7 @@ StatusOr<RedisTier::Manifest> RedisTier::ReadManifest(const std::string& hk) {
 StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset, uint64_t length) {
   const std::string hk = HashKey(key);
   ByteRange out;
-  ATTIC_RETURN_IF_ERROR(WithReadPlan(key, hk, [&](const Manifest& m, bool* replaced) -> Status {
+  ATTIC_RETURN_IF_ERROR(WithReadPlan(key, hk, &RedisTierStats::range_gets, [&](const Manifest& m, bool* replaced) -> Status {
     ATTIC_RETURN_IF_ERROR(CheckRange(m.total, offset, length));
     size_t first = 0, last = 0;  // the parts the range covers
     m.Cover(offset, length, &first, &last);
@@ -364,17 +358,8 @@ StatusOr<ByteRange> RedisTier::GetRange(const std::string& key, uint64_t offset,
     }
     // Within one part: a view of the reply, no copy.
     ATTIC_ASSIGN_OR_RETURN(const Reply r, ReadParts(hk, first, last));
-    const redisReply* head = r->element[0];
-    if (head->type == REDIS_REPLY_NIL) {
-      std::lock_guard<std::mutex> lock(mu_);
-      manifests_.erase(key);
-      return NotFoundError("no entry " + key + " in the remote tier");
-    }
-    if (ReplyText(*head) != m.text) {
-      *replaced = true;
-      return OkStatus();
-    }
-    ATTIC_RETURN_IF_ERROR(CheckParts(*r, m, first, last, hk));
+    ATTIC_RETURN_IF_ERROR(CheckReply(key, hk, m, first, last, *r, replaced));
+    if (*replaced) return OkStatus();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.bytes_read += length;
