@@ -25,7 +25,7 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
   // turn of it since (a conversation that went A -> B -> A). Without the request's
   // tokens there is nothing to judge a newer entry by, and the indexed one stands.
   std::string local;
-  std::vector<int32_t> local_tokens;
+  int local_common = 0;  // the prompt tokens it shares
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto s = sessions_.find(sk);
@@ -33,7 +33,7 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
       if (tokens == nullptr) return;
       local = s->second;
       auto e = entries_.find(local);
-      if (e != entries_.end()) local_tokens = e->second.tokens;
+      if (e != entries_.end()) local_common = CommonPrefix(e->second.tokens, *tokens);
     }
   }
   EntryKey want;
@@ -77,7 +77,7 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
     // serves this request better (its tokens share more with the prompt): a later turn
     // another instance saved, not an older one (a write-back instance's newer turn that
     // has not reached the cluster yet) nor another branch of the conversation.
-    if (!local.empty() && CommonPrefix(info.tokens, *tokens) <= CommonPrefix(local_tokens, *tokens)) return;
+    if (!local.empty() && CommonPrefix(info.tokens, *tokens) <= local_common) return;
     std::lock_guard<std::mutex> placing(place_mu_);
     std::unique_lock<std::mutex> lock(mu_);
     // Saved or found by this instance meanwhile: that one stands.
@@ -86,7 +86,8 @@ void KvStore::DiscoverSession(const std::string& tenant, const std::string& sess
     if ((s == sessions_.end() ? std::string() : s->second) != local) return;
     // The turn it continues is replaced, as a save of the next turn here replaces it
     // (KvStore::Place); an entry it does not continue stays, found by prefix only.
-    if (!local.empty() && CommonPrefix(local_tokens, info.tokens) == static_cast<int>(local_tokens.size())) {
+    if (auto e = entries_.find(local);
+        e != entries_.end() && CommonPrefix(e->second.tokens, info.tokens) == static_cast<int>(e->second.tokens.size())) {
       Unindex(local);
       ++stats_.shared_superseded;
     }
