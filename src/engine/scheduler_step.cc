@@ -211,19 +211,17 @@ int Scheduler::Step() {
   for (store::Turn* t : loading) CountFinishedLoad(*t);
   // A load whose streamed read broke off: the entry's rows never entered, so what the
   // step computed for that request is discarded (nothing sampled) and it starts again.
-  // (`loading` still points at the replaced turns: only its size is used below.)
-  // A load that entered every layer: its tokens count as reused now.
-  if (!loading.empty()) {
-    for (size_t i = 0; i < owners.size(); ++i) {
-      Running& r = *owners[i];
-      if (!r.turn) continue;
-      if (r.turn->load_failed()) {
-        RecomputeFailedLoad(r);
-        batch[i].want_logits = false;
-      } else if (r.reuse_pending > 0 && r.turn->loading() == nullptr) {
-        store_->RecordReuse(r.reuse_pending);
-        r.reuse_pending = 0;
-      }
+  // A load that entered every layer: its tokens count as reused now. (`loading` still
+  // points at replaced turns: only its size is used below.)
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Running& r = *owners[i];
+    if (!r.turn) continue;
+    if (r.turn->load_failed()) {
+      RecomputeFailedLoad(r);
+      batch[i].want_logits = false;
+    } else if (r.reuse_pending > 0 && r.turn->loading() == nullptr) {
+      store_->RecordReuse(r.reuse_pending);
+      r.reuse_pending = 0;
     }
   }
   if (LogEnabled(LogLevel::kDebug)) {

@@ -196,13 +196,9 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
     RecomputeFailedLoad(r);
     return;
   }
-  // Counted as reused once every layer entered: a sync load has, a layer-wise one does
-  // during the request's first step (Scheduler::Step), unless its streamed read breaks off.
-  if (mode == store::Preload::kSync) {
-    store_->RecordReuse(r.n_cached - r.recomputed);
-  } else {
-    r.reuse_pending = r.n_cached - r.recomputed;
-  }
+  // Counted as reused by the request's first step, once every layer entered (a layer-wise
+  // load's streamed read may still break off there).
+  r.reuse_pending = r.n_cached - r.recomputed;
 }
 
 void Scheduler::RecomputeFailedLoad(Running& r) {
