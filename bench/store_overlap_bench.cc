@@ -50,6 +50,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,7 +83,7 @@ struct Args {
   int threads = 2;
   std::string json;
   std::string only;  // "", "single", "queued" or "saving"
-  std::string configs;  // "": every row; else comma-separated row names (plus each section's base row)
+  std::set<std::string> configs;  // --configs: empty = every row; else these (plus each section's base row)
   std::string remote;  // --kv-remote: a Redis Cluster for the "remote" row
   int remote_pause_ms = 2000;  // between the other server's save and the returning turn
 };
@@ -342,7 +343,10 @@ int main(int argc, char** argv) {
   flags.String("--only", &a.only);
   flags.String("--kv-remote", &a.remote);
   flags.Int("--remote-pause", &a.remote_pause_ms);
-  flags.String("--configs", &a.configs);
+  flags.Custom("--configs", [&](const std::string& v) {
+    for (const std::string& name : bench::SplitList(v)) a.configs.insert(name);
+    return OkStatus();
+  });
   flags.ParseOrExit(argc, argv);
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
@@ -426,9 +430,14 @@ int main(int argc, char** argv) {
   };
   auto wanted = [&](const Section& sec) { return a.only.empty() || a.only == sec.key; };
   auto row_wanted = [&](const Section& sec, const Config& c) {
-    if (a.configs.empty() || c.name == std::string(sec.base)) return true;
-    return ("," + a.configs + ",").find("," + std::string(c.name) + ",") != std::string::npos;
+    return a.configs.empty() || c.name == sec.base || a.configs.count(c.name) != 0;
   };
+  for (const std::string& name : a.configs) {  // a name no section has is a typo
+    bool known = false;
+    for (const Section& sec : sections)
+      for (const Config& c : sec.configs) known = known || c.name == name;
+    if (!known) flags.UsageError("--configs: no row named '" + name + "'");
+  }
   for (int rep = 0; rep < a.reps; ++rep) {
     for (Section& sec : sections) {
       std::fprintf(stderr, "[rep %d/%d] %s\n", rep + 1, a.reps, sec.progress);
