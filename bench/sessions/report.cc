@@ -87,6 +87,15 @@ void PrintSummaryTable(const std::vector<json>& sums) {
         Ratio(a, b));
   }
   {
+    auto [a, b] = both("tpot_ms_p50");
+    auto [c, d] = both("tpot_ms_p90");
+    row("time per output token p50 / p90 ms (server mean)",
+        [](const json& s) {
+          return Fmt("%.1f / %.1f (%.1f)", Num(s, "tpot_ms_p50"), Num(s, "tpot_ms_p90"), Num(s, "server_tpot_ms_mean"));
+        },
+        Ratio(a, b) + " / " + Ratio(c, d));
+  }
+  {
     auto [a, b] = both("prefill_tokens_per_s_served");
     row("prefill throughput, served tok/s", [](const json& s) { return Fmt("%.0f", Num(s, "prefill_tokens_per_s_served")); },
         Ratio(a, b));
@@ -161,6 +170,7 @@ json CaOverRe(const json& ca, const json& re) {
               {"ttft_p90_history_heavy", ratio("ttft_ms_p90_history_heavy")},
               {"prefill_throughput_served", ratio("prefill_tokens_per_s_served")},
               {"prefill_busy", ratio("prefill_busy_s")},
+              {"tpot_p50", ratio("tpot_ms_p50")},
               {"sum_ttft", ratio("sum_ttft_s")},
               {"server_cpu", ratio("server_cpu_s")},
               {"computed_prompt_tokens", ratio("computed_prompt_tokens")}};

@@ -21,7 +21,7 @@ bool HistoryHeavy(const TurnResult& t) {
 }
 
 json Summarize(const RunResult& r) {
-  std::vector<double> ttft_all, ttft_heavy;
+  std::vector<double> ttft_all, ttft_heavy, tpot;  // tpot: per turn, (total - TTFT) / (tokens - 1)
   std::vector<std::pair<double, double>> prefill;
   double prompt = 0, cached = 0, completion = 0, history = 0, cached_later = 0, sum_ttft = 0;
   int ok = 0, errors = 0;
@@ -38,6 +38,7 @@ json Summarize(const RunResult& r) {
     if (HistoryHeavy(t)) ttft_heavy.push_back(t.ttft_s * 1e3);
     by_turn[t.turn + 1].push_back(t.ttft_s * 1e3);
     prefill.emplace_back(t.sent_s, t.sent_s + t.ttft_s);
+    if (t.completion_tokens > 1) tpot.push_back((t.total_s - t.ttft_s) * 1e3 / (t.completion_tokens - 1));
     sum_ttft += t.ttft_s;
     prompt += t.prompt_tokens;
     cached += t.cached_tokens;
@@ -135,6 +136,12 @@ json Summarize(const RunResult& r) {
          {"ttft_ms_p50_history_heavy", Percentile(ttft_heavy, 50)},
          {"ttft_ms_p90_history_heavy", Percentile(ttft_heavy, 90)},
          {"ttft_ms_p50_by_turn", turn_p50},
+         {"tpot_ms_p50", Percentile(tpot, 50)},
+         {"tpot_ms_p90", Percentile(tpot, 90)},
+         {"server_tpot_ms_mean",
+          metric("attic_time_per_output_token_seconds_count") > 0
+              ? metric("attic_time_per_output_token_seconds_sum") * 1e3 / metric("attic_time_per_output_token_seconds_count")
+              : 0.0},
          {"prefill_busy_s", busy},
          {"sum_ttft_s", sum_ttft},
          {"prefill_tokens_per_s_served", busy > 0 ? prompt / busy : 0.0},

@@ -11,6 +11,10 @@
 //     all turns, and over the turns whose prompt is >= 90% history ("history heavy"),
 //     where a turn's history = min(prompt tokens, previous turn's prompt + completion
 //     tokens). Percentiles are nearest-rank (bench/common/stats.h): observed TTFTs.
+//   * time per output token: per turn (last byte - first token) / (completion tokens - 1),
+//     p50 / p90 over turns, and the server's mean gap between sampled tokens
+//     (attic_time_per_output_token_seconds): what decoding streams pay for the steps
+//     the scheduler gives to prompts.
 //   * prefill throughput: prompt tokens / prefill busy time, where the prefill busy time
 //     is the wall time during which at least one turn was waiting for its first token
 //     (the union of the turns' [sent, first token] intervals; = the sum of TTFTs when no

@@ -44,7 +44,9 @@ RunResult HandMadeRun() {
                      {"attic_kv_store_hits_total{tier=\"ssd\"}", 1},
                      {"attic_time_to_first_token_seconds_count", 3},
                      {"attic_time_to_first_token_seconds_sum", 0.3},
-                     {"attic_queue_wait_seconds_sum", 0.03}};
+                     {"attic_queue_wait_seconds_sum", 0.03},
+                     {"attic_time_per_output_token_seconds_count", 27},
+                     {"attic_time_per_output_token_seconds_sum", 1.35}};
   return r;
 }
 
@@ -76,6 +78,11 @@ TEST(SessionsSummary, MetricsByHand) {
   // By turn: turn 1 has 100 and 200 ms (p50 = 100), turn 2 has 50 ms.
   EXPECT_DOUBLE_EQ(s["ttft_ms_p50_by_turn"]["1"].get<double>(), 100);
   EXPECT_DOUBLE_EQ(s["ttft_ms_p50_by_turn"]["2"].get<double>(), 50);
+  // Time per output token: every turn ends 0.5 s after its first token, 10 tokens: 500 / 9
+  // ms; the server's 27 gaps sum to 1.35 s: 50 ms.
+  EXPECT_DOUBLE_EQ(s["tpot_ms_p50"].get<double>(), 500.0 / 9);
+  EXPECT_DOUBLE_EQ(s["tpot_ms_p90"].get<double>(), 500.0 / 9);
+  EXPECT_DOUBLE_EQ(s["server_tpot_ms_mean"].get<double>(), 50);
   // Prefill busy: [0, 0.1) u [0.05, 0.25) u [1.0, 1.05) = 0.25 + 0.05 s.
   EXPECT_DOUBLE_EQ(s["prefill_busy_s"].get<double>(), 0.3);
   EXPECT_DOUBLE_EQ(s["sum_ttft_s"].get<double>(), 0.35);
