@@ -18,6 +18,8 @@ struct WeightTensor {
   // The same matrix in the CPU GEMM's packed layout (backend::PrepackWeights), or null.
   // Owned by the Model; `data` stays the reference (GEMV, embedding rows).
   const void* packed = nullptr;
+  // Whose layout `packed` is in (the backend's tag: the ISA whose GEMM packed it).
+  int packed_layout = 0;
 
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }

@@ -140,7 +140,16 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
 const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
 int64_t GemvLayout(const model::WeightTensor& w);
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+// GEMM (gemm_avx2.cc): bf16 weights through Attic's own packed kernel (true f32 math),
+// read from a prepacked copy (PrepackBf16's layout, WeightTensor::packed_layout ==
+// kPackedLayout) when there is one, bit-identically; other dtypes through SgemmFallback.
+constexpr int kPackedLayout = static_cast<int>(Isa::kAvx2);
+bool PrepackedBy(const model::WeightTensor& w);  // packed in this GEMM's layout
+bool CanPrepackBf16(const model::WeightTensor& w);
+uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
+void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);
 void Add(float* x, const float* y, int64_t n);

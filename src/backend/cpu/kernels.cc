@@ -81,7 +81,8 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
 
 // Largest m that takes the GEMV path for `w`.
 int64_t GemvMaxM(const KernelTable& t, const model::WeightTensor& w) {
-  return w.packed != nullptr && t.isa == Isa::kAvx512 ? t.gemv_max_m_packed : t.gemv_max_m[static_cast<int>(w.dtype)];
+  return w.packed != nullptr && w.packed_layout == static_cast<int>(t.isa) ? t.gemv_max_m_packed
+                                                                             : t.gemv_max_m[static_cast<int>(w.dtype)];
 }
 
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
@@ -145,7 +146,16 @@ void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput
 }
 
 uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {
-  if (ActiveIsa() != Isa::kAvx512) return 0;  // the layout is the AVX-512 GEMM's
+  // The layout is the active ISA's GEMM's (AVX-512: 48-row panels, AVX2: 16-row ones).
+  const Isa isa = ActiveIsa();
+  if (isa == Isa::kGeneric) return 0;
+  const bool avx512 = isa == Isa::kAvx512;
+  auto can = [&](const model::WeightTensor& w) {
+    return avx512 ? cpu::avx512::CanPrepackBf16(w) : cpu::avx2::CanPrepackBf16(w);
+  };
+  auto bytes = [&](const model::WeightTensor& w) {
+    return avx512 ? cpu::avx512::PrepackedBf16Bytes(w) : cpu::avx2::PrepackedBf16Bytes(w);
+  };
   model::ModelWeights& mw = model.mutable_weights();
   std::vector<model::WeightTensor*> ws;
   for (auto& l : mw.layers)
@@ -153,15 +163,20 @@ uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_byte
   ws.push_back(&mw.lm_head);
   uint64_t total = 0;
   for (model::WeightTensor* w : ws) {
-    if (!w->present() || !cpu::avx512::CanPrepackBf16(*w)) return 0;  // all or nothing: one rule per model
-    total += cpu::avx512::PrepackedBf16Bytes(*w);
+    if (!w->present() || !can(*w)) return 0;  // all or nothing: one rule per model
+    total += bytes(*w);
   }
   if (total > max_bytes) return 0;
   for (model::WeightTensor* w : ws) {
     auto buf = std::make_shared<AlignedBuffer>();
-    buf->Reserve(cpu::avx512::PrepackedBf16Bytes(*w));
-    cpu::avx512::PrepackBf16(pool, *w, buf->data());
+    buf->Reserve(bytes(*w));
+    if (avx512) {
+      cpu::avx512::PrepackBf16(pool, *w, buf->data());
+    } else {
+      cpu::avx2::PrepackBf16(pool, *w, buf->data());
+    }
     w->packed = buf->data();
+    w->packed_layout = static_cast<int>(isa);
     model.Own(std::move(buf));
   }
   return total;

@@ -1,5 +1,4 @@
-// AVX2 + FMA + F16C kernels: conversions, GEMV and elementwise ops. GEMM goes through
-// SgemmFallback (OpenBLAS on converted weight tiles).
+// AVX2 + FMA + F16C kernels: conversions, GEMV and elementwise ops (GEMM: gemm_avx2.cc).
 #include <immintrin.h>
 
 #include <cmath>
@@ -251,10 +250,6 @@ void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* 
     case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
   }
-}
-
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
-  SgemmFallback(Avx2Table(), pool, x, m, w, bias, y);
 }
 
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out) {

@@ -172,11 +172,57 @@ TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
     AlignedBuffer buf(avx512::PrepackedBf16Bytes(tw.w));
     avx512::PrepackBf16(pool, tw.w, buf.data());
     tw.w.packed = buf.data();
+    tw.w.packed_layout = static_cast<int>(Isa::kAvx512);
     LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), packed.data());
     EXPECT_EQ(std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)), 0) << what;
     std::vector<float> y(plain.size(), std::nanf(""));
     LinearWith(*t, pool, x.data(), s.m, tw.w, bias.data(), y.data());
     CheckLinear(x, tw, bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + what);
+  }
+}
+
+// The AVX2 GEMM's prepacked bf16 panels (16-row, k-pair-major): the same panels the
+// call would pack, the same micro-kernel, so the same bits; a weight packed in another
+// ISA's layout is not read as one; the automatic path still meets the reference bound.
+TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
+  const KernelTable* t = KernelsFor(Isa::kAvx2);
+  if (t == nullptr) GTEST_SKIP() << "needs AVX2";
+  std::mt19937 rng(78);
+  ThreadPool pool(2);
+  std::vector<Shape> shapes = FloatShapes();
+  shapes.push_back({65, 1536, 576});  // a returning turn's new tokens through w_up of the 135M shape
+  shapes.push_back({7, 576, 1536});
+  for (const Shape& s : shapes) {
+    TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
+    ASSERT_TRUE(avx2::CanPrepackBf16(tw.w));
+    std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
+    const std::string what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+    std::vector<float> plain(static_cast<size_t>(s.m * s.n)), packed(plain.size(), std::nanf(""));
+    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), plain.data());
+    CheckLinear(x, tw, bias.data(), s.m, plain.data(), 1e-5, "gemm " + what);
+    AlignedBuffer buf(avx2::PrepackedBf16Bytes(tw.w));
+    std::memset(buf.data(), 0xff, avx2::PrepackedBf16Bytes(tw.w));  // NaN panels if misread
+    avx2::PrepackBf16(pool, tw.w, buf.data());
+    tw.w.packed = buf.data();
+    tw.w.packed_layout = avx2::kPackedLayout;
+    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), packed.data());
+    EXPECT_EQ(std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)), 0) << what;
+    std::vector<float> y(plain.size(), std::nanf(""));
+    LinearWith(*t, pool, x.data(), s.m, tw.w, bias.data(), y.data());
+    CheckLinear(x, tw, bias.data(), s.m, y.data(), 1e-5, "auto, prepacked " + what);
+    // Rows are computed independently: each row alone gives the same bits (so the
+    // automatic path, which takes this GEMM for every m on prepacked weights, is
+    // batch-invariant as the GEMV is).
+    for (int64_t i : {int64_t{0}, s.m / 2, s.m - 1}) {
+      std::vector<float> row(static_cast<size_t>(s.n), std::nanf(""));
+      LinearWith(*t, pool, x.data() + i * s.k, 1, tw.w, bias.data(), row.data());
+      EXPECT_EQ(std::memcmp(row.data(), packed.data() + i * s.n, row.size() * sizeof(float)), 0) << what << " row " << i;
+    }
+    // Another ISA's layout: packed by somebody else, so packed again by the call.
+    tw.w.packed_layout = static_cast<int>(Isa::kAvx512);
+    std::vector<float> other(plain.size(), std::nanf(""));
+    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), other.data());
+    EXPECT_EQ(std::memcmp(plain.data(), other.data(), plain.size() * sizeof(float)), 0) << what;
   }
 }
 
