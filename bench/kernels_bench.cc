@@ -72,6 +72,7 @@ using attic::DType;
 using attic::backend::ThreadPool;
 using attic::model::WeightTensor;
 namespace cpu = attic::backend::cpu;
+using attic::backend::Isa;
 
 using attic::bench::Fmt;
 using attic::bench::Median;
@@ -171,6 +172,24 @@ struct WeightSet {
       t.shape = {n, k};
       w.push_back(t);
     }
+  }
+  // Adds each copy's prepacked layout (the active ISA's GEMM, as backend::PrepackWeights
+  // does at load); false when that GEMM has none for this dtype.
+  bool Prepack(ThreadPool& pool) {
+    const Isa isa = attic::backend::ActiveIsa();
+    for (WeightTensor& t : w) {
+      const bool avx512 = isa == Isa::kAvx512;
+      if (isa == Isa::kGeneric || !(avx512 ? cpu::avx512::CanPrepackBf16(t) : cpu::avx2::CanPrepackBf16(t))) return false;
+      bufs.emplace_back(avx512 ? cpu::avx512::PrepackedBf16Bytes(t) : cpu::avx2::PrepackedBf16Bytes(t));
+      if (avx512) {
+        cpu::avx512::PrepackBf16(pool, t, bufs.back().data());
+      } else {
+        cpu::avx2::PrepackBf16(pool, t, bufs.back().data());
+      }
+      t.packed = bufs.back().data();
+      t.packed_layout = static_cast<int>(isa);
+    }
+    return true;
   }
 };
 
@@ -446,7 +465,7 @@ void BenchStep(ThreadPool& pool, Json& json) {
 void BenchCrossover(ThreadPool& pool, Json& json) {
   json.Begin("crossover");
   const auto& t = cpu::ActiveKernels();
-  printf("\n== GEMV vs GEMM by m (us/call, cold weights), isa=%s ==\n", t.name);
+  printf("\n== GEMV vs GEMM by m (us/call, cold weights: gemv/gemm, and /gemm on prepacked weights where the ISA's GEMM has them), isa=%s ==\n", t.name);
   printf("%-13s %-5s %-8s", "model", "dtype", "matrix");
   const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
   for (int m : ms) printf(" %11d", m);
@@ -459,19 +478,27 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
         const double bytes = static_cast<double>(attic::DTypeBytes(dt, static_cast<size_t>(mat.n * mat.k)));
         const int copies = std::max(2, static_cast<int>(256e6 / bytes));
         WeightSet ws(dt, mat.n, mat.k, copies);
+        WeightSet packed(dt, mat.n, mat.k, copies);  // the same matrices, prepacked
+        const bool has_packed = packed.Prepack(pool);
         printf("%-13s %-5s %-8s", model.name, attic::DTypeName(dt), mat.name);
         for (int m : ms) {
           std::vector<float> x = RandomF32(m * mat.k), y(static_cast<size_t>(m * mat.n));
-          double s[2];
-          for (int path = 0; path < 2; ++path) {
+          double s[3] = {0, 0, 0};
+          for (int path = 0; path < (has_packed ? 3 : 2); ++path) {
+            const WeightSet& set = path == 2 ? packed : ws;
             s[path] = TimePerCall([&](int i) {
               cpu::LinearWithPath(t, path ? cpu::LinearPath::kGemm : cpu::LinearPath::kGemv, pool, x.data(), m,
-                                  ws.w[i % copies], nullptr, y.data());
+                                  set.w[i % copies], nullptr, y.data());
             }, 0.05, std::min(copies, 20));
           }
-          printf(" %5.0f/%-5.0f", s[0] * 1e6, s[1] * 1e6);
+          if (has_packed) {
+            printf(" %4.0f/%4.0f/%-4.0f", s[0] * 1e6, s[1] * 1e6, s[2] * 1e6);
+          } else {
+            printf(" %5.0f/%-5.0f", s[0] * 1e6, s[1] * 1e6);
+          }
           json.Row(Fmt("{\"model\": \"%s\", \"dtype\": \"%s\", \"matrix\": \"%s\", \"m\": %d, \"gemv_us\": %.2f, "
-                       "\"gemm_us\": %.2f}", model.name, attic::DTypeName(dt), mat.name, m, s[0] * 1e6, s[1] * 1e6));
+                       "\"gemm_us\": %.2f, \"gemm_prepacked_us\": %.2f}",
+                       model.name, attic::DTypeName(dt), mat.name, m, s[0] * 1e6, s[1] * 1e6, s[2] * 1e6));
         }
         printf("\n");
       }
