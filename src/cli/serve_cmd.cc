@@ -44,7 +44,7 @@ struct ServeFlags {
   std::string kv_read_buffer = "auto";
   std::string kv_policy = "scheduler-aware";
   double session_ttl_s = 86400;
-  std::string kv_preload = "layerwise";
+  std::string kv_preload = "auto";
   std::string kv_truncate_mode = "decoupled";
   std::string log_level = "info";
   std::string link = "attnlink-16";
@@ -121,9 +121,15 @@ int RunServe(ServeFlags f) {
     f.server.scheduler.kv_read_buffer_bytes = static_cast<int64_t>(*rb);
   }
   f.server.scheduler.truncate_recompute = f.kv_truncate_mode == "recompute";
-  f.server.scheduler.kv_preload = f.kv_preload == "sync"     ? engine::KvPreload::kSync
-                                  : f.kv_preload == "inline" ? engine::KvPreload::kInline
-                                                             : engine::KvPreload::kLayerwise;
+  // auto: a loader thread only where a core is left for it. With every core computing,
+  // the loader only time-slices with the forward (store.md, "Entering"), and the compute
+  // threads enter faster themselves.
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  const bool spare_core = f.model.threads > 0 && static_cast<unsigned>(f.model.threads) < cpus;
+  const std::string preload = f.kv_preload == "auto" ? (spare_core ? "layerwise" : "inline") : f.kv_preload;
+  f.server.scheduler.kv_preload = preload == "sync"     ? engine::KvPreload::kSync
+                                  : preload == "inline" ? engine::KvPreload::kInline
+                                                        : engine::KvPreload::kLayerwise;
   if (!f.kv_remote.empty()) {
     if (f.kv_remote_write != "through" && f.kv_remote_write != "back")
       return UsageError("--kv-remote-write must be 'through' (write each save to the cluster) or 'back' (only what "
@@ -289,9 +295,9 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   cmd->add_option("--kv-preload", f->kv_preload,
                   "how stored KV enters the compute buffer: layerwise (a loader thread enters layer l+1 while layer "
-                  "l computes), inline (the compute threads enter layer l just before computing it) or sync (all "
-                  "layers before the first step)")
-      ->check(CLI::IsMember({"layerwise", "inline", "sync"}))
+                  "l computes), inline (the compute threads enter layer l just before computing it), sync (all "
+                  "layers before the first step) or auto (layerwise when --threads leaves a CPU free, else inline)")
+      ->check(CLI::IsMember({"auto", "layerwise", "inline", "sync"}))
       ->capture_default_str();
   cmd->add_option("--kv-read-buffer", f->kv_read_buffer,
                   "stored KV of waiting jobs fetched ahead of admission: a size, 0 = none, or auto = sized by S_buf "
