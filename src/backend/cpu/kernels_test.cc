@@ -154,6 +154,33 @@ TEST(LinearTest, F32) { RunLinearCases(DType::kF32, FloatShapes()); }
 TEST(LinearTest, F16) { RunLinearCases(DType::kF16, FloatShapes()); }
 TEST(LinearTest, Bf16) { RunLinearCases(DType::kBF16, FloatShapes()); }
 
+// A GEMM on a bf16 weight as loaded (`plain`), then on its prepacked copy (`packed`:
+// `prepack` writes `bytes` into a buffer pre-filled with NaN bits, tagged `layout`),
+// which must give the same bits; tw.w keeps the packed copy (in *buf) afterwards.
+struct PrepackedRun {
+  std::vector<float> x, bias, plain, packed;
+  std::string what;
+};
+template <class Prepack>
+PrepackedRun RunPrepacked(const KernelTable& t, ThreadPool& pool, std::mt19937& rng, const Shape& s, TestWeight& tw,
+                          AlignedBuffer* buf, size_t bytes, Prepack prepack, int layout) {
+  PrepackedRun r;
+  r.x = RandomVec(rng, s.m * s.k);
+  r.bias = RandomVec(rng, s.n);
+  r.what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+  r.plain.assign(static_cast<size_t>(s.m * s.n), std::nanf(""));
+  r.packed.assign(r.plain.size(), std::nanf(""));
+  LinearWithPath(t, LinearPath::kGemm, pool, r.x.data(), s.m, tw.w, r.bias.data(), r.plain.data());
+  buf->Resize(bytes);
+  std::memset(buf->data(), 0xff, bytes);  // NaN panels if misread
+  prepack(tw.w, buf->data());
+  tw.w.packed = buf->data();
+  tw.w.packed_layout = layout;
+  LinearWithPath(t, LinearPath::kGemm, pool, r.x.data(), s.m, tw.w, r.bias.data(), r.packed.data());
+  EXPECT_EQ(std::memcmp(r.plain.data(), r.packed.data(), r.plain.size() * sizeof(float)), 0) << r.what;
+  return r;
+}
+
 // Prepacked bf16 weights (PrepackWeights' layout): the GEMM reads the same panels it
 // would have packed, so its output is bit-identical; the automatic path (GEMV up to
 // gemv_max_m_packed rows) still meets the reference bound.
@@ -165,25 +192,20 @@ TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
   for (const Shape& s : FloatShapes()) {
     TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
     ASSERT_TRUE(avx512::CanPrepackBf16(tw.w));
-    std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
-    const std::string what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
-    std::vector<float> plain(static_cast<size_t>(s.m * s.n)), packed(plain.size(), std::nanf(""));
-    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), plain.data());
-    AlignedBuffer buf(avx512::PrepackedBf16Bytes(tw.w));
-    avx512::PrepackBf16(pool, tw.w, buf.data());
-    tw.w.packed = buf.data();
-    tw.w.packed_layout = static_cast<int>(Isa::kAvx512);
-    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), packed.data());
-    EXPECT_EQ(std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)), 0) << what;
-    std::vector<float> y(plain.size(), std::nanf(""));
-    LinearWith(*t, pool, x.data(), s.m, tw.w, bias.data(), y.data());
-    CheckLinear(x, tw, bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + what);
+    AlignedBuffer buf;
+    const PrepackedRun r = RunPrepacked(
+        *t, pool, rng, s, tw, &buf, avx512::PrepackedBf16Bytes(tw.w),
+        [&](const model::WeightTensor& w, void* out) { avx512::PrepackBf16(pool, w, out); }, static_cast<int>(Isa::kAvx512));
+    std::vector<float> y(r.plain.size(), std::nanf(""));
+    LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
+    CheckLinear(r.x, tw, r.bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + r.what);
   }
 }
 
-// The AVX2 GEMM's prepacked bf16 panels (16-row, k-pair-major): the same panels the
-// call would pack, the same micro-kernel, so the same bits; a weight packed in another
-// ISA's layout is not read as one; the automatic path still meets the reference bound.
+// The AVX2 GEMM's prepacked bf16 panels (16 rows, k-major): the same panels the call
+// would pack, the same micro-kernel, so the same bits; each row alone gives its bits in
+// the batch; a weight packed in another ISA's layout is not read as one; the automatic
+// path still meets the reference bound.
 TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
   const KernelTable* t = KernelsFor(Isa::kAvx2);
   if (t == nullptr) GTEST_SKIP() << "needs AVX2";
@@ -195,34 +217,28 @@ TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
   for (const Shape& s : shapes) {
     TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
     ASSERT_TRUE(avx2::CanPrepackBf16(tw.w));
-    std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
-    const std::string what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
-    std::vector<float> plain(static_cast<size_t>(s.m * s.n)), packed(plain.size(), std::nanf(""));
-    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), plain.data());
-    CheckLinear(x, tw, bias.data(), s.m, plain.data(), 1e-5, "gemm " + what);
-    AlignedBuffer buf(avx2::PrepackedBf16Bytes(tw.w));
-    std::memset(buf.data(), 0xff, avx2::PrepackedBf16Bytes(tw.w));  // NaN panels if misread
-    avx2::PrepackBf16(pool, tw.w, buf.data());
-    tw.w.packed = buf.data();
-    tw.w.packed_layout = avx2::kPackedLayout;
-    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), packed.data());
-    EXPECT_EQ(std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)), 0) << what;
-    std::vector<float> y(plain.size(), std::nanf(""));
-    LinearWith(*t, pool, x.data(), s.m, tw.w, bias.data(), y.data());
-    CheckLinear(x, tw, bias.data(), s.m, y.data(), 1e-5, "auto, prepacked " + what);
+    AlignedBuffer buf;
+    const PrepackedRun r = RunPrepacked(
+        *t, pool, rng, s, tw, &buf, avx2::PrepackedBf16Bytes(tw.w),
+        [&](const model::WeightTensor& w, void* out) { avx2::PrepackBf16(pool, w, out); }, avx2::kPackedLayout);
+    CheckLinear(r.x, tw, r.bias.data(), s.m, r.plain.data(), 1e-5, "gemm " + r.what);
+    std::vector<float> y(r.plain.size(), std::nanf(""));
+    LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
+    CheckLinear(r.x, tw, r.bias.data(), s.m, y.data(), 1e-5, "auto, prepacked " + r.what);
     // Rows are computed independently: each row alone gives the same bits (so the
     // automatic path, which takes this GEMM for every m on prepacked weights, is
     // batch-invariant as the GEMV is).
     for (int64_t i : {int64_t{0}, s.m / 2, s.m - 1}) {
       std::vector<float> row(static_cast<size_t>(s.n), std::nanf(""));
-      LinearWith(*t, pool, x.data() + i * s.k, 1, tw.w, bias.data(), row.data());
-      EXPECT_EQ(std::memcmp(row.data(), packed.data() + i * s.n, row.size() * sizeof(float)), 0) << what << " row " << i;
+      LinearWith(*t, pool, r.x.data() + i * s.k, 1, tw.w, r.bias.data(), row.data());
+      EXPECT_EQ(std::memcmp(row.data(), r.packed.data() + i * s.n, row.size() * sizeof(float)), 0)
+          << r.what << " row " << i;
     }
     // Another ISA's layout: packed by somebody else, so packed again by the call.
     tw.w.packed_layout = static_cast<int>(Isa::kAvx512);
-    std::vector<float> other(plain.size(), std::nanf(""));
-    LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), s.m, tw.w, bias.data(), other.data());
-    EXPECT_EQ(std::memcmp(plain.data(), other.data(), plain.size() * sizeof(float)), 0) << what;
+    std::vector<float> other(r.plain.size(), std::nanf(""));
+    LinearWithPath(*t, LinearPath::kGemm, pool, r.x.data(), s.m, tw.w, r.bias.data(), other.data());
+    EXPECT_EQ(std::memcmp(r.plain.data(), other.data(), r.plain.size() * sizeof(float)), 0) << r.what;
   }
 }
 
