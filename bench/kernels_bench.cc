@@ -72,7 +72,6 @@ using attic::DType;
 using attic::backend::ThreadPool;
 using attic::model::WeightTensor;
 namespace cpu = attic::backend::cpu;
-using attic::backend::Isa;
 
 using attic::bench::Fmt;
 using attic::bench::Median;
@@ -176,21 +175,14 @@ struct WeightSet {
   // Adds each copy's prepacked layout (the active ISA's GEMM, as backend::PrepackWeights
   // does at load); false when that GEMM has none for this dtype.
   bool Prepack(ThreadPool& pool) {
-    const Isa isa = attic::backend::ActiveIsa();
-    for (WeightTensor& t : w) {
-      const bool avx512 = isa == Isa::kAvx512;
-      if (isa == Isa::kGeneric || !(avx512 ? cpu::avx512::CanPrepackBf16(t) : cpu::avx2::CanPrepackBf16(t))) return false;
-      bufs.emplace_back(avx512 ? cpu::avx512::PrepackedBf16Bytes(t) : cpu::avx2::PrepackedBf16Bytes(t));
-      if (avx512) {
-        cpu::avx512::PrepackBf16(pool, t, bufs.back().data());
-      } else {
-        cpu::avx2::PrepackBf16(pool, t, bufs.back().data());
-      }
-      t.packed = bufs.back().data();
-      t.packed_layout = static_cast<int>(isa);
+    const cpu::KernelTable& t = cpu::ActiveKernels();
+    for (WeightTensor& wt : w) {
+      if (!cpu::CanPrepack(t, wt)) return false;
+      packed_bufs.push_back(cpu::PrepackWith(t, pool, &wt));
     }
     return true;
   }
+  std::vector<std::shared_ptr<AlignedBuffer>> packed_bufs;  // Prepack's copies
 };
 
 std::vector<float> RandomF32(int64_t n) {

@@ -38,8 +38,7 @@ namespace {
 
 constexpr int kMR = 6;   // x rows per micro-kernel
 constexpr int kNR = 16;  // weight rows per panel (two 8-lane vectors)
-// k blocks of at most kKc elements (k cut into equal blocks, rounded up to an even
-// count); a task packs up to kMaxTaskPanels panels per k block (<= 8 x 16 x 1024 x 2 B
+// k blocks of at most kKc elements (k cut into equal blocks); a task packs up to kMaxTaskPanels panels per k block (<= 8 x 16 x 1024 x 2 B
 // = 256 KB: L2) and sweeps x over them kMc rows at a time.
 constexpr int64_t kKc = 1024;
 constexpr int64_t kMaxTaskPanels = 8;
@@ -116,6 +115,9 @@ void PackPanel(const model::WeightTensor& w, int64_t n0, int64_t nv, int64_t k0,
   }
 }
 
+// Whether w's prepacked copy is in this GEMM's layout.
+bool PrepackedBy(const model::WeightTensor& w) { return w.packed != nullptr && w.packed_layout == kPackedLayout; }
+
 struct GemmArgs {
   const float* x;
   int64_t m, n, k;
@@ -172,10 +174,6 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
 }
 
 }  // namespace
-
-bool PrepackedBy(const model::WeightTensor& w) {
-  return w.packed != nullptr && w.packed_layout == kPackedLayout;
-}
 
 bool CanPrepackBf16(const model::WeightTensor& w) {
   return w.dtype == DType::kBF16 && w.shape.size() == 2 && w.rows() > 0;

@@ -58,6 +58,9 @@ const KernelTable& Avx2Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx2_fns>(Isa::kAvx2, "avx2");
     t.gemm_multi = avx2::GemmMulti;
+    t.can_prepack = avx2::CanPrepackBf16;
+    t.prepacked_bytes = avx2::PrepackedBf16Bytes;
+    t.prepack = avx2::PrepackBf16;
     // Crossover (`kernels_bench --only crossover`, AMD EPYC Zen 3, 2 threads): the bf16
     // GEMV beats the GEMM that packs per call up to m ~ 16-24 (w_up: 339 vs 368 us at
     // 16, 465 vs 435 at 24); on prepacked weights the GEMM wins from m = 1 (w_up 81 vs
@@ -74,6 +77,9 @@ const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     t.gemm_multi = avx512::GemmMulti;
+    t.can_prepack = avx512::CanPrepackBf16;
+    t.prepacked_bytes = avx512::PrepackedBf16Bytes;
+    t.prepack = avx512::PrepackBf16;
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
     // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;

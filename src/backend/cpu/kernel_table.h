@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "attic/backend/cpu_features.h"
@@ -52,6 +53,12 @@ struct KernelTable {
   // pool dispatch, bit-identical to gemm on each. nullptr: LinearMulti calls gemm per weight.
   // REQUIRES: n_outs <= kMaxGemmOuts.
   void (*gemm_multi)(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) = nullptr;
+  // Optional: a copy of a weight in this ISA's GEMM panel layout, read by gemm instead
+  // of packing per call (PrepackWeights; WeightTensor::packed_layout == isa). nullptr:
+  // this ISA's GEMM has none. out: prepacked_bytes(w), 64-byte aligned.
+  bool (*can_prepack)(const model::WeightTensor& w) = nullptr;
+  uint64_t (*prepacked_bytes)(const model::WeightTensor& w) = nullptr;
+  void (*prepack)(ThreadPool& pool, const model::WeightTensor& w, void* out) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
@@ -80,6 +87,14 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
                      int n_outs, LinearPath path = LinearPath::kAuto);
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
                     const model::WeightTensor& w, const float* bias, float* y);
+
+// Whether t can prepack w (t.can_prepack set and true for w).
+inline bool CanPrepack(const KernelTable& t, const model::WeightTensor& w) {
+  return t.can_prepack != nullptr && t.can_prepack(w);
+}
+// Packs w in t's layout into a new buffer and points w.packed at it (packed_layout =
+// t.isa); the caller keeps the buffer as long as w is used. REQUIRES: CanPrepack(t, w).
+std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, model::WeightTensor* w);
 
 // Rows [begin, end) of output `out` of a multi-output GEMV/GEMM: one unit of work.
 struct RowRange {
@@ -144,7 +159,6 @@ void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float*
 // read from a prepacked copy (PrepackBf16's layout, WeightTensor::packed_layout ==
 // kPackedLayout) when there is one, bit-identically; other dtypes through SgemmFallback.
 constexpr int kPackedLayout = static_cast<int>(Isa::kAvx2);
-bool PrepackedBy(const model::WeightTensor& w);  // packed in this GEMM's layout
 bool CanPrepackBf16(const model::WeightTensor& w);
 uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
 void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned

@@ -128,6 +128,15 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   for (int i = 0; i < n_outs; ++i) LinearWithPath(t, path, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
 }
 
+std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, model::WeightTensor* w) {
+  auto buf = std::make_shared<AlignedBuffer>();
+  buf->Reserve(t.prepacked_bytes(*w));
+  t.prepack(pool, *w, buf->data());
+  w->packed = buf->data();
+  w->packed_layout = static_cast<int>(t.isa);
+  return buf;
+}
+
 }  // namespace cpu
 
 namespace {
@@ -146,16 +155,7 @@ void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput
 }
 
 uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {
-  // The layout is the active ISA's GEMM's (AVX-512: 48-row panels, AVX2: 16-row ones).
-  const Isa isa = ActiveIsa();
-  if (isa == Isa::kGeneric) return 0;
-  const bool avx512 = isa == Isa::kAvx512;
-  auto can = [&](const model::WeightTensor& w) {
-    return avx512 ? cpu::avx512::CanPrepackBf16(w) : cpu::avx2::CanPrepackBf16(w);
-  };
-  auto bytes = [&](const model::WeightTensor& w) {
-    return avx512 ? cpu::avx512::PrepackedBf16Bytes(w) : cpu::avx2::PrepackedBf16Bytes(w);
-  };
+  const cpu::KernelTable& t = cpu::ActiveKernels();  // the layout is the active ISA's GEMM's
   model::ModelWeights& mw = model.mutable_weights();
   std::vector<model::WeightTensor*> ws;
   for (auto& l : mw.layers)
@@ -163,22 +163,11 @@ uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_byte
   ws.push_back(&mw.lm_head);
   uint64_t total = 0;
   for (model::WeightTensor* w : ws) {
-    if (!w->present() || !can(*w)) return 0;  // all or nothing: one rule per model
-    total += bytes(*w);
+    if (!w->present() || !cpu::CanPrepack(t, *w)) return 0;  // all or nothing: one rule per model
+    total += t.prepacked_bytes(*w);
   }
   if (total > max_bytes) return 0;
-  for (model::WeightTensor* w : ws) {
-    auto buf = std::make_shared<AlignedBuffer>();
-    buf->Reserve(bytes(*w));
-    if (avx512) {
-      cpu::avx512::PrepackBf16(pool, *w, buf->data());
-    } else {
-      cpu::avx2::PrepackBf16(pool, *w, buf->data());
-    }
-    w->packed = buf->data();
-    w->packed_layout = static_cast<int>(isa);
-    model.Own(std::move(buf));
-  }
+  for (model::WeightTensor* w : ws) model.Own(cpu::PrepackWith(t, pool, w));
   return total;
 }
 
