@@ -162,15 +162,10 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// Each output's n cut into tasks of up to kMaxTaskPanels panels, at least 4 per thread when
-// the outputs' panels allow, all in one pool dispatch, claimed dynamically.
+// Every output's columns, in tasks of up to kMaxTaskPanels panels (RunPanelTasks).
 void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
-  int64_t panels = 0;
-  for (int i = 0; i < n_gs; ++i) panels += (gs[i].n + kNR - 1) / kNR;
-  const int64_t per_task = std::clamp<int64_t>(panels / (4 * pool.n_threads()), 1, kMaxTaskPanels);
-  const std::vector<RowRange>& tasks = CutRows(n_gs, per_task * kNR, [&](int i) { return gs[i].n; });
-  const RowRange* t = tasks.data();
-  pool.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t i, int) { GemmRange(gs[t[i].out], t[i].begin, t[i].end); });
+  RunPanelTasks(pool, n_gs, [&](int i) { return gs[i].n; }, kNR, kMaxTaskPanels,
+                [&](const RowRange& r) { GemmRange(gs[r.out], r.begin, r.end); });
 }
 
 }  // namespace

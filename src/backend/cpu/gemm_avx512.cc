@@ -323,20 +323,11 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// Splits each output's n into tasks of up to kMaxTaskPanels panels, at least 4 per
-// thread when the outputs' panels together allow, and runs them all in one pool
-// dispatch, claimed dynamically (a thread sharing its core with another process takes
-// fewer). Outputs that share x (q/k/v, gate/up) so cost one barrier, not one each.
+// Every output's columns, in tasks of up to kMaxTaskPanels panels (RunPanelTasks).
 template <bool kBf16>
 void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
-  int64_t panels = 0;
-  for (int i = 0; i < n_gs; ++i) panels += (gs[i].n + kNR - 1) / kNR;
-  const int64_t per_task = std::clamp<int64_t>(panels / (4 * pool.n_threads()), 1, kMaxTaskPanels);
-  const int64_t rows = per_task * kNR;
-  const std::vector<RowRange>& tasks = CutRows(n_gs, rows, [&](int i) { return gs[i].n; });
-  const RowRange* t = tasks.data();
-  pool.ParallelFor(static_cast<int64_t>(tasks.size()),
-                   [&](int64_t i, int) { GemmRange<kBf16>(gs[t[i].out], t[i].begin, t[i].end); });
+  RunPanelTasks(pool, n_gs, [&](int i) { return gs[i].n; }, kNR, kMaxTaskPanels,
+                [&](const RowRange& r) { GemmRange<kBf16>(gs[r.out], r.begin, r.end); });
 }
 
 }  // namespace

@@ -112,6 +112,21 @@ const std::vector<RowRange>& CutRows(int n_outs, int64_t step, RowsOf rows) {
   return ranges;
 }
 
+// A GEMM's tasks over n_outs outputs whose weight rows (output columns) are rows(i):
+// each output's rows cut into tasks of up to max_task_panels panels of panel_rows, at
+// least 4 per thread when the outputs' panels together allow, all run as fn(range) in
+// one pool dispatch, claimed dynamically (a thread sharing its core with another process
+// takes fewer). Outputs that share x (q/k/v, gate/up) so cost one barrier, not one each.
+template <class RowsOf, class Fn>
+void RunPanelTasks(ThreadPool& pool, int n_outs, RowsOf rows, int64_t panel_rows, int64_t max_task_panels, Fn fn) {
+  int64_t panels = 0;
+  for (int i = 0; i < n_outs; ++i) panels += (rows(i) + panel_rows - 1) / panel_rows;
+  const int64_t per_task = std::clamp<int64_t>(panels / (4 * pool.n_threads()), 1, max_task_panels);
+  const std::vector<RowRange>& tasks = CutRows(n_outs, per_task * panel_rows, rows);
+  const RowRange* t = tasks.data();
+  pool.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t i, int) { fn(t[i]); });
+}
+
 // Runs fn(chunk) for chunk in [0, n_chunks) on the pool. The chunks are cut into one
 // contiguous region per thread, each walked in order (sequential memory streams for the
 // prefetchers); a thread whose region is done steals the next chunks of the others, and
