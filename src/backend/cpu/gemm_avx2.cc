@@ -101,17 +101,53 @@ using MicroFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*
 constexpr MicroFn kMicro[kMR + 1] = {nullptr, MicroBf16<1>, MicroBf16<2>, MicroBf16<3>,
                                      MicroBf16<4>, MicroBf16<5>, MicroBf16<6>};
 
-// panel[kk * kNR + j] = W[n0 + j, k0 + kk] for kk < kc; zero for j >= nv.
+// r[j] (8 bf16 of row j) -> r[q] (element q of rows 0-7), in registers.
+inline void Transpose8x8Epi16(__m128i (&r)[8]) {
+  const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+  const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+  const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+  const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+  const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+  const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+  const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+  r[0] = _mm_unpacklo_epi64(b0, b4);
+  r[1] = _mm_unpackhi_epi64(b0, b4);
+  r[2] = _mm_unpacklo_epi64(b1, b5);
+  r[3] = _mm_unpackhi_epi64(b1, b5);
+  r[4] = _mm_unpacklo_epi64(b2, b6);
+  r[5] = _mm_unpackhi_epi64(b2, b6);
+  r[6] = _mm_unpacklo_epi64(b3, b7);
+  r[7] = _mm_unpackhi_epi64(b3, b7);
+}
+
+// panel[kk * kNR + j] = W[n0 + j, k0 + kk] for kk < kc; zero for j >= nv. A full panel
+// goes 8 k at a time through two 8 x 8 transposes; the rest element by element.
 void PackPanel(const model::WeightTensor& w, int64_t n0, int64_t nv, int64_t k0, int64_t kc, uint16_t* panel) {
   const int64_t k = w.cols();
   const uint16_t* base = static_cast<const uint16_t*>(w.data);
-  for (int64_t j = 0; j < kNR; ++j) {
-    if (j >= nv) {
-      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + j] = 0;
-      continue;
+  const uint16_t* rows[kNR];
+  for (int64_t j = 0; j < kNR; ++j) rows[j] = base + (n0 + std::min(j, nv - 1)) * k + k0;
+  int64_t kk = 0;
+  if (nv == kNR) {
+    for (; kk + 8 <= kc; kk += 8) {
+      __m128i lo[8], hi[8];
+      for (int j = 0; j < 8; ++j) {
+        lo[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + kk));
+        hi[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[8 + j] + kk));
+      }
+      Transpose8x8Epi16(lo);
+      Transpose8x8Epi16(hi);
+      for (int q = 0; q < 8; ++q) {
+        __m128i* out = reinterpret_cast<__m128i*>(panel + (kk + q) * kNR);
+        _mm_storeu_si128(out, lo[q]);
+        _mm_storeu_si128(out + 1, hi[q]);
+      }
     }
-    const uint16_t* row = base + (n0 + j) * k + k0;
-    for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + j] = row[kk];
+  }
+  for (; kk < kc; ++kk) {
+    uint16_t* out = panel + kk * kNR;
+    for (int64_t j = 0; j < kNR; ++j) out[j] = j < nv ? rows[j][kk] : 0;
   }
 }
 
