@@ -13,9 +13,10 @@ namespace attic::attention {
 namespace {
 
 // Positions tabulated at construction (cos + sin, head_dim/2 each): 8 MiB at head_dim 64
-// for a 32k window. Beyond it cos/sin are computed per row and layer, which made entering
-// linked chunks' KV past position 8,192 (the old limit) several times slower
-// (docs/benchmarks.md, link_bench rq3).
+// for a 32k window. Later positions are tabulated a chunk at a time when first used
+// (RopeTable::LazyChunk): computed per row, in double, a row past the table cost ~40x a
+// tabulated one (0.84 vs 0.02 us at head_dim 64, AMD EPYC Zen 3), which made entering KV
+// at such positions -- linked chunks, a sparse offload's fetched rows -- that much slower.
 constexpr int kMaxTablePositions = 32768;
 
 // inv_freq as transformers computes it, every step in float32:
@@ -89,12 +90,48 @@ RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& s
   for (int p = 0; p < table_positions_; ++p) {
     ComputeCosSin(inv_freq_, p, &cos_[static_cast<size_t>(p) * half], &sin_[static_cast<size_t>(p) * half]);
   }
+  lazy_ = std::make_shared<Lazy>();
+  lazy_->n_chunks = (kMaxLazyPositions - table_positions_ + kLazyChunkPositions - 1) / kLazyChunkPositions;
+  lazy_->chunks = std::make_unique<std::atomic<const float*>[]>(static_cast<size_t>(lazy_->n_chunks));
+  for (int64_t c = 0; c < lazy_->n_chunks; ++c) lazy_->chunks[c].store(nullptr, std::memory_order_relaxed);
+}
+
+const float* RopeTable::LazyChunk(int64_t c) const {
+  const float* chunk = lazy_->chunks[c].load(std::memory_order_acquire);
+  if (chunk != nullptr) return chunk;
+  std::lock_guard<std::mutex> lock(lazy_->mu);
+  chunk = lazy_->chunks[c].load(std::memory_order_relaxed);
+  if (chunk != nullptr) return chunk;  // filled by another thread meanwhile
+  const int half = head_dim_ / 2;
+  auto owned = std::make_unique<float[]>(static_cast<size_t>(2) * kLazyChunkPositions * half);
+  float* cos = owned.get();
+  float* sin = cos + static_cast<size_t>(kLazyChunkPositions) * half;
+  const int64_t first = table_positions_ + c * kLazyChunkPositions;
+  for (int r = 0; r < kLazyChunkPositions; ++r)
+    ComputeCosSin(inv_freq_, static_cast<int32_t>(first + r), cos + static_cast<size_t>(r) * half,
+                  sin + static_cast<size_t>(r) * half);
+  chunk = owned.get();
+  lazy_->owned.push_back(std::move(owned));
+  lazy_->chunks[c].store(chunk, std::memory_order_release);
+  return chunk;
+}
+
+int64_t RopeTable::lazy_bytes() const {
+  std::lock_guard<std::mutex> lock(lazy_->mu);
+  return static_cast<int64_t>(lazy_->owned.size()) * 2 * kLazyChunkPositions * (head_dim_ / 2) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 std::pair<const float*, const float*> RopeTable::Angles(int32_t position, float* scratch) const {
   const int half = head_dim_ / 2;
   if (position >= 0 && position < table_positions_)
     return {&cos_[static_cast<size_t>(position) * half], &sin_[static_cast<size_t>(position) * half]};
+  if (position >= 0 && position < kMaxLazyPositions) {
+    const int64_t past = static_cast<int64_t>(position) - table_positions_;
+    const float* chunk = LazyChunk(past / kLazyChunkPositions);
+    const int64_t r = past % kLazyChunkPositions;
+    return {chunk + r * half, chunk + (kLazyChunkPositions + r) * half};
+  }
   ComputeCosSin(inv_freq_, position, scratch, scratch + half);
   return {scratch, scratch + half};
 }
@@ -117,8 +154,8 @@ void RopeTable::ApplyInverse(float* x, int64_t n_tokens, int n_heads, const int3
 
 void RopeTable::ApplyToken(const float* src, float* dst, int n_heads, int64_t dst_head_stride,
                            int32_t position) const {
-  std::vector<float> scratch;  // positions past the table only
-  if (position < 0 || position >= table_positions_) scratch.resize(static_cast<size_t>(head_dim_));
+  std::vector<float> scratch;  // positions past the lazily tabulated ones only
+  if (position < 0 || position >= kMaxLazyPositions) scratch.resize(static_cast<size_t>(head_dim_));
   RotateToken(src, dst, n_heads, dst_head_stride, position, 1.0f, scratch.data());
 }
 

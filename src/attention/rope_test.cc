@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <initializer_list>
 #include <vector>
 
@@ -170,6 +171,74 @@ TEST(RopeTest, TabulatedAndComputedPositionsAgreeExactly) {
   large.CosSin(100, c2.data(), s2.data());
   EXPECT_EQ(c1, c2);
   EXPECT_EQ(s1, s2);
+}
+
+// HF's angles as the header specifies them, computed here: cos/sin in double of the f32
+// angle f32(position) * inv_freq, rounded to f32.
+void ExpectHfAngles(const RopeTable& rope, int32_t position) {
+  const int half = rope.head_dim() / 2;
+  std::vector<float> c(half), s(half);
+  rope.CosSin(position, c.data(), s.data());
+  for (int i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(position) * rope.inv_freq()[i];
+    EXPECT_EQ(c[i], static_cast<float>(std::cos(static_cast<double>(angle)))) << position << " " << i;
+    EXPECT_EQ(s[i], static_cast<float>(std::sin(static_cast<double>(angle)))) << position << " " << i;
+  }
+}
+
+TEST(RopeTest, PositionsPastTheTableAreTabulatedOnFirstUseWithHfAngles) {
+  RopeTable rope(64, 10000.0f, RopeScaling{}, 16);
+  ASSERT_EQ(rope.table_positions(), 16);
+  EXPECT_EQ(rope.lazy_bytes(), 0);
+  const int64_t chunk_bytes = int64_t{2} * RopeTable::kLazyChunkPositions * 32 * 4;
+  for (int32_t p : {16, 17, 4000, 16 + RopeTable::kLazyChunkPositions - 1}) ExpectHfAngles(rope, p);
+  EXPECT_EQ(rope.lazy_bytes(), chunk_bytes);  // one chunk held all four
+  for (int32_t p : {16 + RopeTable::kLazyChunkPositions, 40000, 65535}) ExpectHfAngles(rope, p);
+  EXPECT_EQ(rope.lazy_bytes(), 4 * chunk_bytes);
+  // Past the lazily tabulated range (and before 0): computed per row, the same formula.
+  const int32_t far = static_cast<int32_t>(RopeTable::kMaxLazyPositions) + 3;
+  ExpectHfAngles(rope, far);
+  ExpectHfAngles(rope, -5);
+  EXPECT_EQ(rope.lazy_bytes(), 4 * chunk_bytes);
+  // Rotation at those positions: the same as with the rows rotated one at a time out of
+  // place, and as a table that holds the position eagerly.
+  RopeTable eager(64, 10000.0f, RopeScaling{}, 32768);
+  ASSERT_GT(eager.table_positions(), 20000);
+  const std::vector<int32_t> pos = {20000, 17, far, -5};
+  std::vector<float> a = RandomVec(64 * 2 * pos.size(), 11), b = a, c(a.size());
+  rope.Apply(a.data(), static_cast<int64_t>(pos.size()), 2, pos.data());
+  eager.Apply(b.data(), static_cast<int64_t>(pos.size()), 2, pos.data());
+  EXPECT_EQ(a, b);
+  const std::vector<float> x = RandomVec(64 * 2 * pos.size(), 11);
+  for (size_t t = 0; t < pos.size(); ++t) rope.ApplyToken(x.data() + t * 128, c.data() + t * 128, 2, 64, pos[t]);
+  EXPECT_EQ(a, c);
+}
+
+TEST(RopeTest, ThreadsFillingTheSameChunkSeeTheSameAngles) {
+  RopeTable rope(64, 10000.0f, RopeScaling{}, 64);
+  RopeTable reference(64, 10000.0f, RopeScaling{}, 64);
+  const int n_threads = 4, rows = 256;
+  std::vector<std::vector<float>> got(n_threads, RandomVec(64 * rows, 12));
+  const std::vector<float> x = got[0];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < rows; ++r) {
+        const int32_t p = 70000 + (r * 37 + t * 11) % 3000;  // one chunk, in different orders
+        rope.ApplyToken(x.data() + r * 64, got[t].data() + r * 64, 1, 64, p);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < n_threads; ++t) {
+    std::vector<float> want(x.size());
+    for (int r = 0; r < rows; ++r) {
+      const int32_t p = 70000 + (r * 37 + t * 11) % 3000;
+      reference.ApplyToken(x.data() + r * 64, want.data() + r * 64, 1, 64, p);
+    }
+    EXPECT_EQ(got[t], want) << t;
+  }
+  EXPECT_EQ(rope.lazy_bytes(), int64_t{2} * RopeTable::kLazyChunkPositions * 32 * 4);
 }
 
 // The AVX-512 rotate-half gives exactly the scalar loop's bits (products and sums rounded
