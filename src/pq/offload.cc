@@ -90,6 +90,7 @@ class Offloaded final : public OffloadedSparseAttention {
       }
     }
     compact_.resize(ks_.n_kv_heads);
+    released_sel_.resize(ks_.n_kv_heads);
     compact_ptrs_.resize(ks_.n_kv_heads);
     compact_lens_.resize(ks_.n_kv_heads);
   }
@@ -142,7 +143,7 @@ class Offloaded final : public OffloadedSparseAttention {
       if (!failed_blocks_.empty()) LeaveOut(vis);
       if (sparse) {
         // Warm the cache with this step's selection; its blocks are in the staged layer.
-        for (int h = 0; h < ks_.n_kv_heads; ++h) UpdateCache(layer, h, inner_->last_selection(layer, h), &full_);
+        for (int h = 0; h < ks_.n_kv_heads; ++h) UpdateCache(layer, h, inner_->last_selection(layer, h), &full_, &stats_);
       }
       return;
     }
@@ -281,17 +282,21 @@ class Offloaded final : public OffloadedSparseAttention {
   // The cache of (layer, h) after one step's selection: counts the selected slots of
   // released blocks, then fills the blocks that entered from `staged` (a whole-layer
   // staging, slot numbering) or from the tier.
-  void UpdateCache(int layer, int h, const std::vector<int32_t>& selection, const LayerBuffer* staged) {
-    sel_.clear();
+  // Touches only (layer, h)'s cache, its rows of the cache's pool blocks and `stats`, so
+  // the KV heads may run in parallel (each with stats of its own).
+  void UpdateCache(int layer, int h, const std::vector<int32_t>& selection, const LayerBuffer* staged,
+                   OffloadStats* stats) {
+    std::vector<int32_t>& sel = released_sel_[h];
+    sel.clear();
     const auto& table = seq_->block_table();
     for (int32_t s : selection) {
-      if (table[s / ks_.block_size] == kv::SequenceKv::kNoBlock) sel_.push_back(s);
-      else ++stats_.resident_reads;
+      if (table[s / ks_.block_size] == kv::SequenceKv::kNoBlock) sel.push_back(s);
+      else ++stats->resident_reads;
     }
     BlockCache& cache = caches_[layer][h];
-    const AccessResult r = cache.Access(sel_.data(), static_cast<int>(sel_.size()));
-    stats_.cache_hits += r.token_hits;
-    stats_.cache_misses += r.token_misses;
+    const AccessResult r = cache.Access(sel.data(), static_cast<int>(sel.size()));
+    stats->cache_hits += r.token_hits;
+    stats->cache_misses += r.token_misses;
     if (r.block_insertions == 0 && r.block_evictions == 0) return;
     auto& where = cache_where_[layer][h];
     auto& free = cache_free_[layer][h];
@@ -321,7 +326,7 @@ class Offloaded final : public OffloadedSparseAttention {
         std::memcpy(vd, staged->v.as<uint8_t>() + b * lb + h * hs, bs * row);
         continue;
       }
-      auto range = ReadLayer(layer, b, &stats_);
+      auto range = ReadLayer(layer, b, stats);
       if (!range.ok()) {
         where.erase(b);  // not filled: served from the tier (or left out) until it enters again
         free.push_back(idx);
@@ -329,13 +334,15 @@ class Offloaded final : public OffloadedSparseAttention {
       }
       const auto t0 = std::chrono::steady_clock::now();
       for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd + r * row, vd + r * row);
-      stats_.fetch_seconds += Since(t0);
-      stats_.fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
+      stats->fetch_seconds += Since(t0);
+      stats->fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
     }
   }
 
   // The selection of each KV head, compacted into stage_: head h's i-th selected slot
-  // becomes slot i of the view.
+  // becomes slot i of the view. The KV heads are staged in parallel on the pool (each
+  // writes its own rows of stage_ and counts in its own stats; fetch_seconds is then a
+  // sum over threads).
   void StageSelection(int layer, const engine::Visibility& vis) {
     const int n_kv = ks_.n_kv_heads, bs = ks_.block_size, hd = ks_.head_dim;
     int m = 0;
@@ -348,9 +355,12 @@ class Offloaded final : public OffloadedSparseAttention {
     const auto& pos = seq_->positions();
     const auto* kp = reinterpret_cast<const uint8_t*>(seq_->pool()->k_data(layer));
     const auto* vp = reinterpret_cast<const uint8_t*>(seq_->pool()->v_data(layer));
-    for (int h = 0; h < n_kv; ++h) {
+    std::vector<OffloadStats> per_head(static_cast<size_t>(n_kv));
+    pool_.ParallelFor(n_kv, [&](int64_t hh, int) {
+      const int h = static_cast<int>(hh);
+      OffloadStats* stats = &per_head[h];
       const std::vector<int32_t>& sel = inner_->last_selection(layer, h);
-      UpdateCache(layer, h, sel, nullptr);
+      UpdateCache(layer, h, sel, nullptr, stats);
       const auto& where = cache_where_[layer][h];
       std::vector<int32_t>& out = compact_[h];
       out.clear();
@@ -369,20 +379,28 @@ class Offloaded final : public OffloadedSparseAttention {
           std::memcpy(vd, vp + at, row);
         } else {
           if (b != fetched_block) {
-            fetched = ReadLayer(layer, b, &stats_);
+            fetched = ReadLayer(layer, b, stats);
             fetched_block = b;
             range = fetched.ok() ? &*fetched : nullptr;
           }
           if (range == nullptr) continue;  // left out of this step (logged)
           const auto t0 = std::chrono::steady_clock::now();
           EnterRow(*range, s % bs, h, 1, pos[s], kd, vd);
-          stats_.fetch_seconds += Since(t0);
-          stats_.fetched_bytes += 2 * hd * 4;
+          stats->fetch_seconds += Since(t0);
+          stats->fetched_bytes += 2 * hd * 4;
         }
         out.push_back(i++);
       }
       compact_ptrs_[h] = out.data();
       compact_lens_[h] = static_cast<int32_t>(out.size());
+    });
+    for (const OffloadStats& t : per_head) {
+      stats_.resident_reads += t.resident_reads;
+      stats_.cache_hits += t.cache_hits;
+      stats_.cache_misses += t.cache_misses;
+      stats_.backing_errors += t.backing_errors;
+      stats_.fetched_bytes += t.fetched_bytes;
+      stats_.fetch_seconds += t.fetch_seconds;
     }
     SetView(stage_, std::max(1, m));
   }
@@ -467,7 +485,7 @@ class Offloaded final : public OffloadedSparseAttention {
   LayerBuffer full_, stage_;
   int64_t last_full_stagings_ = 0;
   attention::KvLayerView view_;
-  std::vector<int32_t> sel_;
+  std::vector<std::vector<int32_t>> released_sel_;  // [kv_head]: UpdateCache's scratch
   std::vector<int32_t> failed_blocks_;  // StageAll's blocks that could not be read
   std::vector<int32_t> visible_;
   std::vector<std::vector<int32_t>> compact_;
