@@ -169,6 +169,17 @@ class Offloaded final : public OffloadedSparseAttention {
   int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
   int eb() const { return ks_.elem_bytes(); }
 
+  // Adds what a pool thread's (or a KV head's) own stats counted while staging: reads,
+  // fetches and the cache's hits and misses.
+  void AddReadCounts(const OffloadStats& t) {
+    stats_.resident_reads += t.resident_reads;
+    stats_.cache_hits += t.cache_hits;
+    stats_.cache_misses += t.cache_misses;
+    stats_.backing_errors += t.backing_errors;
+    stats_.fetched_bytes += t.fetched_bytes;
+    stats_.fetch_seconds += t.fetch_seconds;
+  }
+
   // One layer of block b from the tier: K rows then V rows, pre-RoPE f32. The read's time
   // and a failure (logged) are added to `stats` (stats_, or a pool thread's own).
   StatusOr<store::ByteRange> ReadLayer(int layer, int block, OffloadStats* stats) const {
@@ -241,9 +252,7 @@ class Offloaded final : public OffloadedSparseAttention {
         EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd + r * row, vd + r * row);
     });
     for (size_t t = 0; t < per_thread.size(); ++t) {
-      stats_.fetch_seconds += per_thread[t].fetch_seconds;
-      stats_.backing_errors += per_thread[t].backing_errors;
-      stats_.fetched_bytes += per_thread[t].fetched_bytes;
+      AddReadCounts(per_thread[t]);
       failed_blocks_.insert(failed_blocks_.end(), failed[t].begin(), failed[t].end());
     }
     SetView(full_, seq_->n_slots());
@@ -394,14 +403,7 @@ class Offloaded final : public OffloadedSparseAttention {
       compact_ptrs_[h] = out.data();
       compact_lens_[h] = static_cast<int32_t>(out.size());
     });
-    for (const OffloadStats& t : per_head) {
-      stats_.resident_reads += t.resident_reads;
-      stats_.cache_hits += t.cache_hits;
-      stats_.cache_misses += t.cache_misses;
-      stats_.backing_errors += t.backing_errors;
-      stats_.fetched_bytes += t.fetched_bytes;
-      stats_.fetch_seconds += t.fetch_seconds;
-    }
+    for (const OffloadStats& t : per_head) AddReadCounts(t);
     SetView(stage_, std::max(1, m));
   }
 
