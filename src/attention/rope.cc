@@ -91,9 +91,8 @@ RopeTable::RopeTable(int head_dim, float rope_theta, const model::RopeScaling& s
     ComputeCosSin(inv_freq_, p, &cos_[static_cast<size_t>(p) * half], &sin_[static_cast<size_t>(p) * half]);
   }
   lazy_ = std::make_shared<Lazy>();
-  lazy_->n_chunks = (kMaxLazyPositions - table_positions_ + kLazyChunkPositions - 1) / kLazyChunkPositions;
-  lazy_->chunks = std::make_unique<std::atomic<const float*>[]>(static_cast<size_t>(lazy_->n_chunks));
-  for (int64_t c = 0; c < lazy_->n_chunks; ++c) lazy_->chunks[c].store(nullptr, std::memory_order_relaxed);
+  const int64_t n_chunks = (kMaxLazyPositions - table_positions_ + kLazyChunkPositions - 1) / kLazyChunkPositions;
+  lazy_->chunks = std::make_unique<std::atomic<const float*>[]>(static_cast<size_t>(n_chunks));  // C++20: null
 }
 
 const float* RopeTable::LazyChunk(int64_t c) const {

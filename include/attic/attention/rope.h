@@ -72,8 +72,8 @@ class RopeTable {
   struct Lazy {
     std::mutex mu;
     std::vector<std::unique_ptr<float[]>> owned;
-    std::unique_ptr<std::atomic<const float*>[]> chunks;  // [n_chunks], null until filled
-    int64_t n_chunks = 0;
+    // One per chunk up to kMaxLazyPositions, null until filled.
+    std::unique_ptr<std::atomic<const float*>[]> chunks;
   };
   std::shared_ptr<Lazy> lazy_;
   bool avx512_ = false;           // rotate with the AVX-512 kernel (same bits, ~4x faster)
