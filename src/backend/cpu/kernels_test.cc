@@ -155,15 +155,15 @@ TEST(LinearTest, F16) { RunLinearCases(DType::kF16, FloatShapes()); }
 TEST(LinearTest, Bf16) { RunLinearCases(DType::kBF16, FloatShapes()); }
 
 // A GEMM on a bf16 weight as loaded (`plain`), then on its prepacked copy (`packed`:
-// `prepack` writes `bytes` into a buffer pre-filled with NaN bits, tagged `layout`),
-// which must give the same bits; tw.w keeps the packed copy (in *buf) afterwards.
+// t's prepack into a buffer pre-filled with NaN bits, tagged with t's ISA), which must
+// give the same bits; tw.w keeps the packed copy (in *buf) afterwards.
 struct PrepackedRun {
   std::vector<float> x, bias, plain, packed;
   std::string what;
 };
-template <class Prepack>
 PrepackedRun RunPrepacked(const KernelTable& t, ThreadPool& pool, std::mt19937& rng, const Shape& s, TestWeight& tw,
-                          AlignedBuffer* buf, size_t bytes, Prepack prepack, int layout) {
+                          AlignedBuffer* buf) {
+  const size_t bytes = t.prepacked_bytes(tw.w);
   PrepackedRun r;
   r.x = RandomVec(rng, s.m * s.k);
   r.bias = RandomVec(rng, s.n);
@@ -173,9 +173,9 @@ PrepackedRun RunPrepacked(const KernelTable& t, ThreadPool& pool, std::mt19937& 
   LinearWithPath(t, LinearPath::kGemm, pool, r.x.data(), s.m, tw.w, r.bias.data(), r.plain.data());
   buf->Resize(bytes);
   std::memset(buf->data(), 0xff, bytes);  // NaN panels if misread
-  prepack(tw.w, buf->data());
+  t.prepack(pool, tw.w, buf->data());
   tw.w.packed = buf->data();
-  tw.w.packed_layout = layout;
+  tw.w.packed_layout = static_cast<int>(t.isa);
   LinearWithPath(t, LinearPath::kGemm, pool, r.x.data(), s.m, tw.w, r.bias.data(), r.packed.data());
   EXPECT_EQ(std::memcmp(r.plain.data(), r.packed.data(), r.plain.size() * sizeof(float)), 0) << r.what;
   return r;
@@ -193,9 +193,7 @@ TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
     TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
     ASSERT_TRUE(avx512::CanPrepackBf16(tw.w));
     AlignedBuffer buf;
-    const PrepackedRun r = RunPrepacked(
-        *t, pool, rng, s, tw, &buf, avx512::PrepackedBf16Bytes(tw.w),
-        [&](const model::WeightTensor& w, void* out) { avx512::PrepackBf16(pool, w, out); }, static_cast<int>(Isa::kAvx512));
+    const PrepackedRun r = RunPrepacked(*t, pool, rng, s, tw, &buf);
     std::vector<float> y(r.plain.size(), std::nanf(""));
     LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
     CheckLinear(r.x, tw, r.bias.data(), s.m, y.data(), 4e-3, "auto, prepacked " + r.what);
@@ -218,9 +216,8 @@ TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
     TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
     ASSERT_TRUE(avx2::CanPrepackBf16(tw.w));
     AlignedBuffer buf;
-    const PrepackedRun r = RunPrepacked(
-        *t, pool, rng, s, tw, &buf, avx2::PrepackedBf16Bytes(tw.w),
-        [&](const model::WeightTensor& w, void* out) { avx2::PrepackBf16(pool, w, out); }, avx2::kPackedLayout);
+    static_assert(avx2::kPackedLayout == static_cast<int>(Isa::kAvx2));
+    const PrepackedRun r = RunPrepacked(*t, pool, rng, s, tw, &buf);
     CheckLinear(r.x, tw, r.bias.data(), s.m, r.plain.data(), 1e-5, "gemm " + r.what);
     std::vector<float> y(r.plain.size(), std::nanf(""));
     LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
