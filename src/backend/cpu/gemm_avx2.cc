@@ -38,8 +38,9 @@ namespace {
 
 constexpr int kMR = 6;   // x rows per micro-kernel
 constexpr int kNR = 16;  // weight rows per panel (two 8-lane vectors)
-// k blocks of at most kKc elements (k cut into equal blocks); a task packs up to kMaxTaskPanels panels per k block (<= 8 x 16 x 1024 x 2 B
-// = 256 KB: L2) and sweeps x over them kMc rows at a time.
+// k blocks of at most kKc elements (k cut into equal blocks); a task packs up to
+// kMaxTaskPanels panels per k block (<= 8 x 16 x 1024 x 2 B = 256 KB: L2) and sweeps x
+// over them kMc rows at a time.
 constexpr int64_t kKc = 1024;
 constexpr int64_t kMaxTaskPanels = 8;
 constexpr int64_t kMc = 96;
