@@ -390,12 +390,12 @@ TEST(LinearTest, MultiIsBitIdenticalToSeparateCalls) {
       LinearWithPath(*t, LinearPath::kGemm, pool, x.data(), m, w[i].w, i == 2 ? bias.data() : nullptr,
                      unpacked[i].data());
     }
-    AlignedBuffer bufs[3];
-    for (int i = 0; i < 3; ++i) {
-      bufs[i].Reserve(avx512::PrepackedBf16Bytes(w[i].w));
-      avx512::PrepackBf16(pool, w[i].w, bufs[i].data());
-      w[i].w.packed = bufs[i].data();
-    }
+    // PrepackWith tags each copy with the AVX-512 layout, as PrepackWeights does: an
+    // untagged copy is not read as one (GemvMaxM), so m = 30 would take the GEMV and this
+    // would compare the GEMV's sums with the GEMM's.
+    std::shared_ptr<AlignedBuffer> bufs[3];
+    for (int i = 0; i < 3; ++i) bufs[i] = PrepackWith(*t, pool, &w[i].w);
+    ASSERT_GT(m, t->gemv_max_m_packed);
     std::vector<float> y[3];
     LinearOutput outs[3];
     for (int i = 0; i < 3; ++i) {
