@@ -113,6 +113,14 @@ inline void MakeTinyModel(const TinySpec& s, const TempDir& dir, TinyModel* out)
   out->model = std::move(*m);
 }
 
+// x rounded to the nearest bfloat16 (8 significant bits, ties to even), in double.
+inline double RoundToBf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e;
+  const double m = std::frexp(x, &e);  // |m| in [0.5, 1)
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
 using Rows = std::vector<std::vector<double>>;  // [token][...]
 
 struct NaiveRun {
@@ -131,12 +139,22 @@ struct NaiveOptions {
   // Applied to every element of the rotated K and of V that attention reads (an f16 KV
   // cache: round to f16), after stale_kv.
   std::function<double(double)> kv_round;
+  // Applied to every element of each linear layer's input (q/k/v, o, gate/up, down,
+  // lm_head) before the product: a kernel that rounds x to bf16 for bf16 weights
+  // (backend::LinearRoundsBf16Activations) is modelled by rounding to bf16 here.
+  std::function<double(double)> act_round;
 };
 
 // Tokens in slot order (token j is slot j).
 inline NaiveRun NaiveForwardEx(const NaiveConfig& c, const NaiveWeights& w, const std::vector<int>& tokens,
                                const NaiveOptions& o = {}) {
   const int n = static_cast<int>(tokens.size());
+  // The input of a linear layer as the kernel multiplies it.
+  auto in = [&o](std::vector<double> x) {
+    if (o.act_round)
+      for (double& e : x) e = o.act_round(e);
+    return x;
+  };
   const int hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, group = c.n_heads / c.n_kv_heads;
   const auto inv = NaiveInvFreq(c);
   auto pos = [&](int t) { return o.positions.empty() ? t : o.positions[t]; };
@@ -148,7 +166,7 @@ inline NaiveRun NaiveForwardEx(const NaiveConfig& c, const NaiveWeights& w, cons
     const NaiveLayer& L = w.layers[l];
     Rows q(n), k(n), v(n);
     for (int t = 0; t < n; ++t) {
-      auto h = NaiveRmsNorm(x[t], L.attn_norm, c.eps);
+      auto h = in(NaiveRmsNorm(x[t], L.attn_norm, c.eps));
       q[t] = NaiveMatVec(L.wq, L.bq, h, qd);
       k[t] = NaiveMatVec(L.wk, L.bk, h, kvd);
       v[t] = NaiveMatVec(L.wv, L.bv, h, kvd);
@@ -192,19 +210,19 @@ inline NaiveRun NaiveForwardEx(const NaiveConfig& c, const NaiveWeights& w, cons
         for (size_t a = 0; a < seen.size(); ++a)
           for (int i = 0; i < hd; ++i) att[hh * hd + i] += s[a] / sum * v[seen[a]][kh * hd + i];
       }
-      auto out = NaiveMatVec(L.wo, {}, att, c.hidden);
+      auto out = NaiveMatVec(L.wo, {}, in(att), c.hidden);
       for (int i = 0; i < c.hidden; ++i) x[t][i] += out[i];
-      auto h = NaiveRmsNorm(x[t], L.ffn_norm, c.eps);
+      auto h = in(NaiveRmsNorm(x[t], L.ffn_norm, c.eps));
       auto g = NaiveMatVec(L.gate, {}, h, c.intermediate);
       auto u = NaiveMatVec(L.up, {}, h, c.intermediate);
       std::vector<double> a(c.intermediate);
       for (int i = 0; i < c.intermediate; ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      auto d = NaiveMatVec(L.down, {}, a, c.hidden);
+      auto d = NaiveMatVec(L.down, {}, in(a), c.hidden);
       for (int i = 0; i < c.hidden; ++i) x[t][i] += d[i];
     }
   }
   const std::vector<float>& head = w.lm_head.empty() ? w.embed : w.lm_head;
-  for (int t = 0; t < n; ++t) run.logits.push_back(NaiveMatVec(head, {}, NaiveRmsNorm(x[t], w.final_norm, c.eps), c.vocab));
+  for (int t = 0; t < n; ++t) run.logits.push_back(NaiveMatVec(head, {}, in(NaiveRmsNorm(x[t], w.final_norm, c.eps)), c.vocab));
   return run;
 }
 

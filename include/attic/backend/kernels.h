@@ -36,6 +36,14 @@ enum class LinearMode { kFastest, kRowInvariant };
 void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y,
             LinearMode mode = LinearMode::kFastest);
 
+// Whether Linear rounds x to bf16 before multiplying bf16 weights, on every path (the
+// AVX-512 kernels on CPUs with AVX512-BF16: vdpbf16ps). Each product is then exact in
+// f32 and the only extra error is x's rounding (relative <= 2^-8 an element, round to
+// nearest even); false: x is used as it is. A reference that rounds the inputs of its
+// bf16 matrix products the same way follows the kernels' arithmetic up to f32
+// accumulation.
+bool LinearRoundsBf16Activations();
+
 // Adds the CPU GEMM's packed layout of `model`'s bf16 matrices (WeightTensor::packed) on
 // CPUs with AVX512-BF16, when that copy is at most `max_bytes`: the GEMM then skips
 // packing each weight panel on every call (prefill of short chunks ~1.2-1.3x faster) at

@@ -63,6 +63,10 @@ struct KernelTable {
   // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
   int64_t gemv_max_m_packed = 4;
+  // Whether every bf16 GEMV and GEMM of this table rounds x to bf16 before its products
+  // (vdpbf16ps; AVX-512 on CPUs with AVX512-BF16). False: bf16 weights are widened
+  // exactly and x is used as it is (true f32 math).
+  bool bf16_rounds_x = false;
 
   // Elementwise / row ops (single row or flat range; callers split work).
   void (*rmsnorm_row)(const float* x, const float* weight, int64_t n, float eps, float* out) = nullptr;

@@ -154,6 +154,8 @@ void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput
   cpu::LinearMultiWith(cpu::ActiveKernels(), pool, x, m, outs, n_outs, PathFor(mode));
 }
 
+bool LinearRoundsBf16Activations() { return cpu::ActiveKernels().bf16_rounds_x; }
+
 uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {
   const cpu::KernelTable& t = cpu::ActiveKernels();  // the layout is the active ISA's GEMM's
   model::ModelWeights& mw = model.mutable_weights();
