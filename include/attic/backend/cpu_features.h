@@ -12,7 +12,9 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& GetCpuFeatures();
-// The ISA kernels use: the best available, capped by ATTIC_ISA if set.
+// The best ISA this CPU runs, whatever ATTIC_ISA says.
+Isa BestIsa();
+// The ISA kernels use: BestIsa(), capped by ATTIC_ISA if set.
 Isa ActiveIsa();
 const char* IsaName(Isa isa);
 

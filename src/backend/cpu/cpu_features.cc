@@ -27,12 +27,17 @@ const CpuFeatures& GetCpuFeatures() {
   return f;
 }
 
+Isa BestIsa() {
+  const CpuFeatures& f = GetCpuFeatures();
+  Isa best = Isa::kGeneric;
+  if (f.avx2 && f.fma && f.f16c) best = Isa::kAvx2;
+  if (best == Isa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = Isa::kAvx512;
+  return best;
+}
+
 Isa ActiveIsa() {
   static const Isa isa = [] {
-    const CpuFeatures& f = GetCpuFeatures();
-    Isa best = Isa::kGeneric;
-    if (f.avx2 && f.fma && f.f16c) best = Isa::kAvx2;
-    if (best == Isa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = Isa::kAvx512;
+    Isa best = BestIsa();
     if (const char* cap = std::getenv("ATTIC_ISA")) {
       Isa want = best;
       if (std::strcmp(cap, "generic") == 0) want = Isa::kGeneric;
