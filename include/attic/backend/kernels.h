@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "attic/backend/thread_pool.h"
+#include "attic/core/status.h"
 #include "attic/model/weights.h"
 
 namespace attic::model {
@@ -50,6 +53,37 @@ bool LinearRoundsBf16Activations();
 // the cost of a second copy of those matrices. Results are bit-identical to the unpacked
 // GEMM. Returns the bytes added (0: nothing packed).
 uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes);
+
+// What CalibrateLinear chose for a model on this CPU.
+struct LinearCalibration {
+  std::string isa;             // the ISA whose GEMM (and prepacked layout) serves m above the crossover
+  std::string gemv;            // the kernel table whose GEMV serves m up to gemv_max_m
+  int64_t gemv_max_m = 0;      // largest m on the GEMV (0: the GEMM from one row up)
+  bool prepacked = false;      // the model's matrices are prepacked (the crossover is for them)
+  double seconds = 0;          // wall time the calibration took
+  // Each candidate's time for a sweep over the sampled layers: {kernel, m, microseconds}.
+  struct Timing {
+    std::string kernel;
+    int64_t m;
+    double us;
+  };
+  std::vector<Timing> timings;
+  int sample_layers = 0;       // layers of the model the sweeps ran over
+  uint64_t sample_bytes = 0;   // their matrices' bytes
+  // One line for logs: "gemv avx512 up to m = 12, then the avx512 GEMM (prepacked)".
+  std::string Summary() const;
+};
+
+// Measures, on this CPU and `model`'s own matrices, which kernels Linear should use:
+// each GEMV this CPU runs (the active ISA's, lower ISAs', and on AVX512-BF16 the exact
+// f32-FMA bf16 form) and the active ISA's GEMM at one row, then the GEMV/GEMM crossover
+// in m (rows 2..64), each timed as a sweep over a sample of the model's layers large
+// enough to stream from DRAM as decode does (minimum of 3 interleaved runs). Installs
+// the fastest as the kernels in use for the process and returns what it chose. Takes
+// ~0.1-0.5 s. Every candidate computes the same products within the documented bounds
+// (Linear's comment); only which runs, and so the last bits, depends on the timing.
+// REQUIRES: no kernel runs concurrently (call at load, after PrepackWeights).
+StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool);
 
 // One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
 struct LinearOutput {

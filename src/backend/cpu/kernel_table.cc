@@ -1,6 +1,10 @@
 // Assembles the per-ISA kernel tables and picks the active one.
 #include "backend/cpu/kernel_table.h"
 
+#include <atomic>
+#include <deque>
+#include <mutex>
+
 namespace attic::backend::cpu {
 
 namespace {
@@ -113,9 +117,42 @@ const KernelTable* KernelsFor(Isa isa) {
   return nullptr;
 }
 
+const KernelTable* Avx512FmaGemvTable() {
+  const KernelTable* base = KernelsFor(Isa::kAvx512);
+  if (base == nullptr || !avx512::Bf16GemvUsesDot()) return nullptr;
+  static const KernelTable t = [base] {
+    KernelTable t = *base;
+    t.name = "avx512-fma";
+    t.gemv_prepare = avx512::GemvPrepareFma;
+    t.gemv = avx512::GemvFma;
+    t.bf16_rounds_x = false;  // the GEMV's x is exact; the GEMM's is still rounded
+    return t;
+  }();
+  return &t;
+}
+
+namespace {
+
+std::atomic<const KernelTable*> g_installed{nullptr};
+
+}  // namespace
+
 const KernelTable& ActiveKernels() {
+  if (const KernelTable* t = g_installed.load(std::memory_order_acquire)) return *t;
   static const KernelTable* t = KernelsFor(ActiveIsa());
   return *t;
 }
+
+void InstallActiveKernels(const KernelTable& t) {
+  // Installed tables live as long as the process: a kernel call that read the previous
+  // pointer may still be using it.
+  static std::mutex mu;
+  static std::deque<KernelTable> kept;
+  std::lock_guard<std::mutex> lock(mu);
+  kept.push_back(t);
+  g_installed.store(&kept.back(), std::memory_order_release);
+}
+
+void ResetActiveKernels() { g_installed.store(nullptr, std::memory_order_release); }
 
 }  // namespace attic::backend::cpu

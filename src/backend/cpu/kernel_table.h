@@ -77,8 +77,19 @@ struct KernelTable {
 
 // The table for `isa`, or nullptr when this CPU cannot run it.
 const KernelTable* KernelsFor(Isa isa);
-// The table for ActiveIsa() (never null).
+// The AVX-512 table with its bf16 GEMV in the exact f32-FMA form (x not rounded), on
+// CPUs where the AVX-512 table's bf16 GEMV uses vdpbf16ps; else nullptr. A candidate of
+// CalibrateLinear.
+const KernelTable* Avx512FmaGemvTable();
+// The kernels in use: the table for ActiveIsa(), or the one InstallActiveKernels set
+// (never null).
 const KernelTable& ActiveKernels();
+// Makes a copy of `t` the kernels in use (CalibrateLinear's choice). REQUIRES: no
+// kernel runs concurrently with the call (a model load does it before serving); the
+// tables installed before stay valid (calls already running keep theirs).
+void InstallActiveKernels(const KernelTable& t);
+// Back to the table for ActiveIsa() (tests). Same REQUIRES.
+void ResetActiveKernels();
 
 // Linear with an explicit table (kernels.cc's Linear is LinearWith(ActiveKernels(), ...)).
 void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
@@ -201,6 +212,11 @@ int64_t GemvLayout(const model::WeightTensor& w);
 // (Bf16GemvUsesDot()), exact f32 FMA otherwise.
 void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 bool Bf16GemvUsesDot();
+// The GEMV with bf16 weights always in the exact f32-FMA form (x not rounded), whatever
+// the CPU: a candidate of CalibrateLinear (Avx512FmaGemvTable). Same layout as Gemv's.
+const float* GemvPrepareFma(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+void GemvFma(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+             int64_t n1);
 // Tests only: with `disabled`, bf16 GEMV takes the f32-FMA form as on CPUs without
 // AVX512-BF16. Not thread-safe; no GEMV may run concurrently.
 void SetBf16GemvDotDisabledForTesting(bool disabled);

@@ -371,10 +371,12 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
 // q8_0 uses x as is; the other dtypes a padded copy shifted to the rows' alignment
 // (bf16: as bf16 for vdpbf16ps, or f32 even/odd permuted without AVX512-BF16; the
 // returned pointer is then only meaningful to Gemv).
-const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+namespace {
+
+const float* PrepareImpl(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
   if (w.dtype == DType::kQ8_0) return x;
   const int64_t k = w.cols(), shift = RowShift(w);
-  if (w.dtype == DType::kBF16 && UseBf16Dot()) {
+  if (w.dtype == DType::kBF16 && dot) {
     scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 2);
     PrepareXBf16(x, m, k, shift, scratch->as<uint16_t>());
     return scratch->as<float>();
@@ -384,16 +386,12 @@ const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m
   return scratch->as<float>();
 }
 
-int64_t GemvLayout(const model::WeightTensor& w) { return RowShift(w); }
-
-void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
-bool Bf16GemvUsesDot() { return UseBf16Dot(); }
-
-void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+void GemvImpl(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+              int64_t n1, bool dot) {
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
     case DType::kBF16:
-      if (UseBf16Dot()) {
+      if (dot) {
         GemvBf16Dot(reinterpret_cast<const uint16_t*>(x), m, w, bias, y, n0, n1);
       } else {
         GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1);
@@ -402,6 +400,30 @@ void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* 
     case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
   }
+}
+
+}  // namespace
+
+const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  return PrepareImpl(w, x, m, scratch, UseBf16Dot());
+}
+
+const float* GemvPrepareFma(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  return PrepareImpl(w, x, m, scratch, false);
+}
+
+int64_t GemvLayout(const model::WeightTensor& w) { return RowShift(w); }
+
+void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
+bool Bf16GemvUsesDot() { return UseBf16Dot(); }
+
+void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  GemvImpl(x, m, w, bias, y, n0, n1, UseBf16Dot());
+}
+
+void GemvFma(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+             int64_t n1) {
+  GemvImpl(x, m, w, bias, y, n0, n1, false);
 }
 
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out) {

@@ -1,0 +1,221 @@
+// CalibrateLinear (attic/backend/kernels.h): which GEMV and which GEMV/GEMM crossover a
+// model's Linear layers use, measured on the CPU at hand rather than assumed per ISA.
+//
+// Why: the fastest decode kernel is a property of the CPU, not of its ISA. On a Zen 5
+// the AVX-512 GEMM on prepacked panels beats the vdpbf16ps GEMV from one row (135M
+// shape: wk 12 vs 44 us, w_up 106 vs 138 us), while the crossover fixed in the AVX-512
+// table (12) was measured on a Xeon; on a Zen 4 the AVX-512 kernels decoded slower
+// than the AVX2 ones on the same machine. So every kernel this CPU runs is a candidate,
+// and the one that is fastest on this model's shapes here wins.
+//
+// How: the candidates run the forward's own Linear calls (q/k/v together, o, gate/up
+// together, down) over a sample of the model's layers of at least kSampleBytes (all of
+// them in a smaller model): a sweep streams its weights from DRAM as a decode step does
+// rather than from cache. Candidates are interleaved and each keeps its fastest of
+// kRepsOneRow (m = 1) or kReps sweeps (the VM's speed drifts; the minimum is the least
+// disturbed run).
+//  1. m = 1 (decode): every GEMV table and the active table's GEMM. The fastest GEMV
+//     is kept for rows below the crossover (and for the row-invariant mode).
+//  2. m = 2, 4, ..., 64: that GEMV against the GEMM, until the GEMM wins twice in a
+//     row; one more run halfway between the last GEMV win and the first GEMM win
+//     places the crossover.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "attic/backend/kernels.h"
+#include "attic/model/model.h"
+#include "backend/cpu/kernel_table.h"
+
+namespace attic::backend {
+
+namespace {
+
+using cpu::KernelTable;
+using cpu::LinearPath;
+
+// Bytes of matrices a sweep reads: twice a large L3, so each sweep streams from DRAM.
+constexpr uint64_t kSampleBytes = 96ull << 20;
+constexpr int kReps = 3;     // per m > 1
+constexpr int kRepsOneRow = 5;  // m = 1: the decode choice
+constexpr int64_t kMaxM = 64;
+
+uint64_t MatrixBytes(const model::WeightTensor& w) {
+  return DTypeBytes(w.dtype, static_cast<size_t>(w.numel()));
+}
+
+// The forward's Linear calls of one layer: outputs sharing x are one call.
+struct Group {
+  std::vector<LinearOutput> outs;
+  int64_t k = 0;
+};
+
+class Sweeper {
+ public:
+  Sweeper(model::Model& model, ThreadPool& pool) : pool_(pool) {
+    const auto& layers = model.weights().layers;
+    for (const model::LayerWeights& l : layers) {
+      if (bytes_ >= kSampleBytes) break;
+      for (std::vector<const model::WeightTensor*> ws :
+           {std::vector<const model::WeightTensor*>{&l.wq, &l.wk, &l.wv}, {&l.wo}, {&l.w_gate, &l.w_up}, {&l.w_down}}) {
+        Group g;
+        g.k = ws[0]->cols();
+        for (const model::WeightTensor* w : ws) {
+          g.outs.push_back({w, nullptr, nullptr});
+          bytes_ += MatrixBytes(*w);
+          max_n_ = std::max(max_n_, w->rows());
+        }
+        max_k_ = std::max(max_k_, g.k);
+        groups_.push_back(std::move(g));
+      }
+      ++layers_;
+    }
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    x_.resize(static_cast<size_t>(kMaxM * max_k_));
+    for (float& v : x_) v = nd(rng);
+    y_.resize(static_cast<size_t>(kMaxM * max_n_) * 3);
+  }
+
+  int layers() const { return layers_; }
+  uint64_t bytes() const { return bytes_; }
+
+  // Microseconds of one sweep with table t at m rows: the GEMV (kGemv) or, with
+  // gemm_table set, the GEMM (t's crossover set to 0 so every call takes it).
+  double Time(const KernelTable& t, bool gemm, int64_t m) {
+    KernelTable forced = t;
+    if (gemm) {
+      std::fill(std::begin(forced.gemv_max_m), std::end(forced.gemv_max_m), 0);
+      forced.gemv_max_m_packed = 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Group& g : groups_) {
+      size_t off = 0;
+      for (LinearOutput& o : g.outs) {
+        o.y = y_.data() + off;
+        off += static_cast<size_t>(m * o.w->rows());
+      }
+      cpu::LinearMultiWith(forced, pool_, x_.data(), m, g.outs.data(), static_cast<int>(g.outs.size()),
+                           gemm ? LinearPath::kAuto : LinearPath::kGemv);
+    }
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  ThreadPool& pool_;
+  std::vector<Group> groups_;
+  int layers_ = 0;
+  uint64_t bytes_ = 0;
+  int64_t max_k_ = 1, max_n_ = 1;
+  std::vector<float> x_, y_;
+};
+
+struct Candidate {
+  const KernelTable* t;
+  bool gemm;
+  std::string name;  // e.g. "gemv avx2", "gemm avx512"
+};
+
+}  // namespace
+
+std::string LinearCalibration::Summary() const {
+  char buf[256];
+  if (gemv_max_m == 0) {
+    std::snprintf(buf, sizeof buf, "the %s GEMM%s from one row (measured in %.2f s on %d layers)", isa.c_str(),
+                  prepacked ? " on prepacked weights" : "", seconds, sample_layers);
+  } else {
+    std::snprintf(buf, sizeof buf, "GEMV %s up to %lld rows, then the %s GEMM%s (measured in %.2f s on %d layers)",
+                  gemv.c_str(), static_cast<long long>(gemv_max_m), isa.c_str(),
+                  prepacked ? " on prepacked weights" : "", seconds, sample_layers);
+  }
+  return buf;
+}
+
+StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const KernelTable& active = cpu::ActiveKernels();
+  const auto& layers = model.weights().layers;
+  if (layers.empty() || !layers[0].wq.present()) return InvalidArgumentError("CalibrateLinear: the model has no layers");
+  const model::WeightTensor& w0 = layers[0].wq;
+  const bool prepacked = w0.packed != nullptr && w0.packed_layout == static_cast<int>(active.isa);
+
+  // GEMV candidates: the active table's, its exact bf16 form, the lower ISAs' (never
+  // generic where a SIMD table exists: it is the same loop without vectors).
+  std::vector<Candidate> gemvs{{&active, false, std::string("gemv ") + active.name}};
+  if (active.isa == Isa::kAvx512) {
+    if (const KernelTable* fma = cpu::Avx512FmaGemvTable(); fma != nullptr && w0.dtype == DType::kBF16)
+      gemvs.push_back({fma, false, std::string("gemv ") + fma->name});
+    if (const KernelTable* avx2 = cpu::KernelsFor(Isa::kAvx2))
+      gemvs.push_back({avx2, false, std::string("gemv ") + avx2->name});
+  }
+  const Candidate gemm{&active, true, std::string("gemm ") + active.name};
+
+  Sweeper sweep(model, pool);
+  LinearCalibration cal;
+  cal.isa = active.name;
+  cal.prepacked = prepacked;
+  cal.sample_layers = sweep.layers();
+  cal.sample_bytes = sweep.bytes();
+  // Fastest of kReps interleaved sweeps per candidate (after one untimed sweep each:
+  // page faults on the mapped weights, thread wake-up).
+  auto measure = [&](const std::vector<Candidate>& cands, int64_t m) {
+    std::vector<double> best(cands.size(), 1e300);
+    for (const Candidate& c : cands) sweep.Time(*c.t, c.gemm, m);
+    for (int r = 0; r < (m == 1 ? kRepsOneRow : kReps); ++r)
+      for (size_t i = 0; i < cands.size(); ++i) best[i] = std::min(best[i], sweep.Time(*cands[i].t, cands[i].gemm, m));
+    for (size_t i = 0; i < cands.size(); ++i) cal.timings.push_back({cands[i].name, m, best[i]});
+    return best;
+  };
+
+  // 1. One row: every GEMV and the GEMM.
+  std::vector<Candidate> all = gemvs;
+  all.push_back(gemm);
+  const std::vector<double> t1 = measure(all, 1);
+  size_t g = 0;
+  for (size_t i = 1; i < gemvs.size(); ++i)
+    if (t1[i] < t1[g]) g = i;
+  const Candidate& gemv = gemvs[g];
+  cal.gemv = gemv.t->name;
+
+  // 2. The crossover: the largest m at which the GEMV still wins.
+  int64_t last_gemv_win = t1[g] <= t1.back() ? 1 : 0, first_gemm_win = last_gemv_win == 1 ? 0 : 1;
+  if (first_gemm_win == 0) {
+    int gemm_wins = 0;
+    for (int64_t m = 2; m <= kMaxM; m *= 2) {
+      const std::vector<double> t = measure({gemv, gemm}, m);
+      if (t[0] <= t[1]) {
+        if (first_gemm_win == 0) last_gemv_win = m;
+        gemm_wins = 0;
+      } else {
+        if (first_gemm_win == 0) first_gemm_win = m;
+        if (++gemm_wins == 2) break;
+      }
+    }
+    if (first_gemm_win == 0) {
+      last_gemv_win = kMaxM;  // the GEMV won throughout
+    } else if (first_gemm_win - last_gemv_win > 1) {
+      const int64_t mid = (first_gemm_win + last_gemv_win) / 2;
+      const std::vector<double> t = measure({gemv, gemm}, mid);
+      if (t[0] <= t[1]) last_gemv_win = mid;
+    }
+  }
+  cal.gemv_max_m = last_gemv_win;
+
+  KernelTable chosen = active;
+  chosen.gemv_prepare = gemv.t->gemv_prepare;
+  chosen.gemv_layout = gemv.t->gemv_layout;
+  chosen.gemv = gemv.t->gemv;
+  if (prepacked) {
+    chosen.gemv_max_m_packed = cal.gemv_max_m;
+  } else {
+    chosen.gemv_max_m[static_cast<int>(w0.dtype)] = cal.gemv_max_m;
+  }
+  // Rows on either path have x rounded to bf16 only if both paths round it.
+  chosen.bf16_rounds_x = active.bf16_rounds_x && gemv.t->bf16_rounds_x;
+  cpu::InstallActiveKernels(chosen);
+  cal.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return cal;
+}
+
+}  // namespace attic::backend
