@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "attic/backend/cpu_features.h"
 #include "attic/core/byte_size.h"
@@ -51,6 +53,9 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;
   o.show_progress = progress;
+  // ATTIC_KERNELS=static: the ISA's fixed kernel choices instead of timing them at load.
+  const char* kernels = std::getenv("ATTIC_KERNELS");
+  o.calibrate_kernels = kernels == nullptr || std::string(kernels) != "static";
   return o;
 }
 

@@ -61,6 +61,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const uint64_t packed = backend::PrepackWeights(*e->model_, *e->threads_, static_cast<uint64_t>(prepack_max));
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
+  if (options.calibrate_kernels && !options.deterministic) {
+    auto cal = backend::CalibrateLinear(*e->model_, *e->threads_);
+    if (!cal.ok()) return cal.status();
+    e->calibration_ = std::move(*cal);
+    if (options.show_progress) std::fprintf(stderr, "attic: kernels: %s\n", e->calibration_->Summary().c_str());
+  }
   e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens, options.deterministic);
   kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
   shape.dtype = options.kv_dtype;

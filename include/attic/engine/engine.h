@@ -8,9 +8,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
 #include "attic/engine/sampler.h"
@@ -47,6 +49,10 @@ struct EngineOptions {
   // (backend::PrepackWeights) when it takes at most this many bytes; -1 = an eighth of
   // physical memory, 0 = never.
   int64_t prepack_max_bytes = -1;
+  // Time the Linear kernels on this model and CPU at load and use the fastest
+  // (backend::CalibrateLinear, ~0.1-0.5 s); the CLI sets it. Off in deterministic mode,
+  // so that a run's bits do not depend on a timing. Off: the ISA's fixed choices.
+  bool calibrate_kernels = false;
 };
 
 class Engine {
@@ -60,6 +66,10 @@ class Engine {
   backend::ThreadPool& threads() { return *threads_; }
   int context_length() const { return context_length_; }
   const EngineOptions& options() const { return options_; }
+  // What calibrate_kernels chose, or nullptr (not calibrated: the ISA's fixed choices).
+  const backend::LinearCalibration* kernel_calibration() const {
+    return calibration_ ? &*calibration_ : nullptr;
+  }
   // Replaces the KV pool with the largest one within `bytes` (at least one block).
   // REQUIRES: no SequenceKv holds blocks of the current pool (call before any Session).
   void ResizeKvCache(int64_t bytes);
@@ -84,6 +94,7 @@ class Engine {
   Engine() = default;
   std::unique_ptr<kv::BlockPool> NewKvPool(const kv::KvShape& shape, int n_blocks) const;
   EngineOptions options_;
+  std::optional<backend::LinearCalibration> calibration_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<backend::ThreadPool> threads_;
