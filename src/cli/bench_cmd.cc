@@ -11,6 +11,7 @@
 #include "attic/model/tensor_specs.h"
 #include "bench/common/format.h"
 #include "bench/common/measure.h"
+#include "bench/common/roof.h"
 #include "bench/common/stats.h"
 #include "cli/commands.h"
 
@@ -43,6 +44,16 @@ int RunBench(const BenchFlags& f) {
   out["threads"] = e.threads().n_threads();
   out["isa"] = backend::IsaName(backend::ActiveIsa());
   out["batch"] = mf.batch;
+  if (const backend::LinearCalibration* cal = e.kernel_calibration()) {
+    nlohmann::json timings = nlohmann::json::array();
+    for (const auto& t : cal->timings) timings.push_back({{"kernel", t.kernel}, {"m", t.m}, {"us", t.us}});
+    out["kernels"] = {{"calibrated", true}, {"gemv", cal->gemv}, {"gemv_max_m", cal->gemv_max_m},
+                      {"gemm", cal->isa}, {"prepacked", cal->prepacked}, {"seconds", cal->seconds},
+                      {"sample_layers", cal->sample_layers}, {"sample_bytes", cal->sample_bytes},
+                      {"timings", timings}};
+  } else {
+    out["kernels"] = {{"calibrated", false}};
+  }
   int64_t n_params = 0;
   for (const model::TensorSpec& t : model::ModelTensorSpecs(cfg)) n_params += t.numel();
   out["params"] = n_params;                        // parameters (a tied lm_head counted once)
@@ -98,17 +109,45 @@ int RunBench(const BenchFlags& f) {
     results.push_back({{"test", "tg" + std::to_string(f.n_gen)}, {"n_prompt", f.gen_after}, {"n_gen", f.n_gen},
                        {"tokens_per_s", bench::Median(tps)}, {"samples", tps}});
   }
-  out["results"] = results;
   out["peak_rss_mib"] = bench::PeakRssMiB();
+  // Decode against the DRAM read roof measured now, with the bench's threads (after the
+  // peak RSS: the measurement takes 1 GiB for a moment). Bytes per token: the weights
+  // (what the roof share is of), and the KV read at the run's mean context on top.
+  const bench::ReadRoof roof = bench::MeasureReadRoof(e.threads().n_threads());
+  out["read_roof"] = {{"gbs", roof.gbs}, {"threads", roof.threads}, {"bytes", roof.bytes}, {"passes", roof.passes}};
+  const double kv_elem = DTypeBytes(e.kv_pool().shape().dtype, 1);
+  for (auto& r : results) {
+    if (r["n_gen"].get<int>() == 0) continue;
+    const double tps = r["tokens_per_s"].get<double>();
+    const double ctx = r["n_prompt"].get<int>() + r["n_gen"].get<int>() / 2.0;
+    const double weight_bytes = static_cast<double>(e.model().weight_bytes());
+    const double kv_bytes = 2.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
+    r["weight_bytes_per_token"] = weight_bytes;
+    r["kv_bytes_per_token"] = kv_bytes;
+    r["weight_gbs"] = tps * weight_bytes / 1e9;
+    r["roof_share"] = roof.gbs > 0 ? tps * weight_bytes / 1e9 / roof.gbs : 0.0;
+    r["roof_share_with_kv"] = roof.gbs > 0 ? tps * (weight_bytes + kv_bytes) / 1e9 / roof.gbs : 0.0;
+  }
+  out["results"] = results;
 
-  std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps)}).c_str(), stdout);
+  std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps),
+                                  "weights GB/s", "share of the read roof"})
+                 .c_str(),
+             stdout);
   for (const auto& r : results) {
+    const bool tg = r.contains("roof_share");
     std::fputs(bench::TableRow({mf.model, out["weight_dtype"].get<std::string>(), r["test"].get<std::string>(),
-                                bench::Fmt("%.1f", r["tokens_per_s"].get<double>())})
+                                bench::Fmt("%.1f", r["tokens_per_s"].get<double>()),
+                                tg ? bench::Fmt("%.1f", r["weight_gbs"].get<double>()) : "",
+                                tg ? bench::Fmt("%.0f%% (%.0f%% with the KV)", 100 * r["roof_share"].get<double>(),
+                                                100 * r["roof_share_with_kv"].get<double>())
+                                   : ""})
                    .c_str(),
                stdout);
   }
-  std::printf("peak RSS: %.0f MiB\n", out["peak_rss_mib"].get<double>());
+  std::printf("peak RSS: %.0f MiB; DRAM read roof: %.1f GB/s (%d threads, best of %d passes over %.0f MiB)\n",
+              out["peak_rss_mib"].get<double>(), roof.gbs, roof.threads, roof.passes, roof.bytes / 1048576.0);
+  if (const backend::LinearCalibration* cal = e.kernel_calibration()) std::printf("kernels: %s\n", cal->Summary().c_str());
   std::string js = out.dump(2);
   std::printf("%s\n", js.c_str());
   Status st = WriteOutput(f.json_out, js + "\n", "--json");
