@@ -157,7 +157,7 @@ int RunServe(ServeFlags f) {
     f.server.store.ssd_bytes = f.kv_ssd;
     f.server.store.policy = *policy;
     f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
-    f.server.store.reserve_dram = true;  // the tier's pages are faulted in at start-up
+    f.server.store.reserve_dram = store::DramReserve::kAtOpen;  // the tier's pages are faulted in at start-up
   }
   auto link = engine::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
