@@ -312,6 +312,19 @@ class KvStore {
   void RecordWriteBufferHit();
   // Waits until every queued save is done.
   void Flush();
+  // For a server about to stop, so that a restart finds what DRAM held: after Flush(),
+  // moves every DRAM-tier entry one tier down when that tier survives a restart on this
+  // machine (local, neither memory nor shared: the SSD tier), least recently used first,
+  // making room there as eviction does (an entry that fits nowhere leaves the store, as
+  // it would leave the process). Entries with an SSD copy move without a write. Nothing
+  // happens without such a tier. Safe while other calls run, but meant for a store no
+  // request uses any more (what they save meanwhile stays in DRAM).
+  struct PersistReport {
+    uint64_t entries = 0;        // DRAM entries now in the tier below
+    uint64_t bytes_written = 0;  // bytes written for them (entries with a copy there: none)
+    uint64_t dropped = 0;        // entries that did not stay there (no room: further down or out)
+  };
+  PersistReport PersistDram();
   // Tokens a request reused from the store (StoreStats::reused_tokens), recorded once
   // its load entered them all.
   void RecordReuse(int n_tokens);
