@@ -1,5 +1,8 @@
 # Attic: the two commands a fresh Debian 12 machine needs.
 #   make run   install missing packages, build, start the Attic server on the default model
+#              (KV store: the automatic DRAM tier, and an SSD tier in out/kv-ssd that keeps
+#              conversations and context caches across restarts; KV_SSD_DIR=DIR moves it,
+#              KV_SSD_DIR= turns it off)
 #   make test  install missing packages, build, run every test
 SHARED ?= $(abspath ../shared)
 MODEL  ?= $(SHARED)/models/stories260K-hf
@@ -7,6 +10,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
+KV_SSD_DIR ?= out/kv-ssd
 
 .PHONY: all deps build run test bench clean
 
@@ -20,7 +24,7 @@ build: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/attic serve --model $(MODEL) --host $(HOST) --port $(PORT)
+	$(BUILD)/attic serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(KV_SSD_DIR),--kv-ssd-dir $(KV_SSD_DIR))
 
 test: build
 	cd $(BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS)

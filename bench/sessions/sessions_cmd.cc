@@ -25,7 +25,7 @@
 // it: CA = --kv-dram-bytes (+ --kv-ssd-dir in a fresh temporary directory unless
 // --no-ssd) and --max-resident 0 (--ca-max-resident) so that every reused token comes
 // from the store's DRAM or SSD tier, not from KV left in the compute buffer; RE = no
-// store and --max-resident 0, so every turn recomputes its whole history. --ca-url /
+// store (--kv-dram 0) and --max-resident 0, so every turn recomputes its whole history. --ca-url /
 // --re-url use already running servers instead (then no server CPU time is measured).
 //
 // Several servers (issue 20's scale-out): --instances N starts N CA servers (each its
@@ -143,8 +143,8 @@ std::vector<std::string> CommonServeArgs(const SessionsFlags& f) {
 // The flags of the `attic serve` started for `mode` ("CA" or "RE").
 std::vector<std::string> ServeArgs(const SessionsFlags& f, bool ca, const std::string& tmp, const std::string& nonce) {
   std::vector<std::string> args = CommonServeArgs(f);
-  if (!ca) {
-    args.insert(args.end(), {"--max-resident", "0"});
+  if (!ca) {  // no store: `attic serve` keeps a DRAM tier unless told not to
+    args.insert(args.end(), {"--kv-dram", "0", "--max-resident", "0"});
     return args;
   }
   args.insert(args.end(), {"--kv-dram", FormatByteSize(f.kv_dram), "--max-resident", std::to_string(f.ca_max_resident)});

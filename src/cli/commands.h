@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "attic/engine/engine.h"
@@ -51,6 +52,10 @@ int UsageError(const std::string& message);
 // default in the same units.
 void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
                    uint64_t* target, const std::string& help);
+// The same for a flag whose absence means something of its own (e.g. --kv-dram: not
+// given = sized automatically, 0 = off): `target` stays empty unless the flag is given.
+void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                   std::optional<uint64_t>* target, const std::string& help);
 
 // --json / --plot outputs: PrepareOutput before the work starts (creates the parent
 // folders, fails early when the path cannot be written), WriteOutput at the end.

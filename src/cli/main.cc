@@ -85,8 +85,11 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
-void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
-                   uint64_t* target, const std::string& help) {
+namespace {
+
+template <typename Target>
+void AddSizeOptionTo(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                     Target* target, const std::string& help) {
   auto parse = [target, name](const std::string& text, uint64_t bare_unit) {
     auto v = ParseByteSize(text, bare_unit);
     if (!v.ok()) throw CLI::ValidationError(name, v.status().message());
@@ -100,6 +103,18 @@ void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& ol
            "old spelling of " + name)
         ->group("");  // hidden from --help
   }
+}
+
+}  // namespace
+
+void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                   uint64_t* target, const std::string& help) {
+  AddSizeOptionTo(cmd, name, old_name, old_unit, target, help);
+}
+
+void AddSizeOption(CLI::App* cmd, const std::string& name, const std::string& old_name, uint64_t old_unit,
+                   std::optional<uint64_t>* target, const std::string& help) {
+  AddSizeOptionTo(cmd, name, old_name, old_unit, target, help);
 }
 
 Status PrepareOutput(const std::string& path, const char* flag) {

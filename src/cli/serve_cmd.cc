@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "attic/core/byte_size.h"
 #include "attic/core/log.h"
 #include "attic/pq/sparse.h"
 #include "attic/server/server.h"
+#include "attic/store/dram_size.h"
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
 #include "cli/commands.h"
@@ -31,8 +33,10 @@ struct ServeFlags {
   uint64_t kv_budget = 0;
   uint64_t kv_budget_cap = 2ull << 30;
   uint64_t max_body = 8ull << 20;
-  // KV store (paper 001); on when --kv-dram > 0 or --kv-ssd-dir is given.
-  uint64_t kv_dram = 0;
+  // KV store (paper 001): a host-DRAM tier sized automatically (store/dram_size.h) unless
+  // --kv-dram is given (0 = no DRAM tier); the store is off with neither a DRAM tier nor
+  // --kv-ssd-dir.
+  std::optional<uint64_t> kv_dram;
   std::string kv_ssd_dir;
   uint64_t kv_ssd = 16ull << 30;
   // Shared remote tier (Redis Cluster); on when --kv-remote is given.
@@ -66,6 +70,20 @@ StatusOr<std::vector<std::string>> ReadKeyFile(const std::string& path) {
   }
   if (keys.empty()) return InvalidArgumentError("API key file '" + path + "' holds no keys");
   return keys;
+}
+
+// The KV store in the start-up line, e.g. "KV store: DRAM 6G (automatic) + SSD 16G in
+// out/kv-ssd", or why there is none.
+std::string DescribeStore(const ServeFlags& f, bool dram_auto) {
+  if (!f.server.kv_store)
+    return dram_auto ? "no KV store (too little memory available for the automatic DRAM tier: give --kv-dram SIZE)"
+                     : "no KV store (--kv-dram 0)";
+  const uint64_t dram = f.server.store.dram_bytes;
+  std::string s = "KV store: ";
+  s += dram > 0 ? "DRAM " + FormatByteSize(dram) + (dram_auto ? " (automatic)" : "") : "no DRAM tier";
+  if (!f.kv_ssd_dir.empty()) s += " + SSD " + FormatByteSize(f.kv_ssd) + " in " + f.kv_ssd_dir;
+  if (!f.kv_remote.empty()) s += " + remote";
+  return s;
 }
 
 void RaiseFileLimit() {
@@ -137,7 +155,7 @@ int RunServe(ServeFlags f) {
                         "is demoted there)");
     if (f.kv_remote_timeout_ms < 1) return UsageError("--kv-remote-timeout must be at least 1 ms");
     if (f.kv_remote_bytes == 0) return UsageError("--kv-remote-bytes must be positive");
-    if (f.kv_dram == 0) return UsageError("--kv-remote needs the DRAM tier above it: give --kv-dram too");
+    if (f.kv_dram == 0u) return UsageError("--kv-remote needs the DRAM tier above it: not --kv-dram 0");
     f.server.remote.url = f.kv_remote;
     f.server.remote.capacity = f.kv_remote_bytes;
     f.server.remote.retry_budget = std::chrono::milliseconds(f.kv_remote_timeout_ms);
@@ -147,17 +165,23 @@ int RunServe(ServeFlags f) {
     if (auto check = store::RedisTier::Open(f.server.remote); !check.ok())
       return UsageError("--kv-remote: " + check.status().message());
   }
-  if (f.kv_dram > 0 || !f.kv_ssd_dir.empty()) {
+  // The KV store's options; the automatic DRAM tier is sized once the model is loaded
+  // (below), so that what the model takes is no longer counted as available.
+  const bool dram_auto = !f.kv_dram.has_value();
+  if (dram_auto || *f.kv_dram > 0 || !f.kv_ssd_dir.empty()) {
     auto policy = store::ParsePolicy(f.kv_policy);
     if (!policy.ok()) return Fail(policy.status());
     if (f.session_ttl_s < 0) return Fail(InvalidArgumentError("--session-ttl must be >= 0"));
     f.server.kv_store = true;
-    f.server.store.dram_bytes = f.kv_dram;
+    f.server.store.dram_bytes = f.kv_dram.value_or(0);
     f.server.store.ssd_dir = f.kv_ssd_dir;
     f.server.store.ssd_bytes = f.kv_ssd;
     f.server.store.policy = *policy;
     f.server.store.default_ttl_ms = static_cast<int64_t>(f.session_ttl_s * 1000);
-    f.server.store.reserve_dram = true;  // the tier's pages are faulted in at start-up
+    // A size the operator chose is faulted in at start-up (saves then never fault fresh
+    // pages on the serving path); the automatic one grows with use (docs/store.md, "The
+    // DRAM tier by default").
+    f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
   }
   auto link = engine::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
@@ -178,6 +202,22 @@ int RunServe(ServeFlags f) {
   if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
   PrintChatTemplate(e);
+  if (dram_auto) {
+    const store::HostMemory host = store::ReadHostMemory();
+    f.server.store.dram_bytes = store::AutoDramTierBytes(host.physical_bytes, host.available_bytes);
+    auto gib = [](uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); };
+    Log(LogLevel::kInfo,
+        "KV store: DRAM tier %s, chosen automatically as min(8G, 1/4 of %.1fG physical, 1/2 of %.1fG available) in "
+        "whole 64M, its pages faulted in as it fills (--kv-dram SIZE sets it, --kv-dram 0 turns it off)",
+        FormatByteSize(f.server.store.dram_bytes).c_str(), gib(host.physical_bytes), gib(host.available_bytes));
+    if (f.server.store.dram_bytes == 0) {
+      if (!f.kv_remote.empty())
+        return Fail(ResourceExhaustedError(
+            "--kv-remote needs the DRAM tier above it, and too little memory is available for the automatic one: "
+            "give --kv-dram SIZE"));
+      f.server.kv_store = !f.kv_ssd_dir.empty();
+    }
+  }
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
   // What the KV store found at start-up (restored entries, removed leftovers, other
@@ -196,11 +236,11 @@ int RunServe(ServeFlags f) {
   const auto& pool = e.kv_pool();
   std::fprintf(stderr,
                "attic: serving '%s' (context %d tokens, %d tokens per step, up to %d running / %d waiting, "
-               "KV %d blocks = %.0f MiB, %s%s)\n",
+               "KV %d blocks = %.0f MiB, %s, %s%s)\n",
                (*srv)->model_name().c_str(), e.context_length(), e.transformer().max_batch_tokens(),
                (*srv)->scheduler().options().max_running, (*srv)->scheduler().options().max_waiting, pool.n_blocks(),
                static_cast<double>(pool.n_blocks()) * pool.shape().block_bytes() / (1 << 20),
-               f.server.api_keys.empty() ? "no API keys" : "API keys required",
+               DescribeStore(f, dram_auto).c_str(), f.server.api_keys.empty() ? "no API keys" : "API keys required",
                e.options().deterministic ? ", deterministic" : "");
   live.store(srv->get());  // before "listening": a signal from then on stops the server gracefully
   std::fprintf(stderr, "attic: listening on http://%s:%d\n", f.server.host.c_str(), (*srv)->port());
@@ -244,15 +284,16 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0 = max-running + max-waiting + 16)")
       ->capture_default_str();
   AddSizeOption(cmd, "--kv-dram", "--kv-dram-bytes", 1, &f->kv_dram,
-                "host-DRAM tier of the KV store, faulted in at start-up (default 0: with no --kv-ssd-dir the store "
-                "is off)");
+                "host-DRAM tier of the KV store: a size (faulted in at start-up), or 0 = none (and without "
+                "--kv-ssd-dir no store); default: automatic, min(8G, physical memory / 4, available memory / 2), "
+                "growing with use");
   cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir,
                   "directory of the SSD tier of the KV store (survives restarts): a new or empty directory, or one "
                   "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
   cmd->add_option("--kv-remote", f->kv_remote,
                   "shared remote tier of the KV store below DRAM/SSD: a Redis Cluster, redis://host:port[,host:port...] "
-                  "(several servers on one cluster reuse each other's sessions; needs --kv-dram)");
+                  "(several servers on one cluster reuse each other's sessions; needs the DRAM tier)");
   AddSizeOption(cmd, "--kv-remote-bytes", "", 1, &f->kv_remote_bytes,
                 "this server's share of the remote tier: its oldest writes beyond it are deleted; the cluster's "
                 "maxmemory policy governs the rest (default 8G)");

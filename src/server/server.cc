@@ -11,6 +11,7 @@
 
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
+#include "attic/core/log.h"
 #include "attic/pic/shared_registry.h"
 #include "attic/store/tier.h"
 #include "attic/core/thread_name.h"
@@ -217,6 +218,18 @@ void Server::Stop() {
   if (im.sweep_thread.joinable()) im.sweep_thread.join();
   im.http.stop();
   if (im.http_thread.joinable()) im.http_thread.join();
+  // What DRAM holds goes down to the SSD tier, so that the next start finds it (with
+  // no SSD tier nothing happens: DRAM goes with the process). docs/store.md, "Restart".
+  if (im.store != nullptr) {
+    const auto started = std::chrono::steady_clock::now();
+    const store::KvStore::PersistReport r = im.store->PersistDram();
+    if (r.entries + r.dropped > 0)
+      Log(LogLevel::kInfo, "KV store: moved %llu %s from DRAM to SSD for the next start (%.1f MiB written, %.1f s)%s",
+          static_cast<unsigned long long>(r.entries), r.entries == 1 ? "entry" : "entries",
+          static_cast<double>(r.bytes_written) / (1 << 20),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+          r.dropped > 0 ? ("; " + std::to_string(r.dropped) + " did not fit the SSD tier").c_str() : "");
+  }
   std::lock_guard<std::mutex> lock(im.state_mu);
   im.stopped = true;
   im.state_cv.notify_all();

@@ -177,6 +177,14 @@ std::unique_ptr<Bytes::Reservation> Bytes::Reserve(size_t bytes,
   return std::unique_ptr<Reservation>(new Reservation(bytes));
 }
 
+std::unique_ptr<Bytes::Reservation> Bytes::ReserveOnDemand(size_t bytes) {
+  bytes = RoundUp(bytes, kHuge);
+  Pool& pool = GetPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  pool.reserved += bytes;
+  return std::unique_ptr<Reservation>(new Reservation(bytes));
+}
+
 Bytes::Reservation::~Reservation() {
   Pool& pool = GetPool();
   std::vector<Piece> drop;

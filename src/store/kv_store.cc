@@ -72,10 +72,12 @@ KvStore::KvStore(const StoreOptions& options, std::vector<std::unique_ptr<Tier>>
       policy_(MakePolicy(options.policy)),
       prefetch_(MakePrefetchPolicy(options.policy)) {
   for (const auto& t : tiers_) stats_.tiers.push_back(StoreStats::Tier{t->name()});
-  if (options_.reserve_dram) {
+  if (options_.reserve_dram == DramReserve::kAtOpen) {
     ProgressReporter progress("reserving KV store DRAM", /*min_total=*/256 << 20);
     reserved_ = Bytes::Reserve(options_.dram_bytes + options_.write_buffer_bytes, progress.Callback());
     progress.Finish();
+  } else if (options_.reserve_dram == DramReserve::kOnDemand) {
+    reserved_ = Bytes::ReserveOnDemand(options_.dram_bytes + options_.write_buffer_bytes);
   }
   if (options_.write_buffer_bytes > 0) writer_ = StartNamedThread("attic-writer", [this] { WriterLoop(); });
   if (n_tiers() > 1 && prefetch_->promotes())

@@ -297,6 +297,37 @@ bool KvStore::Promote(std::unique_lock<std::mutex>& lock, const std::string& key
   return promoted;
 }
 
+KvStore::PersistReport KvStore::PersistDram() {
+  PersistReport report;
+  Flush();
+  std::lock_guard<std::mutex> placing(place_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (n_tiers() < 2 || !traits_[0].local_memory || traits_[1].local_memory || traits_[1].shared) return report;
+  // Least recently used first: where the tier below cannot hold them all, the entries
+  // demoted last (the most recently used) push the earlier ones out, not the reverse.
+  std::vector<std::pair<uint64_t, std::string>> order;  // (access_seq, key)
+  for (const auto& [key, e] : entries_)
+    if (TierIndex(e.tier) == 0 && !e.moving && !Expired(e)) order.emplace_back(e.access_seq, key);
+  std::sort(order.begin(), order.end());
+  const uint64_t written_before = stats_.bytes_dram_to_ssd;
+  for (const auto& [seq, key] : order) {
+    auto it = entries_.find(key);
+    if (it == entries_.end() || TierIndex(it->second.tier) != 0 || it->second.moving) continue;
+    Demote(lock, it->second, 0, /*pinned=*/"");
+    EraseDoomed(lock);
+  }
+  for (const auto& [seq, key] : order) {
+    auto it = entries_.find(key);
+    if (it != entries_.end() && TierIndex(it->second.tier) == 1) {
+      ++report.entries;
+    } else {
+      ++report.dropped;
+    }
+  }
+  report.bytes_written = stats_.bytes_dram_to_ssd - written_before;
+  return report;
+}
+
 void KvStore::RecordReuse(int n_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.reused_tokens += static_cast<uint64_t>(std::max(0, n_tokens));

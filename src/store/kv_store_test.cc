@@ -206,6 +206,68 @@ TEST(KvStore, SsdTierSurvivesRestart) {
   EXPECT_EQ(loaded->v, e.v);
 }
 
+// DRAM goes with the process; PersistDram (a server's stop) moves it to SSD first, so
+// that the next store on the directory finds every session, from SSD, byte for byte.
+TEST(KvStore, PersistDramMovesDramEntriesToSsdForTheNextStart) {
+  ScratchDir dir("persist");
+  std::vector<KvEntry> e;
+  for (int i = 0; i < 3; ++i)
+    e.push_back(MakeEntry(Range(1000 * i, 32), "s" + std::to_string(i), "default", 2, 8, "fp-A", i));
+  {
+    auto s = OpenStore(Options(8, dir.path(), 8));
+    ASSERT_TRUE(s->Save(e[0]).ok());
+    EXPECT_EQ(s->TierOf(e[0].key().ToString()), TierLevel::kDram);
+  }
+  EXPECT_FALSE(OpenStore(Options(8, dir.path(), 8))->Lookup("default", "s0", Range(0, 33)).has_value())
+      << "a DRAM entry survived without PersistDram";
+  {
+    auto s = OpenStore(Options(8, dir.path(), 8));
+    for (const KvEntry& x : e) ASSERT_TRUE(s->Save(x).ok());
+    const KvStore::PersistReport r = s->PersistDram();
+    EXPECT_EQ(r.entries, 3u);
+    EXPECT_EQ(r.bytes_written, 3 * kEntry);
+    EXPECT_EQ(r.dropped, 0u);
+    EXPECT_EQ(s->Stats().dram_bytes, 0u);
+    EXPECT_EQ(s->PersistDram().entries, 0u);  // nothing left to move
+  }
+  auto s = OpenStore(Options(8, dir.path(), 8));
+  for (int i = 0; i < 3; ++i) {
+    auto m = s->Lookup("default", "s" + std::to_string(i), Range(1000 * i, 33));
+    ASSERT_TRUE(m.has_value()) << i;
+    EXPECT_EQ(m->tier, TierLevel::kSsd);
+    auto loaded = s->Load(m->key);
+    ASSERT_TRUE(loaded.ok());
+    EXPECT_EQ(loaded->k, e[i].k);
+    EXPECT_EQ(loaded->v, e[i].v);
+  }
+}
+
+// An SSD tier too small for all of DRAM keeps the most recently used entries; without an
+// SSD tier nothing moves.
+TEST(KvStore, PersistDramKeepsTheMostRecentlyUsedWhenTheSsdIsFull) {
+  ScratchDir dir("persist-full");
+  {
+    auto s = OpenStore(Options(8, dir.path(), 2, PolicyKind::kLru));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Save(MakeEntry(Range(1000 * i, 32), "s" + std::to_string(i))).ok());
+    ASSERT_TRUE(s->Lookup("default", "s0", Range(0, 33)).has_value());
+    ASSERT_TRUE(s->Load(s->Lookup("default", "s0", Range(0, 33))->key).ok());  // s0 used last now
+    const KvStore::PersistReport r = s->PersistDram();
+    EXPECT_EQ(r.entries, 2u);
+    EXPECT_EQ(r.dropped, 1u);
+    ExpectWithinCapacity(*s);
+  }
+  auto s = OpenStore(Options(8, dir.path(), 2, PolicyKind::kLru));
+  EXPECT_TRUE(s->Lookup("default", "s0", Range(0, 33)).has_value());
+  EXPECT_FALSE(s->Lookup("default", "s1", Range(1000, 33)).has_value());
+  EXPECT_TRUE(s->Lookup("default", "s2", Range(2000, 33)).has_value());
+
+  auto dram_only = OpenStore(Options(8));
+  ASSERT_TRUE(dram_only->Save(MakeEntry(Range(0, 32), "s")).ok());
+  const KvStore::PersistReport r = dram_only->PersistDram();
+  EXPECT_EQ(r.entries + r.dropped + r.bytes_written, 0u);
+  EXPECT_EQ(dram_only->TierOf(MakeEntry(Range(0, 32), "s").key().ToString()), TierLevel::kDram);
+}
+
 // Fault injection: each damaged entry is a clean miss after restart and is deleted.
 class KvStoreFault : public ::testing::Test {
  protected:

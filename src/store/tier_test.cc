@@ -378,6 +378,33 @@ TEST(Bytes, ReservedPagesAreFaultedInUpFrontAndKeptWhileReserved) {
   EXPECT_GT(Bytes::PooledBytes(), 0u);
 }
 
+// An on-demand reservation faults nothing in: the pool holds only pages that were used
+// (fresh pages when first allocated), but keeps them up to the reservation once freed,
+// and shrinks back when the reservation goes, as Reserve's does.
+TEST(Bytes, OnDemandReservationFaultsInOnlyWhatIsUsed) {
+  Bytes::ReleasePooled();
+  ASSERT_EQ(Bytes::PooledBytes(), 0u);
+  const size_t mib = size_t{1} << 20, reserve = Bytes::kPoolBytes + 64 * mib;
+  auto r = Bytes::ReserveOnDemand(reserve - mib + 1);
+  EXPECT_EQ(r->bytes(), reserve);  // whole 2 MiB pages
+  EXPECT_EQ(Bytes::PooledBytes(), 0u) << "an on-demand reservation faulted pages in";
+
+  const long before = MinorFaults();
+  std::vector<std::unique_ptr<Bytes>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(Bytes::Allocate(reserve / 4 - 5));
+    std::memset(held.back()->data(), i, held.back()->capacity());
+  }
+  // Fresh pages: at least one fault per 2 MiB (huge pages).
+  EXPECT_GE(MinorFaults() - before, static_cast<long>(reserve / (2 * mib) / 2)) << "the pages were there before use";
+  held.clear();  // all of it stays pooled: the reservation allows it, kPoolBytes alone would not
+  EXPECT_EQ(Bytes::PooledBytes(), reserve);
+
+  r.reset();  // back to kPoolBytes at most
+  EXPECT_LE(Bytes::PooledBytes(), Bytes::kPoolBytes);
+  EXPECT_GT(Bytes::PooledBytes(), 0u);
+}
+
 // Allocated buffers count against the reservation: the pool keeps only what the
 // reservation leaves beside them (or kPoolBytes, whichever is more).
 TEST(Bytes, AllocatedBuffersCountAgainstTheReservation) {

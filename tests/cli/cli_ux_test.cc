@@ -47,7 +47,9 @@ TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("serve --kv-dtype f64"), "f64");
   ExpectUsageError(RunAttic("serve --kv-dram 12X"), "invalid size '12X'");
   // The remote tier's flags (checked before the model loads; nothing connects).
-  ExpectUsageError(RunAttic("serve --kv-remote redis://127.0.0.1:1"), "give --kv-dram too");
+  // The remote tier goes below the DRAM tier, which is on by default: not with --kv-dram 0.
+  ExpectUsageError(RunAttic("serve --kv-dram 0 --kv-remote redis://127.0.0.1:1"),
+                   "--kv-remote needs the DRAM tier above it: not --kv-dram 0");
   ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote rediss://h:1"), "only redis:// is supported");
   ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h"), "not host:port");
   ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h:1 --kv-remote-write sideways"),
@@ -115,6 +117,35 @@ TEST(CliUx, SizeFlagsTakeUnitsAndTheOldSpellingsStillWork) {
   EXPECT_EQ(kv_mib(c.err()), "512") << c.err();
   c.Signal(SIGINT);
   EXPECT_EQ(c.Wait(30), 0);
+}
+
+// The KV store is on by default (docs/store.md, "The DRAM tier by default"): a server
+// started with no store flags names its automatic DRAM tier in the start-up line;
+// --kv-dram 0 turns the store off and --kv-dram SIZE is taken as given. (The
+// integration test store_default.test.mjs checks the tier the running server has.)
+TEST(CliUx, ServeKeepsADramTierUnlessToldNotTo) {
+  auto serving_line = [](const std::string& log) {
+    const size_t at = log.find("attic: serving ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  auto start = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"serve", "-m", Stories(), "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Child s(args);
+    EXPECT_TRUE(s.WaitFor(true, "listening", 0, 30)) << s.err();
+    const std::string line = serving_line(s.err());
+    s.Signal(SIGINT);
+    EXPECT_EQ(s.Wait(30), 0) << s.err();
+    return line;
+  };
+  const std::string bare = start({});
+  EXPECT_NE(bare.find("KV store: DRAM "), std::string::npos) << "no DRAM tier without store flags: " << bare;
+  EXPECT_NE(bare.find(" (automatic)"), std::string::npos) << bare;
+  const std::string off = start({"--kv-dram", "0"});
+  EXPECT_NE(off.find("no KV store (--kv-dram 0)"), std::string::npos) << off;
+  EXPECT_EQ(off.find("KV store: DRAM"), std::string::npos) << off;
+  const std::string set = start({"--kv-dram", "48M"});
+  EXPECT_NE(set.find("KV store: DRAM 48M,"), std::string::npos) << set;
 }
 
 // SIGINT as soon as the server says it listens stops it gracefully (exit 0), never a

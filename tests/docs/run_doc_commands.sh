@@ -7,7 +7,8 @@
 # and safe beside other servers (each is printed when it applies):
 #   - ports 8080 and 8090 become free ports;
 #   - `make test` is skipped (this runs inside it); `make run` runs until its server
-#     answers /health, then is stopped;
+#     answers /health, then is stopped, with its SSD tier in a temporary folder instead
+#     of out/kv-ssd (which a developer's own `make run` may be using);
 #   - long benchmarks get short flags: `attic bench` -p 32 -n 8 --gen-after 32 -r 1,
 #     `bench serve` --concurrency 1 2 -r 1 -n 8.
 # Blocks run with stdin from /dev/null (so `attic chat` ends at once), under `bash -e -o
@@ -45,7 +46,7 @@ for md in "$@"; do
     sed -i -E \
       -e "s/\b8080\b/$p8080/g" -e "s/\b8090\b/$p8090/g" \
       -e 's/^make test\b.*/echo "skipped: make test (this check runs inside it)"/' \
-      -e "s/^make run\b.*/run_until_healthy $p_run make run PORT=$p_run/" \
+      -e "s|^make run\b.*|run_until_healthy $p_run make run PORT=$p_run KV_SSD_DIR=$tmp/kv-ssd-$i|" \
       -e '/attic bench (serve|sessions)/! s/^(build\/attic bench .*[^\\])$/\1 -p 32 -n 8 --gen-after 32 -r 1/' \
       -e 's/--concurrency 1 2 4 8 16 -r 2 -n 128/--concurrency 1 2 -r 1 -n 8/' \
       "$block"

@@ -218,8 +218,9 @@ test('create from documents and chunks; get, list, patch, delete, expiry; tenant
   assert.equal(m['attic_http_requests_total{endpoint="/v1/context_caches",status="401"}'], 1);
   await s.stop();
 
-  // Without the KV store there are no context caches.
-  const off = await start([]);
+  // Without the KV store (explicitly off: `attic serve` keeps a DRAM tier unless
+  // --kv-dram 0) there are no context caches.
+  const off = await start(['--kv-dram', '0']);
   const oc = fresh(off);
   await assert.rejects(createCache(oc, { chunks: ['x'] }),
     (e) => e.status === 404 && e.error.code === 'context_caches_unavailable');

@@ -86,8 +86,9 @@ test('a conversation stays on one instance behind nginx and continues on the oth
       '--api-key', 'k-conv'];
     const instances = [await startServer(shared), await startServer(shared)];
     servers.push(...instances);
-    // The reference: no store, no resident reuse: every answer is a full recomputation.
-    const ref = await startServer(common);
+    // The reference: no store (--kv-dram 0: `attic serve` keeps a DRAM tier unless told
+    // not to), no resident reuse: every answer is a full recomputation.
+    const ref = await startServer([...common, '--kv-dram', '0']);
     servers.push(ref);
     const front = await startNginx(instances.map((s) => `127.0.0.1:${s.port}`));
 

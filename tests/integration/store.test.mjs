@@ -277,8 +277,9 @@ test('GET /v1/sessions lists the tenant\'s sessions, paginated by cursor', async
   assert.ok(m['attic_http_requests_total{endpoint="/v1/sessions",status="200"}'] >= 7);
   await s.stop();
 
-  // Store off: an empty list, not an error.
-  const off = await start([]);
+  // Store off (explicitly: `attic serve` keeps a DRAM tier unless --kv-dram 0): an empty
+  // list, not an error.
+  const off = await start(['--kv-dram', '0']);
   assert.deepEqual(await client(off, 'k-conv').get('/sessions'),
     { object: 'list', data: [], first_id: null, last_id: null, has_more: false });
   await off.stop();

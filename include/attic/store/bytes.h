@@ -20,7 +20,10 @@
 // large buffers together are within the reservations, and a save on the serving path
 // does not pay for fresh pages at all (measured over the CA replay of `attic bench
 // sessions`, sampling the CPU while a turn waits for its first token: the writer's share
-// went from 2.4% to 0.1%, most of it the kernel clearing fresh pages before).
+// went from 2.4% to 0.1%, most of it the kernel clearing fresh pages before). A store
+// sized automatically (`attic serve` without --kv-dram) reserves on demand instead
+// (ReserveOnDemand): the same recycling once pages have been used, without a resident
+// set the size of the tier from the start.
 //
 // Thread-safety: a Bytes is a value owned by one thread until shared as SharedBytes
 // (immutable from then on); Allocate, Reserve and the destructors may run on any thread.
@@ -77,6 +80,11 @@ class Bytes {
   // lacks for it now, onto the free list. progress(done, total) is called as they are.
   static std::unique_ptr<Reservation> Reserve(size_t bytes,
                                               const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+  // Reserves `bytes` (rounded up to whole 2 MiB pages) without faulting any page in: the
+  // pool keeps freed buffers up to the reservation as Reserve's does, but only pages the
+  // process has used are ever there, so its memory follows the largest use so far, not
+  // the reservation (the automatic DRAM tier, docs/store.md "The DRAM tier by default").
+  static std::unique_ptr<Reservation> ReserveOnDemand(size_t bytes);
 
  private:
   Bytes(char* data, size_t size, size_t capacity) : data_(data), size_(size), capacity_(capacity) {}

@@ -58,6 +58,9 @@
 
 namespace attic::store {
 
+// How StoreOptions::reserve_dram provides the DRAM tier's pages.
+enum class DramReserve { kNone, kOnDemand, kAtOpen };
+
 struct StoreOptions {
   std::string fingerprint;                  // the served model's fingerprint (required)
   // Element type of the entries the store writes (turns) and finds. Entries of the
@@ -83,11 +86,15 @@ struct StoreOptions {
   // a queued save (KvStore::SavePending, a lookup of that session), the writer runs at
   // nice 0 where the system allows raising it back.
   int writer_nice = 10;
-  // Fault in the pages of the DRAM tier and of the write buffer when the store opens
-  // (Bytes::Reserve; a progress bar on a terminal), so that saves reuse them instead of
-  // faulting fresh pages on the serving path. The server sets it; off for stores whose
-  // capacity is nominal (benchmarks of the policies, tests).
-  bool reserve_dram = false;
+  // Pages for the DRAM tier and the write buffer (docs/store.md, "The DRAM tier by
+  // default"). kAtOpen: faulted in when the store opens (Bytes::Reserve; a progress bar on
+  // a terminal), so that saves reuse them instead of faulting fresh pages on the serving
+  // path (`attic serve --kv-dram SIZE`). kOnDemand: the same recycling of freed pages up to
+  // that size, but each page faulted in when first used (Bytes::ReserveOnDemand), so
+  // memory follows use (`attic serve` without --kv-dram, the automatic tier). kNone: the
+  // process-wide pool only, for stores whose capacity is nominal (benchmarks of the
+  // policies, tests).
+  DramReserve reserve_dram = DramReserve::kNone;
   // Rows turns hold of their own (pre-RoPE K and V of computed slots, kept to save the
   // turn without recomputation), in bytes; 0 = no limit. A turn that would exceed it
   // stops recording and is not saved.
@@ -305,6 +312,19 @@ class KvStore {
   void RecordWriteBufferHit();
   // Waits until every queued save is done.
   void Flush();
+  // For a server about to stop, so that a restart finds what DRAM held: after Flush(),
+  // moves every DRAM-tier entry one tier down when that tier survives a restart on this
+  // machine (local, neither memory nor shared: the SSD tier), least recently used first,
+  // making room there as eviction does (an entry that fits nowhere leaves the store, as
+  // it would leave the process). Entries with an SSD copy move without a write. Nothing
+  // happens without such a tier. Safe while other calls run, but meant for a store no
+  // request uses any more (what they save meanwhile stays in DRAM).
+  struct PersistReport {
+    uint64_t entries = 0;        // DRAM entries now in the tier below
+    uint64_t bytes_written = 0;  // bytes written for them (entries with a copy there: none)
+    uint64_t dropped = 0;        // entries that did not stay there (no room: further down or out)
+  };
+  PersistReport PersistDram();
   // Tokens a request reused from the store (StoreStats::reused_tokens), recorded once
   // its load entered them all.
   void RecordReuse(int n_tokens);
@@ -555,7 +575,7 @@ class KvStore {
 
   const StoreOptions options_;
   const Clock* clock_;
-  std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the pages faulted in at Open
+  std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the tier's (and write buffer's) pages
   const std::vector<std::unique_ptr<Tier>> tiers_;  // fastest first; tiers_[i] is TierAt(i)
   const std::vector<TierTraits> traits_;            // tiers_[i]->traits()
   const bool any_shared_;                           // some tier is shared (the Discover* calls ask it)
