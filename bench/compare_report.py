@@ -2,9 +2,10 @@
 """Summarises bench/compare_llamacpp.sh runs: medians per engine, ratios, roofs.
 
 Roofs (this machine, DESIGN.md): fp32 GEMM ~205 GFLOP/s (2 threads), ~2x that with
-AVX512-BF16; DRAM read ~40 GB/s. FLOPs/token = 2 x matmul params (+ lm_head for the one
-logits row per prompt) + causal attention 2*2*L*q_dim*(N+1)/2; decode bytes/token = weight
-bytes + f32 KV read at the mean context (Attic keeps f32 KV)."""
+AVX512-BF16; DRAM read: what `attic bench` measured in the same runs (its read_roof).
+FLOPs/token = 2 x matmul params (+ lm_head for the one logits row per prompt) + causal
+attention 2*2*L*q_dim*(N+1)/2; the decode share counts the weight bytes per token (the
+f32 KV read at the mean context is noted beside it)."""
 import json, os, statistics, struct, sys
 
 def gguf_shape(path):
@@ -76,9 +77,13 @@ def main():
                 frac = lambda t: t * fl / roof
                 note = f"{fl/1e9:.3f} GFLOP/tok vs {roof/1e9:.0f} GFLOP/s"
             else:
-                by = decode_bytes(m, n)
-                frac = lambda t: t * by / 40e9
-                note = f"{by/1e6:.0f} MB/tok vs 40 GB/s"
+                # The weights read per token against the DRAM read roof `attic bench` measured
+                # in each of its runs (median; 40 GB/s if the runs predate that).
+                by = m['weight_bytes']
+                roofs = [a['read_roof']['gbs'] * 1e9 for a in att if 'read_roof' in a]
+                roof = statistics.median(roofs) if roofs else 40e9
+                frac = lambda t: t * by / roof
+                note = f"weights {by/1e6:.0f} MB/tok vs {roof/1e9:.1f} GB/s measured (+{(decode_bytes(m, n) - by)/1e6:.0f} MB f32 KV)"
             row = dict(model=name, test=test, attic=am, llamacpp=lm, ratio=am / lm, attic_runs=a, llamacpp_runs=l,
                        attic_roof_frac=frac(am), llamacpp_roof_frac=frac(lm), roof=note)
             summary.append(row)
