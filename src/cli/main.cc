@@ -53,9 +53,21 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;
   o.show_progress = progress;
-  // ATTIC_KERNELS=static: the ISA's fixed kernel choices instead of timing them at load.
+  // The Linear kernels are timed at the first load of a model's shapes on this CPU, and
+  // that choice kept in $ATTIC_CACHE_DIR (default $XDG_CACHE_HOME/attic or
+  // ~/.cache/attic) for later loads. ATTIC_KERNELS=static: the ISA's fixed choices;
+  // ATTIC_KERNELS=recalibrate: time them again.
   const char* kernels = std::getenv("ATTIC_KERNELS");
-  o.calibrate_kernels = kernels == nullptr || std::string(kernels) != "static";
+  const std::string mode = kernels == nullptr ? "" : kernels;
+  o.calibrate_kernels = mode != "static";
+  o.recalibrate_kernels = mode == "recalibrate";
+  if (const char* dir = std::getenv("ATTIC_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+    o.kernel_cache_dir = dir;
+  } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    o.kernel_cache_dir = std::string(xdg) + "/attic";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    o.kernel_cache_dir = std::string(home) + "/.cache/attic";
+  }
   return o;
 }
 

@@ -14,6 +14,42 @@
 
 namespace attic::engine {
 
+namespace {
+
+// Models whose layer matrices stay in a CPU's caches (stories260K: 1 MB) decode at the
+// same speed with any kernel, so they keep the ISA's fixed choices untimed.
+constexpr uint64_t kCalibrateMinMatrixBytes = 32ull << 20;
+
+}  // namespace
+
+Status Engine::CalibrateKernels() {
+  std::string path;
+  if (!options_.kernel_cache_dir.empty()) {
+    path = JoinPath(options_.kernel_cache_dir,
+                    "kernels-" + backend::LinearCalibrationKey(*model_, *threads_) + ".txt");
+    if (!options_.recalibrate_kernels) {
+      if (auto text = ReadFileToString(path); text.ok()) {
+        auto cal = backend::LinearCalibration::Parse(*text);
+        if (cal.ok() && backend::InstallLinearCalibration(*cal, *model_).ok()) {
+          calibration_ = std::move(*cal);
+          calibration_->cached = true;
+          return OkStatus();
+        }
+        Log(LogLevel::kWarn, "kernel calibration %s is not usable here; measuring again", path.c_str());
+      }
+    }
+  }
+  auto cal = backend::CalibrateLinear(*model_, *threads_);
+  if (!cal.ok()) return cal.status();
+  calibration_ = std::move(*cal);
+  if (!path.empty()) {
+    Status st = MakeDirectories(options_.kernel_cache_dir);
+    if (st.ok()) st = WriteFileAtomic(path, calibration_->Serialize());
+    if (!st.ok()) Log(LogLevel::kWarn, "cannot keep the kernel calibration (%s)", st.ToString().c_str());
+  }
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
@@ -61,10 +97,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const uint64_t packed = backend::PrepackWeights(*e->model_, *e->threads_, static_cast<uint64_t>(prepack_max));
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
-  if (options.calibrate_kernels && !options.deterministic) {
-    auto cal = backend::CalibrateLinear(*e->model_, *e->threads_);
-    if (!cal.ok()) return cal.status();
-    e->calibration_ = std::move(*cal);
+  if (options.calibrate_kernels && !options.deterministic &&
+      backend::LinearMatrixBytes(*e->model_) >= kCalibrateMinMatrixBytes) {
+    if (Status st = e->CalibrateKernels(); !st.ok()) return st;
     if (options.show_progress) std::fprintf(stderr, "attic: kernels: %s\n", e->calibration_->Summary().c_str());
   }
   e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens, options.deterministic);

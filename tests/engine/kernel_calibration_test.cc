@@ -105,6 +105,56 @@ TEST_P(KernelCalibrationTest, InstallsATimedCandidateThatMeetsTheReference) {
   }
 }
 
+// A stored calibration (Serialize / Parse) installs the same choice without timing, and
+// one that is not valid here is refused, leaving the kernels as they were.
+TEST(KernelCalibration, AStoredChoiceInstallsAsMeasuredAndAForeignOneIsRefused) {
+  TinySpec spec;
+  spec.dtype = DType::kBF16;
+  TempDir dir;
+  TinyModel tm;
+  attic::testing::MakeTinyModel(spec, dir, &tm);
+  ASSERT_FALSE(HasFatalFailure());
+  backend::ThreadPool pool(2);
+  auto cal = backend::CalibrateLinear(*tm.model, pool);
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const backend::cpu::KernelTable measured = backend::cpu::ActiveKernels();
+  backend::cpu::ResetActiveKernels();
+
+  auto back = backend::LinearCalibration::Parse(cal->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->gemv, cal->gemv);
+  EXPECT_EQ(back->gemv_max_m, cal->gemv_max_m);
+  EXPECT_EQ(back->isa, cal->isa);
+  EXPECT_EQ(back->prepacked, cal->prepacked);
+  ASSERT_EQ(back->timings.size(), cal->timings.size());
+  for (size_t i = 0; i < cal->timings.size(); ++i) {
+    EXPECT_EQ(back->timings[i].kernel, cal->timings[i].kernel);
+    EXPECT_EQ(back->timings[i].m, cal->timings[i].m);
+  }
+  ASSERT_TRUE(backend::InstallLinearCalibration(*back, *tm.model).ok());
+  const backend::cpu::KernelTable& t = backend::cpu::ActiveKernels();
+  EXPECT_EQ(t.gemv, measured.gemv);
+  EXPECT_EQ(t.gemv_prepare, measured.gemv_prepare);
+  EXPECT_EQ(t.gemv_max_m[static_cast<int>(DType::kBF16)], measured.gemv_max_m[static_cast<int>(DType::kBF16)]);
+  EXPECT_EQ(t.gemv_max_m_packed, measured.gemv_max_m_packed);
+
+  backend::cpu::ResetActiveKernels();
+  const backend::cpu::KernelTable* base = &backend::cpu::ActiveKernels();
+  backend::LinearCalibration foreign = *back;
+  foreign.gemv = "avx1024";
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  foreign = *back;
+  foreign.prepacked = !foreign.prepacked;
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  foreign = *back;
+  foreign.isa = "riscv";
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  EXPECT_EQ(&backend::cpu::ActiveKernels(), base) << "a refused choice installs nothing";
+  for (const char* bad : {"", "gemv=avx2\n", "isa=avx2\ngemv=avx2\ngemv_max_m=x\nprepacked=0\n", "garbage"})
+    EXPECT_FALSE(backend::LinearCalibration::Parse(bad).ok()) << bad;
+  backend::cpu::ResetActiveKernels();
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, KernelCalibrationTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attic/backend/thread_pool.h"
@@ -70,8 +71,12 @@ struct LinearCalibration {
   std::vector<Timing> timings;
   int sample_layers = 0;       // layers of the model the sweeps ran over
   uint64_t sample_bytes = 0;   // their matrices' bytes
-  // One line for logs: "gemv avx512 up to m = 12, then the avx512 GEMM (prepacked)".
+  bool cached = false;         // installed from a stored calibration, not measured now
+  // One line for logs: "GEMV avx512 up to 12 rows, then the avx512 GEMM (...)".
   std::string Summary() const;
+  // A few "name=value" lines (the choice and the timings), and back.
+  std::string Serialize() const;
+  static StatusOr<LinearCalibration> Parse(std::string_view text);
 };
 
 // Measures, on this CPU and `model`'s own matrices, which kernels Linear should use:
@@ -84,6 +89,19 @@ struct LinearCalibration {
 // (Linear's comment); only which runs, and so the last bits, depends on the timing.
 // REQUIRES: no kernel runs concurrently (call at load, after PrepackWeights).
 StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool);
+
+// Installs a choice CalibrateLinear made before (a stored one) without timing anything:
+// InvalidArgument if its kernels are not candidates here (another CPU or ISA cap), or
+// it was made with the other prepacking. Same REQUIRES.
+Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model& model);
+
+// What a stored calibration is valid for: the CPU model, the kernels in use, the thread
+// count, and the dtype, shape and prepacking of the model's layer matrices, as a hex
+// digest (a file name part).
+std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool);
+
+// Bytes of the model's layer matrices (what a decode step streams, lm_head aside).
+uint64_t LinearMatrixBytes(const model::Model& model);
 
 // One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
 struct LinearOutput {

@@ -53,6 +53,12 @@ struct EngineOptions {
   // (backend::CalibrateLinear, ~0.1-0.5 s); the CLI sets it. Off in deterministic mode,
   // so that a run's bits do not depend on a timing. Off: the ISA's fixed choices.
   bool calibrate_kernels = false;
+  // Where calibrations are kept, one file per CPU model, ISA, thread count and matrix
+  // shapes (backend::LinearCalibrationKey): a later load of the same shapes installs the
+  // stored choice instead of timing again, so that runs on one machine compute alike.
+  // "" = measure every time, keep nothing. recalibrate: measure and replace the file.
+  std::string kernel_cache_dir;
+  bool recalibrate_kernels = false;
 };
 
 class Engine {
@@ -93,6 +99,9 @@ class Engine {
  private:
   Engine() = default;
   std::unique_ptr<kv::BlockPool> NewKvPool(const kv::KvShape& shape, int n_blocks) const;
+  // Installs the stored calibration for this model and CPU, or measures and stores one.
+  Status CalibrateKernels();
+
   EngineOptions options_;
   std::optional<backend::LinearCalibration> calibration_;
   std::unique_ptr<model::Model> model_;

@@ -23,8 +23,11 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <sstream>
 
 #include "attic/backend/kernels.h"
+#include "attic/core/file.h"
+#include "attic/core/hash.h"
 #include "attic/model/model.h"
 #include "backend/cpu/kernel_table.h"
 
@@ -120,35 +123,167 @@ struct Candidate {
 }  // namespace
 
 std::string LinearCalibration::Summary() const {
-  char buf[256];
-  if (gemv_max_m == 0) {
-    std::snprintf(buf, sizeof buf, "the %s GEMM%s from one row (measured in %.2f s on %d layers)", isa.c_str(),
-                  prepacked ? " on prepacked weights" : "", seconds, sample_layers);
+  char buf[320];
+  char how[96];
+  if (cached) {
+    std::snprintf(how, sizeof how, "as measured before on this CPU; ATTIC_KERNELS=recalibrate measures again");
   } else {
-    std::snprintf(buf, sizeof buf, "GEMV %s up to %lld rows, then the %s GEMM%s (measured in %.2f s on %d layers)",
-                  gemv.c_str(), static_cast<long long>(gemv_max_m), isa.c_str(),
-                  prepacked ? " on prepacked weights" : "", seconds, sample_layers);
+    std::snprintf(how, sizeof how, "measured in %.2f s on %d layers", seconds, sample_layers);
+  }
+  if (gemv_max_m == 0) {
+    std::snprintf(buf, sizeof buf, "the %s GEMM%s from one row (%s)", isa.c_str(),
+                  prepacked ? " on prepacked weights" : "", how);
+  } else {
+    std::snprintf(buf, sizeof buf, "GEMV %s up to %lld rows, then the %s GEMM%s (%s)", gemv.c_str(),
+                  static_cast<long long>(gemv_max_m), isa.c_str(), prepacked ? " on prepacked weights" : "", how);
   }
   return buf;
 }
 
-StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool) {
-  const auto t_start = std::chrono::steady_clock::now();
-  const KernelTable& active = cpu::ActiveKernels();
-  const auto& layers = model.weights().layers;
-  if (layers.empty() || !layers[0].wq.present()) return InvalidArgumentError("CalibrateLinear: the model has no layers");
-  const model::WeightTensor& w0 = layers[0].wq;
-  const bool prepacked = w0.packed != nullptr && w0.packed_layout == static_cast<int>(active.isa);
+std::string LinearCalibration::Serialize() const {
+  std::ostringstream o;
+  o << "isa=" << isa << "\ngemv=" << gemv << "\ngemv_max_m=" << gemv_max_m << "\nprepacked=" << (prepacked ? 1 : 0)
+    << "\nseconds=" << seconds << "\nsample_layers=" << sample_layers << "\nsample_bytes=" << sample_bytes << "\n";
+  for (const Timing& t : timings) o << "timing=" << t.kernel << "," << t.m << "," << t.us << "\n";
+  return o.str();
+}
 
-  // GEMV candidates: the active table's, its exact bf16 form, the lower ISAs' (never
-  // generic where a SIMD table exists: it is the same loop without vectors).
-  std::vector<Candidate> gemvs{{&active, false, std::string("gemv ") + active.name}};
-  if (active.isa == Isa::kAvx512) {
-    if (const KernelTable* fma = cpu::Avx512FmaGemvTable(); fma != nullptr && w0.dtype == DType::kBF16)
+StatusOr<LinearCalibration> LinearCalibration::Parse(std::string_view text) {
+  LinearCalibration c;
+  bool has_isa = false, has_gemv = false, has_m = false, has_packed = false;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  try {
+    while (std::getline(in, line)) {
+      const size_t eq = line.find('=');
+      if (eq == std::string::npos) return DataLossError("calibration: line without '='");
+      const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+      if (k == "isa") c.isa = v, has_isa = true;
+      else if (k == "gemv") c.gemv = v, has_gemv = true;
+      else if (k == "gemv_max_m") c.gemv_max_m = std::stoll(v), has_m = true;
+      else if (k == "prepacked") c.prepacked = v == "1", has_packed = true;
+      else if (k == "seconds") c.seconds = std::stod(v);
+      else if (k == "sample_layers") c.sample_layers = std::stoi(v);
+      else if (k == "sample_bytes") c.sample_bytes = std::stoull(v);
+      else if (k == "timing") {
+        const size_t a = v.find(','), b = v.rfind(',');
+        if (a == std::string::npos || a == b) return DataLossError("calibration: bad timing");
+        c.timings.push_back({v.substr(0, a), std::stoll(v.substr(a + 1, b - a - 1)), std::stod(v.substr(b + 1))});
+      }
+    }
+  } catch (const std::exception&) {
+    return DataLossError("calibration: a number does not parse");
+  }
+  if (!has_isa || !has_gemv || !has_m || !has_packed) return DataLossError("calibration: a field is missing");
+  return c;
+}
+
+namespace {
+
+// The ISA table calibration starts from: the one for ActiveIsa(), whatever was installed.
+const KernelTable& BaseTable() { return *cpu::KernelsFor(ActiveIsa()); }
+
+const model::WeightTensor* FirstMatrix(const model::Model& model) {
+  const auto& layers = model.weights().layers;
+  return layers.empty() || !layers[0].wq.present() ? nullptr : &layers[0].wq;
+}
+
+bool Prepacked(const model::WeightTensor& w, const KernelTable& t) {
+  return w.packed != nullptr && w.packed_layout == static_cast<int>(t.isa);
+}
+
+// GEMV candidates: the base table's, its exact bf16 form, the lower ISAs' (never generic
+// where a SIMD table exists: it is the same loop without vectors).
+std::vector<Candidate> GemvCandidates(const KernelTable& base, DType dtype) {
+  std::vector<Candidate> gemvs{{&base, false, std::string("gemv ") + base.name}};
+  if (base.isa == Isa::kAvx512) {
+    if (const KernelTable* fma = cpu::Avx512FmaGemvTable(); fma != nullptr && dtype == DType::kBF16)
       gemvs.push_back({fma, false, std::string("gemv ") + fma->name});
     if (const KernelTable* avx2 = cpu::KernelsFor(Isa::kAvx2))
       gemvs.push_back({avx2, false, std::string("gemv ") + avx2->name});
   }
+  return gemvs;
+}
+
+// The base table with `gemv`'s GEMV up to `max_m` rows for the model's dtype.
+void Install(const KernelTable& base, const KernelTable& gemv, int64_t max_m, DType dtype, bool prepacked) {
+  KernelTable chosen = base;
+  chosen.gemv_prepare = gemv.gemv_prepare;
+  chosen.gemv_layout = gemv.gemv_layout;
+  chosen.gemv = gemv.gemv;
+  if (prepacked) {
+    chosen.gemv_max_m_packed = max_m;
+  } else {
+    chosen.gemv_max_m[static_cast<int>(dtype)] = max_m;
+  }
+  // Rows on either path have x rounded to bf16 only if both paths round it.
+  chosen.bf16_rounds_x = base.bf16_rounds_x && gemv.bf16_rounds_x;
+  cpu::InstallActiveKernels(chosen);
+}
+
+std::string CpuModelName() {
+  auto text = ReadFileToString("/proc/cpuinfo");
+  if (!text.ok()) return "";
+  const size_t at = text->find("model name");
+  if (at == std::string::npos) return "";
+  const size_t colon = text->find(':', at), end = text->find('\n', at);
+  return colon == std::string::npos || colon > end ? "" : text->substr(colon + 1, end - colon - 1);
+}
+
+}  // namespace
+
+uint64_t LinearMatrixBytes(const model::Model& model) {
+  uint64_t bytes = 0;
+  for (const model::LayerWeights& l : model.weights().layers)
+    for (const model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (w->present()) bytes += MatrixBytes(*w);
+  return bytes;
+}
+
+std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool) {
+  const KernelTable& base = BaseTable();
+  const CpuFeatures& f = GetCpuFeatures();
+  Hasher h;
+  h.Update("attic-linear-calibration-1");
+  h.Update(CpuModelName());
+  h.Update(base.name);
+  h.UpdatePod(f.avx512_bf16);
+  h.UpdatePod(pool.n_threads());
+  for (const model::LayerWeights& l : model.weights().layers) {
+    for (const model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      h.UpdatePod(static_cast<int>(w->dtype));
+      h.UpdatePod(w->rows());
+      h.UpdatePod(w->cols());
+      h.UpdatePod(Prepacked(*w, base));
+    }
+  }
+  h.UpdatePod(model.weights().layers.size());
+  return h.Hex().substr(0, 16);
+}
+
+Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model& model) {
+  const KernelTable& base = BaseTable();
+  const model::WeightTensor* w0 = FirstMatrix(model);
+  if (w0 == nullptr) return InvalidArgumentError("the model has no layers");
+  if (cal.isa != base.name) return InvalidArgumentError("calibrated for " + cal.isa + ", running " + base.name);
+  if (cal.prepacked != Prepacked(*w0, base)) return InvalidArgumentError("calibrated with the other prepacking");
+  if (cal.gemv_max_m < 0 || cal.gemv_max_m > kMaxM) return InvalidArgumentError("crossover out of range");
+  for (const Candidate& c : GemvCandidates(base, w0->dtype)) {
+    if (cal.gemv != c.t->name) continue;
+    Install(base, *c.t, cal.gemv_max_m, w0->dtype, cal.prepacked);
+    return OkStatus();
+  }
+  return InvalidArgumentError("GEMV '" + cal.gemv + "' is not a candidate on this CPU");
+}
+
+StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const KernelTable& active = BaseTable();
+  const model::WeightTensor* first = FirstMatrix(model);
+  if (first == nullptr) return InvalidArgumentError("CalibrateLinear: the model has no layers");
+  const model::WeightTensor& w0 = *first;
+  const bool prepacked = Prepacked(w0, active);
+  const std::vector<Candidate> gemvs = GemvCandidates(active, w0.dtype);
   const Candidate gemm{&active, true, std::string("gemm ") + active.name};
 
   Sweeper sweep(model, pool);
@@ -202,18 +337,7 @@ StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& poo
   }
   cal.gemv_max_m = last_gemv_win;
 
-  KernelTable chosen = active;
-  chosen.gemv_prepare = gemv.t->gemv_prepare;
-  chosen.gemv_layout = gemv.t->gemv_layout;
-  chosen.gemv = gemv.t->gemv;
-  if (prepacked) {
-    chosen.gemv_max_m_packed = cal.gemv_max_m;
-  } else {
-    chosen.gemv_max_m[static_cast<int>(w0.dtype)] = cal.gemv_max_m;
-  }
-  // Rows on either path have x rounded to bf16 only if both paths round it.
-  chosen.bf16_rounds_x = active.bf16_rounds_x && gemv.t->bf16_rounds_x;
-  cpu::InstallActiveKernels(chosen);
+  Install(active, *gemv.t, cal.gemv_max_m, w0.dtype, prepacked);
   cal.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return cal;
 }
