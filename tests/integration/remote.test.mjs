@@ -80,6 +80,11 @@ test('a session saved by one server continues on another, identical to recomputa
   // Turn 3 back on A: A indexes its own turn 1, but B's turn-2 save is the session's
   // newest in the cluster; A takes that one (all of turn 2's prompt is reused, more than
   // turn 1 could give), drops its turn 1, and answers exactly.
+  // B's turn-2 save reaches the cluster asynchronously: its GET of the session returns
+  // once the save is written through (as turn1 waits for A's), so turn 3 cannot race it.
+  const stored2 = await request(b.port, { method: 'GET', path: '/v1/sessions/conv-shared',
+    headers: { authorization: 'Bearer k-conv' } });
+  assert.equal(stored2.status, 200, stored2.body);
   const m3 = [...messages, { role: 'assistant', content: t2.choices[0].message.content },
     { role: 'user', content: 'And then?' }];
   const { t2: t3, ref: ref3 } = await turn2(a, 'conv-shared', m3);
