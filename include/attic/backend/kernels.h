@@ -21,8 +21,9 @@ class Model;
 namespace attic::backend {
 
 // y[m, n] = x[m, k] * W[n, k]^T (+ bias[n] if bias != nullptr).
-// Small m (decode, batched decode; on AVX-512 m <= 32 for bf16 (12 when prepacked,
-// PrepackWeights), 32 for f16, 24 for f32, 10 for q8_0) is a GEMV streaming each weight
+// Small m (decode, batched decode; up to the crossover CalibrateLinear measured, else the
+// ISA's fixed one: on AVX-512 m <= 32 for bf16 (12 when prepacked, PrepackWeights), 32 for
+// f16, 24 for f32, 10 for q8_0) is a GEMV streaming each weight
 // row once for all m rows, in true f32 math (weights widened exactly). Larger m is a packed, register-blocked GEMM: f32 FMA on
 // widened weights for f32/f16/q8_0 (true f32 math), and for bf16 weights on CPUs with
 // AVX512-BF16 vdpbf16ps with x rounded to bf16 (error <= 2^-9 * sum|x*w|, typically
