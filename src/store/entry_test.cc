@@ -277,7 +277,7 @@ TEST(KvEntry, FlippedByteAnywhereIsDataLoss) {
     std::string bad = bytes;
     bad[off] ^= 0x10;
     auto r = DeserializeEntry(bad, "fp-A");
-    EXPECT_FALSE(r.ok()) << "offset " << off;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "offset " << off;
   }
 }
 

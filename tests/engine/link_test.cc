@@ -13,8 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <numeric>
+#include <random>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "attic/engine/link.h"
 #include "attic/engine/scheduler.h"
@@ -279,6 +285,191 @@ TEST_F(LinkTest, CountsWhatEachMethodRecomputes) {
   auto [full, n4] = linked_with(o);
   EXPECT_EQ(full.cached_tokens, 0);
   EXPECT_EQ(full.recomputed_tokens, 0);
+}
+
+// CacheBlend's selection against planted deviations (docs/linking.md: at the check layer
+// the `ratio` of each forward step's chunk rows whose fresh K and V deviate most, by
+// squared L2 over K and V, go on; the prompt's last slot always does). The chunks'
+// stored KV is what Fully-Recompute computes for those slots (read from FR's saved turn)
+// plus a planted offset per row and layer, so each row's deviation is known before the
+// run: at the check layer the rows' squared deviations are 1, 2, ..., n in a shuffled
+// order (well apart: no ties, far above rounding), split unevenly between K and V and
+// between KV heads; at every other layer the order is reversed. Which rows went past the
+// check layer is read back from the linked turn's saved entry: a row dropped there keeps
+// its planted KV in the later layers, a kept row has fresh KV. The expected set is
+// computed here in float64 from the planted values (RoPE is a rotation: the deviation
+// of rotated K is the deviation of pre-RoPE K), per step of max_batch_tokens (64) rows.
+TEST_F(LinkTest, CacheBlendKeepsTheRowsThatDeviateMostPerStep) {
+  const model::ModelConfig& c = engine_->model().config();
+  const int kvd = c.kv_dim(), n_layers = c.n_layers, check_layer = 1, kStep = 64;
+  ASSERT_GT(n_layers, check_layer + 1);  // layers after the check layer to read the selection from
+  const double ratio = 0.3;
+  // BOS, text, chunk 0, text, chunk 2: the prompt ends inside a chunk, so its last slot
+  // (always computed) is a chunk row.
+  std::vector<int32_t> prompt = {bos_};
+  auto append = [&](const std::vector<int32_t>& t) { prompt.insert(prompt.end(), t.begin(), t.end()); };
+  append(Encode(" And then the dog ran home."));
+  const int a0 = static_cast<int>(prompt.size());
+  append(chunks_[0]);
+  append(Encode(" The cat sat on the mat."));
+  const int b0 = static_cast<int>(prompt.size());
+  append(chunks_[2]);
+  const int n = static_cast<int>(prompt.size()), last = n - 1;
+  ASSERT_GT(n, 2 * kStep);  // three steps
+  std::vector<uint8_t> is_chunk(n, 0);
+  std::fill(is_chunk.begin() + a0, is_chunk.begin() + a0 + static_cast<int>(chunks_[0].size()), 1);
+  std::fill(is_chunk.begin() + b0, is_chunk.end(), 1);
+
+  // Fully-Recompute's KV of every slot, pre-RoPE (what the chunks' KV deviates from).
+  GenerationRequest fr_req = Req("blend-fr", prompt, nullptr, 1);
+  fr_req.session_id = "fr";
+  Run({std::move(fr_req)});
+  auto fr_info = store_->GetSession("blend-fr", "fr");
+  ASSERT_TRUE(fr_info.ok()) << fr_info.status().ToString();
+  auto fr = store_->Load(fr_info->key);
+  ASSERT_TRUE(fr.ok()) << fr.status().ToString();
+  ASSERT_GE(fr->n_tokens(), n);
+  ASSERT_TRUE(std::equal(prompt.begin(), prompt.end(), fr->tokens.begin()));
+
+  // The planted offsets. Candidates (chunk rows but the last slot) get ranks 0..m-1 in a
+  // shuffled order; the squared deviation of rank r is 1 + r at the check layer and
+  // m - r elsewhere; the last slot gets the smallest of all (0.5).
+  std::vector<int> cand;
+  for (int s = 0; s < n; ++s)
+    if (is_chunk[s] && s != last) cand.push_back(s);
+  const int m = static_cast<int>(cand.size());
+  SCOPED_TRACE("prompt of " + std::to_string(n) + " slots, " + std::to_string(m) + " candidate chunk rows");
+  std::vector<int> rank(n, -1);
+  {
+    std::vector<int> r(m);
+    std::iota(r.begin(), r.end(), 0);
+    std::mt19937 rng(7);
+    for (int i = m - 1; i > 0; --i) std::swap(r[i], r[static_cast<int>(rng() % static_cast<uint32_t>(i + 1))]);
+    for (int i = 0; i < m; ++i) rank[cand[i]] = r[i];
+  }
+  // The planted KV of every chunk slot: FR's plus the offset, K's all in one element of
+  // KV head s % n_kv_heads, V's in one element of the next head, their shares of the
+  // squared deviation 0.1 / 0.5 / 0.9 for K by slot.
+  const int hd = c.head_dim, n_kv_heads = c.n_kv_heads;
+  const double k_share[3] = {0.1, 0.5, 0.9};
+  std::vector<std::vector<float>> pk(n_layers), pv(n_layers);  // [n_layers][n, kvd]
+  for (int l = 0; l < n_layers; ++l) {
+    pk[l].assign(static_cast<size_t>(n) * kvd, 0.0f);
+    pv[l].assign(static_cast<size_t>(n) * kvd, 0.0f);
+    for (int s = 0; s < n; ++s) {
+      if (!is_chunk[s]) continue;
+      float* k = pk[l].data() + static_cast<size_t>(s) * kvd;
+      float* v = pv[l].data() + static_cast<size_t>(s) * kvd;
+      std::copy(fr->k_row(l, s), fr->k_row(l, s) + kvd, k);
+      std::copy(fr->v_row(l, s), fr->v_row(l, s) + kvd, v);
+      const double d = s == last ? 0.5 : l == check_layer ? 1.0 + rank[s] : static_cast<double>(m - rank[s]);
+      const double fk = k_share[s % 3];
+      k[(s % n_kv_heads) * hd + (s / n_kv_heads) % hd] += static_cast<float>(std::sqrt(fk * d));
+      v[((s + 1) % n_kv_heads) * hd + (s / n_kv_heads) % hd] += static_cast<float>(std::sqrt((1 - fk) * d));
+    }
+  }
+  // The chunks' entries: BOS row (unused: src_row 1), then FR's rows plus the offsets.
+  std::vector<std::string> keys;
+  for (auto [slot, len, session] : {std::tuple{a0, static_cast<int>(chunks_[0].size()), "ctx:planted-a"},
+                                    std::tuple{b0, static_cast<int>(chunks_[2].size()), "ctx:planted-b"}}) {
+    store::KvEntry e;
+    e.tenant = "blend";
+    e.session_id = session;
+    e.fingerprint = engine_->model().fingerprint();
+    e.n_layers = n_layers;
+    e.kv_dim = kvd;
+    e.tokens = {bos_};
+    e.tokens.insert(e.tokens.end(), prompt.begin() + slot, prompt.begin() + slot + len);
+    for (int i = 0; i <= len; ++i) e.positions.push_back(i);
+    e.k.assign(n_layers, std::vector<float>(static_cast<size_t>(len + 1) * kvd, 0.0f));
+    e.v = e.k;
+    for (int l = 0; l < n_layers; ++l) {
+      std::copy(pk[l].begin() + static_cast<size_t>(slot) * kvd, pk[l].begin() + static_cast<size_t>(slot + len) * kvd,
+                e.k[l].begin() + kvd);
+      std::copy(pv[l].begin() + static_cast<size_t>(slot) * kvd, pv[l].begin() + static_cast<size_t>(slot + len) * kvd,
+                e.v[l].begin() + kvd);
+    }
+    ASSERT_TRUE(store_->Save(std::move(e)).ok());
+    auto info = store_->GetSession("blend", session);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    keys.push_back(info->key);
+  }
+  // Squared deviation of slot s's planted KV from FR at layer l, in float64: of K and V
+  // over every KV head (`part`: 0 both, 1 K only, 2 V only, 3 KV head 0 only).
+  auto deviation = [&](int l, int s, int part) {
+    const float* k = pk[l].data() + static_cast<size_t>(s) * kvd;
+    const float* v = pv[l].data() + static_cast<size_t>(s) * kvd;
+    double d = 0;
+    for (int j = 0; j < kvd; ++j) {
+      if (part == 3 && j >= hd) break;
+      const double dk = static_cast<double>(k[j]) - fr->k_row(l, s)[j];
+      const double dv = static_cast<double>(v[j]) - fr->v_row(l, s)[j];
+      if (part != 2) d += dk * dk;
+      if (part != 1) d += dv * dv;
+    }
+    return d;
+  };
+  // The rows kept by a selection of the top ceil(ratio * rows) of each group of rows by
+  // `score` (highest first), plus the last slot.
+  auto select = [&](const std::vector<std::vector<int>>& groups, auto score) {
+    std::set<int> kept = {last};
+    for (std::vector<int> g : groups) {
+      std::sort(g.begin(), g.end(), [&](int x, int y) { return score(x) > score(y); });
+      const int n_keep = (3 * static_cast<int>(g.size()) + 9) / 10;  // ceil(0.3 * rows), exactly
+      kept.insert(g.begin(), g.begin() + n_keep);
+    }
+    return kept;
+  };
+  // The steps: the prompt alone in the scheduler, every slot computed from slot 0 (no
+  // stored prefix of it in the tenant), 64 rows a step.
+  std::vector<std::vector<int>> steps((n + kStep - 1) / kStep);
+  for (int s : cand) steps[s / kStep].push_back(s);
+  // The scores are distinct (no ties to break).
+  std::set<double> scores;
+  for (int s : cand) scores.insert(deviation(check_layer, s, 0));
+  ASSERT_EQ(static_cast<int>(scores.size()), m);
+  // Rounding the planted values to f32 moves each by at most an ulp of |K| + offset
+  // (~1e-6 here), the squared deviation by ~1e-5: within 1e-3 of 1 + rank, while
+  // consecutive ranks are 1 apart.
+  for (int s : cand) ASSERT_NEAR(deviation(check_layer, s, 0), 1.0 + rank[s], 1e-3) << s;
+  const std::set<int> want = select(steps, [&](int s) { return deviation(check_layer, s, 0); });
+  // What a wrong selection would keep: each differs from `want`, so the test tells them apart.
+  EXPECT_NE(want, select({cand}, [&](int s) { return deviation(check_layer, s, 0); })) << "global, not per step";
+  EXPECT_NE(want, select(steps, [&](int s) { return -deviation(check_layer, s, 0); })) << "the least deviating";
+  EXPECT_NE(want, select(steps, [&](int s) { return deviation(0, s, 0); })) << "at layer 0";
+  EXPECT_NE(want, select(steps, [&](int s) { return deviation(check_layer, s, 1); })) << "K only";
+  EXPECT_NE(want, select(steps, [&](int s) { return deviation(check_layer, s, 2); })) << "V only";
+  EXPECT_NE(want, select(steps, [&](int s) { return deviation(check_layer, s, 3); })) << "KV head 0 only";
+
+  // The linked turn, saved as a conversation's.
+  auto spec = std::make_shared<LinkSpec>();
+  spec->chunks = {{a0, static_cast<int>(chunks_[0].size()), keys[0], 1},
+                  {b0, static_cast<int>(chunks_[2].size()), keys[1], 1}};
+  spec->options.method = LinkMethod::kCacheBlend;
+  spec->options.ratio = ratio;
+  spec->options.check_layer = check_layer;
+  GenerationRequest r = Req("blend", prompt, spec, 1);
+  r.session_id = "conv";
+  const Result linked = Run({std::move(r)})[0];
+  ASSERT_TRUE(linked.finished);
+  auto info = store_->GetSession("blend", "conv");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  auto turn = store_->Load(info->key);
+  ASSERT_TRUE(turn.ok()) << turn.status().ToString();
+  ASSERT_GE(turn->n_tokens(), n);
+  // A chunk row's saved V equals its planted V at a layer where it kept its cached KV.
+  auto cached_at = [&](int l, int s) {
+    return std::memcmp(turn->v_row(l, s), pv[l].data() + static_cast<size_t>(s) * kvd, kvd * sizeof(float)) == 0;
+  };
+  std::set<int> kept;
+  for (int s = 0; s < n; ++s) {
+    if (!is_chunk[s]) continue;
+    for (int l = 0; l <= check_layer; ++l) EXPECT_FALSE(cached_at(l, s)) << "slot " << s << " not recomputed at layer " << l;
+    const bool dropped = cached_at(check_layer + 1, s);
+    for (int l = check_layer + 2; l < n_layers; ++l) EXPECT_EQ(cached_at(l, s), dropped) << "slot " << s << " layer " << l;
+    if (!dropped) kept.insert(s);
+  }
+  EXPECT_EQ(kept, want);
 }
 
 TEST_F(LinkTest, AChunkWhoseKvIsGoneIsComputed) {

@@ -1,0 +1,276 @@
+// The ATTICKV1 entry format against a second, independent writer: the golden entries in
+// tests/data/store/ were written by make_golden_entry.py (Python, following
+// docs/store.md "Byte layout", with its own XXH3 checked against xxHash's published
+// vectors), and golden_entries.json says what each holds. Attic must read every field
+// and every K/V element's bits from them, write the same bytes from the same inputs,
+// take any damaged header byte, layer byte, cut or extension for DataLoss, and find the
+// files where its SSD tier keeps entries (a restart restores them).
+//
+// To change the format, change docs/store.md and the script first, run it, and commit
+// its outputs with the code.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attic/store/entry.h"
+#include "attic/store/kv_store.h"
+#include "attic/store/tier.h"
+#include "store/store_test_util.h"
+#include "test_util.h"
+
+namespace attic::store {
+namespace {
+
+using nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string GoldenDir() { return attic::testing::SourceDir() + "/tests/data/store/"; }
+
+struct Golden {
+  std::string name;
+  std::string bytes;  // the file
+  json m;             // what the script wrote into it
+};
+
+std::vector<Golden> LoadGoldens() {
+  const json manifest = json::parse(ReadFile(GoldenDir() + "golden_entries.json"));
+  std::vector<Golden> out;
+  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv"}) {
+    EXPECT_TRUE(manifest.contains(name)) << name;
+    out.push_back({name, ReadFile(GoldenDir() + name), manifest.value(name, json::object())});
+  }
+  return out;
+}
+
+uint64_t Hex(const json& s) { return std::stoull(s.get<std::string>(), nullptr, 16); }
+
+std::string Unhex(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<char>(std::stoi(s.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// The bits of every element of a layer's K or V, as the manifest lists them.
+std::vector<uint32_t> Bits(const KvEntry& e, int layer, bool k) {
+  std::vector<uint32_t> bits;
+  if (e.dtype == KvDtype::kF16) {
+    for (uint16_t h : (k ? e.k16 : e.v16)[layer]) bits.push_back(h);
+    return bits;
+  }
+  for (float f : (k ? e.k : e.v)[layer]) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    bits.push_back(u);
+  }
+  return bits;
+}
+
+// The script's inputs as a KvEntry (for Attic's writer).
+KvEntry FromManifest(const json& m) {
+  KvEntry e;
+  e.tenant = m["tenant"];
+  e.session_id = m["session_id"];
+  e.fingerprint = m["fingerprint"];
+  e.dtype = m["dtype"] == "f16" ? KvDtype::kF16 : KvDtype::kF32;
+  e.n_layers = m["n_layers"];
+  e.kv_dim = m["kv_dim"];
+  e.expires_at_ms = m["expires_at_ms"];
+  e.tokens = m["tokens"].get<std::vector<int32_t>>();
+  e.positions = m["positions"].get<std::vector<int32_t>>();
+  for (int l = 0; l < e.n_layers; ++l) {
+    const auto kb = m["k_bits"][l].get<std::vector<uint32_t>>();
+    const auto vb = m["v_bits"][l].get<std::vector<uint32_t>>();
+    if (e.dtype == KvDtype::kF16) {
+      e.k16.emplace_back(kb.begin(), kb.end());
+      e.v16.emplace_back(vb.begin(), vb.end());
+    } else {
+      e.k.emplace_back(kb.size());
+      e.v.emplace_back(vb.size());
+      std::memcpy(e.k.back().data(), kb.data(), kb.size() * 4);
+      std::memcpy(e.v.back().data(), vb.data(), vb.size() * 4);
+    }
+  }
+  for (const json& a : m["attachments"])
+    e.attachments.push_back({a["kind"], std::make_shared<const std::string>(Unhex(a["bytes_hex"]))});
+  return e;
+}
+
+// Everything the manifest says the entry holds, read back by Attic.
+void ExpectAsWritten(const KvEntry& e, const json& m, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(e.tenant, m["tenant"]);
+  EXPECT_EQ(e.session_id, m["session_id"]);
+  EXPECT_EQ(e.fingerprint, m["fingerprint"]);
+  EXPECT_EQ(KvDtypeName(e.dtype), m["dtype"]);
+  EXPECT_EQ(e.n_layers, m["n_layers"]);
+  EXPECT_EQ(e.kv_dim, m["kv_dim"]);
+  EXPECT_EQ(e.expires_at_ms, m["expires_at_ms"]);
+  EXPECT_EQ(e.tokens, m["tokens"].get<std::vector<int32_t>>());
+  EXPECT_EQ(e.positions, m["positions"].get<std::vector<int32_t>>());
+  ASSERT_EQ(e.n_layers, static_cast<int>(m["k_bits"].size()));
+  for (int l = 0; l < e.n_layers; ++l) {
+    EXPECT_EQ(Bits(e, l, true), m["k_bits"][l].get<std::vector<uint32_t>>()) << "K of layer " << l;
+    EXPECT_EQ(Bits(e, l, false), m["v_bits"][l].get<std::vector<uint32_t>>()) << "V of layer " << l;
+  }
+  ASSERT_EQ(e.attachments.size(), m["attachments"].size());
+  for (size_t i = 0; i < e.attachments.size(); ++i) {
+    EXPECT_EQ(e.attachments[i].kind, m["attachments"][i]["kind"]);
+    EXPECT_EQ(*e.attachments[i].bytes, Unhex(m["attachments"][i]["bytes_hex"]));
+  }
+  EXPECT_EQ(e.key().ToString(), m["key"]);
+}
+
+TEST(GoldenEntry, AtticReadsWhatTheIndependentWriterWrote) {
+  for (const Golden& g : LoadGoldens()) {
+    SCOPED_TRACE(g.name);
+    ASSERT_EQ(g.bytes.size(), g.m["total_bytes"].get<size_t>());
+    auto h = ParseEntryHeader(g.bytes);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->data_offset, g.m["data_offset"].get<uint64_t>());
+    EXPECT_EQ(h->total_bytes, g.bytes.size());
+    ASSERT_EQ(h->layer_checksums.size(), g.m["layer_checksums"].size());
+    for (size_t l = 0; l < h->layer_checksums.size(); ++l)
+      EXPECT_EQ(h->layer_checksums[l], Hex(g.m["layer_checksums"][l])) << "layer " << l;
+    ASSERT_EQ(h->attachments.size(), g.m["attachments"].size());
+    for (size_t i = 0; i < h->attachments.size(); ++i)
+      EXPECT_EQ(h->attachments[i].checksum, Hex(g.m["attachments"][i]["checksum"]));
+    auto header_bytes = EntryHeaderBytes(g.bytes.substr(0, g.m["header_bytes"].get<size_t>()));
+    ASSERT_TRUE(header_bytes.ok()) << header_bytes.status().ToString();
+    EXPECT_EQ(*header_bytes, g.m["data_offset"].get<uint64_t>());
+    for (int l = 0; l < h->meta.n_layers; ++l) EXPECT_TRUE(VerifyEntryLayer(g.bytes, *h, l).ok()) << l;
+
+    auto e = DeserializeEntry(g.bytes, g.m["fingerprint"]);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ExpectAsWritten(*e, g.m, "DeserializeEntry");
+    EXPECT_TRUE(ParseEntryKeyName(e->key().ToString()));
+  }
+}
+
+// The first byte where two buffers differ (for a readable failure).
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i]) return "first difference at byte " + std::to_string(i);
+  return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+}
+
+TEST(GoldenEntry, AtticWritesTheSameBytesFromTheSameInputs) {
+  for (const Golden& g : LoadGoldens()) {
+    SCOPED_TRACE(g.name);
+    const KvEntry e = FromManifest(g.m);
+    EXPECT_EQ(e.SerializedBytes(), g.bytes.size());
+    auto out = SerializeEntry(e);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_TRUE(*out == g.bytes) << FirstDifference(*out, g.bytes);
+    EXPECT_EQ(e.key().ToString(), g.m["key"]);
+  }
+}
+
+// Every bit of the header (magic through the header checksum) and every byte of the
+// layers: a damaged entry is DataLoss, never another entry.
+TEST(GoldenEntry, EveryDamagedHeaderOrLayerByteIsDataLoss) {
+  for (const Golden& g : LoadGoldens()) {
+    SCOPED_TRACE(g.name);
+    const std::string fp = g.m["fingerprint"];
+    const size_t header = g.m["header_bytes"];
+    const size_t data = g.m["data_offset"];
+    const size_t layers_end = data + 2 * g.m["n_layers"].get<size_t>() * g.m["tokens"].size() *
+                                         g.m["kv_dim"].get<size_t>() * (g.m["dtype"] == "f16" ? 2 : 4);
+    ASSERT_LE(layers_end, g.bytes.size());
+    std::vector<std::string> not_data_loss;
+    auto check = [&](size_t at, uint8_t mask) {
+      std::string bad = g.bytes;
+      bad[at] = static_cast<char>(bad[at] ^ mask);
+      auto r = DeserializeEntry(bad, fp);
+      if (r.status().code() != StatusCode::kDataLoss)
+        not_data_loss.push_back("byte " + std::to_string(at) + " ^ " + std::to_string(mask) + ": " +
+                                r.status().ToString());
+      if (at < header && ParseEntryHeader(bad).status().code() != StatusCode::kDataLoss)
+        not_data_loss.push_back("header byte " + std::to_string(at) + " ^ " + std::to_string(mask) +
+                                " parsed by ParseEntryHeader");
+    };
+    for (size_t at = 0; at < header; ++at) {
+      for (int bit = 0; bit < 8; ++bit) check(at, static_cast<uint8_t>(1u << bit));
+      check(at, 0xff);
+    }
+    for (size_t at = data; at < layers_end; ++at) check(at, 0x01);
+    EXPECT_TRUE(not_data_loss.empty()) << not_data_loss.size() << " damaged entries not DataLoss, e.g. "
+                                       << not_data_loss.front();
+  }
+}
+
+TEST(GoldenEntry, EveryCutAndAnExtensionIsDataLoss) {
+  for (const Golden& g : LoadGoldens()) {
+    SCOPED_TRACE(g.name);
+    const std::string fp = g.m["fingerprint"];
+    std::vector<size_t> not_data_loss;
+    for (size_t n = 0; n < g.bytes.size(); ++n)
+      if (DeserializeEntry(std::string_view(g.bytes).substr(0, n), fp).status().code() != StatusCode::kDataLoss)
+        not_data_loss.push_back(n);
+    EXPECT_TRUE(not_data_loss.empty()) << not_data_loss.size() << " cuts not DataLoss, e.g. length "
+                                       << not_data_loss.front();
+    EXPECT_EQ(DeserializeEntry(g.bytes + std::string(1, '\0'), fp).status().code(), StatusCode::kDataLoss);
+  }
+}
+
+// A damaged attachment is dropped on its own (docs/store.md): the KV is still served.
+TEST(GoldenEntry, ADamagedAttachmentIsDroppedAndTheKvServed) {
+  for (const Golden& g : LoadGoldens()) {
+    if (g.m["attachments"].empty()) continue;
+    SCOPED_TRACE(g.name);
+    std::string bad = g.bytes;
+    bad.back() = static_cast<char>(bad.back() ^ 0x01);  // the last attachment's last byte
+    auto e = DeserializeEntry(bad, g.m["fingerprint"]);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e->attachments.size(), g.m["attachments"].size() - 1);
+    json without = g.m;
+    without["attachments"].erase(without["attachments"].size() - 1);
+    ExpectAsWritten(*e, without, "attachment dropped");
+  }
+}
+
+// The golden files placed where an SSD tier keeps entries (DIR/<fingerprint field of
+// the key>/<key>.kv) come back on a restart: found by session and read as written.
+TEST(GoldenEntry, AnSsdStoreRestoresTheGoldenFiles) {
+  testing::ScratchDir dir("golden");
+  const std::vector<Golden> goldens = LoadGoldens();
+  StoreOptions o;
+  o.fingerprint = goldens[0].m["fingerprint"];
+  o.ssd_dir = dir.path();
+  o.default_ttl_ms = 0;
+  { ASSERT_TRUE(KvStore::Open(o).ok()); }  // makes the store directory (marker, model directory)
+  const std::string key = goldens[0].m["key"];
+  const std::string model_dir = SsdTier::ModelDir(dir.path(), o.fingerprint);
+  EXPECT_EQ(std::filesystem::path(model_dir).filename().string(), key.substr(17, 16));
+  for (const Golden& g : goldens) {
+    std::ofstream f(model_dir + "/" + g.m["key"].get<std::string>() + ".kv", std::ios::binary);
+    f << g.bytes;
+  }
+  auto s = KvStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->open_report().ssd_entries, goldens.size());
+  EXPECT_EQ((*s)->open_report().removed_corrupt, 0u);
+  const json& m = goldens[0].m;  // f32: the store's dtype
+  std::vector<int32_t> prompt = m["tokens"].get<std::vector<int32_t>>();
+  prompt.push_back(9);
+  auto hit = (*s)->Lookup(m["tenant"], m["session_id"], prompt);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->key, key);
+  EXPECT_EQ(hit->n_tokens, static_cast<int>(m["tokens"].size()));
+  auto e = (*s)->Load(key);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ExpectAsWritten(*e, m, "restored from SSD");
+}
+
+}  // namespace
+}  // namespace attic::store

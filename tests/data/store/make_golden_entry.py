@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Writes the golden KV entries of src/store/entry_test.cc (GoldenEntry tests).
+
+An independent writer of the ATTICKV1 entry format: it follows docs/store.md ("Entry
+format" and "Byte layout") and nothing of Attic's code, so that Attic's reader and
+writer are checked against a second implementation of the spec. Python 3 standard
+library only; XXH3-64 is implemented here from the xxHash specification
+(github.com/Cyan4973/xxHash, doc/xxhash_spec.md) and checked against the published
+sanity vectors (cli/xsum_sanity_check.c) before anything is written.
+
+Outputs, next to this script:
+  golden_f32_v1.kv        an f32 entry without attachments (format version 1)
+  golden_f16_v2.kv        an f16 entry with one attachment (format version 2)
+  golden_entries.json     what each file holds: every field, the K/V element bits, the
+                          attachments, the checksums and the entry's key (its file name)
+
+Run from anywhere: python3 tests/data/store/make_golden_entry.py
+The outputs are committed; running it again must reproduce them byte for byte.
+"""
+
+import json
+import os
+import re
+import struct
+import sys
+
+M64 = (1 << 64) - 1
+
+# ---------------------------------------------------------------------------------
+# XXH3-64 (xxhash_spec.md, "XXH3 Algorithm Description"), seeded, default secret.
+
+PRIME32_1 = 0x9E3779B1
+PRIME32_2 = 0x85EBCA77
+PRIME32_3 = 0xC2B2AE3D
+PRIME64_1 = 0x9E3779B185EBCA87
+PRIME64_2 = 0xC2B2AE3D27D4EB4F
+PRIME64_3 = 0x165667B19E3779F9
+PRIME64_4 = 0x85EBCA77C2B2AE63
+PRIME64_5 = 0x27D4EB2F165667C5
+PRIME_MX1 = 0x165667919E3779F9
+PRIME_MX2 = 0x9FB21C651E98DF25
+
+DEFAULT_SECRET = bytes([
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+])
+
+
+def _u32(b, i):
+    return struct.unpack_from("<I", b, i)[0]
+
+
+def _u64(b, i):
+    return struct.unpack_from("<Q", b, i)[0]
+
+
+def _rotl64(x, r):
+    return ((x << r) | (x >> (64 - r))) & M64
+
+
+def _bswap32(x):
+    return struct.unpack("<I", struct.pack(">I", x))[0]
+
+
+def _bswap64(x):
+    return struct.unpack("<Q", struct.pack(">Q", x))[0]
+
+
+def _avalanche(x):
+    x ^= x >> 37
+    x = (x * PRIME_MX1) & M64
+    return x ^ (x >> 32)
+
+
+def _avalanche_xxh64(x):
+    x ^= x >> 33
+    x = (x * PRIME64_2) & M64
+    x ^= x >> 29
+    x = (x * PRIME64_3) & M64
+    return x ^ (x >> 32)
+
+
+def _mul128_fold64(a, b):
+    m = a * b
+    return (m & M64) ^ (m >> 64)
+
+
+def _mix_step(data, off, secret, soff, seed):
+    lo = _u64(data, off) ^ ((_u64(secret, soff) + seed) & M64)
+    hi = _u64(data, off + 8) ^ ((_u64(secret, soff + 8) - seed) & M64)
+    return _mul128_fold64(lo, hi)
+
+
+def _accumulate(acc, data, off, secret, soff):
+    for i in range(8):
+        lane = _u64(data, off + 8 * i)
+        value = lane ^ _u64(secret, soff + 8 * i)
+        acc[i ^ 1] = (acc[i ^ 1] + lane) & M64
+        acc[i] = (acc[i] + (value & 0xFFFFFFFF) * (value >> 32)) & M64
+
+
+def _scramble(acc, secret):
+    s = len(secret) - 64
+    for i in range(8):
+        a = acc[i]
+        a ^= a >> 47
+        a ^= _u64(secret, s + 8 * i)
+        acc[i] = (a * PRIME32_1) & M64
+
+
+def _derive_secret(seed):
+    out = bytearray()
+    for i in range(12):
+        out += struct.pack("<Q", (_u64(DEFAULT_SECRET, 16 * i) + seed) & M64)
+        out += struct.pack("<Q", (_u64(DEFAULT_SECRET, 16 * i + 8) - seed) & M64)
+    return bytes(out)
+
+
+def xxh3_64(data, seed=0):
+    """XXH3_64bits_withSeed(data, len(data), seed)."""
+    data = bytes(data)
+    n = len(data)
+    seed &= M64
+    s = DEFAULT_SECRET
+    if n == 0:
+        return _avalanche_xxh64(seed ^ _u64(s, 56) ^ _u64(s, 64))
+    if n <= 3:
+        combined = data[n - 1] | (n << 8) | (data[0] << 16) | (data[n >> 1] << 24)
+        value = (((_u32(s, 0) ^ _u32(s, 4)) + seed) & M64) ^ combined
+        return _avalanche_xxh64(value)
+    if n <= 8:
+        first, last = _u32(data, 0), _u32(data, n - 4)
+        modified_seed = seed ^ (_bswap32(seed & 0xFFFFFFFF) << 32)
+        combined = last | (first << 32)
+        value = (((_u64(s, 8) ^ _u64(s, 16)) - modified_seed) & M64) ^ combined
+        value ^= _rotl64(value, 49) ^ _rotl64(value, 24)
+        value = (value * PRIME_MX2) & M64
+        value ^= (value >> 35) + n
+        value = (value * PRIME_MX2) & M64
+        return value ^ (value >> 28)
+    if n <= 16:
+        lo = (((_u64(s, 24) ^ _u64(s, 32)) + seed) & M64) ^ _u64(data, 0)
+        hi = (((_u64(s, 40) ^ _u64(s, 48)) - seed) & M64) ^ _u64(data, n - 8)
+        value = (n + _bswap64(lo) + hi + _mul128_fold64(lo, hi)) & M64
+        return _avalanche(value)
+    if n <= 128:
+        acc = (n * PRIME64_1) & M64
+        rounds = ((n - 1) >> 5) + 1
+        for i in range(rounds - 1, -1, -1):
+            acc = (acc + _mix_step(data, 16 * i, s, 32 * i, seed)) & M64
+            acc = (acc + _mix_step(data, n - 16 * i - 16, s, 32 * i + 16, seed)) & M64
+        return _avalanche(acc)
+    if n <= 240:
+        acc = (n * PRIME64_1) & M64
+        for i in range(8):
+            acc = (acc + _mix_step(data, 16 * i, s, 16 * i, seed)) & M64
+        acc = _avalanche(acc)
+        for i in range(8, n >> 4):
+            acc = (acc + _mix_step(data, 16 * i, s, 16 * (i - 8) + 3, seed)) & M64
+        acc = (acc + _mix_step(data, n - 16, s, 119, seed)) & M64
+        return _avalanche(acc)
+    # Large inputs: blocks of stripes, with the secret derived from the seed.
+    secret = s if seed == 0 else _derive_secret(seed)
+    acc = [PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1]
+    stripes_per_block = (len(secret) - 64) // 8
+    block = 64 * stripes_per_block
+    n_blocks = (n - 1) // block  # the last block (full or not) is left to the last round
+    for b in range(n_blocks):
+        for st in range(stripes_per_block):
+            _accumulate(acc, data, b * block + 64 * st, secret, 8 * st)
+        _scramble(acc, secret)
+    last = n_blocks * block
+    for st in range((n - last - 1) // 64):
+        _accumulate(acc, data, last + 64 * st, secret, 8 * st)
+    _accumulate(acc, data, n - 64, secret, len(secret) - 71)
+    result = (n * PRIME64_1) & M64
+    for i in range(4):
+        result = (result + _mul128_fold64(acc[2 * i] ^ _u64(secret, 11 + 16 * i),
+                                          acc[2 * i + 1] ^ _u64(secret, 11 + 16 * i + 8))) & M64
+    return _avalanche(result)
+
+
+def _self_test():
+    """The published XXH3_64bits_withSeed vectors (xxHash cli/xsum_sanity_check.c) on
+    its sanity buffer: byte i is the top byte of PRIME32 * PRIME64^i (mod 2^64)."""
+    prime32, prime64 = 2654435761, 11400714785074694797
+    buf = bytearray()
+    gen = prime32
+    for _ in range(4096 + 64 + 1):
+        buf.append(gen >> 56)
+        gen = (gen * prime64) & M64
+    vectors = [
+        (0, 0, 0x2D06800538D394C2), (0, prime64, 0xA8A6B918B2F0364A),
+        (1, 0, 0xC44BDFF4074EECDB), (1, prime64, 0x032BE332DD766EF8),
+        (6, 0, 0x27B56A84CD2D7325), (6, prime64, 0x84589C116AB59AB9),
+        (12, 0, 0xA713DAF0DFBB77E7), (12, prime64, 0xE7303E1B2336DE0E),
+        (24, 0, 0xA3FE70BF9D3510EB), (24, prime64, 0x850E80FC35BDD690),
+        (48, 0, 0x397DA259ECBA1F11), (48, prime64, 0xADC2CBAA44ACC616),
+        (80, 0, 0xBCDEFBBB2C47C90A), (80, prime64, 0xC6DD0CB699532E73),
+        (195, 0, 0xCD94217EE362EC3A), (195, prime64, 0xBA68003D370CB3D9),
+        (403, 0, 0xCDEB804D65C6DEA4), (403, prime64, 0x6259F6ECFD6443FD),
+        (512, 0, 0x617E49599013CB6B), (512, prime64, 0x3CE457DE14C27708),
+        (2048, 0, 0xDD59E2C3A5F038E0), (2048, prime64, 0x66F81670669ABABC),
+        (2240, 0, 0x6E73A90539CF2948), (2240, prime64, 0x757BA8487D1B5247),
+        (2367, 0, 0xCB37AEB9E5D361ED), (2367, prime64, 0xD2DB3415B942B42A),
+    ]
+    for n, seed, want in vectors:
+        got = xxh3_64(buf[:n], seed)
+        if got != want:
+            sys.exit("xxh3_64 self-test failed: len %d seed %#x: got %#018x, want %#018x" % (n, seed, got, want))
+
+
+# ---------------------------------------------------------------------------------
+# The entry format (docs/store.md, "Byte layout").
+
+MAGIC = b"ATTICKV1"
+ALIGN = 4096
+DTYPE_F32, DTYPE_F16 = 0, 1
+SEED_HEADER = 0x68       # header checksum
+SEED_ATTACHMENT = 0x6174  # attachment checksum
+SEED_TENANT, SEED_FINGERPRINT, SEED_SESSION = 1, 2, 3  # key fields
+SEED_TOKENS = 0x6B76     # key's token hash
+
+
+def _string(s):
+    b = s.encode("utf-8")
+    return struct.pack("<I", len(b)) + b
+
+
+def _elements(values, dtype):
+    """Little-endian element bytes and their bit patterns (u32 for f32, u16 for f16)."""
+    fmt = "<f" if dtype == DTYPE_F32 else "<e"
+    raw = b"".join(struct.pack(fmt, x) for x in values)
+    width = 4 if dtype == DTYPE_F32 else 2
+    bits = [int.from_bytes(raw[i:i + width], "little") for i in range(0, len(raw), width)]
+    return raw, bits
+
+
+def write_entry(e):
+    """Serialized bytes of entry `e` (a dict) and what the manifest records of it."""
+    dtype, n_layers, kv_dim = e["dtype"], e["n_layers"], e["kv_dim"]
+    n_tokens = len(e["tokens"])
+    assert len(e["positions"]) == n_tokens
+    version = 2 if e["attachments"] else 1
+    layers, k_bits, v_bits, layer_checksums = [], [], [], []
+    for l in range(n_layers):
+        k_raw, kb = _elements(e["k"][l], dtype)
+        v_raw, vb = _elements(e["v"][l], dtype)
+        assert len(kb) == len(vb) == n_tokens * kv_dim
+        layers.append(k_raw + v_raw)
+        k_bits.append(kb)
+        v_bits.append(vb)
+        # A layer's checksum: XXH3-64 of its K bytes (seed 0), then of its V bytes seeded
+        # with the first.
+        layer_checksums.append(xxh3_64(v_raw, xxh3_64(k_raw, 0)))
+    body = MAGIC + struct.pack("<5Iq", version, dtype, n_layers, kv_dim, n_tokens, e["expires_at_ms"])
+    body += _string(e["tenant"]) + _string(e["session_id"]) + _string(e["fingerprint"])
+    attachments = []
+    if version == 2:
+        body += struct.pack("<I", len(e["attachments"]))
+        for kind, blob in e["attachments"]:
+            checksum = xxh3_64(blob, SEED_ATTACHMENT)
+            body += _string(kind) + struct.pack("<QQ", len(blob), checksum)
+            attachments.append({"kind": kind, "bytes_hex": blob.hex(), "checksum": "%016x" % checksum})
+    body += struct.pack("<%di" % n_tokens, *e["tokens"])
+    body += struct.pack("<%di" % n_tokens, *e["positions"])
+    body += struct.pack("<%dQ" % n_layers, *layer_checksums)
+    header_checksum = xxh3_64(body, SEED_HEADER)
+    header = body + struct.pack("<Q", header_checksum)
+    data_offset = (len(header) + ALIGN - 1) // ALIGN * ALIGN
+    out = header + bytes(data_offset - len(header)) + b"".join(layers)
+    out += b"".join(blob for _, blob in e["attachments"])
+
+    def hex16(v):
+        return "%016x" % v
+
+    key = "-".join([
+        hex16(xxh3_64(e["tenant"].encode("utf-8"), SEED_TENANT)),
+        hex16(xxh3_64(e["fingerprint"].encode("utf-8"), SEED_FINGERPRINT)),
+        "f32" if dtype == DTYPE_F32 else "f16",
+        hex16(xxh3_64(struct.pack("<%di" % n_tokens, *e["tokens"]), SEED_TOKENS)),
+        hex16(xxh3_64(e["session_id"].encode("utf-8"), SEED_SESSION)),
+    ])
+    manifest = {
+        "version": version,
+        "dtype": "f32" if dtype == DTYPE_F32 else "f16",
+        "n_layers": n_layers,
+        "kv_dim": kv_dim,
+        "expires_at_ms": e["expires_at_ms"],
+        "tenant": e["tenant"],
+        "session_id": e["session_id"],
+        "fingerprint": e["fingerprint"],
+        "tokens": e["tokens"],
+        "positions": e["positions"],
+        "k_bits": k_bits,
+        "v_bits": v_bits,
+        "attachments": attachments,
+        "layer_checksums": [hex16(c) for c in layer_checksums],
+        "header_bytes": len(header),  # through the header checksum; zeros follow to data_offset
+        "header_checksum": hex16(header_checksum),
+        "data_offset": data_offset,
+        "total_bytes": len(out),
+        "key": key,
+    }
+    return out, manifest
+
+
+def _values(n_layers, n_tokens, kv_dim, a, b, c, mod, scale):
+    """Small dyadic values (exact in f16 and f32), different for every layer, token and
+    element."""
+    return [[((l * a + t * b + j * c) % mod - mod // 2) / scale
+             for t in range(n_tokens) for j in range(kv_dim)] for l in range(n_layers)]
+
+
+def main():
+    _self_test()
+    here = os.path.dirname(os.path.abspath(__file__))
+    entries = {
+        # f32, version 1. A layer's K (and V) is 5 * 16 * 4 = 320 bytes: XXH3's large-input
+        # path; the header body (130 bytes) its 129-240 path. Positions are not 0..n-1 (a
+        # truncated history's are not).
+        "golden_f32_v1.kv": {
+            "dtype": DTYPE_F32, "n_layers": 2, "kv_dim": 16, "expires_at_ms": 4102444800123,
+            "tenant": "alice", "session_id": "chat-7", "fingerprint": "golden-model-fp",
+            "tokens": [1, 17, 4242, 7, 100000], "positions": [0, 1, 2, 9, 10],
+            "k": _values(2, 5, 16, 31, 7, 3, 41, 8.0), "v": _values(2, 5, 16, 17, 11, 5, 37, 16.0),
+            "attachments": [],
+        },
+        # f16, version 2 (one attachment), no session, no expiry. A layer's K is 3 * 4 * 2 =
+        # 24 bytes (XXH3's 17-128 path).
+        "golden_f16_v2.kv": {
+            "dtype": DTYPE_F16, "n_layers": 3, "kv_dim": 4, "expires_at_ms": 0,
+            "tenant": "bob", "session_id": "", "fingerprint": "golden-model-fp",
+            "tokens": [1, 2, 3], "positions": [5, 6, 7],
+            "k": _values(3, 3, 4, 13, 5, 3, 29, 4.0), "v": _values(3, 3, 4, 7, 3, 11, 23, 8.0),
+            "attachments": [("golden-blob", b"attic golden attachment \x00\x01\x02\xff")],
+        },
+    }
+    manifest = {}
+    for name, e in entries.items():
+        data, m = write_entry(e)
+        with open(os.path.join(here, name), "wb") as f:
+            f.write(data)
+        manifest[name] = m
+    text = json.dumps(manifest, indent=1, sort_keys=True)
+    # Lists of numbers on one line each.
+    text = re.sub(r"\[[-0-9,\s]*\]", lambda m: re.sub(r"\s+", " ", m.group(0)).replace("[ ", "[").replace(" ]", "]"), text)
+    with open(os.path.join(here, "golden_entries.json"), "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
