@@ -77,8 +77,9 @@ function disconnectMidStream(port, body, path = '/v1/chat/completions') {
 
 function buildCases() {
   const cases = [];  // { name, run: async (port) => {status, body}, expect: [statuses] }
-  const post = (name, body, expect, { path = '/v1/chat/completions', headers = auth } = {}) =>
-    cases.push({ name, expect, run: (port) => request(port, { path, headers, body }) });
+  // code: the error object's code a 4xx must carry.
+  const post = (name, body, expect, { path = '/v1/chat/completions', headers = auth, code } = {}) =>
+    cases.push({ name, expect, code, run: (port) => request(port, { path, headers, body }) });
   const postJson = (name, obj, expect, opts) => post(name, JSON.stringify(obj), expect, opts);
 
   // 1. Invalid JSON: every truncation of a valid body, plus classic breakages.
@@ -255,25 +256,65 @@ function buildCases() {
     }) });
   }
 
-  // 11. Fuzz: valid bodies with a few bytes replaced, inserted or deleted (seeded). Any
-  // well-formed answer is acceptable, but it must be one.
+  // 11. Fuzz: valid bodies with a few bytes replaced, inserted or deleted (seeded). The
+  // test decides what each body is, independently of the server (strict UTF-8, then
+  // JSON.parse): one that is no longer JSON must be a 400 with code invalid_json; one that
+  // parses to the same request (whitespace, say) a 200. An edit that turns the body into
+  // a different valid request (another temperature, a renamed field) is drawn again: its
+  // status depends on the field, and sections 2-4 and 12 assert those one by one.
   let seed = 20240601;
   const rnd = (n) => {
     seed = (seed * 1103515245 + 12345) % 2147483648;
     return seed % n;
   };
-  const bases = [JSON.stringify(chatBody({ temperature: 0.7, stop: ['.'] })), JSON.stringify(complBody({ seed: 5 }))];
-  for (let i = 0; i < 400; ++i) {
-    const base = Buffer.from(bases[i % 2]);
-    let bytes = [...base];
-    for (let k = 0, edits = 1 + rnd(3); k < edits; ++k) {
-      const at = rnd(bytes.length);
-      const op = rnd(3);
-      if (op === 0) bytes[at] = rnd(256);
-      else if (op === 1) bytes.splice(at, 0, rnd(256));
-      else bytes.splice(at, 1);
+  const bases = [chatBody({ temperature: 0.7, stop: ['.'] }), complBody({ seed: 5 })];
+  const utf8 = new TextDecoder('utf-8', { fatal: true });
+  const parse = (bytes) => {
+    try {
+      return { ok: true, value: JSON.parse(utf8.decode(Buffer.from(bytes))) };
+    } catch {
+      return { ok: false };
     }
-    post(`fuzz #${i}`, Buffer.from(bytes), [200, 400, 404], { path: i % 2 ? '/v1/completions' : '/v1/chat/completions' });
+  };
+  let same = 0;
+  for (let i = 0; i < 400; ++i) {
+    const base = bases[i % 2];
+    for (;;) {
+      const bytes = [...Buffer.from(JSON.stringify(base))];
+      for (let k = 0, edits = 1 + rnd(3); k < edits; ++k) {
+        const at = rnd(bytes.length);
+        const op = rnd(3);
+        if (op === 0) bytes[at] = rnd(256);
+        else if (op === 1) bytes.splice(at, 0, rnd(256));
+        else bytes.splice(at, 1);
+      }
+      const p = parse(bytes);
+      let isSame = false;
+      if (p.ok) {
+        try {
+          assert.deepStrictEqual(p.value, base);
+          isSame = true;
+        } catch {
+          continue;  // a different valid request: draw again
+        }
+      }
+      if (isSame) same += 1;
+      post(`fuzz #${i}${isSame ? ' (same request)' : ''}`, Buffer.from(bytes), isSame ? [200] : [400],
+        { path: i % 2 ? '/v1/completions' : '/v1/chat/completions', code: isSame ? undefined : 'invalid_json' });
+      break;
+    }
+  }
+  assert.ok(same < 40, `${same} of 400 fuzz bodies parse to their base request`);
+  // The same bodies with JSON whitespace (space, tab, LF, CR) inserted after structural
+  // characters ({ [ , : outside strings; the bases' strings hold none): the same request, 200.
+  for (let i = 0; i < 20; ++i) {
+    const base = JSON.stringify(bases[i % 2]);
+    const spots = [...base].flatMap((ch, at) => ('{[,:'.includes(ch) ? [at + 1] : []));
+    const chosen = [0, 1, 2].map(() => spots[rnd(spots.length)]).sort((a, b) => b - a);
+    let body = base;
+    for (const at of chosen) body = body.slice(0, at) + ' \t\n\r'[rnd(4)] + body.slice(at);  // from the end
+    assert.deepStrictEqual(JSON.parse(body), bases[i % 2], body);
+    post(`fuzz whitespace #${i}`, body, [200], { path: i % 2 ? '/v1/completions' : '/v1/chat/completions' });
   }
 
   // 12. Valid edge cases interleaved (200).
@@ -337,7 +378,8 @@ test('over 1,000 malformed or hostile requests are each answered correctly; the 
     }
     if (typeof r.status === 'number' && r.status >= 400 && !(c.raw && r.body === '')) {
       try {
-        parseError(r.body);
+        const e = parseError(r.body);
+        if (c.code !== undefined && e.code !== c.code) failures.push(`${c.name}: code ${e.code}, expected ${c.code}: ${r.body.slice(0, 200)}`);
       } catch (e) {
         failures.push(`${c.name}: ${e.message}`);
       }

@@ -1,6 +1,8 @@
 // `attic serve` with stories260K (ChatML chat template) driven by the official openai
-// client: chat and completions, streaming and not, usage (cached_tokens on a second
-// turn), stop sequences, seeds, tenancy, error objects, and /tokenize + /detokenize.
+// client: chat and completions, streaming and not, greedy text equal to the model's
+// golden_reference.json and to an independent forward pass (lib/reference_llama.mjs),
+// usage (cached_tokens on a second turn), stop sequences, seeds, tenancy, error objects,
+// and /tokenize + /detokenize.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -8,11 +10,18 @@ import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { startServer, stories, binary, request, parseError, metrics } from './lib/server.mjs';
+import { loadReference } from './lib/reference_llama.mjs';
 
 let server;
 const keys = ['k-main', 'k-turns', 'k-iso', 'k-stream'];
 const client = (apiKey = 'k-main') => new OpenAI({ apiKey, baseURL: server.baseURL, maxRetries: 0, timeout: 60000 });
 const model = 'stories260K-hf';
+// Independent references: the model's golden_reference.json (prompt ids with BOS, 64 greedy
+// ids and their text, first-step logits; made without Attic, llama2.c agrees), and a plain
+// float64 forward pass (lib/reference_llama.mjs) for prompts the file does not hold, itself
+// checked against the file below.
+const golden = JSON.parse(fs.readFileSync(path.join(stories, 'golden_reference.json'), 'utf8')).cases;
+const reference = loadReference(stories);
 
 before(async () => {
   // --deterministic: the seeded-sampling test below runs requests concurrently, and only
@@ -33,13 +42,20 @@ test('GET /v1/models and /health', async () => {
   assert.deepEqual(JSON.parse(h.body), { status: 'ok' });
 });
 
-test('non-streaming chat: message, finish_reason, usage', async () => {
-  const r = await client().chat.completions.create({
-    model,
-    messages: [{ role: 'system', content: 'You tell stories.' }, { role: 'user', content: 'Tell me about a dog.' }],
-    max_tokens: 20,
-    temperature: 0,
-  });
+test('the reference forward pass reproduces golden_reference.json', () => {
+  assert.equal(golden.length, 4);
+  for (const c of golden) {
+    const r = reference.greedy(c.prompt_ids, c.greedy_ids.length);
+    assert.deepEqual(r.ids, c.greedy_ids, JSON.stringify(c.prompt));
+    assert.equal(reference.decode(r.ids), c.greedy_text);
+    const worst = Math.max(...c.first_step_logits.map((v, i) => Math.abs(v - r.firstLogits[i])));
+    assert.ok(worst < 1e-3, `first-step logits differ by ${worst}`);
+  }
+});
+
+test('non-streaming chat: message (the reference\'s greedy reply to the ChatML prompt), finish_reason, usage', async () => {
+  const messages = [{ role: 'system', content: 'You tell stories.' }, { role: 'user', content: 'Tell me about a dog.' }];
+  const r = await client().chat.completions.create({ model, messages, max_tokens: 20, temperature: 0 });
   assert.equal(r.object, 'chat.completion');
   assert.match(r.id, /^chatcmpl-/);
   assert.equal(r.model, model);
@@ -52,6 +68,16 @@ test('non-streaming chat: message, finish_reason, usage', async () => {
   assert.ok(r.usage.prompt_tokens > 10);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
   assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');
+  // The prompt is ChatML as documented (no BOS: the template writes none), rendered here
+  // and tokenized as plain text; the reply is the reference's greedy continuation of it.
+  const chatml = '<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nTell me about a dog.<|im_end|>\n'
+    + '<|im_start|>assistant\n';
+  const ids = (await client().post('/tokenize', { body: { model, prompt: chatml, add_special_tokens: false } })).tokens;
+  assert.deepEqual((await client().post('/tokenize', { body: { model, messages } })).tokens, ids);
+  assert.equal(r.usage.prompt_tokens, ids.length);
+  const expected = reference.decode(reference.greedy(ids, 20).ids);
+  assert.ok(!expected.includes('<|im_end|>'));
+  assert.equal(r.choices[0].message.content, expected);
 });
 
 test('content as an array of text parts equals the same text as a string', async () => {
@@ -94,23 +120,38 @@ test('streaming chat: role chunk, deltas, finish chunk, usage chunk; text equals
   assert.ok(plainChunks.every((c) => c.choices.length === 1 && !('usage' in c && c.usage)));
 });
 
-test('completions match `attic generate` (greedy), streaming and not', async () => {
-  const prompt = 'Once upon a time';
-  const ref = execFileSync(binary, ['generate', '-m', stories, '-p', prompt, '-n', '24', '-t', '1'],
-    { stdio: ['ignore', 'pipe', 'ignore'] }).toString().replace(/\n$/, '');
-  const r = await client().completions.create({ model, prompt, max_tokens: 24, temperature: 0 });
-  assert.equal(r.object, 'text_completion');
-  assert.equal(r.choices[0].text, ref);
-  assert.equal(r.usage.completion_tokens, 24);
-  const stream = await client().completions.create({ model, prompt, max_tokens: 24, temperature: 0, stream: true });
-  let text = '';
-  let finish = null;
-  for await (const c of stream) {
-    text += c.choices[0]?.text ?? '';
-    finish = c.choices[0]?.finish_reason ?? finish;
+test('completions reproduce golden_reference.json (greedy; prompt as token ids and as text), streaming and not', async () => {
+  for (const c of golden) {
+    // The golden prompt ids start with BOS: ids are sent as they are, text gets BOS added.
+    assert.equal(c.prompt_ids[0], 1);
+    for (const prompt of [c.prompt_ids, c.prompt]) {
+      const what = JSON.stringify(prompt);
+      const body = { model, prompt, max_tokens: c.greedy_ids.length, temperature: 0 };
+      const r = await client().completions.create(body);
+      assert.equal(r.object, 'text_completion');
+      assert.equal(r.choices[0].text, c.greedy_text, what);
+      assert.equal(r.choices[0].finish_reason, 'length', what);
+      assert.equal(r.usage.prompt_tokens, c.prompt_ids.length, what);
+      assert.equal(r.usage.completion_tokens, c.greedy_ids.length, what);
+      const stream = await client().completions.create({ ...body, stream: true });
+      let text = '';
+      let finish = null;
+      for await (const s of stream) {
+        text += s.choices[0]?.text ?? '';
+        finish = s.choices[0]?.finish_reason ?? finish;
+      }
+      assert.equal(text, c.greedy_text, what);
+      assert.equal(finish, 'length', what);
+    }
   }
-  assert.equal(text, ref);
-  assert.equal(finish, 'length');
+});
+
+test('`attic generate` (greedy) prints golden_reference.json\'s continuation', () => {
+  for (const c of golden.filter((g) => g.prompt !== '').slice(0, 2)) {
+    const out = execFileSync(binary, ['generate', '-m', stories, '-p', c.prompt, '-n', String(c.greedy_ids.length), '-t', '1'],
+      { stdio: ['ignore', 'pipe', 'ignore'] }).toString().replace(/\n$/, '');
+    assert.equal(out, c.greedy_text);
+  }
 });
 
 test('stop sequences cut the text before the stop, streaming and not', async () => {
@@ -217,7 +258,6 @@ test('errors are OpenAI error objects with the right status', async () => {
 
 test('POST /tokenize and /detokenize: golden ids, round trip, chat count = usage.prompt_tokens, errors', async () => {
   // Independent reference: ids from the model's own reference implementation.
-  const golden = JSON.parse(fs.readFileSync(path.join(stories, 'golden_reference.json'), 'utf8')).cases;
   assert.ok(golden.length >= 3);
   const c = client();
   for (const { prompt, prompt_ids } of golden) {

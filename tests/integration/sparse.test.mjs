@@ -1,11 +1,16 @@
 // Sparse decoding (PQCache) through the official openai client: the "sparse" request
 // field on both endpoints, the server default (--sparse), its metrics, and 400s for bad
-// options. The server default here is streaming, so that a request without the field is
-// counted as one and a request asking for {"method": "full"} is not.
+// options; and the answers: a budget of the whole context gives the full-attention text,
+// and retriever-1m answers the pass key planted in its prompt with pq and oracle at 0.2 (not
+// with streaming, which cannot see it). The server default here is streaming, so that a
+// request without the field is counted as one and a request asking for {"method": "full"}
+// is not.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, stories, request, metrics } from './lib/server.mjs';
+import { startServer, stories, sharedDir, request, metrics } from './lib/server.mjs';
 
 let server;
 const client = () => new OpenAI({ apiKey: 'unused', baseURL: server.baseURL, maxRetries: 0, timeout: 60000 });
@@ -68,6 +73,72 @@ test('a completion without the field gets the server default; {"method": "full"}
   const d = sparseDelta(before, await metrics(server.port));
   assert.equal(d['attic_sparse_requests_total{method="streaming"}'], 1, JSON.stringify(d));  // the first only
   assert.equal(d.attic_sparse_decode_steps_total, 7);
+});
+
+test('a budget covering the whole context answers exactly as full attention (pq, oracle, streaming)', async () => {
+  // ratio 1: every slot of the context is attended at every step, so the greedy text must be
+  // the full-attention text, token for token; the counters show the steps were sparse ones.
+  const ask = (sparse) => client().chat.completions.create({
+    model, messages, max_tokens: 24, temperature: 0, ignore_eos: true, sparse,
+  }).then((r) => r.choices[0].message.content);
+  const full = await ask({ method: 'full' });
+  assert.ok(full.length > 0);
+  for (const method of ['pq', 'oracle', 'streaming']) {
+    const before = await metrics(server.port);
+    const sparse = { method, ratio: 1, min_tokens: 64, ...(method === 'pq' ? { iterations: 4 } : {}) };
+    assert.equal(await ask(sparse), full, method);
+    const d = sparseDelta(before, await metrics(server.port));
+    assert.ok(d.attic_sparse_decode_steps_total >= 23, `${method}: ${JSON.stringify(d)}`);
+    assert.equal(d.attic_sparse_full_decode_steps_total, 0, method);
+    assert.equal(d.attic_sparse_attended_slots_total, d.attic_sparse_context_slots_total, method);
+  }
+});
+
+test('retriever-1m finds its pass key with pq and oracle at a 0.2 budget, not with streaming', async () => {
+  // Independent reference: the key planted in the prompt (retriever-1m's README format: a
+  // space before each sentence and after each newline), ~270-310 tokens of tiny-shakespeare
+  // filler on both sides, so the needle lies outside the streaming window (4 initial + a
+  // quarter of the budget local). Full attention must answer every key (the prompt is one
+  // the model can answer), oracle top-k at 0.2 every key (exact scores, the same budget),
+  // pq at 0.2 (fixed k-means iterations: deterministic) at least 3 of 4 (an approximation
+  // of oracle; all 4 when written), and streaming none (the answer needs the far needle).
+  const text = fs.readFileSync(path.join(sharedDir, 'datasets/tiny_shakespeare/input.txt'), 'utf8');
+  const filler = (start) => {
+    let t = text.slice(start, start + 220);
+    t = t.slice(t.indexOf('\n') + 1, t.lastIndexOf('\n'));
+    return ` ${t.replaceAll('\n', '\n ')}`;
+  };
+  const cases = [[91644, 535707], [56993, 60828], [71030, 522301], [95062, 108744]].map(([key, at]) => ({
+    key: String(key),
+    prompt: `${filler(at)}\n The pass key is ${key}. Remember it. ${key} is the pass key.\n${filler(at + 2000)}\n`
+      + ' What is the pass key? The pass key is',
+  }));
+  const retriever = await startServer(['-m', path.join(sharedDir, 'models/retriever-1m')]);
+  try {
+    const c = new OpenAI({ apiKey: 'unused', baseURL: retriever.baseURL, maxRetries: 0, timeout: 60000 });
+    const answer = async (prompt, sparse) => {
+      const r = await c.completions.create({ model: 'retriever-1m', prompt, max_tokens: 8, temperature: 0, sparse });
+      assert.ok(r.usage.prompt_tokens > 250 && r.usage.prompt_tokens < 400, `prompt of ${r.usage.prompt_tokens} tokens`);
+      return r.choices[0].text.split('.')[0].trim();
+    };
+    const budget = { ratio: 0.2, min_tokens: 64 };
+    const got = { full: [], oracle: [], pq: [], streaming: [] };
+    for (const { key, prompt } of cases) {
+      got.full.push((await answer(prompt, { method: 'full' })) === key);
+      got.oracle.push((await answer(prompt, { method: 'oracle', ...budget })) === key);
+      got.pq.push((await answer(prompt, { method: 'pq', iterations: 4, ...budget })) === key);
+      got.streaming.push((await answer(prompt, { method: 'streaming', ...budget })) === key);
+    }
+    const n = (a) => a.filter(Boolean).length;
+    const summary = JSON.stringify(got);
+    assert.equal(n(got.full), cases.length, summary);
+    assert.equal(n(got.oracle), cases.length, summary);
+    assert.ok(n(got.pq) >= cases.length - 1, summary);
+    assert.equal(n(got.streaming), 0, summary);
+  } finally {
+    const r = await retriever.stop();
+    assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${retriever.log()}`);
+  }
 });
 
 test('bad sparse options are a 400 the client surfaces as BadRequestError (param "sparse")', async () => {
