@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -626,9 +627,10 @@ TEST(KvStorePrefetch, BackgroundThreadPromotesQueuedSession) {
   ASSERT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kSsd);
   s->SetLookAhead({{"default", "s0", Range(0, 40)}});
   s->RequestPrefetch();
-  for (int i = 0; i < 200 && s->GetSession("default", "s0")->tier != TierLevel::kDram; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(s->GetSession("default", "s0")->tier, TierLevel::kDram);
+  // Until the background thread has promoted it (a hang is ctest's timeout, not a guess
+  // at how long the thread may take).
+  while (s->GetSession("default", "s0")->tier != TierLevel::kDram)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll, not a deadline
   ExpectWithinCapacity(*s);
 }
 
@@ -834,11 +836,13 @@ TEST(KvStorePrefetch, PrefetchDemotedBeforeItsRequestIsNotUseful) {
   EXPECT_EQ(st.prefetches_useful, 1u);
 }
 
-// A DRAM tier whose Put blocks while the gate is held (a slow write).
+// A tier whose Put blocks while the gate is held (a slow write). Not local memory: the
+// store makes its calls without holding its lock, so Stats() answers while a Put blocks.
 class GatedTier final : public Tier, public Gate {
  public:
   explicit GatedTier(uint64_t capacity) : inner_(capacity) {}
   std::string name() const override { return "dram"; }
+  TierTraits traits() const override { return {.local_memory = false}; }
   Status Put(const std::string& key, std::string_view bytes) override {
     Pass();
     return inner_.Put(key, bytes);
@@ -865,11 +869,14 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
   auto s = std::move(opened).value();
   std::vector<KvEntry> e;
   for (int i = 0; i < 4; ++i) e.push_back(Job(i));
-  // The writer holds the store's lock while it is blocked in the tier, so the gate is
-  // opened by time, not by watching Stats().
-  auto release_later = [gate] {
-    return std::thread([gate] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The gate opens once Stats() shows the wait under test has begun (the writer blocks
+  // in the tier without the store's lock), or once the caller returned without waiting
+  // (then the counts below fail instead of the test hanging): no time involved.
+  std::atomic<bool> returned{false};
+  auto release_when = [&](auto waiting) {
+    returned = false;
+    return std::thread([&, waiting] {
+      while (!waiting(s->Stats()) && !returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll
       gate->Release();
     });
   };
@@ -877,8 +884,9 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
   // The first save blocks in the tier; the buffer holds one entry's KV, so the third
   // SaveAsync (at the latest) waits for room.
   gate->Hold();
-  std::thread t1 = release_later();
+  std::thread t1 = release_when([](const StoreStats& st) { return st.save_waits >= 1; });
   for (int i = 0; i < 3; ++i) s->SaveAsync(e[i]);
+  returned = true;
   t1.join();
   s->Flush();
   StoreStats st = s->Stats();
@@ -888,9 +896,10 @@ TEST(KvStoreAsync, WaitTimesAreCounted) {
 
   // A lookup of the tenant waits for its queued save.
   gate->Hold();
-  std::thread t2 = release_later();
+  std::thread t2 = release_when([](const StoreStats& st) { return st.lookup_waits >= 1; });
   s->SaveAsync(e[3]);
   EXPECT_TRUE(s->Lookup("default", "j3", Queued(3).tokens).has_value());
+  returned = true;
   t2.join();
   st = s->Stats();
   EXPECT_EQ(st.lookup_waits, 1u);

@@ -95,19 +95,16 @@ TEST_P(DatasetTest, RoundTripAndMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DatasetTest,
                          ::testing::Values("stories260K", "smollm2", "smollm2_llama3_style", "smollm2_qwen2_style"));
 
-// A guard against quadratic behaviour, not a benchmark: ~1 MB of text must encode in
-// well under a second (it takes a small fraction of that).
-TEST(EncodeSpeed, OneMegabyte) {
+// ~1 MB of text in one Encode call (both tokenizers). A quadratic encoder still finishes
+// here, only slowly: how fast is a benchmark's question, not a unit test's (no time bound
+// in `make test`; DatasetTest prints the encode rate as information).
+TEST(EncodeLarge, OneMegabyte) {
   const std::string text = testing::ReadOrDie(attic::testing::SharedDir() + "/datasets/tiny_shakespeare/input.txt");
   ASSERT_GT(text.size(), 1000000u);
   for (const Tokenizer* tok : {&testing::Stories(), &testing::Smol()}) {
-    const auto t0 = std::chrono::steady_clock::now();
     auto ids = tok->Encode(text);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(ids.ok());
-    std::printf("[   info   ] %s: %.2f MB in %.3f s (%zu tokens)\n", tok == &testing::Smol() ? "smollm2" : "stories260K",
-                text.size() / 1e6, s, ids->size());
-    EXPECT_LT(s, 5.0);
+    EXPECT_FALSE(ids->empty());
   }
 }
 

@@ -303,9 +303,14 @@ TEST(CliUx, ChatHelpListsItsCommands) {
 TEST(CliUx, TheKvCacheProgressBarAppearsOnce) {
   if (std::system("command -v script > /dev/null") != 0) GTEST_SKIP() << "no script(1)";
   TempDir d;
+  // Interrupted once it says it is listening (script -f writes the typescript as output
+  // comes; "o[n]" keeps the pattern from matching the command line that script writes
+  // there), or once it has exited without: no guess at how long start-up takes.
+  const std::string ts = d.File("typescript");
   const std::string cmd = std::string("script -qefc \"") + attic::testing::AtticBinary() + " serve -m " + Stories() +
-                          " --ctx 262144 --kv-budget-cap 1G --port 0 & p=\\$!; sleep 4; kill -INT \\$p; wait \\$p\" " +
-                          d.File("typescript") + " > /dev/null 2>&1";
+                          " --ctx 262144 --kv-budget-cap 1G --port 0 & p=\\$!; until grep -q 'listening o[n]' '" + ts +
+                          "' || ! kill -0 \\$p 2>/dev/null; do sleep 0.1; done; kill -INT \\$p; wait \\$p\" '" + ts +
+                          "' > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in(d.File("typescript"));
   std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

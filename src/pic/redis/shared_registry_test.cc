@@ -25,13 +25,14 @@ const std::string kScope = "fp-stories260K";
 int64_t NowMs() { return store::SystemClock().NowMs(); }
 
 std::unique_ptr<SharedContextCacheRegistry> OpenShared(const std::string& prefix, const std::string& scope = kScope,
-                                                       RegistryOptions limits = {}) {
+                                                       RegistryOptions limits = {},
+                                                       const store::Clock* clock = nullptr) {
   SharedRegistryOptions o;
   o.url = "redis://" + TestNodes();
   o.prefix = prefix;
   o.scope = scope;
   o.limits = limits;
-  auto r = SharedContextCacheRegistry::Open(o);
+  auto r = SharedContextCacheRegistry::Open(o, clock);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : nullptr;
 }
@@ -145,7 +146,10 @@ TEST(SharedContextCacheRegistry, TenantsAndModelsStayApartOnEveryInstance) {
 TEST(SharedContextCacheRegistry, ListsEveryInstancesCachesInCreationOrderPageByPage) {
   ATTIC_REQUIRE_REDIS();
   const std::string prefix = FreshPrefix();
-  auto a = OpenShared(prefix), b = OpenShared(prefix);
+  // The two instances' clocks agree and tick between creations: distinct creation stamps
+  // across the instances, whatever the machine's speed.
+  store::VirtualClock clock(NowMs());
+  auto a = OpenShared(prefix, kScope, {}, &clock), b = OpenShared(prefix, kScope, {}, &clock);
   ASSERT_TRUE(a && b);
   std::vector<std::string> created;
   for (int i = 0; i < 7; ++i) {
@@ -153,7 +157,7 @@ TEST(SharedContextCacheRegistry, ListsEveryInstancesCachesInCreationOrderPageByP
     auto c = r.Create(NewCache("alice", {{100 + i}}, NowMs() + 600'000));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     created.push_back(c->id);
-    std::this_thread::sleep_for(2ms);  // distinct creation stamps across the two instances
+    clock.Advance(1);
   }
   auto p1 = a->List("alice", "", 3);
   ASSERT_TRUE(p1.ok());

@@ -76,7 +76,10 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Create(ClusterOptions op
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(options)));
 }
 
-ClusterClient::ClusterClient(ClusterOptions options) : options_(std::move(options)), slot_node_(kClusterSlots) {}
+ClusterClient::ClusterClient(ClusterOptions options)
+    : options_(std::move(options)),
+      slot_node_(kClusterSlots),
+      clock_(options_.clock != nullptr ? options_.clock : store::SystemClock::Default()) {}
 
 ClusterStats ClusterClient::stats() const {
   ClusterStats s;
@@ -209,8 +212,9 @@ StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options_.retry_budget;
   {
+    const int64_t now_ms = clock_->NowMs();
     std::lock_guard<std::mutex> lock(mu_);
-    if (start < down_until_) {
+    if (now_ms < down_until_ms_) {
       counters_.failed_calls.fetch_add(1);
       return UnavailableError("redis cluster unreachable (a call failed moments ago; retrying shortly)");
     }
@@ -310,7 +314,7 @@ StatusOr<std::vector<Reply>> ClusterClient::Pipeline(std::string_view key, const
   counters_.failed_calls.fetch_add(1);
   if (!reached && last.code() == StatusCode::kUnavailable) {
     std::lock_guard<std::mutex> lock(mu_);
-    down_until_ = Clock::now() + options_.down_backoff;
+    down_until_ms_ = clock_->NowMs() + options_.down_backoff.count();
     have_map_ = false;  // a cluster that comes back may have moved its slots
   }
   return last;

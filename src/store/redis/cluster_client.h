@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "attic/core/status.h"
+#include "attic/store/clock.h"
 #include "store/redis/connection.h"
 
 namespace attic::store::redis {
@@ -47,6 +48,9 @@ struct ClusterOptions {
   int max_attempts = 6;
   // After a call found no node reachable, calls fail at once for this long.
   std::chrono::milliseconds down_backoff{500};
+  // What down_backoff is measured on (null: the system clock; tests pass a VirtualClock).
+  // Not owned; must outlive the client.
+  const store::Clock* clock = nullptr;
   // Idle connections kept per node.
   int pool_per_node = 4;
 };
@@ -105,11 +109,12 @@ class ClusterClient {
   std::vector<std::string> KnownNodes();
 
   const ClusterOptions options_;
-  std::mutex mu_;  // guards the map, the pool and down_until_
+  std::mutex mu_;  // guards the map, the pool and down_until_ms_
   std::vector<std::string> slot_node_;  // [kClusterSlots] "host:port", "" = unknown
   bool have_map_ = false;
   std::unordered_map<std::string, std::vector<std::unique_ptr<Connection>>> pool_;
-  Clock::time_point down_until_{};
+  const store::Clock* const clock_;  // options_.clock or the system clock
+  int64_t down_until_ms_ = 0;  // on clock_
   struct Counters {
     std::atomic<uint64_t> calls{0}, failed_calls{0}, moved{0}, asked{0}, retries{0}, connects{0}, slot_map_reads{0};
   };

@@ -275,10 +275,12 @@ TEST(KvStoreOnRedis, ADamagedValueIsAMissAndIsDropped) {
   EXPECT_FALSE(b.remote->Contains(key));  // deleted from the cluster
 }
 
-// Polls `done` for up to two seconds (what a store's background thread finishes).
+// Polls `done` until it holds (what a store's background thread finishes). No deadline of
+// its own: how long the thread takes depends on the machine; one that never finishes is
+// a hang, which the test's ctest TIMEOUT fails.
 bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(10ms);
-  return done();
+  while (!done()) std::this_thread::sleep_for(1ms);
+  return true;
 }
 
 // A turn's entry on the cluster (saved by another store) streams in: OpenForTurn returns
@@ -365,12 +367,11 @@ TEST(KvStoreOnRedis, AStreamedLayerFoundDamagedFailsTheSourceFromThatLayerOn) {
 TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {
   Instance a = Open(FreshPrefix(), 8, true, "redis://127.0.0.1:1,127.0.0.1:2");
   ASSERT_NE(a.store, nullptr);
-  const auto start = std::chrono::steady_clock::now();
+  // Every call returns (a hang is the ctest TIMEOUT's to fail), with misses, not errors.
   ASSERT_TRUE(a.store->Save(Job(3)).ok());  // kept in DRAM; the write-through failed
   EXPECT_EQ(a.store->Stats().write_through_errors, 1u);
   ExpectLoads(*a.store, 3);
   EXPECT_FALSE(a.store->Lookup("default", "unknown", Range(0, 33)).has_value());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
 }
 
 }  // namespace

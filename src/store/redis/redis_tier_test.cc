@@ -51,14 +51,13 @@ TEST(RedisTier, ANoClusterIsATransientErrorNotAHang) {
   o.url = "redis://127.0.0.1:1,127.0.0.1:2";
   auto t = std::move(RedisTier::Open(o)).value();
   const std::string key = MakeEntry(Range(0, 8)).key().ToString();
-  const auto start = std::chrono::steady_clock::now();
+  // Every call returns (a hang is the ctest TIMEOUT's to fail), each with the error.
   EXPECT_EQ(t->Put(key, "x").code(), StatusCode::kUnavailable);
   EXPECT_EQ(t->Get(key).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(t->GetRange(key, 0, 1).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(ClassifyReadError(t->GetShared(key).status()), ReadError::kTransient);
   EXPECT_FALSE(t->Contains(key));
   EXPECT_EQ(t->SizeOf(key), -1);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_GE(t->stats().errors, 3u);
 }
 
