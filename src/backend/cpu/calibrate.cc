@@ -48,44 +48,50 @@ uint64_t MatrixBytes(const model::WeightTensor& w) {
   return DTypeBytes(w.dtype, static_cast<size_t>(w.numel()));
 }
 
-// The forward's Linear calls of one layer: outputs sharing x are one call.
-struct Group {
-  std::vector<LinearOutput> outs;
-  int64_t k = 0;
-};
-
 class Sweeper {
  public:
+  // The forward's Linear calls of the first layers up to kSampleBytes, one LinearMulti
+  // per group of outputs that share x (q/k/v, o, gate/up, down), each output with room
+  // for kMaxM rows.
   Sweeper(model::Model& model, ThreadPool& pool) : pool_(pool) {
-    const auto& layers = model.weights().layers;
-    for (const model::LayerWeights& l : layers) {
+    size_t y_rows = 0;
+    int64_t max_k = 1;
+    for (const model::LayerWeights& l : model.weights().layers) {
       if (bytes_ >= kSampleBytes) break;
-      for (std::vector<const model::WeightTensor*> ws :
-           {std::vector<const model::WeightTensor*>{&l.wq, &l.wk, &l.wv}, {&l.wo}, {&l.w_gate, &l.w_up}, {&l.w_down}}) {
-        Group g;
-        g.k = ws[0]->cols();
+      const std::vector<std::vector<const model::WeightTensor*>> sharing_x = {
+          {&l.wq, &l.wk, &l.wv}, {&l.wo}, {&l.w_gate, &l.w_up}, {&l.w_down}};
+      for (const auto& ws : sharing_x) {
+        std::vector<LinearOutput>& g = groups_.emplace_back();
+        size_t rows = 0;
         for (const model::WeightTensor* w : ws) {
-          g.outs.push_back({w, nullptr, nullptr});
+          g.push_back({w, nullptr, nullptr});
+          rows += static_cast<size_t>(kMaxM * w->rows());
           bytes_ += MatrixBytes(*w);
-          max_n_ = std::max(max_n_, w->rows());
+          max_k = std::max(max_k, w->cols());
         }
-        max_k_ = std::max(max_k_, g.k);
-        groups_.push_back(std::move(g));
+        y_rows = std::max(y_rows, rows);
       }
       ++layers_;
     }
+    y_.resize(y_rows);  // every group's outputs side by side (the groups run one by one)
+    for (auto& g : groups_) {
+      size_t off = 0;
+      for (LinearOutput& o : g) {
+        o.y = y_.data() + off;
+        off += static_cast<size_t>(kMaxM * o.w->rows());
+      }
+    }
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    x_.resize(static_cast<size_t>(kMaxM * max_k_));
+    x_.resize(static_cast<size_t>(kMaxM * max_k));
     for (float& v : x_) v = nd(rng);
-    y_.resize(static_cast<size_t>(kMaxM * max_n_) * 3);
   }
 
   int layers() const { return layers_; }
   uint64_t bytes() const { return bytes_; }
 
-  // Microseconds of one sweep with table t at m rows: the GEMV (kGemv) or, with
-  // gemm_table set, the GEMM (t's crossover set to 0 so every call takes it).
+  // Microseconds of one sweep with table t at m rows: the GEMV (kGemv) or, with `gemm`,
+  // the GEMM (t's crossovers set to 0 so every call takes it).
   double Time(const KernelTable& t, bool gemm, int64_t m) {
     KernelTable forced = t;
     if (gemm) {
@@ -93,13 +99,8 @@ class Sweeper {
       forced.gemv_max_m_packed = 0;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    for (Group& g : groups_) {
-      size_t off = 0;
-      for (LinearOutput& o : g.outs) {
-        o.y = y_.data() + off;
-        off += static_cast<size_t>(m * o.w->rows());
-      }
-      cpu::LinearMultiWith(forced, pool_, x_.data(), m, g.outs.data(), static_cast<int>(g.outs.size()),
+    for (const std::vector<LinearOutput>& g : groups_) {
+      cpu::LinearMultiWith(forced, pool_, x_.data(), m, g.data(), static_cast<int>(g.size()),
                            gemm ? LinearPath::kAuto : LinearPath::kGemv);
     }
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -107,10 +108,9 @@ class Sweeper {
 
  private:
   ThreadPool& pool_;
-  std::vector<Group> groups_;
+  std::vector<std::vector<LinearOutput>> groups_;
   int layers_ = 0;
   uint64_t bytes_ = 0;
-  int64_t max_k_ = 1, max_n_ = 1;
   std::vector<float> x_, y_;
 };
 
@@ -232,14 +232,6 @@ std::string CpuModelName() {
 
 }  // namespace
 
-uint64_t LinearMatrixBytes(const model::Model& model) {
-  uint64_t bytes = 0;
-  for (const model::LayerWeights& l : model.weights().layers)
-    for (const model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (w->present()) bytes += MatrixBytes(*w);
-  return bytes;
-}
-
 std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool) {
   const KernelTable& base = BaseTable();
   const CpuFeatures& f = GetCpuFeatures();
@@ -313,23 +305,23 @@ StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& poo
   const Candidate& gemv = gemvs[g];
   cal.gemv = gemv.t->name;
 
-  // 2. The crossover: the largest m at which the GEMV still wins.
-  int64_t last_gemv_win = t1[g] <= t1.back() ? 1 : 0, first_gemm_win = last_gemv_win == 1 ? 0 : 1;
-  if (first_gemm_win == 0) {
+  // 2. The crossover: the largest m at which the GEMV still wins (0: the GEMM wins at
+  // one row already).
+  int64_t last_gemv_win = 0;
+  if (t1[g] <= t1.back()) {
+    last_gemv_win = kMaxM;  // unless the GEMM wins somewhere below
+    int64_t first_gemm_win = 0;
     int gemm_wins = 0;
-    for (int64_t m = 2; m <= kMaxM; m *= 2) {
+    for (int64_t m = 2, prev = 1; m <= kMaxM; prev = m, m *= 2) {
       const std::vector<double> t = measure({gemv, gemm}, m);
       if (t[0] <= t[1]) {
-        if (first_gemm_win == 0) last_gemv_win = m;
         gemm_wins = 0;
-      } else {
-        if (first_gemm_win == 0) first_gemm_win = m;
-        if (++gemm_wins == 2) break;
+        continue;
       }
+      if (first_gemm_win == 0) first_gemm_win = m, last_gemv_win = prev;
+      if (++gemm_wins == 2) break;
     }
-    if (first_gemm_win == 0) {
-      last_gemv_win = kMaxM;  // the GEMV won throughout
-    } else if (first_gemm_win - last_gemv_win > 1) {
+    if (first_gemm_win - last_gemv_win > 1) {
       const int64_t mid = (first_gemm_win + last_gemv_win) / 2;
       const std::vector<double> t = measure({gemv, gemm}, mid);
       if (t[0] <= t[1]) last_gemv_win = mid;
