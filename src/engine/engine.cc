@@ -16,9 +16,9 @@ namespace attic::engine {
 
 namespace {
 
-// Models whose layer matrices stay in a CPU's caches (stories260K: 1 MB) decode at the
-// same speed with any kernel, so they keep the ISA's fixed choices untimed.
-constexpr uint64_t kCalibrateMinMatrixBytes = 32ull << 20;
+// Models whose weights stay in a CPU's caches (stories260K: 1 MB) decode at the same
+// speed with any kernel, so they keep the ISA's fixed choices untimed.
+constexpr uint64_t kCalibrateMinWeightBytes = 32ull << 20;
 
 }  // namespace
 
@@ -98,7 +98,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
   if (options.calibrate_kernels && !options.deterministic &&
-      backend::LinearMatrixBytes(*e->model_) >= kCalibrateMinMatrixBytes) {
+      e->model_->weight_bytes() >= kCalibrateMinWeightBytes) {
     if (Status st = e->CalibrateKernels(); !st.ok()) return st;
     if (options.show_progress) std::fprintf(stderr, "attic: kernels: %s\n", e->calibration_->Summary().c_str());
   }

@@ -101,9 +101,6 @@ Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model
 // digest (a file name part).
 std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool);
 
-// Bytes of the model's layer matrices (what a decode step streams, lm_head aside).
-uint64_t LinearMatrixBytes(const model::Model& model);
-
 // One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
 struct LinearOutput {
   const model::WeightTensor* w = nullptr;
