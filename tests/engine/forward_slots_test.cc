@@ -104,14 +104,7 @@ class ForwardSlotsTest : public ::testing::TestWithParam<Variant> {
     NaiveOptions plain = Options();
     plain.act_round = nullptr;
     const NaiveRun a = Naive(tokens, Options()), b = Naive(tokens, plain);
-    auto row_err = [](const std::vector<double>& x, const std::vector<double>& y) {
-      double max_ref = 1, err = 0;
-      for (size_t i = 0; i < y.size(); ++i) {
-        max_ref = std::max(max_ref, std::abs(y[i]));
-        err = std::max(err, std::abs(x[i] - y[i]));
-      }
-      return err / max_ref;
-    };
+    auto row_err = [](const std::vector<double>& x, const std::vector<double>& y) { return RowError(x.data(), y); };
     double e = 0;
     for (size_t t = 0; t < tokens.size(); ++t) {
       e = std::max(e, row_err(a.logits[t], b.logits[t]));
@@ -169,7 +162,8 @@ class ForwardSlotsTest : public ::testing::TestWithParam<Variant> {
   }
 
   // Logits row `got` against reference row `want`; returns the error scaled by max(1, max |want|).
-  static double RowError(const float* got, const std::vector<double>& want) {
+  template <class T>
+  static double RowError(const T* got, const std::vector<double>& want) {
     double max_ref = 1, err = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       max_ref = std::max(max_ref, std::abs(want[i]));
