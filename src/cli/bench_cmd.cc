@@ -116,11 +116,11 @@ int RunBench(const BenchFlags& f) {
   const bench::ReadRoof roof = bench::MeasureReadRoof(e.threads().n_threads());
   out["read_roof"] = {{"gbs", roof.gbs}, {"threads", roof.threads}, {"bytes", roof.bytes}, {"passes", roof.passes}};
   const double kv_elem = DTypeBytes(e.kv_pool().shape().dtype, 1);
+  const double weight_bytes = static_cast<double>(e.model().weight_bytes());
   for (auto& r : results) {
     if (r["n_gen"].get<int>() == 0) continue;
     const double tps = r["tokens_per_s"].get<double>();
     const double ctx = r["n_prompt"].get<int>() + r["n_gen"].get<int>() / 2.0;
-    const double weight_bytes = static_cast<double>(e.model().weight_bytes());
     const double kv_bytes = 2.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
     r["weight_bytes_per_token"] = weight_bytes;
     r["kv_bytes_per_token"] = kv_bytes;
