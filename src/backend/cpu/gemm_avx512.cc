@@ -38,6 +38,7 @@ namespace {
 constexpr int kMR = 8;         // x rows per micro-kernel
 constexpr int kNV = 3;         // 16-lane output vectors per micro-kernel
 constexpr int kNR = 16 * kNV;  // weight rows per packed panel
+static_assert(kNR == kPackedPanelRows);
 
 // Cache blocking (per task; tuned with bench/kernels_bench.cc on the model shapes). k is
 // cut into equal blocks of at most kKc (so k = 576 is one block: +15-20% over 512 + 64);
@@ -330,6 +331,98 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
                 [&](const RowRange& r) { GemmRange<kBf16>(gs[r.out], r.begin, r.end); });
 }
 
+
+// ---- GEMV over prepacked panels --------------------------------------------------------
+// A decode step's GEMV (m = 1) is bound by how fast each thread streams weights. The
+// row-major GEMV reads 4 rows at a time, 4 streams a row apart, which the prefetchers
+// follow well below a single sequential stream's rate (Zen 5, 2 threads, a 256 MiB read:
+// 35-40 GB/s against 45-54). A prepacked panel is one stream: [pairs][kNR] u32, kNR
+// rows' k-pairs side by side, so the GEMV walks each panel front to back and keeps kNR
+// rows' sums in lanes (no horizontal reduction).
+//   kDot: x as bf16 pairs ([m][ldx] u32, PrepareXBf16's layout), vdpbf16ps (x rounded to
+//         bf16: the row-major dot form's arithmetic, in another order).
+//   else: x as f32 ([m][ldx] floats, zero past k), weights widened exactly, two FMAs per
+//         pair: true f32 math.
+// Two accumulator sets (even / odd pairs) halve the dependency chains; a row's sum is
+// (even pairs) + (odd pairs) for every m, so its bits do not depend on the other rows.
+template <bool kDot, int MB>
+inline void PackedGemvPanel(const uint32_t* panel, int64_t kp, const void* xv, int64_t ldx, float* out) {
+  __m512 acc[2][MB][kNV];
+  ATTIC_UNROLL
+  for (int s = 0; s < 2; ++s)
+    ATTIC_UNROLL
+    for (int i = 0; i < MB; ++i)
+      ATTIC_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[s][i][v] = _mm512_setzero_ps();
+  auto step = [&](int s, int64_t q) __attribute__((always_inline)) {
+    __m512i w[kNV];
+    ATTIC_UNROLL
+    for (int v = 0; v < kNV; ++v) w[v] = _mm512_load_si512(panel + q * kNR + 16 * v);
+    if constexpr (kDot) {
+      const uint32_t* x = static_cast<const uint32_t*>(xv);
+      ATTIC_UNROLL
+      for (int i = 0; i < MB; ++i) {
+        const __m512i xq = _mm512_set1_epi32(static_cast<int>(x[i * ldx + q]));
+        ATTIC_UNROLL
+        for (int v = 0; v < kNV; ++v) acc[s][i][v] = _mm512_dpbf16_ps(acc[s][i][v], (__m512bh)xq, (__m512bh)w[v]);
+      }
+    } else {
+      const float* x = static_cast<const float*>(xv);
+      __m512 even[kNV], odd[kNV];
+      ATTIC_UNROLL
+      for (int v = 0; v < kNV; ++v) {
+        even[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w[v], 16));
+        odd[v] = _mm512_castsi512_ps(_mm512_and_si512(w[v], _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+      }
+      ATTIC_UNROLL
+      for (int i = 0; i < MB; ++i) {
+        const __m512 x0 = _mm512_set1_ps(x[i * ldx + 2 * q]), x1 = _mm512_set1_ps(x[i * ldx + 2 * q + 1]);
+        ATTIC_UNROLL
+        for (int v = 0; v < kNV; ++v)
+          acc[s][i][v] = _mm512_fmadd_ps(odd[v], x1, _mm512_fmadd_ps(even[v], x0, acc[s][i][v]));
+      }
+    }
+  };
+  int64_t q = 0;
+  for (; q + 2 <= kp; q += 2) {
+    step(0, q);
+    step(1, q + 1);
+  }
+  if (q < kp) step(0, q);
+  ATTIC_UNROLL
+  for (int i = 0; i < MB; ++i)
+    ATTIC_UNROLL
+    for (int v = 0; v < kNV; ++v) _mm512_store_ps(out + i * kNR + 16 * v, _mm512_add_ps(acc[0][i][v], acc[1][i][v]));
+}
+
+template <bool kDot>
+void GemvPackedT(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+                 int64_t n1) {
+  ATTIC_CHECK(n0 % kNR == 0);
+  const int64_t n = w.rows(), k = w.cols(), kp = (k + 1) / 2;
+  const int64_t ld = (k + 31) & ~int64_t{31};  // x's row stride in elements (bf16 or f32)
+  const int64_t ldx = kDot ? ld / 2 : ld;       // ... in the kernel's units (u32 pairs or floats)
+  const uint32_t* packed = static_cast<const uint32_t*>(w.packed);
+  alignas(64) float out[4 * kNR];
+  for (int64_t j0 = n0; j0 < n1; j0 += kNR) {
+    const uint32_t* panel = packed + (j0 / kNR) * kp * kNR;
+    const int64_t nv = std::min<int64_t>(kNR, n1 - j0);
+    for (int64_t i = 0; i < m; i += 4) {
+      const int64_t mb = std::min<int64_t>(4, m - i);
+      const void* xi = kDot ? static_cast<const void*>(static_cast<const uint32_t*>(xp) + i * ldx)
+                            : static_cast<const void*>(static_cast<const float*>(xp) + i * ldx);
+      switch (mb) {
+        case 1: PackedGemvPanel<kDot, 1>(panel, kp, xi, ldx, out); break;
+        case 2: PackedGemvPanel<kDot, 2>(panel, kp, xi, ldx, out); break;
+        case 3: PackedGemvPanel<kDot, 3>(panel, kp, xi, ldx, out); break;
+        default: PackedGemvPanel<kDot, 4>(panel, kp, xi, ldx, out); break;
+      }
+      for (int64_t ii = 0; ii < mb; ++ii)
+        for (int64_t r = 0; r < nv; ++r) y[(i + ii) * n + j0 + r] = out[ii * kNR + r] + (bias ? bias[j0 + r] : 0.0f);
+    }
+  }
+}
+
 }  // namespace
 
 bool CanPrepackBf16(const model::WeightTensor& w) {
@@ -347,6 +440,19 @@ void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
   pool.ParallelFor(panels, [&](int64_t p, int) {
     PackPanelBf16(w, p * kNR, std::min<int64_t>(kNR, n - p * kNR), 0, pairs, dst + p * pairs * kNR);
   });
+}
+
+bool IsPrepackedBf16(const model::WeightTensor& w) {
+  return w.dtype == DType::kBF16 && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx512);
+}
+
+void GemvPackedBf16(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+                    int64_t n1, bool dot) {
+  if (dot) {
+    GemvPackedT<true>(xp, m, w, bias, y, n0, n1);
+  } else {
+    GemvPackedT<false>(xp, m, w, bias, y, n0, n1);
+  }
 }
 
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {

@@ -97,6 +97,7 @@ const KernelTable& Avx512Table() {
     // vdpbf16ps GEMV from m = 8 on the large matrices (w_up 576x1536: 39 vs 50 us at m = 8,
     // 52 vs 63 at 12) and from ~24 on the small k/v projections; 12 for the step's mix.
     t.gemv_max_m_packed = avx512::Bf16GemvUsesDot() ? 12 : t.gemv_max_m[static_cast<int>(DType::kBF16)];
+    t.gemv_packed_rows = avx512::kPackedPanelRows;  // its GEMV reads prepacked panels
     t.bf16_rounds_x = GetCpuFeatures().avx512_bf16;
     return t;
   }();

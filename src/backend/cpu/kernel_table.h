@@ -63,6 +63,9 @@ struct KernelTable {
   // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
   int64_t gemv_max_m_packed = 4;
+  // Rows of one prepacked panel when this table's gemv reads prepacked weights (its row
+  // ranges then start at multiples of it); 0: its gemv reads the row-major weights only.
+  int64_t gemv_packed_rows = 0;
   // Whether every bf16 GEMV and GEMM of this table rounds x to bf16 before its products
   // (vdpbf16ps; AVX-512 on CPUs with AVX512-BF16). False: bf16 weights are widened
   // exactly and x is used as it is (true f32 math).
@@ -226,6 +229,15 @@ void SetBf16GemvDotDisabledForTesting(bool disabled);
 bool CanPrepackBf16(const model::WeightTensor& w);
 uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
 void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
+// Rows per prepacked panel: a GEMV over prepacked weights takes row ranges starting at
+// multiples of it.
+constexpr int64_t kPackedPanelRows = 48;
+// Whether w is prepacked in PrepackBf16's layout (the GEMV then reads the panels).
+bool IsPrepackedBf16(const model::WeightTensor& w);
+// GEMV rows [n0, n1) of a prepacked bf16 weight (n0 % kPackedPanelRows == 0). x as
+// GemvPrepare lays it out for such a weight: bf16 with `dot` (vdpbf16ps), f32 without.
+void GemvPackedBf16(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+                    int64_t n1, bool dot);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);

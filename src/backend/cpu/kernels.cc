@@ -68,9 +68,13 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
     for (int i = 0; i < n_outs; ++i) t.gemv(xp, m, *outs[i].w, outs[i].bias, outs[i].y, 0, outs[i].w->rows());
     return;
   }
-  // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks.
+  // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks; whole
+  // panels for a GEMV that reads prepacked weights.
+  const model::WeightTensor& w0 = *outs[0].w;
+  const bool panels = t.gemv_packed_rows > 0 && w0.packed != nullptr && w0.packed_layout == static_cast<int>(t.isa);
+  const int64_t align = panels ? t.gemv_packed_rows : kGemvRowAlign;
   int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, rows / (4 * pool.n_threads()));
-  rows_per_chunk = std::max(kGemvRowAlign, rows_per_chunk / kGemvRowAlign * kGemvRowAlign);
+  rows_per_chunk = std::max(align, rows_per_chunk / align * align);
   const std::vector<RowRange>& chunks = CutRows(n_outs, rows_per_chunk, [&](int i) { return outs[i].w->rows(); });
   const RowRange* c = chunks.data();
   ParallelChunks(pool, static_cast<int64_t>(chunks.size()), [&](int64_t ci) {

@@ -375,14 +375,15 @@ namespace {
 
 const float* PrepareImpl(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
   if (w.dtype == DType::kQ8_0) return x;
-  const int64_t k = w.cols(), shift = RowShift(w);
+  const bool packed = IsPrepackedBf16(w);  // panels: x unshifted, in natural order
+  const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
   if (w.dtype == DType::kBF16 && dot) {
     scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 2);
     PrepareXBf16(x, m, k, shift, scratch->as<uint16_t>());
     return scratch->as<float>();
   }
   scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 4);
-  PrepareX(x, m, k, shift, w.dtype == DType::kBF16, scratch->as<float>());
+  PrepareX(x, m, k, shift, w.dtype == DType::kBF16 && !packed, scratch->as<float>());
   return scratch->as<float>();
 }
 
@@ -391,7 +392,9 @@ void GemvImpl(const float* x, int64_t m, const model::WeightTensor& w, const flo
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
     case DType::kBF16:
-      if (dot) {
+      if (IsPrepackedBf16(w)) {
+        GemvPackedBf16(x, m, w, bias, y, n0, n1, dot);
+      } else if (dot) {
         GemvBf16Dot(reinterpret_cast<const uint16_t*>(x), m, w, bias, y, n0, n1);
       } else {
         GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1);
@@ -412,7 +415,8 @@ const float* GemvPrepareFma(const model::WeightTensor& w, const float* x, int64_
   return PrepareImpl(w, x, m, scratch, false);
 }
 
-int64_t GemvLayout(const model::WeightTensor& w) { return RowShift(w); }
+// -1: a prepacked weight's x (no shift, natural order), shared by no row-major weight.
+int64_t GemvLayout(const model::WeightTensor& w) { return IsPrepackedBf16(w) ? -1 : RowShift(w); }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
 bool Bf16GemvUsesDot() { return UseBf16Dot(); }

@@ -239,6 +239,54 @@ TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
   }
 }
 
+// The GEMV on prepacked bf16 weights reads the panels (one sequential stream) instead of
+// the rows: against the double reference it keeps the GEMV's f32 bound (the dot form
+// against x rounded to bf16, as the row-major dot form), in both forms; each row's bits
+// do not depend on the other rows, on the pool's size or on how rows are cut into ranges.
+void RunPrepackedGemvCases(const KernelTable& t, bool dot) {
+  std::mt19937 rng(dot ? 91 : 92);
+  ThreadPool pool2(2), pool1(1);
+  std::vector<Shape> shapes = FloatShapes();
+  shapes.push_back({1, 1536, 576});   // the 135M shape's w_up
+  shapes.push_back({2, 576, 1536});   // ... and w_down
+  shapes.push_back({9, 4801, 64});    // many panels, a partial last one
+  for (const Shape& s : shapes) {
+    TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
+    AlignedBuffer buf;
+    buf.Resize(t.prepacked_bytes(tw.w));
+    std::memset(buf.data(), 0xff, buf.size());  // NaN panels if misread
+    t.prepack(pool2, tw.w, buf.data());
+    tw.w.packed = buf.data();
+    tw.w.packed_layout = static_cast<int>(t.isa);
+    ASSERT_TRUE(avx512::IsPrepackedBf16(tw.w));
+    std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
+    std::vector<float> xr = x;  // x as the dot form sees it
+    if (dot)
+      for (float& v : xr) v = Bf16ToF32(F32ToBf16(v));
+    const std::string what = std::string(dot ? "packed dot" : "packed fma") + " m=" + std::to_string(s.m) +
+                             " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+    std::vector<float> y2(static_cast<size_t>(s.m * s.n), std::nanf("")), y1 = y2;
+    LinearWithPath(t, LinearPath::kGemv, pool2, x.data(), s.m, tw.w, bias.data(), y2.data());
+    CheckLinear(xr, tw, bias.data(), s.m, y2.data(), 1e-5, what);
+    LinearWithPath(t, LinearPath::kGemv, pool1, x.data(), s.m, tw.w, bias.data(), y1.data());
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0) << what << " pool sizes";
+    for (int64_t i : {int64_t{0}, s.m - 1}) {
+      std::vector<float> row(static_cast<size_t>(s.n), std::nanf(""));
+      LinearWithPath(t, LinearPath::kGemv, pool2, x.data() + i * s.k, 1, tw.w, bias.data(), row.data());
+      EXPECT_EQ(std::memcmp(row.data(), y2.data() + i * s.n, row.size() * sizeof(float)), 0) << what << " row " << i;
+    }
+  }
+}
+
+TEST(LinearTest, Bf16PrepackedGemvMatchesReference) {
+  const KernelTable* t = KernelsFor(Isa::kAvx512);
+  if (t == nullptr || !GetCpuFeatures().avx512_bf16) GTEST_SKIP() << "needs AVX512-BF16 (prepacking)";
+  ASSERT_TRUE(avx512::Bf16GemvUsesDot());
+  RunPrepackedGemvCases(*t, true);
+  ASSERT_NE(Avx512FmaGemvTable(), nullptr);
+  RunPrepackedGemvCases(*Avx512FmaGemvTable(), false);
+}
+
 TEST(LinearTest, Q8_0) { RunLinearCases(DType::kQ8_0, Q8Shapes()); }
 
 // Tensors in weight files start anywhere (safetensors: 48 mod 64 is common); the AVX-512
