@@ -21,6 +21,13 @@ double PeakRssMiB() {
   return 0;
 }
 
+bool ResetPeakRss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return f.good();
+}
+
 std::string CpuName() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;

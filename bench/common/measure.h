@@ -15,6 +15,10 @@ double NowSeconds();
 
 // The process's peak resident set size (VmHWM of /proc/self/status) in MiB; 0 if unknown.
 double PeakRssMiB();
+// Resets the kernel's peak RSS (VmHWM) to the current RSS (/proc/self/clear_refs "5",
+// Linux >= 4.0), so that a later PeakRssMiB() sees only what comes after. False when the
+// kernel refuses it.
+bool ResetPeakRss();
 
 // The CPU's model name (/proc/cpuinfo), "" if unknown.
 std::string CpuName();
