@@ -19,8 +19,12 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
+# ccache, where installed, keeps rebuilds (and the sanitizer builds) short; not required.
+CCACHE := $(shell command -v ccache 2> /dev/null)
+LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) > /dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 run: build
