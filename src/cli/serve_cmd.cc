@@ -183,7 +183,7 @@ int RunServe(ServeFlags f) {
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
   }
-  auto link = engine::ParseLinkOptions(f.link);
+  auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
   f.server.link = *link;
   f.server.link_chunk_bos = f.link_chunk_bos;

@@ -140,9 +140,9 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     // [keep, keep + drop).
     if (request.link != nullptr) {
       const int keep = w->truncation.keep, drop = n_prompt - static_cast<int>(request.prompt.size());
-      auto spec = std::make_shared<LinkSpec>(*request.link);
+      auto spec = std::make_shared<pic::LinkSpec>(*request.link);
       spec->chunks.clear();
-      for (const LinkedChunk& c : request.link->chunks) {
+      for (const pic::LinkedChunk& c : request.link->chunks) {
         if (c.slot < keep) spec->chunks.push_back({c.slot, std::min(c.n, keep - c.slot), c.store_key, c.src_row});
         const int from = std::max(c.slot, keep + drop);
         if (from < c.slot + c.n)

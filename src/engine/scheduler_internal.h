@@ -67,7 +67,7 @@ struct Scheduler::Running {
   std::vector<int32_t> compute_slots;
   size_t compute_next = 0;
   int recomputed = 0;
-  std::unique_ptr<CacheBlendHooks> blend;
+  std::unique_ptr<pic::CacheBlendHooks> blend;
   // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
   // its entry at every step (prefill and decode; it decides what to narrow).
   std::unique_ptr<pq::SparseAttention> sparse;

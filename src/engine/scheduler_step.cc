@@ -14,8 +14,8 @@ double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d)
 
 // What one batch entry hooks into the step's forward (null / 0: nothing).
 struct EntryHooks {
-  LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
-  LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
+  kv::LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
+  kv::LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
   store::Turn* turn = nullptr;    // with a KV store: the turn that keeps the new K and V
   int first_new = 0;              // the entry's first appended slot (rows below recompute in place)
   bool any() const { return link != nullptr || sparse != nullptr || turn != nullptr; }
@@ -30,10 +30,10 @@ struct EntryHooks {
 //      turn -- saving to the store is a hook; it reads the K/V and changes nothing.
 // (CacheBlend acts on a linked prompt's prefill and a selector narrows only one-row
 // decode steps, so today they never narrow the same step; the order is fixed anyway.)
-class StepHooks : public LayerHooks {
+class StepHooks : public kv::LayerHooks {
  public:
   StepHooks(const std::vector<EntryHooks>& entries, int kv_dim) : entries_(entries), kv_dim_(kv_dim) {}
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->OnKv(layer, rows, kv);
     if (e.sparse != nullptr) e.sparse->OnKv(layer, rows, kv);
@@ -55,12 +55,12 @@ class StepHooks : public LayerHooks {
       }
     }
   }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->BeforeAttention(layer, rows, vis);
     if (e.sparse != nullptr) e.sparse->BeforeAttention(layer, rows, vis);
   }
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->AfterLayer(layer, rows, keep);
     if (e.sparse != nullptr) e.sparse->AfterLayer(layer, rows, keep);
@@ -174,7 +174,7 @@ int Scheduler::Step() {
     any_hooks = any_hooks || h.any();
   }
   StepHooks step_hooks(entry_hooks, pool_.shape().kv_dim());
-  LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
+  kv::LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).

@@ -92,15 +92,15 @@ SeqPlan Scheduler::PlanStored(const Running& r, int min_tokens) const {
 }
 
 SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
-  const LinkSpec& spec = *r.req.link;
-  if (spec.options.method == LinkMethod::kFull) return prefix;  // nothing cached is used
+  const pic::LinkSpec& spec = *r.req.link;
+  if (spec.options.method == pic::LinkMethod::kFull) return prefix;  // nothing cached is used
   const std::vector<int32_t>& prompt = *r.prompt;
   const int n = static_cast<int>(prompt.size());
   const int p = prefix.n_cached;
   const kv::KvShape& shape = pool_.shape();
   SeqPlan plan = prefix;
-  std::vector<LinkedChunk> present;
-  for (const LinkedChunk& c : spec.chunks) {
+  std::vector<pic::LinkedChunk> present;
+  for (const pic::LinkedChunk& c : spec.chunks) {
     if (c.slot + c.n <= p) continue;  // in the stored prefix already (a conversation's next turn)
     const int cut = std::max(0, p - c.slot);
     store::StoreHit hit;
@@ -127,8 +127,8 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
   for (int s = p; s < n; ++s) plan.positions[s] = first_pos + (s - p);
   plan.n_cached = n;
   plan.link_from = p;
-  for (const LinkedChunk& c : present) plan.n_linked += c.n;
-  plan.compute_slots = LinkComputeSlots(spec.options, present, p, n);
+  for (const pic::LinkedChunk& c : present) plan.n_linked += c.n;
+  plan.compute_slots = pic::LinkComputeSlots(spec.options, present, p, n);
   return plan;
 }
 
@@ -161,9 +161,9 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
     std::vector<uint8_t> is_chunk(plan.n_cached, 0);
     for (const store::LoadSegment& seg : plan.segments)
       if (seg.dst_slot >= plan.link_from) std::fill(is_chunk.begin() + seg.dst_slot, is_chunk.begin() + seg.dst_slot + seg.n, 1);
-    const LinkOptions& link = r.req.link->options;
-    if (link.method == LinkMethod::kCacheBlend) {
-      r.blend = std::make_unique<CacheBlendHooks>(seq.get(), is_chunk, plan.n_cached - 1, link.ratio, link.check_layer);
+    const pic::LinkOptions& link = r.req.link->options;
+    if (link.method == pic::LinkMethod::kCacheBlend) {
+      r.blend = std::make_unique<pic::CacheBlendHooks>(seq.get(), is_chunk, plan.n_cached - 1, link.ratio, link.check_layer);
     } else {
       for (int32_t s : plan.compute_slots) r.recomputed += is_chunk[s];
     }
@@ -272,8 +272,8 @@ void Scheduler::HintStore() {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, w->store_tokens(), static_cast<int>(w->prompt->size())});
     // The context-cache chunks it links, by key, right after it.
-    if (w->req.link != nullptr && w->req.link->options.method != LinkMethod::kFull)
-      for (const LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
+    if (w->req.link != nullptr && w->req.link->options.method != pic::LinkMethod::kFull)
+      for (const pic::LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
   }
   const bool any = !jobs.empty();
   store_->SetLookAhead(std::move(jobs));

@@ -70,7 +70,7 @@ void Metrics::CountHttp(const std::string& endpoint, int status) {
   ++http_[{endpoint, status}];
 }
 
-void Metrics::CountLink(const pic::LinkPrep& prep, bool linked) {
+void Metrics::CountLink(const LinkPrep& prep, bool linked) {
   std::lock_guard<std::mutex> lock(mu_);
   linked_requests_ += linked ? 1 : 0;
   for (const auto& [tier, n] : prep.hits_by_tier) chunk_hits_[tier] += n;

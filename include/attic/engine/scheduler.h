@@ -43,9 +43,9 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
-#include "attic/engine/link.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
+#include "attic/pic/link.h"
 #include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
 #include "attic/store/kv_store.h"
@@ -203,7 +203,7 @@ struct GenerationRequest {
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
   // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
   // as the spec's method says (link.h); null = none. Needs a KV store.
-  std::shared_ptr<const LinkSpec> link;
+  std::shared_ptr<const pic::LinkSpec> link;
   // Sparse decoding (pq/sparse.h): null = the scheduler's default (SchedulerOptions::
   // sparse); method full asks for full attention whatever the default. A request with a
   // selector (any other method) decodes with its own pq::SparseAttention; it batches with
