@@ -38,6 +38,16 @@ attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
   return shape;
 }
 
+backend::ModelLinears LinearsOf(model::Model& model) {
+  backend::ModelLinears out;
+  model::ModelWeights& w = model.mutable_weights();
+  for (model::LayerWeights& l : w.layers)
+    out.layers.push_back({&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  out.lm_head = &w.lm_head;
+  out.own = [&model](std::shared_ptr<void> memory) { model.Own(std::move(memory)); };
+  return out;
+}
+
 Transformer::Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens, bool row_invariant)
     : model_(model),
       config_(model.config()),

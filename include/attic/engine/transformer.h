@@ -51,6 +51,10 @@ struct BatchEntry {
 // 1/sqrt(head_dim).
 attention::AttentionShape AttentionShapeOf(const model::ModelConfig& config);
 
+// The linear matrices `model`'s forward multiplies by, as the backend's prepacking and
+// kernel calibration walk them; packed copies are owned by the model (Model::Own).
+backend::ModelLinears LinearsOf(model::Model& model);
+
 class Transformer {
  public:
   // max_batch_tokens bounds the tokens of one step (scratch memory is sized for it).
