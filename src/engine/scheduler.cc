@@ -399,7 +399,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->channel = w.channel;
   r->req = std::move(w.req);
   r->reserved_blocks = need;
-  if (r->compute_slots.empty()) r->n_cached = r->kv->n_slots();
+  if (r->link == nullptr) r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);
   running_.push_back(std::move(r));
   n_running_.store(static_cast<int>(running_.size()));
@@ -468,7 +468,7 @@ void Scheduler::Retire(Running& r) {
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
-  const bool unsaved_link = !r.compute_slots.empty() && r.turn != nullptr && !r.turn->valid();
+  const bool unsaved_link = r.link != nullptr && r.turn != nullptr && !r.turn->valid();
   // An offloaded sequence's released blocks are gone: it cannot stay resident.
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));

@@ -123,10 +123,11 @@ int Scheduler::Step() {
     BatchEntry e;
     e.seq = r->kv.get();
     int n = 0;
-    if (r->compute_next < r->compute_slots.size()) {
+    if (r->link != nullptr && r->compute_next < r->link->compute_slots().size()) {
       // Linking: slots computed in place over the linked KV, in slot order.
-      n = std::min(static_cast<int>(r->compute_slots.size() - r->compute_next), budget);
-      const int32_t* slots = r->compute_slots.data() + r->compute_next;
+      const std::vector<int32_t>& compute = r->link->compute_slots();
+      n = std::min(static_cast<int>(compute.size() - r->compute_next), budget);
+      const int32_t* slots = compute.data() + r->compute_next;
       e.slots.assign(slots, slots + n);
       for (int32_t slot : e.slots) {
         e.tokens.push_back((*r->prompt)[slot]);
@@ -142,7 +143,7 @@ int Scheduler::Step() {
       e.want_logits = n == left;
     }
     if (r->req.prefill_only) e.want_logits = false;
-    if (r->blend) r->blend->set_entry(static_cast<int>(batch.size()));
+    if (r->link != nullptr) r->link->set_entry(static_cast<int>(batch.size()));
     batch.push_back(std::move(e));
     owners.push_back(r.get());
     budget -= n;
@@ -169,7 +170,7 @@ int Scheduler::Step() {
     EntryHooks& h = entry_hooks[i];
     if (store_ != nullptr) h.turn = owners[i]->turn.get();
     h.first_new = batch[i].seq->n_slots();
-    if (!owners[i]->decoding) h.link = owners[i]->blend.get();
+    if (!owners[i]->decoding && owners[i]->link != nullptr) h.link = owners[i]->link->hooks();
     h.sparse = owners[i]->sparse.get();
     any_hooks = any_hooks || h.any();
   }

@@ -128,7 +128,7 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
   plan.n_cached = n;
   plan.link_from = p;
   for (const pic::LinkedChunk& c : present) plan.n_linked += c.n;
-  plan.compute_slots = pic::LinkComputeSlots(spec.options, present, p, n);
+  plan.linked = std::move(present);
   return plan;
 }
 
@@ -156,18 +156,9 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   ATTIC_CHECK(st.ok());  // guaranteed by the admission's availability check
   const bool queued = plan.segments.front().source->queued();
   if (plan.n_linked > 0) {
-    // Linked chunks: the slots the forward computes in place, and how many of them held
-    // cached KV (recomputed to link it).
-    std::vector<uint8_t> is_chunk(plan.n_cached, 0);
-    for (const store::LoadSegment& seg : plan.segments)
-      if (seg.dst_slot >= plan.link_from) std::fill(is_chunk.begin() + seg.dst_slot, is_chunk.begin() + seg.dst_slot + seg.n, 1);
-    const pic::LinkOptions& link = r.req.link->options;
-    if (link.method == pic::LinkMethod::kCacheBlend) {
-      r.blend = std::make_unique<pic::CacheBlendHooks>(seq.get(), is_chunk, plan.n_cached - 1, link.ratio, link.check_layer);
-    } else {
-      for (int32_t s : plan.compute_slots) r.recomputed += is_chunk[s];
-    }
-    r.compute_slots = std::move(plan.compute_slots);
+    // Linked chunks: the slots the forward computes in place, their hooks, and how many
+    // of them held cached KV (recomputed to link it).
+    r.link = std::make_unique<pic::LinkRun>(r.req.link->options, plan.linked, plan.link_from, plan.n_cached, seq.get());
     r.n_cached = plan.link_from + plan.n_linked;  // before what is recomputed (Running::usage)
   } else {
     r.n_cached = plan.n_cached;
@@ -198,7 +189,7 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   }
   // Counted as reused by the request's first step, once every layer entered (a layer-wise
   // load's streamed read may still break off there).
-  r.reuse_pending = r.n_cached - r.recomputed;
+  r.reuse_pending = r.n_cached - (r.link != nullptr ? r.link->recomputed() : 0);
 }
 
 void Scheduler::RecomputeFailedLoad(Running& r) {
@@ -209,10 +200,8 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
       static_cast<unsigned long long>(r.id), r.turn->load_failure().ToString().c_str());
   r.turn.reset();  // before the blocks it entered into go
   r.kv = std::make_unique<kv::SequenceKv>(&pool_);
-  r.blend.reset();
-  r.compute_slots.clear();
+  r.link.reset();
   r.compute_next = 0;
-  r.recomputed = 0;
   r.n_cached = 0;
   // The selector saw the broken rows (and may hold the stored index).
   if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());

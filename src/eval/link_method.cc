@@ -90,7 +90,6 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
   ATTIC_RETURN_IF_ERROR(seq->Append(tokens.data(), positions.data(), n_prompt));
   engine::Transformer& tf = engine_.transformer();
   std::vector<pic::LinkedChunk> present;
-  std::vector<uint8_t> is_chunk(static_cast<size_t>(n_prompt), 0);
   linked_ = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ContextChunk& c = chunks[i];
@@ -98,18 +97,14 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
       tf.EnterKv(seq, l, c.begin, c.n, cached[i].k[l].data() + src_row * kvd, cached[i].v[l].data() + src_row * kvd);
     }
     present.push_back({c.begin, c.n, "chunk", src_row});
-    std::fill(is_chunk.begin() + c.begin, is_chunk.begin() + c.begin + c.n, 1);
     linked_ += c.n;
   }
 
-  // 3. The method's slots recomputed in place, in slot order.
-  const std::vector<int32_t> slots = pic::LinkComputeSlots(options_, present, 0, n_prompt);
-  std::unique_ptr<pic::CacheBlendHooks> blend;
-  if (options_.method == pic::LinkMethod::kCacheBlend) {
-    blend = std::make_unique<pic::CacheBlendHooks>(seq, is_chunk, n_prompt - 1, options_.ratio,
-                                                      options_.check_layer);
-    blend->set_entry(0);
-  }
+  // 3. The method's slots recomputed in place, in slot order (pic::LinkRun, as the
+  // scheduler does).
+  pic::LinkRun link(options_, present, 0, n_prompt, seq);
+  link.set_entry(0);
+  const std::vector<int32_t>& slots = link.compute_slots();
   const size_t step = static_cast<size_t>(tf.max_batch_tokens());
   for (size_t i = 0; i < slots.size(); i += step) {
     const size_t end = std::min(slots.size(), i + step);
@@ -119,15 +114,10 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
     for (int32_t s : batch[0].slots) batch[0].tokens.push_back(tokens[s]);
     batch[0].positions = batch[0].slots;  // slot s sits at position s
     batch[0].want_logits = end == slots.size();  // the last slot is always computed
-    ATTIC_RETURN_IF_ERROR(tf.Forward(batch, last, blend.get()));
+    ATTIC_RETURN_IF_ERROR(tf.Forward(batch, last, link.hooks()));
   }
   link_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  recomputed_ = 0;
-  if (blend) {
-    recomputed_ = blend->selected();
-  } else {
-    for (int32_t s : slots) recomputed_ += is_chunk[s];
-  }
+  recomputed_ = link.recomputed();
   return OkStatus();
 }
 

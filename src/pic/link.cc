@@ -157,4 +157,17 @@ void CacheBlendHooks::AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* 
   std::copy(keep_.begin(), keep_.end(), keep);
 }
 
+LinkRun::LinkRun(const LinkOptions& options, const std::vector<LinkedChunk>& present, int from, int n_prompt,
+                 const kv::SequenceKv* seq)
+    : slots_(LinkComputeSlots(options, present, from, n_prompt)) {
+  std::vector<uint8_t> is_chunk(static_cast<size_t>(n_prompt), 0);
+  for (const LinkedChunk& c : present) std::fill(is_chunk.begin() + c.slot, is_chunk.begin() + c.slot + c.n, 1);
+  if (options.method == LinkMethod::kCacheBlend) {
+    blend_ = std::make_unique<CacheBlendHooks>(seq, std::move(is_chunk), n_prompt - 1, options.ratio,
+                                               options.check_layer);
+  } else {
+    for (int32_t s : slots_) recomputed_ += is_chunk[s];
+  }
+}
+
 }  // namespace attic::pic

@@ -102,4 +102,33 @@ class CacheBlendHooks : public kv::LayerHooks {
   std::vector<float> k_old_, v_old_;
 };
 
+// One prompt being linked, from the chunks whose KV entered its sequence to what the link
+// recomputed: the slots the forward computes in place (LinkComputeSlots), CacheBlend's
+// selection as the hooks of those steps (cacheblend; null for the other methods), and the
+// cached tokens recomputed. The scheduler runs one per linked request and `attic eval`
+// one per linked method's prompt; both drive the forward over compute_slots() in slot
+// order with hooks().
+class LinkRun {
+ public:
+  // `present`: the chunks whose KV is entered in `seq` (ascending, within [from,
+  // n_prompt)); slots below `from` are a stored prefix. `seq` must outlive the run.
+  LinkRun(const LinkOptions& options, const std::vector<LinkedChunk>& present, int from, int n_prompt,
+          const kv::SequenceKv* seq);
+
+  const std::vector<int32_t>& compute_slots() const { return slots_; }
+  // The hooks of the steps that compute compute_slots(), or null; `entry` is the
+  // sequence's index in such a step's batch.
+  kv::LayerHooks* hooks() { return blend_.get(); }
+  void set_entry(int entry) {
+    if (blend_) blend_->set_entry(entry);
+  }
+  // Cached tokens recomputed to link them (CacheBlend: selected so far).
+  int recomputed() const { return blend_ ? blend_->selected() : recomputed_; }
+
+ private:
+  std::vector<int32_t> slots_;
+  std::unique_ptr<CacheBlendHooks> blend_;
+  int recomputed_ = 0;
+};
+
 }  // namespace attic::pic
