@@ -188,9 +188,9 @@ class Rig {
     so.max_resident = 0;
     so.min_reuse_tokens = 1 << 30;
     so.store_save = false;
-    so.kv_preload = c_.preload == "sync" ? KvPreload::kSync
-                    : c_.preload == "inline" ? KvPreload::kInline
-                                             : KvPreload::kLayerwise;
+    so.kv_preload = c_.preload == "sync" ? store::Preload::kSync
+                    : c_.preload == "inline" ? store::Preload::kInline
+                                             : store::Preload::kLayerwise;
     return so;
   }
 

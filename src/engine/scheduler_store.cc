@@ -169,9 +169,7 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   // copy of the chunks' rows either. A conversation's linked turn is saved: its next turn
   // reuses it as history.
   if (plan.n_linked > 0 && r.req.session_id.empty()) turn->Invalidate();
-  const store::Preload mode = options_.kv_preload == KvPreload::kSync     ? store::Preload::kSync
-                              : options_.kv_preload == KvPreload::kInline ? store::Preload::kInline
-                                                                          : store::Preload::kLayerwise;
+  const store::Preload mode = options_.kv_preload;
   turn->Load(std::move(plan.segments), seq->block_table(), seq->positions(), std::max(r.max_slots, plan.n_cached),
              mode, engine_.threads());
   ++load_stats_.loads;

@@ -56,14 +56,6 @@ using SchedClock = std::chrono::steady_clock;
 struct Truncation;
 struct SeqPlan;
 
-// How stored KV enters the compute buffer (paper 001 section 3.2).
-enum class KvPreload {
-  kSync,       // the whole entry is entered before the job's first forward step
-  kLayerwise,  // layer l+1 is entered by the loader thread while layer l computes
-  kInline,     // layer l is entered by the compute threads just before layer l computes
-               // (no loader thread: for machines without a core to spare for it)
-};
-
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding)
   int max_waiting = 64;            // bounded FCFS queue; Submit beyond it is ResourceExhausted
@@ -89,7 +81,7 @@ struct SchedulerOptions {
   // still waiting that the loader fetches and verifies ahead of their admission; -1 =
   // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
   // measured load and prefill rates; 0 = no read buffer.
-  KvPreload kv_preload = KvPreload::kLayerwise;
+  store::Preload kv_preload = store::Preload::kLayerwise;  // how stored KV enters (store/kv_loader.h)
   int64_t kv_read_buffer_bytes = -1;
   bool store_save = true;          // save each finished turn's KV (false: read-only store)
   // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
