@@ -66,6 +66,11 @@ struct Scheduler::Running {
   // decoding, their hooks, what was recomputed) and the next of its slots to compute.
   std::unique_ptr<pic::LinkRun> link;
   size_t compute_next = 0;
+  // Whether the turn of a request that links chunks is not saved: outside a conversation
+  // its chunks are stored already, and this arrangement of them is unlikely to come back
+  // (RAG), so the turn holds no copy of the chunks' rows either. A conversation's linked
+  // turn is saved: its next turn reuses it as history.
+  bool unsaved_link() const { return link != nullptr && req.session_id.empty(); }
   // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
   // its entry at every step (prefill and decode; it decides what to narrow).
   std::unique_ptr<pq::SparseAttention> sparse;

@@ -164,11 +164,7 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
     r.n_cached = plan.n_cached;
   }
   auto turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
-  // A linked prompt outside a conversation is not saved: its chunks are stored already,
-  // and this arrangement of them is unlikely to come back (RAG); the turn then holds no
-  // copy of the chunks' rows either. A conversation's linked turn is saved: its next turn
-  // reuses it as history.
-  if (plan.n_linked > 0 && r.req.session_id.empty()) turn->Invalidate();
+  if (r.unsaved_link()) turn->Invalidate();
   const store::Preload mode = options_.kv_preload;
   turn->Load(std::move(plan.segments), seq->block_table(), seq->positions(), std::max(r.max_slots, plan.n_cached),
              mode, engine_.threads());
@@ -197,6 +193,7 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   Log(LogLevel::kWarn, "request %llu: stored KV could not be read (%s); recomputing its prompt",
       static_cast<unsigned long long>(r.id), r.turn->load_failure().ToString().c_str());
   r.turn.reset();  // before the blocks it entered into go
+  const bool unsaved = r.unsaved_link();  // the decision StartFromStore made
   r.kv = std::make_unique<kv::SequenceKv>(&pool_);
   r.link.reset();
   r.compute_next = 0;
@@ -204,7 +201,7 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   // The selector saw the broken rows (and may hold the stored index).
   if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());
   r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
-  if (r.req.link != nullptr && r.req.session_id.empty()) r.turn->Invalidate();  // as StartFromStore
+  if (unsaved) r.turn->Invalidate();
   r.turn->Reserve(r.max_slots);
 }
 
