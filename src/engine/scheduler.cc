@@ -126,12 +126,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
   if (request.link != nullptr)
     ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= vocab_) {
-      return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                                  std::to_string(vocab_) + ")");
-    }
-  }
+  ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), request.prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
   if (truncate) {

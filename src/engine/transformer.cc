@@ -38,6 +38,16 @@ attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
   return shape;
 }
 
+Status CheckTokenIds(const model::ModelConfig& config, std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= config.vocab_size) {
+      return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                                  std::to_string(config.vocab_size) + ")");
+    }
+  }
+  return OkStatus();
+}
+
 backend::ModelLinears LinearsOf(model::Model& model) {
   backend::ModelLinears out;
   model::ModelWeights& w = model.mutable_weights();
@@ -122,12 +132,7 @@ Status Transformer::Begin(std::vector<BatchEntry>& batch) {
     if (!e.positions.empty() && e.positions.size() != e.tokens.size()) {
       return InvalidArgumentError("batch entry positions/tokens size mismatch");
     }
-    for (int32_t t : e.tokens) {
-      if (t < 0 || t >= config_.vocab_size) {
-        return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                                    std::to_string(config_.vocab_size) + ")");
-      }
-    }
+    ATTIC_RETURN_IF_ERROR(CheckTokenIds(config_, e.tokens));
     for (int32_t p : e.positions) {
       if (p < 0) return InvalidArgumentError("negative position " + std::to_string(p));
     }

@@ -51,6 +51,10 @@ struct BatchEntry {
 // 1/sqrt(head_dim).
 attention::AttentionShape AttentionShapeOf(const model::ModelConfig& config);
 
+// InvalidArgument unless every token id is in the model's vocabulary [0, vocab_size):
+// what a forward step and a submitted request are checked with.
+Status CheckTokenIds(const model::ModelConfig& config, std::span<const int32_t> tokens);
+
 // The linear matrices `model`'s forward multiplies by, as the backend's prepacking and
 // kernel calibration walk them; packed copies are owned by the model (Model::Own).
 backend::ModelLinears LinearsOf(model::Model& model);
