@@ -348,23 +348,13 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
                      "combine, iterations, offload)");
   }
   const json* m = Field(*sp, "method");
-  const char* kMethods = "'sparse.method' must be one of: pq, oracle, streaming, h2o, full";
+  const std::string kMethods = "'sparse.method' must be one of: " + pq::SparseMethodNames();
   if (m == nullptr || !m->is_string()) return invalid(kMethods);
   pq::SparseOptions o;
   const std::string& name = m->get_ref<const std::string&>();
-  if (name == "pq") {
-    o.method = pq::SparseMethod::kPq;
-  } else if (name == "oracle") {
-    o.method = pq::SparseMethod::kOracle;
-  } else if (name == "streaming") {
-    o.method = pq::SparseMethod::kStreaming;
-  } else if (name == "h2o") {
-    o.method = pq::SparseMethod::kH2o;
-  } else if (name == "full") {
-    o.method = pq::SparseMethod::kFull;
-  } else {
-    return invalid(std::string(kMethods) + " (got '" + name + "')");
-  }
+  StatusOr<pq::SparseMethod> method = pq::ParseSparseMethod(name);
+  if (!method.ok()) return invalid(kMethods + " (got '" + name + "')");
+  o.method = *method;
   auto applies = [&](const char* key) {
     const std::string k = key;
     if (o.method == pq::SparseMethod::kFull) return false;

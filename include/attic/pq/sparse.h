@@ -42,7 +42,14 @@
 namespace attic::pq {
 
 enum class SparseMethod { kFull, kPq, kOracle, kStreaming, kH2o };
+// Every method, as the API and the metrics list them: the selectors, then full.
+inline constexpr SparseMethod kSparseMethods[] = {SparseMethod::kPq, SparseMethod::kOracle, SparseMethod::kStreaming,
+                                                  SparseMethod::kH2o, SparseMethod::kFull};
 const char* SparseMethodName(SparseMethod m);  // "full", "pq", "oracle", "streaming", "h2o"
+// The method SparseMethodName calls `name`; NotFound for any other name.
+StatusOr<SparseMethod> ParseSparseMethod(std::string_view name);
+// "pq, oracle, streaming, h2o, full": the names, for messages.
+std::string SparseMethodNames();
 
 // How the query heads of one KV head combine their scores of a slot.
 enum class GqaCombine { kSum, kMax };
