@@ -97,6 +97,20 @@ struct Scheduler::Running {
   SchedClock::time_point last_token;
   std::vector<double> gaps;
 
+  // The request's record as it ends now with `code` ("finish_reason" only when it
+  // finished normally); takes the gaps.
+  RequestRecord TakeRecord(StatusCode code, std::string finish_reason = "") {
+    RequestRecord rec;
+    rec.id = id;
+    rec.usage = usage();
+    rec.finish_reason = std::move(finish_reason);
+    rec.code = code;
+    rec.queue_seconds = queue_seconds;
+    rec.ttft_seconds = ttft_seconds;
+    rec.inter_token_seconds = std::move(gaps);
+    return rec;
+  }
+
   TokenUsage usage() const {
     TokenUsage u;
     u.prompt_tokens = static_cast<int>(prompt->size());

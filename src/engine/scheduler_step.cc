@@ -254,14 +254,7 @@ void Scheduler::ReapRunning(SchedClock::time_point now) {
   for (auto& r : running_) {
     if (r->done) continue;
     if (r->channel->cancelled()) {
-      RequestRecord rec;
-      rec.id = r->id;
-      rec.usage = r->usage();
-      rec.code = StatusCode::kCancelled;
-      rec.queue_seconds = r->queue_seconds;
-      rec.ttft_seconds = r->ttft_seconds;
-      rec.inter_token_seconds = std::move(r->gaps);
-      Report(std::move(rec));
+      Report(r->TakeRecord(StatusCode::kCancelled));
       Retire(*r);
     } else if (now >= r->req.deadline) {
       Fail(*r, Status(StatusCode::kDeadlineExceeded, "request timed out after " + std::to_string(r->n_generated) +
@@ -298,14 +291,7 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;
   ev.usage = r.usage();
-  RequestRecord rec;
-  rec.id = r.id;
-  rec.usage = ev.usage;
-  rec.finish_reason = reason;
-  rec.queue_seconds = r.queue_seconds;
-  rec.ttft_seconds = r.ttft_seconds;
-  rec.inter_token_seconds = std::move(r.gaps);
-  Report(std::move(rec));
+  Report(r.TakeRecord(StatusCode::kOk, reason));
   // The turn's save is queued before the requester hears of the finish: a lookup it
   // makes next (the next turn, a linked chunk just prefilled) then finds or waits for it.
   std::shared_ptr<ResultChannel> channel = r.channel;
@@ -319,14 +305,7 @@ void Scheduler::Fail(Running& r, const Status& status) {
   ev.status = status;
   ev.usage = r.usage();
   r.channel->Push(std::move(ev));
-  RequestRecord rec;
-  rec.id = r.id;
-  rec.usage = r.usage();
-  rec.code = status.code();
-  rec.queue_seconds = r.queue_seconds;
-  rec.ttft_seconds = r.ttft_seconds;
-  rec.inter_token_seconds = std::move(r.gaps);
-  Report(std::move(rec));
+  Report(r.TakeRecord(status.code()));
   Retire(r);
 }
 
