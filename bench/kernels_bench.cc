@@ -70,7 +70,7 @@ bool Skip(const char* model, attic::DType dt) {
 using attic::AlignedBuffer;
 using attic::DType;
 using attic::backend::ThreadPool;
-using attic::model::WeightTensor;
+using attic::WeightTensor;
 namespace cpu = attic::backend::cpu;
 
 using attic::bench::Fmt;

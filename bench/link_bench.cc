@@ -88,12 +88,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }
 
 // "FR", "CacheBlend-15", "AttnLink-16", "Naive": the paper's names.
-std::string Label(const LinkOptions& o) {
+std::string Label(const pic::LinkOptions& o) {
   switch (o.method) {
-    case LinkMethod::kFull: return "FR";
-    case LinkMethod::kNaive: return "Naive";
-    case LinkMethod::kAttnLink: return Fmt("AttnLink-%d", o.k);
-    case LinkMethod::kCacheBlend:
+    case pic::LinkMethod::kFull: return "FR";
+    case pic::LinkMethod::kNaive: return "Naive";
+    case pic::LinkMethod::kAttnLink: return Fmt("AttnLink-%d", o.k);
+    case pic::LinkMethod::kCacheBlend:
       return Fmt("CacheBlend-%g", o.ratio * 100) + (o.check_layer == 1 ? "" : Fmt("@%d", o.check_layer));
   }
   return "?";
@@ -105,7 +105,7 @@ struct Common {
   uint64_t seed = 1;
   std::string preload = "layerwise";
   std::string json;
-  std::vector<LinkOptions> methods;
+  std::vector<pic::LinkOptions> methods;
 };
 
 void AddCommonFlags(bench::FlagParser& flags, Common* c) {
@@ -121,7 +121,7 @@ void AddCommonFlags(bench::FlagParser& flags, Common* c) {
   flags.Custom("--methods", [c](const std::string& v) -> Status {
     c->methods.clear();
     for (const std::string& m : bench::SplitList(v)) {
-      ATTIC_ASSIGN_OR_RETURN(LinkOptions o, ParseLinkOptions(m));
+      ATTIC_ASSIGN_OR_RETURN(pic::LinkOptions o, pic::ParseLinkOptions(m));
       c->methods.push_back(o);
     }
     if (c->methods.empty()) return InvalidArgumentError("--methods is empty");
@@ -188,14 +188,14 @@ class Rig {
     so.max_resident = 0;
     so.min_reuse_tokens = 1 << 30;
     so.store_save = false;
-    so.kv_preload = c_.preload == "sync" ? KvPreload::kSync
-                    : c_.preload == "inline" ? KvPreload::kInline
-                                             : KvPreload::kLayerwise;
+    so.kv_preload = c_.preload == "sync" ? store::Preload::kSync
+                    : c_.preload == "inline" ? store::Preload::kInline
+                                             : store::Preload::kLayerwise;
     return so;
   }
 
   // BOS, the chunks `order` names, then `fresh`; `spec` gets the linked chunks.
-  std::vector<int32_t> Prompt(const std::vector<int>& order, const std::vector<int32_t>& fresh, LinkSpec* spec) const {
+  std::vector<int32_t> Prompt(const std::vector<int>& order, const std::vector<int32_t>& fresh, pic::LinkSpec* spec) const {
     std::vector<int32_t> p = {bos_};
     for (int i : order) {
       spec->chunks.push_back({static_cast<int>(p.size()), chunk_, keys_[i], 1});
@@ -321,8 +321,8 @@ double GrowthExponent(const std::vector<double>& x, const std::vector<double>& y
 
 int RunRq3(int argc, char** argv) {
   Common c;
-  c.methods = {*ParseLinkOptions("full"), *ParseLinkOptions("cacheblend-0.15@1"), *ParseLinkOptions("attnlink-16"),
-               *ParseLinkOptions("naive")};
+  c.methods = {*pic::ParseLinkOptions("full"), *pic::ParseLinkOptions("cacheblend-0.15@1"), *pic::ParseLinkOptions("attnlink-16"),
+               *pic::ParseLinkOptions("naive")};
   std::string lengths_flag = "1,2,4,7", plot;
   int repeats = 3, chunk = 1024, fresh = 50;
   double skip_after = 0;
@@ -351,8 +351,8 @@ int RunRq3(int argc, char** argv) {
   const int max_chunks = lengths.back();
   const int context = 1 + max_chunks * chunk + fresh + 8;
   Rig rig(c, context, 1, max_chunks, chunk);
-  auto request = [&](int n_chunks, const LinkOptions& o, uint64_t salt) {
-    auto spec = std::make_shared<LinkSpec>();
+  auto request = [&](int n_chunks, const pic::LinkOptions& o, uint64_t salt) {
+    auto spec = std::make_shared<pic::LinkSpec>();
     std::vector<int> order(n_chunks);
     for (int i = 0; i < n_chunks; ++i) order[i] = i;
     const auto fresh_tokens = bench::RandomTokens(fresh, c.seed * 7919 + salt, 100, rig.engine().model().config().vocab_size);
@@ -428,7 +428,7 @@ int RunRq3(int argc, char** argv) {
   }
   const int fr = [&] {
     for (size_t m = 0; m < c.methods.size(); ++m)
-      if (c.methods[m].method == LinkMethod::kFull) return static_cast<int>(m);
+      if (c.methods[m].method == pic::LinkMethod::kFull) return static_cast<int>(m);
     return -1;
   }();
   std::printf("## TTFT by context length (median of %d, seconds; %d-token chunks + %d new tokens)\n\n", repeats, chunk,
@@ -531,12 +531,12 @@ struct Rq2Args {
 };
 
 // A request of --chunks-per-request chunks of the pool, in random order, + fresh tokens.
-GenerationRequest Rq2Request(const Rig& rig, const Rq2Args& a, const LinkOptions& method, std::mt19937_64& rng) {
+GenerationRequest Rq2Request(const Rig& rig, const Rq2Args& a, const pic::LinkOptions& method, std::mt19937_64& rng) {
   std::vector<int> order(a.pool);
   for (int j = 0; j < a.pool; ++j) order[j] = j;
   std::shuffle(order.begin(), order.end(), rng);
   order.resize(a.per_request);
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   GenerationRequest r;
   r.tenant = kTenant;
   r.prompt = rig.Prompt(order, bench::RandomTokens(a.fresh, rng(), 100, rig.vocab()), spec.get());
@@ -549,7 +549,7 @@ GenerationRequest Rq2Request(const Rig& rig, const Rq2Args& a, const LinkOptions
 
 // One (rate, method) run: Poisson arrivals for args.duration seconds on a fresh scheduler
 // driven by a step-loop thread.
-Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double rate, uint64_t seed) {
+Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const pic::LinkOptions& method, double rate, uint64_t seed) {
   // The same arrivals and prompts for every method at a rate.
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap(rate);
@@ -642,7 +642,7 @@ Rq2Cell RunLoad(Rig& rig, const Rq2Args& a, const LinkOptions& method, double ra
 
 int RunRq2(int argc, char** argv) {
   Common c;
-  c.methods = {*ParseLinkOptions("attnlink-16"), *ParseLinkOptions("cacheblend-0.15@1"), *ParseLinkOptions("full")};
+  c.methods = {*pic::ParseLinkOptions("attnlink-16"), *pic::ParseLinkOptions("cacheblend-0.15@1"), *pic::ParseLinkOptions("full")};
   Rq2Args a;
   bench::FlagParser flags(std::string(kProgram) + " rq2",
                           "--model PATH [--rates 0.075,0.1,0.15,0.2,0.3,0.45,0.7,1,1.5,2.2] [--duration 30]\n"
@@ -686,7 +686,7 @@ int RunRq2(int argc, char** argv) {
     std::mt19937_64 rng(c.seed * 31 + 5);
     double slowest = 0;
     for (size_t m = 0; m < c.methods.size(); ++m) {
-      const bool fr = c.methods[m].method == LinkMethod::kFull;
+      const bool fr = c.methods[m].method == pic::LinkMethod::kFull;
       std::vector<double> t;
       for (int i = 0; i < (fr ? 1 : 3); ++i) {
         GenerationRequest r = Rq2Request(rig, a, c.methods[m], rng);

@@ -134,7 +134,7 @@ std::vector<int32_t> BenchTokens(Engine& engine, const std::string& text, int n,
   return std::move(*t);
 }
 
-void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n, LayerHooks* hooks) {
+void Prefill(Engine& engine, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n, kv::LayerHooks* hooks) {
   Transformer& tf = engine.transformer();
   std::vector<float> logits;
   while (seq->n_slots() < n) {
@@ -175,7 +175,7 @@ void CopySequence(const kv::SequenceKv& src, int n, int kv_dim, int n_layers, kv
 // Routes each batch entry's hook calls to that sequence's hooks (null: none), and keeps a
 // copy of what every entry's decode row attended to at every layer (the KV view and the
 // per-KV-head lists), so the attention kernel can be re-run on it alone.
-class BatchHooks : public LayerHooks {
+class BatchHooks : public kv::LayerHooks {
  public:
   struct Seen {
     attention::KvLayerView kv;
@@ -183,14 +183,14 @@ class BatchHooks : public LayerHooks {
     bool lists = false;
     std::vector<std::vector<int32_t>> head;  // per KV head
   };
-  BatchHooks(std::vector<LayerHooks*> per_entry, int n_layers, int n_kv_heads)
+  BatchHooks(std::vector<kv::LayerHooks*> per_entry, int n_layers, int n_kv_heads)
       : per_entry_(std::move(per_entry)), n_kv_heads_(n_kv_heads),
         seen_(per_entry_.size(), std::vector<Seen>(n_layers)) {}
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
-    if (LayerHooks* h = per_entry_[rows.entry]) h->OnKv(layer, rows, kv);
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
+    if (kv::LayerHooks* h = per_entry_[rows.entry]) h->OnKv(layer, rows, kv);
   }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
-    if (LayerHooks* h = per_entry_[rows.entry]) h->BeforeAttention(layer, rows, vis);
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
+    if (kv::LayerHooks* h = per_entry_[rows.entry]) h->BeforeAttention(layer, rows, vis);
     if (!record_) return;
     Seen& s = seen_[rows.entry][layer];
     s.kv = *vis->kv;
@@ -201,14 +201,14 @@ class BatchHooks : public LayerHooks {
       for (int h = 0; h < n_kv_heads_; ++h) s.head[h].assign(vis->head_indices[h], vis->head_indices[h] + vis->n_head_indices[h]);
     }
   }
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
-    if (LayerHooks* h = per_entry_[rows.entry]) h->AfterLayer(layer, rows, keep);
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
+    if (kv::LayerHooks* h = per_entry_[rows.entry]) h->AfterLayer(layer, rows, keep);
   }
   void set_record(bool r) { record_ = r; }
   const std::vector<std::vector<Seen>>& seen() const { return seen_; }
 
  private:
-  std::vector<LayerHooks*> per_entry_;
+  std::vector<kv::LayerHooks*> per_entry_;
   int n_kv_heads_;
   std::vector<std::vector<Seen>> seen_;  // [entry][layer]
   bool record_ = false;
@@ -345,7 +345,7 @@ int RunTpot(int argc, char** argv) {
       double full_tpot = 0, full_attn = 0, full_tt2t = 0;
       for (const auto& m : methods) {
         std::vector<std::unique_ptr<pq::SparseAttention>> sparse;
-        std::vector<LayerHooks*> per_entry(B, nullptr);
+        std::vector<kv::LayerHooks*> per_entry(B, nullptr);
         if (m.method != pq::SparseMethod::kFull) {
           for (int i = 0; i < B; ++i) {
             sparse.push_back(pq::MakeSparseAttention(m, AttentionShapeOf(cfg), cfg.n_layers, engine->threads()));
@@ -355,7 +355,7 @@ int RunTpot(int argc, char** argv) {
           }
         }
         BatchHooks hooks(per_entry, cfg.n_layers, cfg.n_kv_heads);
-        LayerHooks* hp = m.method == pq::SparseMethod::kFull ? nullptr : &hooks;
+        kv::LayerHooks* hp = m.method == pq::SparseMethod::kFull ? nullptr : &hooks;
         TpotCell cell;
         cell.length = L, cell.batch = B, cell.method = m.method == pq::SparseMethod::kFull ? "full" : m.ToString();
         std::vector<float> logits;
@@ -414,7 +414,7 @@ int RunTpot(int argc, char** argv) {
         }
         if (m.method == pq::SparseMethod::kFull) {
           // The forward ran without hooks: record the full visibility with an empty router.
-          BatchHooks rec(std::vector<LayerHooks*>(B, nullptr), cfg.n_layers, cfg.n_kv_heads);
+          BatchHooks rec(std::vector<kv::LayerHooks*>(B, nullptr), cfg.n_layers, cfg.n_kv_heads);
           rec.set_record(true);
           std::vector<BatchEntry> b(B);
           for (int e = 0; e < B; ++e) {
@@ -509,21 +509,21 @@ int RunTpot(int argc, char** argv) {
 // tt2t
 
 // Hands every hook call to each of several hooks (the same prefill, seen by every variant).
-class TeeHooks : public LayerHooks {
+class TeeHooks : public kv::LayerHooks {
  public:
-  explicit TeeHooks(std::vector<LayerHooks*> hooks) : hooks_(std::move(hooks)) {}
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
-    for (LayerHooks* h : hooks_) h->OnKv(layer, rows, kv);
+  explicit TeeHooks(std::vector<kv::LayerHooks*> hooks) : hooks_(std::move(hooks)) {}
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
+    for (kv::LayerHooks* h : hooks_) h->OnKv(layer, rows, kv);
   }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
-    for (LayerHooks* h : hooks_) h->BeforeAttention(layer, rows, vis);
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
+    for (kv::LayerHooks* h : hooks_) h->BeforeAttention(layer, rows, vis);
   }
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
-    for (LayerHooks* h : hooks_) h->AfterLayer(layer, rows, keep);
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
+    for (kv::LayerHooks* h : hooks_) h->AfterLayer(layer, rows, keep);
   }
 
  private:
-  std::vector<LayerHooks*> hooks_;
+  std::vector<kv::LayerHooks*> hooks_;
 };
 
 int RunTt2t(int argc, char** argv) {
@@ -578,7 +578,7 @@ int RunTt2t(int argc, char** argv) {
   for (int L : lengths) {
     const std::vector<int32_t> tokens = bench::RandomTokens(L + 1, c.seed + L, 100, cfg.vocab_size);
     std::vector<std::unique_ptr<pq::SparseAttention>> sparse;
-    std::vector<LayerHooks*> all;
+    std::vector<kv::LayerHooks*> all;
     for (const auto& v : variants) {
       sparse.push_back(pq::MakeSparseAttention(v, AttentionShapeOf(cfg), cfg.n_layers, engine->threads()));
       all.push_back(sparse.back().get());
@@ -592,7 +592,7 @@ int RunTt2t(int argc, char** argv) {
     std::vector<float> logits;
     // The decode step that yields the second token, on a copy per variant (the copy is
     // not timed). Full first.
-    auto second = [&](LayerHooks* hooks) {
+    auto second = [&](kv::LayerHooks* hooks) {
       kv::SequenceKv copy(&engine->kv_pool());
       CopySequence(base, L, cfg.kv_dim(), cfg.n_layers, &copy);
       std::vector<BatchEntry> b(1);

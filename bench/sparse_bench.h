@@ -37,7 +37,7 @@ std::vector<int32_t> BenchTokens(attic::engine::Engine& engine, const std::strin
 
 // Prefills `seq` with tokens[seq->n_slots(), n) in chunks, hooks attached (may be null).
 void Prefill(attic::engine::Engine& engine, attic::kv::SequenceKv* seq, const std::vector<int32_t>& tokens, int n,
-             attic::engine::LayerHooks* hooks);
+             attic::kv::LayerHooks* hooks);
 
 // sparse_bench offload (sparse_offload.cc).
 int RunOffload(int argc, char** argv);

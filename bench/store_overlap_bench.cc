@@ -144,7 +144,7 @@ struct Config {
   std::string name;
   bool store = true;
   bool resident = false;            // keep finished sequences in the compute buffer
-  KvPreload preload = KvPreload::kLayerwise;
+  store::Preload preload = store::Preload::kLayerwise;
   int64_t read_buffer = 0;          // SchedulerOptions::kv_read_buffer_bytes
   bool ssd = false;                 // demote every entry to SSD before the timed jobs
   store::PolicyKind policy = store::PolicyKind::kSchedulerAware;
@@ -370,35 +370,35 @@ int main(int argc, char** argv) {
   Bench b(e, a);
 
   std::vector<Config> single = {
-      {"resident", false, true, KvPreload::kLayerwise, 0},
-      {"sync", true, false, KvPreload::kSync, 0},
-      {"layerwise", true, false, KvPreload::kLayerwise, 0},
-      {"inline", true, false, KvPreload::kInline, 0},
-      {"recompute", false, false, KvPreload::kSync, 0},
+      {"resident", false, true, store::Preload::kLayerwise, 0},
+      {"sync", true, false, store::Preload::kSync, 0},
+      {"layerwise", true, false, store::Preload::kLayerwise, 0},
+      {"inline", true, false, store::Preload::kInline, 0},
+      {"recompute", false, false, store::Preload::kSync, 0},
   };
   if (!a.remote.empty()) {
-    single.push_back({"remote", true, false, KvPreload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true});
+    single.push_back({"remote", true, false, store::Preload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true});
     single.push_back(
-        {"remote-whole", true, false, KvPreload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true, false});
+        {"remote-whole", true, false, store::Preload::kLayerwise, 0, false, store::PolicyKind::kLru, true, false, true, false});
   }
   // Loading only (Fig. 19): the store configurations are read-only here (their entries
   // primed by a saving scheduler), so SSD rows measure reads and prefetch, not the
   // demotions the jobs' own saves would cause; saving is measured below (Fig. 20).
   using store::PolicyKind;
   const std::vector<Config> queued = {
-      {"resident", false, true, KvPreload::kLayerwise, 0},
-      {"sync", true, false, KvPreload::kSync, 0, false, PolicyKind::kSchedulerAware, true, false},
-      {"layerwise", true, false, KvPreload::kLayerwise, 0, false, PolicyKind::kSchedulerAware, true, false},
-      {"inline", true, false, KvPreload::kInline, 0, false, PolicyKind::kSchedulerAware, true, false},
-      {"layerwise+rbuf", true, false, KvPreload::kLayerwise, -1, false, PolicyKind::kSchedulerAware, true, false},
-      {"ssd", true, false, KvPreload::kLayerwise, -1, true, PolicyKind::kLru, true, false},
-      {"ssd+prefetch", true, false, KvPreload::kLayerwise, -1, true, PolicyKind::kSchedulerAware, true, false},
-      {"recompute", false, false, KvPreload::kSync, 0},
+      {"resident", false, true, store::Preload::kLayerwise, 0},
+      {"sync", true, false, store::Preload::kSync, 0, false, PolicyKind::kSchedulerAware, true, false},
+      {"layerwise", true, false, store::Preload::kLayerwise, 0, false, PolicyKind::kSchedulerAware, true, false},
+      {"inline", true, false, store::Preload::kInline, 0, false, PolicyKind::kSchedulerAware, true, false},
+      {"layerwise+rbuf", true, false, store::Preload::kLayerwise, -1, false, PolicyKind::kSchedulerAware, true, false},
+      {"ssd", true, false, store::Preload::kLayerwise, -1, true, PolicyKind::kLru, true, false},
+      {"ssd+prefetch", true, false, store::Preload::kLayerwise, -1, true, PolicyKind::kSchedulerAware, true, false},
+      {"recompute", false, false, store::Preload::kSync, 0},
   };
   const std::vector<Config> saving = {
-      {"async save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true},
-      {"sync save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, false},
-      {"no save", true, false, KvPreload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true, false},
+      {"async save", true, false, store::Preload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true},
+      {"sync save", true, false, store::Preload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, false},
+      {"no save", true, false, store::Preload::kLayerwise, -1, false, store::PolicyKind::kSchedulerAware, true, false},
   };
 
   // One table per section: single jobs report TTFT, queued jobs and saving turns the

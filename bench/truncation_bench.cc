@@ -227,7 +227,7 @@ void VerifyKeptRows(Engine& e, const std::vector<int32_t>& kept_tokens, const st
   Transformer& tf = e.transformer();
   const int kvd = tf.config().kv_dim();
   std::vector<float> fresh_k, fresh_v;
-  KvObserver layer0 = [&](int layer, int, const float* k, const float* v, int nt) {
+  kv::KvObserver layer0 = [&](int layer, int, const float* k, const float* v, int nt) {
     if (layer != 0) return;
     fresh_k.insert(fresh_k.end(), k, k + static_cast<size_t>(nt) * kvd);
     fresh_v.insert(fresh_v.end(), v, v + static_cast<size_t>(nt) * kvd);
@@ -239,7 +239,7 @@ void VerifyKeptRows(Engine& e, const std::vector<int32_t>& kept_tokens, const st
     b[0].seq = &scratch;
     b[0].tokens.assign(kept_tokens.begin() + p, kept_tokens.begin() + std::min(nk, p + tf.max_batch_tokens()));
     b[0].want_logits = false;
-    KvObserverHooks hooks(layer0);
+    kv::KvObserverHooks hooks(layer0);
     Check(tf.Forward(b, nullptr, &hooks), "verify");
   }
   float worst = 0, scale = 0;
@@ -270,7 +270,7 @@ RunResult RunMode(Engine& e, const std::vector<int32_t>& tokens, Mode mode, cons
   auto seq = std::make_unique<kv::SequenceKv>(&e.kv_pool());
   // Host copy of every slot's pre-RoPE K and V per layer (what AttentionStore holds).
   std::vector<std::vector<float>> host_k(n_layers), host_v(n_layers);
-  KvObserver observer = nullptr;
+  kv::KvObserver observer = nullptr;
   if (keep_host) {
     observer = [&](int layer, int, const float* k, const float* v, int nt) {
       host_k[layer].insert(host_k[layer].end(), k, k + static_cast<size_t>(nt) * kvd);
@@ -338,7 +338,7 @@ RunResult RunMode(Engine& e, const std::vector<int32_t>& tokens, Mode mode, cons
       b[0].seq = seq.get();
       b[0].tokens = {tokens[j]};
       b[0].positions = {seq->n_slots()};  // new tokens follow the cache (NKVT: its count)
-      KvObserverHooks hooks(observer);
+      kv::KvObserverHooks hooks(observer);
       Check(tf.Forward(b, &logits, observer ? &hooks : nullptr), "forward");
       if (truncated && j + 1 < n) {
         if (r.first_scored < 0) r.first_scored = j + 1;

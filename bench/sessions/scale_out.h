@@ -15,7 +15,7 @@
 
 namespace attic::bench::sessions {
 
-// One row of the matrix, as sessions_cmd runs it.
+// One row of the matrix, as `attic bench sessions` (src/cli/bench_sessions_cmd.cc) runs it.
 struct ScaleOutRow {
   std::string label;           // "1 instance", "2 x affinity", "2 x random + shared", ...
   int instances = 1;

@@ -144,11 +144,11 @@ int RunServe(ServeFlags f) {
   // threads enter faster themselves.
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   const bool spare_core = f.model.threads > 0 && static_cast<unsigned>(f.model.threads) < cpus;
-  f.server.scheduler.kv_preload = f.kv_preload == "sync"        ? engine::KvPreload::kSync
-                                  : f.kv_preload == "inline"    ? engine::KvPreload::kInline
-                                  : f.kv_preload == "layerwise" ? engine::KvPreload::kLayerwise
-                                  : spare_core                  ? engine::KvPreload::kLayerwise
-                                                                : engine::KvPreload::kInline;
+  f.server.scheduler.kv_preload = f.kv_preload == "sync"        ? store::Preload::kSync
+                                  : f.kv_preload == "inline"    ? store::Preload::kInline
+                                  : f.kv_preload == "layerwise" ? store::Preload::kLayerwise
+                                  : spare_core                  ? store::Preload::kLayerwise
+                                                                : store::Preload::kInline;
   if (!f.kv_remote.empty()) {
     if (f.kv_remote_write != "through" && f.kv_remote_write != "back")
       return UsageError("--kv-remote-write must be 'through' (write each save to the cluster) or 'back' (only what "
@@ -183,7 +183,7 @@ int RunServe(ServeFlags f) {
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
   }
-  auto link = engine::ParseLinkOptions(f.link);
+  auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
   f.server.link = *link;
   f.server.link_chunk_bos = f.link_chunk_bos;

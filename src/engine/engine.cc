@@ -26,11 +26,11 @@ Status Engine::CalibrateKernels() {
   std::string path;
   if (!options_.kernel_cache_dir.empty()) {
     path = JoinPath(options_.kernel_cache_dir,
-                    "kernels-" + backend::LinearCalibrationKey(*model_, *threads_) + ".txt");
+                    "kernels-" + backend::LinearCalibrationKey(LinearsOf(*model_), *threads_) + ".txt");
     if (!options_.recalibrate_kernels) {
       if (auto text = ReadFileToString(path); text.ok()) {
         auto cal = backend::LinearCalibration::Parse(*text);
-        if (cal.ok() && backend::InstallLinearCalibration(*cal, *model_).ok()) {
+        if (cal.ok() && backend::InstallLinearCalibration(*cal, LinearsOf(*model_)).ok()) {
           calibration_ = std::move(*cal);
           calibration_->cached = true;
           return OkStatus();
@@ -39,7 +39,7 @@ Status Engine::CalibrateKernels() {
       }
     }
   }
-  auto cal = backend::CalibrateLinear(*model_, *threads_);
+  auto cal = backend::CalibrateLinear(LinearsOf(*model_), *threads_);
   if (!cal.ok()) return cal.status();
   calibration_ = std::move(*cal);
   if (!path.empty()) {
@@ -94,7 +94,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const int64_t prepack_max = options.prepack_max_bytes >= 0
                                   ? options.prepack_max_bytes
                                   : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 8;
-  const uint64_t packed = backend::PrepackWeights(*e->model_, *e->threads_, static_cast<uint64_t>(prepack_max));
+  const uint64_t packed = backend::PrepackWeights(LinearsOf(*e->model_), *e->threads_, static_cast<uint64_t>(prepack_max));
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
   if (options.calibrate_kernels && !options.deterministic &&

@@ -126,12 +126,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
   if (request.link != nullptr)
     ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= vocab_) {
-      return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                                  std::to_string(vocab_) + ")");
-    }
-  }
+  ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), request.prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
   if (truncate) {
@@ -140,9 +135,9 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     // [keep, keep + drop).
     if (request.link != nullptr) {
       const int keep = w->truncation.keep, drop = n_prompt - static_cast<int>(request.prompt.size());
-      auto spec = std::make_shared<LinkSpec>(*request.link);
+      auto spec = std::make_shared<pic::LinkSpec>(*request.link);
       spec->chunks.clear();
-      for (const LinkedChunk& c : request.link->chunks) {
+      for (const pic::LinkedChunk& c : request.link->chunks) {
         if (c.slot < keep) spec->chunks.push_back({c.slot, std::min(c.n, keep - c.slot), c.store_key, c.src_row});
         const int from = std::max(c.slot, keep + drop);
         if (from < c.slot + c.n)
@@ -399,7 +394,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->channel = w.channel;
   r->req = std::move(w.req);
   r->reserved_blocks = need;
-  if (r->compute_slots.empty()) r->n_cached = r->kv->n_slots();
+  if (r->link == nullptr) r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);
   running_.push_back(std::move(r));
   n_running_.store(static_cast<int>(running_.size()));
@@ -468,7 +463,7 @@ void Scheduler::Retire(Running& r) {
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
-  const bool unsaved_link = !r.compute_slots.empty() && r.turn != nullptr && !r.turn->valid();
+  const bool unsaved_link = r.link != nullptr && r.turn != nullptr && !r.turn->valid();
   // An offloaded sequence's released blocks are gone: it cannot stay resident.
   if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));

@@ -62,12 +62,15 @@ struct Scheduler::Running {
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission
   int n_cached = 0;
   int reuse_pending = 0;          // reused tokens of a layer-wise load, recorded once it entered
-  // Linking (req.link): slots computed in place before decoding (SeqPlan::compute_slots),
-  // the next one to compute, cached slots among them, and CacheBlend's selection.
-  std::vector<int32_t> compute_slots;
+  // Linking (req.link): the link (pic::LinkRun: the slots computed in place before
+  // decoding, their hooks, what was recomputed) and the next of its slots to compute.
+  std::unique_ptr<pic::LinkRun> link;
   size_t compute_next = 0;
-  int recomputed = 0;
-  std::unique_ptr<CacheBlendHooks> blend;
+  // Whether the turn of a request that links chunks is not saved: outside a conversation
+  // its chunks are stored already, and this arrangement of them is unlikely to come back
+  // (RAG), so the turn holds no copy of the chunks' rows either. A conversation's linked
+  // turn is saved: its next turn reuses it as history.
+  bool unsaved_link() const { return link != nullptr && req.session_id.empty(); }
   // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
   // its entry at every step (prefill and decode; it decides what to narrow).
   std::unique_ptr<pq::SparseAttention> sparse;
@@ -77,7 +80,10 @@ struct Scheduler::Running {
   bool offloaded = false;
   int offload_cache_blocks = 0;
   int64_t offload_tier_bytes = 0;
-  bool prefilled() const { return compute_next >= compute_slots.size() && kv->n_slots() >= static_cast<int>(prompt->size()); }
+  bool prefilled() const {
+    return (link == nullptr || compute_next >= link->compute_slots().size()) &&
+           kv->n_slots() >= static_cast<int>(prompt->size());
+  }
 
   bool decoding = false;
   int32_t next_token = -1;  // sampled, fed at the next step
@@ -91,11 +97,25 @@ struct Scheduler::Running {
   SchedClock::time_point last_token;
   std::vector<double> gaps;
 
+  // The request's record as it ends now with `code` ("finish_reason" only when it
+  // finished normally); takes the gaps.
+  RequestRecord TakeRecord(StatusCode code, std::string finish_reason = "") {
+    RequestRecord rec;
+    rec.id = id;
+    rec.usage = usage();
+    rec.finish_reason = std::move(finish_reason);
+    rec.code = code;
+    rec.queue_seconds = queue_seconds;
+    rec.ttft_seconds = ttft_seconds;
+    rec.inter_token_seconds = std::move(gaps);
+    return rec;
+  }
+
   TokenUsage usage() const {
     TokenUsage u;
     u.prompt_tokens = static_cast<int>(prompt->size());
     u.completion_tokens = n_generated;
-    u.recomputed_tokens = blend ? blend->selected() : recomputed;
+    u.recomputed_tokens = link ? link->recomputed() : 0;
     u.cached_tokens = n_cached - u.recomputed_tokens;
     return u;
   }

@@ -14,8 +14,8 @@ double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d)
 
 // What one batch entry hooks into the step's forward (null / 0: nothing).
 struct EntryHooks {
-  LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
-  LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
+  kv::LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
+  kv::LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
   store::Turn* turn = nullptr;    // with a KV store: the turn that keeps the new K and V
   int first_new = 0;              // the entry's first appended slot (rows below recompute in place)
   bool any() const { return link != nullptr || sparse != nullptr || turn != nullptr; }
@@ -30,10 +30,10 @@ struct EntryHooks {
 //      turn -- saving to the store is a hook; it reads the K/V and changes nothing.
 // (CacheBlend acts on a linked prompt's prefill and a selector narrows only one-row
 // decode steps, so today they never narrow the same step; the order is fixed anyway.)
-class StepHooks : public LayerHooks {
+class StepHooks : public kv::LayerHooks {
  public:
   StepHooks(const std::vector<EntryHooks>& entries, int kv_dim) : entries_(entries), kv_dim_(kv_dim) {}
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->OnKv(layer, rows, kv);
     if (e.sparse != nullptr) e.sparse->OnKv(layer, rows, kv);
@@ -55,12 +55,12 @@ class StepHooks : public LayerHooks {
       }
     }
   }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->BeforeAttention(layer, rows, vis);
     if (e.sparse != nullptr) e.sparse->BeforeAttention(layer, rows, vis);
   }
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->AfterLayer(layer, rows, keep);
     if (e.sparse != nullptr) e.sparse->AfterLayer(layer, rows, keep);
@@ -123,10 +123,11 @@ int Scheduler::Step() {
     BatchEntry e;
     e.seq = r->kv.get();
     int n = 0;
-    if (r->compute_next < r->compute_slots.size()) {
+    if (r->link != nullptr && r->compute_next < r->link->compute_slots().size()) {
       // Linking: slots computed in place over the linked KV, in slot order.
-      n = std::min(static_cast<int>(r->compute_slots.size() - r->compute_next), budget);
-      const int32_t* slots = r->compute_slots.data() + r->compute_next;
+      const std::vector<int32_t>& compute = r->link->compute_slots();
+      n = std::min(static_cast<int>(compute.size() - r->compute_next), budget);
+      const int32_t* slots = compute.data() + r->compute_next;
       e.slots.assign(slots, slots + n);
       for (int32_t slot : e.slots) {
         e.tokens.push_back((*r->prompt)[slot]);
@@ -142,7 +143,7 @@ int Scheduler::Step() {
       e.want_logits = n == left;
     }
     if (r->req.prefill_only) e.want_logits = false;
-    if (r->blend) r->blend->set_entry(static_cast<int>(batch.size()));
+    if (r->link != nullptr) r->link->set_entry(static_cast<int>(batch.size()));
     batch.push_back(std::move(e));
     owners.push_back(r.get());
     budget -= n;
@@ -169,12 +170,12 @@ int Scheduler::Step() {
     EntryHooks& h = entry_hooks[i];
     if (store_ != nullptr) h.turn = owners[i]->turn.get();
     h.first_new = batch[i].seq->n_slots();
-    if (!owners[i]->decoding) h.link = owners[i]->blend.get();
+    if (!owners[i]->decoding && owners[i]->link != nullptr) h.link = owners[i]->link->hooks();
     h.sparse = owners[i]->sparse.get();
     any_hooks = any_hooks || h.any();
   }
   StepHooks step_hooks(entry_hooks, pool_.shape().kv_dim());
-  LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
+  kv::LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
   // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
   // buffer holds layer l back until the loader has entered it (inline entering: enters
   // it now).
@@ -253,14 +254,7 @@ void Scheduler::ReapRunning(SchedClock::time_point now) {
   for (auto& r : running_) {
     if (r->done) continue;
     if (r->channel->cancelled()) {
-      RequestRecord rec;
-      rec.id = r->id;
-      rec.usage = r->usage();
-      rec.code = StatusCode::kCancelled;
-      rec.queue_seconds = r->queue_seconds;
-      rec.ttft_seconds = r->ttft_seconds;
-      rec.inter_token_seconds = std::move(r->gaps);
-      Report(std::move(rec));
+      Report(r->TakeRecord(StatusCode::kCancelled));
       Retire(*r);
     } else if (now >= r->req.deadline) {
       Fail(*r, Status(StatusCode::kDeadlineExceeded, "request timed out after " + std::to_string(r->n_generated) +
@@ -297,14 +291,7 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;
   ev.usage = r.usage();
-  RequestRecord rec;
-  rec.id = r.id;
-  rec.usage = ev.usage;
-  rec.finish_reason = reason;
-  rec.queue_seconds = r.queue_seconds;
-  rec.ttft_seconds = r.ttft_seconds;
-  rec.inter_token_seconds = std::move(r.gaps);
-  Report(std::move(rec));
+  Report(r.TakeRecord(StatusCode::kOk, reason));
   // The turn's save is queued before the requester hears of the finish: a lookup it
   // makes next (the next turn, a linked chunk just prefilled) then finds or waits for it.
   std::shared_ptr<ResultChannel> channel = r.channel;
@@ -318,14 +305,7 @@ void Scheduler::Fail(Running& r, const Status& status) {
   ev.status = status;
   ev.usage = r.usage();
   r.channel->Push(std::move(ev));
-  RequestRecord rec;
-  rec.id = r.id;
-  rec.usage = r.usage();
-  rec.code = status.code();
-  rec.queue_seconds = r.queue_seconds;
-  rec.ttft_seconds = r.ttft_seconds;
-  rec.inter_token_seconds = std::move(r.gaps);
-  Report(std::move(rec));
+  Report(r.TakeRecord(status.code()));
   Retire(r);
 }
 

@@ -92,15 +92,15 @@ SeqPlan Scheduler::PlanStored(const Running& r, int min_tokens) const {
 }
 
 SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
-  const LinkSpec& spec = *r.req.link;
-  if (spec.options.method == LinkMethod::kFull) return prefix;  // nothing cached is used
+  const pic::LinkSpec& spec = *r.req.link;
+  if (spec.options.method == pic::LinkMethod::kFull) return prefix;  // nothing cached is used
   const std::vector<int32_t>& prompt = *r.prompt;
   const int n = static_cast<int>(prompt.size());
   const int p = prefix.n_cached;
   const kv::KvShape& shape = pool_.shape();
   SeqPlan plan = prefix;
-  std::vector<LinkedChunk> present;
-  for (const LinkedChunk& c : spec.chunks) {
+  std::vector<pic::LinkedChunk> present;
+  for (const pic::LinkedChunk& c : spec.chunks) {
     if (c.slot + c.n <= p) continue;  // in the stored prefix already (a conversation's next turn)
     const int cut = std::max(0, p - c.slot);
     store::StoreHit hit;
@@ -127,8 +127,8 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
   for (int s = p; s < n; ++s) plan.positions[s] = first_pos + (s - p);
   plan.n_cached = n;
   plan.link_from = p;
-  for (const LinkedChunk& c : present) plan.n_linked += c.n;
-  plan.compute_slots = LinkComputeSlots(spec.options, present, p, n);
+  for (const pic::LinkedChunk& c : present) plan.n_linked += c.n;
+  plan.linked = std::move(present);
   return plan;
 }
 
@@ -156,31 +156,16 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   ATTIC_CHECK(st.ok());  // guaranteed by the admission's availability check
   const bool queued = plan.segments.front().source->queued();
   if (plan.n_linked > 0) {
-    // Linked chunks: the slots the forward computes in place, and how many of them held
-    // cached KV (recomputed to link it).
-    std::vector<uint8_t> is_chunk(plan.n_cached, 0);
-    for (const store::LoadSegment& seg : plan.segments)
-      if (seg.dst_slot >= plan.link_from) std::fill(is_chunk.begin() + seg.dst_slot, is_chunk.begin() + seg.dst_slot + seg.n, 1);
-    const LinkOptions& link = r.req.link->options;
-    if (link.method == LinkMethod::kCacheBlend) {
-      r.blend = std::make_unique<CacheBlendHooks>(seq.get(), is_chunk, plan.n_cached - 1, link.ratio, link.check_layer);
-    } else {
-      for (int32_t s : plan.compute_slots) r.recomputed += is_chunk[s];
-    }
-    r.compute_slots = std::move(plan.compute_slots);
+    // Linked chunks: the slots the forward computes in place, their hooks, and how many
+    // of them held cached KV (recomputed to link it).
+    r.link = std::make_unique<pic::LinkRun>(r.req.link->options, plan.linked, plan.link_from, plan.n_cached, seq.get());
     r.n_cached = plan.link_from + plan.n_linked;  // before what is recomputed (Running::usage)
   } else {
     r.n_cached = plan.n_cached;
   }
   auto turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
-  // A linked prompt outside a conversation is not saved: its chunks are stored already,
-  // and this arrangement of them is unlikely to come back (RAG); the turn then holds no
-  // copy of the chunks' rows either. A conversation's linked turn is saved: its next turn
-  // reuses it as history.
-  if (plan.n_linked > 0 && r.req.session_id.empty()) turn->Invalidate();
-  const store::Preload mode = options_.kv_preload == KvPreload::kSync     ? store::Preload::kSync
-                              : options_.kv_preload == KvPreload::kInline ? store::Preload::kInline
-                                                                          : store::Preload::kLayerwise;
+  if (r.unsaved_link()) turn->Invalidate();
+  const store::Preload mode = options_.kv_preload;
   turn->Load(std::move(plan.segments), seq->block_table(), seq->positions(), std::max(r.max_slots, plan.n_cached),
              mode, engine_.threads());
   ++load_stats_.loads;
@@ -198,7 +183,7 @@ void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   }
   // Counted as reused by the request's first step, once every layer entered (a layer-wise
   // load's streamed read may still break off there).
-  r.reuse_pending = r.n_cached - r.recomputed;
+  r.reuse_pending = r.n_cached - (r.link != nullptr ? r.link->recomputed() : 0);
 }
 
 void Scheduler::RecomputeFailedLoad(Running& r) {
@@ -208,16 +193,15 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   Log(LogLevel::kWarn, "request %llu: stored KV could not be read (%s); recomputing its prompt",
       static_cast<unsigned long long>(r.id), r.turn->load_failure().ToString().c_str());
   r.turn.reset();  // before the blocks it entered into go
+  const bool unsaved = r.unsaved_link();  // the decision StartFromStore made
   r.kv = std::make_unique<kv::SequenceKv>(&pool_);
-  r.blend.reset();
-  r.compute_slots.clear();
+  r.link.reset();
   r.compute_next = 0;
-  r.recomputed = 0;
   r.n_cached = 0;
   // The selector saw the broken rows (and may hold the stored index).
   if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());
   r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
-  if (r.req.link != nullptr && r.req.session_id.empty()) r.turn->Invalidate();  // as StartFromStore
+  if (unsaved) r.turn->Invalidate();
   r.turn->Reserve(r.max_slots);
 }
 
@@ -272,8 +256,8 @@ void Scheduler::HintStore() {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, w->store_tokens(), static_cast<int>(w->prompt->size())});
     // The context-cache chunks it links, by key, right after it.
-    if (w->req.link != nullptr && w->req.link->options.method != LinkMethod::kFull)
-      for (const LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
+    if (w->req.link != nullptr && w->req.link->options.method != pic::LinkMethod::kFull)
+      for (const pic::LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
   }
   const bool any = !jobs.empty();
   store_->SetLookAhead(std::move(jobs));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attic/kv/block_pool.h"
+#include "attic/pic/link.h"
 #include "attic/store/kv_loader.h"
 
 namespace attic::engine {
@@ -42,10 +43,10 @@ struct SeqPlan {
   // Slots [0, n_cached) exist when the sequence starts; the forward computes the
   // prompt's slots after them.
   int n_cached = 0;
-  // Linking: slots below n_cached the forward computes in place first, ascending (the
-  // uncached tokens between linked chunks and the boundary slots it recomputes); and of
-  // the n_cached slots, how many came from linked chunks.
-  std::vector<int32_t> compute_slots;
+  // Linking: the linked chunks entered (after link_from; pic::LinkRun derives the slots
+  // the forward computes in place from them), and of the n_cached slots, how many came
+  // from linked chunks.
+  std::vector<pic::LinkedChunk> linked;
   int n_linked = 0;
   int link_from = 0;  // the linked part starts here (after a stored prefix)
 

@@ -38,6 +38,26 @@ attention::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
   return shape;
 }
 
+Status CheckTokenIds(const model::ModelConfig& config, std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= config.vocab_size) {
+      return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                                  std::to_string(config.vocab_size) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+backend::ModelLinears LinearsOf(model::Model& model) {
+  backend::ModelLinears out;
+  model::ModelWeights& w = model.mutable_weights();
+  for (model::LayerWeights& l : w.layers)
+    out.layers.push_back({&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  out.lm_head = &w.lm_head;
+  out.own = [&model](std::shared_ptr<void> memory) { model.Own(std::move(memory)); };
+  return out;
+}
+
 Transformer::Transformer(const model::Model& model, backend::ThreadPool& pool, int max_batch_tokens, bool row_invariant)
     : model_(model),
       config_(model.config()),
@@ -69,7 +89,7 @@ kv::KvShape Transformer::kv_shape(int block_size) const {
   return s;
 }
 
-Status Transformer::Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, LayerHooks* hooks) {
+Status Transformer::Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, kv::LayerHooks* hooks) {
   ATTIC_RETURN_IF_ERROR(Begin(batch));
   for (int l = 0; l < config_.n_layers; ++l) Layer(l, hooks);
   Finish(logits);
@@ -112,12 +132,7 @@ Status Transformer::Begin(std::vector<BatchEntry>& batch) {
     if (!e.positions.empty() && e.positions.size() != e.tokens.size()) {
       return InvalidArgumentError("batch entry positions/tokens size mismatch");
     }
-    for (int32_t t : e.tokens) {
-      if (t < 0 || t >= config_.vocab_size) {
-        return InvalidArgumentError("token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                                    std::to_string(config_.vocab_size) + ")");
-      }
-    }
+    ATTIC_RETURN_IF_ERROR(CheckTokenIds(config_, e.tokens));
     for (int32_t p : e.positions) {
       if (p < 0) return InvalidArgumentError("negative position " + std::to_string(p));
     }
@@ -224,9 +239,9 @@ void Transformer::BuildRuns() {
   run_begin_[entry_offset_.size()] = static_cast<int>(runs_.size());
 }
 
-EntryRows Transformer::Rows(int entry) const {
+kv::EntryRows Transformer::Rows(int entry) const {
   const int off = entry_offset_[entry];
-  EntryRows r;
+  kv::EntryRows r;
   r.entry = entry;
   r.n_rows = entry_rows_[entry];
   r.rows = row_token_.data() + off;
@@ -235,7 +250,7 @@ EntryRows Transformer::Rows(int entry) const {
   return r;
 }
 
-void Transformer::Layer(int layer, LayerHooks* hooks) {
+void Transformer::Layer(int layer, kv::LayerHooks* hooks) {
   const auto& c = config_;
   const auto& w = model_.weights().layers[layer];
   const int64_t n = n_rows_;
@@ -260,7 +275,7 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
   if (hooks != nullptr) {
     for (int i = 0; i < n_entries; ++i) {
       const int64_t off = static_cast<int64_t>(entry_offset_[i]) * kvd;
-      hooks->OnKv(layer, Rows(i), LayerKv{k + off, kr + off, v + off});
+      hooks->OnKv(layer, Rows(i), kv::LayerKv{k + off, kr + off, v + off});
     }
   }
 
@@ -294,7 +309,7 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
     r.kv.n_slots = e.seq->n_slots();
     r.out = attn + static_cast<int64_t>(off) * qd;
     if (hooks != nullptr) {
-      Visibility vis;
+      kv::Visibility vis;
       vis.kv_end = kv_end + off;
       vis.n_slots = r.kv.n_slots;
       vis.q = r.q;
@@ -324,7 +339,7 @@ void Transformer::Layer(int layer, LayerHooks* hooks) {
   if (hooks != nullptr) DropRows(layer, hooks);
 }
 
-void Transformer::DropRows(int layer, LayerHooks* hooks) {
+void Transformer::DropRows(int layer, kv::LayerHooks* hooks) {
   keep_.assign(n_rows_, 1);
   const int n_entries = static_cast<int>(entry_offset_.size());
   for (int i = 0; i < n_entries; ++i) hooks->AfterLayer(layer, Rows(i), keep_.data() + entry_offset_[i]);

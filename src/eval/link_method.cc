@@ -23,7 +23,7 @@ StatusOr<ChunkKv> PrefillAlone(engine::Engine& engine, const std::vector<int32_t
   ChunkKv out;
   out.k.resize(static_cast<size_t>(n_layers));
   out.v.resize(static_cast<size_t>(n_layers));
-  engine::KvObserverHooks observe([&](int layer, int, const float* k, const float* v, int n_rows) {
+  kv::KvObserverHooks observe([&](int layer, int, const float* k, const float* v, int n_rows) {
     out.k[layer].insert(out.k[layer].end(), k, k + n_rows * kvd);
     out.v[layer].insert(out.v[layer].end(), v, v + n_rows * kvd);
   });
@@ -43,7 +43,7 @@ StatusOr<ChunkKv> PrefillAlone(engine::Engine& engine, const std::vector<int32_t
 
 }  // namespace
 
-LinkedMethod::LinkedMethod(engine::Engine& engine, std::string name, engine::LinkOptions options, bool chunk_bos)
+LinkedMethod::LinkedMethod(engine::Engine& engine, std::string name, pic::LinkOptions options, bool chunk_bos)
     : engine_(engine), name_(std::move(name)), options_(options), chunk_bos_(chunk_bos) {}
 
 StatusOr<std::vector<ContextChunk>> LinkedMethod::ChunksFor(const std::vector<int32_t>& tokens, int n_prompt) const {
@@ -89,8 +89,7 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
   for (int i = 0; i < n_prompt; ++i) positions[i] = i;
   ATTIC_RETURN_IF_ERROR(seq->Append(tokens.data(), positions.data(), n_prompt));
   engine::Transformer& tf = engine_.transformer();
-  std::vector<engine::LinkedChunk> present;
-  std::vector<uint8_t> is_chunk(static_cast<size_t>(n_prompt), 0);
+  std::vector<pic::LinkedChunk> present;
   linked_ = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ContextChunk& c = chunks[i];
@@ -98,18 +97,14 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
       tf.EnterKv(seq, l, c.begin, c.n, cached[i].k[l].data() + src_row * kvd, cached[i].v[l].data() + src_row * kvd);
     }
     present.push_back({c.begin, c.n, "chunk", src_row});
-    std::fill(is_chunk.begin() + c.begin, is_chunk.begin() + c.begin + c.n, 1);
     linked_ += c.n;
   }
 
-  // 3. The method's slots recomputed in place, in slot order.
-  const std::vector<int32_t> slots = engine::LinkComputeSlots(options_, present, 0, n_prompt);
-  std::unique_ptr<engine::CacheBlendHooks> blend;
-  if (options_.method == engine::LinkMethod::kCacheBlend) {
-    blend = std::make_unique<engine::CacheBlendHooks>(seq, is_chunk, n_prompt - 1, options_.ratio,
-                                                      options_.check_layer);
-    blend->set_entry(0);
-  }
+  // 3. The method's slots recomputed in place, in slot order (pic::LinkRun, as the
+  // scheduler does).
+  pic::LinkRun link(options_, present, 0, n_prompt, seq);
+  link.set_entry(0);
+  const std::vector<int32_t>& slots = link.compute_slots();
   const size_t step = static_cast<size_t>(tf.max_batch_tokens());
   for (size_t i = 0; i < slots.size(); i += step) {
     const size_t end = std::min(slots.size(), i + step);
@@ -119,15 +114,10 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
     for (int32_t s : batch[0].slots) batch[0].tokens.push_back(tokens[s]);
     batch[0].positions = batch[0].slots;  // slot s sits at position s
     batch[0].want_logits = end == slots.size();  // the last slot is always computed
-    ATTIC_RETURN_IF_ERROR(tf.Forward(batch, last, blend.get()));
+    ATTIC_RETURN_IF_ERROR(tf.Forward(batch, last, link.hooks()));
   }
   link_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  recomputed_ = 0;
-  if (blend) {
-    recomputed_ = blend->selected();
-  } else {
-    for (int32_t s : slots) recomputed_ += is_chunk[s];
-  }
+  recomputed_ = link.recomputed();
   return OkStatus();
 }
 
@@ -177,15 +167,15 @@ bool IsLinkedMethodName(const std::string& name) {
   std::string base = name;
   if (base.size() > std::string(kBosSuffix).size() && base.ends_with(kBosSuffix))
     base.resize(base.size() - std::string(kBosSuffix).size());
-  auto o = engine::ParseLinkOptions(base);
-  return o.ok() && o->method != engine::LinkMethod::kFull;
+  auto o = pic::ParseLinkOptions(base);
+  return o.ok() && o->method != pic::LinkMethod::kFull;
 }
 
 StatusOr<std::unique_ptr<Method>> MakeLinkedMethod(const std::string& name, engine::Engine& engine) {
   if (!IsLinkedMethodName(name)) return NotFoundError("'" + name + "' is not a linked method");
   const bool bos = name.ends_with(kBosSuffix);
   const std::string base = bos ? name.substr(0, name.size() - std::string(kBosSuffix).size()) : name;
-  ATTIC_ASSIGN_OR_RETURN(engine::LinkOptions o, engine::ParseLinkOptions(base));
+  ATTIC_ASSIGN_OR_RETURN(pic::LinkOptions o, pic::ParseLinkOptions(base));
   ATTIC_RETURN_IF_ERROR(o.Validate(engine.model().config().n_layers));
   if (bos && !(engine.tokenizer().add_bos() && engine.tokenizer().bos_id() >= 0))
     return InvalidArgumentError("method '" + name + "': the model's tokenizer has no BOS token to prefill chunks after");

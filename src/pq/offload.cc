@@ -112,7 +112,7 @@ class Offloaded final : public OffloadedSparseAttention {
   void set_prefill_seconds(double seconds) override { inner_->set_prefill_seconds(seconds); }
   std::optional<PqIndex> ExportIndex() const override { return inner_->ExportIndex(); }
 
-  void OnKv(int layer, const engine::EntryRows& rows, const engine::LayerKv& kv) override {
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
     const int kvd = ks_.kv_dim();
     const int expect = flushed_ + static_cast<int>(pend_k_[layer].size() / kvd);
     for (int r = 0; r < rows.n_rows; ++r)
@@ -122,7 +122,7 @@ class Offloaded final : public OffloadedSparseAttention {
     inner_->OnKv(layer, rows, kv);
   }
 
-  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     if (stats_.offloaded_blocks == 0) {  // nothing released yet: the compute buffer has it all
       inner_->BeforeAttention(layer, rows, vis);
       return;
@@ -158,7 +158,7 @@ class Offloaded final : public OffloadedSparseAttention {
     stats_.stage_seconds += Since(t0);
   }
 
-  void AfterLayer(int layer, const engine::EntryRows& rows, uint8_t* keep) override {
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
     inner_->AfterLayer(layer, rows, keep);
     if (layer == n_layers_ - 1) EndStep();
   }
@@ -260,7 +260,7 @@ class Offloaded final : public OffloadedSparseAttention {
 
   // After a whole-layer staging that could not read some blocks: what the rows see,
   // without those blocks' slots (an index list per head, or one for all).
-  void LeaveOut(engine::Visibility* vis) {
+  void LeaveOut(kv::Visibility* vis) {
     std::sort(failed_blocks_.begin(), failed_blocks_.end());
     const int bs = ks_.block_size;
     auto failed = [&](int32_t s) { return std::binary_search(failed_blocks_.begin(), failed_blocks_.end(), s / bs); };
@@ -352,7 +352,7 @@ class Offloaded final : public OffloadedSparseAttention {
   // becomes slot i of the view. The KV heads are staged in parallel on the pool (each
   // writes its own rows of stage_ and counts in its own stats; fetch_seconds is then a
   // sum over threads).
-  void StageSelection(int layer, const engine::Visibility& vis) {
+  void StageSelection(int layer, const kv::Visibility& vis) {
     const int n_kv = ks_.n_kv_heads, bs = ks_.block_size, hd = ks_.head_dim;
     int m = 0;
     for (int h = 0; h < n_kv; ++h) m = std::max(m, vis.n_head_indices[h]);

@@ -97,7 +97,7 @@ class PqSelector : public SelectorBase {
   }
 
  protected:
-  void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
+  void SelectTop(int layer, const kv::Visibility& vis, const Budget& b,
                  std::vector<std::vector<int32_t>>* top) override {
     Layer& l = layers_[layer];
     const int n = vis.n_slots, end = n - b.local;
@@ -208,7 +208,7 @@ class PqSelector : public SelectorBase {
     return AdaptiveIterations(budget, seconds_per_point_iteration_, n_keys, shape_.n_kv_heads, options_.pq);
   }
 
-  void Train(int layer, const engine::Visibility& vis) {
+  void Train(int layer, const kv::Visibility& vis) {
     Layer& l = layers_[layer];
     const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
     const int n_train = std::max(1, vis.n_slots - 1);  // the decoding token's key is not the prompt's
@@ -250,7 +250,7 @@ class PqSelector : public SelectorBase {
   }
 
   // Codes slots [begin, end) of every KV head (nearest centroid).
-  void Encode(int layer, const engine::Visibility& vis, int begin, int end) {
+  void Encode(int layer, const kv::Visibility& vis, int begin, int end) {
     Layer& l = layers_[layer];
     if (end <= begin) return;
     const int hd = shape_.head_dim, m = options_.pq.m;

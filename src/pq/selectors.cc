@@ -111,7 +111,7 @@ SelectorBase::SelectorBase(const SparseOptions& options, const attention::Attent
   top_.resize(shape.n_kv_heads);
 }
 
-void SelectorBase::BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) {
+void SelectorBase::BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) {
   ATTIC_CHECK(layer >= 0 && layer < n_layers_);
   const int n = vis->n_slots;
   const bool decode = rows.n_rows == 1 && rows.slots[0] == n - 1;
@@ -165,7 +165,7 @@ class WindowSelector : public SelectorBase {
   using SelectorBase::SelectorBase;
 
  protected:
-  void SelectTop(int, const engine::Visibility&, const Budget&, std::vector<std::vector<int32_t>>*) override {}
+  void SelectTop(int, const kv::Visibility&, const Budget&, std::vector<std::vector<int32_t>>*) override {}
 };
 
 // oracle: exact q . k of every middle slot, combined over the group's query heads.
@@ -176,7 +176,7 @@ class OracleSelector : public SelectorBase {
         row_buf_(static_cast<size_t>(pool.n_threads()) * shape.head_dim) {}
 
  protected:
-  void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
+  void SelectTop(int layer, const kv::Visibility& vis, const Budget& b,
                  std::vector<std::vector<int32_t>>* top) override {
     const int first = b.initial, n_mid = vis.n_slots - b.local - b.initial;
     if (b.top <= 0 || n_mid <= 0) return;
@@ -229,7 +229,7 @@ class H2oSelector : public SelectorBase {
         scratch_(pool.n_threads()) {}
 
  protected:
-  void OnFullStep(int layer, const engine::EntryRows& rows, const engine::Visibility& vis) override {
+  void OnFullStep(int layer, const kv::EntryRows& rows, const kv::Visibility& vis) override {
     Grow(layer, vis.n_slots);
     const KeyReader keys(*vis.kv, shape_.head_dim);
     const int64_t q_stride = static_cast<int64_t>(shape_.n_heads) * shape_.head_dim;
@@ -240,7 +240,7 @@ class H2oSelector : public SelectorBase {
     });
   }
 
-  void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
+  void SelectTop(int layer, const kv::Visibility& vis, const Budget& b,
                  std::vector<std::vector<int32_t>>* top) override {
     Grow(layer, vis.n_slots);
     const int first = b.initial, end = vis.n_slots - b.local;
@@ -260,7 +260,7 @@ class H2oSelector : public SelectorBase {
     });
   }
 
-  void AfterSelect(int layer, const engine::Visibility& vis) override {
+  void AfterSelect(int layer, const kv::Visibility& vis) override {
     const KeyReader keys(*vis.kv, shape_.head_dim);
     pool_.ParallelFor(shape_.n_kv_heads, [&](int64_t h, int thread) {
       const std::vector<int32_t>& list = last_selection(layer, static_cast<int>(h));

@@ -23,6 +23,18 @@ const char* SparseMethodName(SparseMethod m) {
   return "?";
 }
 
+StatusOr<SparseMethod> ParseSparseMethod(std::string_view name) {
+  for (SparseMethod m : kSparseMethods)
+    if (name == SparseMethodName(m)) return m;
+  return NotFoundError("unknown sparse method '" + std::string(name) + "'");
+}
+
+std::string SparseMethodNames() {
+  std::string names;
+  for (SparseMethod m : kSparseMethods) names += std::string(names.empty() ? "" : ", ") + SparseMethodName(m);
+  return names;
+}
+
 namespace {
 
 // The checks that need no model shape (ParseSparseOptions runs them too).
@@ -138,15 +150,9 @@ StatusOr<SparseOptions> ParseSparseOptions(std::string_view text) {
     budget = head.substr(dash + 1);
     if (budget.empty()) return bad("nothing after '-'");
   }
-  bool known = false;
-  for (SparseMethod m : {SparseMethod::kFull, SparseMethod::kPq, SparseMethod::kOracle, SparseMethod::kStreaming,
-                         SparseMethod::kH2o}) {
-    if (name == SparseMethodName(m)) {
-      o.method = m;
-      known = true;
-    }
-  }
-  if (!known) return bad("unknown method '" + std::string(name) + "'");
+  StatusOr<SparseMethod> method = ParseSparseMethod(name);
+  if (!method.ok()) return bad("unknown method '" + std::string(name) + "'");
+  o.method = *method;
   if (o.method == SparseMethod::kFull && (!budget.empty() || !tail.empty())) return bad("full takes no budget or options");
   if (!budget.empty()) {
     if (budget.find_first_of(".eE") != std::string_view::npos) {

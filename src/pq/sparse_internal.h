@@ -62,19 +62,19 @@ class SelectorBase : public SparseAttention {
   const std::vector<int32_t>& last_selection(int layer, int kv_head) const override {
     return lists_[layer][kv_head];
   }
-  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) final;
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) final;
   void set_prefill_seconds(double seconds) final { given_prefill_seconds_ = seconds; }
 
  protected:
   // A step that attends in full (several rows; or one row below min_slots): the rows see
   // what vis presets (kv_end).
-  virtual void OnFullStep(int layer, const engine::EntryRows& rows, const engine::Visibility& vis) {}
+  virtual void OnFullStep(int layer, const kv::EntryRows& rows, const kv::Visibility& vis) {}
   // Sets (*top)[h] for every KV head h: at most b.top slots of [b.initial, n_slots - b.local),
   // ascending. (*top)[h] arrives empty.
-  virtual void SelectTop(int layer, const engine::Visibility& vis, const Budget& b,
+  virtual void SelectTop(int layer, const kv::Visibility& vis, const Budget& b,
                          std::vector<std::vector<int32_t>>* top) = 0;
   // After the lists (last_selection) of this layer were set for the decode row.
-  virtual void AfterSelect(int layer, const engine::Visibility& vis) {}
+  virtual void AfterSelect(int layer, const kv::Visibility& vis) {}
 
   // Seconds from the first BeforeAttention of a multi-row step to the first sparse step
   // (set at layer 0 of that step), or what set_prefill_seconds gave; nullopt when

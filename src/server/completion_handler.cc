@@ -113,7 +113,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   } else if (links) {
     // Text pieces are tokenized on their own between the cache parts (each cached chunk
     // was tokenized on its own too).
-    std::vector<pic::PromptPiece> pieces;
+    std::vector<PromptPiece> pieces;
     if (add_bos && engine.tokenizer().add_bos() && engine.tokenizer().bos_id() >= 0)
       pieces.push_back({{engine.tokenizer().bos_id()}, false, false});
     size_t at = 0;
@@ -121,7 +121,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
       const size_t open = text.find(kPartMarkerOpen, at);
       const std::string piece = text.substr(at, open == std::string::npos ? std::string::npos : open - at);
       if (!piece.empty()) {
-        pic::PromptPiece p;
+        PromptPiece p;
         ATTIC_ASSIGN_OR_RETURN(p.tokens, engine.Tokenize(piece, false));
         pieces.push_back(std::move(p));
       }
@@ -143,7 +143,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
           return NotFoundError("No context cache or chunk '" + part.cache_id + "' (unknown, expired or deleted)");
         for (pic::CachedChunk& c : *chunks) pieces.push_back({std::move(c.tokens), true, cache->bos});
       } else {
-        pic::PromptPiece p;
+        PromptPiece p;
         ATTIC_ASSIGN_OR_RETURN(p.tokens, engine.Tokenize(part.text, false));
         p.bos = caches->options().chunk_bos;
         p.cached = caches->ImplicitReady(tenant, p.tokens);

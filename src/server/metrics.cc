@@ -70,7 +70,7 @@ void Metrics::CountHttp(const std::string& endpoint, int status) {
   ++http_[{endpoint, status}];
 }
 
-void Metrics::CountLink(const pic::LinkPrep& prep, bool linked) {
+void Metrics::CountLink(const LinkPrep& prep, bool linked) {
   std::lock_guard<std::mutex> lock(mu_);
   linked_requests_ += linked ? 1 : 0;
   for (const auto& [tier, n] : prep.hits_by_tier) chunk_hits_[tier] += n;
@@ -187,7 +187,9 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   const engine::SparseDecodeStats& sp = s.sparse;
   Header(&out, "attic_sparse_requests_total", "counter",
          "Finished requests that decoded with a sparse-attention selector, by method.");
-  for (const char* method : {"pq", "oracle", "streaming", "h2o"}) {
+  for (pq::SparseMethod m : pq::kSparseMethods) {
+    if (m == pq::SparseMethod::kFull) continue;  // a request without a selector
+    const char* method = pq::SparseMethodName(m);
     auto it = sp.requests.find(method);
     Line(&out, "attic_sparse_requests_total", std::string("method=\"") + method + "\"",
          it == sp.requests.end() ? uint64_t{0} : it->second);

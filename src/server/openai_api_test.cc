@@ -90,7 +90,7 @@ TEST(OpenAiRequest, ContextCachePartsStandInTheTextWhereTheyAre) {
   EXPECT_EQ(r.cache_parts[1].ttl_s, 3600);
   EXPECT_EQ(r.cache_parts[2].cache_id, "ctx-1-c0");
   ASSERT_TRUE(r.link.has_value());
-  EXPECT_EQ(r.link->method, engine::LinkMethod::kCacheBlend);
+  EXPECT_EQ(r.link->method, pic::LinkMethod::kCacheBlend);
   EXPECT_DOUBLE_EQ(r.link->ratio, 0.3);
   EXPECT_EQ(r.link->check_layer, 2);
   // A completion prompt holding any object is one prompt of parts.

@@ -300,9 +300,9 @@ std::optional<ApiError> ReadLink(const json& body, ApiRequest* r) {
   if (!l->is_object()) return Invalid("link", "'link' must be an object such as {\"method\": \"attnlink\", \"k\": 16}");
   const json* m = Field(*l, "method");
   if (m == nullptr || !m->is_string()) return Invalid("link.method", "'link.method' must be one of: attnlink, cacheblend, naive, full");
-  auto method = engine::ParseLinkMethod(m->get<std::string>());
+  auto method = pic::ParseLinkMethod(m->get<std::string>());
   if (!method.ok()) return Invalid("link.method", method.status().message());
-  engine::LinkOptions o;
+  pic::LinkOptions o;
   o.method = *method;
   std::optional<int64_t> k, layer;
   auto named = [](std::optional<ApiError> e, const char* param) {
@@ -317,8 +317,8 @@ std::optional<ApiError> ReadLink(const json& body, ApiRequest* r) {
   if (auto e = ReadInt(*l, "check_layer", 0, 1 << 20, &layer)) return named(e, "link.check_layer");
   if (layer) o.check_layer = static_cast<int>(*layer);
   for (const char* name : {"k", "ratio", "check_layer"}) {
-    const bool belongs = (std::string(name) == "k") == (o.method == engine::LinkMethod::kAttnLink) &&
-                         (std::string(name) == "k" || o.method == engine::LinkMethod::kCacheBlend);
+    const bool belongs = (std::string(name) == "k") == (o.method == pic::LinkMethod::kAttnLink) &&
+                         (std::string(name) == "k" || o.method == pic::LinkMethod::kCacheBlend);
     if (Field(*l, name) != nullptr && !belongs)
       return Invalid(std::string("link.") + name, std::string("'link.") + name + "' does not apply to method '" +
                                                       m->get<std::string>() + "'");
@@ -348,23 +348,13 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
                      "combine, iterations, offload)");
   }
   const json* m = Field(*sp, "method");
-  const char* kMethods = "'sparse.method' must be one of: pq, oracle, streaming, h2o, full";
+  const std::string kMethods = "'sparse.method' must be one of: " + pq::SparseMethodNames();
   if (m == nullptr || !m->is_string()) return invalid(kMethods);
   pq::SparseOptions o;
   const std::string& name = m->get_ref<const std::string&>();
-  if (name == "pq") {
-    o.method = pq::SparseMethod::kPq;
-  } else if (name == "oracle") {
-    o.method = pq::SparseMethod::kOracle;
-  } else if (name == "streaming") {
-    o.method = pq::SparseMethod::kStreaming;
-  } else if (name == "h2o") {
-    o.method = pq::SparseMethod::kH2o;
-  } else if (name == "full") {
-    o.method = pq::SparseMethod::kFull;
-  } else {
-    return invalid(std::string(kMethods) + " (got '" + name + "')");
-  }
+  StatusOr<pq::SparseMethod> method = pq::ParseSparseMethod(name);
+  if (!method.ok()) return invalid(kMethods + " (got '" + name + "')");
+  o.method = *method;
   auto applies = [&](const char* key) {
     const std::string k = key;
     if (o.method == pq::SparseMethod::kFull) return false;

@@ -119,12 +119,12 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
       if (!reg.ok()) return reg.status().WithContext("context-cache registry");
       im.registry = std::move(*reg);
     }
-    pic::ContextCacheOptions co;
+    ContextCacheOptions co;
     co.model = im.model_name;
     co.chunk_bos = options.link_chunk_bos;
     co.link = options.link;
     ATTIC_RETURN_IF_ERROR(co.link.Validate(engine.model().config().n_layers).WithContext("--link"));
-    im.caches = std::make_unique<pic::ContextCacheService>(engine, *im.scheduler, *im.store, *im.registry, co);
+    im.caches = std::make_unique<ContextCacheService>(engine, *im.scheduler, *im.store, *im.registry, co);
   }
   const auto& tok = engine.tokenizer();
   for (int id = 0; id < tok.vocab_size(); ++id) im.max_token_bytes = std::max(im.max_token_bytes, tok.TokenText(id).size());

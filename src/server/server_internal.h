@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "attic/pic/context_caches.h"
 #include "attic/pic/registry.h"
+#include "attic/server/context_caches.h"
 #include "attic/server/metrics.h"
 #include "attic/server/openai_api.h"
 #include "attic/server/server.h"
@@ -39,7 +39,7 @@ struct Server::Impl {
   // Context caches (with the KV store): the registry (persisted beside an SSD tier) and
   // the service that prefills, links and sweeps them.
   std::unique_ptr<pic::ContextCacheRegistry> registry;
-  std::unique_ptr<pic::ContextCacheService> caches;
+  std::unique_ptr<ContextCacheService> caches;
   Metrics metrics;
   HttpTransport http;
   std::thread step_thread;
@@ -85,9 +85,9 @@ struct Server::Impl {
   // its implicitly cached texts (kept alive once the request is submitted).
   struct BuiltPrompt {
     std::vector<int32_t> ids;
-    std::shared_ptr<const engine::LinkSpec> link;
+    std::shared_ptr<const pic::LinkSpec> link;
     std::vector<std::pair<std::vector<int32_t>, int64_t>> implicit;  // tokens, TTL (ms)
-    pic::LinkPrep prep;
+    LinkPrep prep;
   };
   StatusOr<BuiltPrompt> BuildPrompt(const ApiRequest& r, const std::string& tenant,
                                     engine::SchedClock::time_point deadline);

@@ -1,4 +1,4 @@
-// The forward pass with target slots (BatchEntry::slots) and LayerHooks, against the
+// The forward pass with target slots (BatchEntry::slots) and kv::LayerHooks, against the
 // naive float64 reference (tests/engine/tiny_llama.h, written from the HF formulas and
 // sharing no code with the engine):
 //  * recomputing any subset of slots in place, over correct KV, at their true positions
@@ -321,7 +321,7 @@ TEST_P(ForwardSlotsTest, RepositionedChunkEqualsTheNaiveForwardAtItsNewPositions
 }
 
 // Records what OnKv sees, and what the compute buffer held for the rows' slots then.
-class RecordingHooks : public LayerHooks {
+class RecordingHooks : public kv::LayerHooks {
  public:
   struct Call {
     int layer, entry;
@@ -329,7 +329,7 @@ class RecordingHooks : public LayerHooks {
     std::vector<float> k_pre, k, v, buffer_k;  // [n_rows, kv_dim]
   };
   RecordingHooks(const std::vector<BatchEntry>& batch, int kv_dim) : batch_(batch), kv_dim_(kv_dim) {}
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override {
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
     Call c;
     c.layer = layer;
     c.entry = rows.entry;
@@ -423,11 +423,11 @@ TEST_P(ForwardSlotsTest, OnKvSeesEveryLayersKvBeforeItEntersTheBuffer) {
 }
 
 // Per KV head h, from layer 1 on: slots j with j % (h + 2) == 0, plus the last 3 slots.
-class PerHeadListHooks : public LayerHooks {
+class PerHeadListHooks : public kv::LayerHooks {
  public:
   explicit PerHeadListHooks(int n_kv_heads) : n_kv_heads_(n_kv_heads) {}
   static bool Sees(int layer, int h, int j, int n_slots) { return layer == 0 || j % (h + 2) == 0 || j >= n_slots - 3; }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     if (layer == 0) return;
     // Per entry: the lists must outlive every entry's call (attention runs after them all).
     if (static_cast<int>(entries_.size()) <= rows.entry) entries_.resize(rows.entry + 1);
@@ -458,13 +458,13 @@ class PerHeadListHooks : public LayerHooks {
 
 // At layer 1 only: one list for every head (slots >= 5), and rows at odd slots stop
 // seeing their own slot (kv_end = slot): the row at slot 1 then sees nothing.
-class SharedListHooks : public LayerHooks {
+class SharedListHooks : public kv::LayerHooks {
  public:
   static bool Sees(int layer, int t, int j) {
     if (layer != 1) return j <= t;
     return j >= 5 && (t % 2 == 1 ? j < t : j <= t);
   }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     if (layer != 1) return;
     if (static_cast<int>(lists_.size()) <= rows.entry) lists_.resize(rows.entry + 1);
     std::vector<int32_t>& list = lists_[rows.entry];
@@ -488,7 +488,7 @@ TEST_P(ForwardSlotsTest, BeforeAttentionVisibilityEqualsTheMaskedNaiveForward) {
   for (int which = 0; which < 2; ++which) {
     PerHeadListHooks per_head(cfg().n_kv_heads);
     SharedListHooks shared;
-    LayerHooks* hooks = which == 0 ? static_cast<LayerHooks*>(&per_head) : &shared;
+    kv::LayerHooks* hooks = which == 0 ? static_cast<kv::LayerHooks*>(&per_head) : &shared;
     NaiveOptions o = Options();
     // A query sees slots below its own + 1 that exist when it runs: chunk of 16, then 8.
     if (which == 0) {
@@ -518,11 +518,11 @@ TEST_P(ForwardSlotsTest, BeforeAttentionVisibilityEqualsTheMaskedNaiveForward) {
 
 // Drops the rows writing slots in `drop` after layer `after` (and every row of entries in
 // `drop_all`).
-class DropHooks : public LayerHooks {
+class DropHooks : public kv::LayerHooks {
  public:
   DropHooks(int after, std::set<int32_t> drop, std::set<int> drop_all)
       : after_(after), drop_(std::move(drop)), drop_all_(std::move(drop_all)) {}
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override {
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
     seen_rows.push_back(rows.n_rows);
     if (layer != after_) return;
     for (int r = 0; r < rows.n_rows; ++r) {
@@ -539,7 +539,7 @@ class DropHooks : public LayerHooks {
 
 // What BeforeAttention may read to choose slots: its rows' queries (rotated) and the
 // layer's KV as attention reads it, this step's rows included.
-class QueryKvRecorder : public LayerHooks {
+class QueryKvRecorder : public kv::LayerHooks {
  public:
   struct Seen {
     int layer, n_slots, view_slots;
@@ -548,7 +548,7 @@ class QueryKvRecorder : public LayerHooks {
     std::vector<float> k;         // [view_slots, kv_dim] read through the view
   };
   QueryKvRecorder(int q_dim, int n_kv_heads, int head_dim) : q_dim_(q_dim), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     Seen s{layer, vis->n_slots, vis->kv->n_slots, {rows.slots, rows.slots + rows.n_rows}, {}, {}};
     s.q.assign(vis->q, vis->q + static_cast<size_t>(rows.n_rows) * q_dim_);
     const attention::KvLayerView& kv = *vis->kv;
@@ -604,10 +604,10 @@ TEST_P(ForwardSlotsTest, BeforeAttentionSeesTheRowsQueriesAndTheLayersKv) {
 // For one-row steps, stages the row's own slot and the even slots before it into
 // buffers of its own, renumbered 0..m-1 (what an offloading hook does with the slots it
 // fetched), and points attention there: the compute buffer's rows are not read.
-class CompactViewHooks : public LayerHooks {
+class CompactViewHooks : public kv::LayerHooks {
  public:
   static bool Sees(int t, int j) { return j == t || (j < t && j % 2 == 0); }
-  void BeforeAttention(int layer, const EntryRows& rows, Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     if (rows.n_rows != 1) return;
     const attention::KvLayerView& kv = *vis->kv;
     const int own = rows.slots[0];

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "attic/backend/kernels.h"
+#include "attic/engine/transformer.h"
 #include "backend/cpu/kernel_table.h"
 #include "engine/tiny_llama.h"
 
@@ -34,7 +35,7 @@ class KernelCalibrationTest : public ::testing::TestWithParam<DType> {
 
 // y = x W^T for m rows through the kernels in use, against float64 on `ref_w`: the
 // reference's copy of the same values (written to the model file in w's dtype).
-void CheckLinear(backend::ThreadPool& pool, const model::WeightTensor& w, const std::vector<float>& ref_w, int64_t m,
+void CheckLinear(backend::ThreadPool& pool, const WeightTensor& w, const std::vector<float>& ref_w, int64_t m,
                  double u_x, std::mt19937& rng, const std::string& what) {
   const int64_t k = w.cols(), n = w.rows();
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -65,9 +66,9 @@ TEST_P(KernelCalibrationTest, InstallsATimedCandidateThatMeetsTheReference) {
   attic::testing::MakeTinyModel(spec, dir, &tm);
   ASSERT_FALSE(HasFatalFailure());
   backend::ThreadPool pool(2);
-  backend::PrepackWeights(*tm.model, pool, uint64_t{1} << 30);
+  backend::PrepackWeights(LinearsOf(*tm.model), pool, uint64_t{1} << 30);
 
-  auto cal = backend::CalibrateLinear(*tm.model, pool);
+  auto cal = backend::CalibrateLinear(LinearsOf(*tm.model), pool);
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   std::set<std::string> at_one_row;
   for (const auto& t : cal->timings) {
@@ -86,7 +87,7 @@ TEST_P(KernelCalibrationTest, InstallsATimedCandidateThatMeetsTheReference) {
 
   // The installed table is the candidate's GEMV with the measured crossover.
   const backend::cpu::KernelTable& t = backend::cpu::ActiveKernels();
-  const model::WeightTensor& wq = tm.model->weights().layers[0].wq;
+  const WeightTensor& wq = tm.model->weights().layers[0].wq;
   const bool packed = wq.packed != nullptr && wq.packed_layout == static_cast<int>(t.isa);
   EXPECT_EQ(packed, cal->prepacked);
   EXPECT_EQ(packed ? t.gemv_max_m_packed : t.gemv_max_m[static_cast<int>(GetParam())], cal->gemv_max_m);
@@ -98,7 +99,7 @@ TEST_P(KernelCalibrationTest, InstallsATimedCandidateThatMeetsTheReference) {
   std::mt19937 rng(5);
   for (int64_t m : {int64_t{1}, std::max<int64_t>(1, cal->gemv_max_m), cal->gemv_max_m + 1, int64_t{40}}) {
     const auto& layers = tm.model->weights().layers;
-    const std::pair<const model::WeightTensor*, const std::vector<float>*> mats[] = {
+    const std::pair<const WeightTensor*, const std::vector<float>*> mats[] = {
         {&wq, &tm.nw.layers[0].wq}, {&layers[0].w_up, &tm.nw.layers[0].up}, {&layers[1].w_down, &tm.nw.layers[1].down}};
     for (const auto& [w, ref_w] : mats)
       CheckLinear(pool, *w, *ref_w, m, u_x, rng, std::string(DTypeName(GetParam())) + " after calibration");
@@ -115,7 +116,7 @@ TEST(KernelCalibration, AStoredChoiceInstallsAsMeasuredAndAForeignOneIsRefused) 
   attic::testing::MakeTinyModel(spec, dir, &tm);
   ASSERT_FALSE(HasFatalFailure());
   backend::ThreadPool pool(2);
-  auto cal = backend::CalibrateLinear(*tm.model, pool);
+  auto cal = backend::CalibrateLinear(LinearsOf(*tm.model), pool);
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   const backend::cpu::KernelTable measured = backend::cpu::ActiveKernels();
   backend::cpu::ResetActiveKernels();
@@ -131,7 +132,7 @@ TEST(KernelCalibration, AStoredChoiceInstallsAsMeasuredAndAForeignOneIsRefused) 
     EXPECT_EQ(back->timings[i].kernel, cal->timings[i].kernel);
     EXPECT_EQ(back->timings[i].m, cal->timings[i].m);
   }
-  ASSERT_TRUE(backend::InstallLinearCalibration(*back, *tm.model).ok());
+  ASSERT_TRUE(backend::InstallLinearCalibration(*back, LinearsOf(*tm.model)).ok());
   const backend::cpu::KernelTable& t = backend::cpu::ActiveKernels();
   EXPECT_EQ(t.gemv, measured.gemv);
   EXPECT_EQ(t.gemv_prepare, measured.gemv_prepare);
@@ -142,13 +143,13 @@ TEST(KernelCalibration, AStoredChoiceInstallsAsMeasuredAndAForeignOneIsRefused) 
   const backend::cpu::KernelTable* base = &backend::cpu::ActiveKernels();
   backend::LinearCalibration foreign = *back;
   foreign.gemv = "avx1024";
-  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, LinearsOf(*tm.model)).ok());
   foreign = *back;
   foreign.prepacked = !foreign.prepacked;
-  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, LinearsOf(*tm.model)).ok());
   foreign = *back;
   foreign.isa = "riscv";
-  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, *tm.model).ok());
+  EXPECT_FALSE(backend::InstallLinearCalibration(foreign, LinearsOf(*tm.model)).ok());
   EXPECT_EQ(&backend::cpu::ActiveKernels(), base) << "a refused choice installs nothing";
   for (const char* bad : {"", "gemv=avx2\n", "isa=avx2\ngemv=avx2\ngemv_max_m=x\nprepacked=0\n", "garbage"})
     EXPECT_FALSE(backend::LinearCalibration::Parse(bad).ok()) << bad;

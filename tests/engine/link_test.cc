@@ -1,4 +1,4 @@
-// Linking cached chunks through the scheduler (paper 002, Epic; engine/link.h) on the
+// Linking cached chunks through the scheduler (paper 002, Epic; pic/link.h) on the
 // trained stories260K, with the engine in deterministic mode (every row's result the
 // same bits whatever shares its step), so that "equals" means the same tokens:
 //  * the exactness cases of the methods: AttnLink with k >= the chunk length and
@@ -22,8 +22,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "attic/engine/link.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pic/link.h"
 #include "attic/store/kv_store.h"
 #include "test_util.h"
 
@@ -135,7 +135,7 @@ class LinkTest : public ::testing::Test {
 
   // A prompt of parts: BOS, then chunk i / text alternately as `layout` says (>= 0:
   // chunks_[i]; -1: a short text), then a closing text. `spec` gets the linked chunks.
-  std::vector<int32_t> Prompt(const std::vector<int>& layout, const std::vector<std::string>& keys, LinkSpec* spec) {
+  std::vector<int32_t> Prompt(const std::vector<int>& layout, const std::vector<std::string>& keys, pic::LinkSpec* spec) {
     std::vector<int32_t> p = {bos_};
     for (int part : layout) {
       if (part < 0) {
@@ -151,7 +151,7 @@ class LinkTest : public ::testing::Test {
     return p;
   }
 
-  GenerationRequest Req(const std::string& tenant, std::vector<int32_t> prompt, std::shared_ptr<const LinkSpec> spec,
+  GenerationRequest Req(const std::string& tenant, std::vector<int32_t> prompt, std::shared_ptr<const pic::LinkSpec> spec,
                         int max_tokens = 24) {
     GenerationRequest r;
     r.tenant = tenant;
@@ -173,7 +173,7 @@ class LinkTest : public ::testing::Test {
     return keys;
   }
 
-  int Linked(const LinkSpec& s) const {
+  int Linked(const pic::LinkSpec& s) const {
     int n = 0;
     for (const auto& c : s.chunks) n += c.n;
     return n;
@@ -200,9 +200,9 @@ TEST_F(LinkTest, PrefillOnlyStoresExactlyThePromptsKv) {
 
 TEST_F(LinkTest, AttnLinkWithKAtLeastTheChunkLengthEqualsFullRecompute) {
   const auto keys = GenAll("t");
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({-1, 2, 0, -1, 1}, keys, spec.get());
-  spec->options.method = LinkMethod::kAttnLink;
+  spec->options.method = pic::LinkMethod::kAttnLink;
   spec->options.k = 2 * 300;
   const Result linked = Run({Req("t", prompt, spec)})[0];
   const Result fr = Fr(prompt);
@@ -217,9 +217,9 @@ TEST_F(LinkTest, CacheBlendWithRatioOneEqualsFullRecompute) {
     // A tenant per case: a repeated prompt would reuse the previous answer's KV.
     const std::string t = "t" + std::to_string(check_layer);
     const auto keys = GenAll(t);
-    auto spec = std::make_shared<LinkSpec>();
+    auto spec = std::make_shared<pic::LinkSpec>();
     const std::vector<int32_t> prompt = Prompt({-1, 1, -1, 2, 0}, keys, spec.get());
-    spec->options.method = LinkMethod::kCacheBlend;
+    spec->options.method = pic::LinkMethod::kCacheBlend;
     spec->options.ratio = 1.0;
     spec->options.check_layer = check_layer;
     const Result linked = Run({Req(t, prompt, spec)})[0];
@@ -237,9 +237,9 @@ TEST_F(LinkTest, NaiveWithOneChunkAtPositionZeroEqualsTheUncachedRequest) {
   sched_ = std::make_unique<Scheduler>(*engine_, so);
   sched_->set_store(store_.get());
   const auto keys = GenAll("t");
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({0}, keys, spec.get());
-  spec->options.method = LinkMethod::kNaive;
+  spec->options.method = pic::LinkMethod::kNaive;
   const Result linked = Run({Req("t", prompt, spec)})[0];
   EXPECT_EQ(linked.text, Fr(prompt).text);
   EXPECT_EQ(linked.usage.cached_tokens, static_cast<int>(chunks_[0].size()));
@@ -249,30 +249,30 @@ TEST_F(LinkTest, NaiveWithOneChunkAtPositionZeroEqualsTheUncachedRequest) {
 TEST_F(LinkTest, CountsWhatEachMethodRecomputes) {
   const std::vector<int> layout = {-1, 0, 1, -1, 2};
   int n_tenants = 0;
-  auto linked_with = [&](LinkOptions o) {
+  auto linked_with = [&](pic::LinkOptions o) {
     // A tenant per case: a repeated prompt would reuse the previous answer's KV.
     const std::string t = "t" + std::to_string(n_tenants++);
     const auto keys = GenAll(t);
-    auto spec = std::make_shared<LinkSpec>();
+    auto spec = std::make_shared<pic::LinkSpec>();
     const std::vector<int32_t> prompt = Prompt(layout, keys, spec.get());
     spec->options = o;
     Result r = Run({Req(t, prompt, spec, 4)})[0];
     EXPECT_EQ(r.usage.prompt_tokens, static_cast<int>(prompt.size()));
     return std::pair{r.usage, Linked(*spec)};
   };
-  LinkOptions o;
-  o.method = LinkMethod::kNaive;
+  pic::LinkOptions o;
+  o.method = pic::LinkMethod::kNaive;
   auto [naive, n_linked] = linked_with(o);
   EXPECT_EQ(naive.recomputed_tokens, 0);
   EXPECT_EQ(naive.cached_tokens, n_linked);
-  o.method = LinkMethod::kAttnLink;
+  o.method = pic::LinkMethod::kAttnLink;
   o.k = 6;  // 3 from each chunk's start, 3 from its end
   auto [attn, n2] = linked_with(o);
   EXPECT_EQ(attn.recomputed_tokens, 3 * 6);
   EXPECT_EQ(attn.cached_tokens, n2 - 18);
   o.k = 5;  // 3 from the start, 2 from the end
   EXPECT_EQ(linked_with(o).first.recomputed_tokens, 3 * 5);
-  o.method = LinkMethod::kCacheBlend;
+  o.method = pic::LinkMethod::kCacheBlend;
   o.ratio = 0.25;
   o.check_layer = 1;
   auto [blend, n3] = linked_with(o);
@@ -281,7 +281,7 @@ TEST_F(LinkTest, CountsWhatEachMethodRecomputes) {
   EXPECT_GE(blend.recomputed_tokens, n3 / 4);
   EXPECT_LE(blend.recomputed_tokens, n3 / 4 + 16);
   EXPECT_EQ(blend.cached_tokens, n3 - blend.recomputed_tokens);
-  o.method = LinkMethod::kFull;
+  o.method = pic::LinkMethod::kFull;
   auto [full, n4] = linked_with(o);
   EXPECT_EQ(full.cached_tokens, 0);
   EXPECT_EQ(full.recomputed_tokens, 0);
@@ -442,10 +442,10 @@ TEST_F(LinkTest, CacheBlendKeepsTheRowsThatDeviateMostPerStep) {
   EXPECT_NE(want, select(steps, [&](int s) { return deviation(check_layer, s, 3); })) << "KV head 0 only";
 
   // The linked turn, saved as a conversation's.
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   spec->chunks = {{a0, static_cast<int>(chunks_[0].size()), keys[0], 1},
                   {b0, static_cast<int>(chunks_[2].size()), keys[1], 1}};
-  spec->options.method = LinkMethod::kCacheBlend;
+  spec->options.method = pic::LinkMethod::kCacheBlend;
   spec->options.ratio = ratio;
   spec->options.check_layer = check_layer;
   GenerationRequest r = Req("blend", prompt, spec, 1);
@@ -475,17 +475,17 @@ TEST_F(LinkTest, CacheBlendKeepsTheRowsThatDeviateMostPerStep) {
 TEST_F(LinkTest, AChunkWhoseKvIsGoneIsComputed) {
   const auto keys = GenAll("t");
   ASSERT_TRUE(store_->EraseSession("t", "ctx:chunk1").ok());
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({-1, 1}, keys, spec.get());
-  spec->options.method = LinkMethod::kNaive;
+  spec->options.method = pic::LinkMethod::kNaive;
   const Result linked = Run({Req("t", prompt, spec)})[0];
   EXPECT_EQ(linked.usage.cached_tokens, 0);
   EXPECT_EQ(linked.text, Fr(prompt).text);
   // Another tenant's chunks are not linked either (the key names the tenant).
   const auto other = GenAll("u");
-  auto spec2 = std::make_shared<LinkSpec>();
+  auto spec2 = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> p2 = Prompt({-1, 0, 2}, other, spec2.get());
-  spec2->options.method = LinkMethod::kNaive;
+  spec2->options.method = pic::LinkMethod::kNaive;
   const Result foreign = Run({Req("w", p2, spec2)})[0];
   EXPECT_EQ(foreign.usage.cached_tokens, 0);
   EXPECT_EQ(foreign.text, Fr(p2).text);
@@ -495,9 +495,9 @@ TEST_F(LinkTest, ALinkedRequestBatchesWithAPlainOne) {
   // Alone in tenant a, batched in tenant b (each with its own chunks: a repeated prompt
   // would reuse the previous answer's KV).
   auto linked = [&](const std::string& t) {
-    auto spec = std::make_shared<LinkSpec>();
+    auto spec = std::make_shared<pic::LinkSpec>();
     const std::vector<int32_t> prompt = Prompt({-1, 0, -1, 2, 1}, GenAll(t), spec.get());
-    spec->options.method = LinkMethod::kAttnLink;
+    spec->options.method = pic::LinkMethod::kAttnLink;
     spec->options.k = 8;
     return Req(t, prompt, spec);
   };
@@ -517,10 +517,10 @@ TEST_F(LinkTest, TheNextTurnReusesTheLinkedKvSavedWithTheTurn) {
   so.max_resident = 0;
   sched_ = std::make_unique<Scheduler>(*engine_, so);
   sched_->set_store(store_.get());
-  for (LinkMethod m : {LinkMethod::kAttnLink, LinkMethod::kCacheBlend, LinkMethod::kNaive}) {
-    const std::string t = std::string("conv-") + LinkMethodName(m);
+  for (pic::LinkMethod m : {pic::LinkMethod::kAttnLink, pic::LinkMethod::kCacheBlend, pic::LinkMethod::kNaive}) {
+    const std::string t = std::string("conv-") + pic::LinkMethodName(m);
     const auto keys = GenAll(t);
-    auto spec = std::make_shared<LinkSpec>();
+    auto spec = std::make_shared<pic::LinkSpec>();
     const std::vector<int32_t> p1 = Prompt({2, -1, 0}, keys, spec.get());
     spec->options.method = m;
     spec->options.k = 4;
@@ -538,19 +538,19 @@ TEST_F(LinkTest, TheNextTurnReusesTheLinkedKvSavedWithTheTurn) {
     GenerationRequest r2 = Req(t, p2, spec, 12);
     r2.session_id = "conv";
     const Result t2 = Run({std::move(r2)})[0];
-    EXPECT_GE(t2.usage.cached_tokens, static_cast<int>(stored->size()) - 1) << LinkMethodName(m);
-    EXPECT_EQ(t2.usage.recomputed_tokens, 0) << LinkMethodName(m);
+    EXPECT_GE(t2.usage.cached_tokens, static_cast<int>(stored->size()) - 1) << pic::LinkMethodName(m);
+    EXPECT_EQ(t2.usage.recomputed_tokens, 0) << pic::LinkMethodName(m);
     // The same second turn linked afresh (another tenant holding the same chunks):
     // turn 1's answer was decoded over the same linked KV, so the tokens agree. (Not for
     // CacheBlend: its selection depends on how the steps cut the rows.)
-    if (m == LinkMethod::kCacheBlend) continue;
+    if (m == pic::LinkMethod::kCacheBlend) continue;
     const std::string t_fresh = t + "-fresh";
     const auto keys2 = GenAll(t_fresh);
-    auto spec2 = std::make_shared<LinkSpec>(*spec);
+    auto spec2 = std::make_shared<pic::LinkSpec>(*spec);
     for (size_t i = 0; i < spec2->chunks.size(); ++i)
       spec2->chunks[i].store_key = keys2[std::find(keys.begin(), keys.end(), spec->chunks[i].store_key) - keys.begin()];
     const Result fresh = Run({Req(t_fresh, p2, spec2, 12)})[0];
-    EXPECT_EQ(t2.text, fresh.text) << LinkMethodName(m);
+    EXPECT_EQ(t2.text, fresh.text) << pic::LinkMethodName(m);
   }
 }
 
@@ -564,10 +564,10 @@ TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
   sched_ = std::make_unique<Scheduler>(*engine_, so);
   sched_->set_store(store_.get());
   const auto keys = GenAll("t");
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({-1, 0, 1, 2, -1, 0, 1, 2}, keys, spec.get());
   ASSERT_GT(static_cast<int>(prompt.size()), engine_->context_length());
-  spec->options.method = LinkMethod::kAttnLink;
+  spec->options.method = pic::LinkMethod::kAttnLink;
   spec->options.k = 600;
   GenerationRequest r = Req("t", prompt, spec, 8);
   r.session_id = "long";
@@ -585,7 +585,7 @@ TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
 
 TEST_F(LinkTest, ALinkedPromptOutsideAConversationIsNotSaved) {
   const auto keys = GenAll("t");
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({-1, 0, 1}, keys, spec.get());
   const uint64_t entries = store_->Stats().entries;
   Run({Req("t", prompt, spec, 4)});
@@ -603,10 +603,10 @@ TEST_F(LinkTest, ALinkedPromptOutsideAConversationIsNotSaved) {
 
 TEST_F(LinkTest, BadLinkSpecsAreRejected) {
   const auto keys = GenAll("t");
-  auto spec = std::make_shared<LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   const std::vector<int32_t> prompt = Prompt({0, 1}, keys, spec.get());
   auto bad = [&](auto change) {
-    auto s = std::make_shared<LinkSpec>(*spec);
+    auto s = std::make_shared<pic::LinkSpec>(*spec);
     change(*s);
     auto c = sched_->Submit(Req("t", prompt, s));
     EXPECT_FALSE(c.ok());
@@ -614,52 +614,11 @@ TEST_F(LinkTest, BadLinkSpecsAreRejected) {
       EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
     }
   };
-  bad([](LinkSpec& s) { std::swap(s.chunks[0], s.chunks[1]); });  // not ascending
-  bad([&](LinkSpec& s) { s.chunks[1].n = static_cast<int>(prompt.size()); });  // outside the prompt
-  bad([](LinkSpec& s) { s.options.method = LinkMethod::kCacheBlend, s.options.ratio = 1.5; });
-  bad([](LinkSpec& s) { s.options.method = LinkMethod::kCacheBlend, s.options.check_layer = 99; });
-  bad([](LinkSpec& s) { s.options.k = -1; });
-}
-
-TEST(LinkOptions, ParseAndPrint) {
-  auto a = ParseLinkOptions("attnlink-16");
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->method, LinkMethod::kAttnLink);
-  EXPECT_EQ(a->k, 16);
-  auto b = ParseLinkOptions("cacheblend-0.15@2");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->method, LinkMethod::kCacheBlend);
-  EXPECT_DOUBLE_EQ(b->ratio, 0.15);
-  EXPECT_EQ(b->check_layer, 2);
-  EXPECT_EQ(b->ToString(), "cacheblend-0.15@2");
-  EXPECT_TRUE(ParseLinkOptions("naive").ok());
-  EXPECT_TRUE(ParseLinkOptions("full").ok());
-  for (const char* s : {"", "attnlink-", "attnlink-x", "cacheblend-2", "naive-3", "blend", "attnlink--1"})
-    EXPECT_FALSE(ParseLinkOptions(s).ok()) << s;
-}
-
-TEST(LinkComputeSlots, EachMethodsSet) {
-  // Prompt of 40 slots: chunk [5, 15), chunk [15, 25), text [25, 40) -- and [0, 5).
-  const std::vector<LinkedChunk> chunks = {{5, 10, "a", 1}, {15, 10, "b", 1}};
-  auto slots = [&](LinkOptions o, int from = 0) { return LinkComputeSlots(o, chunks, from, 40); };
-  auto range = [](std::vector<int32_t> v, int lo, int hi) {
-    for (int s = lo; s < hi; ++s) v.push_back(s);
-    return v;
-  };
-  LinkOptions o;
-  o.method = LinkMethod::kNaive;
-  EXPECT_EQ(slots(o), range(range({}, 0, 5), 25, 40));
-  o.method = LinkMethod::kAttnLink;
-  o.k = 4;
-  EXPECT_EQ(slots(o), range(range(range(range(range({}, 0, 7), 13, 17), 23, 25), 25, 40), 0, 0));
-  o.k = 100;
-  EXPECT_EQ(slots(o), range({}, 0, 40));
-  o.method = LinkMethod::kCacheBlend;
-  EXPECT_EQ(slots(o), range({}, 0, 40));
-  o.method = LinkMethod::kNaive;
-  EXPECT_EQ(slots(o, 30), range({}, 30, 40));  // a stored prefix covers [0, 30)
-  // The prompt's last slot is always computed, even inside a chunk.
-  EXPECT_EQ(LinkComputeSlots(o, {{0, 10, "a", 0}}, 0, 10), std::vector<int32_t>{9});
+  bad([](pic::LinkSpec& s) { std::swap(s.chunks[0], s.chunks[1]); });  // not ascending
+  bad([&](pic::LinkSpec& s) { s.chunks[1].n = static_cast<int>(prompt.size()); });  // outside the prompt
+  bad([](pic::LinkSpec& s) { s.options.method = pic::LinkMethod::kCacheBlend, s.options.ratio = 1.5; });
+  bad([](pic::LinkSpec& s) { s.options.method = pic::LinkMethod::kCacheBlend, s.options.check_layer = 99; });
+  bad([](pic::LinkSpec& s) { s.options.k = -1; });
 }
 
 }  // namespace

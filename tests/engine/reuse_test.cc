@@ -42,7 +42,7 @@ TEST(Reuse, SavedPreRopeKvReenteredGivesIdenticalTokens) {
   // tokens enter (what the store would save).
   std::vector<std::vector<float>> saved_k(cfg.n_layers), saved_v(cfg.n_layers);
   std::vector<int32_t> history;
-  KvObserverHooks saver([&](int layer, int entry, const float* k, const float* v, int n) {
+  kv::KvObserverHooks saver([&](int layer, int entry, const float* k, const float* v, int n) {
     saved_k[layer].insert(saved_k[layer].end(), k, k + static_cast<size_t>(n) * kvd);
     saved_v[layer].insert(saved_v[layer].end(), v, v + static_cast<size_t>(n) * kvd);
   });

@@ -89,7 +89,7 @@ store::StoreOptions StoreOptionsFor(const Engine& e, const std::string& dir, uin
 
 // Greedy decoding of `prompt` straight through the transformer (no scheduler, no store):
 // prefilled from scratch in 128-token chunks, then one token a step with `hooks`.
-std::vector<int32_t> GreedyReference(Engine& e, const std::vector<int32_t>& prompt, int n, LayerHooks* hooks) {
+std::vector<int32_t> GreedyReference(Engine& e, const std::vector<int32_t>& prompt, int n, kv::LayerHooks* hooks) {
   kv::SequenceKv seq(&e.kv_pool());
   std::vector<float> logits;
   std::vector<int32_t> out;

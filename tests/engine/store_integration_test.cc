@@ -580,7 +580,7 @@ namespace {
 // fetched ahead by the read buffer while earlier jobs run -- gives the same tokens as
 // recomputing the whole prompt, with an f32 or an f16 compute buffer (stored K is f32
 // pre-RoPE either way; entering rounds it exactly as computing it does).
-class PreloadModes : public ::testing::TestWithParam<std::tuple<KvPreload, int64_t, DType>> {};
+class PreloadModes : public ::testing::TestWithParam<std::tuple<store::Preload, int64_t, DType>> {};
 
 TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   auto e = LoadStories(std::get<2>(GetParam()));
@@ -614,7 +614,7 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   }
   const KvLoadStats ls = s.Stats().kv_load;
   EXPECT_EQ(ls.loads, next.size());
-  EXPECT_EQ(ls.layerwise_loads, o.kv_preload != KvPreload::kSync ? next.size() : 0u);
+  EXPECT_EQ(ls.layerwise_loads, o.kv_preload != store::Preload::kSync ? next.size() : 0u);
   if (o.kv_read_buffer_bytes != 0) {
     EXPECT_GT(ls.staged_used, 0u);  // later jobs were fetched while earlier ones ran
   } else {
@@ -623,22 +623,22 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StoreIntegration, PreloadModes,
-                         ::testing::Values(std::make_tuple(KvPreload::kSync, int64_t{0}, DType::kF32),
-                                           std::make_tuple(KvPreload::kLayerwise, int64_t{0}, DType::kF32),
-                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20, DType::kF32),
-                                           std::make_tuple(KvPreload::kInline, int64_t{0}, DType::kF32),
-                                           std::make_tuple(KvPreload::kInline, int64_t{256} << 20, DType::kF32),
-                                           std::make_tuple(KvPreload::kSync, int64_t{256} << 20, DType::kF32),
-                                           std::make_tuple(KvPreload::kSync, int64_t{0}, DType::kF16),
-                                           std::make_tuple(KvPreload::kLayerwise, int64_t{256} << 20, DType::kF16),
-                                           std::make_tuple(KvPreload::kInline, int64_t{0}, DType::kF16)));
+                         ::testing::Values(std::make_tuple(store::Preload::kSync, int64_t{0}, DType::kF32),
+                                           std::make_tuple(store::Preload::kLayerwise, int64_t{0}, DType::kF32),
+                                           std::make_tuple(store::Preload::kLayerwise, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(store::Preload::kInline, int64_t{0}, DType::kF32),
+                                           std::make_tuple(store::Preload::kInline, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(store::Preload::kSync, int64_t{256} << 20, DType::kF32),
+                                           std::make_tuple(store::Preload::kSync, int64_t{0}, DType::kF16),
+                                           std::make_tuple(store::Preload::kLayerwise, int64_t{256} << 20, DType::kF16),
+                                           std::make_tuple(store::Preload::kInline, int64_t{0}, DType::kF16)));
 
 // A request cancelled while its stored KV is still being entered frees its blocks only
 // after the loader is done with them (no write into blocks another sequence owns).
 TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
-  for (KvPreload mode : {KvPreload::kLayerwise, KvPreload::kInline, KvPreload::kSync}) {
+  for (store::Preload mode : {store::Preload::kLayerwise, store::Preload::kInline, store::Preload::kSync}) {
     SCOPED_TRACE(static_cast<int>(mode));
     auto store = OpenStore(*e, 64 << 20);
     SchedulerOptions o = NoResident();

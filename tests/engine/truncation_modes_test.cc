@@ -59,7 +59,7 @@ void Prefill(Transformer& tf, kv::SequenceKv* seq, const std::vector<int32_t>& t
   const int kvd = tf.config().kv_dim();
   k->assign(tf.config().n_layers, {});
   v->assign(tf.config().n_layers, {});
-  KvObserverHooks save([&](int layer, int, const float* kk, const float* vv, int n) {
+  kv::KvObserverHooks save([&](int layer, int, const float* kk, const float* vv, int n) {
     (*k)[layer].insert((*k)[layer].end(), kk, kk + static_cast<size_t>(n) * kvd);
     (*v)[layer].insert((*v)[layer].end(), vv, vv + static_cast<size_t>(n) * kvd);
   });

@@ -55,7 +55,7 @@ struct DecodeRun {
 // Prefills `prompt` tokens of `tokens` into `seq` in chunks of 64, then teacher-forced
 // decodes the rest one token per step; returns the decode steps' logits.
 std::vector<float> Feed(engine::Engine& e, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, size_t prompt,
-                        engine::LayerHooks* hooks) {
+                        kv::LayerHooks* hooks) {
   std::vector<float> logits, out;
   for (size_t pos = 0; pos < tokens.size();) {
     const size_t end = pos < prompt ? std::min(prompt, pos + 64) : pos + 1;
@@ -74,7 +74,7 @@ std::vector<float> Feed(engine::Engine& e, kv::SequenceKv* seq, const std::vecto
 template <class Make>
 DecodeRun Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt, Make make) {
   kv::SequenceKv seq(&e.kv_pool());
-  std::unique_ptr<engine::LayerHooks> hooks = make(&seq);
+  std::unique_ptr<kv::LayerHooks> hooks = make(&seq);
   DecodeRun run;
   run.logits = Feed(e, &seq, tokens, prompt, hooks.get());
   run.resident_blocks = seq.n_resident_blocks();
@@ -105,7 +105,7 @@ TEST_P(OffloadTest, DecodesAsTheSameSelectorWithEveryBlockResident) {
   engine::Engine* e = st.e.get();
   auto o = ParseSparseOptions(c.method);  // fixed iterations: both runs train the same codebooks
   ASSERT_TRUE(o.ok());
-  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<kv::LayerHooks> {
     return st.Selector(*o);
   });
   ASSERT_EQ(want.resident_blocks, 30);
@@ -113,7 +113,7 @@ TEST_P(OffloadTest, DecodesAsTheSameSelectorWithEveryBlockResident) {
   store::DramTier tier(uint64_t{1} << 30);
   const int free_before = e->kv_pool().n_free();
   {
-    const DecodeRun got = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+    const DecodeRun got = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<kv::LayerHooks> {
       OffloadOptions oo;
       oo.cache_blocks = c.cache_blocks;
       oo.policy = c.policy;
@@ -169,7 +169,7 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   engine::Engine* e = st.e.get();
   auto o = ParseSparseOptions("pq-0.2@min=64,iters=4");
   ASSERT_TRUE(o.ok());
-  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<engine::LayerHooks> {
+  const DecodeRun want = Decode(*e, st.tokens, 400, [&](kv::SequenceKv*) -> std::unique_ptr<kv::LayerHooks> {
     return st.Selector(*o);
   });
   // A tier too small for the sequence: the blocks it refuses stay resident, and the
@@ -179,7 +179,7 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   store::MemoryTier tiny(small);
   OffloadOptions oo;
   oo.cache_blocks = 2;  // the pool holds one 512-token sequence: most of it stays resident here
-  const DecodeRun full = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<engine::LayerHooks> {
+  const DecodeRun full = Decode(*e, st.tokens, 400, [&](kv::SequenceKv* seq) -> std::unique_ptr<kv::LayerHooks> {
     return std::move(*st.Offloaded(*o, oo, seq, &tiny));
   });
   EXPECT_LT(MaxDiff(full.logits, want.logits), 1e-5);

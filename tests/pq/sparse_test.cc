@@ -209,7 +209,7 @@ struct Synthetic {
   }
   // Appends n slots of random K as one step of n rows and calls the hook (layer 0).
   // Returns the step's queries [n, n_heads, head_dim].
-  std::vector<float> Step(engine::LayerHooks* hooks, int n, int layer = 0) {
+  std::vector<float> Step(kv::LayerHooks* hooks, int n, int layer = 0) {
     std::vector<int32_t> rows(n), slots(n), pos(n), kv_end(n);
     for (int i = 0; i < n; ++i) {
       auto k = Random(static_cast<size_t>(shape.n_kv_heads) * shape.head_dim);
@@ -219,8 +219,8 @@ struct Synthetic {
       kv_end[i] = slots[i] + 1;
     }
     auto q = Random(static_cast<size_t>(n) * shape.n_heads * shape.head_dim);
-    engine::EntryRows er{0, n, rows.data(), slots.data(), pos.data()};
-    engine::Visibility vis;
+    kv::EntryRows er{0, n, rows.data(), slots.data(), pos.data()};
+    kv::Visibility vis;
     vis.kv_end = kv_end.data();
     vis.n_slots = kv.view.n_slots;
     vis.q = q.data();
@@ -530,11 +530,11 @@ TEST(Pq, GivenPrefillTimeMakesClusteringAdaptive) {
 
 // Drives two selectors with the same steps: `b` sees each step first, on its own copy of
 // the visibility (its selection is read back through last_selection).
-struct Tee : engine::LayerHooks {
-  engine::LayerHooks *a, *b;
-  Tee(engine::LayerHooks* x, engine::LayerHooks* y) : a(x), b(y) {}
-  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
-    engine::Visibility copy = *vis;
+struct Tee : kv::LayerHooks {
+  kv::LayerHooks *a, *b;
+  Tee(kv::LayerHooks* x, kv::LayerHooks* y) : a(x), b(y) {}
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
+    kv::Visibility copy = *vis;
     b->BeforeAttention(layer, rows, &copy);
     a->BeforeAttention(layer, rows, vis);
   }
@@ -669,7 +669,7 @@ using attic::testing::StoryTokens;
 // Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
 // returns the decode steps' logits.
 std::vector<float> Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
-                          engine::LayerHooks* hooks) {
+                          kv::LayerHooks* hooks) {
   kv::SequenceKv seq(&e.kv_pool());
   std::vector<float> logits, all;
   for (size_t pos = 0; pos < tokens.size(); ) {

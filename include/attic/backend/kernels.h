@@ -6,17 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
-#include "attic/model/weights.h"
-
-namespace attic::model {
-class Model;
-}
+#include "attic/tensor/weight_tensor.h"
 
 namespace attic::backend {
 
@@ -38,7 +36,7 @@ namespace attic::backend {
 //                  matches the unpacked GEMM at 64 rows (w_up: 926 vs 934 us); SmolLM2-
 //                  135M bf16 prefill of 512 tokens runs at 0.83-0.87x end to end.
 enum class LinearMode { kFastest, kRowInvariant };
-void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y,
+void Linear(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y,
             LinearMode mode = LinearMode::kFastest);
 
 // Whether Linear rounds x to bf16 before multiplying bf16 weights, on every path (the
@@ -49,12 +47,32 @@ void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTens
 // accumulation.
 bool LinearRoundsBf16Activations();
 
-// Adds the CPU GEMM's packed layout of `model`'s bf16 matrices (WeightTensor::packed) on
+// A model's linear matrices as its forward pass multiplies by them: per layer, the groups
+// of outputs computed from one input -- {wq, wk, wv}, {wo}, {w_gate, w_up}, {w_down} --
+// then the LM head. What prepacking and calibration walk (engine::LinearsOf builds it
+// from a loaded model).
+struct LayerLinears {
+  WeightTensor* wq = nullptr;
+  WeightTensor* wk = nullptr;
+  WeightTensor* wv = nullptr;
+  WeightTensor* wo = nullptr;
+  WeightTensor* w_gate = nullptr;
+  WeightTensor* w_up = nullptr;
+  WeightTensor* w_down = nullptr;
+};
+struct ModelLinears {
+  std::vector<LayerLinears> layers;
+  WeightTensor* lm_head = nullptr;
+  // Keeps memory alive as long as the weights (the packed copies PrepackWeights adds).
+  std::function<void(std::shared_ptr<void>)> own;
+};
+
+// Adds the CPU GEMM's packed layout of the model's bf16 matrices (WeightTensor::packed) on
 // CPUs with AVX512-BF16, when that copy is at most `max_bytes`: the GEMM then skips
 // packing each weight panel on every call (prefill of short chunks ~1.2-1.3x faster) at
-// the cost of a second copy of those matrices. Results are bit-identical to the unpacked
-// GEMM. Returns the bytes added (0: nothing packed).
-uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes);
+// the cost of a second copy of those matrices (handed to `model.own`). Results are
+// bit-identical to the unpacked GEMM. Returns the bytes added (0: nothing packed).
+uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t max_bytes);
 
 // What CalibrateLinear chose for a model on this CPU.
 struct LinearCalibration {
@@ -89,21 +107,21 @@ struct LinearCalibration {
 // ~0.1-0.5 s. Every candidate computes the same products within the documented bounds
 // (Linear's comment); only which runs, and so the last bits, depends on the timing.
 // REQUIRES: no kernel runs concurrently (call at load, after PrepackWeights).
-StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool);
+StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPool& pool);
 
 // Installs a choice CalibrateLinear made before (a stored one) without timing anything:
 // InvalidArgument if its kernels are not candidates here (another CPU or ISA cap), or
 // it was made with the other prepacking. Same REQUIRES.
-Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model& model);
+Status InstallLinearCalibration(const LinearCalibration& cal, const ModelLinears& model);
 
 // What a stored calibration is valid for: the CPU model, the kernels in use, the thread
 // count, and the dtype, shape and prepacking of the model's layer matrices, as a hex
 // digest (a file name part).
-std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool);
+std::string LinearCalibrationKey(const ModelLinears& model, const ThreadPool& pool);
 
 // One output of LinearMulti: y[m, w->rows()] = x W^T (+ bias).
 struct LinearOutput {
-  const model::WeightTensor* w = nullptr;
+  const WeightTensor* w = nullptr;
   const float* bias = nullptr;  // optional
   float* y = nullptr;
 };
@@ -127,7 +145,7 @@ void SiluMul(ThreadPool& pool, float* gate, const float* up, int64_t n);
 void Add(float* x, const float* y, int64_t n);
 
 // Copies row `id` of an embedding table (any weight dtype) to out[0..cols) as f32.
-void EmbeddingRow(const model::WeightTensor& table, int64_t id, float* out);
+void EmbeddingRow(const WeightTensor& table, int64_t id, float* out);
 
 // Numerically stable in-place softmax of x[0..n).
 void Softmax(float* x, int64_t n);

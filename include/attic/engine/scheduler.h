@@ -43,9 +43,9 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
-#include "attic/engine/link.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
+#include "attic/pic/link.h"
 #include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
 #include "attic/store/kv_store.h"
@@ -55,14 +55,6 @@ namespace attic::engine {
 using SchedClock = std::chrono::steady_clock;
 struct Truncation;
 struct SeqPlan;
-
-// How stored KV enters the compute buffer (paper 001 section 3.2).
-enum class KvPreload {
-  kSync,       // the whole entry is entered before the job's first forward step
-  kLayerwise,  // layer l+1 is entered by the loader thread while layer l computes
-  kInline,     // layer l is entered by the compute threads just before layer l computes
-               // (no loader thread: for machines without a core to spare for it)
-};
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding)
@@ -89,7 +81,7 @@ struct SchedulerOptions {
   // still waiting that the loader fetches and verifies ahead of their admission; -1 =
   // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
   // measured load and prefill rates; 0 = no read buffer.
-  KvPreload kv_preload = KvPreload::kLayerwise;
+  store::Preload kv_preload = store::Preload::kLayerwise;  // how stored KV enters (store/kv_loader.h)
   int64_t kv_read_buffer_bytes = -1;
   bool store_save = true;          // save each finished turn's KV (false: read-only store)
   // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
@@ -203,7 +195,7 @@ struct GenerationRequest {
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
   // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
   // as the spec's method says (link.h); null = none. Needs a KV store.
-  std::shared_ptr<const LinkSpec> link;
+  std::shared_ptr<const pic::LinkSpec> link;
   // Sparse decoding (pq/sparse.h): null = the scheduler's default (SchedulerOptions::
   // sparse); method full asks for full attention whatever the default. A request with a
   // selector (any other method) decodes with its own pq::SparseAttention; it batches with

@@ -6,7 +6,7 @@
 // one decode token). By default new tokens are appended to each sequence's SequenceKv;
 // an entry may instead name the slot each token writes, so "recompute slots S at
 // positions P over the cached KV" (KV linking) is one step. K is rotated (RoPE) at the
-// given positions before it enters the compute buffer. LayerHooks (layer_hooks.h) see
+// given positions before it enters the compute buffer. kv::LayerHooks (layer_hooks.h) see
 // each layer's new KV (the store saves the pre-RoPE K and V through one), may narrow what
 // rows attend to, and may drop rows from the rest of the pass.
 //
@@ -22,8 +22,8 @@
 #include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
-#include "attic/engine/layer_hooks.h"
 #include "attic/kv/block_pool.h"
+#include "attic/kv/layer_hooks.h"
 #include "attic/model/model.h"
 #include "attic/tensor/buffer.h"
 
@@ -40,7 +40,7 @@ struct BatchEntry {
   // token and position are replaced); slots from n_slots() on are appended and must be
   // exactly n_slots(), n_slots() + 1, ... (in any row order). No slot twice. A row
   // writing slot s attends to slots [0, s] by slot order, including this step's other
-  // rows below s (LayerHooks::BeforeAttention may change that). With slots, the
+  // rows below s (kv::LayerHooks::BeforeAttention may change that). With slots, the
   // sequence must not appear in another entry of the step.
   std::vector<int32_t> slots;
   bool want_logits = true;         // produce logits for the last new token
@@ -50,6 +50,14 @@ struct BatchEntry {
 // The attention's shape for a model: its heads, KV heads, head_dim, and the scale
 // 1/sqrt(head_dim).
 attention::AttentionShape AttentionShapeOf(const model::ModelConfig& config);
+
+// InvalidArgument unless every token id is in the model's vocabulary [0, vocab_size):
+// what a forward step and a submitted request are checked with.
+Status CheckTokenIds(const model::ModelConfig& config, std::span<const int32_t> tokens);
+
+// The linear matrices `model`'s forward multiplies by, as the backend's prepacking and
+// kernel calibration walk them; packed copies are owned by the model (Model::Own).
+backend::ModelLinears LinearsOf(model::Model& model);
 
 class Transformer {
  public:
@@ -64,14 +72,14 @@ class Transformer {
   kv::KvShape kv_shape(int block_size) const;
 
   // Whole step: Begin, every Layer (with `hooks`, may be null), Finish.
-  Status Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, LayerHooks* hooks = nullptr);
+  Status Forward(std::vector<BatchEntry>& batch, std::vector<float>* logits, kv::LayerHooks* hooks = nullptr);
 
   // Layer-wise step. Begin validates (InvalidArgument for bad tokens, positions or
   // slots), reserves KV slots (all-or-nothing: on error no sequence changed), records
   // the tokens and positions of in-place slots and embeds; Layer(l) must then be called
   // for l = 0..n_layers-1 in order; Finish computes logits. `batch` must outlive Finish.
   Status Begin(std::vector<BatchEntry>& batch);
-  void Layer(int layer, LayerHooks* hooks = nullptr);
+  void Layer(int layer, kv::LayerHooks* hooks = nullptr);
   // `logits` receives rows of vocab_size floats in batch order: per entry with
   // all_logits, one per kept row (kept_rows); with want_logits, one for its last kept row;
   // none for an entry whose rows were all dropped. Without dropped rows: the last new
@@ -101,10 +109,10 @@ class Transformer {
   struct SlotRun {
     int row, slot, n;
   };
-  EntryRows Rows(int entry) const;
+  kv::EntryRows Rows(int entry) const;
   void BuildRuns();
   // Calls hooks->AfterLayer for every entry and compacts the step's rows to the kept ones.
-  void DropRows(int layer, LayerHooks* hooks);
+  void DropRows(int layer, kv::LayerHooks* hooks);
 
   // Current step. Row r is the step's r-th token row still in the pass; an entry's rows
   // are [entry_offset_[i], entry_offset_[i] + entry_rows_[i]).

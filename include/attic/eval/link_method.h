@@ -6,7 +6,7 @@
 // (Method::set_chunks; by default fixed runs of kDefaultChunkTokens after the BOS):
 //   1. every chunk is prefilled on its own from position 0 -- after a BOS token with
 //      the "+bos" variant, whose row is then dropped -- and its pre-RoPE K and V of every
-//      layer are kept (what a context cache stores; KvObserverHooks);
+//      layer are kept (what a context cache stores; kv::KvObserverHooks);
 //   2. one sequence gets every context slot at its position in the prompt, and each
 //      chunk's K/V enters it at the chunk's slots (Transformer::EnterKv rotates K to the
 //      new positions);
@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "attic/engine/link.h"
 #include "attic/eval/method.h"
+#include "attic/pic/link.h"
 
 namespace attic::eval {
 
@@ -45,14 +45,14 @@ inline constexpr const char* kBosSuffix = "+bos";
 class LinkedMethod : public Method {
  public:
   // chunk_bos: prefill each chunk after a BOS token (the engine's tokenizer must have one).
-  LinkedMethod(engine::Engine& engine, std::string name, engine::LinkOptions options, bool chunk_bos);
+  LinkedMethod(engine::Engine& engine, std::string name, pic::LinkOptions options, bool chunk_bos);
 
   std::string name() const override { return name_; }
   Status Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) override;
   StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) override;
   void set_chunks(std::vector<ContextChunk> chunks) override { chunks_ = std::move(chunks); }
 
-  const engine::LinkOptions& options() const { return options_; }
+  const pic::LinkOptions& options() const { return options_; }
   bool chunk_bos() const { return chunk_bos_; }
   // Of the last Score / Greedy call: seconds from entering the chunks' KV to the first
   // scored (or generated) token's logits, and how many cached chunk tokens were
@@ -71,7 +71,7 @@ class LinkedMethod : public Method {
 
   engine::Engine& engine_;
   std::string name_;
-  engine::LinkOptions options_;
+  pic::LinkOptions options_;
   bool chunk_bos_;
   std::vector<ContextChunk> chunks_;
   double link_seconds_ = 0;

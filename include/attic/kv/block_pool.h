@@ -119,7 +119,7 @@ class BlockPool {
 // A block may be released while its slots stay in the sequence (ReleaseBlock: a sparse
 // sequence whose older KV lives in a slower tier, pq/offload.h): its table entry is then
 // kNoBlock, and whoever lets attention see those slots must give it the rows from
-// elsewhere (engine::Visibility::view). Reading or writing a released block's slots is a
+// elsewhere (kv::Visibility::view). Reading or writing a released block's slots is a
 // caller bug.
 class SequenceKv {
  public:

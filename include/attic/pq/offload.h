@@ -4,7 +4,7 @@
 // slower tier (a store::Tier: the DRAM tier's class by default) and released
 // (kv::SequenceKv::ReleaseBlock). Each decode step the selector (pq or streaming) chooses
 // per KV head as it does with everything resident; the chosen slots are then staged into a
-// small buffer that attention reads instead (engine::Visibility::view):
+// small buffer that attention reads instead (kv::Visibility::view):
 //   resident slots (first block, local window)   copied from the compute buffer;
 //   slots in a block the cache holds             copied from the cache's copy;
 //   any other slot                               fetched from the tier, RoPE applied

@@ -2,7 +2,7 @@
 // attends exactly (softmax over the chosen slots) to a subset of its sequence's slots:
 // the initial slots (attention sinks), the local (most recent) slots, and the `top`
 // slots of the rest that a selector ranks highest, through the attention's per-KV-head
-// index lists (engine::Visibility::head_indices). The selectors share one token budget:
+// index lists (kv::Visibility::head_indices). The selectors share one token budget:
 //   full       every slot (the reference; also what a sequence below min_slots gets)
 //   pq         PQCache: keys product-quantized (codebook.h) when the first decode step
 //              meets a layer; each step scores every coded slot from q . centroid tables
@@ -15,7 +15,7 @@
 // GQA: the query heads sharing a KV head select together; `combine` says how their
 // scores of one slot become one (sum of inner products, or their max).
 //
-// A SparseAttention is the LayerHooks of one sequence's forward steps (engine/layer_hooks.h):
+// A SparseAttention is the kv::LayerHooks of one sequence's forward steps (kv/layer_hooks.h):
 // a step of several rows (prefill) attends in full (h2o accumulates there; the others
 // time it, for adaptive clustering); a one-row appending step (decode) narrows each KV
 // head to its selection. Nothing outside the hooks changes: the scheduler, `attic eval`
@@ -34,7 +34,7 @@
 #include "attic/attention/attention.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/status.h"
-#include "attic/engine/layer_hooks.h"
+#include "attic/kv/layer_hooks.h"
 #include "attic/pq/block_cache.h"
 #include "attic/pq/codebook.h"
 #include "attic/pq/pq_index.h"
@@ -42,7 +42,14 @@
 namespace attic::pq {
 
 enum class SparseMethod { kFull, kPq, kOracle, kStreaming, kH2o };
+// Every method, as the API and the metrics list them: the selectors, then full.
+inline constexpr SparseMethod kSparseMethods[] = {SparseMethod::kPq, SparseMethod::kOracle, SparseMethod::kStreaming,
+                                                  SparseMethod::kH2o, SparseMethod::kFull};
 const char* SparseMethodName(SparseMethod m);  // "full", "pq", "oracle", "streaming", "h2o"
+// The method SparseMethodName calls `name`; NotFound for any other name.
+StatusOr<SparseMethod> ParseSparseMethod(std::string_view name);
+// "pq, oracle, streaming, h2o, full": the names, for messages.
+std::string SparseMethodNames();
 
 // How the query heads of one KV head combine their scores of a slot.
 enum class GqaCombine { kSum, kMax };
@@ -113,7 +120,7 @@ struct SparseStats {
   int64_t imported_keys = 0;   // coded slots taken from it, per layer and KV head
 };
 
-class SparseAttention : public engine::LayerHooks {
+class SparseAttention : public kv::LayerHooks {
  public:
   virtual const SparseOptions& options() const = 0;
   virtual const SparseStats& stats() const = 0;

@@ -7,7 +7,7 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
-#include "attic/pic/context_caches.h"
+#include "attic/server/context_caches.h"
 
 #include <cstdint>
 #include <map>
@@ -49,7 +49,7 @@ class Metrics {
   void Observe(const engine::RequestRecord& record);
   // A request with context-cache parts, when it is submitted: its chunks found stored
   // (by tier) or prefilled again, and whether it was linked.
-  void CountLink(const pic::LinkPrep& prep, bool linked);
+  void CountLink(const LinkPrep& prep, bool linked);
   std::string Render(const engine::SchedulerStats& stats) const;
 
  private:

@@ -72,7 +72,7 @@ struct ApiRequest {
     int64_t ttl_s = 0;     // cache_control: its TTL (300 or 3600)
   };
   std::vector<CachePart> cache_parts;
-  std::optional<engine::LinkOptions> link;       // extension: "link" (else the server's --link)
+  std::optional<pic::LinkOptions> link;       // extension: "link" (else the server's --link)
   // Extension: "sparse" (sparse decoding, PQCache; docs/serving.md "Sparse decoding");
   // else the server's --sparse.
   std::optional<pq::SparseOptions> sparse;

@@ -62,7 +62,7 @@ struct ServerOptions {
   // Context caches (paper 002; need the KV store): the linking method a request gets
   // when it names none (--link), and whether chunks are prefilled after a BOS token
   // (--link-chunk-bos).
-  engine::LinkOptions link;
+  pic::LinkOptions link;
   bool link_chunk_bos = true;
 };
 

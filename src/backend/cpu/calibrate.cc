@@ -28,7 +28,6 @@
 #include "attic/backend/kernels.h"
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
-#include "attic/model/model.h"
 #include "backend/cpu/kernel_table.h"
 
 namespace attic::backend {
@@ -44,7 +43,7 @@ constexpr int kReps = 3;     // per m > 1
 constexpr int kRepsOneRow = 5;  // m = 1: the decode choice
 constexpr int64_t kMaxM = 64;
 
-uint64_t MatrixBytes(const model::WeightTensor& w) {
+uint64_t MatrixBytes(const WeightTensor& w) {
   return DTypeBytes(w.dtype, static_cast<size_t>(w.numel()));
 }
 
@@ -53,17 +52,17 @@ class Sweeper {
   // The forward's Linear calls of the first layers up to kSampleBytes, one LinearMulti
   // per group of outputs that share x (q/k/v, o, gate/up, down), each output with room
   // for kMaxM rows.
-  Sweeper(model::Model& model, ThreadPool& pool) : pool_(pool) {
+  Sweeper(const ModelLinears& model, ThreadPool& pool) : pool_(pool) {
     size_t y_rows = 0;
     int64_t max_k = 1;
-    for (const model::LayerWeights& l : model.weights().layers) {
+    for (const LayerLinears& l : model.layers) {
       if (bytes_ >= kSampleBytes) break;
-      const std::vector<std::vector<const model::WeightTensor*>> sharing_x = {
-          {&l.wq, &l.wk, &l.wv}, {&l.wo}, {&l.w_gate, &l.w_up}, {&l.w_down}};
+      const std::vector<std::vector<const WeightTensor*>> sharing_x = {
+          {l.wq, l.wk, l.wv}, {l.wo}, {l.w_gate, l.w_up}, {l.w_down}};
       for (const auto& ws : sharing_x) {
         std::vector<LinearOutput>& g = groups_.emplace_back();
         size_t rows = 0;
-        for (const model::WeightTensor* w : ws) {
+        for (const WeightTensor* w : ws) {
           g.push_back({w, nullptr, nullptr});
           rows += static_cast<size_t>(kMaxM * w->rows());
           bytes_ += MatrixBytes(*w);
@@ -183,12 +182,12 @@ namespace {
 // The ISA table calibration starts from: the one for ActiveIsa(), whatever was installed.
 const KernelTable& BaseTable() { return *cpu::KernelsFor(ActiveIsa()); }
 
-const model::WeightTensor* FirstMatrix(const model::Model& model) {
-  const auto& layers = model.weights().layers;
-  return layers.empty() || !layers[0].wq.present() ? nullptr : &layers[0].wq;
+const WeightTensor* FirstMatrix(const ModelLinears& model) {
+  const auto& layers = model.layers;
+  return layers.empty() || layers[0].wq == nullptr || !layers[0].wq->present() ? nullptr : layers[0].wq;
 }
 
-bool Prepacked(const model::WeightTensor& w, const KernelTable& t) {
+bool Prepacked(const WeightTensor& w, const KernelTable& t) {
   return w.packed != nullptr && w.packed_layout == static_cast<int>(t.isa);
 }
 
@@ -232,7 +231,7 @@ std::string CpuModelName() {
 
 }  // namespace
 
-std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& pool) {
+std::string LinearCalibrationKey(const ModelLinears& model, const ThreadPool& pool) {
   const KernelTable& base = BaseTable();
   const CpuFeatures& f = GetCpuFeatures();
   Hasher h;
@@ -241,21 +240,21 @@ std::string LinearCalibrationKey(const model::Model& model, const ThreadPool& po
   h.Update(base.name);
   h.UpdatePod(f.avx512_bf16);
   h.UpdatePod(pool.n_threads());
-  for (const model::LayerWeights& l : model.weights().layers) {
-    for (const model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+  for (const LayerLinears& l : model.layers) {
+    for (const WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) {
       h.UpdatePod(static_cast<int>(w->dtype));
       h.UpdatePod(w->rows());
       h.UpdatePod(w->cols());
       h.UpdatePod(Prepacked(*w, base));
     }
   }
-  h.UpdatePod(model.weights().layers.size());
+  h.UpdatePod(model.layers.size());
   return h.Hex().substr(0, 16);
 }
 
-Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model& model) {
+Status InstallLinearCalibration(const LinearCalibration& cal, const ModelLinears& model) {
   const KernelTable& base = BaseTable();
-  const model::WeightTensor* w0 = FirstMatrix(model);
+  const WeightTensor* w0 = FirstMatrix(model);
   if (w0 == nullptr) return InvalidArgumentError("the model has no layers");
   if (cal.isa != base.name) return InvalidArgumentError("calibrated for " + cal.isa + ", running " + base.name);
   if (cal.prepacked != Prepacked(*w0, base)) return InvalidArgumentError("calibrated with the other prepacking");
@@ -268,12 +267,12 @@ Status InstallLinearCalibration(const LinearCalibration& cal, const model::Model
   return InvalidArgumentError("GEMV '" + cal.gemv + "' is not a candidate on this CPU");
 }
 
-StatusOr<LinearCalibration> CalibrateLinear(model::Model& model, ThreadPool& pool) {
+StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPool& pool) {
   const auto t_start = std::chrono::steady_clock::now();
   const KernelTable& active = BaseTable();
-  const model::WeightTensor* first = FirstMatrix(model);
+  const WeightTensor* first = FirstMatrix(model);
   if (first == nullptr) return InvalidArgumentError("CalibrateLinear: the model has no layers");
-  const model::WeightTensor& w0 = *first;
+  const WeightTensor& w0 = *first;
   const bool prepacked = Prepacked(w0, active);
   const std::vector<Candidate> gemvs = GemvCandidates(active, w0.dtype);
   const Candidate gemm{&active, true, std::string("gemm ") + active.name};

@@ -124,7 +124,7 @@ inline void Transpose8x8Epi16(__m128i (&r)[8]) {
 
 // panel[kk * kNR + j] = W[n0 + j, k0 + kk] for kk < kc; zero for j >= nv. A full panel
 // goes 8 k at a time through two 8 x 8 transposes; the rest element by element.
-void PackPanel(const model::WeightTensor& w, int64_t n0, int64_t nv, int64_t k0, int64_t kc, uint16_t* panel) {
+void PackPanel(const WeightTensor& w, int64_t n0, int64_t nv, int64_t k0, int64_t kc, uint16_t* panel) {
   const int64_t k = w.cols();
   const uint16_t* base = static_cast<const uint16_t*>(w.data);
   const uint16_t* rows[kNR];
@@ -153,12 +153,12 @@ void PackPanel(const model::WeightTensor& w, int64_t n0, int64_t nv, int64_t k0,
 }
 
 // Whether w's prepacked copy is in this GEMM's layout.
-bool PrepackedBy(const model::WeightTensor& w) { return w.packed != nullptr && w.packed_layout == kPackedLayout; }
+bool PrepackedBy(const WeightTensor& w) { return w.packed != nullptr && w.packed_layout == kPackedLayout; }
 
 struct GemmArgs {
   const float* x;
   int64_t m, n, k;
-  const model::WeightTensor* w;
+  const WeightTensor* w;
   const float* bias;
   float* y;
 };
@@ -207,16 +207,16 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
 
 }  // namespace
 
-bool CanPrepackBf16(const model::WeightTensor& w) {
+bool CanPrepackBf16(const WeightTensor& w) {
   return w.dtype == DType::kBF16 && w.shape.size() == 2 && w.rows() > 0;
 }
 
-uint64_t PrepackedBf16Bytes(const model::WeightTensor& w) {
+uint64_t PrepackedBf16Bytes(const WeightTensor& w) {
   const int64_t panels = (w.rows() + kNR - 1) / kNR;
   return static_cast<uint64_t>(panels * w.cols() * kNR) * 2;
 }
 
-void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
+void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out) {
   const int64_t n = w.rows(), k = w.cols(), panels = (n + kNR - 1) / kNR;
   uint16_t* dst = static_cast<uint16_t*>(out);
   pool.ParallelFor(panels, [&](int64_t p, int) {
@@ -226,21 +226,21 @@ void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
 
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
   ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxGemmOuts);
-  const model::WeightTensor& w0 = *outs[0].w;
+  const WeightTensor& w0 = *outs[0].w;
   if (w0.dtype != DType::kBF16) {  // f32, f16, q8_0: OpenBLAS on widened tiles
     for (int i = 0; i < n_outs; ++i) SgemmFallback(Avx2Table(), pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
     return;
   }
   GemmArgs gs[kMaxGemmOuts];
   for (int i = 0; i < n_outs; ++i) {
-    const model::WeightTensor& w = *outs[i].w;
+    const WeightTensor& w = *outs[i].w;
     ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());
     gs[i] = GemmArgs{x, m, w.rows(), w.cols(), &w, outs[i].bias, outs[i].y};
   }
   RunGemm(pool, gs, n_outs);
 }
 
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y) {
   const LinearOutput out{&w, bias, y};
   GemmMulti(pool, x, m, &out, 1);
 }

@@ -142,7 +142,7 @@ struct PackQ8 {  // q8_0 blocks of 32: f16 scale + 32 int8; kk selects block and
 // 16 rows x 16 k at a time, widened and transposed in registers. REQUIRES (q8_0): k0 a
 // multiple of 32.
 template <class L>
-void PackPanelF32T(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
+void PackPanelF32T(const WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
   const int64_t k = w.cols();
   const size_t row_bytes = DTypeBytes(w.dtype, static_cast<size_t>(k));
   const uint8_t* base = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(n0) * row_bytes;
@@ -167,7 +167,7 @@ void PackPanelF32T(const model::WeightTensor& w, int64_t n0, int64_t n_valid, in
   }
 }
 
-void PackPanelF32(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
+void PackPanelF32(const WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kc, float* panel) {
   switch (w.dtype) {
     case DType::kF32: PackPanelF32T<PackF32>(w, n0, n_valid, k0, kc, panel); return;
     case DType::kF16: PackPanelF32T<PackF16>(w, n0, n_valid, k0, kc, panel); return;
@@ -213,7 +213,7 @@ constexpr MicroBf16Fn kMicroBf16[kMR + 1] = {nullptr,       MicroBf16<1>, MicroB
 
 // panel[p * kNR + j] = (W[n0 + j, k0 + 2p], W[n0 + j, k0 + 2p + 1]) as a u32, zero past k
 // and for j >= n_valid; 16 rows x 16 pairs at a time, transposed in registers. k0 is even.
-void PackPanelBf16(const model::WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kp, uint32_t* panel) {
+void PackPanelBf16(const WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0, int64_t kp, uint32_t* panel) {
   const int64_t k = w.cols();
   const uint16_t* base = static_cast<const uint16_t*>(w.data) + n0 * k + k0;
   for (int64_t jb = 0; jb < kNR; jb += 16) {
@@ -251,7 +251,7 @@ struct GemmArgs {
   const uint32_t* xb;  // bf16 pairs of x, [m][lda_pairs] (bf16 path)
   int64_t lda_pairs;
   int64_t m, n, k;
-  const model::WeightTensor* w;
+  const WeightTensor* w;
   const float* bias;
   float* y;
 };
@@ -396,7 +396,7 @@ inline void PackedGemvPanel(const uint32_t* panel, int64_t kp, const void* xv, i
 }
 
 template <bool kDot>
-void GemvPackedT(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvPackedT(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                  int64_t n1) {
   ATTIC_CHECK(n0 % kNR == 0);
   const int64_t n = w.rows(), k = w.cols(), kp = (k + 1) / 2;
@@ -425,16 +425,16 @@ void GemvPackedT(const void* xp, int64_t m, const model::WeightTensor& w, const 
 
 }  // namespace
 
-bool CanPrepackBf16(const model::WeightTensor& w) {
+bool CanPrepackBf16(const WeightTensor& w) {
   return w.dtype == DType::kBF16 && w.shape.size() == 2 && w.rows() > 0 && GetCpuFeatures().avx512_bf16;
 }
 
-uint64_t PrepackedBf16Bytes(const model::WeightTensor& w) {
+uint64_t PrepackedBf16Bytes(const WeightTensor& w) {
   const int64_t panels = (w.rows() + kNR - 1) / kNR;
   return static_cast<uint64_t>(panels * ((w.cols() + 1) / 2) * kNR) * 4;
 }
 
-void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
+void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out) {
   const int64_t n = w.rows(), pairs = (w.cols() + 1) / 2, panels = (n + kNR - 1) / kNR;
   uint32_t* dst = static_cast<uint32_t*>(out);
   pool.ParallelFor(panels, [&](int64_t p, int) {
@@ -442,11 +442,11 @@ void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out) {
   });
 }
 
-bool IsPrepackedBf16(const model::WeightTensor& w) {
+bool IsPrepackedBf16(const WeightTensor& w) {
   return w.dtype == DType::kBF16 && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx512);
 }
 
-void GemvPackedBf16(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                     int64_t n1, bool dot) {
   if (dot) {
     GemvPackedT<true>(xp, m, w, bias, y, n0, n1);
@@ -457,11 +457,11 @@ void GemvPackedBf16(const void* xp, int64_t m, const model::WeightTensor& w, con
 
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
   ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxGemmOuts);
-  const model::WeightTensor& w0 = *outs[0].w;
+  const WeightTensor& w0 = *outs[0].w;
   const bool bf16 = w0.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
   GemmArgs gs[kMaxGemmOuts];
   for (int i = 0; i < n_outs; ++i) {
-    const model::WeightTensor& w = *outs[i].w;
+    const WeightTensor& w = *outs[i].w;
     ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());
     ATTIC_CHECK(bf16 || w.packed == nullptr);
     gs[i] = GemmArgs{x, nullptr, 0, m, w.rows(), w.cols(), &w, outs[i].bias, outs[i].y};
@@ -496,7 +496,7 @@ void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* 
   RunGemm<true>(pool, gs, n_outs);
 }
 
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y) {
   const LinearOutput out{&w, bias, y};
   GemmMulti(pool, x, m, &out, 1);
 }

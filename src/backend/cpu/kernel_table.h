@@ -14,8 +14,8 @@
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
-#include "attic/model/weights.h"
 #include "attic/tensor/buffer.h"
+#include "attic/tensor/weight_tensor.h"
 
 namespace attic::backend::cpu {
 
@@ -41,13 +41,13 @@ struct KernelTable {
   // (+ bias[j]) for i < m, n0 <= j < n1, streaming each weight row once for all m rows.
   // Single-threaded; Linear prepares once and splits n over the pool. y has row stride
   // W.rows().
-  const float* (*gemv_prepare)(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) =
+  const float* (*gemv_prepare)(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) =
       nullptr;
-  int64_t (*gemv_layout)(const model::WeightTensor& w) = nullptr;
-  void (*gemv)(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+  int64_t (*gemv_layout)(const WeightTensor& w) = nullptr;
+  void (*gemv)(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) = nullptr;
   // Whole GEMM y[m, n] = x[m, k] W[n, k]^T (+ bias), parallelised over `pool`.
-  void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias,
+  void (*gemm)(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias,
                float* y) = nullptr;
   // Optional: gemm for several weights sharing x (same dtype, k and prepacking), in one
   // pool dispatch, bit-identical to gemm on each. nullptr: LinearMulti calls gemm per weight.
@@ -56,9 +56,9 @@ struct KernelTable {
   // Optional: a copy of a weight in this ISA's GEMM panel layout, read by gemm instead
   // of packing per call (PrepackWeights; WeightTensor::packed_layout == isa). nullptr:
   // this ISA's GEMM has none. out: prepacked_bytes(w), 64-byte aligned.
-  bool (*can_prepack)(const model::WeightTensor& w) = nullptr;
-  uint64_t (*prepacked_bytes)(const model::WeightTensor& w) = nullptr;
-  void (*prepack)(ThreadPool& pool, const model::WeightTensor& w, void* out) = nullptr;
+  bool (*can_prepack)(const WeightTensor& w) = nullptr;
+  uint64_t (*prepacked_bytes)(const WeightTensor& w) = nullptr;
+  void (*prepack)(ThreadPool& pool, const WeightTensor& w, void* out) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).
   int64_t gemv_max_m[4] = {4, 4, 4, 4};
@@ -95,7 +95,7 @@ void InstallActiveKernels(const KernelTable& t);
 void ResetActiveKernels();
 
 // Linear with an explicit table (kernels.cc's Linear is LinearWith(ActiveKernels(), ...)).
-void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w,
                 const float* bias, float* y);
 // The GEMV/GEMM choice: by m (kAuto), or forced (kGemv: LinearMode::kRowInvariant;
 // tests and benchmarks).
@@ -104,15 +104,15 @@ enum class LinearPath { kAuto, kGemv, kGemm };
 void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs,
                      int n_outs, LinearPath path = LinearPath::kAuto);
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
-                    const model::WeightTensor& w, const float* bias, float* y);
+                    const WeightTensor& w, const float* bias, float* y);
 
 // Whether t can prepack w (t.can_prepack set and true for w).
-inline bool CanPrepack(const KernelTable& t, const model::WeightTensor& w) {
+inline bool CanPrepack(const KernelTable& t, const WeightTensor& w) {
   return t.can_prepack != nullptr && t.can_prepack(w);
 }
 // Packs w in t's layout into a new buffer and points w.packed at it (packed_layout =
 // t.isa); the caller keeps the buffer as long as w is used. REQUIRES: CanPrepack(t, w).
-std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, model::WeightTensor* w);
+std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, WeightTensor* w);
 
 // Rows [begin, end) of output `out` of a multi-output GEMV/GEMM: one unit of work.
 struct RowRange {
@@ -160,7 +160,7 @@ const KernelTable& Avx512Table();
 
 // GEMM for ISAs without their own: converts weight tiles to f32 (with t.row_to_f32) and
 // runs single-threaded OpenBLAS sgemm on each thread's share of n.
-void SgemmFallback(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+void SgemmFallback(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w,
                    const float* bias, float* y);
 
 namespace generic {
@@ -169,10 +169,10 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
-int64_t GemvLayout(const model::WeightTensor& w);
-void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const WeightTensor& w);
+void Gemv(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);
 void Add(float* x, const float* y, int64_t n);
@@ -185,17 +185,17 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
-int64_t GemvLayout(const model::WeightTensor& w);
-void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const WeightTensor& w);
+void Gemv(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 // GEMM (gemm_avx2.cc): bf16 weights through Attic's own packed kernel (true f32 math),
 // read from a prepacked copy (PrepackBf16's layout, WeightTensor::packed_layout ==
 // kPackedLayout) when there is one, bit-identically; other dtypes through SgemmFallback.
 constexpr int kPackedLayout = static_cast<int>(Isa::kAvx2);
-bool CanPrepackBf16(const model::WeightTensor& w);
-uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
-void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+bool CanPrepackBf16(const WeightTensor& w);
+uint64_t PrepackedBf16Bytes(const WeightTensor& w);
+void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);
@@ -209,16 +209,16 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void F32ToF16(const float* src, uint16_t* dst, int64_t n);
 void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
-const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
-int64_t GemvLayout(const model::WeightTensor& w);
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+int64_t GemvLayout(const WeightTensor& w);
 // bf16 GEMV uses vdpbf16ps with x rounded to bf16 when the CPU has AVX512-BF16
 // (Bf16GemvUsesDot()), exact f32 FMA otherwise.
-void Gemv(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
+void Gemv(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
 bool Bf16GemvUsesDot();
 // The GEMV with bf16 weights always in the exact f32-FMA form (x not rounded), whatever
 // the CPU: a candidate of CalibrateLinear (Avx512FmaGemvTable). Same layout as Gemv's.
-const float* GemvPrepareFma(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
-void GemvFma(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
+void GemvFma(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
              int64_t n1);
 // Tests only: with `disabled`, bf16 GEMV takes the f32-FMA form as on CPUs without
 // AVX512-BF16. Not thread-safe; no GEMV may run concurrently.
@@ -226,19 +226,19 @@ void SetBf16GemvDotDisabledForTesting(bool disabled);
 // bf16 GEMM uses vdpbf16ps when the CPU has AVX512-BF16 (x rounded to bf16), f32 FMA
 // on converted weight panels otherwise and for the other dtypes. A bf16 weight with
 // `packed` set (PrepackBf16's layout) is read from there instead of being packed.
-bool CanPrepackBf16(const model::WeightTensor& w);
-uint64_t PrepackedBf16Bytes(const model::WeightTensor& w);
-void PrepackBf16(ThreadPool& pool, const model::WeightTensor& w, void* out);  // out: 64-byte aligned
+bool CanPrepackBf16(const WeightTensor& w);
+uint64_t PrepackedBf16Bytes(const WeightTensor& w);
+void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
 // Rows per prepacked panel: a GEMV over prepacked weights takes row ranges starting at
 // multiples of it.
 constexpr int64_t kPackedPanelRows = 48;
 // Whether w is prepacked in PrepackBf16's layout (the GEMV then reads the panels).
-bool IsPrepackedBf16(const model::WeightTensor& w);
+bool IsPrepackedBf16(const WeightTensor& w);
 // GEMV rows [n0, n1) of a prepacked bf16 weight (n0 % kPackedPanelRows == 0). x as
 // GemvPrepare lays it out for such a weight: bf16 with `dot` (vdpbf16ps), f32 without.
-void GemvPackedBf16(const void* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                     int64_t n1, bool dot);
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y);
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);

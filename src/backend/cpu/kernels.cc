@@ -8,7 +8,6 @@
 
 #include "attic/backend/convert.h"
 #include "attic/core/status.h"
-#include "attic/model/model.h"
 #include "backend/cpu/kernel_table.h"
 
 namespace attic::backend {
@@ -70,7 +69,7 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
   }
   // Chunks of ~kGemvChunkBytes (at least 4 per thread), scheduled by ParallelChunks; whole
   // panels for a GEMV that reads prepacked weights.
-  const model::WeightTensor& w0 = *outs[0].w;
+  const WeightTensor& w0 = *outs[0].w;
   const bool panels = t.gemv_packed_rows > 0 && w0.packed != nullptr && w0.packed_layout == static_cast<int>(t.isa);
   const int64_t align = panels ? t.gemv_packed_rows : kGemvRowAlign;
   int64_t rows_per_chunk = std::min(kGemvChunkBytes / row_bytes, rows / (4 * pool.n_threads()));
@@ -84,13 +83,13 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
 }
 
 // Largest m that takes the GEMV path for `w`.
-int64_t GemvMaxM(const KernelTable& t, const model::WeightTensor& w) {
+int64_t GemvMaxM(const KernelTable& t, const WeightTensor& w) {
   return w.packed != nullptr && w.packed_layout == static_cast<int>(t.isa) ? t.gemv_max_m_packed
                                                                              : t.gemv_max_m[static_cast<int>(w.dtype)];
 }
 
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
-                    const model::WeightTensor& w, const float* bias, float* y) {
+                    const WeightTensor& w, const float* bias, float* y) {
   if (m <= 0 || w.rows() <= 0) return;
   bool use_gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && m <= GemvMaxM(t, w));
   if (!use_gemv) {
@@ -101,7 +100,7 @@ void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, con
   GemvMulti(t, pool, x, m, &out, 1);
 }
 
-void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+void LinearWith(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w,
                 const float* bias, float* y) {
   LinearWithPath(t, LinearPath::kAuto, pool, x, m, w, bias, y);
 }
@@ -112,10 +111,10 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   if (m <= 0 || n_outs <= 0) return;
   // One pass: do the weights share x's preparation (dtype, k), and do they all take the
   // GEMV path (with one x layout) or all the GEMM path (with one prepacking)?
-  const model::WeightTensor& w0 = *outs[0].w;
+  const WeightTensor& w0 = *outs[0].w;
   bool same = true, all_gemv = true, all_gemm = true;
   for (int i = 0; i < n_outs; ++i) {
-    const model::WeightTensor& w = *outs[i].w;
+    const WeightTensor& w = *outs[i].w;
     same = same && w.dtype == w0.dtype && w.cols() == w0.cols();
     const bool gemv = path == LinearPath::kGemv || m <= GemvMaxM(t, w);
     all_gemv = all_gemv && gemv && t.gemv_layout(w) == t.gemv_layout(w0);
@@ -132,7 +131,7 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   for (int i = 0; i < n_outs; ++i) LinearWithPath(t, path, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
 }
 
-std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, model::WeightTensor* w) {
+std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, WeightTensor* w) {
   auto buf = std::make_shared<AlignedBuffer>();
   buf->Reserve(t.prepacked_bytes(*w));
   t.prepack(pool, *w, buf->data());
@@ -149,7 +148,7 @@ cpu::LinearPath PathFor(LinearMode mode) {
 }
 }  // namespace
 
-void Linear(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y,
+void Linear(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y,
             LinearMode mode) {
   cpu::LinearWithPath(cpu::ActiveKernels(), PathFor(mode), pool, x, m, w, bias, y);
 }
@@ -160,20 +159,19 @@ void LinearMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput
 
 bool LinearRoundsBf16Activations() { return cpu::ActiveKernels().bf16_rounds_x; }
 
-uint64_t PrepackWeights(model::Model& model, ThreadPool& pool, uint64_t max_bytes) {
+uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t max_bytes) {
   const cpu::KernelTable& t = cpu::ActiveKernels();  // the layout is the active ISA's GEMM's
-  model::ModelWeights& mw = model.mutable_weights();
-  std::vector<model::WeightTensor*> ws;
-  for (auto& l : mw.layers)
-    for (model::WeightTensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) ws.push_back(w);
-  ws.push_back(&mw.lm_head);
+  std::vector<WeightTensor*> ws;
+  for (const LayerLinears& l : model.layers)
+    for (WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) ws.push_back(w);
+  ws.push_back(model.lm_head);
   uint64_t total = 0;
-  for (model::WeightTensor* w : ws) {
+  for (WeightTensor* w : ws) {
     if (!w->present() || !cpu::CanPrepack(t, *w)) return 0;  // all or nothing: one rule per model
     total += t.prepacked_bytes(*w);
   }
   if (total > max_bytes) return 0;
-  for (model::WeightTensor* w : ws) model.Own(cpu::PrepackWith(t, pool, w));
+  for (WeightTensor* w : ws) model.own(cpu::PrepackWith(t, pool, w));
   return total;
 }
 
@@ -201,7 +199,7 @@ void SiluMul(ThreadPool& pool, float* gate, const float* up, int64_t n) {
 
 void Add(float* x, const float* y, int64_t n) { cpu::ActiveKernels().add(x, y, n); }
 
-void EmbeddingRow(const model::WeightTensor& table, int64_t id, float* out) {
+void EmbeddingRow(const WeightTensor& table, int64_t id, float* out) {
   cpu::ActiveKernels().row_to_f32(table.dtype, table.row(id), out, table.cols());
 }
 

@@ -138,7 +138,7 @@ inline void GemvRows(const float* x, int64_t m, int64_t k, const typename W::T* 
 }
 
 template <class W>
-void GemvTyped(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvTyped(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) {
   using T = typename W::T;
   const int64_t k = w.cols(), n = w.rows();
@@ -154,7 +154,7 @@ void GemvTyped(const float* x, int64_t m, const model::WeightTensor& w, const fl
   }
 }
 
-void GemvQ8(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvQ8(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
             int64_t n1) {
   const int64_t k = w.cols(), n = w.rows(), nb = k / 32;
   for (int64_t j = n0; j < n1; ++j) {
@@ -240,10 +240,10 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-const float* GemvPrepare(const model::WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
-int64_t GemvLayout(const model::WeightTensor&) { return 0; }
+const float* GemvPrepare(const WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
+int64_t GemvLayout(const WeightTensor&) { return 0; }
 
-void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
     case DType::kBF16: GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1); return;

@@ -88,7 +88,7 @@ inline __mmask32 FirstLanes(int64_t r) {
 // all rows share one alignment (row bytes % 64 == 0), the GEMV walks each row from the
 // 64-byte boundary `shift` elements before its start, with those lanes masked off, and x
 // is shifted to match. 0 when the rows are aligned or cannot all be.
-inline int64_t RowShift(const model::WeightTensor& w) {
+inline int64_t RowShift(const WeightTensor& w) {
   const int64_t esize = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kQ8_0 ? 0 : 2;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(w.data);
   if (esize == 0 || addr % esize != 0 || (w.cols() * esize) % 64 != 0) return 0;
@@ -190,7 +190,7 @@ inline void ForXBlocks(int64_t m, Fn&& fn) {
 // blocks of up to 4 x rows. dot4(mb, rows, x, ldx, kv, shift, pf_bytes, out) is the
 // form's DotRows4 for an mb-row block.
 template <class T, class X, class Dot4>
-void GemvBlocked(const X* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvBlocked(const X* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                  int64_t n1, Dot4 dot4) {
   const int64_t k = w.cols(), n = w.rows(), shift = RowShift(w), kv = k + shift, ldx = PadK(kv);
   const T* base = static_cast<const T*>(w.data);
@@ -210,7 +210,7 @@ void GemvBlocked(const X* xp, int64_t m, const model::WeightTensor& w, const flo
 }
 
 template <class W>
-void GemvTyped(const float* xp, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvTyped(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1) {
   GemvBlocked<typename W::T>(xp, m, w, bias, y, n0, n1, [](auto mb, auto... args) { DotRows4<W, mb>(args...); });
 }
@@ -274,7 +274,7 @@ inline void DotRows4Bf16Dot(const uint16_t* const* rows, const uint16_t* xb, int
   for (int i = 0; i < MB; ++i) _mm_storeu_ps(out + 4 * i, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
 }
 
-void GemvBf16Dot(const uint16_t* xb, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvBf16Dot(const uint16_t* xb, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                  int64_t n1) {
   GemvBlocked<uint16_t>(xb, m, w, bias, y, n0, n1, [](auto mb, auto... args) { DotRows4Bf16Dot<mb>(args...); });
 }
@@ -291,7 +291,7 @@ inline float BlockScale(const uint8_t* blk) {
   return _cvtsh_ss(d16);
 }
 
-void GemvQ8(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvQ8(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
             int64_t n1) {
   const int64_t k = w.cols(), n = w.rows(), nb = k / 32;
   for (int64_t j = n0; j < n1; ++j) {
@@ -373,7 +373,7 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
 // returned pointer is then only meaningful to Gemv).
 namespace {
 
-const float* PrepareImpl(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
+const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
   if (w.dtype == DType::kQ8_0) return x;
   const bool packed = IsPrepackedBf16(w);  // panels: x unshifted, in natural order
   const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
@@ -387,7 +387,7 @@ const float* PrepareImpl(const model::WeightTensor& w, const float* x, int64_t m
   return scratch->as<float>();
 }
 
-void GemvImpl(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvImpl(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
               int64_t n1, bool dot) {
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
@@ -407,25 +407,25 @@ void GemvImpl(const float* x, int64_t m, const model::WeightTensor& w, const flo
 
 }  // namespace
 
-const float* GemvPrepare(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
   return PrepareImpl(w, x, m, scratch, UseBf16Dot());
 }
 
-const float* GemvPrepareFma(const model::WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
   return PrepareImpl(w, x, m, scratch, false);
 }
 
 // -1: a prepacked weight's x (no shift, natural order), shared by no row-major weight.
-int64_t GemvLayout(const model::WeightTensor& w) { return IsPrepackedBf16(w) ? -1 : RowShift(w); }
+int64_t GemvLayout(const WeightTensor& w) { return IsPrepackedBf16(w) ? -1 : RowShift(w); }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
 bool Bf16GemvUsesDot() { return UseBf16Dot(); }
 
-void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   GemvImpl(x, m, w, bias, y, n0, n1, UseBf16Dot());
 }
 
-void GemvFma(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void GemvFma(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
              int64_t n1) {
   GemvImpl(x, m, w, bias, y, n0, n1, false);
 }

@@ -31,7 +31,7 @@ namespace {
 
 // Dot product of f32 x with one weight row of any dtype, accumulated in 8 lanes of f32
 // (vectorisable, and close to what the SIMD kernels do).
-float DotRow(const float* x, const model::WeightTensor& w, int64_t j, int64_t k) {
+float DotRow(const float* x, const WeightTensor& w, int64_t j, int64_t k) {
   const uint8_t* row = w.row(j);
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   switch (w.dtype) {
@@ -75,10 +75,10 @@ float DotRow(const float* x, const model::WeightTensor& w, int64_t j, int64_t k)
 
 }  // namespace
 
-const float* GemvPrepare(const model::WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
-int64_t GemvLayout(const model::WeightTensor&) { return 0; }
+const float* GemvPrepare(const WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
+int64_t GemvLayout(const WeightTensor&) { return 0; }
 
-void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y, int64_t n0,
+void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
           int64_t n1) {
   const int64_t k = w.cols(), n = w.rows();
   for (int64_t j = n0; j < n1; ++j) {
@@ -89,7 +89,7 @@ void Gemv(const float* x, int64_t m, const model::WeightTensor& w, const float* 
   }
 }
 
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w, const float* bias, float* y) {
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y) {
   SgemmFallback(GenericTable(), pool, x, m, w, bias, y);
 }
 

@@ -45,7 +45,7 @@ std::vector<float> RandomVec(std::mt19937& rng, int64_t n, float scale = 1.0f) {
 struct TestWeight {
   std::vector<uint8_t> storage;
   std::vector<float> deq;  // [n, k]
-  model::WeightTensor w;
+  WeightTensor w;
 };
 
 // `offset`: bytes between a 64-byte boundary and the data (weight files store tensors at

@@ -25,7 +25,7 @@ constexpr int64_t kTileRows = 128;
 
 }  // namespace
 
-void SgemmFallback(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const model::WeightTensor& w,
+void SgemmFallback(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w,
                    const float* bias, float* y) {
   UseSingleThreadedBlas();
   const int64_t n = w.rows(), k = w.cols();

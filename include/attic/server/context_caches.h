@@ -1,7 +1,7 @@
 // Context caches on a serving engine (paper 002, Epic): the part between the HTTP API and
 // the engine. KVGen -- each chunk prefilled on its own from position 0 (after BOS or
 // not) through the scheduler as a prefill-only request and saved in the KV store as an
-// ordinary entry of the session ChunkStoreSession(tokens, bos) (tenant-scoped, in the
+// ordinary entry of the session pic::ChunkStoreSession(tokens, bos) (tenant-scoped, in the
 // store's tiers, under its eviction, surviving restarts with the SSD tier) -- the
 // registry of caches and implicitly cached texts, and assembling a prompt of text and
 // cached chunks into a linked request (engine/link.h).
@@ -25,17 +25,17 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
-#include "attic/engine/link.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pic/link.h"
 #include "attic/pic/registry.h"
 #include "attic/store/kv_store.h"
 
-namespace attic::pic {
+namespace attic::server {
 
 struct ContextCacheOptions {
   std::string model;                          // the served model's name (registry records)
   bool chunk_bos = true;                      // chunks prefilled after a BOS token (--link-chunk-bos)
-  engine::LinkOptions link;                   // the default method (--link)
+  pic::LinkOptions link;                   // the default method (--link)
   int64_t default_ttl_ms = 3600 * 1000;       // a cache's TTL when the request gives none (1 h)
   int64_t max_ttl_ms = 30ll * 24 * 3600 * 1000;
 };
@@ -58,10 +58,10 @@ struct LinkPrep {
 class ContextCacheService {
  public:
   ContextCacheService(engine::Engine& engine, engine::Scheduler& scheduler, store::KvStore& store,
-                      ContextCacheRegistry& registry, ContextCacheOptions options);
+                      pic::ContextCacheRegistry& registry, ContextCacheOptions options);
 
   const ContextCacheOptions& options() const { return options_; }
-  ContextCacheRegistry& registry() { return registry_; }
+  pic::ContextCacheRegistry& registry() { return registry_; }
 
   // The store key of a chunk's KV entry for `tenant`.
   std::string StoreKey(const std::string& tenant, const std::vector<int32_t>& tokens, bool bos) const;
@@ -77,7 +77,7 @@ class ContextCacheService {
   // Creates a cache of `chunks` (token ids, no BOS): KVGen, then the registry record.
   // *computed = the chunks' tokens prefilled, without their BOS, each distinct chunk once
   // (chunks already stored cost nothing), so that n_tokens - *computed were cached.
-  StatusOr<ContextCache> Create(const std::string& tenant, const std::string& display_name,
+  StatusOr<pic::ContextCache> Create(const std::string& tenant, const std::string& display_name,
                                 std::vector<std::vector<int32_t>> chunks, int64_t expires_at_ms,
                                 engine::SchedClock::time_point deadline, int* computed);
 
@@ -86,8 +86,8 @@ class ContextCacheService {
   // `implicit_ttl_ms` > 0: cached pieces are implicit caches (cache_control) kept alive
   // that long from now (a first sight stores them after this request: see
   // RememberImplicit).
-  StatusOr<std::shared_ptr<const engine::LinkSpec>> Link(const std::string& tenant, const std::vector<PromptPiece>& pieces,
-                                                         const engine::LinkOptions& options,
+  StatusOr<std::shared_ptr<const pic::LinkSpec>> Link(const std::string& tenant, const std::vector<PromptPiece>& pieces,
+                                                         const pic::LinkOptions& options,
                                                          engine::SchedClock::time_point deadline,
                                                          std::vector<int32_t>* prompt, LinkPrep* prep);
 
@@ -109,9 +109,9 @@ class ContextCacheService {
   engine::Engine& engine_;
   engine::Scheduler& scheduler_;
   store::KvStore& store_;
-  ContextCacheRegistry& registry_;
+  pic::ContextCacheRegistry& registry_;
   ContextCacheOptions options_;
   int32_t bos_id_ = -1;
 };
 
-}  // namespace attic::pic
+}  // namespace attic::server

@@ -1,6 +1,6 @@
 // Context caches on a serving engine: KVGen through the scheduler, the registry, linked
-// prompts (include/attic/pic/context_caches.h).
-#include "attic/pic/context_caches.h"
+// prompts (include/attic/server/context_caches.h).
+#include "attic/server/context_caches.h"
 
 #include <algorithm>
 #include <deque>
@@ -9,7 +9,7 @@
 #include "attic/core/log.h"
 #include "attic/store/clock.h"
 
-namespace attic::pic {
+namespace attic::server {
 
 namespace {
 
@@ -20,7 +20,7 @@ int64_t NowMs() { return store::SystemClock().NowMs(); }
 }  // namespace
 
 ContextCacheService::ContextCacheService(engine::Engine& engine, engine::Scheduler& scheduler, store::KvStore& store,
-                                         ContextCacheRegistry& registry, ContextCacheOptions options)
+                                         pic::ContextCacheRegistry& registry, ContextCacheOptions options)
     : engine_(engine), scheduler_(scheduler), store_(store), registry_(registry), options_(std::move(options)),
       bos_id_(engine.tokenizer().bos_id()) {}
 
@@ -34,7 +34,7 @@ std::string ContextCacheService::StoreKey(const std::string& tenant, const std::
   key.fingerprint = store_.options().fingerprint;
   key.dtype = store_.kv_dtype();
   key.token_hash = store::TokenHash(entry.data(), entry.size());
-  key.session_id = ChunkStoreSession(tokens, bos);
+  key.session_id = pic::ChunkStoreSession(tokens, bos);
   return key.ToString();
 }
 
@@ -46,7 +46,7 @@ bool ContextCacheService::Have(const std::string& tenant, const std::vector<int3
                                const std::string& key) const {
   if (store_.Contains(key)) return true;
   // Another instance's KVGen of it, in the shared tier (--kv-remote): indexed here once found.
-  store_.DiscoverSession(tenant, ChunkStoreSession(tokens, bos));
+  store_.DiscoverSession(tenant, pic::ChunkStoreSession(tokens, bos));
   return store_.Contains(key);
 }
 
@@ -83,7 +83,7 @@ StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std
     if (!failed.ok()) break;
     engine::GenerationRequest r;
     r.tenant = tenant;
-    r.session_id = ChunkStoreSession(tokens, bos);
+    r.session_id = pic::ChunkStoreSession(tokens, bos);
     r.session_ttl_ms = 0;  // the registry owns the chunk's lifetime (Sweep)
     if (bos && bos_id_ >= 0) r.prompt.push_back(bos_id_);
     r.prompt.insert(r.prompt.end(), tokens.begin(), tokens.end());
@@ -105,7 +105,7 @@ StatusOr<int> ContextCacheService::Generate(const std::string& tenant, const std
   return computed;
 }
 
-StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, const std::string& display_name,
+StatusOr<pic::ContextCache> ContextCacheService::Create(const std::string& tenant, const std::string& display_name,
                                                    std::vector<std::vector<int32_t>> chunks, int64_t expires_at_ms,
                                                    engine::SchedClock::time_point deadline, int* computed) {
   if (chunks.empty()) return InvalidArgumentError("a context cache needs at least one chunk");
@@ -124,26 +124,26 @@ StatusOr<ContextCache> ContextCacheService::Create(const std::string& tenant, co
   }
   ATTIC_RETURN_IF_ERROR(Generate(tenant, chunks, options_.chunk_bos, deadline).status());
   *computed = fresh_tokens;
-  ContextCache cache;
+  pic::ContextCache cache;
   cache.tenant = tenant;
   cache.model = options_.model;
   cache.display_name = display_name;
   cache.bos = options_.chunk_bos;
   cache.expires_at_ms = expires_at_ms;
   for (auto& tokens : chunks) {
-    CachedChunk c;
+    pic::CachedChunk c;
     c.tokens = std::move(tokens);
     cache.chunks.push_back(std::move(c));
   }
   return registry_.Create(std::move(cache));
 }
 
-StatusOr<std::shared_ptr<const engine::LinkSpec>> ContextCacheService::Link(
-    const std::string& tenant, const std::vector<PromptPiece>& pieces, const engine::LinkOptions& options,
+StatusOr<std::shared_ptr<const pic::LinkSpec>> ContextCacheService::Link(
+    const std::string& tenant, const std::vector<PromptPiece>& pieces, const pic::LinkOptions& options,
     engine::SchedClock::time_point deadline, std::vector<int32_t>* prompt, LinkPrep* prep) {
   // One pass: the spec (each chunk's store key computed once) and the chunks whose KV is
   // gone, by their BOS option.
-  auto spec = std::make_shared<engine::LinkSpec>();
+  auto spec = std::make_shared<pic::LinkSpec>();
   spec->options = options;
   prompt->clear();
   std::vector<std::vector<int32_t>> missing[2];  // [bos]
@@ -169,13 +169,13 @@ StatusOr<std::shared_ptr<const engine::LinkSpec>> ContextCacheService::Link(
     prep->regenerated += static_cast<int>(missing[bos].size());
     prep->regenerated_tokens += n;
   }
-  if (spec->chunks.empty()) return std::shared_ptr<const engine::LinkSpec>();
-  return std::shared_ptr<const engine::LinkSpec>(std::move(spec));
+  if (spec->chunks.empty()) return std::shared_ptr<const pic::LinkSpec>();
+  return std::shared_ptr<const pic::LinkSpec>(std::move(spec));
 }
 
 bool ContextCacheService::ImplicitReady(const std::string& tenant, const std::vector<int32_t>& tokens) const {
   const bool bos = options_.chunk_bos;
-  return registry_.HasImplicit(tenant, options_.model, ChunkStoreSession(tokens, bos)) && Stored(tenant, tokens, bos);
+  return registry_.HasImplicit(tenant, options_.model, pic::ChunkStoreSession(tokens, bos)) && Stored(tenant, tokens, bos);
 }
 
 Status ContextCacheService::RememberImplicit(const std::string& tenant, const std::vector<int32_t>& tokens,
@@ -186,7 +186,7 @@ Status ContextCacheService::RememberImplicit(const std::string& tenant, const st
   // First sight: KVGen in the background (through the scheduler's queue).
   engine::GenerationRequest r;
   r.tenant = tenant;
-  r.session_id = ChunkStoreSession(tokens, bos);
+  r.session_id = pic::ChunkStoreSession(tokens, bos);
   r.session_ttl_ms = 0;
   if (bos && bos_id_ >= 0) r.prompt.push_back(bos_id_);
   r.prompt.insert(r.prompt.end(), tokens.begin(), tokens.end());
@@ -198,11 +198,11 @@ Status ContextCacheService::RememberImplicit(const std::string& tenant, const st
 
 int ContextCacheService::Sweep() {
   int erased = 0;
-  for (const ChunkKey& k : registry_.ExpireNow()) {
+  for (const pic::ChunkKey& k : registry_.ExpireNow()) {
     if (k.model != options_.model) continue;  // another model's store holds that entry
     if (store_.EraseSession(k.tenant, k.store_session).ok()) ++erased;
   }
   return erased;
 }
 
-}  // namespace attic::pic
+}  // namespace attic::server

@@ -1,5 +1,5 @@
-// KV linking: the methods' recompute sets and CacheBlend's selection (attic/engine/link.h).
-#include "attic/engine/link.h"
+// KV linking: the methods' recompute sets and CacheBlend's selection (attic/pic/link.h).
+#include "attic/pic/link.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <numeric>
 
-namespace attic::engine {
+namespace attic::pic {
 
 const char* LinkMethodName(LinkMethod m) {
   switch (m) {
@@ -122,7 +122,7 @@ CacheBlendHooks::CacheBlendHooks(const kv::SequenceKv* seq, std::vector<uint8_t>
                                  double ratio, int check_layer)
     : seq_(seq), is_chunk_(std::move(is_chunk_slot)), last_slot_(last_slot), ratio_(ratio), check_layer_(check_layer) {}
 
-void CacheBlendHooks::OnKv(int layer, const EntryRows& rows, const LayerKv& kv) {
+void CacheBlendHooks::OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) {
   if (rows.entry != entry_ || layer != check_layer_) return;
   const int kvd = seq_->pool()->shape().kv_dim();
   keep_.assign(rows.n_rows, 1);
@@ -152,9 +152,22 @@ void CacheBlendHooks::OnKv(int layer, const EntryRows& rows, const LayerKv& kv) 
   selected_ += n_keep;
 }
 
-void CacheBlendHooks::AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) {
+void CacheBlendHooks::AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) {
   if (rows.entry != entry_ || layer != check_layer_ || static_cast<int>(keep_.size()) != rows.n_rows) return;
   std::copy(keep_.begin(), keep_.end(), keep);
 }
 
-}  // namespace attic::engine
+LinkRun::LinkRun(const LinkOptions& options, const std::vector<LinkedChunk>& present, int from, int n_prompt,
+                 const kv::SequenceKv* seq)
+    : slots_(LinkComputeSlots(options, present, from, n_prompt)) {
+  std::vector<uint8_t> is_chunk(static_cast<size_t>(n_prompt), 0);
+  for (const LinkedChunk& c : present) std::fill(is_chunk.begin() + c.slot, is_chunk.begin() + c.slot + c.n, 1);
+  if (options.method == LinkMethod::kCacheBlend) {
+    blend_ = std::make_unique<CacheBlendHooks>(seq, std::move(is_chunk), n_prompt - 1, options.ratio,
+                                               options.check_layer);
+  } else {
+    for (int32_t s : slots_) recomputed_ += is_chunk[s];
+  }
+}
+
+}  // namespace attic::pic

@@ -8,10 +8,10 @@
 #include <atomic>
 #include <thread>
 
-#include "attic/pic/context_caches.h"
+#include "attic/server/context_caches.h"
 #include "test_util.h"
 
-namespace attic::pic {
+namespace attic::server {
 namespace {
 
 using attic::testing::SharedDir;
@@ -36,7 +36,7 @@ class ContextCacheServiceTest : public ::testing::Test {
     store_ = std::move(*st);
     sched_ = std::make_unique<engine::Scheduler>(*engine_, engine::SchedulerOptions{});
     sched_->set_store(store_.get());
-    auto reg = ContextCacheRegistry::Open("");
+    auto reg = pic::ContextCacheRegistry::Open("");
     ASSERT_TRUE(reg.ok());
     registry_ = std::move(*reg);
     ContextCacheOptions co;
@@ -63,7 +63,7 @@ class ContextCacheServiceTest : public ::testing::Test {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<store::KvStore> store_;
   std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<ContextCacheRegistry> registry_;
+  std::unique_ptr<pic::ContextCacheRegistry> registry_;
   std::unique_ptr<ContextCacheService> service_;
   std::atomic<bool> stop_{false};
   std::thread loop_;
@@ -107,11 +107,11 @@ TEST_F(ContextCacheServiceTest, LinkPlacesChunksAndPrefillsAMissingOneAgain) {
   const auto a = Tok("Once upon a time there was a cat."), b = Tok("The dog ran to the park."), q = Tok(" Why?");
   int computed = 0;
   ASSERT_TRUE(service_->Create("t", "", {a, b}, In(60000), Deadline(), &computed).ok());
-  ASSERT_TRUE(store_->EraseSession("t", ChunkStoreSession(b, true)).ok());
+  ASSERT_TRUE(store_->EraseSession("t", pic::ChunkStoreSession(b, true)).ok());
   std::vector<PromptPiece> pieces = {{{1}, false, false}, {b, true, true}, {q, false, false}, {a, true, true}};
   std::vector<int32_t> prompt;
   LinkPrep prep;
-  auto spec = service_->Link("t", pieces, engine::LinkOptions{}, Deadline(), &prompt, &prep);
+  auto spec = service_->Link("t", pieces, pic::LinkOptions{}, Deadline(), &prompt, &prep);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_NE(*spec, nullptr);
   EXPECT_EQ(prep.chunks, 2);
@@ -162,4 +162,4 @@ TEST_F(ContextCacheServiceTest, AnImplicitCacheIsLinkableOnceItsBackgroundPrefil
 }
 
 }  // namespace
-}  // namespace attic::pic
+}  // namespace attic::server

@@ -21,7 +21,7 @@
 
 #include "attic/attention/attention.h"
 
-namespace attic::engine {
+namespace attic::kv {
 
 // The rows of one batch entry that are still in the pass at a layer (all of the entry's
 // new tokens, unless a hook dropped some after an earlier layer). Row i is the entry's
@@ -107,4 +107,4 @@ class KvObserverHooks : public LayerHooks {
   KvObserver observer_;
 };
 
-}  // namespace attic::engine
+}  // namespace attic::kv

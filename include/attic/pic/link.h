@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "attic/core/status.h"
-#include "attic/engine/layer_hooks.h"
 #include "attic/kv/block_pool.h"
+#include "attic/kv/layer_hooks.h"
 
-namespace attic::engine {
+namespace attic::pic {
 
 enum class LinkMethod { kNaive, kFull, kAttnLink, kCacheBlend };
 const char* LinkMethodName(LinkMethod m);  // "naive", "full", "attnlink", "cacheblend"
@@ -79,14 +79,14 @@ std::vector<int32_t> LinkComputeSlots(const LinkOptions& options, const std::vec
 // compute buffer (squared L2 distance over K and V), and after that layer only the
 // `ratio` of the step's chunk rows that deviate most go on (rows of uncached tokens, and
 // the prompt's last slot, always do). Entries other than `entry` are not touched.
-class CacheBlendHooks : public LayerHooks {
+class CacheBlendHooks : public kv::LayerHooks {
  public:
   // is_chunk_slot[s]: slot s holds cached chunk KV. last_slot: always kept.
   CacheBlendHooks(const kv::SequenceKv* seq, std::vector<uint8_t> is_chunk_slot, int last_slot, double ratio,
                   int check_layer);
   void set_entry(int entry) { entry_ = entry; }
-  void OnKv(int layer, const EntryRows& rows, const LayerKv& kv) override;
-  void AfterLayer(int layer, const EntryRows& rows, uint8_t* keep) override;
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override;
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override;
   // Chunk rows carried past the check layer so far (the cached tokens recomputed).
   int selected() const { return selected_; }
 
@@ -102,4 +102,33 @@ class CacheBlendHooks : public LayerHooks {
   std::vector<float> k_old_, v_old_;
 };
 
-}  // namespace attic::engine
+// One prompt being linked, from the chunks whose KV entered its sequence to what the link
+// recomputed: the slots the forward computes in place (LinkComputeSlots), CacheBlend's
+// selection as the hooks of those steps (cacheblend; null for the other methods), and the
+// cached tokens recomputed. The scheduler runs one per linked request and `attic eval`
+// one per linked method's prompt; both drive the forward over compute_slots() in slot
+// order with hooks().
+class LinkRun {
+ public:
+  // `present`: the chunks whose KV is entered in `seq` (ascending, within [from,
+  // n_prompt)); slots below `from` are a stored prefix. `seq` must outlive the run.
+  LinkRun(const LinkOptions& options, const std::vector<LinkedChunk>& present, int from, int n_prompt,
+          const kv::SequenceKv* seq);
+
+  const std::vector<int32_t>& compute_slots() const { return slots_; }
+  // The hooks of the steps that compute compute_slots(), or null; `entry` is the
+  // sequence's index in such a step's batch.
+  kv::LayerHooks* hooks() { return blend_.get(); }
+  void set_entry(int entry) {
+    if (blend_) blend_->set_entry(entry);
+  }
+  // Cached tokens recomputed to link them (CacheBlend: selected so far).
+  int recomputed() const { return blend_ ? blend_->selected() : recomputed_; }
+
+ private:
+  std::vector<int32_t> slots_;
+  std::unique_ptr<CacheBlendHooks> blend_;
+  int recomputed_ = 0;
+};
+
+}  // namespace attic::pic
