@@ -61,7 +61,7 @@ struct KernelTable {
   void (*prepack)(ThreadPool& pool, const model::WeightTensor& w, void* out) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).
-  int64_t gemv_max_m[4] = {4, 4, 4, 4};
+  int64_t gemv_max_m[kNumDTypes] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
   int64_t gemv_max_m_packed = 4;
   // Whether every bf16 GEMV and GEMM of this table rounds x to bf16 before its products
   // (vdpbf16ps; AVX-512 on CPUs with AVX512-BF16). False: bf16 weights are widened
