@@ -28,10 +28,10 @@ inline void FastDecode(DType t, const uint8_t* b, DecodedBlock* o) {
   switch (t) {
     case DType::kQ4_0: {
       const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-      const __m128i eight = _mm_set1_epi8(8);
-      _mm_store_si128(reinterpret_cast<__m128i*>(o->q), _mm_sub_epi8(_mm_and_si128(qs, m4), eight));
-      _mm_store_si128(reinterpret_cast<__m128i*>(o->q + 16),
-                      _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), eight));
+      // One 32-byte store: the dot product's 32-byte load then forwards from it (two
+      // 16-byte stores would stall it).
+      const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o->q), _mm256_sub_epi8(codes, _mm256_set1_epi8(8)));
       o->sc[0] = o->sc[1] = HalfAt(b);
       o->mn[0] = o->mn[1] = 0.0f;
       return;
@@ -91,6 +91,9 @@ void GemvQuantT(const float* xp, int64_t m, const model::WeightTensor& w, const 
   const int64_t bs = DTypeBlockSize(w.dtype), nblk = k / bs;
   const size_t bb = DTypeBlockBytes(w.dtype);
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(xp);
+  // Types whose decoded offsets are all zero skip the offset term.
+  const bool has_mn = w.dtype == DType::kQ4_1 || w.dtype == DType::kQ5_1 || w.dtype == DType::kQ2_K ||
+                      w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K;
   constexpr int kMaxM = 16;
   DecodedBlock blk;
   for (int64_t j = n0; j < n1; ++j) {
@@ -115,8 +118,10 @@ void GemvQuantT(const float* xp, int64_t m, const model::WeightTensor& w, const 
             const __m256i v = Dot::Chunk(blk.q + 32 * c, xq + 32 * c);
             const __m256 sc = _mm256_set_m128(_mm_set1_ps(blk.sc[2 * c + 1] * dx[c]), _mm_set1_ps(blk.sc[2 * c] * dx[c]));
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sc, acc[i]);
-            macc[i] += dx[c] * (blk.mn[2 * c] * static_cast<float>(s[2 * c]) +
-                                blk.mn[2 * c + 1] * static_cast<float>(s[2 * c + 1]));
+            if (has_mn) {
+              macc[i] += dx[c] * (blk.mn[2 * c] * static_cast<float>(s[2 * c]) +
+                                  blk.mn[2 * c + 1] * static_cast<float>(s[2 * c + 1]));
+            }
           }
         }
       }
