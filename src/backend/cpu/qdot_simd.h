@@ -21,8 +21,8 @@ inline float HalfAt(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// DecodeBlock with SIMD code for the types of llama.cpp's common presets (q4_0, q4_k,
-// q6_k); the same codes, scales and offsets as DecodeBlock (qdot_test checks both).
+// DecodeBlock with SIMD code for the types of llama.cpp's common presets (q4_0, q5_0,
+// q5_1, q4_k, q6_k); the same codes, scales and offsets as DecodeBlock (qdot_test checks both).
 inline void FastDecode(DType t, const uint8_t* b, DecodedBlock* o) {
   const __m128i m4 = _mm_set1_epi8(0x0F);
   switch (t) {
@@ -34,6 +34,28 @@ inline void FastDecode(DType t, const uint8_t* b, DecodedBlock* o) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(o->q), _mm256_sub_epi8(codes, _mm256_set1_epi8(8)));
       o->sc[0] = o->sc[1] = HalfAt(b);
       o->mn[0] = o->mn[1] = 0.0f;
+      return;
+    }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      // Element j (< 32) takes bit j of the little-endian u32 qh as its fifth bit: byte j
+      // of a copy of qh's byte j / 8, tested against bit j % 8.
+      const bool has_min = t == DType::kQ5_1;
+      const uint8_t* p = b + (has_min ? 4 : 2);
+      uint32_t qh;
+      std::memcpy(&qh, p, 4);
+      const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                           3, 3, 3, 3, 3, 3, 3);
+      const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+      const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), idx);
+      const __m256i fifth = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+      __m256i codes = _mm256_or_si256(
+          _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4)), fifth);
+      if (!has_min) codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o->q), codes);
+      o->sc[0] = o->sc[1] = HalfAt(b);
+      o->mn[0] = o->mn[1] = has_min ? HalfAt(b + 2) : 0.0f;
       return;
     }
     case DType::kQ4_K: {
