@@ -70,6 +70,7 @@ void AddGenerateCommand(CLI::App& app, RunFn* run);
 void AddChatCommand(CLI::App& app, RunFn* run);
 void AddBenchCommand(CLI::App& app, RunFn* run);
 void AddMakeModelCommand(CLI::App& app, RunFn* run);
+void AddQuantizeCommand(CLI::App& app, RunFn* run);
 void AddServeCommand(CLI::App& app, RunFn* run);
 void AddEvalCommand(CLI::App& app, RunFn* run);  // `eval perplexity`, `eval needle`, `eval link`
 // `eval link` (eval_link_cmd.cc), added to `eval` by AddEvalCommand.

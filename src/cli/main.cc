@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   AddChatCommand(app, &run);
   AddBenchCommand(app, &run);
   AddMakeModelCommand(app, &run);
+  AddQuantizeCommand(app, &run);
   AddServeCommand(app, &run);
   AddEvalCommand(app, &run);
   RunFn bench_serve_run;

@@ -5,6 +5,7 @@
 
 #include "attic/core/file.h"
 #include "attic/core/progress.h"
+#include "attic/model/quant_preset.h"
 #include "attic/model/writer.h"
 #include "cli/commands.h"
 
@@ -62,12 +63,24 @@ int RunMakeModel(const MakeModelFlags& f) {
     if (!sc.ok()) return Fail(sc.status());
     c = *sc;
   }
-  auto dt = ParseDType(f.dtype);
-  if (!dt.ok()) return Fail(dt.status());
-  if (*dt == DType::kQ8_0) return Fail(InvalidArgumentError("make-model writes f32, f16 or bf16"));
-  c.torch_dtype = *dt;
   model::WriteOptions wo;
-  wo.dtype = *dt;
+  if (model::IsQuantPresetName(f.dtype)) {  // GGUF only: matrices quantized as the preset says
+    if (!f.out_hf.empty()) return Fail(InvalidArgumentError("--dtype " + f.dtype + " is written as GGUF only (--out-gguf)"));
+    auto preset = model::ParseQuantPreset(f.dtype);
+    c.torch_dtype = DType::kF32;
+    wo.dtype = DType::kF32;
+    wo.file_type = preset->file_type;
+    wo.matrix_dtype = [p = *preset, c](const model::TensorSpec& s) { return model::PresetMatrixType(p, s, c); };
+  } else {
+    auto dt = ParseDType(f.dtype);
+    if (!dt.ok() || DTypeIsBlock(*dt)) {
+      return Fail(InvalidArgumentError("--dtype '" + f.dtype +
+                                       "': expected f32, f16, bf16, or for GGUF q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, "
+                                       "q6_k, q4_k_m"));
+    }
+    c.torch_dtype = *dt;
+    wo.dtype = *dt;
+  }
   wo.max_shard_bytes = f.shard_size;
   if (!f.tokenizer_dir.empty()) {
     wo.tokenizer.tokenizer_json_path = JoinPath(f.tokenizer_dir, "tokenizer.json");
@@ -114,7 +127,7 @@ void AddMakeModelCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--config", f->config, "config.json giving the shape (e.g. SmolLM2-135M's)");
   cmd->add_option("--shape", f->shape, "built-in shape instead of --config: smollm2-135m, llama-1b");
   cmd->add_option("--tokenizer", f->tokenizer_dir, "directory with tokenizer.json (+ tokenizer_config.json, chat_template.jinja)");
-  cmd->add_option("--dtype", f->dtype, "f32, f16 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", f->dtype, "f32, f16, bf16; GGUF also q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k, q4_k_m")->capture_default_str();
   cmd->add_option("--seed", f->seed, "RNG seed (same seed = same weights in HF and GGUF)")->capture_default_str();
   cmd->add_option("--out-hf", f->out_hf, "write a Hugging Face directory here");
   cmd->add_option("--out-gguf", f->out_gguf, "write a GGUF file here");

@@ -240,7 +240,7 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text) {
   if (dtype.empty()) ATTIC_RETURN_IF_ERROR(GetString(j, "dtype", &dtype));
   if (!dtype.empty()) {
     auto d = ParseDType(dtype);
-    if (d.ok() && *d != DType::kQ8_0) c.torch_dtype = *d;  // other dtypes are only metadata here
+    if (d.ok() && !DTypeIsBlock(*d)) c.torch_dtype = *d;  // other dtypes are only metadata here
   }
   ATTIC_RETURN_IF_ERROR(c.Validate());
   return c;

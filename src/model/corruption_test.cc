@@ -332,7 +332,7 @@ TEST_F(GgufCorruptionTest, TensorInfos) {
   PutU64(&b, info + 12, 32);
   EXPECT_EQ(With(b), StatusCode::kDataLoss);
   b = bytes_;
-  PutU32(&b, info + 20, 2);  // Q4_0: a real type Attic does not compute with
+  PutU32(&b, info + 20, 19);  // IQ1_S: a real type Attic does not compute with
   EXPECT_EQ(With(b), StatusCode::kUnimplemented);
   b = bytes_;
   PutU32(&b, info + 20, 99);  // unknown type

@@ -20,7 +20,8 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
     {0, "F32", 1, 4},       {1, "F16", 1, 2},      {2, "Q4_0", 32, 18},   {3, "Q4_1", 32, 20},
     {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},   {8, "Q8_0", 32, 34},   {9, "Q8_1", 32, 36},
     {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-    {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},      {25, "I16", 1, 2},
+    {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},
+    {16, "IQ2_XXS", 256, 66}, {20, "IQ4_NL", 32, 18}, {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},     {25, "I16", 1, 2},
     {26, "I32", 1, 4},      {27, "I64", 1, 8},     {28, "F64", 1, 8},     {30, "BF16", 1, 2},
 };
 
@@ -210,17 +211,39 @@ Status PlaceTensor(GgufTensorInfo* t, const uint8_t* data, size_t size, uint64_t
                ") runs past the end of the file (truncated?)");
   }
   t->data = data + data_offset + t->offset;
-  switch (t->ggml_type) {
-    case kGgmlF32: t->dtype = DType::kF32; break;
-    case kGgmlF16: t->dtype = DType::kF16; break;
-    case kGgmlBF16: t->dtype = DType::kBF16; break;
-    case kGgmlQ8_0: t->dtype = DType::kQ8_0; break;
-    default: break;
-  }
+  t->dtype = DTypeOfGgmlType(t->ggml_type);
   return OkStatus();
 }
 
 }  // namespace
+
+std::optional<DType> DTypeOfGgmlType(uint32_t type) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (GgmlTypeOf(static_cast<DType>(i)) == type) return static_cast<DType>(i);
+  }
+  return std::nullopt;
+}
+
+uint32_t GgmlTypeOf(DType t) {
+  switch (t) {
+    case DType::kF32: return kGgmlF32;
+    case DType::kF16: return kGgmlF16;
+    case DType::kBF16: return kGgmlBF16;
+    case DType::kQ8_0: return kGgmlQ8_0;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
+    case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
+    case DType::kQ6_K: return 14;
+    case DType::kIQ4_NL: return 20;
+    case DType::kIQ4_XS: return 23;
+  }
+  return kGgmlF32;
+}
 
 bool GgufValue::is_integer() const {
   switch (type) {
@@ -263,6 +286,12 @@ const GgufTensorInfo* GgufFile::FindTensor(const std::string& name) const {
   return nullptr;
 }
 
+std::string SupportedGgmlTypeNames() {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) out += (i ? ", " : "") + GgmlTypeName(GgmlTypeOf(static_cast<DType>(i)));
+  return out;
+}
+
 std::string GgmlTypeName(uint32_t type) {
   const GgmlTypeInfo* info = FindGgmlType(type);
   return info != nullptr ? info->name : "type " + std::to_string(type);
@@ -292,6 +321,7 @@ StatusOr<GgufFile> ParseGguf(const uint8_t* data, size_t size, const std::string
   }
   f.kv.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
+    const uint64_t kv_begin = r.pos();
     std::string key;
     uint32_t type = 0;
     ATTIC_RETURN_IF_ERROR(r.String(&key, "metadata key"));
@@ -304,6 +334,7 @@ StatusOr<GgufFile> ParseGguf(const uint8_t* data, size_t size, const std::string
     if (!st.ok()) return st.WithContext("metadata '" + key + "'");
     if (!f.kv_index.emplace(key, f.kv.size()).second) return DataLossError(path + ": duplicate metadata key '" + key + "'");
     f.kv.emplace_back(std::move(key), std::move(v));
+    f.kv_spans.emplace_back(kv_begin, r.pos());
   }
   f.tensors.resize(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) ATTIC_RETURN_IF_ERROR(ReadTensorInfo(r, &f.tensors[k], path));

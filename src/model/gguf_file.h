@@ -64,12 +64,13 @@ struct GgufTensorInfo {
   uint64_t offset = 0;        // relative to the data section
   uint64_t nbytes = 0;        // 0 when the type is unknown to Attic
   const uint8_t* data = nullptr;  // into the mapped file; nullptr when the type is unknown
-  std::optional<DType> dtype;     // F32/F16/BF16/Q8_0, else nullopt
+  std::optional<DType> dtype;     // a type Attic computes with (DTypeOfGgmlType), else nullopt
 };
 
 struct GgufFile {
   uint32_t version = 0;
   std::vector<std::pair<std::string, GgufValue>> kv;  // file order
+  std::vector<std::pair<uint64_t, uint64_t>> kv_spans;  // each pair's [begin, end) bytes in the file
   std::map<std::string, size_t> kv_index;
   std::vector<GgufTensorInfo> tensors;
   uint64_t alignment = 32;
@@ -81,6 +82,13 @@ struct GgufFile {
 
 // Parses `size` bytes at `data` (a mapped file); tensor data pointers point into it.
 StatusOr<GgufFile> ParseGguf(const uint8_t* data, size_t size, const std::string& path);
+
+// The Attic dtype of a ggml type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K,
+// IQ4_NL, IQ4_XS), or nullopt; and back.
+std::optional<DType> DTypeOfGgmlType(uint32_t type);
+uint32_t GgmlTypeOf(DType t);
+// The ggml type names Attic computes with, for error messages: "F32, F16, BF16, Q4_0, ...".
+std::string SupportedGgmlTypeNames();
 
 // "F32", "Q4_K", ... or "type N".
 std::string GgmlTypeName(uint32_t type);

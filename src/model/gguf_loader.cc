@@ -146,7 +146,7 @@ Status ConfigFromGguf(const GgufFile& f, const GgufTokenizerData* tok, ModelConf
       c->eos_token_ids.push_back(eot);
     }
   }
-  if (const GgufTensorInfo* q = f.FindTensor("blk.0.attn_q.weight"); q != nullptr && q->dtype && *q->dtype != DType::kQ8_0) {
+  if (const GgufTensorInfo* q = f.FindTensor("blk.0.attn_q.weight"); q != nullptr && q->dtype && !DTypeIsBlock(*q->dtype)) {
     c->torch_dtype = *q->dtype;
   }
   return c->Validate();
@@ -205,7 +205,7 @@ StatusOr<std::unique_ptr<Model>> LoadGgufFile(const std::string& path, const Loa
     if (hf.empty() || needed.count(hf) == 0) continue;  // e.g. rope_freqs.weight, handled above
     if (!t.dtype) {
       return UnimplementedError(path + ": tensor '" + t.name + "' has ggml type " + GgmlTypeName(t.ggml_type) +
-                                " (supported: F32, F16, BF16, Q8_0)");
+                                " (supported: " + SupportedGgmlTypeNames() + ")");
     }
     if (tensors.count(hf) != 0) return DataLossError(path + ": tensor '" + t.name + "' appears twice");
     SourceTensor s{*t.dtype, {}, t.data, t.nbytes, t.name};

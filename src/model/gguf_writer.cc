@@ -84,22 +84,15 @@ namespace {
 
 constexpr uint64_t kAlignment = 32;
 
-uint32_t GgmlType(DType d) {
-  switch (d) {
-    case DType::kF32: return kGgmlF32;
-    case DType::kF16: return kGgmlF16;
-    case DType::kBF16: return kGgmlBF16;
-    case DType::kQ8_0: return kGgmlQ8_0;
-  }
-  return kGgmlF32;
-}
+uint32_t GgmlType(DType d) { return GgmlTypeOf(d); }
 
 void AddModelKeys(const ModelConfig& c, const WriteOptions& opts, GgufHeaderBuilder* h) {
   h->Str("general.architecture", "llama");
   h->Str("general.type", "model");
   h->Str("general.name", opts.name);
   // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32.
-  const uint32_t ftype = opts.dtype == DType::kF16    ? 1
+  const uint32_t ftype = opts.file_type != UINT32_MAX ? opts.file_type
+                         : opts.dtype == DType::kF16    ? 1
                          : opts.dtype == DType::kQ8_0 ? 7
                          : opts.dtype == DType::kBF16 ? 32
                                                       : 0;
@@ -193,7 +186,9 @@ Status WriteGguf(const std::string& path, const ModelConfig& c, std::vector<Tens
   std::vector<DType> dtypes;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const TensorJob& j = jobs[i];
-    DType d = j.spec.kind == TensorKind::kMatrix ? opts.dtype : DType::kF32;
+    DType d = j.spec.kind != TensorKind::kMatrix ? DType::kF32
+              : opts.matrix_dtype                ? opts.matrix_dtype(j.spec)
+                                                 : opts.dtype;
     dtypes.push_back(d);
     std::vector<uint64_t> ne(j.spec.shape.rbegin(), j.spec.shape.rend());
     h.Tensor(gguf_names[i], ne, GgmlType(d), DTypeBytes(d, static_cast<size_t>(j.spec.numel())));

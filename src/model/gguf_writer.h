@@ -26,6 +26,11 @@ class GgufHeaderBuilder {
   void StrArray(const std::string& key, const std::vector<std::string>& v);
   void I32Array(const std::string& key, const std::vector<int32_t>& v);
   void F32Array(const std::string& key, const std::vector<float>& v);
+  // A metadata pair copied as encoded (key, type, value) from another GGUF file.
+  void RawPair(const std::string& encoded) {
+    kv_ += encoded;
+    ++n_kv_;
+  }
   // Adds a tensor info; its data offset is the next aligned slot. `ne` in ggml order.
   void Tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t ggml_type, uint64_t nbytes);
 

@@ -126,8 +126,9 @@ StatusOr<WeightTensor> ModelBuilder::BindMatrix(const std::string& name, const S
   w.dtype = t.dtype;
   w.shape = t.shape;
   const size_t elem_align = t.dtype == DType::kF32 ? 4 : 2;
-  if (t.dtype == DType::kQ8_0 && t.shape.size() == 2 && t.shape[1] % 32 != 0) {
-    return DataLossError("tensor '" + name + "': q8_0 rows of " + std::to_string(t.shape[1]) + " are not whole blocks");
+  if (DTypeIsBlock(t.dtype) && t.shape.size() == 2 && t.shape[1] % DTypeBlockSize(t.dtype) != 0) {
+    return DataLossError("tensor '" + name + "': " + DTypeName(t.dtype) + " rows of " + std::to_string(t.shape[1]) +
+                         " are not whole blocks of " + std::to_string(DTypeBlockSize(t.dtype)));
   }
   if (reinterpret_cast<uintptr_t>(t.data) % elem_align == 0) {
     w.data = t.data;  // zero-copy: points into the mapped file
@@ -142,7 +143,9 @@ StatusOr<WeightTensor> ModelBuilder::BindMatrix(const std::string& name, const S
 
 StatusOr<const float*> ModelBuilder::BindVector(const std::string& name, const SourceTensor& t) {
   const size_t n = static_cast<size_t>(t.shape[0]);
-  if (t.dtype == DType::kQ8_0 && n % 32 != 0) return DataLossError("tensor '" + name + "': q8_0 size not whole blocks");
+  if (DTypeIsBlock(t.dtype) && n % static_cast<size_t>(DTypeBlockSize(t.dtype)) != 0) {
+    return DataLossError("tensor '" + name + "': " + DTypeName(t.dtype) + " size not whole blocks");
+  }
   AlignedBuffer buf(n * sizeof(float));
   ConvertToF32(t.dtype, t.data, buf.as<float>(), n);
   model_->weight_bytes_ += n * sizeof(float);

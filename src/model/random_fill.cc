@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "attic/tensor/quants.h"
+
 namespace attic::model {
 
 namespace {
@@ -54,8 +56,8 @@ void QuantizeQ8_0(const float* src, void* dst, size_t n) {
 }
 
 void ConvertForStorage(DType t, const float* src, void* dst, size_t n) {
-  if (t == DType::kQ8_0) {
-    QuantizeQ8_0(src, dst, n);
+  if (DTypeIsBlock(t)) {
+    QuantizeBlocks(t, src, dst, n);
   } else if (HaveAvx2() && t == DType::kBF16) {
     internal::F32ToBf16Avx2(src, static_cast<uint16_t*>(dst), n);
   } else if (HaveAvx2() && t == DType::kF16) {

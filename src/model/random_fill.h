@@ -18,7 +18,7 @@ namespace attic::model {
 void FillNormal(uint64_t key, uint64_t first, int64_t n, float stddev, float* out);
 
 // Same results as ConvertFromF32 (f32, f16 or bf16), vectorised where the CPU allows;
-// q8_0 as QuantizeQ8_0. REQUIRES for q8_0: n % 32 == 0.
+// block types with QuantizeBlocks (attic/tensor/quants.h). REQUIRES for those: whole blocks.
 void ConvertForStorage(DType t, const float* src, void* dst, size_t n);
 
 // ggml's reference Q8_0 quantisation (quantize_row_q8_0_ref): per block of 32,

@@ -78,7 +78,7 @@ const char* SafetensorsDTypeName(DType t) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
-    case DType::kQ8_0: return "Q8_0";  // not a safetensors dtype; never written
+    default: return "?";  // block types are not safetensors dtypes; never written
   }
   return "?";
 }

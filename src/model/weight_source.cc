@@ -137,9 +137,10 @@ Status StreamTensor(const TensorJob& job, DType dtype, int permute_head_dim, Fil
                     StreamBuffers* buffers) {
   const int64_t rows = job.rows(), cols = job.cols();
   if (rows == 0 || cols == 0) return OkStatus();
-  if (dtype == DType::kQ8_0 && cols % 32 != 0) {
+  if (cols % DTypeBlockSize(dtype) != 0) {
     return InvalidArgumentError("tensor '" + job.spec.name + "': rows of " + std::to_string(cols) +
-                                " values are not whole q8_0 blocks of 32");
+                                " values are not whole " + DTypeName(dtype) + " blocks of " +
+                                std::to_string(DTypeBlockSize(dtype)));
   }
   int64_t chunk_rows = std::max<int64_t>(1, kChunkElems / cols);
   if (permute_head_dim > 0) {

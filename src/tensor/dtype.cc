@@ -1,5 +1,9 @@
 #include "attic/tensor/dtype.h"
 
+#include <cctype>
+
+#include "attic/tensor/quants.h"
+
 namespace attic {
 
 const char* DTypeName(DType t) {
@@ -8,27 +12,78 @@ const char* DTypeName(DType t) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_1: return "q4_1";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
+    case DType::kQ2_K: return "q2_k";
+    case DType::kQ3_K: return "q3_k";
+    case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_K: return "q5_k";
+    case DType::kQ6_K: return "q6_k";
+    case DType::kIQ4_NL: return "iq4_nl";
+    case DType::kIQ4_XS: return "iq4_xs";
   }
   return "?";
+}
+
+int64_t DTypeBlockSize(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return 1;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL: return 32;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: return 256;
+  }
+  return 1;
+}
+
+size_t DTypeBlockBytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kIQ4_NL: return 18;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+    case DType::kIQ4_XS: return 136;
+  }
+  return 0;
 }
 
 StatusOr<DType> ParseDType(const std::string& name) {
   if (name == "f32" || name == "float32" || name == "F32" || name == "fp32") return DType::kF32;
   if (name == "f16" || name == "float16" || name == "F16" || name == "fp16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16" || name == "BF16") return DType::kBF16;
-  if (name == "q8_0" || name == "Q8_0") return DType::kQ8_0;
-  return InvalidArgumentError("unknown dtype '" + name + "' (expected f32, f16, bf16 or q8_0)");
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (int i = static_cast<int>(DType::kQ8_0); i < kNumDTypes; ++i) {
+    if (lower == DTypeName(static_cast<DType>(i))) return static_cast<DType>(i);
+  }
+  return InvalidArgumentError("unknown dtype '" + name +
+                              "' (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, "
+                              "q6_k, iq4_nl or iq4_xs)");
 }
 
-size_t DTypeBytes(DType t, size_t n) {
-  switch (t) {
-    case DType::kF32: return 4 * n;
-    case DType::kF16:
-    case DType::kBF16: return 2 * n;
-    case DType::kQ8_0: return n / 32 * 34;
-  }
-  return 0;
-}
+size_t DTypeBytes(DType t, size_t n) { return n / static_cast<size_t>(DTypeBlockSize(t)) * DTypeBlockBytes(t); }
 
 uint16_t F32ToF16(float f) {
   uint32_t u;
@@ -68,17 +123,9 @@ void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
       return;
     }
-    case DType::kQ8_0: {
-      const uint8_t* s = static_cast<const uint8_t*>(src);
-      for (size_t b = 0; b < n / 32; ++b) {
-        uint16_t d16;
-        std::memcpy(&d16, s + b * 34, 2);
-        float d = F16ToF32(d16);
-        const int8_t* q = reinterpret_cast<const int8_t*>(s + b * 34 + 2);
-        for (int i = 0; i < 32; ++i) dst[b * 32 + i] = d * static_cast<float>(q[i]);
-      }
+    default:
+      DequantizeBlocks(t, src, dst, n);
       return;
-    }
   }
 }
 
@@ -97,8 +144,8 @@ void ConvertFromF32(DType t, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
       return;
     }
-    case DType::kQ8_0:
-      ATTIC_CHECK(false && "ConvertFromF32 to q8_0 is not supported");
+    default:
+      ATTIC_CHECK(false && "ConvertFromF32 to a block type is not supported");
   }
 }
 

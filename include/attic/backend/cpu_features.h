@@ -8,7 +8,8 @@ enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false,
+       avx512_vnni = false;
 };
 
 const CpuFeatures& GetCpuFeatures();

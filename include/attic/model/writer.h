@@ -19,6 +19,7 @@
 
 #include "attic/core/status.h"
 #include "attic/model/config.h"
+#include "attic/model/tensor_specs.h"
 #include "attic/model/model.h"
 #include "attic/tensor/dtype.h"
 
@@ -47,6 +48,11 @@ struct WriteOptions {
   // (ggml's reference quantisation; matrix rows must be multiples of 32); norms stay
   // f32 as llama.cpp's converter writes them.
   DType dtype = DType::kF32;
+  // GGUF only: when set, the storage dtype of each matrix (any type QuantizeBlocks
+  // writes, or f32/f16/bf16) instead of `dtype`, and general.file_type (llama_ftype);
+  // `attic quantize` sets them from a QuantPreset.
+  std::function<DType(const TensorSpec&)> matrix_dtype;
+  uint32_t file_type = UINT32_MAX;
   // HF only: split into model-0000i-of-0000n.safetensors + model.safetensors.index.json
   // when the tensors add up to more than this many bytes; 0 = always one file.
   uint64_t max_shard_bytes = 0;

@@ -16,6 +16,7 @@ const CpuFeatures& GetCpuFeatures() {
     c.avx512bw = __builtin_cpu_supports("avx512bw");
     c.avx512vl = __builtin_cpu_supports("avx512vl");
     c.avx512dq = __builtin_cpu_supports("avx512dq");
+    c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
 #if defined(__GNUC__) && __GNUC__ >= 12
     c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
 #endif

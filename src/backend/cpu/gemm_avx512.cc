@@ -29,6 +29,7 @@
 #include "attic/backend/cpu_features.h"
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/qdot.h"
 #include "backend/cpu/simd_avx512.h"
 
 namespace attic::backend::cpu::avx512 {
@@ -173,6 +174,7 @@ void PackPanelF32(const WeightTensor& w, int64_t n0, int64_t n_valid, int64_t k0
     case DType::kF16: PackPanelF32T<PackF16>(w, n0, n_valid, k0, kc, panel); return;
     case DType::kBF16: PackPanelF32T<PackBf16AsF32>(w, n0, n_valid, k0, kc, panel); return;
     case DType::kQ8_0: PackPanelF32T<PackQ8>(w, n0, n_valid, k0, kc, panel); return;
+    default: ATTIC_CHECK(false && "block types take SgemmFallback"); return;
   }
 }
 
@@ -458,6 +460,10 @@ void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const floa
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
   ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxGemmOuts);
   const WeightTensor& w0 = *outs[0].w;
+  if (UsesQuantDot(w0.dtype)) {  // block-quantized weights: tiles widened per call, OpenBLAS
+    for (int i = 0; i < n_outs; ++i) SgemmFallback(Avx512Table(), pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
+    return;
+  }
   const bool bf16 = w0.dtype == DType::kBF16 && GetCpuFeatures().avx512_bf16;
   GemmArgs gs[kMaxGemmOuts];
   for (int i = 0; i < n_outs; ++i) {

@@ -61,7 +61,7 @@ struct KernelTable {
   void (*prepack)(ThreadPool& pool, const WeightTensor& w, void* out) = nullptr;
   // Linear uses gemv for m <= gemv_max_m[dtype], gemm above (gemv_max_m_packed for a
   // weight with a prepacked layout, whose GEMM skips packing).
-  int64_t gemv_max_m[4] = {4, 4, 4, 4};
+  int64_t gemv_max_m[kNumDTypes] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
   int64_t gemv_max_m_packed = 4;
   // Rows of one prepacked panel when this table's gemv reads prepacked weights (its row
   // ranges then start at multiples of it); 0: its gemv reads the row-major weights only.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/qdot.h"
 
 #define ATTIC_UNROLL _Pragma("GCC unroll 32")  // see simd_avx512.h
 
@@ -237,11 +238,14 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    default: attic::ConvertToF32(dtype, src, dst, static_cast<size_t>(n)); return;
   }
 }
 
-const float* GemvPrepare(const WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
-int64_t GemvLayout(const WeightTensor&) { return 0; }
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  return UsesQuantDot(w.dtype) ? QuantizeX(x, m, w.cols(), scratch) : x;
+}
+int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) ? -1 : 0; }
 
 void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (w.dtype) {
@@ -249,6 +253,7 @@ void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, f
     case DType::kBF16: GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
+    default: GemvQuant(x, m, w, bias, y, n0, n1); return;
   }
 }
 

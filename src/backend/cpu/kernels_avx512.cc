@@ -17,6 +17,7 @@
 
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/qdot.h"
 #include "backend/cpu/simd_avx512.h"
 
 namespace attic::backend::cpu::avx512 {
@@ -89,7 +90,7 @@ inline __mmask32 FirstLanes(int64_t r) {
 // 64-byte boundary `shift` elements before its start, with those lanes masked off, and x
 // is shifted to match. 0 when the rows are aligned or cannot all be.
 inline int64_t RowShift(const WeightTensor& w) {
-  const int64_t esize = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kQ8_0 ? 0 : 2;
+  const int64_t esize = w.dtype == DType::kF32 ? 4 : DTypeIsBlock(w.dtype) ? 0 : 2;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(w.data);
   if (esize == 0 || addr % esize != 0 || (w.cols() * esize) % 64 != 0) return 0;
   return static_cast<int64_t>(addr % 64) / esize;
@@ -365,6 +366,7 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    default: attic::ConvertToF32(dtype, src, dst, static_cast<size_t>(n)); return;
   }
 }
 
@@ -375,6 +377,7 @@ namespace {
 
 const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
   if (w.dtype == DType::kQ8_0) return x;
+  if (UsesQuantDot(w.dtype)) return QuantizeX(x, m, w.cols(), scratch);
   const bool packed = IsPrepackedBf16(w);  // panels: x unshifted, in natural order
   const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
   if (w.dtype == DType::kBF16 && dot) {
@@ -402,6 +405,13 @@ void GemvImpl(const float* x, int64_t m, const WeightTensor& w, const float* bia
       return;
     case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
+    default:
+      if (GetCpuFeatures().avx512_vnni) {
+        vnni::GemvQuant(x, m, w, bias, y, n0, n1);
+      } else {
+        avx2::GemvQuant(x, m, w, bias, y, n0, n1);
+      }
+      return;
   }
 }
 
@@ -415,8 +425,11 @@ const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, Al
   return PrepareImpl(w, x, m, scratch, false);
 }
 
-// -1: a prepacked weight's x (no shift, natural order), shared by no row-major weight.
-int64_t GemvLayout(const WeightTensor& w) { return IsPrepackedBf16(w) ? -1 : RowShift(w); }
+// -1: block-quantized weights' x (8-bit blocks); -2: a prepacked weight's x (no shift,
+// natural order). Neither is shared with a row-major weight.
+int64_t GemvLayout(const WeightTensor& w) {
+  return UsesQuantDot(w.dtype) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
+}
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
 bool Bf16GemvUsesDot() { return UseBf16Dot(); }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/qdot.h"
 
 namespace attic::backend::cpu::generic {
 
@@ -69,17 +70,24 @@ float DotRow(const float* x, const WeightTensor& w, int64_t j, int64_t k) {
       }
       break;
     }
+    default: break;  // block types: GemvQuant
   }
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 }  // namespace
 
-const float* GemvPrepare(const WeightTensor&, const float* x, int64_t, AlignedBuffer*) { return x; }
-int64_t GemvLayout(const WeightTensor&) { return 0; }
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  return UsesQuantDot(w.dtype) ? QuantizeX(x, m, w.cols(), scratch) : x;
+}
+int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) ? -1 : 0; }
 
 void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
           int64_t n1) {
+  if (UsesQuantDot(w.dtype)) {
+    GemvQuant(x, m, w, bias, y, n0, n1);
+    return;
+  }
   const int64_t k = w.cols(), n = w.rows();
   for (int64_t j = n0; j < n1; ++j) {
     for (int64_t i = 0; i < m; ++i) {
