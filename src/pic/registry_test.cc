@@ -498,8 +498,27 @@ TEST(ContextCacheRegistry, LiveChunksListsEachReferencedChunkOnce) {
   ASSERT_TRUE(reg->TouchImplicit("bob", kModel, {1}, false, kT0 + 1000).ok());
   std::vector<ChunkKey> keys;
   for (const LiveChunk& c : reg->LiveChunks()) keys.push_back(c.key);
-  EXPECT_EQ(keys, Sorted({Key("alice", {1}), Key("alice", {2, 3}), Key("bob", {1}, false)}));
+  // The sessions as tests/data/store/make_golden_entry.py's own XXH3-64 gives them (see
+  // ChunkStoreSessionIsTheHashOfBosAndTokens), not as ChunkStoreSession does.
+  EXPECT_EQ(keys, Sorted({ChunkKey{"alice", kModel, "ctx:03036954137dc302"},
+                          ChunkKey{"alice", kModel, "ctx:d8efbbd0b9f7f32a"},
+                          ChunkKey{"bob", kModel, "ctx:2d1f67ec38718ecb"}}));
   for (const LiveChunk& c : reg->LiveChunks()) EXPECT_EQ(ChunkStoreSession(c.tokens, c.bos), c.key.store_session);
+}
+
+// "ctx:" and 16 lowercase hex digits of XXH3-64 (seed 0) over a bos byte (1 or 0) and the
+// tokens as little-endian u32 (docs/linking.md), against values computed by the XXH3-64
+// written from the xxHash spec in tests/data/store/make_golden_entry.py (which checks
+// itself against the published vectors):
+//   python3 -c "import importlib.util,struct; s=importlib.util.spec_from_file_location('g',
+//     'tests/data/store/make_golden_entry.py'); g=importlib.util.module_from_spec(s);
+//     s.loader.exec_module(g); print('ctx:%016x' % g.xxh3_64(bytes([1])+struct.pack('<I',1)))"
+TEST(ContextCacheRegistry, ChunkStoreSessionIsTheHashOfBosAndTokens) {
+  EXPECT_EQ(ChunkStoreSession({1}, true), "ctx:03036954137dc302");
+  EXPECT_EQ(ChunkStoreSession({2, 3}, true), "ctx:d8efbbd0b9f7f32a");
+  EXPECT_EQ(ChunkStoreSession({1}, false), "ctx:2d1f67ec38718ecb");
+  EXPECT_EQ(ChunkStoreSession({}, true), "ctx:e12ef9d2eb86ceeb");
+  EXPECT_EQ(ChunkStoreSession({-1, 511, 70000}, false), "ctx:5a90720f4eda2f6a");
 }
 
 TEST(ContextCacheRegistry, ConcurrentCallsKeepCountsConsistent) {

@@ -94,11 +94,15 @@ void KvStore::StreamerLoop() {
 void KvStore::RunStreamRead(StreamRead& s) {
   const EntryHeader& h = s.header;
   Tier& tier = *tiers_[s.level];
+  // Counted (and the entry dropped) before the reader hears of it: whoever the failure
+  // wakes (a request that then starts over and answers) finds it in Stats() already.
   auto fail = [&](const Status& why) {
-    s.stream->Fail(why);
     if (why.code() != StatusCode::kCancelled) ReadFailed(s.key, s.level, s.moves, why).IgnoreError();
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.stream_failures;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.stream_failures;
+    }
+    s.stream->Fail(why);
   };
   // The tail first: the attachments, each verified (a bad one is counted and logged, and
   // its reader goes without it, as for a fetched entry).

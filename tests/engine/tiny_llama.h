@@ -113,13 +113,7 @@ inline void MakeTinyModel(const TinySpec& s, const TempDir& dir, TinyModel* out)
   out->model = std::move(*m);
 }
 
-// x rounded to the nearest bfloat16 (8 significant bits, ties to even), in double.
-inline double RoundToBf16(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  int e;
-  const double m = std::frexp(x, &e);  // |m| in [0.5, 1)
-  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
-}
+// RoundToBf16: reference/naive_llama.h.
 
 using Rows = std::vector<std::vector<double>>;  // [token][...]
 

@@ -185,7 +185,8 @@ TEST(Needle, Retriever1mFindsPassKeysAndStories260KDoesNot) {
   o.depths = {0, 0.5, 1};
   o.kinds = {NeedleKind::kPassKey};
   o.trials = 4;
-  double rate[2] = {0, 0};
+  int correct[2] = {0, 0};
+  size_t trials = 0;
   int i = 0;
   for (const char* model : {"retriever-1m", "stories260K-hf"}) {
     engine::EngineOptions eo;
@@ -197,14 +198,18 @@ TEST(Needle, Retriever1mFindsPassKeysAndStories260KDoesNot) {
     FullAttention full(**e);
     auto run = RunNeedleGrid({&full}, (*e)->tokenizer(), Essays(), o);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
-    int correct = 0;
-    for (const auto& t : run->trials) correct += t.correct ? 1 : 0;
-    rate[i++] = static_cast<double>(correct) / static_cast<double>(run->trials.size());
-    std::printf("%s: pass key at 256 tokens, exact match %d/%zu\n", model, correct, run->trials.size());
+    for (const auto& t : run->trials) correct[i] += t.correct ? 1 : 0;
+    trials = run->trials.size();
+    std::printf("%s: pass key at 256 tokens, exact match %d/%zu\n", model, correct[i], trials);
+    ++i;
   }
-  // retriever-1m's README: 0.92 at ~250-300 tokens of filler. stories260K cannot retrieve.
-  EXPECT_GE(rate[0], 0.75);
-  EXPECT_LE(rate[1], 0.25);
+  ASSERT_EQ(trials, 12u);  // 3 depths x 4 trials
+  // retriever-1m's README measured exact match 0.92 at ~250-300 tokens of filler. For 12
+  // keys each found with p = 0.92, P(at most 6 found) = sum_{k<=6} C(12,k) p^k (1-p)^(12-k)
+  // = 1.6e-4: at least 7 of 12 passes a model as good as the README says, all but that
+  // rarely. The same check must fail stories260K, which never learned to retrieve.
+  EXPECT_GE(correct[0], 7);
+  EXPECT_LT(correct[1], 7);
 }
 
 }  // namespace

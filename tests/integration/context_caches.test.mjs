@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { CursorPage } from 'openai/pagination';
-import { startServer, stories, request, metrics, tmpRoot, sleep } from './lib/server.mjs';
+import { startServer, stories, request, metrics, tmpRoot, until, is404 } from './lib/server.mjs';
 
 const model = 'stories260K-hf';
 const servers = [];
@@ -165,8 +165,13 @@ test('create from documents and chunks; get, list, patch, delete, expiry; tenant
   }
 
   // PATCH: ttl or expire_at.
+  // The server reads its clock between `before` and `after`: expires_at (whole seconds) is
+  // bracketed exactly, however slow the request.
+  const before = Date.now();
   const patched = await c.patch(`/context_caches/${pre.id}`, { body: { ttl: 7200 } });
-  assert.ok(Math.abs(patched.expires_at - Date.now() / 1000 - 7200) <= 2, JSON.stringify(patched));
+  const after = Date.now();
+  assert.ok(patched.expires_at >= Math.floor(before / 1000) + 7200 &&
+    patched.expires_at <= Math.floor(after / 1000) + 7200, JSON.stringify(patched));
   assert.equal((await c.get(`/context_caches/${pre.id}`)).expires_at, patched.expires_at);
   const at = Math.floor(Date.now() / 1000) + 600;
   assert.equal((await c.patch(`/context_caches/${pre.id}`, { body: { expire_at: at } })).expires_at, at);
@@ -182,10 +187,13 @@ test('create from documents and chunks; get, list, patch, delete, expiry; tenant
   const resumed = await c.get('/context_caches', { query: { after: more[0].id } });
   assert.deepEqual(resumed.data.map((x) => x.id), ids.slice(4));
 
-  // Expiry: a 1 s cache is gone after it.
-  const short = await createCache(c, { chunks: ['A tiny bird sang.'], ttl: 1 });
+  // Expiry: a cache given 1 s more (the PATCH finds it live) is gone after it, polled
+  // until it is (no sleep that guesses how late the server is).
+  const short = await createCache(c, { chunks: ['A tiny bird sang.'], ttl: 600 });
   assert.equal((await c.get(`/context_caches/${short.id}`)).id, short.id);
-  await sleep(1500);
+  const expiring = await c.patch(`/context_caches/${short.id}`, { body: { ttl: 1 } });
+  await until(() => is404(c.get(`/context_caches/${short.id}`)), 'the 1 s cache expired');
+  assert.ok(Date.now() >= expiring.expires_at * 1000, 'gone before its expiry');
   await assert.rejects(c.get(`/context_caches/${short.id}`), (e) => assertNotFound(e, 'get expired'));
   await assert.rejects(chat(c, [text('Read:'), cachePart(short.id)]), (e) => assertNotFound(e, 'chat expired'));
   assert.ok(!(await c.get('/context_caches')).data.some((x) => x.id === short.id));
@@ -376,20 +384,19 @@ test('cache_control: a text part is cached on first sight and linked where it re
   assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(first.usage.prompt_tokens_details.recomputed_tokens, 0);
   // The text's KV is prefilled after the request (its turn and the text: two saves).
-  for (let i = 0; i < 100; ++i) {
-    if ((await metrics(s.port))['attic_kv_store_saves_total'] >= m0['attic_kv_store_saves_total'] + 2) break;
-    await sleep(100);
-  }
-  // The same text after another part (and with a 1 h ttl): linked. A retry begins
-  // differently, so that it cannot reuse the turn of the try before.
+  await until(async () => (await metrics(s.port))['attic_kv_store_saves_total'] >=
+    m0['attic_kv_store_saves_total'] + 2, 'the text\'s KV saved');
+  // The same text after another part (and with a 1 h ttl): linked once the background
+  // prefill is registered (polled). A retry begins differently, so that it cannot reuse the
+  // turn of the try before.
   let second;
-  for (let i = 0; i < 5; ++i) {
-    second = await chat(c, [text(`Story ${i}, read it:`), { ...cached, cache_control: { type: 'ephemeral', ttl: '1h' } },
+  let i = 0;
+  await until(async () => {
+    second = await chat(c, [text(`Story ${i++}, read it:`), { ...cached, cache_control: { type: 'ephemeral', ttl: '1h' } },
       text('What did Tom like?')]);
     const u = second.usage.prompt_tokens_details;
-    if (u.cached_tokens + u.recomputed_tokens >= docTokens) break;
-    await sleep(300);
-  }
+    return u.cached_tokens + u.recomputed_tokens >= docTokens;
+  }, 'the cached text linked');
   const u = second.usage.prompt_tokens_details;
   assert.ok(u.cached_tokens + u.recomputed_tokens >= docTokens, `${JSON.stringify(u)}, text ${docTokens} tokens`);
   assert.ok(u.cached_tokens > 0);

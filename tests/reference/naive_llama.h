@@ -86,9 +86,25 @@ inline void NaiveRope(double* v, int head_dim, int p, const std::vector<double>&
   }
 }
 
-// Logits [n_tokens][vocab] for tokens at positions 0..n-1.
+// x rounded to the nearest bfloat16 (8 significant bits, ties to even), in double.
+inline double RoundToBf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e;
+  const double m = std::frexp(x, &e);  // |m| in [0.5, 1)
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// Logits [n_tokens][vocab] for tokens at positions 0..n-1. act_round (optional) rounds
+// each linear layer's input elements, as kernels that multiply in bf16 do.
 inline std::vector<std::vector<double>> NaiveForward(const NaiveConfig& c, const NaiveWeights& w,
-                                                     const std::vector<int>& tokens) {
+                                                     const std::vector<int>& tokens,
+                                                     double (*act_round)(double) = nullptr) {
+  auto NaiveMatVec = [act_round](const std::vector<float>& wt, const std::vector<float>& b, std::vector<double> x,
+                                 int out) {
+    if (act_round != nullptr)
+      for (double& e : x) e = act_round(e);
+    return attic::testing::NaiveMatVec(wt, b, x, out);
+  };
   const int n = static_cast<int>(tokens.size());
   const int hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
   const auto inv = NaiveInvFreq(c);

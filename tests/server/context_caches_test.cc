@@ -152,7 +152,9 @@ TEST_F(ContextCacheServiceTest, AnImplicitCacheIsLinkableOnceItsBackgroundPrefil
   EXPECT_FALSE(service_->ImplicitReady("t", text));
   ASSERT_TRUE(service_->RememberImplicit("t", text, 300000).ok());
   bool ready = false;
-  for (int i = 0; i < 500 && !ready; ++i) {
+  // Polled: the background prefill runs on the scheduler's thread; the try count (60 s)
+  // is a backstop against one that never runs, not a bound on how soon it does.
+  for (int i = 0; i < 6000 && !ready; ++i) {
     store_->Flush();
     ready = service_->ImplicitReady("t", text);
     if (!ready) std::this_thread::sleep_for(10ms);

@@ -45,6 +45,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attic/store/clock.h"
 #include "attic/store/entry.h"
 #include "attic/store/tier.h"
 
@@ -68,6 +69,9 @@ struct RedisTierOptions {
   // Everything one call may take (retries, redirects, reconnects): a read that the
   // cluster does not answer within it is a miss.
   std::chrono::milliseconds retry_budget{1500};
+  // What the client's fail-fast window after a down cluster is measured on (null: the
+  // system clock; tests pass a store::VirtualClock). Not owned; must outlive the tier.
+  const Clock* clock = nullptr;
 };
 
 // What the tier did (for metrics and logs).

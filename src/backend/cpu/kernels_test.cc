@@ -7,8 +7,8 @@
 //   bf16 GEMM and GEMV with vdpbf16ps (CPUs with AVX512-BF16): x is rounded to bf16
 //   (rel. error <= 2^-9 per element), so |y - ref| <= 4e-3 * S; against a reference
 //   with x rounded the same way, the GEMV keeps the f32 bound.
-//   Conversions: bit-exact vs attic::F16ToF32 / Bf16ToF32 / F32ToBf16 / F32ToF16 (NaN
-//   payloads excepted). RmsNorm/Add: 1e-6 relative; SiluMul/Softmax: 2e-6 relative.
+//   Conversions to f32: bit-exact vs RefF16ToF32 / RefBf16ToF32 / RefToF32 (bit fields
+//   decoded here); from f32: vs attic::F32ToBf16 / F32ToF16 (NaN payloads excepted). RmsNorm/Add: 1e-6 relative; SiluMul/Softmax: 2e-6 relative.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,7 +41,46 @@ std::vector<float> RandomVec(std::mt19937& rng, int64_t n, float scale = 1.0f) {
   return v;
 }
 
-// A weight matrix stored in `dtype` plus its exact f32 dequantisation.
+// Independent of attic's converters: 16-bit floats decoded from their bit fields in
+// double (IEEE 754 binary16: 1 sign, 5 exponent bits biased by 15, 10 fraction bits), bf16
+// as the top half of an f32 (its definition), q8_0 as its blocks (an f16 scale, then 32
+// int8: x = d * q, one rounding to f32 as the exact product fits a double).
+float RefF16ToF32(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+  double v;
+  if (exp == 0) v = std::ldexp(static_cast<double>(frac), -24);                 // subnormal, zero
+  else if (exp == 31) v = frac == 0 ? std::numeric_limits<double>::infinity()   // inf, NaN
+                                    : std::numeric_limits<double>::quiet_NaN();
+  else v = std::ldexp(static_cast<double>(1024 + frac), exp - 25);
+  return static_cast<float>(sign ? -v : v);
+}
+float RefBf16ToF32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::vector<float> RefToF32(DType dtype, const uint8_t* p, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t u16;
+    switch (dtype) {
+      case DType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case DType::kF16: std::memcpy(&u16, p + 2 * i, 2); out[i] = RefF16ToF32(u16); break;
+      case DType::kBF16: std::memcpy(&u16, p + 2 * i, 2); out[i] = RefBf16ToF32(u16); break;
+      case DType::kQ8_0: {
+        const uint8_t* blk = p + (i / 32) * 34;
+        std::memcpy(&u16, blk, 2);
+        out[i] = static_cast<float>(static_cast<double>(RefF16ToF32(u16)) * static_cast<int8_t>(blk[2 + i % 32]));
+        break;
+      }
+      default: ADD_FAILURE() << "no reference for " << DTypeName(dtype); break;
+    }
+  }
+  return out;
+}
+
+// A weight matrix stored in `dtype` plus its exact f32 dequantisation (RefToF32).
 struct TestWeight {
   std::vector<uint8_t> storage;
   std::vector<float> deq;  // [n, k]
@@ -72,8 +111,7 @@ TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, size
   } else {
     ConvertFromF32(dtype, src.data(), base, static_cast<size_t>(n * k));
   }
-  t.deq.resize(static_cast<size_t>(n * k));
-  ConvertToF32(dtype, base, t.deq.data(), static_cast<size_t>(n * k));
+  t.deq = RefToF32(dtype, base, n * k);
   t.w.dtype = dtype;
   t.w.data = base;
   t.w.shape = {n, k};
@@ -567,13 +605,13 @@ TEST(ConvertTest, MatchesScalar) {
       std::vector<float> out(65536);
       t->f16_to_f32(all.data() + 3, out.data(), 65533);
       for (int i = 3; i < 65536; ++i) {
-        float ref = F16ToF32(static_cast<uint16_t>(i));
+        float ref = RefF16ToF32(static_cast<uint16_t>(i));
         if (std::isnan(ref)) ASSERT_TRUE(std::isnan(out[i - 3])) << i;
         else ASSERT_EQ(std::memcmp(&ref, &out[i - 3], 4), 0) << t->name << " f16 " << i;
       }
       t->bf16_to_f32(all.data() + 3, out.data(), 65533);
       for (int i = 3; i < 65536; ++i) {
-        float ref = Bf16ToF32(static_cast<uint16_t>(i));
+        float ref = RefBf16ToF32(static_cast<uint16_t>(i));
         ASSERT_EQ(std::memcmp(&ref, &out[i - 3], 4), 0) << t->name << " bf16 " << i;
       }
     }
@@ -587,6 +625,7 @@ TEST(ConvertTest, MatchesScalar) {
   }
 }
 
+// Each table's row_to_f32 against RefToF32 (bit-level, written here), bit for bit.
 TEST(ConvertTest, RowToF32AllDtypes) {
   std::mt19937 rng(5);
   for (const KernelTable* t : Tables()) {
@@ -596,7 +635,8 @@ TEST(ConvertTest, RowToF32AllDtypes) {
       std::vector<float> out(static_cast<size_t>(k));
       for (int64_t r = 0; r < 3; ++r) {
         t->row_to_f32(dt, tw.w.row(r), out.data(), k);
-        for (int64_t i = 0; i < k; ++i) ASSERT_EQ(out[i], tw.deq[r * k + i]) << t->name << " " << DTypeName(dt);
+        for (int64_t i = 0; i < k; ++i)
+          ASSERT_EQ(std::memcmp(&out[i], &tw.deq[r * k + i], 4), 0) << t->name << " " << DTypeName(dt) << " " << i;
       }
     }
   }

@@ -185,16 +185,25 @@ TEST(SharedContextCacheRegistry, ExpiresOnEveryInstanceAtItsTimeAndReleasesItsCh
   ASSERT_TRUE(a && b);
   const std::vector<int32_t> shared{1, 1, 2}, own{3, 5};
   auto keep = b->Create(NewCache("alice", {shared}, NowMs() + 600'000));
-  auto brief = a->Create(NewCache("alice", {shared, own}, NowMs() + 1500));
+  auto brief = a->Create(NewCache("alice", {shared, own}, NowMs() + 600'000));
   ASSERT_TRUE(keep.ok() && brief.ok());
   EXPECT_TRUE(b->Get("alice", brief->id).ok());
+  // B moves A's cache to expire in 1 s (B finds it live to do so).
+  const int64_t expires_at_ms = NowMs() + 1000;
+  ASSERT_TRUE(b->SetExpiry("alice", brief->id, expires_at_ms).ok());
   auto client = TestClient();
   const std::string rec = a->RecordKey("alice", brief->id);
-  std::this_thread::sleep_for(1700ms);
-  // Redis dropped the record itself: no instance needs to sweep for it to be gone.
-  auto exists = client->Run(rec, {"EXISTS", rec});
-  ASSERT_TRUE(exists.ok());
-  EXPECT_EQ((*exists)->integer, 0);
+  // Redis drops the record itself (no instance sweeps): polled until it has (EXISTS expires
+  // a due key), not slept past it; the try count is a backstop, not a bound on when.
+  bool gone = false;
+  for (int i = 0; i < 6000 && !gone; ++i) {
+    auto exists = client->Run(rec, {"EXISTS", rec});
+    ASSERT_TRUE(exists.ok());
+    gone = (*exists)->integer == 0;
+    if (!gone) std::this_thread::sleep_for(10ms);  // a poll, not a deadline
+  }
+  ASSERT_TRUE(gone);
+  EXPECT_GE(NowMs(), expires_at_ms);  // not before its time
   EXPECT_NOT_FOUND(a->Get("alice", brief->id).status());
   EXPECT_NOT_FOUND(b->Get("alice", brief->id).status());
   EXPECT_NOT_FOUND(b->SetExpiry("alice", brief->id, NowMs() + 600'000).status());

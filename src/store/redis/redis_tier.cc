@@ -42,6 +42,7 @@ StatusOr<std::unique_ptr<RedisTier>> RedisTier::Open(RedisTierOptions options) {
   co.connect_timeout = options.connect_timeout;
   co.command_timeout = options.command_timeout;
   co.retry_budget = options.retry_budget;
+  co.clock = options.clock;
   ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<redis::ClusterClient> client, redis::ClusterClient::Create(std::move(co)));
   return std::unique_ptr<RedisTier>(new RedisTier(std::move(options), std::move(client)));
 }

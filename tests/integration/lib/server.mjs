@@ -6,7 +6,6 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -112,9 +111,9 @@ export function request(port, { method = 'POST', path: p = '/v1/chat/completions
 }
 
 // A streaming request read with node's http module and a minimal SSE parser; calls
-// onEvent(parsedChunk, receivedAtMs) for each `data:` event and resolves at the end of the
-// stream. For timing tests: the openai client's per-chunk cost is far above a tiny
-// model's decode rate, so its timestamps would measure the client's own backlog.
+// onEvent(parsedChunk) for each `data:` event, in the order received, and resolves at the
+// end of the stream. For ordering tests: the openai client's per-chunk cost is far above a
+// tiny model's decode rate, so it would read events long after they were sent.
 export function streamEvents(port, { path: p = '/v1/completions', apiKey, body }, onEvent) {
   return new Promise((resolve, reject) => {
     const data = Buffer.from(JSON.stringify({ ...body, stream: true }));
@@ -129,13 +128,12 @@ export function streamEvents(port, { path: p = '/v1/completions', apiKey, body }
       let pending = '';
       res.setEncoding('utf8');
       res.on('data', (text) => {
-        const now = performance.now();
         pending += text;
         let end;
         while ((end = pending.indexOf('\n\n')) >= 0) {
           const event = pending.slice(0, end);
           pending = pending.slice(end + 2);
-          if (event.startsWith('data: ') && event !== 'data: [DONE]') onEvent(JSON.parse(event.slice(6)), now);
+          if (event.startsWith('data: ') && event !== 'data: [DONE]') onEvent(JSON.parse(event.slice(6)));
         }
       });
       res.on('end', resolve);
@@ -179,3 +177,25 @@ export function rssMiB(pid) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Polls `cond` (async) every 50 ms until it holds: for state that time changes outside the
+// test's hands (an expiry the server or Redis keeps). The 1,200 tries (a minute) are a
+// backstop against a condition that never comes, not a bound on when it comes.
+export async function until(cond, what) {
+  for (let i = 0; i < 1200; ++i) {
+    if (await cond()) return;
+    await sleep(50);
+  }
+  throw new Error(`never: ${what}`);
+}
+
+// Whether `promise` rejects with HTTP 404 (resolving is false; any other error throws).
+export async function is404(promise) {
+  try {
+    await promise;
+    return false;
+  } catch (e) {
+    if (e.status === 404) return true;
+    throw e;
+  }
+}
