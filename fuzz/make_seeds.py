@@ -49,6 +49,7 @@ def openai_request():
         b"\x00" + b'{"model":"m","messages":[{"role":"user","content":"a"}],"max_tokens":1e400,"temperature":"x"}',
         b"\x00" + b"[" * 100 + b"]" * 100,
         b"\x00" + b'{"model":"m","model":"n","messages":[]}',
+        b"\x04conv-\xff\xfe\x00" + json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}).encode(),
     ]
     for i, s in enumerate(seeds):
         put("openai_request", i, s)

@@ -29,7 +29,18 @@ void CheckError(const ApiError& e) {
   FUZZ_CHECK(j["error"]["message"].is_string());
 }
 
+// What a request names is echoed back in JSON (session objects, lists, logs): it must
+// serialize with nlohmann's strict (throwing) UTF-8 handling.
+void CheckEchoable(const ApiRequest& r) {
+  try {
+    (void)json{{"model", r.model}, {"user", r.user}, {"session_id", r.session_id}}.dump();
+  } catch (const json::exception& e) {
+    FUZZ_CHECK(false, "an accepted request names text that cannot be echoed in JSON: %s", e.what());
+  }
+}
+
 void CheckRequest(const ApiRequest& r) {
+  CheckEchoable(r);
   FUZZ_CHECK(r.temperature >= 0.0f && r.temperature <= 2.0f, "temperature %g", r.temperature);
   FUZZ_CHECK(r.top_p >= 0.0f && r.top_p <= 1.0f, "top_p %g", r.top_p);
   FUZZ_CHECK(r.min_p >= 0.0f && r.min_p <= 1.0f, "min_p %g", r.min_p);
@@ -95,6 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         CheckError(*e);
       } else {
         FUZZ_CHECK(r.request.session_id.size() <= kMaxSessionIdBytes);
+        CheckEchoable(r.request);
         if (header.empty()) FUZZ_CHECK(r.request.session_id == before);
         else FUZZ_CHECK(r.request.session_id == header);
       }

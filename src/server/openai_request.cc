@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "attic/server/openai_api.h"
+#include "attic/tokenizer/tokenizer.h"
 
 namespace attic::server {
 
@@ -634,6 +635,10 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
     return Invalid("session_id", std::string("the ") + kSessionIdHeader + " header is longer than " +
                                      std::to_string(kMaxSessionIdBytes) + " bytes");
   }
+  // Header bytes are not JSON-checked: a session id is echoed in JSON (session objects,
+  // lists), so it must be UTF-8 like the body's field.
+  if (!tokenizer::IsValidUtf8(header))
+    return Invalid("session_id", std::string("the ") + kSessionIdHeader + " header is not valid UTF-8");
   if (r->session_id.empty()) {
     r->session_id = std::string(header);
   } else if (r->session_id != header) {
