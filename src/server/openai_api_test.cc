@@ -48,7 +48,7 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
   EXPECT_EQ(r.session_ttl_s, 30);
 }
 
-// Found by fuzz/openai_request_fuzz (corpus seed-12): header bytes reached the session
+// Caught by fuzz/openai_request_fuzz's echo invariant (corpus seed-12): header bytes reached the session
 // id unchecked, and a session id that is not UTF-8 made every JSON echo of it throw (a
 // 500 on GET /v1/sessions).
 TEST(OpenAiRequest, SessionHeaderMustBeUtf8) {
