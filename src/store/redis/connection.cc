@@ -23,7 +23,32 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
 
 void FreeReply(const redisReply* r) { freeReplyObject(const_cast<redisReply*>(r)); }
 
+// hiredis's own reply functions (its defaultFunctions, not exported), taken from the
+// first reader seen; the bounded ones delegate to them.
+const redisReplyObjectFunctions* g_hiredis_functions = nullptr;
+
+void* BoundedCreateArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // hiredis: "Out of memory"
+  return g_hiredis_functions->createArray(task, elements);
+}
+
+const redisReplyObjectFunctions* BoundedFunctions(const redisReplyObjectFunctions* hiredis) {
+  static const redisReplyObjectFunctions bounded = [hiredis] {
+    g_hiredis_functions = hiredis;
+    redisReplyObjectFunctions f = *hiredis;
+    f.createArray = BoundedCreateArray;
+    return f;
+  }();
+  return &bounded;
+}
+
 }  // namespace
+
+void LimitReplyElements(redisReader* reader) {
+  if (reader->fn == nullptr) return;  // a reader that builds no replies
+  const redisReplyObjectFunctions* bounded = BoundedFunctions(reader->fn);
+  if (reader->fn == g_hiredis_functions) reader->fn = bounded;
+}
 
 std::string_view ReplyText(const redisReply& r) {
   if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR)
@@ -67,6 +92,7 @@ StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& host, 
     const std::string msg = "redis " + address + ": cannot connect: " + why;
     return timed_out ? Status(StatusCode::kDeadlineExceeded, msg) : UnavailableError(msg);
   }
+  LimitReplyElements(c->reader);
   std::unique_ptr<Connection> conn(new Connection(c, address));
   ATTIC_RETURN_IF_ERROR(conn->SetTimeout(io_timeout));
   return conn;

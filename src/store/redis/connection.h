@@ -34,6 +34,13 @@ using Command = std::vector<std::string_view>;
 // reply's element then points into the caller's buffer (its str is not owned).
 // (BulkSink: resp_reader.h.)
 
+// Makes hiredis's reader refuse an array reply of more than kMaxReplyElements elements
+// (an out-of-memory error, which breaks the connection) instead of allocating for
+// whatever count the peer announces: hiredis 0.14 callocs the announced count of
+// element pointers up front (a hostile "*92233777" cost 737 MB; found by
+// fuzz/resp_reader_fuzz). Every Connection's reader gets it.
+void LimitReplyElements(redisReader* reader);
+
 // A reply's string (STRING, STATUS, ERROR), "" for other types.
 std::string_view ReplyText(const redisReply& r);
 // Whether `r` is an error reply whose first word is `word` ("MOVED", "ASK", ...).
