@@ -32,8 +32,8 @@ void* BoundedCreateArray(const redisReadTask* task, int elements) {
   return g_hiredis_functions->createArray(task, elements);
 }
 
-const redisReplyObjectFunctions* BoundedFunctions(const redisReplyObjectFunctions* hiredis) {
-  static const redisReplyObjectFunctions bounded = [hiredis] {
+redisReplyObjectFunctions* BoundedFunctions(const redisReplyObjectFunctions* hiredis) {
+  static redisReplyObjectFunctions bounded = [hiredis] {
     g_hiredis_functions = hiredis;
     redisReplyObjectFunctions f = *hiredis;
     f.createArray = BoundedCreateArray;
@@ -46,7 +46,7 @@ const redisReplyObjectFunctions* BoundedFunctions(const redisReplyObjectFunction
 
 void LimitReplyElements(redisReader* reader) {
   if (reader->fn == nullptr) return;  // a reader that builds no replies
-  const redisReplyObjectFunctions* bounded = BoundedFunctions(reader->fn);
+  redisReplyObjectFunctions* bounded = BoundedFunctions(reader->fn);
   if (reader->fn == g_hiredis_functions) reader->fn = bounded;
 }
 
