@@ -35,6 +35,7 @@ void FaultInjectingFileEnv::Arm(const FileFaults& faults) {
   std::lock_guard<std::mutex> lock(mu_);
   faults_ = faults;
   writes_ = fsyncs_ = renames_ = reads_ = calls_ = 0;
+  injected_ = 0;
 }
 
 void FaultInjectingFileEnv::MaybeDie(bool* die) {

@@ -64,7 +64,7 @@ class FaultInjectingFileEnv final : public FileEnv {
   int Rename(const std::string& from, const std::string& to) override;
   int Unlink(const std::string& path) override;
 
-  // Faults injected so far (all kinds).
+  // Faults injected since the last Arm() (all kinds).
   int injected() const { return injected_.load(); }
 
  private:
