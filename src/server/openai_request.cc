@@ -343,7 +343,8 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
     return invalid("'sparse' must be an object such as {\"method\": \"pq\", \"ratio\": 0.2}");
   static const char* const kKeys[] = {"method",     "ratio",   "count",      "initial", "local",
                                       "min_tokens", "combine", "iterations", "offload"};
-  for (const auto& [key, value] : sp->items()) {
+  for (const auto& item : sp->items()) {
+    const std::string& key = item.key();  // (not a structured binding: clang 14 cannot capture one)
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys))
       return invalid("'sparse." + key + "' is not a sparse option (method, ratio, count, initial, local, min_tokens, "
                      "combine, iterations, offload)");
