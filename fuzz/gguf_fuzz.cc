@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const auto& [key, value] : f->kv) FUZZ_CHECK(f->Find(key) != nullptr);
   auto data_tok = model::ReadGgufTokenizer(*f);
-  if (!data_tok.ok()) return 0;
+  if (!data_tok.ok() || *data_tok == nullptr) return 0;  // nullptr: the file has no tokenizer
   auto tok = tokenizer::Tokenizer::FromGguf(**data_tok);
   if (!tok.ok()) return 0;
   const int n = (*tok)->vocab_size();
