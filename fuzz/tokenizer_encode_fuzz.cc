@@ -12,7 +12,10 @@
 //     bytes a byte-level vocabulary has no token for: SmolLM2's lacks 0x04, 0x06, 0x13,
 //     0x14, 0x16 and 0x1d (found by this harness), which Hugging Face's tokenizers drop
 //     (no unk token, no byte fallback), and so does Attic; the harness derives that set
-//     from the vocabulary with GPT-2's byte-to-symbol table, written here;
+//     from the vocabulary with GPT-2's byte-to-symbol table, written here; and for the
+//     SentencePiece-style stories260K, U+2581 ("▁", its word-boundary symbol) comes
+//     back as a space, as its Metaspace decoder (and Hugging Face's) makes it (found by
+//     this harness);
 //   - Decode and StreamDecoder take any ids of the vocabulary; StreamDecoder's output is
 //     always valid UTF-8, and equals Decode's whenever Decode's is valid UTF-8.
 #include <cstdint>
@@ -147,6 +150,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string want;
     for (char c : text)
       if (!dropped[static_cast<uint8_t>(c)]) want += c;
+    if ((data[0] & 1) == 0)
+      for (size_t at = want.find("\xE2\x96\x81"); at != std::string::npos; at = want.find("\xE2\x96\x81", at + 1))
+        want.replace(at, 3, " ");
     const std::string back = t.Decode(*ids);
     FUZZ_CHECK(back == want, "round trip: %zu bytes in, %zu bytes back, %zu expected", text.size(), back.size(),
                want.size());
