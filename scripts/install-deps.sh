@@ -5,7 +5,8 @@ pkgs=(build-essential cmake pkg-config git curl
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev liburing-dev libxxhash-dev libzstd-dev libfaiss-dev
       libhiredis-dev redis-server redis-tools nginx
-      python3 python3-numpy)
+      python3 python3-numpy
+      clang-14 libclang-rt-14-dev libomp-14-dev)  # the sanitizer builds and the fuzzers (make test, make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -190,8 +190,13 @@ Status ReadTensorInfo(Reader& r, GgufTensorInfo* t, const std::string& path) {
 }
 
 // Sizes a tensor and checks that it lies inside the file.
-Status PlaceTensor(GgufTensorInfo* t, const uint8_t* data, size_t size, uint64_t data_offset, const std::string& path) {
+Status PlaceTensor(GgufTensorInfo* t, const uint8_t* data, size_t size, uint64_t data_offset, uint64_t alignment,
+                   const std::string& path) {
   auto bad = [&](const std::string& m) { return DataLossError(path + ": tensor '" + t->name + "': " + m); };
+  // The GGUF spec (and llama.cpp's reader): a tensor's offset is a multiple of the
+  // alignment; a misaligned one would hand out misaligned element pointers.
+  if (t->offset % alignment != 0)
+    return bad("offset " + std::to_string(t->offset) + " is not a multiple of the alignment " + std::to_string(alignment));
   uint64_t numel = 1;
   for (uint64_t n : t->ne) {
     if (n > (uint64_t{1} << 40) || (n != 0 && numel > UINT64_MAX / n)) return bad("dimensions are too large");
@@ -347,7 +352,8 @@ StatusOr<GgufFile> ParseGguf(const uint8_t* data, size_t size, const std::string
     f.alignment = static_cast<uint64_t>(align);
   }
   f.data_offset = (r.pos() + f.alignment - 1) / f.alignment * f.alignment;
-  for (GgufTensorInfo& t : f.tensors) ATTIC_RETURN_IF_ERROR(PlaceTensor(&t, data, size, f.data_offset, path));
+  for (GgufTensorInfo& t : f.tensors)
+    ATTIC_RETURN_IF_ERROR(PlaceTensor(&t, data, size, f.data_offset, f.alignment, path));
   return f;
 }
 

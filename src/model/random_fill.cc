@@ -1,5 +1,7 @@
 #include "model/random_fill.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,7 +13,13 @@ namespace attic::model {
 namespace {
 
 bool HaveAvx2() {
-  static const bool kHave = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
+  // __builtin_cpu_supports, and the sanitizer builds use clang.
+  static const bool kHave = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
+  }();
   return kHave;
 }
 

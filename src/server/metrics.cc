@@ -300,6 +300,9 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
           "Reads that found an entry's attachment (its PQ index) damaged: dropped, the KV served.", s.corrupt_attachments);
   counter("attic_kv_store_read_errors_total",
           "Tier reads that failed for now (a network error, a timeout): misses that kept their entry.", s.read_errors);
+  counter("attic_kv_store_write_errors_total",
+          "Tier writes that failed (a full or failing disk, a remote tier that does not answer): the store serves "
+          "from the tiers that work.", s.write_errors);
   counter("attic_kv_store_vanished_total",
           "Entries gone from a shared or self-evicting tier (evicted by the cluster, deleted by another server).",
           s.vanished);

@@ -48,6 +48,20 @@ TEST(OpenAiRequest, ParsesEveryChatField) {
   EXPECT_EQ(r.session_ttl_s, 30);
 }
 
+// Caught by fuzz/openai_request_fuzz's echo invariant (corpus seed-12): header bytes reached the session
+// id unchecked, and a session id that is not UTF-8 made every JSON echo of it throw (a
+// 500 on GET /v1/sessions).
+TEST(OpenAiRequest, SessionHeaderMustBeUtf8) {
+  ApiRequest r = Chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  std::optional<ApiError> e = ApplySessionHeader("conv-\xff\xfe", &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 400);
+  EXPECT_EQ(e->param, "session_id");
+  EXPECT_EQ(r.session_id, "");
+  EXPECT_FALSE(ApplySessionHeader("conv-\xc3\xa9", &r).has_value());  // "conv-é"
+  EXPECT_EQ(r.session_id, "conv-\xc3\xa9");
+}
+
 TEST(OpenAiRequest, SessionHeaderNamesTheSessionWhenTheBodyDoesNotOrAgrees) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
   ApiRequest none = Chat(R"({"model":"m",)" + msgs + "}");

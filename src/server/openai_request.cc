@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "attic/server/openai_api.h"
+#include "attic/tokenizer/tokenizer.h"
 
 namespace attic::server {
 
@@ -342,7 +343,8 @@ std::optional<ApiError> ReadSparse(const json& body, ApiRequest* r) {
     return invalid("'sparse' must be an object such as {\"method\": \"pq\", \"ratio\": 0.2}");
   static const char* const kKeys[] = {"method",     "ratio",   "count",      "initial", "local",
                                       "min_tokens", "combine", "iterations", "offload"};
-  for (const auto& [key, value] : sp->items()) {
+  for (const auto& item : sp->items()) {
+    const std::string& key = item.key();  // (not a structured binding: clang 14 cannot capture one)
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys))
       return invalid("'sparse." + key + "' is not a sparse option (method, ratio, count, initial, local, min_tokens, "
                      "combine, iterations, offload)");
@@ -624,6 +626,10 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
     return Invalid("session_id", std::string("the ") + kSessionIdHeader + " header is longer than " +
                                      std::to_string(kMaxSessionIdBytes) + " bytes");
   }
+  // Header bytes are not JSON-checked: a session id is echoed in JSON (session objects,
+  // lists), so it must be UTF-8 like the body's field.
+  if (!tokenizer::IsValidUtf8(header))
+    return Invalid("session_id", std::string("the ") + kSessionIdHeader + " header is not valid UTF-8");
   if (r->session_id.empty()) {
     r->session_id = std::string(header);
   } else if (r->session_id != header) {

@@ -403,6 +403,11 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
       h.attachments.push_back(std::move(a));
     }
   }
+  // Sized by the header's counts only once the bytes are there: a short, hostile file
+  // must not make the reader allocate what it claims (found by ssd_entry_fuzz: 160 bytes
+  // asked for 32 MB).
+  if (bytes.size() - r.pos() < n_tokens * 8ull + n_layers * 8ull + sizeof(uint64_t))
+    return DataLossError("truncated KV entry header");
   e.tokens.resize(n_tokens);
   e.positions.resize(n_tokens);
   h.layer_checksums.resize(n_layers);

@@ -23,7 +23,7 @@ StatusOr<std::vector<std::unique_ptr<Tier>>> KvStore::LocalTiers(const StoreOpti
   tiers.push_back(std::make_unique<DramTier>(options.dram_bytes));
   if (!options.ssd_dir.empty()) {
     ATTIC_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd,
-                           SsdTier::Open(options.ssd_dir, options.fingerprint, options.ssd_bytes));
+                           SsdTier::Open(options.ssd_dir, options.fingerprint, options.ssd_bytes, options.ssd_env));
     tiers.push_back(std::move(ssd));
   }
   return tiers;

@@ -36,6 +36,23 @@ Status KvStore::TierIo(std::unique_lock<std::mutex>& lock, int level, const std:
   return st;
 }
 
+Status KvStore::TierPut(std::unique_lock<std::mutex>& lock, int level, const std::string& key,
+                        const SharedBytes& bytes) {
+  Status st = TierIo(lock, level, [&] { return tiers_[level]->PutShared(key, bytes); });
+  if (tier_failing_.size() < tiers_.size()) tier_failing_.resize(tiers_.size(), false);
+  if (!st.ok()) {
+    ++stats_.write_errors;
+    if (!tier_failing_[level])
+      Log(LogLevel::kWarn, "KV store: writes to the %s tier fail (%s): serving from the other tiers until it works",
+          tiers_[level]->name().c_str(), st.ToString().c_str());
+    tier_failing_[level] = true;
+  } else if (tier_failing_[level]) {
+    Log(LogLevel::kInfo, "KV store: writes to the %s tier work again", tiers_[level]->name().c_str());
+    tier_failing_[level] = false;
+  }
+  return st;
+}
+
 void KvStore::Unindex(const std::string& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
@@ -157,7 +174,7 @@ Status KvStore::Place(const KvEntry& entry, const std::string& replaces) {
     lost = false;
     st = MakeRoom(lock, level, size, key, &info, &lost);
     if (st.ok() && !lost) {
-      st = TierIo(lock, level, [&] { return tiers_[level]->PutShared(key, bytes); });
+      st = TierPut(lock, level, key, bytes);
       placed = st.ok();
       info.tier = TierAt(level);
     }
@@ -249,7 +266,7 @@ void KvStore::Demote(std::unique_lock<std::mutex>& lock, EntryInfo& v, int level
     // leaves the store rather than displace an entry needed sooner.
     bool lost = false;
     if (read.ok() && MakeRoom(lock, below, bytes->size(), pinned, &v, &lost).ok() && !lost &&
-        TierIo(lock, below, [&] { return tiers_[below]->PutShared(key, bytes); }).ok()) {
+        TierPut(lock, below, key, bytes).ok()) {
       v.tier = TierAt(below);
       ++v.moves;
       erase_source();
@@ -274,7 +291,7 @@ bool KvStore::Promote(std::unique_lock<std::mutex>& lock, const std::string& key
   prefetch_done_.notify_all();  // a Fetch waiting for a prefetch of it may take these bytes
   bool lost = false, promoted = false, kept = true;
   if (MakeRoom(lock, 0, size, key, &info, &lost).ok() && !lost &&
-      TierIo(lock, 0, [&] { return tiers_[0]->PutShared(key, read.bytes); }).ok()) {
+      TierPut(lock, 0, key, read.bytes).ok()) {
     info.tier = TierLevel::kDram;  // copy_level: whether the lower copy survived the room-making
     stats_.bytes_ssd_to_dram += size;
     promoted = true;
@@ -283,7 +300,7 @@ bool KvStore::Promote(std::unique_lock<std::mutex>& lock, const std::string& key
     info.copy_level = -1;
     lost = false;
     kept = MakeRoom(lock, from, size, key, &info, &lost).ok() && !lost &&
-           TierIo(lock, from, [&] { return tiers_[from]->PutShared(key, read.bytes); }).ok();
+           TierPut(lock, from, key, read.bytes).ok();
   } else {
     info.copy_level = -1;  // stays where it was
   }

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "attic/core/file.h"
+#include "attic/core/file_env.h"
 #include "attic/core/log.h"
 #include "attic/store/entry.h"
 #include "attic/store/tier.h"
@@ -40,19 +42,19 @@ int ChunkedIo(size_t off, size_t end, size_t stop, Io io) {
   return 0;
 }
 
-int WriteRange(int fd, const char* buf, size_t off, size_t n) {
+int WriteRange(FileEnv* env, int fd, const char* buf, size_t off, size_t n) {
   return ChunkedIo(off, off + n, off + n, [&](size_t pos, size_t len) {
-    return ::pwrite(fd, buf + pos, len, static_cast<off_t>(pos));
+    return env->Pwrite(fd, buf + pos, len, static_cast<off_t>(pos));
   });
 }
 
 // Reads the file's bytes [off, off + n) into buf + off. Offsets are kChunk-aligned and
 // the file's tail is requested rounded up to Bytes::kAlign (the buffer's capacity covers
 // it; the read stops at the end of the file), as O_DIRECT needs.
-int ReadRange(int fd, char* buf, size_t off, size_t n) {
+int ReadRange(FileEnv* env, int fd, char* buf, size_t off, size_t n) {
   const size_t stop = (off + n + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign;
   return ChunkedIo(off, off + n, stop, [&](size_t pos, size_t len) {
-    return ::pread(fd, buf + pos, len, static_cast<off_t>(pos));
+    return env->Pread(fd, buf + pos, len, static_cast<off_t>(pos));
   });
 }
 
@@ -80,6 +82,21 @@ int SplitRanges(size_t n, Fn fn) {
 bool EndsWith(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// OpenForReading through `env`.
+StatusOr<OpenedFile> OpenThrough(FileEnv* env, const std::string& path, int extra_flags) {
+  OpenedFile f;
+  f.fd = env->Open(path, O_RDONLY | O_CLOEXEC | extra_flags);
+  if (f.fd < 0) return ErrnoStatus("cannot open", path, errno);
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0) {
+    const int err = errno;
+    env->Close(f.fd);
+    return ErrnoStatus("cannot stat", path, err);
+  }
+  f.size = static_cast<uint64_t>(st.st_size);
+  return f;
 }
 
 void FsyncDir(const std::string& dir) {
@@ -157,7 +174,7 @@ Status WriteMarker(const std::string& root) {
                            "# space.\n";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
-  int err = WriteRange(fd, text.data(), 0, text.size());
+  int err = WriteRange(FileEnv::Default(), fd, text.data(), 0, text.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   ::close(fd);
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
@@ -183,7 +200,7 @@ bool SsdTier::Mine(const std::string& key) const {
 }
 
 StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& root, const std::string& fingerprint,
-                                                 uint64_t capacity) {
+                                                 uint64_t capacity, FileEnv* env) {
   auto refuse = [&](const std::string& why) {
     return FailedPreconditionError("directory '" + root + "' " + why + " (nothing in it was touched)");
   };
@@ -191,7 +208,7 @@ StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const std::string& root, const 
   const bool exists = fs::exists(root, ec);
   if (exists && !fs::is_directory(root, ec)) return refuse("is not a directory");
   const std::string marker = JoinPath(root, kMarkerName);
-  std::unique_ptr<SsdTier> tier(new SsdTier(FingerprintTag(fingerprint), capacity));
+  std::unique_ptr<SsdTier> tier(new SsdTier(FingerprintTag(fingerprint), capacity, env));
   SsdScan& scan = tier->scan_;
   scan.root = root;
   scan.dir = JoinPath(root, tier->tag_);
@@ -302,15 +319,16 @@ Status SsdTier::Put(const std::string& key, std::string_view bytes) {
     }
     return st;
   };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = env_->Open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return finish(ErrnoStatus("cannot create", tmp, errno));
-  int err = SplitRanges(bytes.size(), [&](size_t off, size_t n) { return WriteRange(fd, bytes.data(), off, n); });
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  int err = SplitRanges(bytes.size(),
+                        [&](size_t off, size_t n) { return WriteRange(env_, fd, bytes.data(), off, n); });
+  if (err == 0 && env_->Fsync(fd) != 0) err = errno;
   if (err == 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // written back: drop the cached pages
-  ::close(fd);
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  env_->Close(fd);
+  if (err == 0 && env_->Rename(tmp, path) != 0) err = errno;
   if (err != 0) {
-    ::unlink(tmp.c_str());
+    env_->Unlink(tmp);
     return finish(ErrnoStatus("cannot write", path, err));
   }
   FsyncDir(scan_.dir);
@@ -328,7 +346,7 @@ StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
   // O_DIRECT straight into the aligned buffer where the file system allows it; else
   // (tmpfs, or a refused read) through the page cache.
   for (const bool direct : {true, false}) {
-    StatusOr<OpenedFile> f = OpenForReading(path, direct ? O_DIRECT : 0);
+    StatusOr<OpenedFile> f = OpenThrough(env_, path, direct ? O_DIRECT : 0);
     if (!f.ok()) {
       if (direct && f.status().code() != StatusCode::kNotFound) continue;  // O_DIRECT refused
       return f.status();
@@ -336,9 +354,10 @@ StatusOr<SharedBytes> SsdTier::GetShared(const std::string& key) {
     const size_t size = static_cast<size_t>(f->size);
     std::unique_ptr<Bytes> out = Bytes::Allocate(size);
     if (!direct) ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    const int err = SplitRanges(size, [&](size_t off, size_t n) { return ReadRange(f->fd, out->data(), off, n); });
+    const int err =
+        SplitRanges(size, [&](size_t off, size_t n) { return ReadRange(env_, f->fd, out->data(), off, n); });
     if (!direct) ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(f->fd);
+    env_->Close(f->fd);
     if (direct && err == EINVAL) continue;
     if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
     return SharedBytes(std::move(out));
@@ -350,14 +369,14 @@ StatusOr<ByteRange> SsdTier::GetRange(const std::string& key, uint64_t offset, u
   if (!Mine(key)) return NotFoundError("no KV entry '" + key + "' of this model");
   const std::string path = PathOf(key);
   for (const bool direct : {true, false}) {
-    StatusOr<OpenedFile> f = OpenForReading(path, direct ? O_DIRECT : 0);
+    StatusOr<OpenedFile> f = OpenThrough(env_, path, direct ? O_DIRECT : 0);
     if (!f.ok()) {
       if (direct && f.status().code() != StatusCode::kNotFound) continue;  // O_DIRECT refused
       return f.status();
     }
     Status in_range = CheckRange(static_cast<uint64_t>(f->size), offset, length);
     if (!in_range.ok() || length == 0) {
-      ::close(f->fd);
+      env_->Close(f->fd);
       if (!in_range.ok()) return in_range;
       return ByteRange{};
     }
@@ -372,11 +391,11 @@ StatusOr<ByteRange> SsdTier::GetRange(const std::string& key, uint64_t offset, u
       const size_t stop = std::min<size_t>((off + len + Bytes::kAlign - 1) / Bytes::kAlign * Bytes::kAlign,
                                            out->capacity());
       return ChunkedIo(off, off + len, stop, [&](size_t pos, size_t want) {
-        return ::pread(f->fd, buf + pos, want, static_cast<off_t>(first + pos));
+        return env_->Pread(f->fd, buf + pos, want, static_cast<off_t>(first + pos));
       });
     });
     if (!direct) ::posix_fadvise(f->fd, static_cast<off_t>(first), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
-    ::close(f->fd);
+    env_->Close(f->fd);
     if (direct && err == EINVAL) continue;
     if (err != 0) return DataLossError("cannot read '" + path + "': " + std::strerror(err));
     const char* data = buf + (offset - first);
@@ -388,7 +407,7 @@ StatusOr<ByteRange> SsdTier::GetRange(const std::string& key, uint64_t offset, u
 Status SsdTier::Erase(const std::string& key) {
   if (!Mine(key)) return InvalidArgumentError("'" + key + "' is not a KV entry key of this model");
   std::string path = PathOf(key);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove", path, errno);
+  if (env_->Unlink(path) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove", path, errno);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sizes_.find(key);
   if (it != sizes_.end()) {

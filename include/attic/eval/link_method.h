@@ -1,5 +1,5 @@
 // Linking separately prefilled chunks (paper 002, Epic) as methods on `attic eval`'s
-// methods axis: Naive, AttnLink-k and CacheBlend-r (engine/link.h), each with chunks
+// methods axis: Naive, AttnLink-k and CacheBlend-r (pic/link.h), each with chunks
 // prefilled from position 0 on their own or after a BOS token.
 //
 // What a linked method does with a sequence whose context is cut into chunks

@@ -4,7 +4,7 @@
 // ordinary entry of the session pic::ChunkStoreSession(tokens, bos) (tenant-scoped, in the
 // store's tiers, under its eviction, surviving restarts with the SSD tier) -- the
 // registry of caches and implicitly cached texts, and assembling a prompt of text and
-// cached chunks into a linked request (engine/link.h).
+// cached chunks into a linked request (pic/link.h).
 //
 // A chunk's KV may leave the store (evicted, expired, corrupt): linking checks that every
 // chunk it needs is stored and prefills the missing ones again first, so a cache stays

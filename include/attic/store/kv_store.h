@@ -73,6 +73,7 @@ struct StoreOptions {
   uint64_t dram_bytes = 1ull << 30;         // host-DRAM tier capacity (--kv-dram-bytes)
   std::string ssd_dir;                      // SSD tier directory; "" = no SSD tier (--kv-ssd-dir)
   uint64_t ssd_bytes = 16ull << 30;         // SSD tier capacity (--kv-ssd-bytes)
+  FileEnv* ssd_env = FileEnv::Default();    // the SSD tier's file layer (tests inject faults); not owned
   PolicyKind policy = PolicyKind::kSchedulerAware;  // --kv-policy
   int64_t default_ttl_ms = 24ll * 3600 * 1000;      // session TTL; 0 = never expire (--session-ttl)
   int prefix_block = 16;                    // granularity of the prefix index (tokens)
@@ -212,6 +213,11 @@ struct StoreStats {
   uint64_t dram_bytes = 0, dram_capacity = 0;  // tier 0
   uint64_t ssd_bytes = 0, ssd_capacity = 0;    // tier 1
   uint64_t read_errors = 0;         // transient tier read failures: misses, the entries kept
+  // Tier writes that failed (a full or failing disk, a remote tier that does not answer):
+  // the entry stays where it was or, when it had no other place, is not kept; the store
+  // keeps serving from the tiers that work. A warning is logged when a tier starts
+  // failing and when it works again.
+  uint64_t write_errors = 0;
   uint64_t vanished = 0;            // entries found gone from a shared or self-evicting tier
   uint64_t shared_found = 0;        // entries another instance saved, found by session in a shared tier
   uint64_t shared_superseded = 0;   // of those, later turns of a session indexed here (its older turn dropped)
@@ -528,6 +534,9 @@ class KvStore {
   // mu_ is released around the I/O of tiers that are not local memory. ---
   // Runs `io` (a call on tier `level`) with mu_ released unless the tier is local memory.
   Status TierIo(std::unique_lock<std::mutex>& lock, int level, const std::function<Status()>& io);
+  // TierIo of a PutShared of `key` into tier `level`, counting a failure (write_errors)
+  // and logging when the tier starts or stops failing. REQUIRES: lock held.
+  Status TierPut(std::unique_lock<std::mutex>& lock, int level, const std::string& key, const SharedBytes& bytes);
   // Removes `key` from the index: its copies in local-memory tiers are erased now, the
   // others queued for EraseDoomed.
   void Unindex(const std::string& key);
@@ -577,6 +586,7 @@ class KvStore {
   const Clock* clock_;
   std::unique_ptr<Bytes::Reservation> reserved_;  // options_.reserve_dram: the tier's (and write buffer's) pages
   const std::vector<std::unique_ptr<Tier>> tiers_;  // fastest first; tiers_[i] is TierAt(i)
+  std::vector<bool> tier_failing_;                  // [level]: its last write failed (TierPut; mu_)
   const std::vector<TierTraits> traits_;            // tiers_[i]->traits()
   const bool any_shared_;                           // some tier is shared (the Discover* calls ask it)
   std::unique_ptr<EvictionPolicy> policy_;

@@ -114,7 +114,9 @@ class RedisTier final : public Tier {
   RedisTierStats stats() const;
   redis::ClusterClient& client() { return *client_; }
 
- private:
+  // How a value is stored: a hash of its parts, cut at an entry's layers (Plan), and
+  // a manifest naming where each part starts. The manifest is read from the network:
+  // ParseManifest checks it (public for the fuzz harness and the tests).
   struct Manifest {
     uint64_t total = 0;
     std::vector<uint64_t> starts;  // part i = [starts[i], starts[i + 1] or total)
@@ -123,9 +125,15 @@ class RedisTier final : public Tier {
     // The parts [*first, *last] that bytes [offset, offset + length) lie in.
     void Cover(uint64_t offset, uint64_t length, size_t* first, size_t* last) const;
   };
-  explicit RedisTier(RedisTierOptions options, std::unique_ptr<redis::ClusterClient> client);
+  // Parts of `bytes`: an entry is cut at its layers (header, layer 0, ..., tail); anything
+  // else into fixed-size pieces. *expires_at_ms / *entry_key: the entry's (0 / an empty
+  // session when it is not one).
   static Manifest Plan(std::string_view bytes, int64_t* expires_at_ms, EntryKey* entry_key);
+  // DataLoss unless `text` is a manifest of strictly increasing starts below its total.
   static StatusOr<Manifest> ParseManifest(std::string_view text);
+
+ private:
+  explicit RedisTier(RedisTierOptions options, std::unique_ptr<redis::ClusterClient> client);
   StatusOr<Manifest> ReadManifest(const std::string& hash_key);
   // The whole value, assembled into one buffer (WithReadPlan: no manifest read when the
   // plan is remembered).

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attic/core/file_env.h"
 #include "attic/core/status.h"
 #include "attic/store/bytes.h"
 #include "attic/store/entry.h"
@@ -213,8 +214,10 @@ class SsdTier final : public Tier {
   // existing files count toward capacity; if they exceed it the KvStore evicts.
   // FailedPrecondition, with nothing touched, for a directory that is not Attic's or of
   // a newer format.
+  // `env`: the file layer its entries are written and read through (tests inject faults
+  // there); not owned, outlives the tier.
   static StatusOr<std::unique_ptr<SsdTier>> Open(const std::string& root, const std::string& fingerprint,
-                                                 uint64_t capacity);
+                                                 uint64_t capacity, FileEnv* env = FileEnv::Default());
   // `root`'s subdirectory of the model `fingerprint`.
   static std::string ModelDir(const std::string& root, const std::string& fingerprint);
 
@@ -245,11 +248,12 @@ class SsdTier final : public Tier {
   int removed_temp_files() const { return static_cast<int>(scan_.removed_temp_files); }
 
  private:
-  SsdTier(std::string tag, uint64_t capacity) : tag_(std::move(tag)), capacity_(capacity) {}
+  SsdTier(std::string tag, uint64_t capacity, FileEnv* env) : tag_(std::move(tag)), capacity_(capacity), env_(env) {}
   // Whether `key` is an entry key of this model (the only names this tier touches).
   bool Mine(const std::string& key) const;
   const std::string tag_;  // FingerprintTag of the model
   const uint64_t capacity_;
+  FileEnv* const env_;
   SsdScan scan_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, uint64_t> sizes_;

@@ -1,5 +1,7 @@
 #include "store/redis/connection.h"
 
+#include "store/redis/resp_reader.h"
+
 #include <hiredis/read.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -7,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <deque>
 
 namespace attic::store::redis {
 
@@ -22,89 +23,32 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
 
 void FreeReply(const redisReply* r) { freeReplyObject(const_cast<redisReply*>(r)); }
 
-// A reply read by Connection::ReadSunkReply: hiredis's struct, built here; strings are
-// owned here or (sunk bulk strings) by the caller.
-struct BuiltReply {
-  redisReply top{};
-  std::vector<redisReply> elements;
-  std::vector<redisReply*> pointers;
-  std::deque<std::string> strings;  // stable addresses
-};
+// hiredis's own reply functions (its defaultFunctions, not exported), taken from the
+// first reader seen; the bounded ones delegate to them.
+const redisReplyObjectFunctions* g_hiredis_functions = nullptr;
 
-// The bytes of one reply: what hiredis's reader had buffered already, then the socket
-// (blocking, with the connection's receive timeout). Payloads the caller places are
-// received straight into its buffer.
-class RespInput {
- public:
-  explicit RespInput(redisContext* c) : c_(c) {
-    redisReader* r = c->reader;
-    if (r->buf != nullptr && r->pos < r->len) buf_.assign(r->buf + r->pos, r->buf + r->len);
-    r->pos = r->len;  // taken: hiredis's reader has nothing left to parse
-  }
-  // The next line, without its CRLF.
-  StatusOr<std::string> Line() {
-    for (;;) {
-      const size_t at = buf_.find("\r\n", pos_);
-      if (at != std::string::npos) {
-        std::string line = buf_.substr(pos_, at - pos_);
-        pos_ = at + 2;
-        return line;
-      }
-      if (buf_.size() - pos_ > 64 * 1024) return DataLossError("a RESP line longer than 64 KB");
-      ATTIC_RETURN_IF_ERROR(More());
-    }
-  }
-  // Exactly n bytes into dst (null: dropped).
-  Status Exact(char* dst, size_t n) {
-    const size_t have = std::min(n, buf_.size() - pos_);
-    if (dst != nullptr) std::memcpy(dst, buf_.data() + pos_, have);
-    pos_ += have;
-    for (size_t done = have; done < n;) {
-      if (dst == nullptr) {  // not expected (every payload has a place); read and drop
-        ATTIC_RETURN_IF_ERROR(More());
-        const size_t take = std::min(n - done, buf_.size() - pos_);
-        pos_ += take;
-        done += take;
-        continue;
-      }
-      const ssize_t got = ::recv(c_->fd, dst + done, n - done, 0);
-      if (got <= 0) return ReadError(got);
-      done += static_cast<size_t>(got);
-    }
-    return OkStatus();
-  }
-  // Whether every byte read belonged to the reply.
-  bool drained() const { return pos_ == buf_.size(); }
-
- private:
-  Status More() {
-    if (pos_ > 0 && pos_ == buf_.size()) {
-      buf_.clear();
-      pos_ = 0;
-    }
-    char chunk[16 * 1024];
-    const ssize_t got = ::recv(c_->fd, chunk, sizeof chunk, 0);
-    if (got <= 0) return ReadError(got);
-    buf_.append(chunk, static_cast<size_t>(got));
-    return OkStatus();
-  }
-  static Status ReadError(ssize_t got) {
-    if (got == 0) return UnavailableError("connection closed by the server");
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status(StatusCode::kDeadlineExceeded, "no reply (timed out)");
-    return UnavailableError(std::string("receive failed: ") + std::strerror(errno));
-  }
-  redisContext* c_;
-  std::string buf_;
-  size_t pos_ = 0;
-};
-
-StatusOr<long long> ParseLength(std::string_view text) {
-  long long n = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n < -1) return DataLossError("bad RESP length");
-  return n;
+void* BoundedCreateArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // hiredis: "Out of memory"
+  return g_hiredis_functions->createArray(task, elements);
 }
+
+redisReplyObjectFunctions* BoundedFunctions(const redisReplyObjectFunctions* hiredis) {
+  static redisReplyObjectFunctions bounded = [hiredis] {
+    g_hiredis_functions = hiredis;
+    redisReplyObjectFunctions f = *hiredis;
+    f.createArray = BoundedCreateArray;
+    return f;
+  }();
+  return &bounded;
+}
+
 }  // namespace
+
+void LimitReplyElements(redisReader* reader) {
+  if (reader->fn == nullptr) return;  // a reader that builds no replies
+  redisReplyObjectFunctions* bounded = BoundedFunctions(reader->fn);
+  if (reader->fn == g_hiredis_functions) reader->fn = bounded;
+}
 
 std::string_view ReplyText(const redisReply& r) {
   if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR)
@@ -148,6 +92,7 @@ StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& host, 
     const std::string msg = "redis " + address + ": cannot connect: " + why;
     return timed_out ? Status(StatusCode::kDeadlineExceeded, msg) : UnavailableError(msg);
   }
+  LimitReplyElements(c->reader);
   std::unique_ptr<Connection> conn(new Connection(c, address));
   ATTIC_RETURN_IF_ERROR(conn->SetTimeout(io_timeout));
   return conn;
@@ -210,76 +155,27 @@ StatusOr<std::vector<Reply>> Connection::Pipeline(const std::vector<Command>& co
 }
 
 StatusOr<Reply> Connection::ReadSunkReply(const BulkSink& sink) {
-  auto broken = [&](const Status& why) {
+  // The bytes hiredis's reader has buffered already come first; then the socket
+  // (blocking, with the connection's receive timeout).
+  RespSource source;
+  redisReader* reader = c_->reader;
+  if (reader->buf != nullptr && reader->pos < reader->len)
+    source.buffered.assign(reader->buf + reader->pos, reader->buf + reader->len);
+  reader->pos = reader->len;  // taken: hiredis's reader has nothing left to parse
+  const int fd = c_->fd;
+  source.recv = [fd](char* dst, size_t n) -> StatusOr<size_t> {
+    const ssize_t got = ::recv(fd, dst, n, 0);
+    if (got > 0) return static_cast<size_t>(got);
+    if (got == 0) return UnavailableError("connection closed by the server");
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status(StatusCode::kDeadlineExceeded, "no reply (timed out)");
+    return UnavailableError(std::string("receive failed: ") + std::strerror(errno));
+  };
+  StatusOr<Reply> reply = redis::ReadSunkReply(source, sink);
+  if (!reply.ok()) {
     broken_ = true;
-    return Status(why.code(), "redis " + address_ + ": " + why.message());
-  };
-  RespInput in(c_);
-  auto out = std::make_shared<BuiltReply>();
-  auto set_string = [&](redisReply& r, int type, std::string text) {
-    r.type = type;
-    std::string& kept = out->strings.emplace_back(std::move(text));
-    r.str = kept.data();
-    r.len = kept.size();
-  };
-  StatusOr<std::string> head = in.Line();
-  if (!head.ok()) return broken(head.status());
-  if (head->empty()) return broken(DataLossError("empty RESP reply"));
-  const std::string_view rest = std::string_view(*head).substr(1);
-  switch ((*head)[0]) {
-    case '-':
-      set_string(out->top, REDIS_REPLY_ERROR, std::string(rest));
-      break;
-    case '+':
-      set_string(out->top, REDIS_REPLY_STATUS, std::string(rest));
-      break;
-    case '*': {
-      StatusOr<long long> n = ParseLength(rest);
-      if (!n.ok()) return broken(n.status());
-      if (*n < 0) {
-        out->top.type = REDIS_REPLY_NIL;
-        break;
-      }
-      out->top.type = REDIS_REPLY_ARRAY;
-      out->elements.resize(static_cast<size_t>(*n));
-      for (size_t i = 0; i < out->elements.size(); ++i) {
-        redisReply& e = out->elements[i];
-        StatusOr<std::string> eh = in.Line();
-        if (!eh.ok()) return broken(eh.status());
-        if (eh->empty() || (*eh)[0] != '$') return broken(DataLossError("an array element other than a bulk string"));
-        StatusOr<long long> len = ParseLength(std::string_view(*eh).substr(1));
-        if (!len.ok()) return broken(len.status());
-        if (*len < 0) {
-          e.type = REDIS_REPLY_NIL;
-          continue;
-        }
-        const size_t size = static_cast<size_t>(*len);
-        char* place = sink(i, size);
-        std::string* kept = nullptr;
-        if (place == nullptr) {
-          kept = &out->strings.emplace_back(size, '\0');
-          place = kept->data();
-        }
-        char crlf[2];
-        Status st = in.Exact(place, size);
-        if (st.ok()) st = in.Exact(crlf, 2);
-        if (st.ok() && (crlf[0] != '\r' || crlf[1] != '\n')) st = DataLossError("a bulk string without its CRLF");
-        if (!st.ok()) return broken(st);
-        e.type = REDIS_REPLY_STRING;
-        e.str = place;
-        e.len = size;
-      }
-      for (redisReply& e : out->elements) out->pointers.push_back(&e);
-      out->top.elements = out->pointers.size();
-      out->top.element = out->pointers.data();
-      break;
-    }
-    default:
-      return broken(DataLossError("a reply of an unexpected type '" + head->substr(0, 1) + "'"));
+    return Status(reply.status().code(), "redis " + address_ + ": " + reply.status().message());
   }
-  if (!in.drained()) return broken(DataLossError("bytes after the reply"));
-  const redisReply* top = &out->top;
-  return Reply(std::move(out), top);
+  return reply;
 }
 
 StatusOr<Reply> Connection::Run(const Command& command) {

@@ -22,17 +22,24 @@
 #include <vector>
 
 #include "attic/core/status.h"
+#include "store/redis/resp_reader.h"
 
 namespace attic::store::redis {
 
-using Reply = std::shared_ptr<const redisReply>;
 // One command: its arguments (binary safe).
 using Command = std::vector<std::string_view>;
 // Where the bulk strings of an array reply go instead of into the reply (Pipeline): for
 // element `element` of `len` bytes, a buffer of at least `len` bytes that receives them
 // straight from the socket, or nullptr to keep that element in the reply as usual. The
 // reply's element then points into the caller's buffer (its str is not owned).
-using BulkSink = std::function<char*(size_t element, size_t len)>;
+// (BulkSink: resp_reader.h.)
+
+// Makes hiredis's reader refuse an array reply of more than kMaxReplyElements elements
+// (an out-of-memory error, which breaks the connection) instead of allocating for
+// whatever count the peer announces: hiredis 0.14 callocs the announced count of
+// element pointers up front (a hostile "*92233777" cost 737 MB; found by
+// fuzz/resp_reader_fuzz). Every Connection's reader gets it.
+void LimitReplyElements(redisReader* reader);
 
 // A reply's string (STRING, STATUS, ERROR), "" for other types.
 std::string_view ReplyText(const redisReply& r);

@@ -203,6 +203,11 @@ StatusOr<SharedBytes> RedisTier::ReadAll(const std::string& key) {
   const std::string hk = HashKey(key);
   std::unique_ptr<Bytes> out;
   ATTIC_RETURN_IF_ERROR(WithReadPlan(key, hk, &RedisTierStats::gets, [&](const Manifest& m, bool* replaced) {
+    // The manifest's total is the cluster's word: a value larger than this instance
+    // ever writes (its capacity) is not allocated for.
+    if (m.total > options_.capacity)
+      return Failed(DataLossError("remote tier: " + hk + " claims " + std::to_string(m.total) +
+                                  " bytes, more than the tier's capacity"));
     out = Bytes::Allocate(m.total);
     for (size_t first = 0; first < m.starts.size() && !*replaced;) {
       size_t last = first;

@@ -93,6 +93,24 @@ TEST(RedisTier, AnEntryIsAHashOfLayersAndALayerReadFetchesOnlyThatLayer) {
   EXPECT_EQ(*back->attachment("pq-index")->bytes, "codes and codebooks");
 }
 
+// A manifest is the cluster's word: one that claims more bytes than the tier ever
+// writes (its capacity) is not allocated for, it is a corrupt value (another instance,
+// an operator or an attacker with access to the cluster may have written it).
+TEST(RedisTier, AManifestBeyondTheCapacityIsCorruptNotAnAllocation) {
+  ATTIC_REQUIRE_REDIS();
+  auto tier = OpenTier(1 << 20);
+  ASSERT_NE(tier, nullptr);
+  const std::string key = MakeEntry(Range(0, 8)).key().ToString();
+  const std::string hk = tier->HashKey(key);
+  auto set = tier->client().Run(hk, {"HSET", hk, "m", "ATTICR1 1000000000000", "0", "x"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  auto got = tier->GetShared(key);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << got.status().ToString();
+  EXPECT_EQ(tier->stats().errors, 1u);
+  (void)tier->client().Run(hk, {"DEL", hk});
+}
+
 // ReadInto receives the parts a range covers wholly straight into the caller's buffer
 // (Attic's own reply reader) and copies the edge parts: any range reads the value's
 // bytes; the reply reader's errors are the tier's usual ones.
