@@ -11,6 +11,7 @@
 #include <random>
 
 #include "attic/engine/engine.h"
+#include "attic/kv/layer_hooks.h"
 #include "attic/pq/sparse.h"
 #include "attic/tensor/dtype.h"
 #include "stories.h"
@@ -49,7 +50,7 @@ double KAt(const attention::KvLayerView& kv, int n_kv_heads, int hd, int slot, i
 // windows) of highest exact score, summed over the KV head's query group (the selector's
 // default combine), in double. With `randomize`, it then replaces each head's top with as
 // many middle slots drawn at random (the same budget, chosen blind).
-struct Probe : engine::LayerHooks {
+struct Probe : kv::LayerHooks {
   SparseAttention* sa;
   SparseOptions o;
   attention::AttentionShape shape;
@@ -64,7 +65,7 @@ struct Probe : engine::LayerHooks {
   Probe(SparseAttention* s, const SparseOptions& opt, const attention::AttentionShape& sh, bool rnd)
       : sa(s), o(opt), shape(sh), randomize(rnd) {}
 
-  void BeforeAttention(int layer, const engine::EntryRows& rows, engine::Visibility* vis) override {
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     sa->BeforeAttention(layer, rows, vis);
     if (rows.n_rows != 1 || vis->head_indices == nullptr) return;  // prefill, or a full step
     const int n = vis->n_slots, hd = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
@@ -118,7 +119,7 @@ struct Probe : engine::LayerHooks {
 // Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
 // returns the decode steps' logits.
 std::vector<float> Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
-                          engine::LayerHooks* hooks) {
+                          kv::LayerHooks* hooks) {
   kv::SequenceKv seq(&e.kv_pool());
   std::vector<float> logits, all;
   for (size_t pos = 0; pos < tokens.size();) {
