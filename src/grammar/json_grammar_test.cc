@@ -147,7 +147,9 @@ TEST(JsonProcessor, RandomWalksEndInValidInstancesWithinTheBudget) {
     EXPECT_LE(v.at("tags").size(), 2u);
     for (const auto& t : v.at("tags")) EXPECT_TRUE(t == "a" || t == "bc" || t == 3);
     EXPECT_TRUE(v.at("nick").is_null() || v.at("nick").is_string());
-    if (v.contains("opt")) EXPECT_TRUE(v.at("opt").is_boolean());
+    if (v.contains("opt")) {
+      EXPECT_TRUE(v.at("opt").is_boolean());
+    }
     EXPECT_LE(v.size(), 6u);
   }
 }
