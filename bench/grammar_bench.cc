@@ -19,6 +19,7 @@
 #include "attic/engine/scheduler.h"
 #include "attic/grammar/json_grammar.h"
 #include "bench/common/flags.h"
+#include "bench/common/output.h"
 
 namespace {
 
