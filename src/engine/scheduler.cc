@@ -121,7 +121,14 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
                            std::to_string(max_slots) + " tokens");
   }
   ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
-  if (request.sampling.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  if (request.sampling.max_tokens < (request.prompt_logprobs ? 0 : 1))
+    return InvalidArgumentError("max_tokens must be >= 1");
+  if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
+  if (request.prompt_logprobs && (request.link != nullptr || request.prefill_only))
+    return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
+  if (request.prompt_logprobs && truncate)
+    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
+                           std::to_string(engine_.context_length()) + " tokens (prompt logprobs do not truncate)");
   if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
   if (request.link != nullptr)
@@ -284,13 +291,15 @@ SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
 
 bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
-  const int64_t want = static_cast<int64_t>(n_prompt) + w.req.sampling.max_tokens - 1;
+  const int64_t want = static_cast<int64_t>(n_prompt) + std::max(1, w.req.sampling.max_tokens) - 1;
   const bool offloaded = Offloads(w.req);
   const int max_slots = static_cast<int>(std::min<int64_t>(want, MaxSlots(w.req)));
   const int need = offloaded ? OffloadBlocks(*w.req.sparse, max_slots) : BlocksFor(max_slots);
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
   // so does an offloaded one (entering reused KV into an offloaded sequence is not built).
-  SeqPlan local = w.req.prefill_only || offloaded ? SeqPlan{} : PlanReuse(w);
+  // So does one that reports its prompt's logprobs (every prompt token's logits).
+  const bool whole = w.req.prefill_only || offloaded || w.req.prompt_logprobs;
+  SeqPlan local = whole ? SeqPlan{} : PlanReuse(w);
   // A linked prompt reuses a resident sequence only when it covers every linked chunk
   // (a conversation's later turn); else its chunks are linked after a stored prefix.
   const int chunks_end = w.req.link && !w.req.link->chunks.empty()
@@ -320,7 +329,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   // A prefill-only request samples nothing: it never decodes, sparsely or not.
   if (HasSelector(w.req.sparse) && !w.req.prefill_only && !offloaded) r->sparse = NewSelector(*w.req.sparse);
   SeqPlan stored;
-  if (store_ != nullptr && !w.req.prefill_only && !offloaded) {
+  if (store_ != nullptr && !whole) {
     stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
     if (stored.n_cached < chunks_end && local.empty()) stored = PlanLinked(*r, std::move(stored));
   }

@@ -8,7 +8,12 @@ void ResultChannel::Push(GenerationEvent event) {
     std::lock_guard<std::mutex> lock(mu_);
     if (event.kind == GenerationEvent::Kind::kText && events_.size() >= capacity_ && !events_.empty() &&
         events_.back().kind == GenerationEvent::Kind::kText) {
-      events_.back().text += event.text;
+      GenerationEvent& back = events_.back();
+      back.text += event.text;
+      back.logprobs.insert(back.logprobs.end(), std::make_move_iterator(event.logprobs.begin()),
+                           std::make_move_iterator(event.logprobs.end()));
+      back.prompt_logprobs.insert(back.prompt_logprobs.end(), std::make_move_iterator(event.prompt_logprobs.begin()),
+                                  std::make_move_iterator(event.prompt_logprobs.end()));
     } else {
       events_.push_back(std::move(event));
     }

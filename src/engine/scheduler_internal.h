@@ -91,6 +91,12 @@ struct Scheduler::Running {
   GenerationStream stream;  // stop tokens and strings, UTF-8-safe text, what is emitted
   int n_generated = 0;
   bool done = false;
+  // Logprobs (req.logprobs >= 0): the row prepared this step (before the processor's
+  // mask: the model's distribution), and sampled tokens not yet sent with their text; with req.prompt_logprobs,
+  // the prompt's so far.
+  LogprobRow step_logprob;
+  std::vector<TokenLogprob> pending_logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;
 
   double queue_seconds = 0;
   double ttft_seconds = -1;

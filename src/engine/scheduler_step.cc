@@ -2,6 +2,7 @@
 // prefill chunks, then sampling, stop handling and UTF-8-safe streaming (the same rules
 // as Session::Generate).
 #include <algorithm>
+#include <cmath>
 
 #include "attic/core/log.h"
 #include "engine/scheduler_internal.h"
@@ -71,10 +72,12 @@ class StepHooks : public kv::LayerHooks {
   const size_t kv_dim_;
 };
 
-GenerationEvent TextEvent(std::string text) {
+GenerationEvent TextEvent(std::string text, std::vector<TokenLogprob>* logprobs) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kText;
   ev.text = std::move(text);
+  ev.logprobs = std::move(*logprobs);
+  logprobs->clear();
   return ev;
 }
 
@@ -141,8 +144,9 @@ int Scheduler::Step() {
       n = std::min(left, budget);
       e.tokens.assign(r->prompt->begin() + done, r->prompt->begin() + done + n);
       e.want_logits = n == left;
+      e.all_logits = r->req.prompt_logprobs;  // every row's: the next prompt token's logprob
     }
-    if (r->req.prefill_only) e.want_logits = false;
+    if (r->req.prefill_only || r->req.sampling.max_tokens == 0) e.want_logits = false;
     if (r->link != nullptr) r->link->set_entry(static_cast<int>(batch.size()));
     batch.push_back(std::move(e));
     owners.push_back(r.get());
@@ -200,6 +204,13 @@ int Scheduler::Step() {
   }
   tf.Finish(&logits_);
   ++steps_;
+  // Where each entry's logits rows start (Transformer::Finish's layout), before a failed
+  // load below clears want_logits.
+  std::vector<size_t> first_row(batch.size() + 1, 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const size_t kept = tf.kept_rows(static_cast<int>(i)).size();
+    first_row[i + 1] = first_row[i] + (batch[i].all_logits ? kept : batch[i].want_logits ? std::min<size_t>(1, kept) : 0);
+  }
   now = SchedClock::now();
   double entered_inline = 0;  // entering done by this step's own threads
   for (store::Turn* t : loading)
@@ -234,18 +245,65 @@ int Scheduler::Step() {
   }
   // Sampling (softmax, top-k/top-p over the vocabulary: ~0.5 ms a row at temperature >
   // 0) runs for the rows in parallel; each row has its own sampler (RNG, scratch).
+  // A request reporting its prompt's logprobs: each computed prompt row gives the next
+  // prompt token's (logits_processor.h).
+  struct PromptRow {
+    Running* r;
+    const float* logits;
+    int32_t token;
+  };
+  std::vector<PromptRow> prompt_rows;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Running* r = owners[i];
+    if (!batch[i].all_logits || !r->req.prompt_logprobs) continue;
+    const int first = entry_hooks[i].first_new;
+    if (first == 0) r->prompt_logprobs.push_back({(*r->prompt)[0], std::nan(""), {}});
+    const size_t n = first_row[i + 1] - first_row[i];
+    for (size_t j = 0; j < n; ++j) {
+      const size_t next = first + j + 1;
+      if (next >= r->prompt->size()) break;
+      prompt_rows.push_back({r, logits_.data() + (first_row[i] + j) * static_cast<size_t>(vocab_), (*r->prompt)[next]});
+    }
+  }
+  std::vector<TokenLogprob> prompt_lp(prompt_rows.size());
+  engine_.threads().ParallelFor(static_cast<int64_t>(prompt_rows.size()), [&](int64_t t, int) {
+    const PromptRow& p = prompt_rows[t];
+    prompt_lp[t] = ComputeLogprob(p.logits, vocab_, p.token, std::max(0, p.r->req.logprobs));
+  });
+  for (size_t t = 0; t < prompt_rows.size(); ++t) prompt_rows[t].r->prompt_logprobs.push_back(std::move(prompt_lp[t]));
+  for (Running* r : owners) {
+    if (r->req.prompt_logprobs && !r->prompt_logprobs.empty() && r->prefilled() && !r->done) {
+      GenerationEvent ev;
+      ev.prompt_logprobs = std::move(r->prompt_logprobs);
+      r->prompt_logprobs.clear();
+      r->channel->Push(std::move(ev));
+    }
+  }
   std::vector<Running*>& pickers = sample_rows_;
+  std::vector<const float*> rows_of(batch.size());
   pickers.clear();
-  for (size_t i = 0; i < batch.size(); ++i)
-    if (batch[i].want_logits) pickers.push_back(owners[i]);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].want_logits) continue;
+    pickers.push_back(owners[i]);
+    rows_of[pickers.size() - 1] = logits_.data() + (first_row[i + 1] - 1) * static_cast<size_t>(vocab_);
+  }
   sampled_.resize(pickers.size());
   engine_.threads().ParallelFor(static_cast<int64_t>(pickers.size()), [&](int64_t t, int) {
-    sampled_[t] = pickers[t]->sampler.Sample(logits_.data() + t * static_cast<size_t>(vocab_), vocab_);
+    Running& r = *pickers[t];
+    float* row = const_cast<float*>(rows_of[t]);
+    if (r.req.logprobs >= 0) r.step_logprob = PrepareLogprob(row, vocab_, r.req.logprobs);
+    if (r.req.processor) r.req.processor->Apply(row, vocab_);
+    sampled_[t] = r.sampler.Sample(row, vocab_);
+    // The sampled token is never masked: its logit is still the model's.
+    if (r.req.logprobs >= 0) r.pending_logprobs.push_back(FinishLogprob(r.step_logprob, sampled_[t], row[sampled_[t]]));
   });
   for (size_t t = 0; t < pickers.size(); ++t) OnToken(*pickers[t], sampled_[t], now);
   // A prefill-only request (KVGen) is done once its prompt is in.
   for (Running* r : owners)
     if (r->req.prefill_only && !r->done && r->prefilled()) Finish(*r, "stop");
+  // So is one that asked for no tokens (its prompt's logprobs only).
+  for (Running* r : owners)
+    if (r->req.sampling.max_tokens == 0 && !r->done && r->prefilled()) Finish(*r, "length");
   cleanup();
   return rows;
 }
@@ -271,11 +329,15 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
   }
   r.last_token = now;
   ++r.n_generated;
-  if (r.stream.Push(token) != GenerationStream::Step::kContinue) {
+  if (r.req.processor) r.req.processor->Accept(token);
+  const GenerationStream::Step step = r.stream.Push(token);
+  if (step == GenerationStream::Step::kStopToken && !r.pending_logprobs.empty()) r.pending_logprobs.pop_back();
+  if (step != GenerationStream::Step::kContinue || (r.req.processor && r.req.processor->Complete())) {
     Finish(r, "stop");
     return;
   }
-  if (std::string piece = r.stream.TakeReady(); !piece.empty()) r.channel->Push(TextEvent(std::move(piece)));
+  if (std::string piece = r.stream.TakeReady(); !piece.empty())
+    r.channel->Push(TextEvent(std::move(piece), &r.pending_logprobs));
   if (r.n_generated >= r.req.sampling.max_tokens || r.kv->n_slots() >= r.max_slots) {
     Finish(r, "length");
     return;
@@ -285,8 +347,8 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
 }
 
 void Scheduler::Finish(Running& r, const std::string& reason) {
-  if (std::string rest = r.stream.TakeRest(/*flush=*/reason == "length"); !rest.empty())
-    r.channel->Push(TextEvent(std::move(rest)));
+  if (std::string rest = r.stream.TakeRest(/*flush=*/reason == "length"); !rest.empty() || !r.pending_logprobs.empty())
+    r.channel->Push(TextEvent(std::move(rest), &r.pending_logprobs));
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;

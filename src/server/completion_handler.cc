@@ -8,6 +8,7 @@
 
 #include "attic/core/log.h"
 #include "server/access_log.h"
+#include "server/logprobs_json.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
@@ -48,6 +49,11 @@ struct StreamState {
   ResponseMeta meta;
   bool include_usage = false;
   bool started = false;
+  // Completions with echo: the prompt's text, sent first (with its logprobs when they
+  // are asked for: once they arrive).
+  std::string echo;
+  bool echo_waits_for_logprobs = false;
+  std::unique_ptr<LogprobsJson> logprobs;  // null: not asked for
   SchedClock::time_point watchdog;
 };
 
@@ -162,6 +168,11 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   return out;
 }
 
+std::shared_ptr<const grammar::Vocabulary> Server::Impl::GrammarVocab() {
+  std::call_once(grammar_vocab_once, [this] { grammar_vocab = std::make_shared<grammar::Vocabulary>(engine.tokenizer()); });
+  return grammar_vocab;
+}
+
 engine::SamplingParams Server::Impl::Sampling(const ApiRequest& r) {
   engine::SamplingParams sp;
   sp.temperature = r.top_p == 0.0f ? 0.0f : r.temperature;  // top_p 0 keeps only the top token
@@ -235,15 +246,27 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   if (r.sparse) g.sparse = std::make_shared<const pq::SparseOptions>(*r.sparse);
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;
+  g.logprobs = r.logprobs;
+  // Echo with logprobs, or echo alone (max_tokens 0), computes the whole prompt's logits.
+  g.prompt_logprobs = r.echo && (r.logprobs >= 0 || g.sampling.max_tokens == 0);
+  if (r.grammar) {
+    // At most max_tokens, and what the context window leaves after the prompt.
+    const int64_t budget = std::min<int64_t>(g.sampling.max_tokens, engine.context_length() - static_cast<int64_t>(g.prompt.size()));
+    g.processor = std::make_shared<grammar::JsonProcessor>(r.grammar, GrammarVocab(), budget);
+  }
+  std::string echo;
+  if (r.echo) echo = r.prompt_is_ids ? engine.tokenizer().Decode(g.prompt) : r.prompt_text;
   g.arrival = arrival;
   g.deadline = deadline;
   const SchedClock::time_point watchdog = g.deadline + kWatchdogGrace;
+  const bool g_prompt_logprobs = g.prompt_logprobs;
   auto channel = scheduler->Submit(std::move(g));
   if (!channel.ok()) {
     ApiError e = ErrorFromStatus(channel.status());
     if (e.http_status == 400 || e.http_status == 413) e.param = kind == ApiKind::kChat ? "messages" : "prompt";
     if (e.message.rfind("link", 0) == 0) e.param = "link";
     if (e.message.rfind("sparse", 0) == 0) e.param = "sparse";
+    if (e.message.rfind("prompt logprobs", 0) == 0) e.param = "echo";
     return SendError(res, e);
   }
   metrics.CountLink(prompt->prep, prompt->link != nullptr);
@@ -260,9 +283,12 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   meta.model = model_name;
   meta.system_fingerprint = system_fingerprint;
 
+  std::unique_ptr<LogprobsJson> logprobs;
+  if (r.logprobs >= 0) logprobs = std::make_unique<LogprobsJson>(engine.tokenizer(), kind);
   if (!r.stream) {
     std::shared_ptr<engine::ResultChannel> ch = *channel;
-    std::string text;
+    std::string text = echo;
+    std::vector<engine::TokenLogprob> entries;
     GenerationEvent ev;
     SchedClock::time_point next_check = SchedClock::now() + kPollInterval;
     while (true) {
@@ -283,8 +309,12 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
       NoteEvent(ev);
       if (ev.kind == GenerationEvent::Kind::kText) {
         text += ev.text;
+        for (auto* from : {&ev.prompt_logprobs, &ev.logprobs})
+          entries.insert(entries.end(), std::make_move_iterator(from->begin()), std::make_move_iterator(from->end()));
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
-        res.set_content(CompletionBody(meta, text, ev.finish_reason, ev.usage), "application/json");
+        res.set_content(CompletionBody(meta, text, ev.finish_reason, ev.usage,
+                                       logprobs ? logprobs->Of(entries).dump() : std::string()),
+                        "application/json");
         return;
       } else {
         return SendError(res, ErrorFromStatus(ev.status));
@@ -297,6 +327,9 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   st->meta = meta;
   st->include_usage = r.include_usage;
   st->watchdog = watchdog;
+  st->echo = std::move(echo);
+  st->echo_waits_for_logprobs = logprobs != nullptr && g_prompt_logprobs;
+  st->logprobs = std::move(logprobs);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -310,6 +343,10 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
           st->started = true;
           if (st->meta.kind == ApiKind::kChat) {
             std::string first = ChunkEvent(st->meta, "", "", st->include_usage, /*role_chunk=*/true);
+            if (!sink.write(first.data(), first.size())) return fail();
+          }
+          if (!st->echo.empty() && !st->echo_waits_for_logprobs) {
+            std::string first = ChunkEvent(st->meta, st->echo, "", st->include_usage);
             if (!sink.write(first.data(), first.size())) return fail();
           }
           return true;
@@ -328,8 +365,15 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         NoteEvent(ev);
         std::string out;
         if (ev.kind == GenerationEvent::Kind::kText) {
-          out = ChunkEvent(st->meta, ev.text, "", st->include_usage);
-          return sink.write(out.data(), out.size()) ? true : fail();
+          if (!ev.prompt_logprobs.empty() && st->logprobs) {
+            out = ChunkEvent(st->meta, st->echo, "", st->include_usage, false,
+                             st->logprobs->Of(ev.prompt_logprobs).dump());
+          }
+          if (!ev.text.empty() || !ev.logprobs.empty()) {
+            out += ChunkEvent(st->meta, ev.text, "", st->include_usage, false,
+                              st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string());
+          }
+          return out.empty() || sink.write(out.data(), out.size()) ? true : fail();
         }
         if (ev.kind == GenerationEvent::Kind::kFinish) {
           out = ChunkEvent(st->meta, "", ev.finish_reason, st->include_usage);

@@ -259,9 +259,15 @@ TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
       {R"({"model":"m",)" + msgs + R"(,"stop":[1]})", "stop"},
       {R"({"model":"m",)" + msgs + R"(,"stream":"yes"})", "stream"},
       {R"({"model":"m",)" + msgs + R"(,"stream_options":{"include_usage":1}})", "stream_options.include_usage"},
-      {R"({"model":"m",)" + msgs + R"(,"logprobs":true})", "logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":"yes"})", "logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":3})", "logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":true,"top_logprobs":-1})", "top_logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"top_logprobs":2})", "top_logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"logprobs":false,"top_logprobs":2})", "top_logprobs"},
+      {R"({"model":"m",)" + msgs + R"(,"echo":true})", "echo"},
       {R"({"model":"m",)" + msgs + R"(,"tools":[{"type":"function"}]})", "tools"},
-      {R"({"model":"m",)" + msgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
+      {R"({"model":"m",)" + msgs + R"(,"response_format":{"type":"xml"}})", "response_format.type"},
       {R"({"model":"m",)" + msgs + R"(,"session_id":7})", "session_id"},
       {R"({"model":"m",)" + msgs + R"(,"session_ttl":-1})", "session_ttl"},
   };
@@ -298,6 +304,45 @@ TEST(OpenAiRequest, CompletionPrompts) {
     EXPECT_TRUE(parse(bad).error.has_value()) << bad;
   }
   EXPECT_EQ(ParseApiRequest(ApiKind::kCompletion, R"({"model":"m"})").error->param, "prompt");
+}
+
+TEST(OpenAiRequest, LogprobsAndEcho) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + "}").logprobs, -1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"logprobs":false})").logprobs, -1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"logprobs":true})").logprobs, 0);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"logprobs":true,"top_logprobs":20})").logprobs, 20);
+  auto completion = [](const std::string& fields) {
+    return ParseApiRequest(ApiKind::kCompletion, R"({"model":"m","prompt":"hi")" + fields + "}");
+  };
+  // lm-evaluation-harness's loglikelihood request.
+  ParseResult r = completion(R"(,"echo":true,"logprobs":1,"max_tokens":0,"temperature":0)");
+  ASSERT_FALSE(r.error) << r.error->message;
+  EXPECT_TRUE(r.request.echo);
+  EXPECT_EQ(r.request.logprobs, 1);
+  EXPECT_EQ(r.request.max_tokens, 0);
+  EXPECT_EQ(completion(R"(,"logprobs":0)").request.logprobs, 0);
+  struct Case {
+    std::string fields, param;
+  } cases[] = {
+      {R"(,"logprobs":21)", "logprobs"},
+      {R"(,"logprobs":true)", "logprobs"},
+      {R"(,"logprobs":-1)", "logprobs"},
+      {R"(,"echo":1)", "echo"},
+      {R"(,"max_tokens":0)", "max_tokens"},  // 0 only with echo
+      {R"(,"top_logprobs":2)", "top_logprobs"},
+  };
+  for (const auto& c : cases) {
+    ParseResult e = completion(c.fields);
+    ASSERT_TRUE(e.error) << c.fields;
+    EXPECT_EQ(e.error->http_status, 400) << c.fields;
+    EXPECT_EQ(e.error->param, c.param) << c.fields;
+  }
+  ParseResult cached = ParseApiRequest(
+      ApiKind::kCompletion,
+      R"({"model":"m","echo":true,"prompt":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]})");
+  ASSERT_TRUE(cached.error);
+  EXPECT_EQ(cached.error->param, "echo");
 }
 
 TEST(OpenAiResponse, BodiesChunksAndErrors) {

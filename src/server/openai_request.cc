@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -25,6 +26,7 @@ ApiError InvalidParam(const std::string& param, const std::string& message, cons
 namespace {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 ApiError Invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
   return InvalidParam(param, message, code);
@@ -461,6 +463,29 @@ std::optional<ApiError> ReadStop(const json& body, std::vector<std::string>* out
   return std::nullopt;
 }
 
+// Chat: "logprobs": bool and "top_logprobs": 0..20 (needs logprobs). Completions:
+// "logprobs": 0..20 (the alternatives listed per token) and "echo": bool.
+std::optional<ApiError> ReadLogprobs(ApiKind kind, const json& body, ApiRequest* r) {
+  std::optional<int64_t> top;
+  if (kind == ApiKind::kChat) {
+    if (auto e = RejectUnless(body, "echo", "echo (a completions field)")) return e;
+    bool on = false;
+    if (auto e = ReadBool(body, "logprobs", &on)) return e;
+    if (auto e = ReadInt(body, "top_logprobs", 0, kMaxTopLogprobs, &top)) return e;
+    if (top && !on) return Invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (on) r->logprobs = static_cast<int>(top.value_or(0));
+    return std::nullopt;
+  }
+  if (auto e = RejectUnless(body, "top_logprobs", "top_logprobs (a chat field; completions take 'logprobs': N)")) return e;
+  if (auto e = ReadBool(body, "echo", &r->echo)) return e;
+  if (auto e = ReadInt(body, "logprobs", 0, kMaxTopLogprobs, &top)) return e;
+  if (top) r->logprobs = static_cast<int>(*top);
+  if (r->echo && !r->cache_parts.empty())
+    return Invalid("echo", "'echo' needs the whole prompt computed: not with context-cache or cache_control parts",
+                   "unsupported_parameter");
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* r) {
   if (!body.is_object()) return Invalid("", "the request body must be a JSON object");
   auto model = body.find("model");
@@ -477,7 +502,7 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (auto e = ReadSparse(body, r)) return e;
   constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
   std::optional<int64_t> n, max_tokens, max_completion_tokens, seed, top_k, best_of;
-  if (auto e = ReadInt(body, "max_tokens", 1, kBig, &max_tokens)) return e;
+  if (auto e = ReadInt(body, "max_tokens", kind == ApiKind::kCompletion ? 0 : 1, kBig, &max_tokens)) return e;
   if (auto e = ReadInt(body, "max_completion_tokens", 1, kBig, &max_completion_tokens)) return e;
   r->max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (auto e = ReadNumber(body, "temperature", 0.0, 2.0, &r->temperature)) return e;
@@ -513,18 +538,61 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
     return Invalid("logit_bias", "'logit_bias' must be an object");
   }
   if (auto e = RejectUnless(body, "logit_bias", "logit_bias")) return e;
-  if (auto e = RejectUnless(body, "logprobs", "logprobs")) return e;
-  if (auto e = RejectUnless(body, "top_logprobs", "top_logprobs", json(0))) return e;
+  if (auto e = ReadLogprobs(kind, body, r)) return e;
+  if (max_tokens && *max_tokens == 0 && !max_completion_tokens && !r->echo)
+    return Invalid("max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo': the prompt's logprobs alone)");
   if (auto e = RejectUnless(body, "tools", "tools")) return e;
   if (auto e = RejectUnless(body, "functions", "functions")) return e;
   if (auto e = RejectUnless(body, "tool_choice", "tool_choice", json("none"))) return e;
-  if (auto e = RejectUnless(body, "echo", "echo")) return e;
   if (auto e = RejectUnless(body, "suffix", "suffix", json(""))) return e;
-  if (const json* rf = Field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", json()) != json("text")) {
-      return Unsupported("response_format", "response_format other than {\"type\": \"text\"}");
-    }
+  return std::nullopt;
+}
+
+// "response_format": {"type": "text"} | {"type": "json_object"} | {"type": "json_schema",
+// "json_schema": {"name", "description"?, "schema"?, "strict"?}}. The schema is read from
+// `ordered` (the body with its keys in the client's order: properties are written so).
+std::optional<ApiError> ReadResponseFormat(const ojson& ordered, ApiRequest* r) {
+  auto rf = ordered.find("response_format");
+  if (rf == ordered.end() || rf->is_null()) return std::nullopt;
+  const char* kShape = "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                       "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}";
+  if (!rf->is_object()) return Invalid("response_format", kShape);
+  auto type = rf->find("type");
+  if (type == rf->end() || !type->is_string()) return Invalid("response_format.type", kShape);
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    r->grammar = grammar::Grammar::AnyObject();
+    return std::nullopt;
   }
+  if (t != "json_schema")
+    return Invalid("response_format.type", "response_format type '" + t + "' is not supported (text, json_object, json_schema)");
+  auto js = rf->find("json_schema");
+  if (js == rf->end() || !js->is_object())
+    return Invalid("response_format.json_schema", "'response_format.json_schema' must be an object with a 'name'",
+                   "missing_required_parameter");
+  auto name = js->find("name");
+  if (name == js->end() || !name->is_string() || name->get_ref<const std::string&>().empty() ||
+      name->get_ref<const std::string&>().size() > 64 ||
+      !std::all_of(name->get_ref<const std::string&>().begin(), name->get_ref<const std::string&>().end(),
+                   [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; }))
+    return Invalid("response_format.json_schema.name",
+                   "'response_format.json_schema.name' must be 1 to 64 characters: a-z, A-Z, 0-9, '_' or '-'");
+  if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() && !strict->is_boolean())
+    return Invalid("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+  auto schema = js->find("schema");
+  if (schema == js->end() || schema->is_null()) {
+    r->grammar = grammar::Grammar::AnyObject();
+    return std::nullopt;
+  }
+  // Output always follows the schema (strict or not): it is how this server decodes.
+  auto g = grammar::Grammar::Shared(*schema);
+  if (!g.ok()) {
+    const bool keyword = g.status().message().find("is not supported") != std::string::npos;
+    return Invalid("response_format.json_schema.schema", g.status().message(),
+                   keyword ? "unsupported_parameter" : "invalid_value");
+  }
+  r->grammar = *g;
   return std::nullopt;
 }
 
@@ -617,6 +685,13 @@ std::string PartMarker(size_t index) { return kPartMarkerOpen + std::to_string(i
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
   ParseResult out = ParseWith<ParseResult>(body, [kind](const json& j, ApiRequest* r) { return ParseFields(kind, j, r); });
   out.request.kind = kind;
+  if (!out.error && body.find("response_format") != std::string_view::npos) {
+    try {  // parsed once already: valid JSON, no deeper than kMaxJsonDepth
+      out.error = ReadResponseFormat(ojson::parse(body), &out.request);
+    } catch (const std::exception& e) {
+      out.error = Invalid("response_format", std::string("invalid response_format: ") + e.what());
+    }
+  }
   return out;
 }
 

@@ -84,16 +84,17 @@ ApiError ErrorFromStatus(const Status& s) {
 }
 
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                           const engine::TokenUsage& usage) {
+                           const engine::TokenUsage& usage, const std::string& logprobs) {
+  const json lp = logprobs.empty() ? json() : json::parse(logprobs);
   json j = Envelope(meta, false);
   json choice;
   if (meta.kind == ApiKind::kChat) {
     choice = {{"index", 0},
               {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
-              {"logprobs", nullptr},
+              {"logprobs", lp},
               {"finish_reason", finish_reason}};
   } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+    choice = {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish_reason}};
   }
   j["choices"] = json::array({choice});
   j["usage"] = UsageJson(usage);
@@ -101,7 +102,8 @@ std::string CompletionBody(const ResponseMeta& meta, const std::string& text, co
 }
 
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                       bool include_usage, bool role_chunk) {
+                       bool include_usage, bool role_chunk, const std::string& logprobs) {
+  const json lp = logprobs.empty() ? json() : json::parse(logprobs);
   json j = Envelope(meta, true);
   json choice;
   if (meta.kind == ApiKind::kChat) {
@@ -112,9 +114,9 @@ std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const 
     } else if (!text.empty()) {
       delta["content"] = text;
     }
-    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", NullIfEmpty(finish_reason)}};
+    choice = {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
   } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", NullIfEmpty(finish_reason)}};
+    choice = {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
   }
   j["choices"] = json::array({choice});
   if (include_usage) j["usage"] = nullptr;

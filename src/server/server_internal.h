@@ -61,6 +61,11 @@ struct Server::Impl {
   // API key -> tenant id ("key-" + hash prefix; keys never appear in logs or metrics).
   std::vector<std::pair<std::string, std::string>> tenants;
 
+  // The tokenizer's vocabulary for constrained decoding (response_format), built once.
+  std::once_flag grammar_vocab_once;
+  std::shared_ptr<const grammar::Vocabulary> grammar_vocab;
+  std::shared_ptr<const grammar::Vocabulary> GrammarVocab();
+
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
 

@@ -117,11 +117,11 @@ function buildCases() {
     presence_penalty: ['x', 3, -3],
     frequency_penalty: [[], 5],
     logit_bias: [1, 'x', { 1: 5 }],
-    logprobs: [true, 5],
-    top_logprobs: [3],
+    logprobs: ['yes', -1, 21, {}],  // chat takes a boolean, completions 0..20: wrong for both
+    top_logprobs: [21, 'x'],
     tools: [[{ type: 'function', function: { name: 'f' } }]],
     tool_choice: ['auto', { type: 'function' }],
-    response_format: [{ type: 'json_object' }, 'json', 5],
+    response_format: [{ type: 'xml' }, 'json', 5, { type: 'json_schema' }],
     best_of: [2],
   };
   for (const [field, values] of Object.entries(wrong)) {

@@ -43,6 +43,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
+#include "attic/engine/logits_processor.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/pic/link.h"
@@ -161,6 +162,12 @@ struct GenerationEvent {
   std::string finish_reason;  // kFinish: "stop" or "length"
   TokenUsage usage;           // kFinish (kError: what was done before the error)
   Status status;              // kError
+  // kText, with GenerationRequest::logprobs >= 0: the sampled tokens whose text this
+  // event completes (or that add none), in order; a stop token is not listed. With
+  // prompt_logprobs, the first event (text "") lists every prompt token (the first's
+  // logprob NaN).
+  std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 
 // One request's results. The last event is always exactly one kFinish or kError, unless
@@ -206,6 +213,15 @@ struct GenerationRequest {
   // prompt is computed from scratch (no reuse), so the entry holds KV computed from
   // position 0 exactly (KVGen of a context cache's chunk). Needs a KV store.
   bool prefill_only = false;
+  // Logprobs (logits_processor.h): >= 0 reports each sampled token's logprob and its
+  // `logprobs` most likely alternatives (GenerationEvent::logprobs); -1 = none.
+  int logprobs = -1;
+  // Also every prompt token's logprob (echo): the prompt is computed whole (no reuse;
+  // not with `link`), and sampling.max_tokens may be 0 (finish "length" once prefilled).
+  bool prompt_logprobs = false;
+  // Narrows what may be sampled (a grammar); null = anything. Its Complete() ends the
+  // generation ("stop").
+  std::shared_ptr<LogitsProcessor> processor;
   SchedClock::time_point arrival{};                         // {} = when submitted
   SchedClock::time_point deadline = SchedClock::time_point::max();  // per-request timeout
 };

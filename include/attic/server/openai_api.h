@@ -17,6 +17,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/scheduler.h"
+#include "attic/grammar/json_grammar.h"
 #include "attic/pq/sparse.h"
 #include "attic/tokenizer/chat_template.h"
 
@@ -49,7 +50,7 @@ struct ApiRequest {
   std::string prompt_text;                       // kCompletion, text prompt
   std::vector<int32_t> prompt_ids;               // kCompletion, prompt given as token ids
   bool prompt_is_ids = false;
-  std::optional<int64_t> max_tokens;             // max_tokens / max_completion_tokens; >= 1
+  std::optional<int64_t> max_tokens;             // max_tokens / max_completion_tokens; >= 1 (0: echo)
   float temperature = 1.0f;                      // [0, 2]
   float top_p = 1.0f;                            // [0, 1]; 0 means greedy
   int top_k = 0;                                 // extension; 0 = off
@@ -61,6 +62,11 @@ struct ApiRequest {
   std::string user;
   std::string session_id;                        // extension: conversation id (a hint)
   bool ignore_eos = false;                       // extension: generate max_tokens tokens
+  // Chat: logprobs true -> top_logprobs (0..20); completions: logprobs N (0..20). -1 = off.
+  int logprobs = -1;
+  bool echo = false;                             // completions: the prompt before the completion
+  // response_format json_object / json_schema: the grammar the output follows (null: text).
+  std::shared_ptr<const grammar::Grammar> grammar;
   int64_t session_ttl_s = -1;                    // extension: stored-KV lifetime (s); -1 = server default, 0 = forever
   // Context caches (paper 002; docs/serving.md "Context caches"): content parts
   // {"type":"context_cache","id":...} and text parts with Anthropic-style
@@ -86,6 +92,7 @@ inline constexpr const char* kPartMarkerClose = "\xEE\x80\x81";
 std::string PartMarker(size_t index);
 
 inline constexpr int kMaxStops = 16;
+inline constexpr int kMaxTopLogprobs = 20;  // logprobs / top_logprobs, as OpenAI's chat
 inline constexpr int kMaxJsonDepth = 64;
 inline constexpr size_t kMaxSessionIdBytes = 256;
 
@@ -146,14 +153,15 @@ struct ResponseMeta {
   std::string system_fingerprint;  // identifies model weights + serving configuration
 };
 
-// Non-streaming response body.
+// Non-streaming response body. `logprobs`: the choice's logprobs object as JSON text
+// ("" = null).
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                           const engine::TokenUsage& usage);
+                           const engine::TokenUsage& usage, const std::string& logprobs = "");
 // One SSE event ("data: {...}\n\n") of a streaming response. For chat, `role_chunk`
 // makes the opening {"role":"assistant","content":""} delta. finish_reason "" = null.
 // include_usage adds "usage":null, as OpenAI does on every chunk when usage is asked for.
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                       bool include_usage, bool role_chunk = false);
+                       bool include_usage, bool role_chunk = false, const std::string& logprobs = "");
 // The closing usage chunk (choices []), sent when stream_options.include_usage.
 std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage);
 // "data: {"error":{...}}\n\n"

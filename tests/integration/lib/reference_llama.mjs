@@ -149,6 +149,20 @@ export function loadReference(modelDir) {
       }
       return { ids, firstLogits };
     },
+    // The logits after each of `ids` (the distribution of the token that follows it).
+    logitsAfterEach(ids) {
+      const step = session();
+      return ids.map((t) => step(t));
+    },
+    // A token's bytes as the vocabulary spells it: '▁' -> ' ', <0xNN> -> that byte, the
+    // special tokens (<unk>, <s>, </s>) as written; no space cut.
+    tokenBytes(id) {
+      const p = pieces[id];
+      const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(p);
+      if (m) return Buffer.from([parseInt(m[1], 16)]);
+      return Buffer.from(id > 2 ? p.replaceAll('\u2581', ' ') : p, 'utf8');
+    },
+    vocabSize: pieces.length,
     // tokenizer.json's decoder: '▁' -> ' ', <0xNN> pieces as bytes, one leading space cut.
     decode(ids) {
       const bytes = [];
