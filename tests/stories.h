@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "attic/core/file.h"
 #include "attic/engine/engine.h"
+#include "attic/kv/block_pool.h"
+#include "attic/kv/layer_hooks.h"
 #include "test_util.h"
 
 namespace attic::testing {
@@ -32,6 +35,24 @@ inline std::vector<int32_t> StoryTokens(engine::Engine& e, size_t n) {
   EXPECT_GE(ids->size(), n);
   ids->resize(n);
   return *ids;
+}
+
+// Prefills `prompt` of `tokens` in chunks of 128, then decodes the rest teacher-forced,
+// one token per step, through `hooks` (may be null); returns the decode steps' logits.
+inline std::vector<float> TeacherForcedDecode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
+                                              kv::LayerHooks* hooks) {
+  kv::SequenceKv seq(&e.kv_pool());
+  std::vector<float> logits, all;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t end = pos < prompt ? std::min(prompt, pos + 128) : pos + 1;
+    std::vector<engine::BatchEntry> batch(1);
+    batch[0].seq = &seq;
+    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
+    EXPECT_TRUE(e.transformer().Forward(batch, &logits, hooks).ok());
+    if (end > prompt) all.insert(all.end(), logits.begin(), logits.end());
+    pos = end;
+  }
+  return all;
 }
 
 }  // namespace attic::testing

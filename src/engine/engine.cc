@@ -94,16 +94,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const int64_t prepack_max = options.prepack_max_bytes >= 0
                                   ? options.prepack_max_bytes
                                   : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 8;
-  const uint64_t packed = backend::PrepackWeights(LinearsOf(*e->model_), *e->threads_, static_cast<uint64_t>(prepack_max));
+  const backend::ModelLinears linears = LinearsOf(*e->model_);
+  const uint64_t packed = backend::PrepackWeights(linears, *e->threads_, static_cast<uint64_t>(prepack_max));
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
-  // Block-quantized weights (q4_0 ... iq4_xs; docs/engine.md) keep the fixed table too:
-  // their GEMM widens every weight tile per call, and timing it over the sweep's rows took
-  // two minutes at load on SmolLM2-135M Q4_K_M (a loaded 2-core machine).
-  const DType wq_dtype = m.weights().layers.empty() ? DType::kF32 : m.weights().layers[0].wq.dtype;
-  const bool block_quantized = DTypeIsBlock(wq_dtype) && wq_dtype != DType::kQ8_0;
-  if (options.calibrate_kernels && !options.deterministic && !block_quantized &&
-      e->model_->weight_bytes() >= kCalibrateMinWeightBytes) {
+  // Block-quantized models keep the fixed table too (backend::CalibrationWorthTiming).
+  if (options.calibrate_kernels && !options.deterministic &&
+      e->model_->weight_bytes() >= kCalibrateMinWeightBytes && backend::CalibrationWorthTiming(linears)) {
     if (Status st = e->CalibrateKernels(); !st.ok()) return st;
     if (options.show_progress) std::fprintf(stderr, "attic: kernels: %s\n", e->calibration_->Summary().c_str());
   }

@@ -206,10 +206,14 @@ int Scheduler::Step() {
   ++steps_;
   // Where each entry's logits rows start (Transformer::Finish's layout), before a failed
   // load below clears want_logits.
-  std::vector<size_t> first_row(batch.size() + 1, 0);
+  std::vector<size_t>& first_row = first_row_;
+  first_row.assign(batch.size() + 1, 0);
+  bool any_prompt_logprobs = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     const size_t kept = tf.kept_rows(static_cast<int>(i)).size();
-    first_row[i + 1] = first_row[i] + (batch[i].all_logits ? kept : batch[i].want_logits ? std::min<size_t>(1, kept) : 0);
+    const size_t rows_out = batch[i].all_logits ? kept : batch[i].want_logits ? std::min<size_t>(1, kept) : 0;
+    first_row[i + 1] = first_row[i] + rows_out;
+    any_prompt_logprobs = any_prompt_logprobs || batch[i].all_logits;
   }
   now = SchedClock::now();
   double entered_inline = 0;  // entering done by this step's own threads
@@ -247,40 +251,45 @@ int Scheduler::Step() {
   // 0) runs for the rows in parallel; each row has its own sampler (RNG, scratch).
   // A request reporting its prompt's logprobs: each computed prompt row gives the next
   // prompt token's (logits_processor.h).
-  struct PromptRow {
-    Running* r;
-    const float* logits;
-    int32_t token;
-  };
-  std::vector<PromptRow> prompt_rows;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Running* r = owners[i];
-    if (!batch[i].all_logits || !r->req.prompt_logprobs) continue;
-    const int first = entry_hooks[i].first_new;
-    if (first == 0) r->prompt_logprobs.push_back({(*r->prompt)[0], std::nan(""), {}});
-    const size_t n = first_row[i + 1] - first_row[i];
-    for (size_t j = 0; j < n; ++j) {
-      const size_t next = first + j + 1;
-      if (next >= r->prompt->size()) break;
-      prompt_rows.push_back({r, logits_.data() + (first_row[i] + j) * static_cast<size_t>(vocab_), (*r->prompt)[next]});
+  if (any_prompt_logprobs) {
+    struct PromptRow {
+      Running* r;
+      const float* logits;
+      int32_t token;
+    };
+    std::vector<PromptRow> prompt_rows;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Running* r = owners[i];
+      if (!batch[i].all_logits || !r->req.prompt_logprobs) continue;
+      const int first = entry_hooks[i].first_new;
+      if (first == 0) r->prompt_logprobs.push_back({(*r->prompt)[0], std::nan(""), {}});
+      const size_t n = first_row[i + 1] - first_row[i];
+      for (size_t j = 0; j < n; ++j) {
+        const size_t next = first + j + 1;
+        if (next >= r->prompt->size()) break;
+        const float* row = logits_.data() + (first_row[i] + j) * static_cast<size_t>(vocab_);
+        prompt_rows.push_back({r, row, (*r->prompt)[next]});
+      }
     }
-  }
-  std::vector<TokenLogprob> prompt_lp(prompt_rows.size());
-  engine_.threads().ParallelFor(static_cast<int64_t>(prompt_rows.size()), [&](int64_t t, int) {
-    const PromptRow& p = prompt_rows[t];
-    prompt_lp[t] = ComputeLogprob(p.logits, vocab_, p.token, std::max(0, p.r->req.logprobs));
-  });
-  for (size_t t = 0; t < prompt_rows.size(); ++t) prompt_rows[t].r->prompt_logprobs.push_back(std::move(prompt_lp[t]));
-  for (Running* r : owners) {
-    if (r->req.prompt_logprobs && !r->prompt_logprobs.empty() && r->prefilled() && !r->done) {
-      GenerationEvent ev;
-      ev.prompt_logprobs = std::move(r->prompt_logprobs);
-      r->prompt_logprobs.clear();
-      r->channel->Push(std::move(ev));
+    std::vector<TokenLogprob> prompt_lp(prompt_rows.size());
+    engine_.threads().ParallelFor(static_cast<int64_t>(prompt_rows.size()), [&](int64_t t, int) {
+      const PromptRow& p = prompt_rows[t];
+      prompt_lp[t] = ComputeLogprob(p.logits, vocab_, p.token, std::max(0, p.r->req.logprobs));
+    });
+    for (size_t t = 0; t < prompt_rows.size(); ++t)
+      prompt_rows[t].r->prompt_logprobs.push_back(std::move(prompt_lp[t]));
+    for (Running* r : owners) {
+      if (r->req.prompt_logprobs && !r->prompt_logprobs.empty() && r->prefilled() && !r->done) {
+        GenerationEvent ev;
+        ev.prompt_logprobs = std::move(r->prompt_logprobs);
+        r->prompt_logprobs.clear();
+        r->channel->Push(std::move(ev));
+      }
     }
   }
   std::vector<Running*>& pickers = sample_rows_;
-  std::vector<const float*> rows_of(batch.size());
+  std::vector<const float*>& rows_of = sample_logits_;
+  rows_of.resize(batch.size());
   pickers.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!batch[i].want_logits) continue;

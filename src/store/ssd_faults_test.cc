@@ -22,18 +22,11 @@
 namespace attic::store {
 namespace {
 
+using testing::KeyNamed;
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
 
-std::string K(const std::string& name) {
-  EntryKey k;
-  k.tenant = "default";
-  k.fingerprint = "fp-A";
-  k.token_hash = std::hash<std::string>()(name);
-  k.session_id = name;
-  return k.ToString();
-}
 
 // Files in the tier's directory whose name ends in `suffix`.
 int CountFiles(const std::string& dir, const std::string& suffix) {
@@ -58,16 +51,16 @@ class SsdFaults : public ::testing::Test {
     auto t = SsdTier::Open(dir_.path(), "fp-A", 64 << 20, &env_);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     tier_ = std::move(*t);
-    ASSERT_TRUE(tier_->Put(K("a"), old_).ok());
+    ASSERT_TRUE(tier_->Put(KeyNamed("a"), old_).ok());
   }
-  // After a failed Put of K("a"): the old value intact, the accounting unchanged, no
+  // After a failed Put of KeyNamed("a"): the old value intact, the accounting unchanged, no
   // temporary file left.
   void ExpectOldValueKept() {
-    auto got = tier_->Get(K("a"));
+    auto got = tier_->Get(KeyNamed("a"));
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(*got, old_);
     EXPECT_EQ(tier_->bytes(), old_.size());
-    EXPECT_EQ(tier_->SizeOf(K("a")), static_cast<int64_t>(old_.size()));
+    EXPECT_EQ(tier_->SizeOf(KeyNamed("a")), static_cast<int64_t>(old_.size()));
     EXPECT_EQ(CountFiles(tier_->dir(), ".tmp"), 0);
     EXPECT_EQ(CountFiles(tier_->dir(), ".kv"), 1);
   }
@@ -81,7 +74,7 @@ class SsdFaults : public ::testing::Test {
 TEST_F(SsdFaults, FailedWriteKeepsTheOldValue) {
   for (int at : {1, 2, 3}) {
     env_.Arm({.fail_write_at = at, .write_errno = EIO});
-    Status st = tier_->Put(K("a"), new_);
+    Status st = tier_->Put(KeyNamed("a"), new_);
     EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "write " << at << ": " << st.ToString();
     EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.ToString();
     ExpectOldValueKept();
@@ -91,31 +84,31 @@ TEST_F(SsdFaults, FailedWriteKeepsTheOldValue) {
 
 TEST_F(SsdFaults, FullDiskIsResourceExhausted) {
   env_.Arm({.fail_write_at = 2, .write_errno = ENOSPC});
-  Status st = tier_->Put(K("a"), new_);
+  Status st = tier_->Put(KeyNamed("a"), new_);
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
   ExpectOldValueKept();
   // Space again: the write goes through.
   env_.Arm({});
-  ASSERT_TRUE(tier_->Put(K("a"), new_).ok());
-  EXPECT_EQ(*tier_->Get(K("a")), new_);
+  ASSERT_TRUE(tier_->Put(KeyNamed("a"), new_).ok());
+  EXPECT_EQ(*tier_->Get(KeyNamed("a")), new_);
 }
 
 TEST_F(SsdFaults, ShortWritesAreCompleted) {
   for (int at : {1, 2, 3}) {
     env_.Arm({.short_write_at = at});
-    ASSERT_TRUE(tier_->Put(K("b"), new_).ok());
-    EXPECT_EQ(*tier_->Get(K("b")), new_) << "short write " << at;
+    ASSERT_TRUE(tier_->Put(KeyNamed("b"), new_).ok());
+    EXPECT_EQ(*tier_->Get(KeyNamed("b")), new_) << "short write " << at;
     EXPECT_EQ(env_.injected(), 1);
   }
 }
 
 TEST_F(SsdFaults, FailedFsyncOrRenameKeepsTheOldValue) {
   env_.Arm({.fail_fsync_at = 1});
-  EXPECT_FALSE(tier_->Put(K("a"), new_).ok());
+  EXPECT_FALSE(tier_->Put(KeyNamed("a"), new_).ok());
   ExpectOldValueKept();
   EXPECT_EQ(env_.injected(), 1);
   env_.Arm({.fail_rename_at = 1});
-  EXPECT_FALSE(tier_->Put(K("a"), new_).ok());
+  EXPECT_FALSE(tier_->Put(KeyNamed("a"), new_).ok());
   ExpectOldValueKept();
   EXPECT_EQ(env_.injected(), 1);
 }
@@ -125,7 +118,7 @@ TEST_F(SsdFaults, FlippedBitOnReadIsReturnedAsRead) {
   // checksums are what catch it (next test). Here: the flip reaches the caller intact,
   // so the fault layer really is under the tier's reads.
   env_.Arm({.flip_read_at = 1, .flip_byte = 1234});
-  auto got = tier_->Get(K("a"));
+  auto got = tier_->Get(KeyNamed("a"));
   ASSERT_TRUE(got.ok());
   std::string want = old_;
   want[1234] ^= 0x10;

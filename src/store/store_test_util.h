@@ -41,6 +41,16 @@ inline KvEntry MakeEntry(const std::vector<int32_t>& tokens, const std::string& 
   return e;
 }
 
+// An entry key of model fp-A named by `name` (the only keys an SSD tier's tests take).
+inline std::string KeyNamed(const std::string& name) {
+  EntryKey k;
+  k.tenant = "default";
+  k.fingerprint = "fp-A";
+  k.token_hash = std::hash<std::string>()(name);
+  k.session_id = name;
+  return k.ToString();
+}
+
 inline std::vector<int32_t> Range(int first, int n) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = first + i;

@@ -21,19 +21,11 @@
 namespace attic::store {
 namespace {
 
+using testing::KeyNamed;
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
 
-// An entry key of model fp-A named by `name` (the only keys an SSD tier takes).
-std::string K(const std::string& name) {
-  EntryKey k;
-  k.tenant = "default";
-  k.fingerprint = "fp-A";
-  k.token_hash = std::hash<std::string>()(name);
-  k.session_id = name;
-  return k.ToString();
-}
 
 std::string Pattern(size_t n, int seed) {
   std::string v(n, '\0');
@@ -73,86 +65,86 @@ TEST_P(TierContract, PutGetEraseAndBytes) {
   auto tier = Make(1000);
   EXPECT_FALSE(tier->name().empty());
   EXPECT_EQ(tier->bytes(), 0u);
-  EXPECT_EQ(tier->Get(K("a")).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(tier->SizeOf(K("a")), -1);
-  ASSERT_TRUE(tier->Put(K("a"), Pattern(600, 1)).ok());
-  EXPECT_TRUE(tier->Contains(K("a")));
-  EXPECT_EQ(tier->SizeOf(K("a")), 600);
-  EXPECT_EQ(*tier->Get(K("a")), Pattern(600, 1));
-  ASSERT_TRUE(tier->Put(K("b"), Pattern(400, 2)).ok());
+  EXPECT_EQ(tier->Get(KeyNamed("a")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->SizeOf(KeyNamed("a")), -1);
+  ASSERT_TRUE(tier->Put(KeyNamed("a"), Pattern(600, 1)).ok());
+  EXPECT_TRUE(tier->Contains(KeyNamed("a")));
+  EXPECT_EQ(tier->SizeOf(KeyNamed("a")), 600);
+  EXPECT_EQ(*tier->Get(KeyNamed("a")), Pattern(600, 1));
+  ASSERT_TRUE(tier->Put(KeyNamed("b"), Pattern(400, 2)).ok());
   EXPECT_EQ(tier->bytes(), 1000u);
   // Replacing counts only the difference.
-  ASSERT_TRUE(tier->Put(K("a"), Pattern(500, 3)).ok());
+  ASSERT_TRUE(tier->Put(KeyNamed("a"), Pattern(500, 3)).ok());
   EXPECT_EQ(tier->bytes(), 900u);
-  EXPECT_EQ(*tier->Get(K("a")), Pattern(500, 3));
-  ASSERT_TRUE(tier->Erase(K("a")).ok());
-  ASSERT_TRUE(tier->Erase(K("a")).ok());  // absent: OK
-  EXPECT_FALSE(tier->Contains(K("a")));
+  EXPECT_EQ(*tier->Get(KeyNamed("a")), Pattern(500, 3));
+  ASSERT_TRUE(tier->Erase(KeyNamed("a")).ok());
+  ASSERT_TRUE(tier->Erase(KeyNamed("a")).ok());  // absent: OK
+  EXPECT_FALSE(tier->Contains(KeyNamed("a")));
   EXPECT_EQ(tier->bytes(), 400u);
   EXPECT_LE(tier->bytes(), tier->capacity());
 }
 
 TEST_P(TierContract, CapacityIsAHardBound) {
   auto tier = Make(1000);
-  ASSERT_TRUE(tier->Put(K("a"), Pattern(600, 1)).ok());
-  const Status st = tier->Put(K("b"), Pattern(401, 2));
+  ASSERT_TRUE(tier->Put(KeyNamed("a"), Pattern(600, 1)).ok());
+  const Status st = tier->Put(KeyNamed("b"), Pattern(401, 2));
   if (tier->traits().evicts_itself) {
     // It makes its own room: the new value is kept, an old one went.
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(*tier->Get(K("b")), Pattern(401, 2));
-    EXPECT_FALSE(tier->Contains(K("a")));
+    EXPECT_EQ(*tier->Get(KeyNamed("b")), Pattern(401, 2));
+    EXPECT_FALSE(tier->Contains(KeyNamed("a")));
   } else {
     // Refused; the tier is unchanged.
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
-    EXPECT_FALSE(tier->Contains(K("b")));
-    EXPECT_EQ(*tier->Get(K("a")), Pattern(600, 1));
+    EXPECT_FALSE(tier->Contains(KeyNamed("b")));
+    EXPECT_EQ(*tier->Get(KeyNamed("a")), Pattern(600, 1));
   }
   EXPECT_LE(tier->bytes(), tier->capacity());
-  EXPECT_EQ(tier->Put(K("c"), Pattern(1001, 3)).code(), StatusCode::kResourceExhausted);  // larger than it all
+  EXPECT_EQ(tier->Put(KeyNamed("c"), Pattern(1001, 3)).code(), StatusCode::kResourceExhausted);  // larger than it all
   EXPECT_LE(tier->bytes(), tier->capacity());
 }
 
 TEST_P(TierContract, SharedReadsAndPutSharedHoldTheSameBytes) {
   auto tier = Make(1 << 20);
   const std::string v = Pattern(9000, 4);
-  ASSERT_TRUE(tier->PutShared(K("s"), SharedBytes(CopyBytes(v))).ok());
-  auto shared = tier->GetShared(K("s"));
+  ASSERT_TRUE(tier->PutShared(KeyNamed("s"), SharedBytes(CopyBytes(v))).ok());
+  auto shared = tier->GetShared(KeyNamed("s"));
   ASSERT_TRUE(shared.ok()) << shared.status().ToString();
   EXPECT_TRUE((*shared)->view() == v);
-  EXPECT_EQ(*tier->Get(K("s")), v);
-  EXPECT_EQ(tier->GetShared(K("none")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*tier->Get(KeyNamed("s")), v);
+  EXPECT_EQ(tier->GetShared(KeyNamed("none")).status().code(), StatusCode::kNotFound);
 }
 
 TEST_P(TierContract, RangeReadsDeliverExactlyTheRange) {
   auto tier = Make(1 << 20);
   const std::string v = Pattern(3 * 4096 + 777, 5);
-  ASSERT_TRUE(tier->Put(K("r"), v).ok());
+  ASSERT_TRUE(tier->Put(KeyNamed("r"), v).ok());
   const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
       {0, v.size()}, {0, 1}, {4096, 4096}, {1, 4095}, {5000, 3000}, {v.size() - 13, 13}, {123, 0}, {v.size(), 0}};
   for (const auto& [off, len] : ranges) {
-    auto r = tier->GetRange(K("r"), off, len);
+    auto r = tier->GetRange(KeyNamed("r"), off, len);
     ASSERT_TRUE(r.ok()) << off << "+" << len << ": " << r.status().ToString();
     EXPECT_EQ(r->size, len);
     EXPECT_TRUE(r->view() == std::string_view(v).substr(off, len)) << off << "+" << len;
   }
-  EXPECT_EQ(tier->GetRange(K("r"), v.size() - 10, 11).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(tier->GetRange(K("r"), v.size() + 1, 0).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(tier->GetRange(K("none"), 0, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->GetRange(KeyNamed("r"), v.size() - 10, 11).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(tier->GetRange(KeyNamed("r"), v.size() + 1, 0).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(tier->GetRange(KeyNamed("none"), 0, 1).status().code(), StatusCode::kNotFound);
   // A range outlives the value it was read from.
-  auto r = tier->GetRange(K("r"), 100, 50);
+  auto r = tier->GetRange(KeyNamed("r"), 100, 50);
   ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(tier->Erase(K("r")).ok());
+  ASSERT_TRUE(tier->Erase(KeyNamed("r")).ok());
   EXPECT_TRUE(r->view() == std::string_view(v).substr(100, 50));
 }
 
 TEST_P(TierContract, KeysListEveryEntryOfAnEnumerableTier) {
   auto tier = Make(1 << 20);
-  for (const char* n : {"x", "y", "z"}) ASSERT_TRUE(tier->Put(K(n), Pattern(100, 6)).ok());
-  ASSERT_TRUE(tier->Erase(K("y")).ok());
+  for (const char* n : {"x", "y", "z"}) ASSERT_TRUE(tier->Put(KeyNamed(n), Pattern(100, 6)).ok());
+  ASSERT_TRUE(tier->Erase(KeyNamed("y")).ok());
   if (!tier->traits().enumerable) GTEST_SKIP() << "not enumerable";
   std::vector<std::string> keys = tier->Keys();
   std::sort(keys.begin(), keys.end());
-  std::vector<std::string> want = {K("x"), K("z")};
+  std::vector<std::string> want = {KeyNamed("x"), KeyNamed("z")};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(keys, want);
 }

@@ -50,20 +50,20 @@ TEST(TierErrors, OnlyBadBytesAreCorruptAndOnlyNotFoundIsGone) {
 
 TEST(MemoryTier, InjectedFaultsAreWhatTheySay) {
   MemoryTier tier(Memory(1000, false));
-  ASSERT_TRUE(tier.Put(K("a"), Pattern(100, 1)).ok());
+  ASSERT_TRUE(tier.Put(KeyNamed("a"), Pattern(100, 1)).ok());
   tier.FailNextReads(2, Status(StatusCode::kDeadlineExceeded, "timeout"));
-  EXPECT_EQ(tier.Get(K("a")).status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(tier.GetRange(K("a"), 0, 10).status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(*tier.Get(K("a")), Pattern(100, 1));  // the value was never touched
+  EXPECT_EQ(tier.Get(KeyNamed("a")).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(tier.GetRange(KeyNamed("a"), 0, 10).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(*tier.Get(KeyNamed("a")), Pattern(100, 1));  // the value was never touched
   tier.FailNextPuts(1, UnavailableError("down"));
-  EXPECT_EQ(tier.Put(K("a"), Pattern(50, 2)).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(*tier.Get(K("a")), Pattern(100, 1));
-  tier.Corrupt(K("a"), 3);
+  EXPECT_EQ(tier.Put(KeyNamed("a"), Pattern(50, 2)).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(*tier.Get(KeyNamed("a")), Pattern(100, 1));
+  tier.Corrupt(KeyNamed("a"), 3);
   std::string want = Pattern(100, 1);
   want[3] ^= 0x01;
-  EXPECT_EQ(*tier.Get(K("a")), want);
-  tier.Vanish(K("a"));
-  EXPECT_EQ(tier.Get(K("a")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*tier.Get(KeyNamed("a")), want);
+  tier.Vanish(KeyNamed("a"));
+  EXPECT_EQ(tier.Get(KeyNamed("a")).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(tier.bytes(), 0u);
 }
 

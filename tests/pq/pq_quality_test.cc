@@ -116,23 +116,7 @@ struct Probe : kv::LayerHooks {
   double chance() const { return static_cast<double>(chance_num) / static_cast<double>(chance_den); }
 };
 
-// Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
-// returns the decode steps' logits.
-std::vector<float> Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
-                          kv::LayerHooks* hooks) {
-  kv::SequenceKv seq(&e.kv_pool());
-  std::vector<float> logits, all;
-  for (size_t pos = 0; pos < tokens.size();) {
-    const size_t end = pos < prompt ? std::min(prompt, pos + 128) : pos + 1;
-    std::vector<engine::BatchEntry> batch(1);
-    batch[0].seq = &seq;
-    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-    EXPECT_TRUE(e.transformer().Forward(batch, &logits, hooks).ok());
-    if (end > prompt) all.insert(all.end(), logits.begin(), logits.end());
-    pos = end;
-  }
-  return all;
-}
+using attic::testing::TeacherForcedDecode;
 
 // Mean over the decode steps of KL(p_full || p) of the softmaxed logits, in double.
 double MeanKl(const std::vector<float>& full, const std::vector<float>& got, int vocab) {
@@ -173,14 +157,14 @@ TEST_P(PqQuality, RecallAgainstOracleAndKlBelowARandomSelection) {
   const auto& c = e->model().config();
   const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   const SparseOptions o = *ParseSparseOptions(kMethod);
-  const auto full = Decode(*e, tokens, kPrompt, nullptr);
+  const auto full = TeacherForcedDecode(*e, tokens, kPrompt, nullptr);
 
   auto pq = MakeSparseAttention(o, shape, c.n_layers, e->threads());
   Probe probe(pq.get(), o, shape, false);
-  const auto with_pq = Decode(*e, tokens, kPrompt, &probe);
+  const auto with_pq = TeacherForcedDecode(*e, tokens, kPrompt, &probe);
   auto blind = MakeSparseAttention(o, shape, c.n_layers, e->threads());
   Probe random(blind.get(), o, shape, true);
-  const auto with_random = Decode(*e, tokens, kPrompt, &random);
+  const auto with_random = TeacherForcedDecode(*e, tokens, kPrompt, &random);
   ASSERT_EQ(pq->stats().sparse_steps, kDecode);
   ASSERT_EQ(blind->stats().sparse_steps, kDecode);
   ASSERT_GT(probe.kept, 0);

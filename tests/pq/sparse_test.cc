@@ -666,23 +666,7 @@ TEST(Pq, KeptTupleCountsSelectAsCountingEveryStep) {
 using attic::testing::LoadStories;
 using attic::testing::StoryTokens;
 
-// Prefill `prompt` tokens in chunks, then teacher-forced decode one token per step;
-// returns the decode steps' logits.
-std::vector<float> Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt,
-                          kv::LayerHooks* hooks) {
-  kv::SequenceKv seq(&e.kv_pool());
-  std::vector<float> logits, all;
-  for (size_t pos = 0; pos < tokens.size(); ) {
-    const size_t end = pos < prompt ? std::min(prompt, pos + 128) : pos + 1;
-    std::vector<engine::BatchEntry> batch(1);
-    batch[0].seq = &seq;
-    batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-    EXPECT_TRUE(e.transformer().Forward(batch, &logits, hooks).ok());
-    if (end > prompt) all.insert(all.end(), logits.begin(), logits.end());
-    pos = end;
-  }
-  return all;
-}
+using attic::testing::TeacherForcedDecode;
 
 class FullBudget : public ::testing::TestWithParam<std::string> {};
 
@@ -690,13 +674,13 @@ TEST_P(FullBudget, EqualsFullAttention) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   const auto tokens = StoryTokens(*e, 340);
-  const auto want = Decode(*e, tokens, 300, nullptr);
+  const auto want = TeacherForcedDecode(*e, tokens, 300, nullptr);
   auto o = ParseSparseOptions(GetParam());
   ASSERT_TRUE(o.ok());
   const auto& c = e->model().config();
   const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   auto sa = MakeSparseAttention(*o, shape, c.n_layers, e->threads());
-  const auto got = Decode(*e, tokens, 300, sa.get());
+  const auto got = TeacherForcedDecode(*e, tokens, 300, sa.get());
   ASSERT_EQ(got.size(), want.size());
   ASSERT_EQ(want.size(), 40u * c.vocab_size);
   double max_diff = 0;
@@ -732,12 +716,12 @@ TEST(Sparse, SmallBudgetChangesTheOutput) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   const auto tokens = StoryTokens(*e, 340);
-  const auto want = Decode(*e, tokens, 300, nullptr);
+  const auto want = TeacherForcedDecode(*e, tokens, 300, nullptr);
   const auto& c = e->model().config();
   const attention::AttentionShape shape = engine::AttentionShapeOf(c);
   for (const char* name : {"streaming-0.1@min=64", "oracle-0.1@min=64", "h2o-0.1@min=64", "pq-0.1@min=64"}) {
     auto sa = MakeSparseAttention(*ParseSparseOptions(name), shape, c.n_layers, e->threads());
-    const auto got = Decode(*e, tokens, 300, sa.get());
+    const auto got = TeacherForcedDecode(*e, tokens, 300, sa.get());
     double max_diff = 0;
     for (size_t i = 0; i < want.size(); ++i) max_diff = std::max(max_diff, std::abs(double(got[i]) - want[i]));
     EXPECT_GT(max_diff, 1e-3) << name;

@@ -109,6 +109,12 @@ struct LinearCalibration {
 // REQUIRES: no kernel runs concurrently (call at load, after PrepackWeights).
 StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPool& pool);
 
+// Whether CalibrateLinear's timing is worth its cost on `model`: false when any layer
+// matrix is block-quantized (q4_0 ... iq4_xs; q8_0 is timed): their GEMM widens every
+// weight tile per call, and timing it over the sweep's rows took two minutes at load on
+// SmolLM2-135M Q4_K_M (a loaded 2-core machine). Such models keep the fixed table.
+bool CalibrationWorthTiming(const ModelLinears& model);
+
 // Installs a choice CalibrateLinear made before (a stored one) without timing anything:
 // InvalidArgument if its kernels are not candidates here (another CPU or ISA cap), or
 // it was made with the other prepacking. Same REQUIRES.

@@ -405,6 +405,8 @@ class Scheduler {
   std::vector<float> logits_;
   std::vector<Running*> sample_rows_;  // this step's rows that sample a token
   std::vector<int32_t> sampled_;       // ... and their tokens
+  std::vector<const float*> sample_logits_;  // ... and their logits rows
+  std::vector<size_t> first_row_;      // where each batch entry's logits rows start
   std::vector<RequestRecord> reports_;  // delivered to observer_ at the end of a step
 };
 

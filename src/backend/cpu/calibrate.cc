@@ -29,6 +29,7 @@
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/qdot.h"
 
 namespace attic::backend {
 
@@ -265,6 +266,13 @@ Status InstallLinearCalibration(const LinearCalibration& cal, const ModelLinears
     return OkStatus();
   }
   return InvalidArgumentError("GEMV '" + cal.gemv + "' is not a candidate on this CPU");
+}
+
+bool CalibrationWorthTiming(const ModelLinears& model) {
+  for (const LayerLinears& l : model.layers)
+    for (const WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
+      if (w != nullptr && cpu::UsesQuantDot(w->dtype)) return false;
+  return true;
 }
 
 StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPool& pool) {
