@@ -71,7 +71,13 @@ struct ModelLinears {
 // CPUs with AVX512-BF16, when that copy is at most `max_bytes`: the GEMM then skips
 // packing each weight panel on every call (prefill of short chunks ~1.2-1.3x faster) at
 // the cost of a second copy of those matrices (handed to `model.own`). Results are
-// bit-identical to the unpacked GEMM. Returns the bytes added (0: nothing packed).
+// bit-identical to the unpacked GEMM.
+// Block-quantized matrices of the types with a packed layout (q4_0, q4_1, q5_0, q5_1,
+// q8_0, q4_k, q6_k) are packed on CPUs with AVX512-VNNI whatever `max_bytes` says: the
+// packed copy is the layout the GEMV and prefill read (16 rows interleaved for
+// vpdpbusd, 2-9x faster than the row-major kernel), and the mapped file's pages are then
+// only read for embedding rows (the kernel reclaims the rest). Returns the bytes added
+// (0: nothing packed).
 uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t max_bytes);
 
 // What CalibrateLinear chose for a model on this CPU.

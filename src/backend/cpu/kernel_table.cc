@@ -3,7 +3,10 @@
 
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <mutex>
+
+#include "backend/cpu/qdot.h"
 
 namespace attic::backend::cpu {
 
@@ -81,9 +84,9 @@ const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     t.gemm_multi = avx512::GemmMulti;
-    t.can_prepack = avx512::CanPrepackBf16;
-    t.prepacked_bytes = avx512::PrepackedBf16Bytes;
-    t.prepack = avx512::PrepackBf16;
+    t.can_prepack = avx512::CanPrepack;
+    t.prepacked_bytes = avx512::PrepackedBytes;
+    t.prepack = avx512::Prepack;
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
     // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;
@@ -98,6 +101,10 @@ const KernelTable& Avx512Table() {
     // 52 vs 63 at 12) and from ~24 on the small k/v projections; 12 for the step's mix.
     t.gemv_max_m_packed = avx512::Bf16GemvUsesDot() ? 12 : t.gemv_max_m[static_cast<int>(DType::kBF16)];
     t.gemv_packed_rows = avx512::kPackedPanelRows;  // its GEMV reads prepacked panels
+    static_assert(avx512::kPackedPanelRows % vnni::kQuantPanelRows == 0);
+    // Prepacked block-quantized weights: the GEMV for every m (see qpack_vnni.cc; measured
+    // against the GEMM on widened tiles in docs/engine.md).
+    t.gemv_max_m_packed_block = std::numeric_limits<int64_t>::max();
     t.bf16_rounds_x = GetCpuFeatures().avx512_bf16;
     return t;
   }();
