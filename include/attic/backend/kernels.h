@@ -118,7 +118,9 @@ StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPoo
 // Whether CalibrateLinear's timing is worth its cost on `model`: false when any layer
 // matrix is block-quantized (q4_0 ... iq4_xs; q8_0 is timed): their GEMM widens every
 // weight tile per call, and timing it over the sweep's rows took two minutes at load on
-// SmolLM2-135M Q4_K_M (a loaded 2-core machine). Such models keep the fixed table.
+// SmolLM2-135M Q4_K_M (a loaded 2-core machine). Such models keep the fixed table. Also
+// false when a layer matrix is block-quantized and packed (PrepackWeights; q8_0 too):
+// the packed GEMV takes every m, so there is no crossover to measure.
 bool CalibrationWorthTiming(const ModelLinears& model);
 
 // Installs a choice CalibrateLinear made before (a stored one) without timing anything:
