@@ -18,6 +18,7 @@
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qpack.h"
 #include "backend/cpu/simd_avx512.h"
 
 namespace attic::backend::cpu::avx512 {
@@ -445,12 +446,12 @@ bool IsPrepackedQuant(const WeightTensor& w) {
 bool CanPrepack(const WeightTensor& w) { return CanPrepackBf16(w) || vnni::CanPrepackQuant(w); }
 
 uint64_t PrepackedBytes(const WeightTensor& w) {
-  return DTypeIsBlock(w.dtype) ? vnni::PrepackedQuantBytes(w) : PrepackedBf16Bytes(w);
+  return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : PrepackedBf16Bytes(w);
 }
 
 void Prepack(ThreadPool& pool, const WeightTensor& w, void* out) {
   if (DTypeIsBlock(w.dtype)) {
-    vnni::PrepackQuant(pool, w, out);
+    qpack::Pack(pool, w, out);
   } else {
     PrepackBf16(pool, w, out);
   }

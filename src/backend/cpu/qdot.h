@@ -16,7 +16,6 @@
 
 #include "attic/tensor/weight_tensor.h"
 #include "attic/tensor/buffer.h"
-#include "attic/backend/thread_pool.h"
 
 namespace attic::backend::cpu {
 
@@ -50,19 +49,6 @@ void GemvQuant(const float* xp, int64_t m, const WeightTensor& w, const float* b
 namespace vnni {
 void GemvQuant(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                int64_t n1);
-// Block-quantized weights repacked 16 rows at a time for vpdpbusd (qpack_vnni.cc, which
-// describes the layout): q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k, on CPUs with
-// AVX512-VNNI. The AVX-512 table prepacks them at load (PrepackWeights) and its GEMV then
-// reads only the packed copy, for every m.
-constexpr int64_t kQuantPanelRows = 16;
-bool CanPrepackQuant(const WeightTensor& w);
-uint64_t PrepackedQuantBytes(const WeightTensor& w);
-void PrepackQuant(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
-// Rows [n0, n1) (n0 % kQuantPanelRows == 0) of a prepacked weight; xp from QuantizeX.
-void GemvPackedQuant(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
-                     int64_t n1);
-// QuantizeX with AVX-512 (the same bytes). REQUIRES: the CPU has AVX512-VNNI.
-const float* QuantizeX(const float* x, int64_t m, int64_t k, AlignedBuffer* scratch);
 }
 
 }  // namespace attic::backend::cpu
