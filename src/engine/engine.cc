@@ -97,7 +97,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const backend::ModelLinears linears = LinearsOf(*e->model_);
   const uint64_t packed = backend::PrepackWeights(linears, *e->threads_, static_cast<uint64_t>(prepack_max));
   if (packed > 0 && options.show_progress)
-    std::fprintf(stderr, "attic: bf16 matrices also packed for the prefill GEMM (%.0f MiB)\n", packed / 1048576.0);
+    std::fprintf(stderr, "attic: weight matrices packed for the CPU kernels (%.0f MiB)\n", packed / 1048576.0);
   // Block-quantized models keep the fixed table too (backend::CalibrationWorthTiming).
   if (options.calibrate_kernels && !options.deterministic &&
       e->model_->weight_bytes() >= kCalibrateMinWeightBytes && backend::CalibrationWorthTiming(linears)) {

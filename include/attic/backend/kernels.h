@@ -71,7 +71,13 @@ struct ModelLinears {
 // CPUs with AVX512-BF16, when that copy is at most `max_bytes`: the GEMM then skips
 // packing each weight panel on every call (prefill of short chunks ~1.2-1.3x faster) at
 // the cost of a second copy of those matrices (handed to `model.own`). Results are
-// bit-identical to the unpacked GEMM. Returns the bytes added (0: nothing packed).
+// bit-identical to the unpacked GEMM.
+// Block-quantized matrices of the types with a packed layout (q4_0, q4_1, q5_0, q5_1,
+// q8_0, q4_k, q6_k) are packed on CPUs with AVX512-VNNI whatever `max_bytes` says: the
+// packed copy is the layout the GEMV and prefill read (16 rows interleaved for
+// vpdpbusd, 2-9x faster than the row-major kernel), and the mapped file's pages are then
+// only read for embedding rows (the kernel reclaims the rest). Returns the bytes added
+// (0: nothing packed).
 uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t max_bytes);
 
 // What CalibrateLinear chose for a model on this CPU.
@@ -112,7 +118,9 @@ StatusOr<LinearCalibration> CalibrateLinear(const ModelLinears& model, ThreadPoo
 // Whether CalibrateLinear's timing is worth its cost on `model`: false when any layer
 // matrix is block-quantized (q4_0 ... iq4_xs; q8_0 is timed): their GEMM widens every
 // weight tile per call, and timing it over the sweep's rows took two minutes at load on
-// SmolLM2-135M Q4_K_M (a loaded 2-core machine). Such models keep the fixed table.
+// SmolLM2-135M Q4_K_M (a loaded 2-core machine). Such models keep the fixed table. Also
+// false when a layer matrix is block-quantized and packed (PrepackWeights; q8_0 too):
+// the packed GEMV takes every m, so there is no crossover to measure.
 bool CalibrationWorthTiming(const ModelLinears& model);
 
 // Installs a choice CalibrateLinear made before (a stored one) without timing anything:

@@ -271,7 +271,10 @@ Status InstallLinearCalibration(const LinearCalibration& cal, const ModelLinears
 bool CalibrationWorthTiming(const ModelLinears& model) {
   for (const LayerLinears& l : model.layers)
     for (const WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
-      if (w != nullptr && cpu::UsesQuantDot(w->dtype)) return false;
+      // Row-major block types: the GEMM widens every tile per call (minutes to time);
+      // packed ones (AVX512-VNNI) take the GEMV for every m: no crossover to find.
+      if (w != nullptr && (cpu::UsesQuantDot(w->dtype) || (DTypeIsBlock(w->dtype) && w->packed != nullptr)))
+        return false;
   return true;
 }
 

@@ -3,7 +3,10 @@
 
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <mutex>
+
+#include "backend/cpu/qpack.h"
 
 namespace attic::backend::cpu {
 
@@ -62,9 +65,9 @@ const KernelTable& Avx2Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx2_fns>(Isa::kAvx2, "avx2");
     t.gemm_multi = avx2::GemmMulti;
-    t.can_prepack = avx2::CanPrepackBf16;
-    t.prepacked_bytes = avx2::PrepackedBf16Bytes;
-    t.prepack = avx2::PrepackBf16;
+    t.can_prepack = avx2::CanPrepack;
+    t.prepacked_bytes = avx2::PrepackedBytes;
+    t.prepack = avx2::Prepack;
     // Crossover (`kernels_bench --only crossover`, AMD EPYC Zen 3, 2 threads): the bf16
     // GEMV beats the GEMM that packs per call up to m ~ 16-24 (w_up: 339 vs 368 us at
     // 16, 465 vs 435 at 24); on prepacked weights the GEMM wins from m = 1 (w_up 81 vs
@@ -72,6 +75,10 @@ const KernelTable& Avx2Table() {
     // Its rows are computed independently (same bits whatever m), as the GEMV's are.
     t.gemv_max_m[static_cast<int>(DType::kBF16)] = 16;
     t.gemv_max_m_packed = 0;
+    // Packed block-quantized weights (qpack.h): the GEMV reads them, for every m (the
+    // GEMM would widen the row-major tiles for OpenBLAS).
+    t.gemv_packed_rows = kQuantPanelRows;
+    t.gemv_max_m_packed_block = std::numeric_limits<int64_t>::max();
     return t;
   }();
   return t;
@@ -81,9 +88,9 @@ const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     t.gemm_multi = avx512::GemmMulti;
-    t.can_prepack = avx512::CanPrepackBf16;
-    t.prepacked_bytes = avx512::PrepackedBf16Bytes;
-    t.prepack = avx512::PrepackBf16;
+    t.can_prepack = avx512::CanPrepack;
+    t.prepacked_bytes = avx512::PrepackedBytes;
+    t.prepack = avx512::Prepack;
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
     // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;
@@ -98,6 +105,10 @@ const KernelTable& Avx512Table() {
     // 52 vs 63 at 12) and from ~24 on the small k/v projections; 12 for the step's mix.
     t.gemv_max_m_packed = avx512::Bf16GemvUsesDot() ? 12 : t.gemv_max_m[static_cast<int>(DType::kBF16)];
     t.gemv_packed_rows = avx512::kPackedPanelRows;  // its GEMV reads prepacked panels
+    static_assert(avx512::kPackedPanelRows % kQuantPanelRows == 0);
+    // Prepacked block-quantized weights: the GEMV for every m (see qpack_vnni.cc; measured
+    // against the GEMM on widened tiles in docs/engine.md).
+    t.gemv_max_m_packed_block = std::numeric_limits<int64_t>::max();
     t.bf16_rounds_x = GetCpuFeatures().avx512_bf16;
     return t;
   }();

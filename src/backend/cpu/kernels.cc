@@ -84,8 +84,8 @@ void GemvMulti(const KernelTable& t, ThreadPool& pool, const float* x, int64_t m
 
 // Largest m that takes the GEMV path for `w`.
 int64_t GemvMaxM(const KernelTable& t, const WeightTensor& w) {
-  return w.packed != nullptr && w.packed_layout == static_cast<int>(t.isa) ? t.gemv_max_m_packed
-                                                                             : t.gemv_max_m[static_cast<int>(w.dtype)];
+  if (w.packed == nullptr || w.packed_layout != static_cast<int>(t.isa)) return t.gemv_max_m[static_cast<int>(w.dtype)];
+  return DTypeIsBlock(w.dtype) ? t.gemv_max_m_packed_block : t.gemv_max_m_packed;
 }
 
 void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, const float* x, int64_t m,
@@ -166,12 +166,29 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
     for (WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) ws.push_back(w);
   ws.push_back(model.lm_head);
   uint64_t total = 0;
+  // All or nothing for bf16 (one rule per model) within max_bytes; block-quantized
+  // matrices always (their packed copy replaces the file's layout), each whose type has
+  // a packed layout (the others keep the row-major GEMV).
+  std::vector<WeightTensor*> pack;
+  bool all_bf16 = true;
+  uint64_t bf16_bytes = 0;
   for (WeightTensor* w : ws) {
-    if (!w->present() || !cpu::CanPrepack(t, *w)) return 0;  // all or nothing: one rule per model
-    total += t.prepacked_bytes(*w);
+    const bool can = w->present() && cpu::CanPrepack(t, *w);
+    if (w->present() && DTypeIsBlock(w->dtype)) {
+      if (can) pack.push_back(w);
+    } else if (can) {
+      bf16_bytes += t.prepacked_bytes(*w);
+    } else {
+      all_bf16 = false;
+    }
   }
-  if (total > max_bytes) return 0;
-  for (WeightTensor* w : ws) model.own(cpu::PrepackWith(t, pool, w));
+  if (all_bf16 && bf16_bytes <= max_bytes)
+    for (WeightTensor* w : ws)
+      if (w->present() && !DTypeIsBlock(w->dtype)) pack.push_back(w);
+  for (WeightTensor* w : pack) {
+    total += t.prepacked_bytes(*w);
+    model.own(cpu::PrepackWith(t, pool, w));
+  }
   return total;
 }
 

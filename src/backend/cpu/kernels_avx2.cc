@@ -6,6 +6,7 @@
 
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qpack.h"
 
 #define ATTIC_UNROLL _Pragma("GCC unroll 32")  // see simd_avx512.h
 
@@ -242,12 +243,34 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
-  return UsesQuantDot(w.dtype) ? QuantizeX(x, m, w.cols(), scratch) : x;
+bool IsPrepackedQuant(const WeightTensor& w) {
+  return DTypeIsBlock(w.dtype) && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx2);
 }
-int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) ? -1 : 0; }
+
+bool CanPrepack(const WeightTensor& w) { return CanPrepackBf16(w) || CanPrepackQuant(w); }
+
+uint64_t PrepackedBytes(const WeightTensor& w) {
+  return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : PrepackedBf16Bytes(w);
+}
+
+void Prepack(ThreadPool& pool, const WeightTensor& w, void* out) {
+  if (DTypeIsBlock(w.dtype)) {
+    qpack::Pack(pool, w, out);
+  } else {
+    PrepackBf16(pool, w, out);
+  }
+}
+
+const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
+  return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? QuantizeX(x, m, w.cols(), scratch) : x;
+}
+int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? -1 : 0; }
 
 void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  if (IsPrepackedQuant(w)) {
+    GemvPackedQuant(x, m, w, bias, y, n0, n1);
+    return;
+  }
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
     case DType::kBF16: GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1); return;

@@ -18,6 +18,7 @@
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qpack.h"
 #include "backend/cpu/simd_avx512.h"
 
 namespace attic::backend::cpu::avx512 {
@@ -376,8 +377,10 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
 namespace {
 
 const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
+  if (IsPrepackedQuant(w)) return vnni::QuantizeX(x, m, w.cols(), scratch);
   if (w.dtype == DType::kQ8_0) return x;
-  if (UsesQuantDot(w.dtype)) return QuantizeX(x, m, w.cols(), scratch);
+  if (UsesQuantDot(w.dtype))
+    return GetCpuFeatures().avx512_vnni ? vnni::QuantizeX(x, m, w.cols(), scratch) : QuantizeX(x, m, w.cols(), scratch);
   const bool packed = IsPrepackedBf16(w);  // panels: x unshifted, in natural order
   const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
   if (w.dtype == DType::kBF16 && dot) {
@@ -392,6 +395,10 @@ const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, Align
 
 void GemvImpl(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
               int64_t n1, bool dot) {
+  if (IsPrepackedQuant(w)) {
+    vnni::GemvPackedQuant(x, m, w, bias, y, n0, n1);
+    return;
+  }
   switch (w.dtype) {
     case DType::kF32: GemvTyped<F32W>(x, m, w, bias, y, n0, n1); return;
     case DType::kBF16:
@@ -425,10 +432,29 @@ const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, Al
   return PrepareImpl(w, x, m, scratch, false);
 }
 
-// -1: block-quantized weights' x (8-bit blocks); -2: a prepacked weight's x (no shift,
-// natural order). Neither is shared with a row-major weight.
+// -1: block-quantized weights' x (8-bit blocks, QuantizeX; also a prepacked q8_0's);
+// -2: a prepacked bf16 weight's x (no shift, natural order). Neither is shared with a
+// row-major weight.
 int64_t GemvLayout(const WeightTensor& w) {
-  return UsesQuantDot(w.dtype) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
+  return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
+}
+
+bool IsPrepackedQuant(const WeightTensor& w) {
+  return DTypeIsBlock(w.dtype) && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx512);
+}
+
+bool CanPrepack(const WeightTensor& w) { return CanPrepackBf16(w) || vnni::CanPrepackQuant(w); }
+
+uint64_t PrepackedBytes(const WeightTensor& w) {
+  return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : PrepackedBf16Bytes(w);
+}
+
+void Prepack(ThreadPool& pool, const WeightTensor& w, void* out) {
+  if (DTypeIsBlock(w.dtype)) {
+    qpack::Pack(pool, w, out);
+  } else {
+    PrepackBf16(pool, w, out);
+  }
 }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }

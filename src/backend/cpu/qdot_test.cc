@@ -23,11 +23,13 @@
 #include <random>
 #include <vector>
 
+#include "attic/backend/cpu_features.h"
 #include "attic/backend/kernels.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/tensor/quants.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qpack.h"
 
 namespace attic::backend::cpu {
 namespace {
@@ -190,6 +192,109 @@ TEST(QuantDotTest, PublicLinearAndMultiMatchReference) {
     ExpectNear(x, b, {}, yb.data(), m, gemv, "LinearMulti q6_k m=" + std::to_string(m));
     ExpectNear(x, c, {}, yc.data(), m, gemv, "LinearMulti q4_k (2) m=" + std::to_string(m));
   }
+}
+
+// The tables that read packed block-quantized weights (qpack.h) on this CPU: AVX2, and
+// AVX-512 with AVX512-VNNI.
+std::vector<const KernelTable*> PackingTables() {
+  std::vector<const KernelTable*> out;
+  if (const KernelTable* t = KernelsFor(Isa::kAvx2)) out.push_back(t);
+  if (const KernelTable* t = KernelsFor(Isa::kAvx512); t != nullptr && GetCpuFeatures().avx512_vnni) out.push_back(t);
+  return out;
+}
+
+// Weights packed 16 rows at a time (qpack.cc): each table's GEMV over the packed copy,
+// whole and in slices, for m across the kernels' x-row groups of 4, against the float64
+// reference with the tolerance above (x quantized; the f32 rounding is that of at most
+// k/32 + 4 scale products and accumulations per lane, inside the 1e-5 S2 bound).
+TEST(QuantDotTest, PrepackedGemvMatchesFloat64Reference) {
+  const std::vector<const KernelTable*> tabs = PackingTables();
+  if (tabs.empty()) GTEST_SKIP() << "no table reads packed block-quantized weights on this CPU";
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const DType packed_types[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                                DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+  for (const KernelTable* tab : tabs) {
+    for (DType t : packed_types) {
+      if (tab->isa == Isa::kAvx2 && t == DType::kQ8_0) {  // its codes would saturate vpmaddubsw
+        QWeight q = MakeQWeight(rng, t, 16, 256);
+        EXPECT_FALSE(CanPrepack(*tab, q.w));
+        continue;
+      }
+      for (int64_t k : {int64_t{256}, int64_t{512}}) {
+        for (int64_t n : {int64_t{19}, int64_t{48}}) {
+          QWeight q = MakeQWeight(rng, t, n, k);
+          ASSERT_TRUE(CanPrepack(*tab, q.w)) << tab->name << " " << DTypeName(t);
+          std::shared_ptr<AlignedBuffer> buf = PrepackWith(*tab, pool, &q.w);
+          std::vector<float> bias(static_cast<size_t>(n));
+          for (float& b : bias) b = 0.25f;
+          for (int64_t m : {1, 3, 4, 5, 9}) {
+            std::vector<float> x = RandomX(rng, m, k);
+            AlignedBuffer scratch;
+            const float* xp = tab->gemv_prepare(q.w, x.data(), m, &scratch);
+            const std::string what = std::string(tab->name) + " " + DTypeName(t) + " k=" + std::to_string(k) +
+                                     " n=" + std::to_string(n) + " m=" + std::to_string(m);
+            std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+            tab->gemv(xp, m, q.w, bias.data(), y.data(), 0, n);
+            ExpectNear(x, q, bias, y.data(), m, true, "packed " + what);
+            // Two slices at a panel boundary write the same values, and only their columns.
+            std::vector<float> ys(static_cast<size_t>(m * n), 123.0f);
+            tab->gemv(xp, m, q.w, bias.data(), ys.data(), 16, n);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < 16; ++j) ASSERT_EQ(ys[i * n + j], 123.0f) << what;
+            tab->gemv(xp, m, q.w, bias.data(), ys.data(), 0, 16);
+            EXPECT_EQ(ys, y) << what;
+            // Through LinearWith (the GEMV path for every m on packed weights).
+            std::vector<float> yl(static_cast<size_t>(m * n));
+            LinearWith(*tab, pool, x.data(), m, q.w, bias.data(), yl.data());
+            ExpectNear(x, q, bias, yl.data(), m, true, "LinearWith " + what);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A Q4_K_M-like layer: packed q4_k and q6_k and an unpacked q5_k (a type without a
+// packed layout) sharing x through LinearMulti, at decode and prefill sizes.
+TEST(QuantDotTest, PrepackedAndRowMajorWeightsShareX) {
+  const std::vector<const KernelTable*> tabs = PackingTables();
+  if (tabs.empty()) GTEST_SKIP() << "no table reads packed block-quantized weights on this CPU";
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  for (const KernelTable* tab : tabs) {
+    QWeight a = MakeQWeight(rng, DType::kQ4_K, 96, 512);
+    QWeight b = MakeQWeight(rng, DType::kQ6_K, 40, 512);
+    QWeight c = MakeQWeight(rng, DType::kQ5_K, 33, 512);
+    ASSERT_FALSE(CanPrepack(*tab, c.w));
+    std::shared_ptr<AlignedBuffer> pa = PrepackWith(*tab, pool, &a.w), pb = PrepackWith(*tab, pool, &b.w);
+    for (int64_t m : {1, 4, 70}) {
+      std::vector<float> x = RandomX(rng, m, 512);
+      const bool c_gemv = m <= tab->gemv_max_m[static_cast<int>(DType::kQ5_K)];
+      std::vector<float> ya(static_cast<size_t>(m * 96)), yb(static_cast<size_t>(m * 40)),
+          yc(static_cast<size_t>(m * 33));
+      const LinearOutput outs[3] = {{&a.w, nullptr, ya.data()}, {&b.w, nullptr, yb.data()}, {&c.w, nullptr, yc.data()}};
+      LinearMultiWith(*tab, pool, x.data(), m, outs, 3);
+      const std::string at = std::string(tab->name) + " m=" + std::to_string(m);
+      ExpectNear(x, a, {}, ya.data(), m, true, "packed q4_k " + at);
+      ExpectNear(x, b, {}, yb.data(), m, true, "packed q6_k " + at);
+      ExpectNear(x, c, {}, yc.data(), m, c_gemv, "row-major q5_k " + at);
+    }
+  }
+}
+
+// The AVX-512 QuantizeX writes the same bytes as the portable one.
+TEST(QuantDotTest, VnniQuantizeXEqualsPortable) {
+  if (!GetCpuFeatures().avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  std::mt19937 rng(13);
+  const int64_t k = 256, m = 3;
+  std::vector<float> x = RandomX(rng, m, k);
+  for (int l = 64; l < 96; ++l) x[l] = 0.0f;
+  x[130] = 1e-30f;
+  AlignedBuffer s1, s2;
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(QuantizeX(x.data(), m, k, &s1));
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(vnni::QuantizeX(x.data(), m, k, &s2));
+  EXPECT_EQ(std::memcmp(a, b, static_cast<size_t>(m * QuantXRowBytes(k))), 0);
 }
 
 // x's quantization itself: codes within 1/2 step of x / dx, sums per 16 exact.
