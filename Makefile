@@ -33,7 +33,7 @@ ASAN_EXCLUDE ?= ^isa-|^docs_commands$$
 # prefetcher, streamer), the scheduler and the remote tier.
 TSAN_TESTS ?= ^(KvStore|[A-Za-z]*Tier|Bytes|Preload|[A-Za-z]*Attachment|KvEntry|EvictionPolicy|PrefetchPolicy|PrefixMatch|Scheduler|SparseScheduler|StoreIntegration|ClusterClient|RedisFaults)\.
 
-.PHONY: all deps build run test test-asan test-tsan fuzz bench clean
+.PHONY: all deps build anchor run test test-asan test-tsan fuzz bench clean
 
 all: build
 
@@ -51,7 +51,13 @@ build: deps
 run: build
 	$(BUILD)/attic serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(KV_SSD_DIR),--kv-ssd-dir $(KV_SSD_DIR))
 
-test: build
+# llama.cpp, the reference of the GGUF tests (greedy agreement, its quantizer's files):
+# the prebuilt library from npm and the harness of ../shared/tools/llamacpp-anchor, built
+# once in out/anchor. Without it those tests skip.
+anchor:
+	@SHARED=$(SHARED) scripts/setup-llamacpp.sh
+
+test: build anchor
 	cd $(BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS)
 ifneq ($(SANITIZE),0)
 	@$(MAKE) --no-print-directory test-asan test-tsan

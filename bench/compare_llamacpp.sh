@@ -6,7 +6,8 @@
 #
 # llama.cpp is the prebuilt library from the npm package node-llama-cpp, driven by the
 # llama-bench-like harness in ../shared/tools/llamacpp-anchor (copied to out/anchor and
-# built there on first use: needs node/npm and the npm registry). Models come from
+# built there on first use by scripts/setup-llamacpp.sh: needs node/npm and the npm
+# registry). Models come from
 #   build/attic make-model --config ../shared/models/smollm2-135m-instruct-tokenizer/config.json \
 #       --tokenizer ../shared/models/smollm2-135m-instruct-tokenizer --dtype bf16 --out-gguf out/models/smollm2-135m-bf16.gguf
 #   build/attic make-model --shape llama-1b --tokenizer ../shared/models/smollm2-135m-instruct-tokenizer \
@@ -23,11 +24,7 @@ shift $((OPTIND - 1))
 [ $# -ge 1 ] || { sed -n 2,15p "$0"; exit 2; }
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
 ANCHOR=out/anchor
-if [ ! -x $ANCHOR/out/cbench ]; then
-  echo "setting up the llama.cpp harness in $ANCHOR" >&2
-  rm -rf $ANCHOR && mkdir -p out && cp -r "$SHARED/tools/llamacpp-anchor" $ANCHOR && chmod -R u+w $ANCHOR
-  (cd $ANCHOR && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --ignore-scripts --no-audit --no-fund >&2 && ./build_cbench.sh >&2)
-fi
+SHARED=$SHARED scripts/setup-llamacpp.sh
 export LLAMA_BIN_DIR=$(pwd)/$ANCHOR/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
 [ -x build/attic ] || { echo "build attic first (make build)" >&2; exit 1; }
 OUT=out/bench/compare

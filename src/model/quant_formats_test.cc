@@ -3,7 +3,7 @@
 // the format definitions (tests/reference/gguf_dequant_ref.py, numpy).
 //
 // Needs llama.cpp's quantizer (the harness of ../shared/tools/llamacpp-anchor built into
-// out/anchor, as bench/compare_llamacpp.sh sets it up; ATTIC_LLAMACPP_ANCHOR overrides
+// out/anchor, as `make test` sets it up (scripts/setup-llamacpp.sh); ATTIC_LLAMACPP_ANCHOR overrides
 // the folder) and /usr/bin/python3 with numpy; skipped, saying why, without them.
 #include <gtest/gtest.h>
 

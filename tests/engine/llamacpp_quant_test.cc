@@ -8,7 +8,7 @@
 // two best logits are closer than that rounding may go either way: a divergence must be
 // such a near tie (the bound is derived at ExpectSameGreedyTokens).
 //
-// Needs the harness built in out/anchor (as bench/compare_llamacpp.sh sets it up;
+// Needs the harness built in out/anchor (`make test` builds it: scripts/setup-llamacpp.sh;
 // ATTIC_LLAMACPP_ANCHOR overrides the folder); skipped, saying why, without it.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
