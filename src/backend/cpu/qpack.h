@@ -5,11 +5,14 @@
 // (PrepackWeights) and its GEMV then reads only the packed copy, for every m.
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <cstdint>
 
 #include "attic/backend/thread_pool.h"
 #include "attic/tensor/buffer.h"
 #include "attic/tensor/weight_tensor.h"
+#include "backend/cpu/qdot.h"
 
 namespace attic::backend::cpu {
 
@@ -40,6 +43,26 @@ inline int64_t PanelBytes(const TypeInfo& ti, int64_t k) { return k / UnitElems(
 bool CanPack(const WeightTensor& w);
 uint64_t PackedBytes(const WeightTensor& w);
 void Pack(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
+
+// x row i of QuantizeX's layout (qdot.h): codes, scales per 32, sums per 16.
+struct XRow {
+  const int8_t* q;
+  const float* dx;
+  const int32_t* s;
+  XRow() = default;
+  XRow(const uint8_t* xb, int64_t i, int64_t k)
+      : q(reinterpret_cast<const int8_t*>(xb + i * QuantXRowBytes(k))),
+        dx(reinterpret_cast<const float*>(xb + i * QuantXRowBytes(k) + k)),
+        s(reinterpret_cast<const int32_t*>(xb + i * QuantXRowBytes(k) + k + 4 * (k / 32))) {}
+};
+
+// Software prefetch of a packed stream kPrefetchAhead bytes ahead of p, every cache line
+// of the `bytes` about to be read (one sequential stream per thread; with one prefetch a
+// block 1 KiB ahead, decode stayed well below the read roof: see the commit that set it).
+constexpr int64_t kPrefetchAhead = 4096;
+inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
+}
 
 }  // namespace qpack
 

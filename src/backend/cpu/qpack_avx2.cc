@@ -21,13 +21,8 @@ namespace attic::backend::cpu::avx2 {
 namespace {
 
 constexpr int64_t kP = kQuantPanelRows;
-
-// x row i of a QuantizeX layout: codes, scales per 32, sums per 16.
-struct XRow {
-  const int8_t* q;
-  const float* dx;
-  const int32_t* s;
-};
+using qpack::PrefetchAhead;
+using qpack::XRow;
 
 inline __m256i Bcast4(const int8_t* p) {
   int32_t v;
@@ -65,14 +60,6 @@ inline void Dots(const uint8_t* codes, int h, const XRow* x, int64_t b, __m256i 
       a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(p, ones));
     }
   }
-}
-
-// Software prefetch of the packed stream kPrefetchAhead bytes ahead, every cache line of
-// the `bytes` about to be read (qpack_vnni.cc measured it; the second half's pass reads
-// the panel from cache).
-constexpr int64_t kPrefetchAhead = 4096;
-inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
 }
 
 inline __m256 Half8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -190,13 +177,9 @@ void Rows(const WeightTensor& w, const uint8_t* xb, int64_t i0, const float* bia
           int64_t n1) {
   qpack::TypeInfo ti;
   ATTIC_CHECK(qpack::Info(w.dtype, &ti));
-  const int64_t k = w.cols(), n = w.rows(), rb = QuantXRowBytes(k), pb = qpack::PanelBytes(ti, k);
+  const int64_t k = w.cols(), n = w.rows(), pb = qpack::PanelBytes(ti, k);
   XRow x[MI];
-  for (int i = 0; i < MI; ++i) {
-    const uint8_t* r = xb + (i0 + i) * rb;
-    x[i] = {reinterpret_cast<const int8_t*>(r), reinterpret_cast<const float*>(r + k),
-            reinterpret_cast<const int32_t*>(r + k + 4 * (k / 32))};
-  }
+  for (int i = 0; i < MI; ++i) x[i] = XRow(xb, i0 + i, k);
   const uint8_t* packed = static_cast<const uint8_t*>(w.packed);
   for (int64_t r0 = n0; r0 < n1; r0 += kP) {
     for (int h = 0; h < 2; ++h) {

@@ -27,16 +27,11 @@ namespace {
 
 constexpr int64_t kP = kQuantPanelRows;
 using qpack::Fmt;
+using qpack::PrefetchAhead;
+using qpack::XRow;
 using qpack::TypeInfo;
 using qpack::Info;
 using qpack::PanelBytes;
-
-// x row i of a QuantizeX layout: codes, scales per 32, sums per 16.
-struct XRow {
-  const int8_t* q;
-  const float* dx;
-  const int32_t* s;
-};
 
 inline __m512i Bcast4(const int8_t* p) {
   int32_t v;
@@ -72,14 +67,6 @@ inline __m512i Dot(const __m512i (&code)[8], const int8_t* xq) {
     b = _mm512_dpbusd_epi32(b, code[c + 1], Bcast4(xq + 4 * c + 4));
   }
   return _mm512_add_epi32(a, b);
-}
-
-// Software prefetch of the packed stream kPrefetchAhead bytes ahead of p, every cache line
-// of the `bytes` about to be read (one sequential stream per thread; the hardware
-// prefetchers alone left decode well below the read roof).
-constexpr int64_t kPrefetchAhead = 4096;
-inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
 }
 
 inline __m512 Half16(const uint8_t* p) {
@@ -200,14 +187,10 @@ void Panel(const TypeInfo& ti, DType t, const uint8_t* panel, int64_t k, const X
 template <int MI>
 void Rows(const TypeInfo& ti, const WeightTensor& w, const uint8_t* xb, int64_t i0, const float* bias, float* y,
           int64_t n0, int64_t n1) {
-  const int64_t k = w.cols(), n = w.rows(), rb = QuantXRowBytes(k), pb = PanelBytes(ti, k);
+  const int64_t k = w.cols(), n = w.rows(), pb = PanelBytes(ti, k);
   XRow x[MI];
   ATTIC_UNROLL
-  for (int i = 0; i < MI; ++i) {
-    const uint8_t* r = xb + (i0 + i) * rb;
-    x[i] = {reinterpret_cast<const int8_t*>(r), reinterpret_cast<const float*>(r + k),
-            reinterpret_cast<const int32_t*>(r + k + 4 * (k / 32))};
-  }
+  for (int i = 0; i < MI; ++i) x[i] = XRow(xb, i0 + i, k);
   const uint8_t* packed = static_cast<const uint8_t*>(w.packed);
   for (int64_t r0 = n0; r0 < n1; r0 += kP) {
     __m512 acc[MI];
