@@ -176,10 +176,11 @@ StatusOr<std::vector<int32_t>> Engine::Tokenize(const std::string& text, bool ad
 }
 
 StatusOr<std::string> Engine::RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                         bool add_generation_prompt) const {
+                                         bool add_generation_prompt, const std::vector<std::string>& tools) const {
   if (!chat_kind_.ok()) return chat_kind_.status();
   tokenizer::ChatRenderOptions ro;
   ro.add_generation_prompt = add_generation_prompt;
+  ro.tools = tools;
   if (tokenizer_->bos_id() >= 0) ro.bos_token = tokenizer_->TokenText(tokenizer_->bos_id());
   if (tokenizer_->eos_id() >= 0) ro.eos_token = tokenizer_->TokenText(tokenizer_->eos_id());
   std::string tmpl = model_->chat_template().empty() ? tokenizer_->chat_template() : model_->chat_template();

@@ -18,6 +18,9 @@ GenerationStream::Step GenerationStream::Push(int32_t token) {
   text_ += decoder_.Push(token);
   const size_t cut = FindStopString(text_, stop_strings_, before);
   if (cut == std::string::npos) return Step::kContinue;
+  for (const std::string& s : stop_strings_) {
+    if (text_.compare(cut, s.size(), s) == 0 && s.size() > matched_stop_.size()) matched_stop_ = s;
+  }
   text_.resize(cut);
   return Step::kStopString;
 }

@@ -36,6 +36,8 @@ class GenerationStream {
   std::string TakeRest(bool flush);
   // The whole text so far (cut at a stop string).
   const std::string& text() const { return text_; }
+  // After kStopString: the stop string that matched.
+  const std::string& matched_stop() const { return matched_stop_; }
 
  private:
   tokenizer::StreamDecoder decoder_;
@@ -43,6 +45,7 @@ class GenerationStream {
   std::vector<std::string> stop_strings_;
   std::string text_;
   size_t emitted_ = 0;  // bytes of text_ already taken
+  std::string matched_stop_;
 };
 
 }  // namespace attic::engine

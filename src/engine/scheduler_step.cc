@@ -361,6 +361,7 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kFinish;
   ev.finish_reason = reason;
+  ev.stop_string = r.stream.matched_stop();
   ev.usage = r.usage();
   Report(r.TakeRecord(StatusCode::kOk, reason));
   // The turn's save is queued before the requester hears of the finish: a lookup it

@@ -381,6 +381,7 @@ std::vector<ByteSet> FirstBytes(const std::vector<Node>& nodes) {
           break;
         case Kind::kAnyOf:
         case Kind::kAny:
+        case Kind::kSwitch:
           for (int a : n.alternatives) b |= first[a];
           break;
       }
@@ -431,6 +432,13 @@ std::vector<int> MinBytes(const std::vector<Node>& nodes) {
         case Kind::kAny:
           for (int a : n.alternatives) v = std::min(v, m[a]);
           break;
+        case Kind::kSwitch:
+          // Before the literal that chooses it is written: the largest alternative. An
+          // overestimate keeps the budget rule safe (the choice only lowers it); the least
+          // would let a name be chosen whose arguments no longer fit.
+          v = 0;
+          for (int a : n.alternatives) v = std::max(v, m[a]);
+          break;
       }
       if (v < m[i]) {
         m[i] = v;
@@ -450,6 +458,9 @@ int HexValue(uint8_t c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
+
+// Checks a compiled grammar's alternatives and computes its first bytes and sizes.
+Status FinishGrammar(Grammar* g);
 
 }  // namespace
 
@@ -474,6 +485,79 @@ StatusOr<std::shared_ptr<const Grammar>> Grammar::FromOrderedJsonSchema(const nl
   g->root_ = *root;
   if (g->nodes_[g->root_].kind != Kind::kObject)
     return InvalidArgumentError("the root of a response_format JSON Schema must be {\"type\": \"object\", ...}");
+  ATTIC_RETURN_IF_ERROR(FinishGrammar(g.get()));
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+StatusOr<std::shared_ptr<const Grammar>> Grammar::ToolCalls(const std::vector<Function>& functions,
+                                                            const std::string& args_key, bool array) {
+  if (functions.empty()) return InvalidArgumentError("tool calls: no function to call");
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Grammar>> cache;  // bounded: cleared when full
+  ojson key_json = ojson::array({args_key, array});
+  for (const Function& f : functions) key_json.push_back(ojson::array({f.name, f.parameters}));
+  const std::string key = key_json.dump();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  // Each function's parameters compiled on its own root ($ref is relative to it) into
+  // one node list.
+  std::vector<Node> nodes;
+  Node names;
+  names.kind = Kind::kLiterals;
+  Node pick;
+  pick.kind = Kind::kSwitch;
+  int plain = -1;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    const std::string at = "functions[" + std::to_string(i) + "]: ";
+    const ojson& params = functions[i].parameters.is_null() ? ojson{{"type", "object"}, {"properties", ojson::object()}}
+                                                            : functions[i].parameters;
+    Compiler c(params);
+    c.nodes = std::move(nodes);
+    auto root = c.Compile(params, "#");
+    if (!root.ok()) return InvalidArgumentError(at + root.status().message());
+    plain = c.PlainString();
+    nodes = std::move(c.nodes);
+    int r = *root;
+    while (nodes[r].kind == Kind::kAnyOf && nodes[r].alternatives.size() == 1) r = nodes[r].alternatives[0];  // $ref
+    if (nodes[r].kind != Kind::kObject)
+      return InvalidArgumentError(at + "the parameters must be an object schema ({\"type\": \"object\", ...})");
+    names.literals.push_back(ojson(functions[i].name).dump());
+    pick.alternatives.push_back(*root);
+  }
+  nodes.push_back(names);
+  const int names_id = static_cast<int>(nodes.size()) - 1;
+  nodes.push_back(pick);
+  const int pick_id = static_cast<int>(nodes.size()) - 1;
+  Node call;
+  call.kind = Kind::kObject;
+  call.properties = {{"\"name\"", names_id, true}, {ojson(args_key).dump(), pick_id, true}};
+  nodes.push_back(call);
+  int root = static_cast<int>(nodes.size()) - 1;
+  if (array) {
+    Node list;
+    list.kind = Kind::kArray;
+    list.items = root;
+    list.min_items = 1;
+    nodes.push_back(list);
+    root = static_cast<int>(nodes.size()) - 1;
+  }
+  auto g = std::make_shared<Grammar>();
+  g->plain_string_ = plain;
+  g->nodes_ = std::move(nodes);
+  g->root_ = root;
+  ATTIC_RETURN_IF_ERROR(FinishGrammar(g.get()));
+  std::shared_ptr<const Grammar> out = std::move(g);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kMaxSharedGrammars) cache.clear();
+  cache.emplace(key, out);
+  return out;
+}
+
+namespace {
+
+Status FinishGrammar(Grammar* g) {
   // Alternatives must start differently (the matcher picks one by the first byte); enums
   // and literals that share first bytes merge into one list.
   const std::vector<ByteSet> first = FirstBytes(g->nodes_);
@@ -508,8 +592,10 @@ StatusOr<std::shared_ptr<const Grammar>> Grammar::FromOrderedJsonSchema(const nl
     if (n.kind == Kind::kArray && n.min_items > 0 && g->min_bytes_[n.items] >= INT_MAX / 2)
       return InvalidArgumentError("the JSON Schema has no finite instance (an array's items recurse forever)");
   }
-  return std::shared_ptr<const Grammar>(std::move(g));
+  return OkStatus();
 }
+
+}  // namespace
 
 std::shared_ptr<const Grammar> Grammar::AnyObject() {
   static const std::shared_ptr<const Grammar> any = *FromOrderedJsonSchema(ojson{{"type", "object"}});
@@ -538,13 +624,21 @@ Matcher::Matcher(const Grammar* g) : g_(g) { stack_.push_back(NewFrame(g_->root(
 namespace {
 
 // Object frames: a = next property index, b = 1 once a property was written, c = the
-// property being written, d = bytes of its key matched. Phases: 0 before '{', 1 after
+// property being written, d = bytes of its key matched, e = the index + 1 of the
+// literal written last as a property value (what a kSwitch value follows; 0 = none). Phases: 0 before '{', 1 after
 // '{' or a value, 2 after ',', 3 in a key, 4 before ':', 5 in a value.
 // The last property that may be written next: the first required one from `from`.
 int LastCandidate(const Node& n, int from) {
   for (int j = from; j < static_cast<int>(n.properties.size()); ++j)
     if (n.properties[j].required) return j;
   return static_cast<int>(n.properties.size()) - 1;
+}
+// A property's value node: a kSwitch resolved by the object's last literal (`written`:
+// its index + 1; 0 = none yet: the switch itself, sized as its largest alternative).
+int ValueNode(const Grammar& g, int value, int64_t written) {
+  const Node& v = g.node(value);
+  if (v.kind != Kind::kSwitch || written <= 0) return value;
+  return v.alternatives[std::min<int64_t>(written, static_cast<int64_t>(v.alternatives.size())) - 1];
 }
 bool RequiredFrom(const Node& n, int from) {
   for (int j = from; j < static_cast<int>(n.properties.size()); ++j)
@@ -592,7 +686,8 @@ Matcher::Step Matcher::StepFrame(Frame& f, uint8_t c, int* push) const {
   const Node& n = g_->node(f.node);
   switch (n.kind) {
     case Kind::kAnyOf:
-    case Kind::kAny: {
+    case Kind::kAny:
+    case Kind::kSwitch: {  // a switch is resolved by its object; alone, the first that fits
       for (int a : n.alternatives) {
         // The alternative whose value can start with c (they are disjoint).
         if (g_->first_bytes(a).test(c)) {
@@ -830,7 +925,7 @@ Matcher::Step Matcher::StepFrame(Frame& f, uint8_t c, int* push) const {
         case 4:
           if (c != ':') return Step::kReject;
           f.phase = 5;
-          *push = n.properties[f.c].value;
+          *push = ValueNode(*g_, n.properties[f.c].value, f.e);
           return Step::kConsumed;
       }
       return Step::kReject;
@@ -839,7 +934,17 @@ Matcher::Step Matcher::StepFrame(Frame& f, uint8_t c, int* push) const {
   return Step::kReject;
 }
 
-void Matcher::ChildDone() {
+int Matcher::LiteralWritten(const Frame& f) const {
+  const Node& n = g_->node(f.node);
+  if (n.kind != Kind::kLiterals) return -1;
+  if (n.literals[f.c].size() == static_cast<size_t>(f.a)) return f.c;
+  for (size_t j = 0; j < n.literals.size(); ++j)  // a pop on the next byte: the exact one
+    if (n.literals[j].size() == static_cast<size_t>(f.a) && n.literals[j].compare(0, f.a, n.literals[f.c], 0, f.a) == 0)
+      return static_cast<int>(j);
+  return -1;
+}
+
+void Matcher::ChildDone(int literal) {
   if (stack_.empty()) return;
   Frame& f = stack_.back();
   const Node& n = g_->node(f.node);
@@ -858,6 +963,7 @@ void Matcher::ChildDone() {
       f.a = f.c + 1;
       f.b = 1;
       f.phase = 1;
+      if (literal >= 0) f.e = literal + 1;
     }
   }
 }
@@ -873,14 +979,18 @@ bool Matcher::Feed(uint8_t byte) {
         return true;
       case Step::kReject:
         return false;
-      case Step::kPopConsumed:
+      case Step::kPopConsumed: {
+        const int literal = LiteralWritten(stack_.back());
         stack_.pop_back();
-        ChildDone();
+        ChildDone(literal);
         return true;
-      case Step::kPopRetry:
+      }
+      case Step::kPopRetry: {
+        const int literal = LiteralWritten(stack_.back());
         stack_.pop_back();
-        ChildDone();
+        ChildDone(literal);
         continue;
+      }
       case Step::kPushRetry:
         stack_.push_back(NewFrame(push));
         continue;
@@ -900,6 +1010,7 @@ int64_t Matcher::MinBytesLeft() const {
     switch (n.kind) {
       case Kind::kAnyOf:
       case Kind::kAny:
+      case Kind::kSwitch:
         v = g_->min_bytes(f.node);
         break;
       case Kind::kLiterals: {
@@ -957,7 +1068,7 @@ int64_t Matcher::MinBytesLeft() const {
           for (int j = from; j < static_cast<int>(n.properties.size()); ++j) {
             const auto& p = n.properties[j];
             if (!p.required) continue;
-            r = Add(r, Add(static_cast<int64_t>(p.key.size()) + 1 + (first ? 0 : 1), g_->min_bytes(p.value)));
+            r = Add(r, Add(static_cast<int64_t>(p.key.size()) + 1 + (first ? 0 : 1), g_->min_bytes(ValueNode(*g_, p.value, f.e))));
             first = false;
           }
           return r;
@@ -973,16 +1084,16 @@ int64_t Matcher::MinBytesLeft() const {
             } else {
               v = kInf;
               for (size_t j = f.a; j < props.size(); ++j)
-                v = std::min(v, Add(static_cast<int64_t>(props[j].key.size()) + 2, g_->min_bytes(props[j].value)));
+                v = std::min(v, Add(static_cast<int64_t>(props[j].key.size()) + 2, g_->min_bytes(ValueNode(*g_, props[j].value, f.e))));
             }
             break;
           }
           case 3:
-            v = Add(Add(static_cast<int64_t>(props[f.c].key.size()) - f.d + 1, g_->min_bytes(props[f.c].value)),
+            v = Add(Add(static_cast<int64_t>(props[f.c].key.size()) - f.d + 1, g_->min_bytes(ValueNode(*g_, props[f.c].value, f.e))),
                     Add(1, rest(f.c + 1, true)));
             break;
           case 4:
-            v = Add(Add(1, g_->min_bytes(props[f.c].value)), Add(1, rest(f.c + 1, true)));
+            v = Add(Add(1, g_->min_bytes(ValueNode(*g_, props[f.c].value, f.e))), Add(1, rest(f.c + 1, true)));
             break;
           case 5:
             v = Add(1, rest(f.c + 1, true));

@@ -154,5 +154,103 @@ TEST(JsonProcessor, RandomWalksEndInValidInstancesWithinTheBudget) {
   }
 }
 
+// Tool calls: the arguments follow the schema of the function the name chose.
+std::shared_ptr<const Grammar> Tools(bool array) {
+  std::vector<Grammar::Function> fns = {
+      {"get", ojson::parse(R"({"type":"object","properties":{"id":{"type":"integer","minimum":1}},"required":["id"]})")},
+      {"get_all", ojson::parse(R"({"type":"object","properties":{"q":{"type":"string","maxLength":3}},"required":["q"]})")},
+      {"now", ojson()},  // no parameters: {}
+  };
+  auto g = Grammar::ToolCalls(fns, "arguments", array);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  return g.ok() ? *g : nullptr;
+}
+
+TEST(ToolCallGrammar, ArgumentsFollowTheChosenFunction) {
+  auto g = Tools(false);
+  ASSERT_TRUE(g);
+  for (const char* ok : {R"({"name":"get","arguments":{"id":3}})", R"({"name":"get_all","arguments":{"q":"ab"}})",
+                         R"({"name":"now","arguments":{}})"})
+    EXPECT_TRUE(Matches(*g, ok)) << ok;
+  for (const char* bad : {
+           R"({"name":"get","arguments":{"q":"ab"}})",      // get_all's arguments under get
+           R"({"name":"get_all","arguments":{"id":3}})",    // and the other way round
+           R"({"name":"get","arguments":{"id":0}})",        // minimum
+           R"({"name":"get_all","arguments":{"q":"abcd"}})",  // maxLength
+           R"({"name":"now","arguments":{"x":1}})",         // no properties
+           R"({"name":"put","arguments":{}})",              // not a function
+           R"({"arguments":{},"name":"now"})",              // order
+           R"([{"name":"now","arguments":{}}])",            // not an array here
+       })
+    EXPECT_FALSE(Matches(*g, bad)) << bad;
+  auto list = Tools(true);
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(Matches(*list, R"([{"name":"get","arguments":{"id":1}},{"name":"get_all","arguments":{"q":""}}])"));
+  EXPECT_FALSE(Matches(*list, R"([])"));
+  EXPECT_FALSE(Matches(*list, R"({"name":"now","arguments":{}})"));
+  // The same functions share one grammar (and its masks).
+  EXPECT_EQ(Tools(true).get(), list.get());
+}
+
+TEST(ToolCallGrammar, BadParametersNameTheFunction) {
+  auto bad = Grammar::ToolCalls({{"a", ojson::parse(R"({"type":"object"})")},
+                                 {"b", ojson::parse(R"({"type":"object","properties":{"x":{"type":"string","pattern":"y"}}})")}},
+                                "arguments", false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("functions[1]: ", 0), 0u) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("'pattern'"), std::string::npos);
+  EXPECT_FALSE(Grammar::ToolCalls({{"a", ojson::parse(R"({"type":"string"})")}}, "arguments", false).ok());
+  EXPECT_FALSE(Grammar::ToolCalls({}, "arguments", false).ok());
+}
+
+// Random walks through stories260K's masks under a tool-call grammar: every walk ends in
+// a call of a declared function whose arguments meet that function's constraints.
+TEST(ToolCallGrammar, RandomWalksEndInValidCalls) {
+  auto tok = tokenizer::Tokenizer::FromDirectory(std::string(ATTIC_SHARED_DIR) + "/models/stories260K-hf");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  auto vocab = std::make_shared<Vocabulary>(**tok);
+  auto g = Tools(true);
+  ASSERT_TRUE(g);
+  std::mt19937_64 rng(7);
+  for (int walk = 0; walk < 40; ++walk) {
+    const int64_t budget = 40 + walk % 4 * 30;
+    JsonProcessor p(g, vocab, budget);
+    std::string text;
+    std::vector<float> logits(vocab->size());
+    for (int64_t steps = 0; !p.Complete(); ++steps) {
+      ASSERT_LT(steps, budget) << text;
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      p.Apply(logits.data(), vocab->size());
+      std::vector<int32_t> allowed;
+      for (int i = 0; i < vocab->size(); ++i)
+        if (logits[i] == 0.0f) allowed.push_back(i);
+      ASSERT_FALSE(allowed.empty()) << text;
+      const int32_t t = allowed[rng() % allowed.size()];
+      text += (*tok)->TokenBytes(t);
+      p.Accept(t);
+    }
+    SCOPED_TRACE(text);
+    const nlohmann::json calls = nlohmann::json::parse(text);
+    ASSERT_TRUE(calls.is_array());
+    ASSERT_GE(calls.size(), 1u);
+    for (const auto& c : calls) {
+      ASSERT_EQ(c.size(), 2u);
+      const std::string name = c.at("name");
+      const nlohmann::json& args = c.at("arguments");
+      if (name == "get") {
+        ASSERT_EQ(args.size(), 1u);
+        EXPECT_TRUE(args.at("id").is_number_integer());
+        EXPECT_GE(args.at("id").get<int64_t>(), 1);
+      } else if (name == "get_all") {
+        ASSERT_EQ(args.size(), 1u);
+        EXPECT_TRUE(args.at("q").is_string());
+      } else {
+        EXPECT_EQ(name, "now");
+        EXPECT_TRUE(args.is_object() && args.empty());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attic::grammar

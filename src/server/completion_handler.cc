@@ -55,7 +55,16 @@ struct StreamState {
   bool echo_waits_for_logprobs = false;
   std::unique_ptr<LogprobsJson> logprobs;  // null: not asked for
   SchedClock::time_point watchdog;
+  // Chat with tools (tool_choice not "none"): the reply is split into content and calls.
+  ToolSpec tools;
+  std::unique_ptr<ToolCallStream> tool_stream;
+  std::string call_id;  // calls are call_id + their index
 };
+
+// The calls' ids: one random base per reply, the call's index after it.
+void NameCalls(const std::string& base, std::vector<ToolCall>* calls) {
+  for (size_t i = 0; i < calls->size(); ++i) (*calls)[i].id = base + std::to_string(i);
+}
 
 }  // namespace
 
@@ -84,7 +93,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   std::string text;  // the prompt as text (chat: rendered by the template)
   if (r.kind == ApiKind::kChat) {
     // The engine's template family (`attic serve` loads it with the ChatML fallback).
-    ATTIC_ASSIGN_OR_RETURN(text, engine.RenderChat(r.messages));
+    ATTIC_ASSIGN_OR_RETURN(text, engine.RenderChat(r.messages, /*add_generation_prompt=*/true, r.tools.ToolJson()));
     if (text.size() > max_bytes) return too_long("your messages are far longer than that");
   } else if (r.prompt_is_ids) {
     ids = r.prompt_ids;
@@ -249,10 +258,21 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   g.logprobs = r.logprobs;
   // Echo with logprobs, or echo alone (max_tokens 0), computes the whole prompt's logits.
   g.prompt_logprobs = r.echo && (r.logprobs >= 0 || g.sampling.max_tokens == 0);
-  if (r.grammar) {
+  std::shared_ptr<const grammar::Grammar> grammar = r.grammar;
+  if (r.tools.forced()) {
+    // tool_choice "required" or a function: the reply is a call, decoded under its grammar.
+    auto g_tools = ToolCallGrammar(r.tools, *engine.chat_template_kind());
+    if (!g_tools.ok()) {
+      const bool keyword = g_tools.status().message().find("is not supported") != std::string::npos;
+      return SendError(res, InvalidParam("tools", g_tools.status().message(),
+                                         keyword ? "unsupported_parameter" : "invalid_value"));
+    }
+    grammar = *g_tools;
+  }
+  if (grammar) {
     // At most max_tokens, and what the context window leaves after the prompt.
     const int64_t budget = std::min<int64_t>(g.sampling.max_tokens, engine.context_length() - static_cast<int64_t>(g.prompt.size()));
-    g.processor = std::make_shared<grammar::JsonProcessor>(r.grammar, GrammarVocab(), budget);
+    g.processor = std::make_shared<grammar::JsonProcessor>(grammar, GrammarVocab(), budget);
   }
   std::string echo;
   if (r.echo) echo = r.prompt_is_ids ? engine.tokenizer().Decode(g.prompt) : r.prompt_text;
@@ -312,8 +332,13 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         for (auto* from : {&ev.prompt_logprobs, &ev.logprobs})
           entries.insert(entries.end(), std::make_move_iterator(from->begin()), std::make_move_iterator(from->end()));
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
-        res.set_content(CompletionBody(meta, text, ev.finish_reason, ev.usage,
-                                       logprobs ? logprobs->Of(entries).dump() : std::string()),
+        ToolOutput out{text, {}};
+        if (r.tools.active()) {
+          out = ParseToolOutput(text, *engine.chat_template_kind(), r.tools);
+          NameCalls(NewId("call_"), &out.calls);
+        }
+        res.set_content(CompletionBody(meta, out.content, out.calls.empty() ? ev.finish_reason : "tool_calls", ev.usage,
+                                       logprobs ? logprobs->Of(entries).dump() : std::string(), out.calls),
                         "application/json");
         return;
       } else {
@@ -330,6 +355,11 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   st->echo = std::move(echo);
   st->echo_waits_for_logprobs = logprobs != nullptr && g_prompt_logprobs;
   st->logprobs = std::move(logprobs);
+  if (r.tools.active()) {
+    st->tools = r.tools;
+    st->tool_stream = std::make_unique<ToolCallStream>(*engine.chat_template_kind(), &st->tools);
+    st->call_id = NewId("call_");
+  }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -369,14 +399,24 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
             out = ChunkEvent(st->meta, st->echo, "", st->include_usage, false,
                              st->logprobs->Of(ev.prompt_logprobs).dump());
           }
-          if (!ev.text.empty() || !ev.logprobs.empty()) {
-            out += ChunkEvent(st->meta, ev.text, "", st->include_usage, false,
+          // With tools, what may belong to a call is held back (ToolCallStream).
+          const std::string content = st->tool_stream ? st->tool_stream->Push(ev.text) : ev.text;
+          if (!content.empty() || !ev.logprobs.empty()) {
+            out += ChunkEvent(st->meta, content, "", st->include_usage, false,
                               st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string());
           }
           return out.empty() || sink.write(out.data(), out.size()) ? true : fail();
         }
         if (ev.kind == GenerationEvent::Kind::kFinish) {
-          out = ChunkEvent(st->meta, "", ev.finish_reason, st->include_usage);
+          std::string reason = ev.finish_reason;
+          if (st->tool_stream) {
+            ToolOutput rest = st->tool_stream->Finish();
+            if (!rest.content.empty()) out += ChunkEvent(st->meta, rest.content, "", st->include_usage);
+            NameCalls(st->call_id, &rest.calls);
+            out += ToolCallChunkEvents(st->meta, rest.calls, st->include_usage);
+            if (!rest.calls.empty()) reason = "tool_calls";
+          }
+          out += ChunkEvent(st->meta, "", reason, st->include_usage);
           if (st->include_usage) out += UsageEvent(st->meta, ev.usage);
           out += "data: [DONE]\n\n";
         } else {

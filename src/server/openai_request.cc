@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI completion requests and of /tokenize and /detokenize
 // requests. Every field is checked for type and range; unknown fields are ignored
-// (clients send many), unsupported features that would change the answer (tools,
-// logprobs, n > 1, ...) are a clear 400.
+// (clients send many), unsupported features that would change the answer (n > 1,
+// functions, ...) are a clear 400. The tool fields are read by tool_request.cc.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "attic/server/openai_api.h"
 #include "attic/tokenizer/tokenizer.h"
+#include "server/tool_request.h"
 
 namespace attic::server {
 
@@ -248,15 +249,13 @@ std::optional<ApiError> ReadMessages(const json& body, std::vector<tokenizer::Ch
     if (role == m.end() || !role->is_string()) return Invalid(p + ".role", "'" + p + ".role' must be a string");
     std::string rs = role->get<std::string>();
     if (rs == "developer") rs = "system";
-    if (rs != "system" && rs != "user" && rs != "assistant") {
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool") {
       return Invalid(p + ".role", "role '" + role->get<std::string>() +
-                                      "' is not supported (expected system, developer, user or assistant)");
-    }
-    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !(tc->is_array() && tc->empty())) {
-      return Unsupported(p + ".tool_calls", "tool calls");
+                                      "' is not supported (expected system, developer, user, assistant or tool)");
     }
     tokenizer::ChatMessage cm;
     cm.role = rs;
+    if (auto e = ReadMessageToolFields(m, i, rs, &cm)) return e;
     if (auto e = ReadContent(m, i, &cm.content, parts)) return e;
     messages->push_back(std::move(cm));
   }
@@ -541,9 +540,13 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (auto e = ReadLogprobs(kind, body, r)) return e;
   if (max_tokens && *max_tokens == 0 && !max_completion_tokens && !r->echo)
     return Invalid("max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo': the prompt's logprobs alone)");
-  if (auto e = RejectUnless(body, "tools", "tools")) return e;
-  if (auto e = RejectUnless(body, "functions", "functions")) return e;
-  if (auto e = RejectUnless(body, "tool_choice", "tool_choice", json("none"))) return e;
+  if (kind == ApiKind::kCompletion) {
+    if (auto e = RejectUnless(body, "tools", "tools (a chat field)")) return e;
+    if (auto e = RejectUnless(body, "tool_choice", "tool_choice (a chat field)", json("none"))) return e;
+    if (auto e = RejectUnless(body, "parallel_tool_calls", "parallel_tool_calls (a chat field)")) return e;
+  }
+  if (auto e = RejectUnless(body, "functions", "functions (deprecated: send 'tools')")) return e;
+  if (auto e = RejectUnless(body, "function_call", "function_call (deprecated: send 'tool_choice')", json("none"))) return e;
   if (auto e = RejectUnless(body, "suffix", "suffix", json(""))) return e;
   return std::nullopt;
 }
@@ -682,15 +685,36 @@ Result ParseWith(std::string_view body, Fields fields) {
 
 std::string PartMarker(size_t index) { return kPartMarkerOpen + std::to_string(index) + kPartMarkerClose; }
 
+std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::ordered_json* out) {
+  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth)
+    return Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  try {
+    *out = ojson::parse(body);
+  } catch (const std::exception& e) {
+    return Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
+  }
+  if (!out->is_object()) return Invalid("", "the request body must be a JSON object");
+  return std::nullopt;
+}
+
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
   ParseResult out = ParseWith<ParseResult>(body, [kind](const json& j, ApiRequest* r) { return ParseFields(kind, j, r); });
   out.request.kind = kind;
-  if (!out.error && body.find("response_format") != std::string_view::npos) {
+  const bool has_format = body.find("response_format") != std::string_view::npos;
+  const bool has_tools = kind == ApiKind::kChat && (body.find("tool") != std::string_view::npos ||
+                                                     body.find("parallel_tool_calls") != std::string_view::npos);
+  if (!out.error && (has_format || has_tools)) {
     try {  // parsed once already: valid JSON, no deeper than kMaxJsonDepth
-      out.error = ReadResponseFormat(ojson::parse(body), &out.request);
+      const ojson ordered = ojson::parse(body);  // the client's key order (schemas, tools)
+      if (has_format) out.error = ReadResponseFormat(ordered, &out.request);
+      if (!out.error && has_tools) out.error = ReadToolFields(ordered, &out.request.tools);
     } catch (const std::exception& e) {
-      out.error = Invalid("response_format", std::string("invalid response_format: ") + e.what());
+      out.error = Invalid("", std::string("invalid request: ") + e.what());
     }
+    if (!out.error && out.request.tools.forced() && out.request.grammar != nullptr)
+      out.error = Invalid("response_format", "'response_format' cannot be combined with a tool_choice that forces a "
+                                             "call (\"required\" or a function): the reply is the call",
+                          "unsupported_parameter");
   }
   return out;
 }

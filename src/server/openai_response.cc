@@ -84,15 +84,21 @@ ApiError ErrorFromStatus(const Status& s) {
 }
 
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                           const engine::TokenUsage& usage, const std::string& logprobs) {
+                           const engine::TokenUsage& usage, const std::string& logprobs,
+                           const std::vector<ToolCall>& tool_calls) {
   const json lp = logprobs.empty() ? json() : json::parse(logprobs);
   json j = Envelope(meta, false);
   json choice;
   if (meta.kind == ApiKind::kChat) {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
-              {"logprobs", lp},
-              {"finish_reason", finish_reason}};
+    json message = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+    if (!tool_calls.empty()) {
+      if (text.empty()) message["content"] = nullptr;
+      json calls = json::array();
+      for (const ToolCall& c : tool_calls)
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      message["tool_calls"] = std::move(calls);
+    }
+    choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", lp}, {"finish_reason", finish_reason}};
   } else {
     choice = {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish_reason}};
   }
@@ -121,6 +127,23 @@ std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const 
   j["choices"] = json::array({choice});
   if (include_usage) j["usage"] = nullptr;
   return "data: " + Dump(j) + "\n\n";
+}
+
+std::string ToolCallChunkEvents(const ResponseMeta& meta, const std::vector<ToolCall>& calls, bool include_usage) {
+  std::string out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json head = {{"index", i}, {"id", calls[i].id}, {"type", "function"},
+                       {"function", {{"name", calls[i].name}, {"arguments", ""}}}};
+    const json args = {{"index", i}, {"function", {{"arguments", calls[i].arguments}}}};
+    for (const json& delta : {head, args}) {
+      json j = Envelope(meta, true);
+      j["choices"] = json::array({json{{"index", 0}, {"delta", {{"tool_calls", json::array({delta})}}},
+                                       {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      if (include_usage) j["usage"] = nullptr;
+      out += "data: " + Dump(j) + "\n\n";
+    }
+  }
+  return out;
 }
 
 std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage) {

@@ -13,6 +13,7 @@
 #include "attic/core/hash.h"
 #include "attic/core/log.h"
 #include "attic/pic/shared_registry.h"
+#include "attic/server/anthropic_api.h"
 #include "attic/store/tier.h"
 #include "attic/core/thread_name.h"
 #include "server/access_log.h"
@@ -50,7 +51,7 @@ bool ConstantTimeEquals(const std::string& presented, const std::string& key) {
 
 // Metric label for a path: known routes only, so label values stay bounded.
 std::string EndpointLabel(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/sessions",
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models", "/v1/sessions",
                             "/v1/context_caches", "/health", "/metrics", "/tokenize", "/detokenize", "/v1/tokenize",
                             "/v1/detokenize"}) {
     if (path == known) return known;
@@ -272,12 +273,16 @@ std::optional<ApiError> Server::Impl::Authenticate(const httplib::Request& req, 
   ApiError e;
   e.http_status = 401;
   std::string auth = req.get_header_value("Authorization");
-  if (auth.size() < 7 || (auth.compare(0, 7, "Bearer ") != 0 && auth.compare(0, 7, "bearer ") != 0)) {
-    e.message = "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.";
+  std::string key;
+  if (auth.empty() && req.has_header("X-Api-Key")) {
+    key = req.get_header_value("X-Api-Key");  // Anthropic's clients send the key so
+  } else if (auth.size() < 7 || (auth.compare(0, 7, "Bearer ") != 0 && auth.compare(0, 7, "bearer ") != 0)) {
+    e.message = "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY' (or 'X-Api-Key: YOUR_KEY').";
     e.code = "invalid_api_key";
     return e;
+  } else {
+    key = auth.substr(7);
   }
-  std::string key = auth.substr(7);
   while (!key.empty() && key.front() == ' ') key.erase(0, 1);
   while (!key.empty() && key.back() == ' ') key.pop_back();
   const std::string* found = nullptr;
@@ -297,6 +302,12 @@ void Server::Impl::SendError(httplib::Response& res, const ApiError& error) cons
   res.status = error.http_status;
   if (error.http_status == 429 || error.http_status == 503) res.set_header("Retry-After", "1");
   res.set_content(ErrorJson(error), "application/json");
+}
+
+void Server::Impl::SendErrorFor(const httplib::Request& req, httplib::Response& res, const ApiError& error) const {
+  if (req.path != "/v1/messages") return SendError(res, error);
+  SendError(res, error);  // status and headers
+  res.set_content(AnthropicErrorJson(error), "application/json");
 }
 
 std::string Server::Impl::NewId(const char* prefix) {
@@ -335,14 +346,14 @@ void Server::Impl::SetupRoutes() {
         e.code = "request_too_large";
         res.set_header("Connection", "close");
         HttpTransport::CloseAfterResponse();
-        return SendError(res, e);
+        return SendErrorFor(req, res, e);
       }
       if (!ok) {
         ApiError e;
         e.message = "could not read the request body";
         res.set_header("Connection", "close");
         HttpTransport::CloseAfterResponse();
-        return SendError(res, e);
+        return SendErrorFor(req, res, e);
       }
       LogRequestBody(req, body);
       handler(req, body, res);
@@ -356,6 +367,10 @@ void Server::Impl::SetupRoutes() {
   SetupContextCacheRoutes(with_body);
   http.Post("/v1/chat/completions", completion(ApiKind::kChat));
   http.Post("/v1/completions", completion(ApiKind::kCompletion));
+  http.Post("/v1/messages",
+            with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+              HandleMessages(req, body, res);
+            }));
   // vLLM serves these at the root; the /v1 copies let clients whose base URL ends in /v1
   // (the openai client's) reach them too.
   for (const char* prefix : {"", "/v1"}) {
@@ -520,7 +535,7 @@ void Server::Impl::SetupRoutes() {
         e.message = "HTTP error " + std::to_string(res.status);
         if (res.status >= 500) e.type = "server_error";
     }
-    res.set_content(ErrorJson(e), "application/json");
+    res.set_content(req.path == "/v1/messages" ? AnthropicErrorJson(e) : ErrorJson(e), "application/json");
     return httplib::Server::HandlerResponse::Handled;
   }));
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {

@@ -1,5 +1,6 @@
 // Internal: the Server's state, shared by server.cc (setup, routes, auth, step loop),
-// completion_handler.cc (the two completion endpoints) and tokenize_handler.cc.
+// completion_handler.cc (the two completion endpoints), messages_handler.cc (the
+// Anthropic Messages API) and tokenize_handler.cc.
 #pragma once
 
 #include <atomic>
@@ -76,7 +77,11 @@ struct Server::Impl {
   // Tenant of the request, or a 401.
   std::optional<ApiError> Authenticate(const httplib::Request& req, std::string* tenant) const;
   void SendError(httplib::Response& res, const ApiError& error) const;
+  // SendError in the shape of the request's API (Anthropic's on /v1/messages).
+  void SendErrorFor(const httplib::Request& req, httplib::Response& res, const ApiError& error) const;
   void HandleCompletion(ApiKind kind, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // POST /v1/messages, the Anthropic Messages API (messages_handler.cc).
+  void HandleMessages(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // POST /tokenize and /detokenize (tokenize_handler.cc).
   void HandleTokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);

@@ -7,6 +7,8 @@
 //    into the first user turn inside <<SYS>> ... <</SYS>>.
 #include "attic/tokenizer/chat_template.h"
 
+#include "tokenizer/chat_tools.h"
+
 #include <string>
 #include <vector>
 
@@ -157,6 +159,7 @@ std::string DefaultSystemPrompt(const std::string& jinja_text) {
 
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                                  const ChatRenderOptions& opts) {
+  if (ChatUsesTools(messages, opts)) return RenderChatWithTools(kind, messages, opts);
   switch (kind) {
     case ChatTemplateKind::kChatML: return RenderChatML(messages, opts);
     case ChatTemplateKind::kLlama3: return RenderLlama3(messages, opts);

@@ -119,7 +119,7 @@ function buildCases() {
     logit_bias: [1, 'x', { 1: 5 }],
     logprobs: ['yes', -1, 21, {}],  // chat takes a boolean, completions 0..20: wrong for both
     top_logprobs: [21, 'x'],
-    tools: [[{ type: 'function', function: { name: 'f' } }]],
+    tools: [[{ type: 'function', function: { name: 'bad name' } }], 'x', [{ type: 'code' }], [{ type: 'function' }]],
     tool_choice: ['auto', { type: 'function' }],
     response_format: [{ type: 'xml' }, 'json', 5, { type: 'json_schema' }],
     best_of: [2],

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the serving integration tests (node's built-in test runner + the official `openai`
-# npm client) against `attic serve`. Installs the pinned packages from package-lock.json
+# Runs the serving integration tests (node's built-in test runner + the official `openai` and
+# `@anthropic-ai/sdk` npm clients) against `attic serve`. Installs the pinned packages from package-lock.json
 # when node_modules is missing or older than the lock file (a dependency added since). Usage: run.sh [test files...] (default: every *.test.mjs).
 # Environment: ATTIC_BINARY (default ../../build/attic), ATTIC_SHARED_DIR, ATTIC_TEST_TMP.
 set -euo pipefail

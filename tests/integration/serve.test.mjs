@@ -309,7 +309,7 @@ test('POST /tokenize and /detokenize: golden ids, round trip, chat count = usage
   await expectError('/tokenize', { prompt: 5 }, 400, 'prompt');
   await expectError('/tokenize', {}, 400, 'prompt');
   await expectError('/tokenize', { prompt: 'x', add_special_tokens: 'yes' }, 400, 'add_special_tokens');
-  await expectError('/tokenize', { messages: [{ role: 'tool', content: 'x' }] }, 400, 'messages[0].role');
+  await expectError('/tokenize', { messages: [{ role: 'robot', content: 'x' }] }, 400, 'messages[0].role');
   await expectError('/detokenize', { tokens: [1, 512] }, 400, 'tokens');
   await expectError('/detokenize', { tokens: [-1] }, 400, 'tokens');
   await expectError('/detokenize', { tokens: 'Zoo' }, 400, 'tokens');

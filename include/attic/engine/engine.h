@@ -85,8 +85,10 @@ class Engine {
   // Renders a conversation with the model's chat template (InvalidArgument naming
   // --chat-template when the model has none Attic recognises). Without
   // add_generation_prompt the text ends after the last message (no assistant header).
+  // `tools`: the request's tool definitions as JSON texts (ChatRenderOptions::tools).
   StatusOr<std::string> RenderChat(const std::vector<tokenizer::ChatMessage>& messages,
-                                   bool add_generation_prompt = true) const;
+                                   bool add_generation_prompt = true,
+                                   const std::vector<std::string>& tools = {}) const;
   // Token ids that end generation: EOS plus the chat family's end-of-turn tokens.
   const std::vector<int32_t>& stop_token_ids() const { return stop_ids_; }
   // The chat template family RenderChat uses (InvalidArgument naming --chat-template

@@ -160,6 +160,7 @@ struct GenerationEvent {
   Kind kind = Kind::kText;
   std::string text;           // kText: a piece of valid UTF-8 (never splits a code point)
   std::string finish_reason;  // kFinish: "stop" or "length"
+  std::string stop_string;    // kFinish "stop" at a stop string: which one ("" otherwise)
   TokenUsage usage;           // kFinish (kError: what was done before the error)
   Status status;              // kError
   // kText, with GenerationRequest::logprobs >= 0: the sampled tokens whose text this

@@ -60,11 +60,24 @@ class Grammar {
   static StatusOr<std::shared_ptr<const Grammar>> Shared(const nlohmann::ordered_json& schema);
   // Any JSON object (response_format json_object).
   static std::shared_ptr<const Grammar> AnyObject();
+  // Tool calls (tools with tool_choice "required" or a named function): a call is
+  // {"name":<one of the functions' names>,"<args_key>":<that function's parameters>},
+  // the arguments following the schema of the function the name chose; with `array`,
+  // [call,call,...] (at least one). Each `parameters` must be an object schema of the
+  // subset; an error names the function by its index ("functions[1]: ..."). Shared like
+  // Shared(): requests that send the same tools get the same Grammar.
+  struct Function {
+    std::string name;
+    nlohmann::ordered_json parameters;
+  };
+  static StatusOr<std::shared_ptr<const Grammar>> ToolCalls(const std::vector<Function>& functions,
+                                                            const std::string& args_key, bool array);
 
   struct Node;
   const Node& node(int id) const { return nodes_[id]; }
   int root() const { return root_; }
-  // The fewest bytes of a value of node `id` (cached per node).
+  // The fewest bytes of a value of node `id` (cached per node; a kSwitch: its largest
+  // alternative's, see MinBytes).
   int min_bytes(int id) const { return min_bytes_[id]; }
   // The bytes a value of node `id` may start with.
   const std::bitset<256>& first_bytes(int id) const { return first_[id]; }
@@ -93,7 +106,9 @@ class Grammar {
 };
 
 struct Grammar::Node {
-  enum class Kind { kObject, kArray, kString, kLiterals, kNumber, kAnyOf, kAny };
+  // kSwitch: the value of an object property chosen by the literal written last in the
+  // same object (alternatives[i] after literal i: a tool call's arguments by its name).
+  enum class Kind { kObject, kArray, kString, kLiterals, kNumber, kAnyOf, kAny, kSwitch };
   Kind kind = Kind::kAny;
   // kObject: properties in order, their keys as JSON text ("\"name\""), whether required.
   struct Property {
@@ -153,7 +168,10 @@ class Matcher {
  private:
   enum class Step { kConsumed, kReject, kPopRetry, kPushRetry, kPopConsumed, kReplaceRetry };
   Step StepFrame(Frame& f, uint8_t byte, int* push) const;
-  void ChildDone();
+  // `literal`: the index of the literal the finished child wrote (-1: not a literal).
+  void ChildDone(int literal);
+  // The literal a finished kLiterals frame wrote (-1 for other frames).
+  int LiteralWritten(const Frame& f) const;
   static Frame NewFrame(int node) { return Frame{node, 0, 0, 0, 0, 0, 0, 0}; }
 
   const Grammar* g_;

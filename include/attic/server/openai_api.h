@@ -9,6 +9,8 @@
 // Thread-safety: free functions, safe to call concurrently.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +21,7 @@
 #include "attic/engine/scheduler.h"
 #include "attic/grammar/json_grammar.h"
 #include "attic/pq/sparse.h"
+#include "attic/server/tool_calls.h"
 #include "attic/tokenizer/chat_template.h"
 
 namespace attic::server {
@@ -46,7 +49,7 @@ enum class ApiKind { kChat, kCompletion };
 struct ApiRequest {
   ApiKind kind = ApiKind::kChat;
   std::string model;
-  std::vector<tokenizer::ChatMessage> messages;  // kChat: system/user/assistant turns
+  std::vector<tokenizer::ChatMessage> messages;  // kChat: system/user/assistant/tool turns
   std::string prompt_text;                       // kCompletion, text prompt
   std::vector<int32_t> prompt_ids;               // kCompletion, prompt given as token ids
   bool prompt_is_ids = false;
@@ -67,6 +70,8 @@ struct ApiRequest {
   bool echo = false;                             // completions: the prompt before the completion
   // response_format json_object / json_schema: the grammar the output follows (null: text).
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Chat: tools, tool_choice, parallel_tool_calls (include/attic/server/tool_calls.h).
+  ToolSpec tools;
   int64_t session_ttl_s = -1;                    // extension: stored-KV lifetime (s); -1 = server default, 0 = forever
   // Context caches (paper 002; docs/serving.md "Context caches"): content parts
   // {"type":"context_cache","id":...} and text parts with Anthropic-style
@@ -102,6 +107,10 @@ struct ParseResult {
 };
 
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body);
+
+// Parses a request body that must be a JSON object no deeper than kMaxJsonDepth (keys in
+// the client's order); a 400 (invalid_json, invalid_value) otherwise. Never throws.
+std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::ordered_json* out);
 
 // The HTTP header that names a request's conversation, as a load balancer sees it
 // (docs/serving.md "Several servers behind nginx"): a client sets it once as a default
@@ -155,13 +164,18 @@ struct ResponseMeta {
 
 // Non-streaming response body. `logprobs`: the choice's logprobs object as JSON text
 // ("" = null).
+// With `tool_calls` (chat), the message carries them (content null when `text` is "").
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                           const engine::TokenUsage& usage, const std::string& logprobs = "");
+                           const engine::TokenUsage& usage, const std::string& logprobs = "",
+                           const std::vector<ToolCall>& tool_calls = {});
 // One SSE event ("data: {...}\n\n") of a streaming response. For chat, `role_chunk`
 // makes the opening {"role":"assistant","content":""} delta. finish_reason "" = null.
 // include_usage adds "usage":null, as OpenAI does on every chunk when usage is asked for.
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
                        bool include_usage, bool role_chunk = false, const std::string& logprobs = "");
+// The chunks of streamed tool calls, OpenAI's deltas: per call, one with its index, id,
+// type and name (arguments ""), then one with its arguments.
+std::string ToolCallChunkEvents(const ResponseMeta& meta, const std::vector<ToolCall>& calls, bool include_usage);
 // The closing usage chunk (choices []), sent when stream_options.include_usage.
 std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage);
 // "data: {"error":{...}}\n\n"

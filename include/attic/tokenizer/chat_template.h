@@ -12,9 +12,18 @@ namespace attic::tokenizer {
 
 enum class ChatTemplateKind { kChatML, kLlama3, kLlama2 };
 
+// A function call an assistant turn made (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text (an object as a rule)
+};
+
 struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant"
+  std::string role;     // "system", "user", "assistant" or "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant turns that called tools
+  std::string tool_call_id;              // "tool" turns: the call this is the result of
 };
 
 // "chatml", "llama3", "llama2" (also "mistral" -> llama2). InvalidArgument otherwise.
@@ -35,6 +44,15 @@ struct ChatRenderOptions {
   std::string eos_token = "</s>";
   // ChatML templates of SmolLM2 insert this system prompt when none is given ("" = none).
   std::string default_system_prompt;
+  // The request's tool definitions, each a JSON object's text as the client wrote it
+  // ({"type": "function", "function": {...}}, keys in the client's order). With tools, or
+  // with "tool" turns or tool calls in the messages, the family's tool format is rendered
+  // (chat_tools.cc): ChatML as Qwen2.5's Hermes-style template (<tools>, <tool_call>,
+  // <tool_response>), Llama-3 as Llama 3.1's (JSON calls, "ipython" results); Llama-2 has
+  // none (InvalidArgument).
+  std::vector<std::string> tools;
+  // Llama 3.1's "Today Date" line (its template's default).
+  std::string date_string = "26 Jul 2024";
 };
 
 // Renders messages exactly as the family's reference Jinja template does.
@@ -46,6 +64,14 @@ StatusOr<std::string> RenderChat(ChatTemplateKind kind, const std::vector<ChatMe
 // from the template text: SmolLM2's "You are a helpful AI assistant named SmolLM, ...",
 // Qwen2's "You are a helpful assistant.". "" if the template has no such default.
 std::string DefaultSystemPrompt(const std::string& jinja_text);
+
+// Whether rendering takes the family's tool format (tools given, or tool turns present).
+bool ChatUsesTools(const std::vector<ChatMessage>& messages, const ChatRenderOptions& opts);
+
+// Python's json.dumps(value, ensure_ascii=False[, indent]) of a JSON text, as chat
+// templates' `tojson` writes it: ", " and ": " separators, or `indent` spaces per level
+// with "," at line ends. InvalidArgument if `json_text` is not JSON.
+StatusOr<std::string> PythonJsonDumps(const std::string& json_text, int indent = -1);
 
 // Strings that end an assistant turn in this family (e.g. "<|im_end|>", "<|eot_id|>").
 std::vector<std::string> ChatStopTokens(ChatTemplateKind kind);

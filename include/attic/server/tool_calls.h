@@ -1,0 +1,94 @@
+// Tools (OpenAI's function calling) on the server: what a request asks for (`tools`,
+// `tool_choice`, `parallel_tool_calls`), the grammar that forces a valid call when the
+// request demands one, and the model's output read back into calls -- whole, or as a
+// stream of pieces.
+//
+// Each chat template family has its models' call format (tokenizer/chat_template.h says
+// how tools and results are rendered into the prompt):
+//   ChatML (Hermes / Qwen2.5)  <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+//                              blocks, possibly after some text; several per turn.
+//   Llama-3 (3.1 JSON calls)   the whole reply is {"name": ..., "parameters": {...}}
+//                              (optionally after <|python_tag|>); one call per turn.
+// With tool_choice "required" or a named function the reply is decoded under a grammar
+// (grammar::Grammar::ToolCalls): bare JSON, {"name":...,"arguments"|"parameters":{...}}
+// or, for "required" with parallel calls (ChatML), an array of them; the arguments
+// follow the chosen function's JSON Schema (the structured-outputs subset).
+//
+// Thread-safety: free functions and values; a ToolCallStream belongs to one request.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attic/core/status.h"
+#include "attic/grammar/json_grammar.h"
+#include "attic/tokenizer/chat_template.h"
+
+namespace attic::server {
+
+enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+
+// A request's tools, validated.
+struct ToolSpec {
+  struct Tool {
+    std::string name;         // ^[A-Za-z0-9_-]{1,64}$, unique in the request
+    std::string json;         // the tool object as the client wrote it (keys in order)
+    std::string parameters;   // its JSON Schema as JSON text ("" = none: no arguments)
+  };
+  std::vector<Tool> tools;
+  ToolChoice choice = ToolChoice::kNone;  // default: auto with tools, none without
+  std::string function;                   // kFunction: the function's name
+  bool parallel = true;                   // parallel_tool_calls
+
+  bool active() const { return !tools.empty() && choice != ToolChoice::kNone; }
+  bool forced() const { return choice == ToolChoice::kRequired || choice == ToolChoice::kFunction; }
+  std::vector<std::string> ToolJson() const;  // each tool's JSON text, in order
+};
+
+inline constexpr size_t kMaxTools = 128;
+
+// The grammar a forced call follows (tool_choice "required" or a named function):
+// InvalidArgument when a function's parameters are outside the supported JSON Schema
+// subset (the message names the function). Not forced: null.
+StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(const ToolSpec& spec, tokenizer::ChatTemplateKind kind);
+
+// A call read from the model's output.
+struct ToolCall {
+  std::string id;         // "call_..." (given by the caller)
+  std::string name;
+  std::string arguments;  // compact JSON text of an object
+};
+
+struct ToolOutput {
+  std::string content;          // the reply's text outside the calls
+  std::vector<ToolCall> calls;  // empty: a plain reply
+};
+
+// Reads a finished reply. `forced`: decoded under ToolCallGrammar (bare JSON). Calls of
+// functions the request did not declare, or whose JSON does not parse, stay text. Ids
+// are left empty.
+ToolOutput ParseToolOutput(const std::string& text, tokenizer::ChatTemplateKind kind, const ToolSpec& spec);
+
+// Splits a streamed reply: text that cannot belong to a call goes out as content at once;
+// from the first sign of a call (ChatML: "<tool_call>", held back while a piece could be
+// its start; Llama-3: a reply that opens with '{', '[' or <|python_tag|>; forced: all)
+// the rest is held and read at the end.
+class ToolCallStream {
+ public:
+  ToolCallStream(tokenizer::ChatTemplateKind kind, const ToolSpec* spec) : kind_(kind), spec_(spec) {}
+  // A piece of the reply; returns the content that may be sent now ("" = none).
+  std::string Push(const std::string& piece);
+  // The reply ended: the content not sent yet and the calls.
+  ToolOutput Finish();
+
+ private:
+  tokenizer::ChatTemplateKind kind_;
+  const ToolSpec* spec_;
+  std::string text_;     // the whole reply so far
+  size_t sent_ = 0;      // bytes of text_ sent as content
+  bool holding_ = false; // a call began: nothing more is sent before Finish
+  bool plain_ = false;   // Llama-3: the reply is text (it did not open with a call)
+};
+
+}  // namespace attic::server
