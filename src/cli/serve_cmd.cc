@@ -239,14 +239,18 @@ int RunServe(ServeFlags f) {
     }
     b.emplace_back("sparse_offload", f.sparse_offload);
     b.emplace_back("fixed_overhead", (48ull << 20) + (12ull << 20) * 8 * cpus);
+    auto mib = [](uint64_t bytes) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.1fM", static_cast<double>(bytes) / (1 << 20));
+      return std::string(buf);
+    };
     uint64_t sum = 0;
     std::string parts;
     for (const auto& [name, bytes] : b) {
       sum += bytes;
-      parts += (parts.empty() ? "" : " + ") + name + " " + FormatByteSize(bytes);
+      parts += (parts.empty() ? "" : " + ") + name + " " + mib(bytes);
     }
-    Log(LogLevel::kInfo, "memory budget %s = %s (metric attic_memory_budget_bytes)", FormatByteSize(sum).c_str(),
-        parts.c_str());
+    Log(LogLevel::kInfo, "memory budget %s = %s (metric attic_memory_budget_bytes)", mib(sum).c_str(), parts.c_str());
   }
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
