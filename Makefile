@@ -29,9 +29,12 @@ TSAN_BUILD ?= build-tsan
 ASAN_TARGETS ?= core_test backend_test tokenizer_test model_test attention_test kv_test store_test \
                 pq_test engine_test pic_test server_test eval_test cli_test bench_test redis_test attic attic_fuzzers
 ASAN_EXCLUDE ?= ^isa-|^docs_commands$$
-# Under TSan: the tests whose threads share KV buffers: the store (loader, writer,
-# prefetcher, streamer), the scheduler and the remote tier.
-TSAN_TESTS ?= ^(KvStore|[A-Za-z]*Tier|Bytes|Preload|[A-Za-z]*Attachment|KvEntry|EvictionPolicy|PrefetchPolicy|PrefixMatch|Scheduler|SparseScheduler|StoreIntegration|ClusterClient|RedisFaults)\.
+# Under TSan: the tests whose threads share KV buffers: every test of the store (loader,
+# writer, prefetcher, streamer; ctest label store) and of the remote tier (label redis),
+# and the engine's tests that run the scheduler (its step loop, the HTTP-facing queue,
+# the store behind it).
+TSAN_LABELS ?= ^(store|redis)$$
+TSAN_ENGINE_TESTS ?= ^(Scheduler|SparseScheduler|StoreIntegration|SparseResume|TruncationModes|Reuse|ResidentPolicy|LinkTest)\.
 
 .PHONY: all deps build anchor run test test-asan test-tsan fuzz bench clean
 
@@ -69,7 +72,8 @@ test-asan: deps
 
 test-tsan: deps
 	@JOBS=$(JOBS) scripts/sanitize-build.sh tsan $(TSAN_BUILD) store_test engine_test redis_test
-	cd $(TSAN_BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)'
+	cd $(TSAN_BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS) -L '$(TSAN_LABELS)'
+	cd $(TSAN_BUILD) && ATTIC_SHARED_DIR=$(SHARED) ctest --output-on-failure -j$(JOBS) -R '$(TSAN_ENGINE_TESTS)'
 
 fuzz: deps
 	@JOBS=$(JOBS) scripts/sanitize-build.sh asan $(ASAN_BUILD) attic_fuzzers

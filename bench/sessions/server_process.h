@@ -55,6 +55,10 @@ class ServerProcess {
   // "http://HOST:PORT" once started.
   const std::string& url() const { return url_; }
 
+  // The child's process id while it runs (-1 otherwise): its /proc entry is what a
+  // benchmark samples for memory.
+  pid_t pid() const { return pid_; }
+
  private:
   std::string label_, log_path_, url_;
   pid_t pid_ = -1;

@@ -80,5 +80,7 @@ void AddEvalLinkCommand(CLI::App* ev, RunFn* run);
 void AddBenchServeCommand(CLI::App& app, RunFn* run);
 // `bench sessions` (multi-turn CA vs RE over the server), likewise with its own RunFn.
 void AddBenchSessionsCommand(CLI::App& app, RunFn* run);
+// `bench soak` (bench_soak_cmd.cc): a stability run against a started server.
+void AddBenchSoakCommand(CLI::App& app, RunFn* run);
 
 }  // namespace attic::cli

@@ -206,6 +206,8 @@ int main(int argc, char** argv) {
   AddBenchServeCommand(app, &bench_serve_run);
   RunFn bench_sessions_run;
   AddBenchSessionsCommand(app, &bench_sessions_run);
+  RunFn bench_soak_run;
+  AddBenchSoakCommand(app, &bench_soak_run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -226,5 +228,6 @@ int main(int argc, char** argv) {
   }
   if (bench_serve_run) return bench_serve_run();
   if (bench_sessions_run) return bench_sessions_run();
+  if (bench_soak_run) return bench_soak_run();
   return run ? run() : kExitOk;
 }

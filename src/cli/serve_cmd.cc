@@ -218,6 +218,40 @@ int RunServe(ServeFlags f) {
       f.server.kv_store = !f.kv_ssd_dir.empty();
     }
   }
+  // The store's write buffer (saves queued for the writer thread, reserved with the DRAM
+  // tier) follows the DRAM tier: a quarter of it, 16M to 256M. A fixed 256M made a 64M
+  // tier a 320M server (the soak's footprint, docs/fuzzing.md).
+  if (f.server.kv_store) {
+    const uint64_t quarter = f.server.store.dram_bytes / 4;
+    f.server.store.write_buffer_bytes = std::clamp<uint64_t>(quarter, 16ull << 20, 256ull << 20);
+  }
+  // The memory budget: what the configuration bounds, plus a fixed overhead measured on
+  // the soak (docs/serving.md, "Memory budget"): 48M (code, main heap, thread stacks)
+  // and 12M for each malloc arena glibc may create (8 per core).
+  {
+    const auto& kv = e.kv_pool();
+    auto& b = f.server.memory_budget;
+    b.emplace_back("weights", e.model().weight_bytes());
+    b.emplace_back("kv_pool", static_cast<uint64_t>(kv.n_blocks()) * kv.shape().block_bytes());
+    if (f.server.kv_store) {
+      b.emplace_back("kv_dram_tier", f.server.store.dram_bytes);
+      b.emplace_back("kv_write_buffer", f.server.store.write_buffer_bytes);
+    }
+    b.emplace_back("sparse_offload", f.sparse_offload);
+    b.emplace_back("fixed_overhead", (48ull << 20) + (12ull << 20) * 8 * cpus);
+    auto mib = [](uint64_t bytes) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.1fM", static_cast<double>(bytes) / (1 << 20));
+      return std::string(buf);
+    };
+    uint64_t sum = 0;
+    std::string parts;
+    for (const auto& [name, bytes] : b) {
+      sum += bytes;
+      parts += (parts.empty() ? "" : " + ") + name + " " + mib(bytes);
+    }
+    Log(LogLevel::kInfo, "memory budget %s = %s (metric attic_memory_budget_bytes)", mib(sum).c_str(), parts.c_str());
+  }
   auto srv = server::Server::Create(e, f.server);
   if (!srv.ok()) return Fail(srv.status());
   // What the KV store found at start-up (restored entries, removed leftovers, other

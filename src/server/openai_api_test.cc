@@ -234,6 +234,22 @@ TEST(OpenAiRequest, HugeIntegersAreClampedNotWrapped) {
             "max_tokens");
 }
 
+// Found by the hostile HTTP run (tests/hostile/hostile_http.mjs): seeds beyond int64
+// were clamped, so 1e23 and 2^63 sampled alike, as seed 2^63 - 1.
+TEST(OpenAiRequest, SeedsOutsideInt64Are400NotClamped) {
+  const std::string m = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"seed":)";
+  for (const char* s : {"99999999999999999999999", "9223372036854775808", "18446744073709551615", "1e23",
+                        "-9223372036854775809", "-1e300"}) {
+    ApiError e = ChatError(m + s + "}");
+    EXPECT_EQ(e.http_status, 400) << s;
+    EXPECT_EQ(e.param, "seed") << s;
+  }
+  // The ends of int64 are seeds; so is -0.
+  EXPECT_EQ(Chat(m + "9223372036854775807}").seed.value(), 9223372036854775807ull);
+  EXPECT_EQ(Chat(m + "-9223372036854775808}").seed.value(), 9223372036854775808ull);
+  EXPECT_EQ(Chat(m + "-0}").seed.value(), 0u);
+}
+
 TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
   struct Case {

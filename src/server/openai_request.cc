@@ -88,6 +88,16 @@ std::optional<ApiError> ReadNumber(const json& obj, const char* name, double lo,
 
 // Integers: JSON integers, or floats with an integral value (1.0). Values beyond int64
 // are clamped to the int64 range (then validated against lo/hi).
+// A JSON number that no int64 holds: above 2^63 - 1 or below -2^63 (ReadInt clamps
+// those). An integer literal that fits is parsed as one, so a float of magnitude 2^63
+// (-9223372036854775809 rounds to -2^63 as a double) was out of range too.
+bool OutsideInt64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && (d >= 9223372036854775808.0 || d <= -9223372036854775808.0);
+}
+
 std::optional<ApiError> ReadInt(const json& obj, const char* name, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
   const json* v = Field(obj, name);
   if (v == nullptr) return std::nullopt;
@@ -509,6 +519,11 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (auto e = ReadInt(body, "top_k", -1, 1 << 30, &top_k)) return e;
   if (top_k) r->top_k = static_cast<int>(std::max<int64_t>(0, *top_k));
   if (auto e = ReadNumber(body, "min_p", 0.0, 1.0, &r->min_p)) return e;
+  // A seed outside int64 is refused, not clamped as max_tokens is: two different seeds
+  // must never become the same one (found by tests/hostile/hostile_http.mjs: 1e23 and
+  // 2^63 both sampled as seed 2^63 - 1).
+  if (const json* s = Field(body, "seed"); s != nullptr && OutsideInt64(*s))
+    return Invalid("seed", "'seed' must be an integer between -9223372036854775808 and 9223372036854775807");
   if (auto e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(), kBig, &seed)) return e;
   if (seed) r->seed = static_cast<uint64_t>(*seed);
   if (auto e = ReadInt(body, "n", std::numeric_limits<int64_t>::min(), kBig, &n)) return e;

@@ -415,6 +415,20 @@ void Server::Impl::SetupRoutes() {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::string text = metrics.Render(scheduler->Stats());
     if (store != nullptr) text += RenderStoreMetrics(store->Stats());
+    if (!options.memory_budget.empty()) {
+      uint64_t sum = 0;
+      std::string parts;
+      for (const auto& [name, bytes] : options.memory_budget) {
+        sum += bytes;
+        parts += "attic_memory_budget_part_bytes{part=\"" + name + "\"} " + std::to_string(bytes) + "\n";
+      }
+      text += "# HELP attic_memory_budget_bytes What the configuration lets the server hold: weights, KV pool, "
+              "store DRAM tier and write buffer, sparse-offload tier, fixed overhead.\n"
+              "# TYPE attic_memory_budget_bytes gauge\nattic_memory_budget_bytes " +
+              std::to_string(sum) +
+              "\n# HELP attic_memory_budget_part_bytes Each part of attic_memory_budget_bytes.\n"
+              "# TYPE attic_memory_budget_part_bytes gauge\n" + parts;
+    }
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
   // Stored conversations (tenant-scoped: a tenant sees only its own sessions).

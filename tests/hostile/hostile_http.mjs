@@ -79,22 +79,24 @@ function raw(port, bytes, { slowMs = 0, closeAfterMs = 0 } = {}) {
     const sock = net.connect(port, '127.0.0.1');
     let data = '';
     let settled = false;
-    const done = () => {
+    let why = '';
+    const done = (reason) => {
+      if (typeof reason === 'string' && !why) why = reason;
       if (settled) return;
       settled = true;
       sock.destroy();
       const m = data.match(/^HTTP\/1\.[01] (\d{3})/);
-      resolve({ status: m ? Number(m[1]) : 0, body: data.slice(data.indexOf('\r\n\r\n') + 4) });
+      resolve({ status: m ? Number(m[1]) : 0, body: data.slice(data.indexOf('\r\n\r\n') + 4), error: why || undefined });
     };
-    sock.setTimeout(30000, done);
+    sock.setTimeout(30000, () => done('client timeout (30 s without a byte)'));
     sock.on('data', (d) => {
       data += d.toString('latin1');
       const at = data.indexOf('\r\n\r\n');
       const len = at >= 0 && data.slice(0, at).match(/\r\ncontent-length: *(\d+)/i);
       if (len && data.length >= at + 4 + Number(len[1])) done();
     });
-    sock.on('close', done);
-    sock.on('error', done);
+    sock.on('close', () => done('closed by the server'));
+    sock.on('error', (e) => done(e.code || String(e)));
     sock.on('connect', async () => {
       if (slowMs > 0) {
         for (let i = 0; i < bytes.length && !settled; i += 7) {
@@ -109,6 +111,7 @@ function raw(port, bytes, { slowMs = 0, closeAfterMs = 0 } = {}) {
   });
 }
 
+const story = 'Once upon a time there was a little girl named Lily. She loved to play in the park with her red ball. ';
 const chat = (extra = {}) => ({ model, messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 4, ...extra });
 
 function nested(depth) {
@@ -150,8 +153,8 @@ function duplicateKeys() {
   ]);
 }
 
-const tally = { total: 0, by_kind: {}, status: {}, fivexx: [], bad_error_bodies: [], bad_success: [] };
-function record(kind, r, { expectOk = false } = {}) {
+const tally = { total: 0, by_kind: {}, status: {}, fivexx: [], bad_error_bodies: [], bad_success: [], unexpected_closes: [] };
+function record(kind, r, { expectOk = false, expect404 = false } = {}) {
   tally.total++;
   const k = (tally.by_kind[kind] ||= { n: 0, s2xx: 0, s4xx: 0, s5xx: 0, closed: 0 });
   k.n++;
@@ -171,8 +174,25 @@ function record(kind, r, { expectOk = false } = {}) {
     k.s2xx++;
   } else {
     k.closed++;
+    // Expected for the kinds that close first (abandoned clients, raw garbage the server
+    // cannot read as a request); listed for every other kind.
+    if (kind !== 'abandoned_client' && kind !== 'garbage' && tally.unexpected_closes.length < 30)
+      tally.unexpected_closes.push({ kind, error: r.error || 'closed without an answer', ms: r.ms });
   }
-  if (expectOk && r.status !== 200 && r.status !== 429 && tally.bad_success.length < 20)
+  // A 200 to a valid request must be the right object: a completion with its choice, or
+  // the deleted context cache.
+  let wellFormed = r.status === 429;
+  if (r.status === 200) {
+    try {
+      const j = JSON.parse(r.body);
+      wellFormed = (j.object === 'chat.completion' && typeof j.choices?.[0]?.message?.content === 'string') ||
+        (j.object === 'text_completion' && typeof j.choices?.[0]?.text === 'string') ||
+        (j.object === 'context_cache.deleted' && j.deleted === true);
+    } catch { wellFormed = false; }
+  }
+  if (expect404 && r.status !== 404 && tally.bad_success.length < 20)
+    tally.bad_success.push({ kind, status: r.status, body: (r.body || '').slice(0, 200), expected: 404 });
+  if (expectOk && !wellFormed && tally.bad_success.length < 20)
     tally.bad_success.push({ kind, status: r.status, body: (r.body || '').slice(0, 200) });
 }
 
@@ -246,7 +266,48 @@ async function main() {
     },
     wrong_path: () => send(port, { method: pick(['GET', 'PUT', 'DELETE', 'POST']), p: pick(['/v1/chat/completions/x', '/v1/models/../../etc/passwd', '/%ff%fe', '/v1/sessions/%ff', '/v1/context_caches/%00', '/' + 'a'.repeat(5000)]), headers: A }),
     no_auth: () => send(port, { headers: pick([{}, { authorization: 'Bearer wrong' }, { authorization: 'Basic x' }]), body: valid }),
-    valid: async () => ({ ...(await send(port, { headers: pick([A, B]), body: JSON.stringify(chat({ session_id: `s${Math.floor(rand() * 50)}`, sparse: rand() < 0.3 ? { method: 'pq', ratio: 0.5 } : undefined })) })), expectOk: true }),
+    valid: async () => ({ ...(await send(port, { headers: pick([A, B]), body: JSON.stringify(chat({ session_id: `s${Math.floor(rand() * 50)}`, session_ttl: pick([undefined, 1, 2, 3600]), sparse: rand() < 0.3 ? { method: 'pq', ratio: 0.5 } : undefined })) })), expectOk: true }),
+    // Sparse decoding that really runs (a context longer than min_tokens), on the
+    // compute buffer or offloaded below it.
+    valid_sparse: async () => {
+      const method = pick(['pq', 'streaming', 'oracle', 'h2o']);
+      const offload = (method === 'pq' || method === 'streaming') && rand() < 0.4 ? { offload: true } : {};
+      return { ...(await send(port, { headers: A, body: JSON.stringify(chat({ max_tokens: 8,
+        messages: [{ role: 'user', content: story.repeat(2) }],
+        sparse: { method, ratio: 0.3, min_tokens: 16, ...offload } })) })), expectOk: true };
+    },
+    // Tenant A linking its own context cache (a chat and a completion), and an implicit
+    // cache (cache_control).
+    valid_link: async () => ({ ...(await pick([
+      () => send(port, { headers: A, body: JSON.stringify({ model, max_tokens: 4, link: pick([undefined, { method: 'attnlink', k: 16 }, { method: 'naive' }]),
+        messages: [{ role: 'user', content: [{ type: 'context_cache', id: cacheId }, { type: 'text', text: 'What did the cat like?' }] }] }) }),
+      () => send(port, { p: '/v1/completions', headers: A, body: JSON.stringify({ model, max_tokens: 4, prompt: ['Story:', { type: 'context_cache', id: `${cacheId}-c0` }, 'The end.'] }) }),
+      () => send(port, { headers: A, body: JSON.stringify({ model, max_tokens: 4,
+        messages: [{ role: 'user', content: [{ type: 'text', text: story, cache_control: { type: 'ephemeral' } }, { type: 'text', text: 'Why?' }] }] }) }),
+    ])()), expectOk: true }),
+    // A context cache's whole life: created, linked, deleted (each step must succeed).
+    cache_lifecycle: async () => {
+      const c = await send(port, { p: '/v1/context_caches', headers: A,
+        body: JSON.stringify({ model, documents: [`${story} Number ${Math.floor(rand() * 1000)}.`], ttl: pick([60, 3600]) }) });
+      if (c.status !== 200) return { ...c, expectOk: true };
+      const id = JSON.parse(c.body).id;
+      const l = await send(port, { headers: A, body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'user', content: [{ type: 'context_cache', id }, { type: 'text', text: 'q?' }] }] }) });
+      if (l.status !== 200) return { ...l, expectOk: true };
+      return { ...(await send(port, { method: 'DELETE', p: `/v1/context_caches/${id}`, headers: A })), expectOk: true };
+    },
+    // A cache that expires: after its ttl, linking it and reading it are 404s.
+    cache_expiry: async () => {
+      const c = await send(port, { p: '/v1/context_caches', headers: A,
+        body: JSON.stringify({ model, documents: [`${story} Expiring ${Math.floor(rand() * 1000)}.`], ttl: 1 }) });
+      if (c.status !== 200) return { ...c, expectOk: true };
+      const { id, expires_at: expiresAt } = JSON.parse(c.body);
+      while (Date.now() / 1000 < expiresAt + 1.2) await new Promise((r) => setTimeout(r, 250));
+      const r = await pick([
+        () => send(port, { headers: A, body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'user', content: [{ type: 'context_cache', id }, { type: 'text', text: 'q?' }] }] }) }),
+        () => send(port, { method: 'GET', p: `/v1/context_caches/${id}`, headers: A }),
+      ])();
+      return { ...r, expect404: true };
+    },
   };
   const names = Object.keys(kinds);
   let next = 0;
@@ -256,8 +317,10 @@ async function main() {
       const i = next++;
       let kind = names[Math.floor(rand() * names.length)];
       if (kind === 'oversized' && rand() < 0.9) kind = 'valid';  // up to 40 MB each: a few suffice
+      const started = Date.now();
       const r = await kinds[kind]();
-      record(kind, r, { expectOk: r.expectOk });
+      r.ms = Date.now() - started;
+      record(kind, r, { expectOk: r.expectOk, expect404: r.expect404 });
       if (server && server.proc.exitCode !== null) throw new Error(`the server exited:\n${server.log().slice(-4000)}`);
     }
   }
@@ -270,7 +333,8 @@ async function main() {
   const maxRss = args['max-rss-mib'] ? Number(args['max-rss-mib']) : Infinity;
   const summary = { requests: tally.total, seconds: (Date.now() - t0) / 1000, status: tally.status,
     fivexx: tally.fivexx.length ? tally.fivexx : Object.values(tally.by_kind).reduce((a, k) => a + k.s5xx, 0),
-    bad_error_bodies: tally.bad_error_bodies, bad_success: tally.bad_success, peak_rss_mib: Math.round(peakRss),
+    bad_error_bodies: tally.bad_error_bodies, bad_success: tally.bad_success, unexpected_closes: tally.unexpected_closes,
+    peak_rss_mib: Math.round(peakRss),
     server_alive: alive, normal_request_after: normalAfter, by_kind: tally.by_kind };
   const fivexx = Object.values(tally.by_kind).reduce((a, k) => a + k.s5xx, 0);
   console.log('kind                   n   2xx   4xx   5xx  closed');

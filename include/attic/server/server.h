@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attic/core/status.h"
@@ -64,6 +65,11 @@ struct ServerOptions {
   // (--link-chunk-bos).
   pic::LinkOptions link;
   bool link_chunk_bos = true;
+  // The memory budget `attic serve` computed from its configuration (name, bytes): the
+  // weights, the KV pool, the store's DRAM tier and write buffer, the sparse-offload tier
+  // and a fixed overhead (docs/serving.md, "Memory budget"). /metrics reports the sum as
+  // attic_memory_budget_bytes and each part as attic_memory_budget_part_bytes{part}.
+  std::vector<std::pair<std::string, uint64_t>> memory_budget;
 };
 
 class Server {
