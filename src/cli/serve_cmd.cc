@@ -232,6 +232,9 @@ int RunServe(ServeFlags f) {
     const auto& kv = e.kv_pool();
     auto& b = f.server.memory_budget;
     b.emplace_back("weights", e.model().weight_bytes());
+    // The kernels' packed copies (bf16 panels within an eighth of RAM; block-quantized
+    // matrices always): resident beside the mapped file.
+    if (e.packed_weight_bytes() > 0) b.emplace_back("packed_weights", e.packed_weight_bytes());
     b.emplace_back("kv_pool", static_cast<uint64_t>(kv.n_blocks()) * kv.shape().block_bytes());
     if (f.server.kv_store) {
       b.emplace_back("kv_dram_tier", f.server.store.dram_bytes);

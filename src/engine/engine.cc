@@ -96,6 +96,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
                                   : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 8;
   const backend::ModelLinears linears = LinearsOf(*e->model_);
   const uint64_t packed = backend::PrepackWeights(linears, *e->threads_, static_cast<uint64_t>(prepack_max));
+  e->packed_weight_bytes_ = packed;
   if (packed > 0 && options.show_progress)
     std::fprintf(stderr, "attic: weight matrices packed for the CPU kernels (%.0f MiB)\n", packed / 1048576.0);
   // Block-quantized models keep the fixed table too (backend::CalibrationWorthTiming).

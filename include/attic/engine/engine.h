@@ -66,6 +66,9 @@ class Engine {
   static StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
 
   const model::Model& model() const { return *model_; }
+  // Bytes of the weights' packed copies for the CPU kernels (backend::PrepackWeights):
+  // resident memory beside model().weight_bytes().
+  uint64_t packed_weight_bytes() const { return packed_weight_bytes_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   Transformer& transformer() { return *transformer_; }
   kv::BlockPool& kv_pool() { return *kv_pool_; }
@@ -106,6 +109,7 @@ class Engine {
 
   EngineOptions options_;
   std::optional<backend::LinearCalibration> calibration_;
+  uint64_t packed_weight_bytes_ = 0;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<backend::ThreadPool> threads_;
