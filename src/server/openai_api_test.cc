@@ -234,6 +234,17 @@ TEST(OpenAiRequest, HugeIntegersAreClampedNotWrapped) {
             "max_tokens");
 }
 
+TEST(OpenAiRequest, NChoicesUpToTheDocumentedMax) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + "}").n, 1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":4})").n, 4);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":3.0})").n, 3);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":null})").n, 1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":16})").n, 16);
+  ApiError e = ChatError(R"({"model":"m",)" + msgs + R"(,"n":17})");
+  EXPECT_EQ(e.message, "'n' must be between 1 and 16");
+}
+
 TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
   struct Case {
@@ -254,7 +265,12 @@ TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
       {R"({"model":"m",)" + msgs + R"(,"max_tokens":"10"})", "max_tokens"},
       {R"({"model":"m",)" + msgs + R"(,"temperature":2.5})", "temperature"},
       {R"({"model":"m",)" + msgs + R"(,"top_p":-1})", "top_p"},
-      {R"({"model":"m",)" + msgs + R"(,"n":2})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":0})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":-3})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":17})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":2.5})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":"2"})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":true})", "n"},
       {R"({"model":"m",)" + msgs + R"(,"stop":[""]})", "stop"},
       {R"({"model":"m",)" + msgs + R"(,"stop":[1]})", "stop"},
       {R"({"model":"m",)" + msgs + R"(,"stream":"yes"})", "stream"},

@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI completion requests and of /tokenize and /detokenize
 // requests. Every field is checked for type and range; unknown fields are ignored
-// (clients send many), unsupported features that would change the answer (tools,
-// logprobs, n > 1, ...) are a clear 400.
+// (clients send many), unsupported features that would change the answer (tools, ...)
+// are a clear 400.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -512,8 +512,8 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
   if (auto e = ReadNumber(body, "min_p", 0.0, 1.0, &r->min_p)) return e;
   if (auto e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(), kBig, &seed)) return e;
   if (seed) r->seed = static_cast<uint64_t>(*seed);
-  if (auto e = ReadInt(body, "n", std::numeric_limits<int64_t>::min(), kBig, &n)) return e;
-  if (n && *n != 1) return Invalid("n", "only n = 1 is supported (one choice per request)", "unsupported_parameter");
+  if (auto e = ReadInt(body, "n", 1, engine::kMaxChoices, &n)) return e;
+  if (n) r->n = static_cast<int>(*n);
   if (auto e = ReadInt(body, "best_of", std::numeric_limits<int64_t>::min(), kBig, &best_of)) return e;
   if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
   if (auto e = ReadStop(body, &r->stop)) return e;
