@@ -29,6 +29,15 @@ int32_t Argmax(const float* x, int n) {
   return best;
 }
 
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  // SplitMix64 (Steele, Lea, Flood 2014): one step from seed + index * golden gamma.
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 // Cost: expected O(vocab), no sort (sorting a 49k vocabulary took ~3.9 ms per token, more

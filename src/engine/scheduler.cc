@@ -67,6 +67,21 @@ Scheduler::~Scheduler() = default;
 
 int Scheduler::BlocksFor(int n_slots) const { return (n_slots + block_size_ - 1) / block_size_; }
 
+int Scheduler::BlocksForChoices(int n_prompt, int max_slots, int n) const {
+  // The prompt's full blocks are shared; a partly filled last one is copied by each
+  // choice that writes into it (one copy is never needed: the last owner writes in
+  // place, counted anyway so that the reservation never runs short mid-generation).
+  const int shared = std::min(n_prompt, max_slots) / block_size_;
+  return shared + n * (BlocksFor(max_slots) - shared);
+}
+
+std::vector<int32_t> Scheduler::StopIds(const GenerationRequest& req) const {
+  std::vector<int32_t> stop_ids;
+  if (!req.ignore_eos) stop_ids = engine_.stop_token_ids();
+  stop_ids.insert(stop_ids.end(), req.sampling.stop_token_ids.begin(), req.sampling.stop_token_ids.end());
+  return stop_ids;
+}
+
 bool Scheduler::Offloads(const GenerationRequest& request) const {
   return HasSelector(request.sparse) && request.sparse->offload() && !request.prefill_only;
 }
@@ -123,6 +138,25 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   ATTIC_RETURN_IF_ERROR(request.sampling.Validate());
   if (request.sampling.max_tokens < (request.prompt_logprobs ? 0 : 1))
     return InvalidArgumentError("max_tokens must be >= 1");
+  if (request.n < 1 || request.n > kMaxChoices)
+    return InvalidArgumentError("n must be between 1 and " + std::to_string(kMaxChoices));
+  if (request.n > 1) {
+    if (request.n > options_.max_running)
+      return InvalidArgumentError("n = " + std::to_string(request.n) + " choices exceed the " +
+                                  std::to_string(options_.max_running) + " sequences this server runs at once");
+    if (request.processor != nullptr) return InvalidArgumentError("n > 1 is not supported with constrained decoding");
+    if (HasSelector(request.sparse)) return InvalidArgumentError("n > 1 is not supported with sparse decoding");
+    if (request.prefill_only || request.sampling.max_tokens == 0)
+      return InvalidArgumentError("n > 1 needs max_tokens >= 1");
+    const int64_t want = static_cast<int64_t>(std::min(n_prompt, limit)) + request.sampling.max_tokens - 1;
+    const int slots = static_cast<int>(std::min<int64_t>(want, max_slots));
+    const int blocks = BlocksForChoices(std::min(n_prompt, limit), slots, request.n);
+    if (blocks > pool_.n_blocks()) {
+      return OutOfRangeError(std::to_string(request.n) + " choices of up to " + std::to_string(slots) +
+                             " tokens each need " + std::to_string(blocks) + " KV blocks, more than the " +
+                             std::to_string(pool_.n_blocks()) + " the KV cache holds; lower n or max_tokens");
+    }
+  }
   if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
   if (request.prompt_logprobs && (request.link != nullptr || request.prefill_only))
     return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
@@ -234,14 +268,29 @@ int Scheduler::OutstandingReservation() const {
   int n = 0;
   for (const auto& r : running_) {
     if (r->done || !r->kv) continue;
+    // A shared partly filled last block (n choices' prompt) is still to be copied.
     const int held = r->offloaded ? r->kv->n_resident_blocks() + r->offload_cache_blocks
-                                  : static_cast<int>(r->kv->block_table().size());
+                                  : static_cast<int>(r->kv->block_table().size()) - r->kv->n_pending_copies();
     n += std::max(0, r->reserved_blocks - held);
   }
   return n;
 }
 
-int Scheduler::AvailableBlocks() const { return pool_.n_free() + resident_blocks_ - OutstandingReservation(); }
+int Scheduler::AvailableBlocks() const { return pool_.n_free() + ResidentBlocks() - OutstandingReservation(); }
+
+int Scheduler::RunningSequences() const {
+  int n = 0;
+  for (const auto& r : running_) n += r->forked ? 1 : r->req.n;  // a request's choices to come count
+  return n;
+}
+
+int Scheduler::ResidentBlocks() const {
+  // Residents share no block with each other (only choice 0 of n choices stays
+  // resident), so the blocks each alone holds add up to what evicting them all frees.
+  int n = 0;
+  for (const auto& res : resident_) n += res->kv->n_exclusive_blocks();
+  return n;
+}
 
 void Scheduler::EvictResident(const Resident* pinned) {
   std::vector<ResidentCandidate> candidates;
@@ -253,7 +302,6 @@ void Scheduler::EvictResident(const Resident* pinned) {
   }
   if (candidates.empty()) return;
   auto it = at[resident_policy_->PickVictim(candidates)];
-  resident_blocks_ -= static_cast<int>((*it)->kv->block_table().size());
   resident_.erase(it);  // ~SequenceKv frees the blocks
   ++evicted_;
 }
@@ -294,7 +342,9 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int64_t want = static_cast<int64_t>(n_prompt) + std::max(1, w.req.sampling.max_tokens) - 1;
   const bool offloaded = Offloads(w.req);
   const int max_slots = static_cast<int>(std::min<int64_t>(want, MaxSlots(w.req)));
-  const int need = offloaded ? OffloadBlocks(*w.req.sparse, max_slots) : BlocksFor(max_slots);
+  const int need = offloaded      ? OffloadBlocks(*w.req.sparse, max_slots)
+                   : w.req.n > 1 ? BlocksForChoices(n_prompt, max_slots, w.req.n)
+                                 : BlocksFor(max_slots);
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
   // so does an offloaded one (entering reused KV into an offloaded sequence is not built).
   // So does one that reports its prompt's logprobs (every prompt token's logits).
@@ -315,10 +365,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int64_t tier_bytes = offloaded ? pq::OffloadTierBytes(pool_.shape(), max_slots) : 0;
   if (offloaded && offload_tier_reserved_ + tier_bytes > options_.sparse_offload_bytes) return false;
 
-  std::vector<int32_t> stop_ids;
-  if (!w.req.ignore_eos) stop_ids = engine_.stop_token_ids();
-  stop_ids.insert(stop_ids.end(), w.req.sampling.stop_token_ids.begin(), w.req.sampling.stop_token_ids.end());
-  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, std::move(stop_ids));
+  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, StopIds(w.req));
   r->prompt = w.prompt;
   r->truncation = std::move(w.truncation);
   r->req.tenant = w.req.tenant;
@@ -344,7 +391,6 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     ATTIC_CHECK(it != resident_.end());
     Resident& res = **it;
     if (local.adopt) {
-      resident_blocks_ -= static_cast<int>(res.kv->block_table().size());
       r->kv = std::move(res.kv);
       r->turn = std::move(res.turn);
       if (res.pq_index) ImportPqIndex(*r, *res.pq_index, local.n_cached);
@@ -410,6 +456,49 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   return true;
 }
 
+void Scheduler::ForkChoices(std::vector<Running*>* rows, std::vector<const float*>* logits) {
+  const size_t n_rows = rows->size();
+  size_t n_new = 0;
+  for (size_t t = 0; t < n_rows; ++t) {
+    const Running& r = *(*rows)[t];
+    if (r.req.n > 1 && !r.forked) n_new += static_cast<size_t>(r.req.n - 1);
+  }
+  if (n_new == 0) return;
+  // Sampling uses a row as scratch: each new choice samples from its own copy.
+  fork_logits_.resize(n_new * static_cast<size_t>(vocab_));
+  float* copy = fork_logits_.data();
+  for (size_t t = 0; t < n_rows; ++t) {
+    Running& parent = *(*rows)[t];
+    if (parent.req.n <= 1 || parent.forked) continue;
+    parent.forked = true;
+    parent.reserved_blocks = BlocksFor(parent.max_slots);  // each choice's own share now
+    for (int i = 1; i < parent.req.n; ++i) {
+      GenerationRequest req = parent.req;
+      req.sampling.seed = ChoiceSeed(parent.req.sampling.seed, i);
+      auto c = std::make_unique<Running>(engine_.tokenizer(), req.sampling, StopIds(req));
+      c->id = parent.id;
+      c->choice = i;
+      c->forked = true;
+      c->req = std::move(req);
+      c->prompt = parent.prompt;
+      c->channel = parent.channel;
+      c->kv = parent.kv->Fork();
+      // No turn: only choice 0's is saved (one copy of the prompt's KV in the store).
+      c->truncation = parent.truncation;
+      c->max_slots = parent.max_slots;
+      c->reserved_blocks = BlocksFor(parent.max_slots);
+      c->n_cached = parent.n_cached;
+      c->queue_seconds = parent.queue_seconds;
+      std::copy_n((*logits)[t], vocab_, copy);
+      rows->push_back(c.get());
+      logits->push_back(copy);
+      copy += vocab_;
+      running_.push_back(std::move(c));
+    }
+  }
+  n_running_.store(static_cast<int>(running_.size()));
+}
+
 void Scheduler::Admit(SchedClock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -434,7 +523,7 @@ void Scheduler::Admit(SchedClock::time_point now) {
     }
     ++it;
   }
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+  while (!waiting_.empty() && RunningSequences() + waiting_.front()->req.n <= options_.max_running) {
     // A conversation's next turn whose previous turn is still being saved reads that
     // turn's KV from the write buffer. A lookup that cannot (no session id: a prefix
     // search; truncation) and would wait for a queued save waits in the queue (first
@@ -473,8 +562,9 @@ void Scheduler::Retire(Running& r) {
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
   const bool unsaved_link = r.link != nullptr && r.turn != nullptr && !r.turn->valid();
-  // An offloaded sequence's released blocks are gone: it cannot stay resident.
-  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded) {
+  // An offloaded sequence's released blocks are gone: it cannot stay resident. Of n
+  // choices only choice 0 stays (saved, and resident): residents never share blocks.
+  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded || r.choice > 0) {
     if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));
     r.kv.reset();
     return;
@@ -486,7 +576,6 @@ void Scheduler::Retire(Running& r) {
   res->pq_index = std::move(pq_index);
   res->kv = std::move(r.kv);
   res->turn = std::move(r.turn);
-  resident_blocks_ += static_cast<int>(res->kv->block_table().size());
   res->last_used = ++resident_clock_;
   resident_.push_back(std::move(res));
   while (static_cast<int>(resident_.size()) > options_.max_resident) EvictResident(nullptr);
@@ -510,7 +599,8 @@ void Scheduler::PublishStats() {
   stats_.kv_blocks_total = pool_.n_blocks();
   stats_.kv_blocks_free = pool_.n_free();
   stats_.kv_blocks_used = pool_.n_used();
-  stats_.kv_blocks_resident = resident_blocks_;
+  stats_.kv_blocks_resident = ResidentBlocks();
+  stats_.prompt_tokens_computed = prompt_tokens_computed_;
   stats_.resident_sequences = static_cast<int>(resident_.size());
   stats_.steps = steps_;
   stats_.evicted_sequences = evicted_;

@@ -6,9 +6,17 @@ namespace attic::engine {
 void ResultChannel::Push(GenerationEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (event.kind == GenerationEvent::Kind::kText && events_.size() >= capacity_ && !events_.empty() &&
-        events_.back().kind == GenerationEvent::Kind::kText) {
-      GenerationEvent& back = events_.back();
+    // The last pending text event of the same choice takes the text.
+    auto back_it = events_.rend();
+    if (event.kind == GenerationEvent::Kind::kText && events_.size() >= capacity_) {
+      for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+        if (it->index != event.index) continue;
+        if (it->kind == GenerationEvent::Kind::kText) back_it = it;
+        break;
+      }
+    }
+    if (back_it != events_.rend()) {
+      GenerationEvent& back = *back_it;
       back.text += event.text;
       back.logprobs.insert(back.logprobs.end(), std::make_move_iterator(event.logprobs.begin()),
                            std::make_move_iterator(event.logprobs.end()));

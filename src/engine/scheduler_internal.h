@@ -49,6 +49,10 @@ struct Scheduler::Running {
       : sampler(params), stream(tok, std::move(stop_ids), params.stop_strings) {}
 
   uint64_t id = 0;
+  // The choice (req.n > 1): choice 0 prefills the prompt and, once it is in, the others
+  // fork from it (Scheduler::ForkChoices). They share id, channel and prompt.
+  int choice = 0;
+  bool forked = false;  // choice 0 of n > 1: the others exist
   GenerationRequest req;
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
@@ -108,6 +112,7 @@ struct Scheduler::Running {
   RequestRecord TakeRecord(StatusCode code, std::string finish_reason = "") {
     RequestRecord rec;
     rec.id = id;
+    rec.index = choice;
     rec.usage = usage();
     rec.finish_reason = std::move(finish_reason);
     rec.code = code;
@@ -117,10 +122,12 @@ struct Scheduler::Running {
     return rec;
   }
 
+  // The prompt counts in choice 0's usage only (TokenUsage).
   TokenUsage usage() const {
     TokenUsage u;
-    u.prompt_tokens = static_cast<int>(prompt->size());
     u.completion_tokens = n_generated;
+    if (choice > 0) return u;
+    u.prompt_tokens = static_cast<int>(prompt->size());
     u.recomputed_tokens = link ? link->recomputed() : 0;
     u.cached_tokens = n_cached - u.recomputed_tokens;
     return u;

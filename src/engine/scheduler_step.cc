@@ -72,9 +72,10 @@ class StepHooks : public kv::LayerHooks {
   const size_t kv_dim_;
 };
 
-GenerationEvent TextEvent(std::string text, std::vector<TokenLogprob>* logprobs) {
+GenerationEvent TextEvent(int index, std::string text, std::vector<TokenLogprob>* logprobs) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kText;
+  ev.index = index;
   ev.text = std::move(text);
   ev.logprobs = std::move(*logprobs);
   logprobs->clear();
@@ -162,7 +163,7 @@ int Scheduler::Step() {
   int grow = 0;
   for (const auto& e : batch) {
     const int appended = e.slots.empty() ? static_cast<int>(e.tokens.size()) : 0;  // linking: in place
-    grow += BlocksFor(e.seq->n_slots() + appended) - static_cast<int>(e.seq->block_table().size());
+    grow += e.seq->BlocksToAppend(appended);  // with the copy of a shared last block
   }
   EnsureFree(grow, nullptr);
   // Each entry's layer hooks (StepHooks): with a KV store its new slots' pre-RoPE K and
@@ -204,6 +205,7 @@ int Scheduler::Step() {
   }
   tf.Finish(&logits_);
   ++steps_;
+  prompt_tokens_computed_ += static_cast<uint64_t>(prefill_rows);
   // Where each entry's logits rows start (Transformer::Finish's layout), before a failed
   // load below clears want_logits.
   std::vector<size_t>& first_row = first_row_;
@@ -289,13 +291,16 @@ int Scheduler::Step() {
   }
   std::vector<Running*>& pickers = sample_rows_;
   std::vector<const float*>& rows_of = sample_logits_;
-  rows_of.resize(batch.size());
+  rows_of.clear();
   pickers.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!batch[i].want_logits) continue;
     pickers.push_back(owners[i]);
-    rows_of[pickers.size() - 1] = logits_.data() + (first_row[i + 1] - 1) * static_cast<size_t>(vocab_);
+    rows_of.push_back(logits_.data() + (first_row[i + 1] - 1) * static_cast<size_t>(vocab_));
   }
+  // A request of n choices whose prompt is now in forks: its choices sample their first
+  // tokens from the same row.
+  ForkChoices(&pickers, &rows_of);
   sampled_.resize(pickers.size());
   engine_.threads().ParallelFor(static_cast<int64_t>(pickers.size()), [&](int64_t t, int) {
     Running& r = *pickers[t];
@@ -346,7 +351,7 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
     return;
   }
   if (std::string piece = r.stream.TakeReady(); !piece.empty())
-    r.channel->Push(TextEvent(std::move(piece), &r.pending_logprobs));
+    r.channel->Push(TextEvent(r.choice, std::move(piece), &r.pending_logprobs));
   if (r.n_generated >= r.req.sampling.max_tokens || r.kv->n_slots() >= r.max_slots) {
     Finish(r, "length");
     return;
@@ -357,9 +362,10 @@ void Scheduler::OnToken(Running& r, int32_t token, SchedClock::time_point now) {
 
 void Scheduler::Finish(Running& r, const std::string& reason) {
   if (std::string rest = r.stream.TakeRest(/*flush=*/reason == "length"); !rest.empty() || !r.pending_logprobs.empty())
-    r.channel->Push(TextEvent(std::move(rest), &r.pending_logprobs));
+    r.channel->Push(TextEvent(r.choice, std::move(rest), &r.pending_logprobs));
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kFinish;
+  ev.index = r.choice;
   ev.finish_reason = reason;
   ev.stop_string = r.stream.matched_stop();
   ev.usage = r.usage();
@@ -374,6 +380,7 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
 void Scheduler::Fail(Running& r, const Status& status) {
   GenerationEvent ev;
   ev.kind = GenerationEvent::Kind::kError;
+  ev.index = r.choice;
   ev.status = status;
   ev.usage = r.usage();
   r.channel->Push(std::move(ev));

@@ -44,6 +44,7 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   }
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  refs_.assign(n_blocks, 0);
 }
 
 int BlockPool::BlocksForBudget(const KvShape& shape, int64_t budget_bytes) {
@@ -58,23 +59,56 @@ StatusOr<int32_t> BlockPool::Allocate() {
   }
   int32_t b = free_.back();
   free_.pop_back();
+  refs_[b] = 1;
   return b;
 }
 
+void BlockPool::Share(int32_t block) {
+  ATTIC_CHECK(block >= 0 && block < n_blocks_ && refs_[block] >= 1);
+  ++refs_[block];
+}
+
 void BlockPool::Free(int32_t block) {
-  ATTIC_CHECK(block >= 0 && block < n_blocks_);
-  free_.push_back(block);
+  ATTIC_CHECK(block >= 0 && block < n_blocks_ && refs_[block] >= 1);
+  if (--refs_[block] == 0) free_.push_back(block);
+}
+
+void BlockPool::CopyBlock(int32_t dst, int32_t src) {
+  const size_t bytes = static_cast<size_t>(shape_.block_layer_bytes());
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    std::memcpy(k_block_bytes(l, dst), k_block_bytes(l, src), bytes);
+    std::memcpy(v_block_bytes(l, dst), v_block_bytes(l, src), bytes);
+  }
+}
+
+int SequenceKv::n_pending_copies() const {
+  const int bs = pool_->shape().block_size;
+  return n_slots() % bs != 0 && !blocks_.empty() && blocks_.back() != kNoBlock && pool_->refs(blocks_.back()) > 1
+             ? 1
+             : 0;
+}
+
+int SequenceKv::BlocksToAppend(int n) const {
+  if (n <= 0) return 0;
+  const int bs = pool_->shape().block_size;
+  return (n_slots() + n + bs - 1) / bs - static_cast<int>(blocks_.size()) + n_pending_copies();
 }
 
 Status SequenceKv::Append(const int32_t* tokens, const int32_t* positions, int n) {
-  const int bs = pool_->shape().block_size;
-  int need_slots = n_slots() + n;
-  int need_blocks = (need_slots + bs - 1) / bs - static_cast<int>(blocks_.size());
+  const int need_blocks = BlocksToAppend(n);
   if (need_blocks > pool_->n_free()) {
     return ResourceExhaustedError("KV cache is full: need " + std::to_string(need_blocks) + " more blocks, " +
                                   std::to_string(pool_->n_free()) + " free");
   }
-  for (int i = 0; i < need_blocks; ++i) blocks_.push_back(*pool_->Allocate());
+  const int copies = n > 0 ? n_pending_copies() : 0;
+  if (copies > 0) {
+    // Copy-on-write: the slots after the shared rows go into a private copy of the block.
+    const int32_t copy = *pool_->Allocate();
+    pool_->CopyBlock(copy, blocks_.back());
+    pool_->Free(blocks_.back());
+    blocks_.back() = copy;
+  }
+  for (int i = copies; i < need_blocks; ++i) blocks_.push_back(*pool_->Allocate());
   tokens_.insert(tokens_.end(), tokens, tokens + n);
   positions_.insert(positions_.end(), positions, positions + n);
   return OkStatus();
@@ -82,6 +116,8 @@ Status SequenceKv::Append(const int32_t* tokens, const int32_t* positions, int n
 
 void SequenceKv::SetSlot(int slot, int32_t token, int32_t position) {
   ATTIC_CHECK(slot >= 0 && slot < n_slots());
+  const int32_t block = blocks_[slot / pool_->shape().block_size];
+  ATTIC_CHECK(block == kNoBlock || pool_->refs(block) == 1);  // never rewrite a shared block
   tokens_[slot] = token;
   positions_[slot] = position;
 }
@@ -103,6 +139,21 @@ void SequenceKv::ReleaseBlock(int index) {
   if (blocks_[index] == kNoBlock) return;
   pool_->Free(blocks_[index]);
   blocks_[index] = kNoBlock;
+}
+
+std::unique_ptr<SequenceKv> SequenceKv::Fork() const {
+  auto fork = std::make_unique<SequenceKv>(pool_);
+  for (int32_t b : blocks_)
+    if (b != kNoBlock) pool_->Share(b);
+  fork->blocks_ = blocks_;
+  fork->tokens_ = tokens_;
+  fork->positions_ = positions_;
+  return fork;
+}
+
+int SequenceKv::n_exclusive_blocks() const {
+  return static_cast<int>(
+      std::count_if(blocks_.begin(), blocks_.end(), [&](int32_t b) { return b != kNoBlock && pool_->refs(b) == 1; }));
 }
 
 int SequenceKv::n_resident_blocks() const {

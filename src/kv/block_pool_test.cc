@@ -128,5 +128,129 @@ TEST(SequenceKv, ReleasedBlocksReturnToThePoolAndTheSlotsStay) {
   EXPECT_EQ(pool.n_free(), 4);
 }
 
+
+// The value K element i of `slot` in `layer` gets from WriteTagged (V: its negation).
+float Tag(float tag, int layer, int slot, int i) { return tag + 1000 * layer + 10 * slot + 0.01f * i; }
+
+// Fills slots [first, first + n) of every layer with values that name (layer, slot, i),
+// so that a read shows whose rows a block holds.
+void WriteTagged(SequenceKv& seq, int first, int n, float tag) {
+  const int kvd = Shape().kv_dim();
+  std::vector<float> k(n * kvd), v(n * kvd);
+  for (int l = 0; l < Shape().n_layers; ++l) {
+    for (int s = 0; s < n; ++s)
+      for (int i = 0; i < kvd; ++i) {
+        k[s * kvd + i] = Tag(tag, l, first + s, i);
+        v[s * kvd + i] = -k[s * kvd + i];
+      }
+    seq.WriteKv(l, first, n, k.data(), v.data());
+  }
+}
+
+float ReadK(const SequenceKv& seq, int layer, int slot, int i) {
+  const int kvd = Shape().kv_dim();
+  std::vector<float> k(kvd), v(kvd);
+  seq.ReadKv(layer, slot, 1, k.data(), v.data());
+  return k[i];
+}
+
+TEST(SequenceKv, ForkSharesBlocksAndCountsThemOnce) {
+  BlockPool pool(Shape(), 8);
+  SequenceKv a(&pool);
+  std::vector<int32_t> t(6), p(6);
+  for (int i = 0; i < 6; ++i) t[i] = 100 + i, p[i] = i;
+  ASSERT_TRUE(a.Append(t.data(), p.data(), 6).ok());  // block_size 4: a full block and a half-full one
+  WriteTagged(a, 0, 6, 0);
+  ASSERT_EQ(pool.n_used(), 2);
+  std::unique_ptr<SequenceKv> b = a.Fork();
+  std::unique_ptr<SequenceKv> c = a.Fork();
+  // Same slots, same blocks; the pool still has 2 blocks in use (a shared block counts once).
+  EXPECT_EQ(b->tokens(), a.tokens());
+  EXPECT_EQ(b->positions(), a.positions());
+  EXPECT_EQ(b->block_table(), a.block_table());
+  EXPECT_EQ(pool.n_used(), 2);
+  EXPECT_EQ(pool.n_free(), 6);
+  EXPECT_EQ(pool.refs(a.block_table()[0]), 3);
+  EXPECT_EQ(a.n_exclusive_blocks(), 0);
+  EXPECT_EQ(ReadK(*c, 1, 5, 2), Tag(0, 1, 5, 2));
+  // Releasing owners frees a shared block only with the last one.
+  c->Release();
+  b->Release();
+  EXPECT_EQ(pool.n_used(), 2);
+  EXPECT_EQ(a.n_exclusive_blocks(), 2);
+  EXPECT_EQ(ReadK(a, 0, 4, 1), Tag(0, 0, 4, 1));
+  a.Release();
+  EXPECT_EQ(pool.n_free(), 8);
+}
+
+TEST(SequenceKv, AppendCopiesASharedPartialBlockBeforeWritingIntoIt) {
+  BlockPool pool(Shape(), 8);
+  SequenceKv a(&pool);
+  std::vector<int32_t> t(6), p(6);
+  for (int i = 0; i < 6; ++i) t[i] = 100 + i, p[i] = i;
+  ASSERT_TRUE(a.Append(t.data(), p.data(), 6).ok());
+  WriteTagged(a, 0, 6, 0);
+  std::unique_ptr<SequenceKv> b = a.Fork();
+  const int32_t full = a.block_table()[0], tail = a.block_table()[1];
+  EXPECT_EQ(a.n_pending_copies(), 1);
+  EXPECT_EQ(b->BlocksToAppend(1), 1);  // the copy, no new block
+  EXPECT_EQ(b->BlocksToAppend(3), 2);  // the copy and one more block
+  // b writes slot 6: its tail becomes a private copy holding slots 4, 5 as they were.
+  int32_t t6 = 7, p6 = 6;
+  ASSERT_TRUE(b->Append(&t6, &p6, 1).ok());
+  WriteTagged(*b, 6, 1, 500);
+  EXPECT_EQ(b->block_table()[0], full);
+  EXPECT_NE(b->block_table()[1], tail);
+  EXPECT_EQ(pool.n_used(), 3);
+  EXPECT_EQ(pool.refs(full), 2);
+  EXPECT_EQ(pool.refs(tail), 1);
+  EXPECT_EQ(a.n_pending_copies(), 0);  // a is the tail's last owner: it writes in place
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(ReadK(*b, l, 5, 3), Tag(0, l, 5, 3));
+    EXPECT_EQ(ReadK(*b, l, 4, 0), Tag(0, l, 4, 0));
+    EXPECT_EQ(ReadK(*b, l, 6, 0), Tag(500, l, 6, 0));
+  }
+  // a writes its own slot 6 in its (now unshared) tail, in place: b's rows are untouched.
+  ASSERT_TRUE(a.Append(&t6, &p6, 1).ok());
+  WriteTagged(a, 6, 1, 900);
+  EXPECT_EQ(a.block_table()[1], tail);
+  EXPECT_EQ(pool.n_used(), 3);
+  EXPECT_EQ(ReadK(a, 1, 6, 0), Tag(900, 1, 6, 0));
+  EXPECT_EQ(ReadK(*b, 1, 6, 0), Tag(500, 1, 6, 0));
+  // A fork of a sequence whose last block is full shares everything and copies nothing.
+  SequenceKv d(&pool);
+  ASSERT_TRUE(d.Append(t.data(), p.data(), 4).ok());
+  std::unique_ptr<SequenceKv> e = d.Fork();
+  EXPECT_EQ(e->n_pending_copies(), 0);
+  EXPECT_EQ(e->BlocksToAppend(1), 1);
+  const int used = pool.n_used();
+  ASSERT_TRUE(e->Append(&t6, &p6, 1).ok());
+  EXPECT_EQ(pool.n_used(), used + 1);
+  EXPECT_EQ(e->block_table()[0], d.block_table()[0]);
+}
+
+TEST(SequenceKv, CopyOnWriteIsAllOrNothingWhenFull) {
+  BlockPool pool(Shape(), 2);
+  SequenceKv a(&pool);
+  std::vector<int32_t> t(6, 1), p(6, 0);
+  ASSERT_TRUE(a.Append(t.data(), p.data(), 6).ok());
+  std::unique_ptr<SequenceKv> b = a.Fork();
+  // No free block for the copy: nothing changes.
+  EXPECT_EQ(b->Append(t.data(), p.data(), 1).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(b->n_slots(), 6);
+  EXPECT_EQ(b->block_table(), a.block_table());
+  EXPECT_EQ(pool.refs(a.block_table()[1]), 2);
+  // Truncating one owner back into a shared block keeps the block for the other.
+  b->Truncate(2);
+  EXPECT_EQ(b->block_table().size(), 1u);
+  EXPECT_EQ(pool.refs(a.block_table()[1]), 1);
+  EXPECT_EQ(pool.n_free(), 0);
+  a.Release();
+  EXPECT_EQ(pool.n_free(), 1);
+  EXPECT_EQ(b->n_exclusive_blocks(), 1);
+  b->Release();
+  EXPECT_EQ(pool.n_free(), 2);
+}
+
 }  // namespace
 }  // namespace attic::kv

@@ -30,6 +30,15 @@ int64_t UnixNow() {
 
 ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
 
+// A request of n choices: the sum of its choices' usages (the prompt counts in choice
+// 0's only: engine::TokenUsage).
+void AddUsage(engine::TokenUsage* sum, const engine::TokenUsage& u) {
+  sum->prompt_tokens += u.prompt_tokens;
+  sum->completion_tokens += u.completion_tokens;
+  sum->cached_tokens += u.cached_tokens;
+  sum->recomputed_tokens += u.recomputed_tokens;
+}
+
 // Access log: time to the first output of the request (its first text, or its finish),
 // then its usage when it finishes. Runs on the thread that handles the request.
 void NoteEvent(const GenerationEvent& ev) {
@@ -38,8 +47,9 @@ void NoteEvent(const GenerationEvent& ev) {
     note.ttft_ms = std::chrono::duration<double, std::milli>(SchedClock::now() - HttpTransport::RequestStart()).count();
   }
   if (ev.kind == GenerationEvent::Kind::kFinish) {
+    if (!note.has_usage) note.usage = engine::TokenUsage{};
     note.has_usage = true;
-    note.usage = ev.usage;
+    AddUsage(&note.usage, ev.usage);
   }
 }
 
@@ -49,6 +59,9 @@ struct StreamState {
   ResponseMeta meta;
   bool include_usage = false;
   bool started = false;
+  int n = 1;              // choices; the stream ends once each has finished
+  int finished = 0;
+  engine::TokenUsage usage;  // summed over the finished choices
   // Completions with echo: the prompt's text, sent first (with its logprobs when they
   // are asked for: once they arrive).
   std::string echo;
@@ -256,6 +269,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;
   g.logprobs = r.logprobs;
+  g.n = r.n;
   // Echo with logprobs, or echo alone (max_tokens 0), computes the whole prompt's logits.
   g.prompt_logprobs = r.echo && (r.logprobs >= 0 || g.sampling.max_tokens == 0);
   std::shared_ptr<const grammar::Grammar> grammar = r.grammar;
@@ -287,6 +301,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     if (e.message.rfind("link", 0) == 0) e.param = "link";
     if (e.message.rfind("sparse", 0) == 0) e.param = "sparse";
     if (e.message.rfind("prompt logprobs", 0) == 0) e.param = "echo";
+    if (e.message.rfind("n ", 0) == 0) e.param = "n";
     return SendError(res, e);
   }
   metrics.CountLink(prompt->prep, prompt->link != nullptr);
@@ -307,8 +322,13 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   if (r.logprobs >= 0) logprobs = std::make_unique<LogprobsJson>(engine.tokenizer(), kind);
   if (!r.stream) {
     std::shared_ptr<engine::ResultChannel> ch = *channel;
-    std::string text = echo;
-    std::vector<engine::TokenLogprob> entries;
+    // Choice i's text, logprobs entries and finish reason; the body goes out once every
+    // choice has finished.
+    std::vector<std::string> texts(r.n, echo);
+    std::vector<std::vector<engine::TokenLogprob>> entries(r.n);
+    std::vector<ChoiceBody> choices(r.n);
+    engine::TokenUsage usage;
+    int finished = 0;
     GenerationEvent ev;
     SchedClock::time_point next_check = SchedClock::now() + kPollInterval;
     while (true) {
@@ -327,19 +347,27 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
       }
       if (!got) continue;
       NoteEvent(ev);
+      const size_t i = static_cast<size_t>(std::clamp(ev.index, 0, r.n - 1));
       if (ev.kind == GenerationEvent::Kind::kText) {
-        text += ev.text;
-        for (auto* from : {&ev.prompt_logprobs, &ev.logprobs})
-          entries.insert(entries.end(), std::make_move_iterator(from->begin()), std::make_move_iterator(from->end()));
+        texts[i] += ev.text;
+        // The prompt's logprobs (echo) arrive once, before the choices fork: each has them.
+        for (size_t c = 0; c < entries.size() && !ev.prompt_logprobs.empty(); ++c)
+          entries[c].insert(entries[c].end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+        entries[i].insert(entries[i].end(), std::make_move_iterator(ev.logprobs.begin()),
+                          std::make_move_iterator(ev.logprobs.end()));
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
-        ToolOutput out{text, {}};
+        // Tools come with n = 1 only (ParseApiRequest refuses n > 1 with tools).
+        ToolOutput out{std::move(texts[i]), {}};
         if (r.tools.active()) {
-          out = ParseToolOutput(text, *engine.chat_template_kind(), r.tools);
+          out = ParseToolOutput(out.content, *engine.chat_template_kind(), r.tools);
           NameCalls(NewId("call_"), &out.calls);
         }
-        res.set_content(CompletionBody(meta, out.content, out.calls.empty() ? ev.finish_reason : "tool_calls", ev.usage,
-                                       logprobs ? logprobs->Of(entries).dump() : std::string(), out.calls),
-                        "application/json");
+        const std::string reason = out.calls.empty() ? ev.finish_reason : "tool_calls";
+        choices[i] = {std::move(out.content), reason, logprobs ? logprobs->Of(entries[i]).dump() : std::string(),
+                      std::move(out.calls)};
+        AddUsage(&usage, ev.usage);
+        if (++finished < r.n) continue;
+        res.set_content(CompletionBody(meta, choices, usage), "application/json");
         return;
       } else {
         return SendError(res, ErrorFromStatus(ev.status));
@@ -351,6 +379,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   st->channel = *channel;
   st->meta = meta;
   st->include_usage = r.include_usage;
+  st->n = r.n;
   st->watchdog = watchdog;
   st->echo = std::move(echo);
   st->echo_waits_for_logprobs = logprobs != nullptr && g_prompt_logprobs;
@@ -371,13 +400,15 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         };
         if (!st->started) {
           st->started = true;
-          if (st->meta.kind == ApiKind::kChat) {
-            std::string first = ChunkEvent(st->meta, "", "", st->include_usage, /*role_chunk=*/true);
-            if (!sink.write(first.data(), first.size())) return fail();
-          }
-          if (!st->echo.empty() && !st->echo_waits_for_logprobs) {
-            std::string first = ChunkEvent(st->meta, st->echo, "", st->include_usage);
-            if (!sink.write(first.data(), first.size())) return fail();
+          for (int i = 0; i < st->n; ++i) {  // each choice opens with its role (chat) or echo
+            if (st->meta.kind == ApiKind::kChat) {
+              std::string first = ChunkEvent(st->meta, "", "", st->include_usage, /*role_chunk=*/true, "", i);
+              if (!sink.write(first.data(), first.size())) return fail();
+            }
+            if (!st->echo.empty() && !st->echo_waits_for_logprobs) {
+              std::string first = ChunkEvent(st->meta, st->echo, "", st->include_usage, false, "", i);
+              if (!sink.write(first.data(), first.size())) return fail();
+            }
           }
           return true;
         }
@@ -395,15 +426,15 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         NoteEvent(ev);
         std::string out;
         if (ev.kind == GenerationEvent::Kind::kText) {
-          if (!ev.prompt_logprobs.empty() && st->logprobs) {
-            out = ChunkEvent(st->meta, st->echo, "", st->include_usage, false,
-                             st->logprobs->Of(ev.prompt_logprobs).dump());
+          if (!ev.prompt_logprobs.empty() && st->logprobs) {  // once, before the choices fork
+            const std::string lp = st->logprobs->Of(ev.prompt_logprobs).dump();
+            for (int i = 0; i < st->n; ++i) out += ChunkEvent(st->meta, st->echo, "", st->include_usage, false, lp, i);
           }
-          // With tools, what may belong to a call is held back (ToolCallStream).
+          // With tools, what may belong to a call is held back (ToolCallStream; n = 1).
           const std::string content = st->tool_stream ? st->tool_stream->Push(ev.text) : ev.text;
           if (!content.empty() || !ev.logprobs.empty()) {
             out += ChunkEvent(st->meta, content, "", st->include_usage, false,
-                              st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string());
+                              st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string(), ev.index);
           }
           return out.empty() || sink.write(out.data(), out.size()) ? true : fail();
         }
@@ -416,8 +447,10 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
             out += ToolCallChunkEvents(st->meta, rest.calls, st->include_usage);
             if (!rest.calls.empty()) reason = "tool_calls";
           }
-          out += ChunkEvent(st->meta, "", reason, st->include_usage);
-          if (st->include_usage) out += UsageEvent(st->meta, ev.usage);
+          out += ChunkEvent(st->meta, "", reason, st->include_usage, false, "", ev.index);
+          AddUsage(&st->usage, ev.usage);
+          if (++st->finished < st->n) return sink.write(out.data(), out.size()) ? true : fail();
+          if (st->include_usage) out += UsageEvent(st->meta, st->usage);
           out += "data: [DONE]\n\n";
         } else {
           out = ErrorEvent(ErrorFromStatus(ev.status));

@@ -86,12 +86,14 @@ void Metrics::Observe(const engine::RequestRecord& r) {
               : r.code == StatusCode::kDeadlineExceeded ? "timeout"
                                                         : "error";
   }
-  ++finished_[outcome];
+  // A request of n choices ends once per choice: counted (and timed to its first token)
+  // as one request, by choice 0; every choice's tokens count.
+  if (r.index == 0) ++finished_[outcome];
   prompt_tokens_ += r.usage.prompt_tokens;
   cached_tokens_ += r.usage.cached_tokens;
   recomputed_tokens_ += r.usage.recomputed_tokens;
   generated_tokens_ += r.usage.completion_tokens;
-  if (r.ttft_seconds >= 0) {
+  if (r.ttft_seconds >= 0 && r.index == 0) {
     ttft_.Observe(r.ttft_seconds);
     queue_.Observe(r.queue_seconds);
   }
@@ -113,6 +115,10 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   }
   Header(&out, "attic_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
   Line(&out, "attic_prompt_tokens_total", "", prompt_tokens_);
+  Header(&out, "attic_prompt_tokens_computed_total", "counter",
+         "Prompt tokens computed by forward steps (prefilled; reused KV is not computed): "
+         "a prompt shared by n choices counts once.");
+  Line(&out, "attic_prompt_tokens_computed_total", "", s.prompt_tokens_computed);
   Header(&out, "attic_prompt_tokens_reused_total", "counter",
          "Prompt tokens whose KV was reused from resident sequences instead of prefilled.");
   Line(&out, "attic_prompt_tokens_reused_total", "", cached_tokens_);

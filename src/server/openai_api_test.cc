@@ -250,6 +250,24 @@ TEST(OpenAiRequest, SeedsOutsideInt64Are400NotClamped) {
   EXPECT_EQ(Chat(m + "-0}").seed.value(), 0u);
 }
 
+TEST(OpenAiRequest, NChoicesUpToTheDocumentedMax) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + "}").n, 1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":4})").n, 4);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":3.0})").n, 3);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":null})").n, 1);
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + R"(,"n":16})").n, 16);
+  ApiError e = ChatError(R"({"model":"m",)" + msgs + R"(,"n":17})");
+  EXPECT_EQ(e.message, "'n' must be between 1 and 16");
+  // Several choices with tools: a 400 naming n (each choice would need its own calls).
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+  ApiError t = ChatError(R"({"model":"m",)" + msgs + tools + R"(,"n":2})");
+  EXPECT_EQ(t.http_status, 400);
+  EXPECT_EQ(t.param, "n");
+  EXPECT_EQ(Chat(R"({"model":"m",)" + msgs + tools + R"(,"n":1})").n, 1);
+}
+
 TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
   const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
   struct Case {
@@ -270,7 +288,12 @@ TEST(OpenAiRequest, InvalidFieldsAre400NamingTheParam) {
       {R"({"model":"m",)" + msgs + R"(,"max_tokens":"10"})", "max_tokens"},
       {R"({"model":"m",)" + msgs + R"(,"temperature":2.5})", "temperature"},
       {R"({"model":"m",)" + msgs + R"(,"top_p":-1})", "top_p"},
-      {R"({"model":"m",)" + msgs + R"(,"n":2})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":0})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":-3})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":17})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":2.5})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":"2"})", "n"},
+      {R"({"model":"m",)" + msgs + R"(,"n":true})", "n"},
       {R"({"model":"m",)" + msgs + R"(,"stop":[""]})", "stop"},
       {R"({"model":"m",)" + msgs + R"(,"stop":[1]})", "stop"},
       {R"({"model":"m",)" + msgs + R"(,"stream":"yes"})", "stream"},

@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI completion requests and of /tokenize and /detokenize
 // requests. Every field is checked for type and range; unknown fields are ignored
-// (clients send many), unsupported features that would change the answer (n > 1,
-// functions, ...) are a clear 400. The tool fields are read by tool_request.cc.
+// (clients send many), unsupported features that would change the answer (functions,
+// best_of, ...) are a clear 400. The tool fields are read by tool_request.cc.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -526,8 +526,8 @@ std::optional<ApiError> ParseFields(ApiKind kind, const json& body, ApiRequest* 
     return Invalid("seed", "'seed' must be an integer between -9223372036854775808 and 9223372036854775807");
   if (auto e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(), kBig, &seed)) return e;
   if (seed) r->seed = static_cast<uint64_t>(*seed);
-  if (auto e = ReadInt(body, "n", std::numeric_limits<int64_t>::min(), kBig, &n)) return e;
-  if (n && *n != 1) return Invalid("n", "only n = 1 is supported (one choice per request)", "unsupported_parameter");
+  if (auto e = ReadInt(body, "n", 1, engine::kMaxChoices, &n)) return e;
+  if (n) r->n = static_cast<int>(*n);
   if (auto e = ReadInt(body, "best_of", std::numeric_limits<int64_t>::min(), kBig, &best_of)) return e;
   if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
   if (auto e = ReadStop(body, &r->stop)) return e;
@@ -730,6 +730,10 @@ ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
       out.error = Invalid("response_format", "'response_format' cannot be combined with a tool_choice that forces a "
                                              "call (\"required\" or a function): the reply is the call",
                           "unsupported_parameter");
+    // One reply's calls are parsed (and streamed) per request: several choices would
+    // each need their own.
+    if (!out.error && out.request.tools.active() && out.request.n > 1)
+      out.error = Unsupported("n", "n > 1 together with tools");
   }
   return out;
 }

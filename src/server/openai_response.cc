@@ -86,29 +86,38 @@ ApiError ErrorFromStatus(const Status& s) {
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
                            const engine::TokenUsage& usage, const std::string& logprobs,
                            const std::vector<ToolCall>& tool_calls) {
-  const json lp = logprobs.empty() ? json() : json::parse(logprobs);
+  return CompletionBody(meta, std::vector<ChoiceBody>{{text, finish_reason, logprobs, tool_calls}}, usage);
+}
+
+std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBody>& choices,
+                           const engine::TokenUsage& usage) {
   json j = Envelope(meta, false);
-  json choice;
-  if (meta.kind == ApiKind::kChat) {
-    json message = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-    if (!tool_calls.empty()) {
-      if (text.empty()) message["content"] = nullptr;
-      json calls = json::array();
-      for (const ToolCall& c : tool_calls)
-        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-      message["tool_calls"] = std::move(calls);
+  j["choices"] = json::array();
+  for (size_t index = 0; index < choices.size(); ++index) {
+    const ChoiceBody& c = choices[index];
+    const json lp = c.logprobs.empty() ? json() : json::parse(c.logprobs);
+    json choice;
+    if (meta.kind == ApiKind::kChat) {
+      json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls)
+          calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        message["tool_calls"] = std::move(calls);
+      }
+      choice = {{"index", index}, {"message", std::move(message)}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
+    } else {
+      choice = {{"index", index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
     }
-    choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", lp}, {"finish_reason", finish_reason}};
-  } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish_reason}};
+    j["choices"].push_back(std::move(choice));
   }
-  j["choices"] = json::array({choice});
   j["usage"] = UsageJson(usage);
   return Dump(j);
 }
 
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                       bool include_usage, bool role_chunk, const std::string& logprobs) {
+                       bool include_usage, bool role_chunk, const std::string& logprobs, int index) {
   const json lp = logprobs.empty() ? json() : json::parse(logprobs);
   json j = Envelope(meta, true);
   json choice;
@@ -120,9 +129,9 @@ std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const 
     } else if (!text.empty()) {
       delta["content"] = text;
     }
-    choice = {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
+    choice = {{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
   } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
+    choice = {{"index", index}, {"text", text}, {"logprobs", lp}, {"finish_reason", NullIfEmpty(finish_reason)}};
   }
   j["choices"] = json::array({choice});
   if (include_usage) j["usage"] = nullptr;

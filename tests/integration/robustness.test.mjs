@@ -77,9 +77,9 @@ function disconnectMidStream(port, body, path = '/v1/chat/completions') {
 
 function buildCases() {
   const cases = [];  // { name, run: async (port) => {status, body}, expect: [statuses] }
-  // code: the error object's code a 4xx must carry.
-  const post = (name, body, expect, { path = '/v1/chat/completions', headers = auth, code } = {}) =>
-    cases.push({ name, expect, code, run: (port) => request(port, { path, headers, body }) });
+  // code: the error object's code a 4xx must carry; choices: how many a 200 holds.
+  const post = (name, body, expect, { path = '/v1/chat/completions', headers = auth, code, choices = 1 } = {}) =>
+    cases.push({ name, expect, code, choices, run: (port) => request(port, { path, headers, body }) });
   const postJson = (name, obj, expect, opts) => post(name, JSON.stringify(obj), expect, opts);
 
   // 1. Invalid JSON: every truncation of a valid body, plus classic breakages.
@@ -110,7 +110,7 @@ function buildCases() {
     stop: [5, [1], [''], '', {}, [null], Array.from({ length: 17 }, (_, i) => `s${i}`), ['x'.repeat(2000)]],
     stream: ['yes', 1, [], {}],
     stream_options: [1, 'x', [], { include_usage: 'yes' }],
-    n: [2, 0, -1, '1', 1.5, 1e300],
+    n: [17, 0, -1, '1', 1.5, 1e300],
     user: [1, {}, [], 'u'.repeat(5000)],
     session_id: [1, {}, 's'.repeat(300)],
     ignore_eos: ['x', 1],
@@ -328,13 +328,16 @@ function buildCases() {
     ['16 stops', chatBody({ stop: Array.from({ length: 16 }, (_, i) => `stop${i}`) })],
     ['top_p 0', chatBody({ top_p: 0 })],
     ['n 1', chatBody({ n: 1 })],
+    ['n 3', chatBody({ n: 3 })],
     ['unknown fields', chatBody({ foo: 1, bar: { baz: [1, 2] }, metadata: { a: 'b' } })],
     ['nulls', chatBody({ temperature: null, top_p: null, stop: null, seed: null, stream_options: null, tools: null })],
     ['unicode content', chatBody({ messages: [{ role: 'user', content: 'héllo wörld 😀 \u2028 日本' }] })],
     ['max_tokens float', chatBody({ max_tokens: 3.0 })],
     ['response_format text', chatBody({ response_format: { type: 'text' } })],
   ];
-  for (const [name, obj] of okCases) for (let i = 0; i < 2; ++i) postJson(`ok ${name} #${i}`, obj, [200]);
+  for (const [name, obj] of okCases) {
+    for (let i = 0; i < 2; ++i) postJson(`ok ${name} #${i}`, obj, [200], { choices: obj.n ?? 1 });
+  }
   for (const p of [[1, 403, 407], [[1, 403, 407]], ['Once'], 'x']) {
     postJson(`ok prompt ${JSON.stringify(p)}`, complBody({ prompt: p }), [200], { path: '/v1/completions' });
   }
@@ -385,7 +388,7 @@ test('over 1,000 malformed or hostile requests are each answered correctly; the 
       }
     } else if (r.status === 200 && r.body !== undefined) {
       const j = JSON.parse(r.body);
-      if (!Array.isArray(j.choices) || j.choices.length !== 1) failures.push(`${c.name}: bad 200 body ${r.body.slice(0, 200)}`);
+      if (!Array.isArray(j.choices) || j.choices.length !== c.choices) failures.push(`${c.name}: bad 200 body ${r.body.slice(0, 200)}`);
     }
   });
   assert.ok(s.alive(), 'the server died');

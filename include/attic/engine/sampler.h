@@ -46,6 +46,12 @@ class Sampler {
 
 int32_t Argmax(const float* x, int n);
 
+// The seed of choice `index` of a request seeded `seed` that asks for several choices
+// (GenerationRequest::n): choice 0 keeps `seed` (it samples what the request with n = 1
+// samples); choice i > 0 gets SplitMix64's output for seed + i * 0x9E3779B97F4A7C15, so
+// the choices differ from each other and the same request gets the same choices again.
+uint64_t ChoiceSeed(uint64_t seed, int index);
+
 // Finds the earliest occurrence of any stop string in `text` at or after `from`
 // (std::string::npos if none).
 size_t FindStopString(const std::string& text, const std::vector<std::string>& stops, size_t from = 0);

@@ -13,6 +13,11 @@
 // blocks are needed); a new request of the same tenant whose prompt shares a prefix
 // with a resident sequence reuses that prefix and prefills only the rest.
 //
+// Choices (GenerationRequest::n): a request of n choices is admitted with the KV blocks
+// all n can reach, prefilled once as one sequence, and forked when its prompt is in:
+// the n sequences share the prompt's blocks (kv::SequenceKv::Fork, copy-on-write) and
+// decode in the same steps like any other sequences.
+//
 // Sparse decoding (paper 004, PQCache): a request whose sparse options (its own, else
 // SchedulerOptions::sparse) name a selector decodes with a pq::SparseAttention of its
 // own, attached as layer hooks to its batch entry at every step; the other entries of
@@ -58,7 +63,7 @@ struct Truncation;
 struct SeqPlan;
 
 struct SchedulerOptions {
-  int max_running = 16;            // sequences admitted at once (prefilling or decoding)
+  int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
   int max_waiting = 64;            // bounded FCFS queue; Submit beyond it is ResourceExhausted
   // Prefill tokens per step (0 = whatever the step's max_batch_tokens leaves after the
   // decode rows). Smaller values bound decode latency tighter at some prefill speed.
@@ -148,6 +153,9 @@ struct SparseDecodeStats {
   void AddOffload(const pq::OffloadStats& s);
 };
 
+// A request of n choices reports one usage per choice (its kFinish): the prompt (prompt,
+// cached and recomputed tokens) is counted in choice 0's only, each choice counts its
+// own completion tokens, so the sum over the choices is the request's usage.
 struct TokenUsage {
   int prompt_tokens = 0;
   int completion_tokens = 0;  // sampled tokens, including a stop token
@@ -158,6 +166,7 @@ struct TokenUsage {
 struct GenerationEvent {
   enum class Kind { kText, kFinish, kError };
   Kind kind = Kind::kText;
+  int index = 0;              // the choice (GenerationRequest::n) the event belongs to
   std::string text;           // kText: a piece of valid UTF-8 (never splits a code point)
   std::string finish_reason;  // kFinish: "stop" or "length"
   std::string stop_string;    // kFinish "stop" at a stop string: which one ("" otherwise)
@@ -171,14 +180,17 @@ struct GenerationEvent {
   std::vector<TokenLogprob> prompt_logprobs;
 };
 
-// One request's results. The last event is always exactly one kFinish or kError, unless
-// the request was cancelled (then nothing more arrives).
+// One request's results. The last event of each choice (GenerationEvent::index) is
+// exactly one kFinish or kError, unless the request was cancelled (then nothing more
+// arrives); an error before the prompt is in (before the choices fork) is the request's
+// only event.
 class ResultChannel {
  public:
   explicit ResultChannel(size_t capacity) : capacity_(capacity) {}
 
   // Step-loop side; never blocks. When `capacity` events are pending, a text event is
-  // appended to the last pending text event instead (bounded count, no text lost).
+  // appended to the last pending text event of its choice instead (bounded count, no
+  // text lost).
   void Push(GenerationEvent event);
   // Requester side: waits up to `timeout` for the next event; false on timeout.
   bool Pop(GenerationEvent* event, std::chrono::milliseconds timeout);
@@ -223,6 +235,12 @@ struct GenerationRequest {
   // Narrows what may be sampled (a grammar); null = anything. Its Complete() ends the
   // generation ("stop").
   std::shared_ptr<LogitsProcessor> processor;
+  // Choices: n sequences sampled from the prompt, prefilled once (see the header
+  // comment). Choice i samples with ChoiceSeed(sampling.seed, i). 1..kMaxChoices; n > 1
+  // not with a processor, a sparse selector, prefill_only or max_tokens 0. Only choice
+  // 0's turn is saved to the KV store and only choice 0 stays resident; the other
+  // choices release their KV when they end.
+  int n = 1;
   SchedClock::time_point arrival{};                         // {} = when submitted
   SchedClock::time_point deadline = SchedClock::time_point::max();  // per-request timeout
 };
@@ -237,6 +255,9 @@ struct WaitingRequestView {
   SchedClock::time_point arrival;
 };
 
+// The most choices one request may ask for (GenerationRequest::n).
+inline constexpr int kMaxChoices = 16;
+
 struct SchedulerStats {
   int waiting = 0;
   int running = 0;        // admitted (prefilling + decoding)
@@ -244,9 +265,12 @@ struct SchedulerStats {
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;  // held by running and resident sequences
   int kv_blocks_free = 0;
-  int kv_blocks_resident = 0;
+  int kv_blocks_resident = 0;  // what evicting every resident sequence would free
   int resident_sequences = 0;
   uint64_t steps = 0;
+  // Prompt tokens computed by forward steps (prefill rows, linked chunks' recomputed
+  // slots included; reused KV is not computed): a prompt shared by n choices counts once.
+  uint64_t prompt_tokens_computed = 0;
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
   KvLoadStats kv_load;
@@ -256,6 +280,7 @@ struct SchedulerStats {
 // What happened to one request; reported on the step loop when it ends.
 struct RequestRecord {
   uint64_t id = 0;
+  int index = 0;              // the choice (one record per choice; usage as TokenUsage says)
   TokenUsage usage;
   std::string finish_reason;  // "" unless it finished normally
   StatusCode code = StatusCode::kOk;
@@ -313,6 +338,21 @@ class Scheduler {
   struct Resident;
 
   int BlocksFor(int n_slots) const;
+  // Blocks a request of `n` choices reaches (each up to max_slots slots; the prompt's
+  // full blocks shared, each choice's others its own).
+  int BlocksForChoices(int n_prompt, int max_slots, int n) const;
+  // What evicting every resident sequence would free (blocks it shares with running
+  // sequences stay).
+  int ResidentBlocks() const;
+  // Sequences running, counting the choices still to fork from a prefilling request
+  // (what max_running bounds: each decodes one row of every step).
+  int RunningSequences() const;
+  // The tokens that end a sequence of `req`: the engine's unless ignore_eos, and its own.
+  std::vector<int32_t> StopIds(const GenerationRequest& req) const;
+  // Requests of n > 1 choices among this step's sampling rows whose prompt is now in
+  // fork into their n choices (kv::SequenceKv::Fork); each new choice is added to
+  // `rows` with a copy of its parent's logits row `logits`.
+  void ForkChoices(std::vector<Running*>* rows, std::vector<const float*>* logits);
   // Whether `request` decodes with offload (pq/offload.h).
   bool Offloads(const GenerationRequest& request) const;
   // The slots one sequence of `request` may reach: the context window when it offloads,
@@ -399,8 +439,8 @@ class Scheduler {
   std::list<std::unique_ptr<Resident>> resident_;  // front = least recently used
   std::unique_ptr<ResidentPolicy> resident_policy_ = std::make_unique<LruResidentPolicy>();
   uint64_t resident_clock_ = 0;  // stamps Resident::last_used
-  int resident_blocks_ = 0;
   uint64_t steps_ = 0;
+  uint64_t prompt_tokens_computed_ = 0;
   uint64_t evicted_ = 0;
   int peak_decode_batch_ = 0;
   std::vector<float> logits_;
@@ -408,6 +448,7 @@ class Scheduler {
   std::vector<int32_t> sampled_;       // ... and their tokens
   std::vector<const float*> sample_logits_;  // ... and their logits rows
   std::vector<size_t> first_row_;      // where each batch entry's logits rows start
+  std::vector<float> fork_logits_;     // forked choices' copies of their first logits row
   std::vector<RequestRecord> reports_;  // delivered to observer_ at the end of a step
 };
 

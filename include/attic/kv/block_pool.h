@@ -8,11 +8,19 @@
 // b * block_stride() of k_data(l), V likewise in v_data(l). Rows enter and leave as f32
 // (WriteRows / ReadRows convert).
 //
+// Sharing: blocks are reference-counted. SequenceKv::Fork makes a second sequence that
+// shares every block of the first (n choices of one prompt: the prompt is prefilled
+// once); a block returns to the free list when its last owner frees it, and a shared
+// block counts once against the pool. Blocks are copied on write: before a sequence
+// appends into a shared, partially filled last block it takes a private copy of it
+// (SequenceKv::Append), so a sequence never writes into a block another one reads.
+//
 // Thread-safety: BlockPool allocation is not thread-safe; the engine's step loop owns it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "attic/core/status.h"
@@ -65,11 +73,20 @@ class BlockPool {
   const KvShape& shape() const { return shape_; }
   int n_blocks() const { return n_blocks_; }
   int n_free() const { return static_cast<int>(free_.size()); }
+  // Blocks held by at least one owner (a shared block counts once).
   int n_used() const { return n_blocks_ - n_free(); }
 
-  // ResourceExhausted when the pool is empty.
+  // A free block with one owner. ResourceExhausted when the pool is empty.
   StatusOr<int32_t> Allocate();
+  // Adds an owner to an allocated block. REQUIRES: refs(block) >= 1.
+  void Share(int32_t block);
+  // Drops one owner; the block is free again when it was the last.
+  // REQUIRES: refs(block) >= 1.
   void Free(int32_t block);
+  // Owners of `block` (0 = free).
+  int refs(int32_t block) const { return refs_[block]; }
+  // Copies every layer's K and V of block `src` into block `dst`.
+  void CopyBlock(int32_t dst, int32_t src);
 
   // Layer `layer`'s K (V) storage: shape().dtype elements, block b at b * block_stride().
   void* k_data(int layer) { return k_[layer].data(); }
@@ -111,6 +128,7 @@ class BlockPool {
   int n_blocks_;
   std::vector<AlignedBuffer> k_, v_;  // [n_layers]
   std::vector<int32_t> free_;
+  std::vector<int32_t> refs_;  // [n_blocks]: owners of each block
 };
 
 // One sequence's KV in the pool: its block table, and the token and position of every
@@ -138,12 +156,23 @@ class SequenceKv {
 
   // Makes room for `n` more slots (allocating blocks) and records their tokens and
   // positions. On ResourceExhausted nothing changes. The caller then writes K/V of the
-  // new slots (WriteKv) layer by layer.
+  // new slots (WriteKv) layer by layer. A partially filled last block that is shared
+  // (Fork) is first replaced by a private copy (copy-on-write).
   Status Append(const int32_t* tokens, const int32_t* positions, int n);
+  // Blocks Append(n) would take from the pool: new blocks, plus the copy of a shared
+  // partially filled last block.
+  int BlocksToAppend(int n) const;
+  // 1 when the last block is shared and partially filled (the next Append copies it).
+  int n_pending_copies() const;
   // Replaces the token and position recorded for existing slot `slot` (recompute in
   // place: the caller then rewrites the slot's K/V layer by layer).
-  // REQUIRES: 0 <= slot < n_slots().
+  // REQUIRES: 0 <= slot < n_slots(); the slot's block is not shared.
   void SetSlot(int slot, int32_t token, int32_t position);
+  // A new sequence with the same slots, sharing every block (each gains an owner):
+  // nothing is copied until one of them appends into a shared block.
+  std::unique_ptr<SequenceKv> Fork() const;
+  // Blocks of the table this sequence alone owns (what releasing it would free).
+  int n_exclusive_blocks() const;
   // Drops slots >= n (frees whole blocks past the end).
   void Truncate(int n);
   // Frees block `index` of the table (slots [index * block_size, (index + 1) *

@@ -59,6 +59,7 @@ struct ApiRequest {
   int top_k = 0;                                 // extension; 0 = off
   float min_p = 0.0f;                            // extension; [0, 1]
   std::optional<uint64_t> seed;
+  int n = 1;                                     // choices, 1..engine::kMaxChoices
   std::vector<std::string> stop;                 // up to kMaxStops non-empty strings
   bool stream = false;
   bool include_usage = false;                    // stream_options.include_usage
@@ -168,11 +169,21 @@ struct ResponseMeta {
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
                            const engine::TokenUsage& usage, const std::string& logprobs = "",
                            const std::vector<ToolCall>& tool_calls = {});
+// The same with several choices (n > 1), choice i at index i.
+struct ChoiceBody {
+  std::string text;
+  std::string finish_reason;
+  std::string logprobs;  // JSON, "" = null
+  std::vector<ToolCall> tool_calls = {};  // chat: the message carries them
+};
+std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBody>& choices,
+                           const engine::TokenUsage& usage);
 // One SSE event ("data: {...}\n\n") of a streaming response. For chat, `role_chunk`
 // makes the opening {"role":"assistant","content":""} delta. finish_reason "" = null.
 // include_usage adds "usage":null, as OpenAI does on every chunk when usage is asked for.
+// `index`: the choice the chunk belongs to.
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                       bool include_usage, bool role_chunk = false, const std::string& logprobs = "");
+                       bool include_usage, bool role_chunk = false, const std::string& logprobs = "", int index = 0);
 // The chunks of streamed tool calls, OpenAI's deltas: per call, one with its index, id,
 // type and name (arguments ""), then one with its arguments.
 std::string ToolCallChunkEvents(const ResponseMeta& meta, const std::vector<ToolCall>& calls, bool include_usage);
