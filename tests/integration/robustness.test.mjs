@@ -137,14 +137,18 @@ function buildCases() {
     postJson(`prompt=${JSON.stringify(p)}`, complBody({ prompt: p }), [400], { path: '/v1/completions' });
   }
 
-  // 3. Huge numbers: invalid ones are 400, valid huge ones are clamped (200).
+  // 3. Huge numbers: invalid ones are 400, valid huge ones are clamped (200). A seed is
+  // never clamped (two seeds must not become one): outside int64 it is a 400.
   for (const s of ['1e400', '-1e400', '123456789012345678901234567890e999']) {
     for (const f of ['max_tokens', 'temperature', 'seed', 'n', 'top_p']) {
       post(`${f}=${s}`, `{"model":"${model}","prompt":"hi","${f}":${s}}`, [400], { path: '/v1/completions' });
     }
   }
+  for (const v of ['123456789012345678901234567890', '1e300', '9223372036854775808']) {
+    post(`seed outside int64 ${v}`, `{"model":"${model}","prompt":"hi","seed":${v}}`, [400], { path: '/v1/completions' });
+  }
   for (const [f, v] of [['max_tokens', '1e308'], ['max_tokens', '18446744073709551615'], ['max_tokens', '9223372036854775807'],
-    ['seed', '123456789012345678901234567890'], ['seed', '-9223372036854775808'], ['seed', '1e300'], ['top_p', '1e-320']]) {
+    ['seed', '-9223372036854775808'], ['seed', '9223372036854775807'], ['top_p', '1e-320']]) {
     post(`valid huge ${f}=${v}`, `{"model":"${model}","prompt":"hi","temperature":0,"${f}":${v}}`, [200],
       { path: '/v1/completions' });
   }
