@@ -55,7 +55,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ChatMessage m;
     const std::string_view role = fields[i];
     m.role = role == "s" ? "system" : role == "u" ? "user" : role == "a" ? "assistant" : std::string(role);
-    known_roles = known_roles && (m.role == "system" || m.role == "user" || m.role == "assistant");
+    // "tool" (a tool result) renders in the families with a tool format (ChatML, Llama 3).
+    known_roles = known_roles && (m.role == "system" || m.role == "user" || m.role == "assistant" ||
+                                  (m.role == "tool" && kind != ChatTemplateKind::kLlama2));
     m.content = std::string(fields[i + 1]);
     messages.push_back(std::move(m));
   }
