@@ -32,7 +32,8 @@ StatusOr<std::string> ServedModelId(const std::string& url, const std::string& a
 }
 
 StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& path, const std::string& api_key,
-                                    const json& body, const std::function<void(const std::string&)>& on_piece) {
+                                    const json& body, const std::function<void(const std::string&)>& on_piece,
+                                    int cut_after) {
   StreamedCompletion r;
   httplib::Request req;
   req.method = "POST";
@@ -42,6 +43,7 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
   req.body = body.dump();
   std::string buf;
   bool got_first = false;
+  int pieces = 0;
   auto on_chunk = [&](const json& j) {
     if (j.contains("error")) {
       r.error = j["error"].value("message", "error");
@@ -62,6 +64,7 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
     r.last = Clock::now();
     if (!got_first) r.first = r.last, got_first = true;
     r.text += piece;
+    ++pieces;
     if (on_piece) on_piece(piece);
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
@@ -75,6 +78,10 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
       if (payload == "[DONE]") continue;
       json j = json::parse(payload, nullptr, false);
       if (!j.is_discarded()) on_chunk(j);
+      if (cut_after > 0 && pieces >= cut_after) {
+        r.cut = true;
+        return false;  // httplib closes the connection
+      }
     }
     return true;
   };
@@ -83,7 +90,9 @@ StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& pat
   cli.set_tcp_nodelay(true);
   r.sent = Clock::now();
   auto res = cli.send(req);
-  if (!res) {
+  if (r.cut) {
+    // Closed on purpose: the transfer's own error is expected.
+  } else if (!res) {
     r.error = "connection error: " + httplib::to_string(res.error());
   } else if (res->status != 200) {
     // An error body goes through the content receiver, not res->body.

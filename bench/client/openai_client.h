@@ -23,6 +23,7 @@ StatusOr<std::string> ServedModelId(const std::string& url, const std::string& a
 
 struct StreamedCompletion {
   bool ok = false;
+  bool cut = false;  // the client closed the stream after `cut_after` pieces
   std::string error;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // from the usage chunk
   std::string text;                                                 // the content received
@@ -30,10 +31,13 @@ struct StreamedCompletion {
 };
 
 // POSTs `body` (which asks for "stream": true and include_usage) to `path` and reads
-// the chunks. `on_piece` runs for each non-empty content piece as it arrives. Not ok:
-// connection error, HTTP error, an error chunk, or no content at all.
+// the chunks. `on_piece` runs for each non-empty content piece as it arrives. With
+// cut_after > 0 the client closes the connection after that many pieces (a client that
+// goes away mid-stream; ok unless an error came first). Not ok: connection error, HTTP
+// error, an error chunk, or no content at all.
 StreamedCompletion StreamCompletion(httplib::Client& cli, const std::string& path, const std::string& api_key,
                                     const nlohmann::json& body,
-                                    const std::function<void(const std::string& piece)>& on_piece = nullptr);
+                                    const std::function<void(const std::string& piece)>& on_piece = nullptr,
+                                    int cut_after = 0);
 
 }  // namespace attic::bench

@@ -96,56 +96,18 @@ struct StreamResult {
   double ttft_ms = -1, latency_ms = 0;
 };
 
+// One streamed chat turn (bench/client's StreamCompletion), closed by the client after
+// cut_after pieces when cut_after > 0.
 StreamResult StreamChat(httplib::Client& cli, const json& body, int cut_after) {
+  const bench::StreamedCompletion c =
+      bench::StreamCompletion(cli, "/v1/chat/completions", /*api_key=*/"", body, nullptr, cut_after);
   StreamResult r;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  req.headers.emplace("Content-Type", "application/json");
-  req.body = body.dump();
-  std::string buf;
-  int pieces = 0;
-  const auto sent = Clock::now();
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buf.append(data, n);
-    size_t end;
-    while ((end = buf.find("\n\n")) != std::string::npos) {
-      const std::string event = buf.substr(0, end);
-      buf.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      const std::string payload = event.substr(6);
-      if (payload == "[DONE]") continue;
-      json j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        r.error = j["error"].value("message", "error");
-        continue;
-      }
-      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
-      const json& d = j["choices"][0]["delta"];
-      const std::string piece = d.is_object() ? d.value("content", "") : "";
-      if (piece.empty()) continue;
-      if (r.ttft_ms < 0) r.ttft_ms = Seconds(sent, Clock::now()) * 1e3;
-      r.text += piece;
-      if (cut_after > 0 && ++pieces >= cut_after) {
-        r.cut = true;
-        return false;  // httplib closes the connection
-      }
-    }
-    return true;
-  };
-  auto res = cli.send(req);
-  r.latency_ms = Seconds(sent, Clock::now()) * 1e3;
-  if (r.cut) {
-    r.ok = r.error.empty();
-  } else if (!res) {
-    r.error = "connection error: " + httplib::to_string(res.error());
-  } else if (res->status != 200) {
-    r.error = "HTTP " + std::to_string(res->status) + ": " + (res->body.empty() ? buf : res->body).substr(0, 300);
-  } else if (r.error.empty() && r.ttft_ms < 0) {
-    r.error = "no content received";
-  }
-  if (!r.cut) r.ok = r.error.empty();
+  r.ok = c.ok;
+  r.cut = c.cut;
+  r.error = c.error;
+  r.text = c.text;
+  r.latency_ms = Seconds(c.sent, Clock::now()) * 1e3;
+  if (c.first != Clock::time_point{}) r.ttft_ms = Seconds(c.sent, c.first) * 1e3;
   return r;
 }
 
