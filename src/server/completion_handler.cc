@@ -9,48 +9,18 @@
 #include "attic/core/log.h"
 #include "server/access_log.h"
 #include "server/logprobs_json.h"
+#include "server/request_events.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
 
 namespace {
 
-using namespace std::chrono_literals;
 using engine::GenerationEvent;
 using engine::SchedClock;
 
-// How long a handler waits between checks that its client is still connected.
-constexpr auto kPollInterval = 100ms;
-// Grace beyond the request deadline before a handler gives up on the step loop.
-constexpr auto kWatchdogGrace = 30s;
-
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
-
-// A request of n choices: the sum of its choices' usages (the prompt counts in choice
-// 0's only: engine::TokenUsage).
-void AddUsage(engine::TokenUsage* sum, const engine::TokenUsage& u) {
-  sum->prompt_tokens += u.prompt_tokens;
-  sum->completion_tokens += u.completion_tokens;
-  sum->cached_tokens += u.cached_tokens;
-  sum->recomputed_tokens += u.recomputed_tokens;
-}
-
-// Access log: time to the first output of the request (its first text, or its finish),
-// then its usage when it finishes. Runs on the thread that handles the request.
-void NoteEvent(const GenerationEvent& ev) {
-  AccessNote& note = CurrentAccessNote();
-  if (note.ttft_ms < 0 && ev.kind != GenerationEvent::Kind::kError) {
-    note.ttft_ms = std::chrono::duration<double, std::milli>(SchedClock::now() - HttpTransport::RequestStart()).count();
-  }
-  if (ev.kind == GenerationEvent::Kind::kFinish) {
-    if (!note.has_usage) note.usage = engine::TokenUsage{};
-    note.has_usage = true;
-    AddUsage(&note.usage, ev.usage);
-  }
 }
 
 // Per-stream state shared by the content provider calls and the releaser.
@@ -321,7 +291,6 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   std::unique_ptr<LogprobsJson> logprobs;
   if (r.logprobs >= 0) logprobs = std::make_unique<LogprobsJson>(engine.tokenizer(), kind);
   if (!r.stream) {
-    std::shared_ptr<engine::ResultChannel> ch = *channel;
     // Choice i's text, logprobs entries and finish reason; the body goes out once every
     // choice has finished.
     std::vector<std::string> texts(r.n, echo);
@@ -330,23 +299,13 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     engine::TokenUsage usage;
     int finished = 0;
     GenerationEvent ev;
-    SchedClock::time_point next_check = SchedClock::now() + kPollInterval;
+    EventWaiter waiter(*channel, watchdog);
     while (true) {
-      bool got = ch->Pop(&ev, kPollInterval);
-      if (SchedClock::now() >= next_check) {
-        next_check = SchedClock::now() + kPollInterval;
-        if (!HttpTransport::ClientConnected()) {
-          ch->Cancel();
-          res.status = 499;  // client closed the request; nothing can be sent
-          return;
-        }
-        if (SchedClock::now() > watchdog) {
-          ch->Cancel();
-          return SendError(res, Timeout());
-        }
+      switch (waiter.Next(&ev)) {
+        case EventWaiter::Outcome::kClientGone: res.status = 499; return;  // nothing can be sent
+        case EventWaiter::Outcome::kTimedOut: return SendError(res, Timeout());
+        case EventWaiter::Outcome::kEvent: break;
       }
-      if (!got) continue;
-      NoteEvent(ev);
       const size_t i = static_cast<size_t>(std::clamp(ev.index, 0, r.n - 1));
       if (ev.kind == GenerationEvent::Kind::kText) {
         texts[i] += ev.text;

@@ -5,36 +5,20 @@
 #include <chrono>
 
 #include "attic/server/anthropic_api.h"
-#include "server/access_log.h"
+#include "server/request_events.h"
 #include "server/server_internal.h"
 
 namespace attic::server {
 
 namespace {
 
-using namespace std::chrono_literals;
 using engine::GenerationEvent;
 using engine::SchedClock;
-
-constexpr auto kPollInterval = 100ms;
-constexpr auto kWatchdogGrace = 30s;
-
-ApiError Timeout() { return ErrorFromStatus(Status(StatusCode::kDeadlineExceeded, "request timed out")); }
 
 void SendAnthropicError(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
   if (e.http_status == 429 || e.http_status == 503) res.set_header("Retry-After", "1");
   res.set_content(AnthropicErrorJson(e), "application/json");
-}
-
-void NoteEvent(const GenerationEvent& ev) {
-  AccessNote& note = CurrentAccessNote();
-  if (note.ttft_ms < 0 && ev.kind != GenerationEvent::Kind::kError)
-    note.ttft_ms = std::chrono::duration<double, std::milli>(SchedClock::now() - HttpTransport::RequestStart()).count();
-  if (ev.kind == GenerationEvent::Kind::kFinish) {
-    note.has_usage = true;
-    note.usage = ev.usage;
-  }
 }
 
 struct MessageStream {
@@ -106,26 +90,15 @@ void Server::Impl::HandleMessages(const httplib::Request& req, const std::string
   const std::string id = NewId("msg_");
   const bool stored = store != nullptr;
   if (!r.stream) {
-    std::shared_ptr<engine::ResultChannel> ch = *channel;
     std::string text;
     GenerationEvent ev;
-    SchedClock::time_point next_check = SchedClock::now() + kPollInterval;
+    EventWaiter waiter(*channel, watchdog);
     while (true) {
-      const bool got = ch->Pop(&ev, kPollInterval);
-      if (SchedClock::now() >= next_check) {
-        next_check = SchedClock::now() + kPollInterval;
-        if (!HttpTransport::ClientConnected()) {
-          ch->Cancel();
-          res.status = 499;
-          return;
-        }
-        if (SchedClock::now() > watchdog) {
-          ch->Cancel();
-          return SendAnthropicError(res, Timeout());
-        }
+      switch (waiter.Next(&ev)) {
+        case EventWaiter::Outcome::kClientGone: res.status = 499; return;
+        case EventWaiter::Outcome::kTimedOut: return SendAnthropicError(res, Timeout());
+        case EventWaiter::Outcome::kEvent: break;
       }
-      if (!got) continue;
-      NoteEvent(ev);
       if (ev.kind == GenerationEvent::Kind::kText) {
         text += ev.text;
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
