@@ -30,6 +30,7 @@
 #include "attic/tensor/buffer.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qpack.h"
 #include "backend/cpu/simd_avx512.h"
 
 namespace attic::backend::cpu::avx512 {
@@ -469,7 +470,7 @@ void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* 
   for (int i = 0; i < n_outs; ++i) {
     const WeightTensor& w = *outs[i].w;
     ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());
-    ATTIC_CHECK(bf16 || w.packed == nullptr || IsPrepackedQuant(w));  // the f32 path packs q8_0 from data
+    ATTIC_CHECK(bf16 || w.packed == nullptr || qpack::IsPacked(w, Isa::kAvx512));  // the f32 path packs q8_0 from data
     gs[i] = GemmArgs{x, nullptr, 0, m, w.rows(), w.cols(), &w, outs[i].bias, outs[i].y};
   }
   if (!bf16) {

@@ -12,6 +12,24 @@ namespace attic::backend::cpu {
 
 namespace {
 
+// A table's prepacking: its GEMM's bf16 panels (within PrepackWeights' budget), or
+// block-quantized matrices packed for its integer GEMV (qpack.h).
+template <bool (*kCanBf16)(const WeightTensor&), uint64_t (*kBf16Bytes)(const WeightTensor&),
+          void (*kPackBf16)(ThreadPool&, const WeightTensor&, void*), bool (*kCanQuant)(const WeightTensor&)>
+void SetPrepacking(KernelTable* t) {
+  t->can_prepack = [](const WeightTensor& w) { return kCanBf16(w) || kCanQuant(w); };
+  t->prepacked_bytes = [](const WeightTensor& w) {
+    return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : kBf16Bytes(w);
+  };
+  t->prepack = [](ThreadPool& pool, const WeightTensor& w, void* out) {
+    if (DTypeIsBlock(w.dtype)) {
+      qpack::Pack(pool, w, out);
+    } else {
+      kPackBf16(pool, w, out);
+    }
+  };
+}
+
 template <class Fns>
 KernelTable MakeTable(Isa isa, const char* name) {
   KernelTable t;
@@ -65,9 +83,7 @@ const KernelTable& Avx2Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx2_fns>(Isa::kAvx2, "avx2");
     t.gemm_multi = avx2::GemmMulti;
-    t.can_prepack = avx2::CanPrepack;
-    t.prepacked_bytes = avx2::PrepackedBytes;
-    t.prepack = avx2::Prepack;
+    SetPrepacking<avx2::CanPrepackBf16, avx2::PrepackedBf16Bytes, avx2::PrepackBf16, avx2::CanPrepackQuant>(&t);
     // Crossover (`kernels_bench --only crossover`, AMD EPYC Zen 3, 2 threads): the bf16
     // GEMV beats the GEMM that packs per call up to m ~ 16-24 (w_up: 339 vs 368 us at
     // 16, 465 vs 435 at 24); on prepacked weights the GEMM wins from m = 1 (w_up 81 vs
@@ -88,9 +104,8 @@ const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     t.gemm_multi = avx512::GemmMulti;
-    t.can_prepack = avx512::CanPrepack;
-    t.prepacked_bytes = avx512::PrepackedBytes;
-    t.prepack = avx512::Prepack;
+    SetPrepacking<avx512::CanPrepackBf16, avx512::PrepackedBf16Bytes, avx512::PrepackBf16, vnni::CanPrepackQuant>(
+        &t);
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at
     // ~2x the f32 rate (vdpbf16ps), so against the f32-FMA bf16 GEMV it wins from m = 16;

@@ -197,13 +197,6 @@ constexpr int kPackedLayout = static_cast<int>(Isa::kAvx2);
 bool CanPrepackBf16(const WeightTensor& w);
 uint64_t PrepackedBf16Bytes(const WeightTensor& w);
 void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
-// Block-quantized weights packed for vpmaddubsw (qpack.h): the GEMV reads the packed
-// copy, for every m (gemv_max_m_packed_block).
-bool IsPrepackedQuant(const WeightTensor& w);
-// The table's prepacking: bf16 (PrepackBf16) or block-quantized (qpack::Pack).
-bool CanPrepack(const WeightTensor& w);
-uint64_t PrepackedBytes(const WeightTensor& w);
-void Prepack(ThreadPool& pool, const WeightTensor& w, void* out);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);
@@ -247,13 +240,6 @@ bool IsPrepackedBf16(const WeightTensor& w);
 // GemvPrepare lays it out for such a weight: bf16 with `dot` (vdpbf16ps), f32 without.
 void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                     int64_t n1, bool dot);
-// Block-quantized weights prepacked for vpdpbusd (qpack.h; CPUs with
-// AVX512-VNNI): the GEMV reads the packed copy, for every m (gemv_max_m_packed_block).
-bool IsPrepackedQuant(const WeightTensor& w);
-// The table's prepacking: bf16 (PrepackBf16) or block-quantized (qpack::Pack).
-bool CanPrepack(const WeightTensor& w);
-uint64_t PrepackedBytes(const WeightTensor& w);
-void Prepack(ThreadPool& pool, const WeightTensor& w, void* out);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);

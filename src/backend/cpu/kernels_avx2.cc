@@ -243,31 +243,13 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
   }
 }
 
-bool IsPrepackedQuant(const WeightTensor& w) {
-  return DTypeIsBlock(w.dtype) && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx2);
-}
-
-bool CanPrepack(const WeightTensor& w) { return CanPrepackBf16(w) || CanPrepackQuant(w); }
-
-uint64_t PrepackedBytes(const WeightTensor& w) {
-  return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : PrepackedBf16Bytes(w);
-}
-
-void Prepack(ThreadPool& pool, const WeightTensor& w, void* out) {
-  if (DTypeIsBlock(w.dtype)) {
-    qpack::Pack(pool, w, out);
-  } else {
-    PrepackBf16(pool, w, out);
-  }
-}
-
 const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch) {
-  return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? QuantizeX(x, m, w.cols(), scratch) : x;
+  return UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx2) ? QuantizeX(x, m, w.cols(), scratch) : x;
 }
-int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? -1 : 0; }
+int64_t GemvLayout(const WeightTensor& w) { return UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx2) ? -1 : 0; }
 
 void Gemv(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  if (IsPrepackedQuant(w)) {
+  if (qpack::IsPacked(w, Isa::kAvx2)) {
     GemvPackedQuant(x, m, w, bias, y, n0, n1);
     return;
   }

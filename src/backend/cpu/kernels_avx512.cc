@@ -377,7 +377,7 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n) {
 namespace {
 
 const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch, bool dot) {
-  if (IsPrepackedQuant(w)) return vnni::QuantizeX(x, m, w.cols(), scratch);
+  if (qpack::IsPacked(w, Isa::kAvx512)) return vnni::QuantizeX(x, m, w.cols(), scratch);
   if (w.dtype == DType::kQ8_0) return x;
   if (UsesQuantDot(w.dtype))
     return GetCpuFeatures().avx512_vnni ? vnni::QuantizeX(x, m, w.cols(), scratch) : QuantizeX(x, m, w.cols(), scratch);
@@ -395,7 +395,7 @@ const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, Align
 
 void GemvImpl(const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
               int64_t n1, bool dot) {
-  if (IsPrepackedQuant(w)) {
+  if (qpack::IsPacked(w, Isa::kAvx512)) {
     vnni::GemvPackedQuant(x, m, w, bias, y, n0, n1);
     return;
   }
@@ -436,25 +436,7 @@ const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, Al
 // -2: a prepacked bf16 weight's x (no shift, natural order). Neither is shared with a
 // row-major weight.
 int64_t GemvLayout(const WeightTensor& w) {
-  return UsesQuantDot(w.dtype) || IsPrepackedQuant(w) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
-}
-
-bool IsPrepackedQuant(const WeightTensor& w) {
-  return DTypeIsBlock(w.dtype) && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx512);
-}
-
-bool CanPrepack(const WeightTensor& w) { return CanPrepackBf16(w) || vnni::CanPrepackQuant(w); }
-
-uint64_t PrepackedBytes(const WeightTensor& w) {
-  return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : PrepackedBf16Bytes(w);
-}
-
-void Prepack(ThreadPool& pool, const WeightTensor& w, void* out) {
-  if (DTypeIsBlock(w.dtype)) {
-    qpack::Pack(pool, w, out);
-  } else {
-    PrepackBf16(pool, w, out);
-  }
+  return UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx512) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
 }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/tensor/buffer.h"
 #include "attic/tensor/weight_tensor.h"
@@ -38,6 +39,12 @@ inline int64_t UnitElems(const TypeInfo& ti) { return ti.fmt == Fmt::kPer32 ? 32
 // Bytes of one panel's unit: a block of 32 (per-32 types) or a superblock of 256.
 int64_t UnitBytes(const TypeInfo& ti);
 inline int64_t PanelBytes(const TypeInfo& ti, int64_t k) { return k / UnitElems(ti) * UnitBytes(ti); }
+
+// Whether w is block-quantized and packed in this layout by `isa`'s table (whose GEMV
+// then reads the packed copy, for every m: gemv_max_m_packed_block).
+inline bool IsPacked(const WeightTensor& w, Isa isa) {
+  return DTypeIsBlock(w.dtype) && w.packed != nullptr && w.packed_layout == static_cast<int>(isa);
+}
 
 // Whether w has a packed form (type and shape; not whether the CPU can read it).
 bool CanPack(const WeightTensor& w);
