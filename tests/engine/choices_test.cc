@@ -10,26 +10,22 @@
 #include <set>
 
 #include "attic/engine/scheduler.h"
-#include "test_util.h"
+#include "stories.h"
 
 namespace attic::engine {
 namespace {
 
-using attic::testing::SharedDir;
 using namespace std::chrono_literals;
 
 constexpr int kBlock = 16;
 
-std::unique_ptr<Engine> LoadStories(int64_t kv_bytes) {
+// stories260K (tests/stories.h) with an 8 MiB KV cache in blocks of kBlock.
+std::unique_ptr<Engine> LoadStories() {
   EngineOptions o;
-  o.model_path = SharedDir() + "/models/stories260K-hf";
-  o.n_threads = 2;
   o.max_batch_tokens = 64;
-  o.kv_cache_bytes = kv_bytes;
+  o.kv_cache_bytes = 8 << 20;
   o.kv_block_size = kBlock;
-  auto e = Engine::Load(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(*e) : nullptr;
+  return attic::testing::LoadStories(o);
 }
 
 struct Choice {
@@ -102,7 +98,7 @@ std::vector<int32_t> Prompt(Engine& e, int n) {
 TEST(Choices, GreedyChoicesEachEqualTheRequestAlone) {
   for (int n_prompt : {27, 32}) {
     SCOPED_TRACE("prompt of " + std::to_string(n_prompt) + " tokens");
-    auto e = LoadStories(8 << 20);
+    auto e = LoadStories();
     ASSERT_NE(e, nullptr);
     const std::vector<int32_t> prompt = Prompt(*e, n_prompt);
     SamplingParams p;
@@ -144,7 +140,7 @@ TEST(Choices, GreedyChoicesEachEqualTheRequestAlone) {
 // Sampling: choice i is the request alone seeded ChoiceSeed(seed, i); the choices differ;
 // the same request again gives the same choices.
 TEST(Choices, SeededChoicesDifferAndAreReproducible) {
-  auto e = LoadStories(8 << 20);
+  auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   const std::vector<int32_t> prompt = Prompt(*e, 21);
   SamplingParams p;
@@ -179,7 +175,7 @@ TEST(Choices, SeededChoicesDifferAndAreReproducible) {
 // block included: a second request that would not fit beside them waits, and nothing
 // runs out of KV mid-generation.
 TEST(Choices, AdmissionReservesEveryChoiceAndItsCopy) {
-  auto e = LoadStories(8 << 20);
+  auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   // 27 prompt tokens + up to 20 sampled (the last one never enters the KV): 46 slots,
   // 3 blocks of 16 per choice, of which the prompt's first (full) block is shared:
@@ -220,7 +216,7 @@ TEST(Choices, AdmissionReservesEveryChoiceAndItsCopy) {
 }
 
 TEST(Choices, RejectsWhatCannotFork) {
-  auto e = LoadStories(8 << 20);
+  auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   e->ResizeKvCache(e->kv_pool().shape().block_bytes() * 8);
   Scheduler s(*e, SchedulerOptions{});
