@@ -13,10 +13,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError Invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  return InvalidParam(param, message, code);
-}
-
 const ojson* Field(const ojson& obj, const char* name) {
   auto it = obj.find(name);
   return it == obj.end() || it->is_null() ? nullptr : &*it;
@@ -27,7 +23,8 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 // What text may not contain: the private-use prefix of Attic's in-prompt markers.
 std::optional<ApiError> CheckText(const std::string& param, const std::string& text) {
   if (text.find(kPartMarkerOpen) != std::string::npos)
-    return Invalid(param, "'" + param + "' contains a reserved character sequence (U+E000 followed by 'attic-part:')");
+    return InvalidParam(param,
+                        "'" + param + "' contains a reserved character sequence (U+E000 followed by 'attic-part:')");
   return std::nullopt;
 }
 
@@ -36,7 +33,7 @@ std::optional<ApiError> ReadNumber(const ojson& body, const char* name, double l
   if (v == nullptr) return std::nullopt;
   const double d = v->is_number() ? v->get<double>() : NAN;
   if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
-    return Invalid(name, std::string("'") + name + "' must be a number " + (lo_open ? "above " : "from ") +
+    return InvalidParam(name, std::string("'") + name + "' must be a number " + (lo_open ? "above " : "from ") +
                              json(lo).dump() + " to " + json(hi).dump());
   *out = static_cast<float>(d);
   return std::nullopt;
@@ -59,7 +56,7 @@ std::optional<ApiError> ReadInt(const ojson& body, const char* name, int64_t lo,
     }
   }
   if (!integral || x < lo)
-    return Invalid(name, std::string("'") + name + "' must be an integer of at least " + std::to_string(lo));
+    return InvalidParam(name, std::string("'") + name + "' must be an integer of at least " + std::to_string(lo));
   *out = x;
   return std::nullopt;
 }
@@ -74,16 +71,17 @@ struct Breakpoints {
 // {"type": "ephemeral", "ttl"?: "5m" | "1h"}
 std::optional<ApiError> ReadCacheControl(const ojson& cc, const std::string& param, Breakpoints* bp) {
   if (!cc.is_object() || Field(cc, "type") == nullptr || *Field(cc, "type") != "ephemeral")
-    return Invalid(param, "'" + param + "' must be {\"type\": \"ephemeral\"} with an optional \"ttl\" (\"5m\" or \"1h\")");
+    return InvalidParam(param,
+                        "'" + param + "' must be {\"type\": \"ephemeral\"} with an optional \"ttl\" (\"5m\" or \"1h\")");
   int64_t ttl = 300;
   if (const ojson* t = Field(cc, "ttl")) {
     if (*t == "1h") {
       ttl = 3600;
     } else if (*t != "5m") {
-      return Invalid(param + ".ttl", "'" + param + ".ttl' must be \"5m\" or \"1h\"");
+      return InvalidParam(param + ".ttl", "'" + param + ".ttl' must be \"5m\" or \"1h\"");
     }
   }
-  if (++bp->count > 4) return Invalid(param, "at most 4 blocks may have cache_control");
+  if (++bp->count > 4) return InvalidParam(param, "at most 4 blocks may have cache_control");
   bp->ttl_s = std::max(bp->ttl_s, ttl);
   return std::nullopt;
 }
@@ -94,25 +92,25 @@ std::optional<ApiError> ReadContent(const ojson& content, const std::string& par
                                     Breakpoints* bp) {
   if (content.is_string()) {
     if (content.get_ref<const std::string&>().empty())
-      return Invalid(param, "'" + param + "' must not be empty");
+      return InvalidParam(param, "'" + param + "' must not be empty");
     *out += content.get<std::string>();
     return CheckText(param, *out);
   }
   if (!content.is_array() || content.empty())
-    return Invalid(param, "'" + param + "' must be a string or a non-empty array of content blocks");
+    return InvalidParam(param, "'" + param + "' must be a string or a non-empty array of content blocks");
   for (size_t j = 0; j < content.size(); ++j) {
     const ojson& b = content[j];
     const std::string p = param + "[" + std::to_string(j) + "]";
-    if (!b.is_object()) return Invalid(p, "'" + p + "' must be a content block object");
+    if (!b.is_object()) return InvalidParam(p, "'" + p + "' must be a content block object");
     const ojson* type = Field(b, "type");
-    if (type == nullptr || !type->is_string()) return Invalid(p + ".type", "'" + p + ".type' must be a string");
+    if (type == nullptr || !type->is_string()) return InvalidParam(p + ".type", "'" + p + ".type' must be a string");
     if (*type != "text")
-      return Invalid(p + ".type", "content block type '" + type->get<std::string>() +
+      return InvalidParam(p + ".type", "content block type '" + type->get<std::string>() +
                                       "' is not supported (only 'text')", "unsupported_parameter");
     const ojson* text = Field(b, "text");
-    if (text == nullptr || !text->is_string()) return Invalid(p + ".text", "'" + p + ".text' must be a string");
+    if (text == nullptr || !text->is_string()) return InvalidParam(p + ".text", "'" + p + ".text' must be a string");
     if (text->get_ref<const std::string&>().empty())
-      return Invalid(p + ".text", "text content blocks must be non-empty");
+      return InvalidParam(p + ".text", "text content blocks must be non-empty");
     if (auto e = CheckText(p + ".text", text->get<std::string>())) return e;
     *out += text->get<std::string>();
     if (const ojson* cc = Field(b, "cache_control")) {
@@ -128,13 +126,13 @@ std::optional<ApiError> ReadFields(const ojson& body, MessagesRequest* m) {
   ApiRequest& r = m->chat;
   r.kind = ApiKind::kChat;
   const ojson* model = Field(body, "model");
-  if (model == nullptr) return Invalid("model", "'model' is required", "missing_required_parameter");
+  if (model == nullptr) return InvalidParam("model", "'model' is required", "missing_required_parameter");
   if (!model->is_string() || model->get_ref<const std::string&>().empty())
-    return Invalid("model", "'model' must be a non-empty string");
+    return InvalidParam("model", "'model' must be a non-empty string");
   r.model = model->get<std::string>();
   std::optional<int64_t> max_tokens, top_k;
   if (Field(body, "max_tokens") == nullptr)
-    return Invalid("max_tokens", "'max_tokens' is required", "missing_required_parameter");
+    return InvalidParam("max_tokens", "'max_tokens' is required", "missing_required_parameter");
   if (auto e = ReadInt(body, "max_tokens", 1, &max_tokens)) return e;
   r.max_tokens = max_tokens;
   Breakpoints bp;
@@ -145,25 +143,27 @@ std::optional<ApiError> ReadFields(const ojson& body, MessagesRequest* m) {
     r.messages.push_back(std::move(cm));
   }
   const ojson* msgs = Field(body, "messages");
-  if (msgs == nullptr) return Invalid("messages", "'messages' is required", "missing_required_parameter");
-  if (!msgs->is_array() || msgs->empty()) return Invalid("messages", "'messages' must be a non-empty array");
+  if (msgs == nullptr) return InvalidParam("messages", "'messages' is required", "missing_required_parameter");
+  if (!msgs->is_array() || msgs->empty()) return InvalidParam("messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < msgs->size(); ++i) {
     const ojson& msg = (*msgs)[i];
     const std::string p = "messages[" + std::to_string(i) + "]";
-    if (!msg.is_object()) return Invalid(p, "'" + p + "' must be an object");
+    if (!msg.is_object()) return InvalidParam(p, "'" + p + "' must be an object");
     const ojson* role = Field(msg, "role");
     if (role == nullptr || !role->is_string() || (*role != "user" && *role != "assistant"))
-      return Invalid(p + ".role", "'" + p + ".role' must be \"user\" or \"assistant\"");
+      return InvalidParam(p + ".role", "'" + p + ".role' must be \"user\" or \"assistant\"");
     const ojson* content = Field(msg, "content");
-    if (content == nullptr) return Invalid(p + ".content", "'" + p + ".content' is required", "missing_required_parameter");
+    if (content == nullptr) return InvalidParam(p + ".content",
+                                                "'" + p + ".content' is required", "missing_required_parameter");
     tokenizer::ChatMessage cm;
     cm.role = role->get<std::string>();
     if (auto e = ReadContent(*content, p + ".content", r.messages.size(), &cm.content, &bp)) return e;
     r.messages.push_back(std::move(cm));
   }
   if (r.messages.back().role != "user")
-    return Invalid("messages", "the last message must have role \"user\" (a final assistant message, a prefill, is "
-                               "not supported by this server)", "unsupported_parameter");
+    return InvalidParam("messages",
+                        "the last message must have role \"user\" (a final assistant message, a prefill, is "
+                        "not supported by this server)", "unsupported_parameter");
   if (const ojson* cc = Field(body, "cache_control")) {  // automatic caching: up to the last message
     if (auto e = ReadCacheControl(*cc, "cache_control", &bp)) return e;
     bp.message = r.messages.size() - 1;
@@ -179,37 +179,37 @@ std::optional<ApiError> ReadFields(const ojson& body, MessagesRequest* m) {
   if (auto e = ReadInt(body, "top_k", 0, &top_k)) return e;
   if (top_k) r.top_k = static_cast<int>(std::min<int64_t>(*top_k, 1 << 30));
   if (const ojson* stops = Field(body, "stop_sequences")) {
-    if (!stops->is_array()) return Invalid("stop_sequences", "'stop_sequences' must be an array of strings");
+    if (!stops->is_array()) return InvalidParam("stop_sequences", "'stop_sequences' must be an array of strings");
     if (stops->size() > static_cast<size_t>(kMaxStops))
-      return Invalid("stop_sequences", "at most " + std::to_string(kMaxStops) + " stop sequences are allowed");
+      return InvalidParam("stop_sequences", "at most " + std::to_string(kMaxStops) + " stop sequences are allowed");
     for (const ojson& s : *stops) {
       if (!s.is_string() || s.get_ref<const std::string&>().empty() || s.get_ref<const std::string&>().size() > 1024)
-        return Invalid("stop_sequences", "each stop sequence must be a non-empty string of at most 1024 bytes");
+        return InvalidParam("stop_sequences", "each stop sequence must be a non-empty string of at most 1024 bytes");
       m->stop_sequences.push_back(s.get<std::string>());
     }
     r.stop = m->stop_sequences;
   }
   if (const ojson* s = Field(body, "stream")) {
-    if (!s->is_boolean()) return Invalid("stream", "'stream' must be a boolean");
+    if (!s->is_boolean()) return InvalidParam("stream", "'stream' must be a boolean");
     r.stream = s->get<bool>();
   }
   if (const ojson* md = Field(body, "metadata")) {
-    if (!md->is_object()) return Invalid("metadata", "'metadata' must be an object");
+    if (!md->is_object()) return InvalidParam("metadata", "'metadata' must be an object");
     if (const ojson* u = Field(*md, "user_id")) {
       if (!u->is_string() || u->get_ref<const std::string&>().size() > 256)
-        return Invalid("metadata.user_id", "'metadata.user_id' must be a string of at most 256 bytes");
+        return InvalidParam("metadata.user_id", "'metadata.user_id' must be a string of at most 256 bytes");
       r.user = u->get<std::string>();
     }
   }
   for (const char* name : {"tools", "tool_choice", "mcp_servers", "container"}) {
     const ojson* v = Field(body, name);
     if (v != nullptr && !(v->is_array() && v->empty()))
-      return Invalid(name, std::string("'") + name + "' is not supported on /v1/messages by this server",
-                     "unsupported_parameter");
+      return InvalidParam(name, std::string("'") + name + "' is not supported on /v1/messages by this server",
+                          "unsupported_parameter");
   }
   if (const ojson* t = Field(body, "thinking"); t != nullptr && !(t->is_object() && Field(*t, "type") != nullptr &&
                                                                    *Field(*t, "type") == "disabled"))
-    return Invalid("thinking", "extended thinking is not supported by this server", "unsupported_parameter");
+    return InvalidParam("thinking", "extended thinking is not supported by this server", "unsupported_parameter");
   return std::nullopt;
 }
 
@@ -236,7 +236,7 @@ MessagesParse ParseMessagesRequest(std::string_view body) {
   try {
     out.error = ReadFields(parsed, &out.request);
   } catch (const std::exception& e) {  // defensive: a type we did not expect
-    out.error = Invalid("", std::string("invalid request: ") + e.what());
+    out.error = InvalidParam("", std::string("invalid request: ") + e.what());
   }
   return out;
 }
