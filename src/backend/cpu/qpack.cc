@@ -48,16 +48,15 @@ uint16_t HalfBits(const uint8_t* p) {
   return h;
 }
 
-// Writes the 32 codes u (of one row, elements 0..31 of a block) into a codes area.
+// Writes the 32 codes u (of one row, elements 0..31 of a block) into a codes area: row
+// r's 4 bytes of each 64-byte chunk (nibbles: elements 4c..4c+3 low, 16+4c.. high).
 void PutCodes(const TypeInfo& ti, const uint8_t* u, int r, uint8_t* codes) {
-  for (int e = 0; e < 32; ++e) {
-    const int c = e / 4, t = e % 4;
-    if (ti.nibbles) {
-      uint8_t& byte = codes[64 * (c % 4) + 4 * r + t];
-      byte = static_cast<uint8_t>(c < 4 ? (byte & 0xF0) | u[e] : (byte & 0x0F) | (u[e] << 4));
-    } else {
-      codes[64 * c + 4 * r + t] = u[e];
-    }
+  if (ti.nibbles) {
+    for (int c = 0; c < 4; ++c)
+      for (int t = 0; t < 4; ++t)
+        codes[64 * c + 4 * r + t] = static_cast<uint8_t>(u[4 * c + t] | (u[16 + 4 * c + t] << 4));
+  } else {
+    for (int c = 0; c < 8; ++c) std::memcpy(codes + 64 * c + 4 * r, u + 4 * c, 4);
   }
 }
 
@@ -102,7 +101,8 @@ void PackPanel(const TypeInfo& ti, const WeightTensor& w, int64_t r0, int64_t ro
           const uint16_t d = HalfBits(src + 208);
           std::memcpy(unit + 2 * r, &d, 2);
           for (int g = 0; g < 16; ++g) unit[32 + kP * g + r] = src[192 + g];
-          for (int j = 0; j < 8; ++j) PutCodes(ti, u + 32 * j, static_cast<int>(r), unit + 32 + 16 * kP + j * CodeBytes(ti));
+          for (int j = 0; j < 8; ++j)
+            PutCodes(ti, u + 32 * j, static_cast<int>(r), unit + 32 + 16 * kP + j * CodeBytes(ti));
           break;
         }
       }
@@ -151,8 +151,10 @@ void Pack(ThreadPool& pool, const WeightTensor& w, void* out) {
   const int64_t n = w.rows(), panels = (n + kP - 1) / kP, pb = PanelBytes(ti, w.cols());
   uint8_t* dst = static_cast<uint8_t*>(out);
   pool.ParallelFor(panels, [&](int64_t p, int) {
-    std::memset(dst + p * pb, 0, static_cast<size_t>(pb));
-    PackPanel(ti, w, p * kP, std::min<int64_t>(kP, n - p * kP), dst + p * pb);
+    // Every byte of a full panel is written; a last, partial one's padding rows stay 0.
+    const int64_t rows = std::min<int64_t>(kP, n - p * kP);
+    if (rows < kP) std::memset(dst + p * pb, 0, static_cast<size_t>(pb));
+    PackPanel(ti, w, p * kP, rows, dst + p * pb);
   });
 }
 
