@@ -74,7 +74,7 @@ class Grammar {
                                                             const std::string& args_key, bool array);
 
   struct Node;
-  const Node& node(int id) const { return nodes_[id]; }
+  const Node& node(int id) const;  // defined below Node (vector<Node>'s operator[] needs it whole)
   int root() const { return root_; }
   // The fewest bytes of a value of node `id` (cached per node; a kSwitch: its largest
   // alternative's, see MinBytes).
@@ -140,6 +140,8 @@ struct Grammar::Node {
   std::vector<int> alternatives;
   int depth = 0;  // kAny: nesting depth
 };
+
+inline const Grammar::Node& Grammar::node(int id) const { return nodes_[id]; }
 
 class Matcher {
  public:
