@@ -17,12 +17,18 @@ const CpuFeatures& GetCpuFeatures() {
     c.avx512vl = __builtin_cpu_supports("avx512vl");
     c.avx512dq = __builtin_cpu_supports("avx512dq");
     c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
-#if defined(__GNUC__) && __GNUC__ >= 12
-    c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-#endif
     unsigned eax, ebx, ecx, edx;
     __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
     c.f16c = (ecx >> 29) & 1;
+    // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly: GCC's
+    // __builtin_cpu_supports knows "avx512bf16" from GCC 12 on, clang 14's does not, and the
+    // sanitizer builds use clang). The OS's saving of the zmm state is what avx512f's check
+    // already required.
+    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(0), "c"(0));
+    if (eax >= 7) {
+      __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
+      c.avx512_bf16 = c.avx512f && ((eax >> 5) & 1);
+    }
     return c;
   }();
   return f;
