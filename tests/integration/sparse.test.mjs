@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, stories, sharedDir, request, metrics } from './lib/server.mjs';
+import { startServer, stories, sharedDir, request, metrics, until } from './lib/server.mjs';
 
 let server;
 const client = () => new OpenAI({ apiKey: 'unused', baseURL: server.baseURL, maxRetries: 0, timeout: 60000 });
@@ -35,31 +35,85 @@ const sparseDelta = (a, b) => {
   return d;
 };
 
-test('a chat completion with sparse pq at ratio 0.2 answers with the right usage and moves the counters', async () => {
+// What moved since `before` once a request of `method` has finished. The scheduler publishes
+// the counters at the end of the step that finished the request, which can come after the
+// answer reached the client: wait for the method's request count to move (a counter, not a
+// clock), then take the delta.
+async function sparseDeltaOf(port, before, method) {
+  const key = `attic_sparse_requests_total{method="${method}"}`;
+  let m;
+  await until(async () => ((m = await metrics(port))[key] ?? 0) > (before[key] ?? 0), `${key} to move`);
+  return sparseDelta(before, m);
+}
+
+// The counters a sparse request must move, from the budget docs/serving.md documents (a step
+// over n slots attends round(ratio * n) of them), not from Attic's code: the slot counters
+// sum over layers and KV heads (the model's config.json). The step that yields completion
+// token k sees n = prompt + k slots. Token 0 comes from the prompt's prefill, which attends
+// in full, unless all but the last prompt token were reused from a resident sequence: that
+// token is then a one-row step through the sparse hooks.
+function expectedBudget(usage, ratio, modelDir) {
+  const config = JSON.parse(fs.readFileSync(path.join(modelDir, 'config.json'), 'utf8'));
+  const rows = config.num_hidden_layers * config.num_key_value_heads;
+  const p = usage.prompt_tokens;
+  let steps = 0;
+  let context = 0;
+  let attended = 0;
+  for (let k = usage.prompt_tokens_details.cached_tokens === p - 1 ? 0 : 1; k < usage.completion_tokens; ++k) {
+    steps += 1;
+    context += p + k;
+    attended += Math.round(ratio * (p + k));
+  }
+  return { steps, context: rows * context, attended: rows * attended };
+}
+
+test('a chat completion with sparse pq at ratio 0.2 attends exactly its budget and answers full attention\'s prefill token', async () => {
   const before = await metrics(server.port);
   const r = await client().chat.completions.create({
     model, messages, max_tokens: 16, temperature: 0, ignore_eos: true,
     sparse: { method: 'pq', ratio: 0.2, min_tokens: 64 },
   });
   assert.equal(r.choices[0].finish_reason, 'length');
-  assert.equal(typeof r.choices[0].message.content, 'string');
   assert.equal(r.usage.completion_tokens, 16);
   const tok = await request(server.port, { path: '/tokenize', body: JSON.stringify({ messages }) });
   const count = JSON.parse(tok.body).count;
   assert.ok(count > 64, `prompt of ${count} tokens`);
   assert.equal(r.usage.prompt_tokens, count);
   assert.equal(r.usage.total_tokens, count + 16);
+  // The file's first request: nothing resident to reuse, so token 0 comes from the prefill.
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
 
-  const d = sparseDelta(before, await metrics(server.port));
+  const d = await sparseDeltaOf(server.port, before, 'pq');
   assert.equal(d['attic_sparse_requests_total{method="pq"}'], 1, JSON.stringify(d));
   assert.equal(d['attic_sparse_requests_total{method="streaming"}'], 0);
-  // Every decode step after the first token is a sparse one (the context is past min_tokens).
-  assert.equal(d.attic_sparse_decode_steps_total, 15);
+  // Every decode step after the first token is a sparse one (the context is past
+  // min_tokens), and each attended exactly a fifth of its context, rounded.
+  const want = expectedBudget(r.usage, 0.2, stories);
+  assert.equal(want.steps, 15);
+  assert.equal(d.attic_sparse_decode_steps_total, want.steps);
   assert.equal(d.attic_sparse_full_decode_steps_total, 0);
-  const share = d.attic_sparse_attended_slots_total / d.attic_sparse_context_slots_total;
-  assert.ok(share > 0.1 && share < 0.3, `attended share ${share}`);
+  assert.equal(d.attic_sparse_context_slots_total, want.context, JSON.stringify(d));
+  assert.equal(d.attic_sparse_attended_slots_total, want.attended, JSON.stringify(d));
   assert.ok(d.attic_pq_clustered_keys_total > 0, 'pq clustered keys');
   assert.ok(d.attic_pq_cluster_seconds_total > 0, 'pq cluster time');
+
+  // The answer against full attention, where full attention decides it. Token 0 comes from
+  // the prefill, which attends in full: it is full attention's token 0 (which leads there by
+  // 1.6 nats; the full request reuses this prompt's KV and recomputes its last token alone,
+  // which moves the logprobs by float32 rounding, 2e-7: the token is compared, not the
+  // bits). Past token 0 this model gives no reference at a 0.2 budget:
+  // measured with full attention's logprobs, pq (adaptive iterations) first leaves its text
+  // at step 6 with the token full attention ranks third, 0.86 nats below its top (with 4 or
+  // more fixed iterations, and for oracle top-k, at step 7, a swap of full attention's top
+  // two 0.24 nats apart). That is not a near tie an approximation of attention must keep,
+  // so no further token is asserted here: the content reference for a 0.2 budget is
+  // retriever-1m's pass key (the test below), an answer fixed by the prompt, not by Attic.
+  const full = await client().chat.completions.create({
+    model, messages, max_tokens: 1, temperature: 0, sparse: { method: 'full' },
+  });
+  const token0 = full.choices[0].message.content;
+  assert.ok(token0.length > 0);
+  assert.ok(r.choices[0].message.content.startsWith(token0), `${JSON.stringify(r.choices[0].message.content)} vs ${JSON.stringify(token0)}`);
 });
 
 test('a completion without the field gets the server default; {"method": "full"} is full attention', async () => {
@@ -87,7 +141,7 @@ test('a budget covering the whole context answers exactly as full attention (pq,
     const before = await metrics(server.port);
     const sparse = { method, ratio: 1, min_tokens: 64, ...(method === 'pq' ? { iterations: 4 } : {}) };
     assert.equal(await ask(sparse), full, method);
-    const d = sparseDelta(before, await metrics(server.port));
+    const d = await sparseDeltaOf(server.port, before, method);
     assert.ok(d.attic_sparse_decode_steps_total >= 23, `${method}: ${JSON.stringify(d)}`);
     assert.equal(d.attic_sparse_full_decode_steps_total, 0, method);
     assert.equal(d.attic_sparse_attended_slots_total, d.attic_sparse_context_slots_total, method);
