@@ -148,7 +148,7 @@ test('a budget covering the whole context answers exactly as full attention (pq,
   }
 });
 
-test('retriever-1m finds its pass key with pq and oracle at a 0.2 budget, not with streaming', async () => {
+test('retriever-1m finds its pass key with pq and oracle at a 0.2 budget, not with streaming; each decoded sparsely', async () => {
   // Independent reference: the key planted in the prompt (retriever-1m's README format: a
   // space before each sentence and after each newline), ~270-310 tokens of tiny-shakespeare
   // filler on both sides, so the needle lies outside the streaming window (4 initial + a
@@ -156,6 +156,8 @@ test('retriever-1m finds its pass key with pq and oracle at a 0.2 budget, not wi
   // the model can answer), oracle top-k at 0.2 every key (exact scores, the same budget),
   // pq at 0.2 (fixed k-means iterations: deterministic) at least 3 of 4 (an approximation
   // of oracle; all 4 when written), and streaming none (the answer needs the far needle).
+  // Each sparse request's counters show that it decoded sparsely: every step after the
+  // prefill attended exactly its budget (expectedBudget), none attended in full.
   const text = fs.readFileSync(path.join(sharedDir, 'datasets/tiny_shakespeare/input.txt'), 'utf8');
   const filler = (start) => {
     let t = text.slice(start, start + 220);
@@ -167,12 +169,24 @@ test('retriever-1m finds its pass key with pq and oracle at a 0.2 budget, not wi
     prompt: `${filler(at)}\n The pass key is ${key}. Remember it. ${key} is the pass key.\n${filler(at + 2000)}\n`
       + ' What is the pass key? The pass key is',
   }));
-  const retriever = await startServer(['-m', path.join(sharedDir, 'models/retriever-1m')]);
+  const retrieverDir = path.join(sharedDir, 'models/retriever-1m');
+  const retriever = await startServer(['-m', retrieverDir]);
   try {
     const c = new OpenAI({ apiKey: 'unused', baseURL: retriever.baseURL, maxRetries: 0, timeout: 60000 });
     const answer = async (prompt, sparse) => {
+      const before = await metrics(retriever.port);
       const r = await c.completions.create({ model: 'retriever-1m', prompt, max_tokens: 8, temperature: 0, sparse });
       assert.ok(r.usage.prompt_tokens > 250 && r.usage.prompt_tokens < 400, `prompt of ${r.usage.prompt_tokens} tokens`);
+      if (sparse.method !== 'full') {
+        const d = await sparseDeltaOf(retriever.port, before, sparse.method);
+        const want = expectedBudget(r.usage, sparse.ratio, retrieverDir);
+        const what = `${sparse.method}: ${JSON.stringify(r.usage)} ${JSON.stringify(d)}`;
+        assert.ok(want.steps >= 1, what);
+        assert.equal(d.attic_sparse_decode_steps_total, want.steps, what);
+        assert.equal(d.attic_sparse_full_decode_steps_total, 0, what);
+        assert.equal(d.attic_sparse_context_slots_total, want.context, what);
+        assert.equal(d.attic_sparse_attended_slots_total, want.attended, what);
+      }
       return r.choices[0].text.split('.')[0].trim();
     };
     const budget = { ratio: 0.2, min_tokens: 64 };
