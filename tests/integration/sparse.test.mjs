@@ -46,9 +46,10 @@ async function sparseDeltaOf(port, before, method) {
   return sparseDelta(before, m);
 }
 
-// The counters a sparse request must move, from the budget docs/serving.md documents (a step
-// over n slots attends round(ratio * n) of them), not from Attic's code: the slot counters
-// sum over layers and KV heads (the model's config.json). The step that yields completion
+// The counters a sparse request must move, from the budget's documented contract
+// (include/attic/pq/sparse.h: a step over n slots attends ratio * n of them, rounded to
+// nearest), not from Attic's code; the slot counters sum over layers and KV heads (the
+// model's config.json). The step that yields completion
 // token k sees n = prompt + k slots. Token 0 comes from the prompt's prefill, which attends
 // in full, unless all but the last prompt token were reused from a resident sequence: that
 // token is then a one-row step through the sparse hooks.
@@ -101,13 +102,14 @@ test('a chat completion with sparse pq at ratio 0.2 attends exactly its budget a
   // the prefill, which attends in full: it is full attention's token 0 (which leads there by
   // 1.6 nats; the full request reuses this prompt's KV and recomputes its last token alone,
   // which moves the logprobs by float32 rounding, 2e-7: the token is compared, not the
-  // bits). Past token 0 this model gives no reference at a 0.2 budget:
-  // measured with full attention's logprobs, pq (adaptive iterations) first leaves its text
-  // at step 6 with the token full attention ranks third, 0.86 nats below its top (with 4 or
-  // more fixed iterations, and for oracle top-k, at step 7, a swap of full attention's top
-  // two 0.24 nats apart). That is not a near tie an approximation of attention must keep,
-  // so no further token is asserted here: the content reference for a 0.2 budget is
-  // retriever-1m's pass key (the test below), an answer fixed by the prompt, not by Attic.
+  // bits). Past token 0 stories260K gives no reference at a 0.2 budget. Measured with the
+  // server's logprobs: pq (adaptive iterations) first leaves full attention's text at step
+  // 6, with the token full attention ranks third, 0.86 nats below its top (with 4 or more
+  // fixed iterations, and for oracle top-k, at step 7: a swap of full attention's top two,
+  // 0.24 nats apart). A first divergence that is no near tie leaves no N that the logit
+  // gaps make a fact, and a fitted N would prove nothing, so no later token is asserted
+  // here: the content reference for a 0.2 budget is retriever-1m's pass key (its test in
+  // this file), an answer the prompt fixes, with counters that show sparse decoding.
   const full = await client().chat.completions.create({
     model, messages, max_tokens: 1, temperature: 0, sparse: { method: 'full' },
   });
