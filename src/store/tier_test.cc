@@ -343,14 +343,14 @@ long MinorFaults() {
 }
 
 #if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ATTIC_TIER_TEST_TSAN 1
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define ATTIC_TIER_TEST_SHADOW 1
 #endif
 #endif
-#if defined(ATTIC_TIER_TEST_TSAN) || defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
+#if defined(ATTIC_TIER_TEST_SHADOW) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kShadowSanitizer = true;
 #else
-constexpr bool kThreadSanitizer = false;
+constexpr bool kShadowSanitizer = false;
 #endif
 
 // A reservation faults its pages in up front: a buffer taken from them and written all
@@ -379,9 +379,10 @@ TEST(Bytes, ReservedPagesAreFaultedInUpFrontAndKeptWhileReserved) {
     std::memset(held.back()->data(), i, held.back()->capacity());
   }
   // Fresh pages: >= reserve / 2 MiB faults (huge pages), 512x that with 4 KiB pages.
-  // Under TSan the count says nothing: its shadow of the pages (several bytes of shadow per
-  // byte) is mapped on first write, and those faults are the process's too.
-  if (!kThreadSanitizer) EXPECT_LT(MinorFaults() - before, 16) << "the reserved pages were not faulted in";
+  // Under ASan or TSan the count says nothing: the sanitizer's shadow of the pages (1/8 of
+  // them for ASan, several times them for TSan) is mapped on first use, and those faults
+  // are the process's too (measured: 10,242 under ASan, 164,177 under TSan).
+  if (!kShadowSanitizer) EXPECT_LT(MinorFaults() - before, 16) << "the reserved pages were not faulted in";
   EXPECT_EQ(Bytes::PooledBytes(), 0u);
   held.clear();  // all of it goes back: the reservation allows it, kPoolBytes alone would not
   EXPECT_EQ(Bytes::PooledBytes(), reserve);
