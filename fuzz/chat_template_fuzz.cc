@@ -1,14 +1,17 @@
 // Chat-template rendering of hostile messages (src/tokenizer/chat_template.cc), and
 // template detection from arbitrary template text.
 //
-// Input: byte 0 picks the family and add_generation_prompt; the rest is split at NUL
+// Input: byte 0 picks the family (Mistral when (byte / 12) is odd), add_generation_prompt
+// and a default system prompt; the rest is split at NUL
 // bytes into role, content, role, content, ...; a role byte sequence "s"/"u"/"a" stands
 // for system/user/assistant, anything else is used as the role verbatim.
 // Invariants: no crash; unknown roles are InvalidArgument (never rendered); a rendered
 // prompt holds every message's content, in order: verbatim for ChatML; for Llama-3 and
 // Llama-2 stripped of surrounding ASCII whitespace, as their reference templates do
 // (Jinja's trim / str.strip()), and for Llama-2 a system message only when a user
-// message follows it (the reference folds it into the first user turn).
+// message follows it (the reference folds it into the first user turn). Mistral: user
+// and tool contents verbatim, assistant contents stripped, in order; the system message
+// is written into the last user turn (its place is not checked).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -36,8 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)DetectChatTemplate(std::string(rest));
   (void)DefaultSystemPrompt(std::string(rest));
 
+  // Mistral on the bit above the others, so that the corpus's older inputs keep their family.
   const ChatTemplateKind kinds[] = {ChatTemplateKind::kChatML, ChatTemplateKind::kLlama3, ChatTemplateKind::kLlama2};
-  const ChatTemplateKind kind = kinds[data[0] % 3];
+  const ChatTemplateKind kind = (data[0] / 12) % 2 == 1 ? ChatTemplateKind::kMistral : kinds[data[0] % 3];
   ChatRenderOptions opts;
   opts.add_generation_prompt = (data[0] / 3) % 2 == 0;
   if ((data[0] / 6) % 2 == 1) opts.default_system_prompt = "You are a helpful assistant.";
@@ -55,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ChatMessage m;
     const std::string_view role = fields[i];
     m.role = role == "s" ? "system" : role == "u" ? "user" : role == "a" ? "assistant" : std::string(role);
-    // "tool" (a tool result) renders in the families with a tool format (ChatML, Llama 3).
+    // "tool" (a tool result) renders in the families with a tool format (ChatML, Llama 3, Mistral).
     known_roles = known_roles && (m.role == "system" || m.role == "user" || m.role == "assistant" ||
                                   (m.role == "tool" && kind != ChatTemplateKind::kLlama2));
     m.content = std::string(fields[i + 1]);
@@ -71,7 +75,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (kind == ChatTemplateKind::kLlama2 && i == 0 && m.role == "system" && messages.size() == 1) continue;
-    const std::string want = kind == ChatTemplateKind::kChatML ? m.content : Strip(m.content);
+    if (kind == ChatTemplateKind::kMistral && i == 0 && m.role == "system") continue;
+    const bool verbatim = kind == ChatTemplateKind::kChatML ||
+                          (kind == ChatTemplateKind::kMistral && m.role != "assistant");
+    const std::string want = verbatim ? m.content : Strip(m.content);
     const size_t found = out->find(want, at);
     FUZZ_CHECK(found != std::string::npos, "content of a %s message is missing or reordered", m.role.c_str());
     at = found + want.size();

@@ -41,13 +41,9 @@ struct StreamState {
   // Chat with tools (tool_choice not "none"): the reply is split into content and calls.
   ToolSpec tools;
   std::unique_ptr<ToolCallStream> tool_stream;
-  std::string call_id;  // calls are call_id + their index
+  std::string call_id;  // the calls' ids come from it (NameToolCalls)
+  tokenizer::ChatTemplateKind chat_kind = tokenizer::ChatTemplateKind::kChatML;
 };
-
-// The calls' ids: one random base per reply, the call's index after it.
-void NameCalls(const std::string& base, std::vector<ToolCall>* calls) {
-  for (size_t i = 0; i < calls->size(); ++i) (*calls)[i].id = base + std::to_string(i);
-}
 
 }  // namespace
 
@@ -319,7 +315,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
         ToolOutput out{std::move(texts[i]), {}};
         if (r.tools.active()) {
           out = ParseToolOutput(out.content, *engine.chat_template_kind(), r.tools);
-          NameCalls(NewId("call_"), &out.calls);
+          NameToolCalls(*engine.chat_template_kind(), NewId("call_"), &out.calls);
         }
         const std::string reason = out.calls.empty() ? ev.finish_reason : "tool_calls";
         choices[i] = {std::move(out.content), reason, logprobs ? logprobs->Of(entries[i]).dump() : std::string(),
@@ -347,6 +343,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
     st->tools = r.tools;
     st->tool_stream = std::make_unique<ToolCallStream>(*engine.chat_template_kind(), &st->tools);
     st->call_id = NewId("call_");
+    st->chat_kind = *engine.chat_template_kind();
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -402,7 +399,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
           if (st->tool_stream) {
             ToolOutput rest = st->tool_stream->Finish();
             if (!rest.content.empty()) out += ChunkEvent(st->meta, rest.content, "", st->include_usage);
-            NameCalls(st->call_id, &rest.calls);
+            NameToolCalls(st->chat_kind, st->call_id, &rest.calls);
             out += ToolCallChunkEvents(st->meta, rest.calls, st->include_usage);
             if (!rest.calls.empty()) reason = "tool_calls";
           }

@@ -16,6 +16,7 @@ using tokenizer::ChatTemplateKind;
 constexpr const char* kCallOpen = "<tool_call>";
 constexpr const char* kCallClose = "</tool_call>";
 constexpr const char* kPythonTag = "<|python_tag|>";
+constexpr const char* kMistralCalls = "[TOOL_CALLS]";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -131,6 +132,23 @@ ToolOutput ParseLlama3(const std::string& text, const ToolSpec& spec) {
   return out;
 }
 
+// Mistral: [TOOL_CALLS] followed by an array of calls (or one call). The marker is a
+// control token that detokenization usually drops; where a tokenizer writes it, text
+// before it is content.
+ToolOutput ParseMistral(const std::string& text, const ToolSpec& spec) {
+  ToolOutput out;
+  const size_t marker = text.find(kMistralCalls);
+  const std::string head = marker == std::string::npos ? "" : text.substr(0, marker);
+  const std::string body =
+      Trim(marker == std::string::npos ? text : text.substr(marker + std::strlen(kMistralCalls)));
+  if (!body.empty() && (body[0] == '[' || body[0] == '{') && ReadCalls(body, spec, &out.calls)) {
+    out.content = TrimRight(head);
+    return out;
+  }
+  out.content = text;
+  return out;
+}
+
 // The longest suffix of `text` (from `from`) that is a proper prefix of `marker`.
 size_t PrefixHoldback(const std::string& text, size_t from, const std::string& marker) {
   const size_t avail = text.size() - from;
@@ -160,7 +178,8 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(const ToolSpec
     functions.push_back(std::move(f));
     names.push_back(t.name);
   }
-  // Llama 3.1 writes "parameters" and takes one call per turn; Hermes "arguments", several.
+  // Llama 3.1 writes "parameters" and takes one call per turn; Hermes and Mistral
+  // "arguments", several.
   const std::string args_key = kind == ChatTemplateKind::kLlama3 ? "parameters" : "arguments";
   const bool array = spec.choice == ToolChoice::kRequired && spec.parallel && kind != ChatTemplateKind::kLlama3;
   auto g = grammar::Grammar::ToolCalls(functions, args_key, array);
@@ -182,7 +201,29 @@ ToolOutput ParseToolOutput(const std::string& text, ChatTemplateKind kind, const
     return out;
   }
   if (kind == ChatTemplateKind::kLlama3) return ParseLlama3(text, spec);
+  if (kind == ChatTemplateKind::kMistral) return ParseMistral(text, spec);
   return ParseHermes(text, spec);
+}
+
+void NameToolCalls(ChatTemplateKind kind, const std::string& base, std::vector<ToolCall>* calls) {
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const std::string id = base + std::to_string(i);
+    (*calls)[i].id = kind == ChatTemplateKind::kMistral ? tokenizer::MistralToolCallId(id) : id;
+  }
+}
+
+std::string ToolCallStream::UpToMarker(const std::string& marker) {
+  const size_t open = text_.find(marker, sent_);
+  if (open != std::string::npos) {
+    std::string out = text_.substr(sent_, open - sent_);
+    sent_ = open;
+    holding_ = true;
+    return out;
+  }
+  const size_t safe = text_.size() - PrefixHoldback(text_, sent_, marker);
+  std::string out = text_.substr(sent_, safe - sent_);
+  sent_ = safe;
+  return out;
 }
 
 std::string ToolCallStream::Push(const std::string& piece) {
@@ -208,18 +249,20 @@ std::string ToolCallStream::Push(const std::string& piece) {
     sent_ = text_.size();
     return out;
   }
-  // ChatML: text before a <tool_call> is content; hold back what may begin one.
-  const size_t open = text_.find(kCallOpen, sent_ > 0 ? sent_ : 0);
-  if (open != std::string::npos) {
-    std::string out = text_.substr(sent_, open - sent_);
-    sent_ = open;
-    holding_ = true;
-    return out;
+  if (kind_ == ChatTemplateKind::kMistral) {
+    if (!plain_) {
+      const size_t first = text_.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos) return "";  // only whitespace so far
+      if (text_[first] == '[' || text_[first] == '{') {  // a call ('[' also opens "[TOOL_CALLS]")
+        holding_ = true;
+        return "";
+      }
+      plain_ = true;
+    }
+    return UpToMarker(kMistralCalls);
   }
-  const size_t safe = text_.size() - PrefixHoldback(text_, sent_, kCallOpen);
-  std::string out = text_.substr(sent_, safe - sent_);
-  sent_ = safe;
-  return out;
+  // ChatML: text before a <tool_call> is content; hold back what may begin one.
+  return UpToMarker(kCallOpen);
 }
 
 ToolOutput ToolCallStream::Finish() {

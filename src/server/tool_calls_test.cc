@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "attic/server/openai_api.h"
 #include "attic/server/tool_calls.h"
 
@@ -151,6 +153,76 @@ TEST(ToolOutput, Llama3JsonCalls) {
   EXPECT_EQ(o.content, "{\"answer\": 42}");
 }
 
+TEST(ToolOutput, MistralCalls) {
+  const ToolSpec spec = Spec();
+  // The [TOOL_CALLS] control token is dropped by detokenization: a reply that is an array
+  // of calls (or one call) is read as calls, with the marker or without.
+  for (const std::string text : {std::string(" [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, "
+                                             "{\"name\": \"now\", \"arguments\": {}}]"),
+                                 std::string("[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                             "\"Oslo\"}, \"id\": \"a1B2c3D4e\"}, {\"name\": \"now\", \"arguments\": {}}]")}) {
+    ToolOutput o = ParseToolOutput(text, ChatTemplateKind::kMistral, spec);
+    ASSERT_EQ(o.calls.size(), 2u) << text;
+    EXPECT_EQ(o.calls[0].name, "get_weather");
+    EXPECT_EQ(o.calls[0].arguments, R"({"city":"Oslo"})");
+    EXPECT_EQ(o.calls[1].name, "now");
+    EXPECT_EQ(o.content, "");
+  }
+  // Text before a visible marker is content; one object is a call too.
+  ToolOutput o = ParseToolOutput("Checking.\n[TOOL_CALLS] {\"name\": \"now\", \"arguments\": {}}", ChatTemplateKind::kMistral, spec);
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.content, "Checking.");
+  // Plain text, undeclared functions, broken or cut-short JSON stay text.
+  for (const std::string text : {std::string("[1] is a footnote."), std::string("[{\"name\": \"rm\", \"arguments\": {}}]"),
+                                 std::string("[TOOL_CALLS] [{\"name\": \"now\", \"argu"), std::string("Hello"),
+                                 std::string("[]")}) {
+    o = ParseToolOutput(text, ChatTemplateKind::kMistral, spec);
+    EXPECT_TRUE(o.calls.empty()) << text;
+    EXPECT_EQ(o.content, text);
+  }
+}
+
+TEST(ToolOutput, CallIdsPerFamily) {
+  std::vector<ToolCall> calls(3);
+  NameToolCalls(ChatTemplateKind::kChatML, "call_ab", &calls);
+  EXPECT_EQ(calls[0].id, "call_ab0");
+  EXPECT_EQ(calls[2].id, "call_ab2");
+  // Mistral: 9 alphanumerics, which its template takes as they are (so the ids the client
+  // sends back with the calls and their results are rendered unchanged).
+  NameToolCalls(ChatTemplateKind::kMistral, "call_0123456789abcdef01234567", &calls);
+  for (const ToolCall& c : calls) {
+    ASSERT_EQ(c.id.size(), 9u);
+    for (char ch : c.id) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch))) << c.id;
+    EXPECT_EQ(tokenizer::MistralToolCallId(c.id), c.id);
+  }
+  EXPECT_NE(calls[0].id, calls[1].id);
+  EXPECT_NE(calls[1].id, calls[2].id);
+}
+
+TEST(ToolCallGrammar, MistralForcedCallsAreArraysOfArguments) {
+  // The grammar's language: for "required" with parallel calls an array of
+  // {"name", "arguments"} (Mistral's own shape); named or not parallel: one object.
+  ToolSpec spec = Spec(ToolChoice::kRequired);
+  spec.tools[0].parameters = R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})";
+  auto g = ToolCallGrammar(spec, ChatTemplateKind::kMistral);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_NE(*g, nullptr);
+  auto accepts = [](const grammar::Grammar& gr, const std::string& text) {
+    grammar::Matcher m(&gr);
+    for (char c : text)
+      if (!m.Feed(static_cast<uint8_t>(c))) return false;
+    return m.Complete();
+  };
+  EXPECT_TRUE(accepts(**g, R"([{"name":"get_weather","arguments":{"city":"Oslo"}},{"name":"now","arguments":{}}])"));
+  EXPECT_FALSE(accepts(**g, R"([{"name":"get_weather","parameters":{"city":"Oslo"}}])"));
+  EXPECT_FALSE(accepts(**g, R"([{"name":"get_weather","arguments":{}}])"));  // "city" is required
+  spec.parallel = false;
+  g = ToolCallGrammar(spec, ChatTemplateKind::kMistral);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(accepts(**g, R"({"name":"now","arguments":{}})"));
+  EXPECT_FALSE(accepts(**g, R"([{"name":"now","arguments":{}}])"));
+}
+
 TEST(ToolOutput, ForcedOutputIsBareJson) {
   const ToolSpec spec = Spec(ToolChoice::kRequired);
   ToolOutput o = ParseToolOutput(R"([{"name":"now","arguments":{}},{"name":"get_weather","arguments":{"city":"a"}}])",
@@ -196,11 +268,22 @@ TEST(ToolCallStream, SplitsContentFromCalls) {
   CheckStream("<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", ChatTemplateKind::kLlama3, spec);
   CheckStream("<|pyx", ChatTemplateKind::kLlama3, spec);
   CheckStream(R"({"name":"now","arguments":{}})", ChatTemplateKind::kChatML, Spec(ToolChoice::kRequired));
+  CheckStream(" [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
+  CheckStream("[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
+  CheckStream("Sure. [TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
+  CheckStream("Plain [TOOL words [TOOL_CALL", ChatTemplateKind::kMistral, spec);
+  CheckStream("[1] is a footnote.", ChatTemplateKind::kMistral, spec);
+  CheckStream(R"([{"name":"now","arguments":{}}])", ChatTemplateKind::kMistral, Spec(ToolChoice::kRequired));
   // Text before the call goes out before the call is complete.
   ToolCallStream s(ChatTemplateKind::kChatML, &spec);
   EXPECT_EQ(s.Push("Hi <tool"), "Hi ");
   EXPECT_EQ(s.Push("_call>{\"name\": \"now\", \"arguments\": {}}"), "");
   EXPECT_EQ(s.Finish().calls.size(), 1u);
+  // Mistral: a reply that opens with text streams; a later visible marker is held.
+  ToolCallStream m(ChatTemplateKind::kMistral, &spec);
+  EXPECT_EQ(m.Push("Hi [TOOL"), "Hi ");
+  EXPECT_EQ(m.Push("_CALLS] [{\"name\": \"now\", \"arguments\": {}}]"), "");
+  EXPECT_EQ(m.Finish().calls.size(), 1u);
 }
 
 TEST(ToolResponse, MessageAndDeltas) {

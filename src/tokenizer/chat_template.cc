@@ -1,10 +1,12 @@
-// Chat templates: the three prompt formats rendered natively (no Jinja engine), each
+// Chat templates: the four prompt formats rendered natively (no Jinja engine), each
 // reproducing its reference template byte for byte:
 //  * ChatML (SmolLM2, Qwen2): <|im_start|>role\ncontent<|im_end|>\n per message, an
 //    optional default system turn, "<|im_start|>assistant\n" as generation prompt.
 //  * Llama-3: bos + <|start_header_id|>role<|end_header_id|>\n\n trim(content)<|eot_id|>.
 //  * Llama-2 / Mistral: bos [INST] user [/INST] assistant eos, the system prompt folded
 //    into the first user turn inside <<SYS>> ... <</SYS>>.
+//  * Mistral (v0.3): bos [INST] user[/INST] assistant eos, the system prompt joined to the
+//    last user turn; rendered with its tool format in chat_tools.cc.
 #include "attic/tokenizer/chat_template.h"
 
 #include "tokenizer/chat_tools.h"
@@ -118,7 +120,8 @@ bool ReadJinjaLiteral(const std::string& text, size_t pos, std::string* out) {
 StatusOr<ChatTemplateKind> ParseChatTemplateKind(const std::string& name) {
   if (name == "chatml") return ChatTemplateKind::kChatML;
   if (name == "llama3") return ChatTemplateKind::kLlama3;
-  if (name == "llama2" || name == "mistral") return ChatTemplateKind::kLlama2;
+  if (name == "llama2") return ChatTemplateKind::kLlama2;
+  if (name == "mistral") return ChatTemplateKind::kMistral;
   return InvalidArgumentError("unknown chat template '" + name + "': --chat-template must be one of " + kAllowed);
 }
 
@@ -127,6 +130,7 @@ const char* ChatTemplateKindName(ChatTemplateKind k) {
     case ChatTemplateKind::kChatML: return "chatml";
     case ChatTemplateKind::kLlama3: return "llama3";
     case ChatTemplateKind::kLlama2: return "llama2";
+    case ChatTemplateKind::kMistral: return "mistral";
   }
   return "unknown";
 }
@@ -134,6 +138,9 @@ const char* ChatTemplateKindName(ChatTemplateKind k) {
 StatusOr<ChatTemplateKind> DetectChatTemplate(const std::string& jinja_text) {
   if (jinja_text.find("<|start_header_id|>") != std::string::npos) return ChatTemplateKind::kLlama3;
   if (jinja_text.find("<|im_start|>") != std::string::npos) return ChatTemplateKind::kChatML;
+  // Mistral's tool-calling templates; the earlier ones (v0.1, v0.2) are Llama-2's format.
+  if (jinja_text.find("[TOOL_CALLS]") != std::string::npos || jinja_text.find("[AVAILABLE_TOOLS]") != std::string::npos)
+    return ChatTemplateKind::kMistral;
   if (jinja_text.find("[INST]") != std::string::npos) return ChatTemplateKind::kLlama2;
   const std::string what = jinja_text.empty() ? "the model has no chat template"
                                               : "the model's chat template is not one Attic recognises";
@@ -159,11 +166,12 @@ std::string DefaultSystemPrompt(const std::string& jinja_text) {
 
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                                  const ChatRenderOptions& opts) {
-  if (ChatUsesTools(messages, opts)) return RenderChatWithTools(kind, messages, opts);
+  if (ChatUsesTools(messages, opts) || kind == ChatTemplateKind::kMistral) return RenderChatWithTools(kind, messages, opts);
   switch (kind) {
     case ChatTemplateKind::kChatML: return RenderChatML(messages, opts);
     case ChatTemplateKind::kLlama3: return RenderLlama3(messages, opts);
     case ChatTemplateKind::kLlama2: return RenderLlama2(messages, opts);
+    case ChatTemplateKind::kMistral: break;  // above
   }
   return InvalidArgumentError("chat: unknown template kind");
 }
@@ -172,7 +180,8 @@ std::vector<std::string> ChatStopTokens(ChatTemplateKind kind) {
   switch (kind) {
     case ChatTemplateKind::kChatML: return {"<|im_end|>", "<|endoftext|>"};
     case ChatTemplateKind::kLlama3: return {"<|eot_id|>", "<|end_of_text|>"};
-    case ChatTemplateKind::kLlama2: return {"</s>"};
+    case ChatTemplateKind::kLlama2:
+    case ChatTemplateKind::kMistral: return {"</s>"};
   }
   return {};
 }

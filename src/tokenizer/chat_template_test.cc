@@ -56,19 +56,24 @@ TEST(ChatTemplate, ParseAndDetect) {
   EXPECT_EQ(*ParseChatTemplateKind("chatml"), ChatTemplateKind::kChatML);
   EXPECT_EQ(*ParseChatTemplateKind("llama3"), ChatTemplateKind::kLlama3);
   EXPECT_EQ(*ParseChatTemplateKind("llama2"), ChatTemplateKind::kLlama2);
-  EXPECT_EQ(*ParseChatTemplateKind("mistral"), ChatTemplateKind::kLlama2);
+  EXPECT_EQ(*ParseChatTemplateKind("mistral"), ChatTemplateKind::kMistral);
+  EXPECT_STREQ(ChatTemplateKindName(ChatTemplateKind::kMistral), "mistral");
   auto bad = ParseChatTemplateKind("vicuna");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("--chat-template"), std::string::npos);
 
   EXPECT_EQ(*DetectChatTemplate("{{ '[INST] ' + m + ' [/INST]' }}"), ChatTemplateKind::kLlama2);
+  // Mistral's tool-calling template (v0.3); the earlier Mistral templates are Llama-2's format.
+  EXPECT_EQ(*DetectChatTemplate(testing::ReadOrDie(testing::TestDataDir() + "/mistral-v0.3.jinja")),
+            ChatTemplateKind::kMistral);
+  EXPECT_EQ(*DetectChatTemplate(testing::ReadOrDie(testing::TestDataDir() + "/llama2.jinja")), ChatTemplateKind::kLlama2);
   for (const std::string t : {"", "{% for m in messages %}{{ m.content }}{% endfor %}"}) {
     auto r = DetectChatTemplate(t);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("--chat-template"), std::string::npos) << r.status().message();
-    for (const char* name : {"chatml", "llama3", "llama2"}) {
+    for (const char* name : {"chatml", "llama3", "llama2", "mistral"}) {
       EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
     }
   }
@@ -76,7 +81,8 @@ TEST(ChatTemplate, ParseAndDetect) {
 
 TEST(ChatTemplate, RejectsBadConversations) {
   const std::vector<ChatMessage> bad_role = {{"wizard", "hi"}};
-  for (auto k : {ChatTemplateKind::kChatML, ChatTemplateKind::kLlama3, ChatTemplateKind::kLlama2}) {
+  for (auto k : {ChatTemplateKind::kChatML, ChatTemplateKind::kLlama3, ChatTemplateKind::kLlama2,
+                 ChatTemplateKind::kMistral}) {
     EXPECT_EQ(RenderChat(k, bad_role).status().code(), StatusCode::kInvalidArgument);
   }
   const std::vector<ChatMessage> out_of_order = {{"user", "a"}, {"user", "b"}};
@@ -90,6 +96,7 @@ TEST(ChatTemplate, StopTokens) {
   EXPECT_EQ(ChatStopTokens(ChatTemplateKind::kChatML)[0], "<|im_end|>");
   EXPECT_EQ(ChatStopTokens(ChatTemplateKind::kLlama3)[0], "<|eot_id|>");
   EXPECT_EQ(ChatStopTokens(ChatTemplateKind::kLlama2)[0], "</s>");
+  EXPECT_EQ(ChatStopTokens(ChatTemplateKind::kMistral)[0], "</s>");
 }
 
 }  // namespace

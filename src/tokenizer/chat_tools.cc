@@ -4,8 +4,17 @@
 //  * ChatML: Qwen2.5-Instruct's tokenizer_config.json chat_template.
 //  * Llama-3: Llama 3.1-Instruct's, with its defaults (tools_in_user_message, date_string
 //    "26 Jul 2024", no builtin_tools).
+//  * Mistral: Mistral-7B-Instruct-v0.3's tool-calling template, for every conversation of
+//    the family (it renders plain chats too). Its quirks are kept, since they are what the
+//    model was given: the system prompt joins the last message only when that is a user
+//    message; the tools go before every user message equal to the last one; a tool
+//    definition's string fields and a tool result are written raw, not as JSON strings;
+//    an assistant turn with calls loses its text.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -183,7 +192,101 @@ StatusOr<std::string> RenderLlama31(const std::vector<ChatMessage>& msgs, const 
   return out;
 }
 
+
+// Mistral-7B-Instruct-v0.3 (tests/data/tokenizer/mistral-v0.3.jinja).
+StatusOr<std::string> RenderMistral(const std::vector<ChatMessage>& msgs, const ChatRenderOptions& opts) {
+  ATTIC_ASSIGN_OR_RETURN(std::vector<ojson> tools, ParseTools(opts));
+  size_t start = 0;
+  const std::string* system = nullptr;
+  if (!msgs.empty() && msgs[0].role == "system") {
+    system = &msgs[0].content;
+    start = 1;
+  }
+  // User and plain assistant turns alternate; calls and results are left out of the count.
+  const std::string* last_user = nullptr;
+  for (size_t i = start, turn = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user") last_user = &m.content;
+    if (m.role == "tool" || !m.tool_calls.empty()) continue;
+    if ((m.role == "user") != (turn % 2 == 0))
+      return InvalidArgumentError("chat: the Mistral template needs roles that alternate user/assistant/user/... after "
+                                  "the optional system message (tool calls and tool results aside)");
+    ++turn;
+  }
+  std::string tools_block;
+  if (!tools.empty()) {
+    tools_block = "[AVAILABLE_TOOLS] [";
+    for (size_t t = 0; t < tools.size(); ++t) {
+      auto f = tools[t].find("function");
+      if (f == tools[t].end() || !f->is_object())
+        return InvalidArgumentError("chat: tool " + std::to_string(t) + " has no \"function\" object");
+      tools_block += "{\"type\": \"function\", \"function\": {";
+      bool first = true;
+      for (const auto& [key, val] : f->items()) {
+        if (key == "return") continue;
+        if (!first) tools_block += ", ";
+        first = false;
+        // A string is written between quotes as it is (the template does not escape it).
+        tools_block += "\"" + key + "\": " + (val.is_string() ? "\"" + val.get<std::string>() + "\"" : PyDumps(val));
+      }
+      tools_block += t + 1 < tools.size() ? "}}, " : "}}]";
+    }
+    tools_block += "[/AVAILABLE_TOOLS]";
+  }
+  std::string out = opts.bos_token;
+  for (size_t i = start; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user") {
+      // The template compares messages, so an earlier user message equal to the last one
+      // gets the tools too.
+      if (!tools.empty() && m.content == *last_user) out += tools_block;
+      if (i + 1 == msgs.size() && system != nullptr) {
+        out += "[INST] " + *system + "\n\n" + m.content + "[/INST]";
+      } else {
+        out += "[INST] " + m.content + "[/INST]";
+      }
+    } else if (!m.tool_calls.empty()) {
+      out += "[TOOL_CALLS] [";
+      for (size_t c = 0; c < m.tool_calls.size(); ++c) {
+        const ChatToolCall& call = m.tool_calls[c];
+        out += "{\"name\": " + PyDumps(ojson(call.name)) + ", \"arguments\": " + ArgumentsJson(call.arguments) +
+               ", \"id\": \"" + MistralToolCallId(call.id) + "\"}";
+        out += c + 1 < m.tool_calls.size() ? ", " : "]" + opts.eos_token;
+      }
+    } else if (m.role == "assistant") {
+      out += " " + Trim(m.content) + opts.eos_token;
+    } else if (m.role == "tool") {
+      out += "[TOOL_RESULTS] {\"content\": " + m.content + ", \"call_id\": \"" + MistralToolCallId(m.tool_call_id) +
+             "\"}[/TOOL_RESULTS]";
+    } else if (m.role == "system") {
+      return InvalidArgumentError("chat: the Mistral template takes a system message only as the first message");
+    } else {
+      return UnknownRole(m.role);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string MistralToolCallId(const std::string& id) {
+  const bool fits = id.size() == 9 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  });
+  if (fits) return id;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (unsigned char c : id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  static constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string out;
+  for (int i = 0; i < 9; ++i) {
+    out.push_back(kDigits[h % 62]);
+    h /= 62;
+  }
+  return out;
+}
 
 bool ChatUsesTools(const std::vector<ChatMessage>& messages, const ChatRenderOptions& opts) {
   if (!opts.tools.empty()) return true;
@@ -205,10 +308,11 @@ StatusOr<std::string> RenderChatWithTools(ChatTemplateKind kind, const std::vect
   switch (kind) {
     case ChatTemplateKind::kChatML: return RenderHermes(messages, opts);
     case ChatTemplateKind::kLlama3: return RenderLlama31(messages, opts);
+    case ChatTemplateKind::kMistral: return RenderMistral(messages, opts);
     case ChatTemplateKind::kLlama2: break;
   }
   return InvalidArgumentError("chat: the llama2 chat template family has no tool format (tools, tool calls and "
-                              "tool results need a ChatML or Llama-3 template)");
+                              "tool results need a ChatML, Llama-3 or Mistral template)");
 }
 
 }  // namespace attic::tokenizer

@@ -13,7 +13,9 @@ namespace attic::tokenizer {
 // calls as <tool_call> blocks, results as <tool_response> blocks in a user turn).
 // Llama-3: Llama 3.1-Instruct's template (tools_in_user_message: the tools and their
 // instructions open the first user turn; a call is {"name": ..., "parameters": ...}; a
-// result is an "ipython" turn). Llama-2: InvalidArgument (the family has no tool format).
+// result is an "ipython" turn). Mistral: Mistral-7B-Instruct-v0.3's template, which
+// renders every conversation of the family, with tools or without. Llama-2:
+// InvalidArgument (the family has no tool format).
 StatusOr<std::string> RenderChatWithTools(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                                           const ChatRenderOptions& opts);
 

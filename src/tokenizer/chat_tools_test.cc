@@ -1,9 +1,10 @@
-// Tool conversations rendered by the ChatML and Llama-3 families, compared with the
-// official Qwen2.5-Instruct and Llama 3.1-Instruct templates rendered by jinja2 as
-// transformers renders them (tests/data/tokenizer/chat_tools_reference.json, made by
+// Tool conversations rendered by the ChatML, Llama-3 and Mistral families, compared with
+// the official Qwen2.5-Instruct, Llama 3.1-Instruct and Mistral-7B-Instruct-v0.3 templates
+// rendered by jinja2 as transformers renders them (tests/data/tokenizer/chat_tools_reference.json, made by
 // tools/tokref/gen_tool_reference.py).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,8 @@ std::vector<ChatMessage> Messages(const ojson& wire) {
 
 TEST(ChatTools, MatchesReferenceTemplates) {
   const ojson ref = ojson::parse(testing::ReadOrDie(testing::TestDataDir() + "/chat_tools_reference.json"));
-  ASSERT_GE(ref["cases"].size(), 9u);
+  ASSERT_GE(ref["cases"].size(), 18u);
+  int mistral = 0;
   for (const ojson& c : ref["cases"]) {
     const std::string jinja = testing::ReadOrDie(attic::testing::SourceDir() + "/" + c["template_file"].get<std::string>());
     auto kind = DetectChatTemplate(jinja);
@@ -40,6 +42,8 @@ TEST(ChatTools, MatchesReferenceTemplates) {
     ASSERT_STREQ(ChatTemplateKindName(*kind), c["kind"].get<std::string>().c_str());
     ChatRenderOptions opts;
     opts.bos_token = c["bos_token"];
+    if (c.contains("eos_token")) opts.eos_token = c["eos_token"];
+    mistral += c["kind"] == "mistral";
     opts.default_system_prompt = DefaultSystemPrompt(jinja);
     if (c["tools"].is_array())
       for (const ojson& t : c["tools"]) opts.tools.push_back(t.dump());
@@ -47,6 +51,7 @@ TEST(ChatTools, MatchesReferenceTemplates) {
     ASSERT_TRUE(out.ok()) << c["name"] << ": " << out.status().ToString();
     EXPECT_EQ(*out, c["expected"].get<std::string>()) << c["name"] << " (" << c["kind"] << ")";
   }
+  EXPECT_GE(mistral, 9);
 }
 
 TEST(ChatTools, PythonJsonDumps) {
@@ -77,6 +82,55 @@ TEST(ChatTools, RejectsWhatTheTemplatesRaise) {
   auto l2 = RenderChat(ChatTemplateKind::kLlama2, two_calls, opts);
   EXPECT_EQ(l2.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(l2.status().message().find("tool"), std::string::npos);
+}
+
+// Mistral's template: roles alternate (calls and results aside), a system message only
+// first; anything else raises there, and is InvalidArgument here.
+TEST(ChatTools, MistralRejectsWhatTheTemplateRaises) {
+  auto msg = [](const char* role, const char* content) {
+    ChatMessage m;
+    m.role = role;
+    m.content = content;
+    return m;
+  };
+  ChatMessage call = msg("assistant", "");
+  call.tool_calls = {{"call_1", "f", "{}"}};
+  ChatMessage result = msg("tool", "ok");
+  result.tool_call_id = "call_1";
+  const std::vector<std::vector<ChatMessage>> bad = {
+      {msg("user", "a"), msg("user", "b")},
+      {msg("assistant", "a")},
+      {msg("system", "s"), msg("assistant", "a")},
+      {msg("user", "a"), msg("assistant", "b"), msg("system", "s"), msg("user", "c")},
+      {msg("user", "a"), msg("robot", "b")},
+      {msg("user", "a"), call, result, msg("user", "b")},  // a call and its result do not end a user turn
+  };
+  for (const auto& conv : bad) {
+    auto r = RenderChat(ChatTemplateKind::kMistral, conv);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << (r.ok() ? *r : "");
+  }
+  EXPECT_TRUE(RenderChat(ChatTemplateKind::kMistral, {msg("user", "a"), call, result, msg("assistant", "c")}).ok());
+  // A tool without a "function" object cannot be rendered.
+  ChatRenderOptions opts;
+  opts.tools = {R"({"type":"function"})"};
+  EXPECT_EQ(RenderChat(ChatTemplateKind::kMistral, {msg("user", "a")}, opts).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ChatTools, MistralToolCallIds) {
+  // 9 alphanumerics are kept; anything else becomes 9 alphanumerics (values from
+  // tools/tokref/gen_tool_reference.py's mistral_id, an independent implementation).
+  EXPECT_EQ(MistralToolCallId("a1B2c3D4e"), "a1B2c3D4e");
+  EXPECT_EQ(MistralToolCallId("call_1"), "9Gd2dIMCT");
+  EXPECT_EQ(MistralToolCallId("call_9f2c1a7e5b3d4c8e"), "qsLWhMhbr");
+  for (const std::string id : {"", "abcdefgh", "abcdefghij", "abcd_fghi", "abcdéfgh", "call_abcdefghijklmnopqrstuvwx"}) {
+    const std::string m = MistralToolCallId(id);
+    ASSERT_EQ(m.size(), 9u) << id;
+    for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << id;
+    EXPECT_NE(m, id);
+    EXPECT_EQ(MistralToolCallId(m), m);  // a mapped id is kept as it is
+  }
+  EXPECT_NE(MistralToolCallId("call_a"), MistralToolCallId("call_b"));
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 // schemas written independently of the JSON Schemas the server decodes under (and, for
 // zodFunction tools, by the client's own parse helper). Also: streamed calls as OpenAI's
 // deltas (equal to the non-streamed calls of a greedy request), tool_choice "none" and
-// "auto", a tool-result turn that reuses the conversation's stored KV, and 400s.
+// "auto", a tool-result turn that reuses the conversation's stored KV, and 400s. The
+// Mistral family (--chat-template mistral on the same model: no model at hand has a
+// Mistral template) on a second server: its 9-character ids, OpenAI-style ids sent back,
+// streamed calls, the tool-result turn's reuse, and its 400s.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -13,17 +16,22 @@ import { z } from 'zod';
 import { startServer, stories, request } from './lib/server.mjs';
 
 let server;
+let mistral;  // the same model rendered in the Mistral family's format
 const client = () => new OpenAI({ apiKey: 'k', baseURL: server.baseURL, maxRetries: 0, timeout: 120000 });
+const mistralClient = () => new OpenAI({ apiKey: 'k', baseURL: mistral.baseURL, maxRetries: 0, timeout: 120000 });
 const model = 'stories260K-hf';
 
 before(async () => {
   // The tools block of the ChatML (Qwen2.5) format alone is longer than stories260K's 512
   // trained positions: a 2048-token window (RoPE takes any position).
   server = await startServer(['-m', stories, '--chat-template', 'chatml', '--ctx', '2048', '--api-key', 'k']);
+  mistral = await startServer(['-m', stories, '--chat-template', 'mistral', '--ctx', '2048', '--api-key', 'k']);
 });
 after(async () => {
-  const r = await server.stop();
-  assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${server.log()}`);
+  for (const s of [server, mistral]) {
+    const r = await s.stop();
+    assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${s.log()}`);
+  }
 });
 
 // The JSON Schemas the server sees, and zod schemas for the same arguments (the check).
@@ -62,11 +70,11 @@ const argSchemas = {
   search: z.object({ query: z.string().max(16), tags: z.array(z.string().max(6)).max(2).optional() }).strict(),
 };
 
-function checkCalls(calls, names) {
+function checkCalls(calls, names, idPattern = /^call_[0-9a-f]+$/) {
   assert.ok(Array.isArray(calls) && calls.length > 0, 'no tool_calls');
   for (const c of calls) {
     assert.equal(c.type, 'function');
-    assert.match(c.id, /^call_[0-9a-f]+$/);
+    assert.match(c.id, idPattern);
     assert.ok(names.includes(c.function.name), `unexpected function ${c.function.name}`);
     assert.equal(typeof c.function.arguments, 'string');
     argSchemas[c.function.name].parse(JSON.parse(c.function.arguments));  // throws if invalid
@@ -237,4 +245,78 @@ test('bad tool fields are 400s naming the field', async () => {
   });
   assert.equal(compl.status, 400);
   assert.equal(JSON.parse(compl.body).error.param, 'tools');
+});
+
+// The Mistral family: Mistral-7B-Instruct-v0.3's format, its ids of 9 alphanumerics.
+const mistralId = /^[A-Za-z0-9]{9}$/;
+
+test('Mistral family: forced calls with 9-character ids; streamed deltas equal the non-streamed calls', async () => {
+  for (const sampling of [{ temperature: 0 }, { temperature: 1, seed: 3 }]) {
+    const r = await mistralClient().chat.completions.create({ model, messages: ask, tools, tool_choice: 'required', max_tokens: 120, ...sampling });
+    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0].message));
+    assert.equal(r.choices[0].message.content, null);
+    checkCalls(r.choices[0].message.tool_calls, ['get_weather', 'search'], mistralId);
+  }
+  const named = await mistralClient().chat.completions.create({
+    model, messages: ask, tools, tool_choice: { type: 'function', function: { name: 'search' } }, max_tokens: 100, temperature: 1, seed: 2,
+  });
+  assert.equal(named.choices[0].message.tool_calls.length, 1);
+  checkCalls(named.choices[0].message.tool_calls, ['search'], mistralId);
+  const body = { model, messages: ask, tools, tool_choice: 'required', max_tokens: 120, temperature: 0 };
+  const whole = await mistralClient().chat.completions.create(body);
+  const final = await mistralClient().chat.completions.stream(body).finalChatCompletion();
+  const calls = final.choices[0].message.tool_calls;
+  checkCalls(calls, ['get_weather', 'search'], mistralId);
+  const strip = (cs) => cs.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+  assert.deepEqual(strip(calls), strip(whole.choices[0].message.tool_calls));
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+});
+
+test('Mistral family: ids sent back (its own, or OpenAI-style) render, and the tool-result turn reuses the stored KV', async () => {
+  const session_id = 'agent-tools-mistral';
+  const messages = [{ role: 'user', content: 'Weather in Rome?' }];
+  const t1 = await mistralClient().chat.completions.create({
+    model, messages, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 60, temperature: 0, session_id,
+  });
+  const call = t1.choices[0].message.tool_calls[0];
+  checkCalls([call], ['get_weather'], mistralId);
+  messages.push({ role: 'assistant', content: null, tool_calls: [call] });
+  messages.push({ role: 'tool', tool_call_id: call.id, content: '{"temp":21}' });
+  const t2 = await mistralClient().chat.completions.create({ model, messages, tools, max_tokens: 16, temperature: 0, session_id });
+  const cached = t2.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= 0.8 * t1.usage.prompt_tokens, `reused only ${cached} of ${t1.usage.prompt_tokens}`);
+  assert.ok(cached < t2.usage.prompt_tokens);
+  // Ids the template would refuse (not 9 characters) are rendered as 9 alphanumerics: 200.
+  const openaiStyle = [
+    { role: 'system', content: 'You help.' },
+    { role: 'user', content: 'Weather in Rome?' },
+    { role: 'assistant', content: null, tool_calls: [
+      { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome","unit":"c"}' } },
+      { id: 'call_abc_0123456789abcdef', type: 'function', function: { name: 'search', arguments: '{"query":"Rome"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '21' },
+    { role: 'tool', tool_call_id: 'call_abc_0123456789abcdef', content: 'Rome is warm.' },
+    { role: 'assistant', content: 'It is 21.' },
+    { role: 'user', content: 'Thanks.' },
+  ];
+  const t3 = await mistralClient().chat.completions.create({ model, messages: openaiStyle, tools, max_tokens: 8, temperature: 0 });
+  assert.ok(['stop', 'length'].includes(t3.choices[0].finish_reason));
+});
+
+test('Mistral family: conversations its template refuses are 400s naming messages', async () => {
+  const cases = [
+    [{ role: 'user', content: 'a' }, { role: 'user', content: 'b' }],
+    [{ role: 'assistant', content: 'a' }],
+    [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }, { role: 'system', content: 's' }, { role: 'user', content: 'c' }],
+  ];
+  for (const messages of cases) {
+    for (const extra of [{}, { tools }]) {
+      const r = await request(mistral.port, {
+        headers: { 'content-type': 'application/json', authorization: 'Bearer k' }, body: JSON.stringify({ model, messages, ...extra }),
+      });
+      assert.equal(r.status, 400, `${JSON.stringify(messages)}: ${r.body}`);
+      const e = JSON.parse(r.body).error;
+      assert.equal(e.param, 'messages', r.body);
+      assert.match(e.message, /Mistral/);
+    }
+  }
 });

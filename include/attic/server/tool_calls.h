@@ -9,10 +9,15 @@
 //                              blocks, possibly after some text; several per turn.
 //   Llama-3 (3.1 JSON calls)   the whole reply is {"name": ..., "parameters": {...}}
 //                              (optionally after <|python_tag|>); one call per turn.
+//   Mistral (v0.3)             [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]: a
+//                              control token, which detokenization drops, so the reply is
+//                              read as calls when it is such an array (or one object),
+//                              with or without the marker; text before a visible marker
+//                              is content. Ids are 9 alphanumerics (MistralToolCallId).
 // With tool_choice "required" or a named function the reply is decoded under a grammar
 // (grammar::Grammar::ToolCalls): bare JSON, {"name":...,"arguments"|"parameters":{...}}
-// or, for "required" with parallel calls (ChatML), an array of them; the arguments
-// follow the chosen function's JSON Schema (the structured-outputs subset).
+// or, for "required" with parallel calls (ChatML, Mistral), an array of them; the
+// arguments follow the chosen function's JSON Schema (the structured-outputs subset).
 //
 // Thread-safety: free functions and values; a ToolCallStream belongs to one request.
 #pragma once
@@ -55,7 +60,7 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(const ToolSpec
 
 // A call read from the model's output.
 struct ToolCall {
-  std::string id;         // "call_..." (given by the caller)
+  std::string id;         // NameToolCalls gives it
   std::string name;
   std::string arguments;  // compact JSON text of an object
 };
@@ -70,10 +75,17 @@ struct ToolOutput {
 // are left empty.
 ToolOutput ParseToolOutput(const std::string& text, tokenizer::ChatTemplateKind kind, const ToolSpec& spec);
 
+// Gives a reply's calls their ids from `base`, a random id of this reply: base + the
+// call's index ("call_..." as OpenAI writes them), or for the Mistral family 9
+// alphanumerics derived from that (its templates take no other id, so a call sent back
+// in the next turn is rendered with the id the client has).
+void NameToolCalls(tokenizer::ChatTemplateKind kind, const std::string& base, std::vector<ToolCall>* calls);
+
 // Splits a streamed reply: text that cannot belong to a call goes out as content at once;
 // from the first sign of a call (ChatML: "<tool_call>", held back while a piece could be
-// its start; Llama-3: a reply that opens with '{', '[' or <|python_tag|>; forced: all)
-// the rest is held and read at the end.
+// its start; Llama-3: a reply that opens with '{', '[' or <|python_tag|>; Mistral: a reply
+// that opens with '[' or '{', or a "[TOOL_CALLS]" later, held back like ChatML's marker;
+// forced: all) the rest is held and read at the end.
 class ToolCallStream {
  public:
   ToolCallStream(tokenizer::ChatTemplateKind kind, const ToolSpec* spec) : kind_(kind), spec_(spec) {}
@@ -88,7 +100,10 @@ class ToolCallStream {
   std::string text_;     // the whole reply so far
   size_t sent_ = 0;      // bytes of text_ sent as content
   bool holding_ = false; // a call began: nothing more is sent before Finish
-  bool plain_ = false;   // Llama-3: the reply is text (it did not open with a call)
+  bool plain_ = false;   // Llama-3, Mistral: the reply did not open with a call
+
+  // Content up to `marker` (then holding), less what may be its start.
+  std::string UpToMarker(const std::string& marker);
 };
 
 }  // namespace attic::server
