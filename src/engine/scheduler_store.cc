@@ -134,20 +134,16 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
 
 void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   // A stored prefix reused as it is (entry rows [0, n) in slots [0, n) at the entry's
-  // positions) keeps the PQ index saved with it; truncation's re-embedded rows and linked
-  // chunks do not (pq/pq_index.h).
-  if (r.sparse != nullptr && plan.n_linked == 0 && !r.truncation.active && plan.segments.size() == 1) {
+  // positions) keeps what was saved with it (its attachments, for the connector's Start);
+  // truncation's re-embedded rows and linked chunks do not.
+  if (plan.n_linked == 0 && !r.truncation.active && plan.segments.size() == 1) {
     const store::LoadSegment& seg = plan.segments.front();
     const store::KvEntry& meta = seg.source->meta();
     if (seg.src_row == 0 && seg.dst_slot == 0 && seg.n == plan.n_cached && meta.n_tokens() >= plan.n_cached &&
         std::equal(plan.positions.begin(), plan.positions.begin() + plan.n_cached, meta.positions.begin()) &&
         std::equal(plan.tokens.begin(), plan.tokens.begin() + plan.n_cached, meta.tokens.begin())) {
-      StatusOr<std::string_view> index = seg.source->attachment(pq::kPqIndexAttachment);
-      if (index.ok()) {
-        ImportPqIndex(r, *index, plan.n_cached);
-      } else if (index.status().code() != StatusCode::kNotFound) {
-        ++sparse_stats_.rejected_indexes;  // bad bytes: this request clusters
-      }
+      r.reused.n_as_is = plan.n_cached;
+      r.reused.attachment = [source = seg.source](std::string_view kind) { return source->attachment(kind); };
     }
   }
   EnsureFree(BlocksFor(plan.n_cached), nullptr);
@@ -198,16 +194,21 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   r.link.reset();
   r.compute_next = 0;
   r.n_cached = 0;
-  // The selector saw the broken rows (and may hold the stored index).
-  if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());
+  // The features' states saw the broken rows (and may hold what was stored with them):
+  // they start anew (once started; else as they start, TryAdmit).
+  if (r.started) {
+    RestartStates(r);
+  } else {
+    r.restart = true;
+  }
   r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
   if (unsaved) r.turn->Invalidate();
   r.turn->Reserve(r.max_slots);
 }
 
-std::unique_ptr<pq::SparseAttention> Scheduler::NewSelector(const pq::SparseOptions& o) {
-  const model::ModelConfig& c = engine_.model().config();
-  return pq::MakeSparseAttention(o, AttentionShapeOf(c), c.n_layers, engine_.threads());
+void Scheduler::RestartStates(Running& r) {
+  Status st = connector_->Start(r.seq, r.kv.get(), kv::KvReused{});
+  ATTIC_CHECK(st.ok());  // a sequence that loaded stored KV reserved nothing a restart could lack
 }
 
 void Scheduler::CountFinishedLoad(store::Turn& turn) {
@@ -220,33 +221,11 @@ void Scheduler::CountFinishedLoad(store::Turn& turn) {
   }
 }
 
-void Scheduler::SaveToStore(Running& r, bool keep_rows, std::shared_ptr<const std::string> pq_index) {
+void Scheduler::SaveToStore(Running& r, bool keep_rows, const std::vector<kv::KvAttachment>& kept) {
   if (store_ == nullptr || !options_.store_save || !r.kv || !r.turn) return;
   std::vector<store::EntryAttachment> attachments;
-  if (pq_index != nullptr) attachments.push_back({pq::kPqIndexAttachment, std::move(pq_index)});
+  for (const kv::KvAttachment& a : kept) attachments.push_back({a.kind, a.bytes});
   r.turn->Commit(r.kv->tokens(), r.kv->positions(), keep_rows, std::move(attachments));
-}
-
-std::shared_ptr<const std::string> Scheduler::ExportPqIndex(const Running& r) const {
-  if (r.sparse == nullptr || !r.kv) return nullptr;
-  std::optional<pq::PqIndex> index = r.sparse->ExportIndex();
-  if (!index) return nullptr;
-  index->Truncate(r.kv->n_slots());  // codes only of slots the sequence (and its save) holds
-  return std::make_shared<const std::string>(pq::SerializePqIndex(*index));
-}
-
-bool Scheduler::ImportPqIndex(Running& r, std::string_view blob, int n_cached) {
-  if (r.sparse == nullptr || r.sparse->options().method != pq::SparseMethod::kPq) return false;
-  StatusOr<pq::PqIndex> index = pq::DeserializePqIndex(blob);
-  if (index.ok()) {
-    index->Truncate(n_cached);
-    if (r.sparse->ImportIndex(std::move(*index)).ok()) {
-      ++sparse_stats_.imported_indexes;
-      return true;
-    }
-  }
-  ++sparse_stats_.rejected_indexes;  // bad bytes, or built with other m / bits
-  return false;
 }
 
 // REQUIRES: mu_ held (called from Admit).
