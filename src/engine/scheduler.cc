@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "attic/pic/link_plan.h"
 #include "attic/store/prefix_match.h"
 #include "engine/kv_planners.h"
 #include "engine/scheduler_internal.h"
@@ -128,18 +129,9 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     TruncatePrompt(request, limit - 1, &w->truncation);
     // Linked chunks follow the tokens they cover: the truncation dropped prompt tokens
     // [keep, keep + drop).
-    if (request.link != nullptr) {
-      const int keep = w->truncation.keep, drop = n_prompt - static_cast<int>(request.prompt.size());
-      auto spec = std::make_shared<pic::LinkSpec>(*request.link);
-      spec->chunks.clear();
-      for (const pic::LinkedChunk& c : request.link->chunks) {
-        if (c.slot < keep) spec->chunks.push_back({c.slot, std::min(c.n, keep - c.slot), c.store_key, c.src_row});
-        const int from = std::max(c.slot, keep + drop);
-        if (from < c.slot + c.n)
-          spec->chunks.push_back({from - drop, c.slot + c.n - from, c.store_key, c.src_row + (from - c.slot)});
-      }
-      request.link = spec->chunks.empty() ? nullptr : std::move(spec);
-    }
+    if (request.link != nullptr)
+      request.link = pic::TruncateLinkSpec(*request.link, w->truncation.keep,
+                                           n_prompt - static_cast<int>(request.prompt.size()));
   }
   w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
   request.prompt.clear();
@@ -308,9 +300,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   SeqPlan local = whole ? SeqPlan{} : PlanReuse(w);
   // A linked prompt reuses a resident sequence only when it covers every linked chunk
   // (a conversation's later turn); else its chunks are linked after a stored prefix.
-  const int chunks_end = w.req.link && !w.req.link->chunks.empty()
-                             ? w.req.link->chunks.back().slot + w.req.link->chunks.back().n
-                             : 0;
+  const int chunks_end = w.req.link ? pic::LinkedEnd(*w.req.link) : 0;
   if (local.n_cached < chunks_end) local = SeqPlan{};
   const int avail = AvailableBlocks();
   if (local.from_seq != nullptr && !local.adopt) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "attic/core/log.h"
+#include "attic/pic/link_plan.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -97,28 +98,13 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
   const std::vector<int32_t>& prompt = *r.prompt;
   const int n = static_cast<int>(prompt.size());
   const int p = prefix.n_cached;
-  const kv::KvShape& shape = pool_.shape();
+  // The chunks whose stored KV this request may read (pic/link_plan.h: tenant, shape and
+  // tokens checked there).
+  pic::LinkedLoad load = pic::OpenLinkedChunks(*store_, spec, r.req.tenant, prompt, p, pool_.shape());
+  if (load.present.empty()) return prefix;
   SeqPlan plan = prefix;
-  std::vector<pic::LinkedChunk> present;
-  for (const pic::LinkedChunk& c : spec.chunks) {
-    if (c.slot + c.n <= p) continue;  // in the stored prefix already (a conversation's next turn)
-    const int cut = std::max(0, p - c.slot);
-    store::StoreHit hit;
-    hit.key = c.store_key;
-    hit.n_tokens = hit.entry_tokens = c.src_row + c.n;
-    auto src = store_->OpenForTurn(hit);
-    if (!src.ok()) continue;  // gone (evicted, expired, bad): its tokens are computed
-    const store::KvSource& s = **src;
-    // A chunk is linked only into a request of the tenant that stored it (the key names
-    // the tenant; the entry says it too).
-    if (s.meta().tenant != r.req.tenant || s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() || s.n_rows() < c.src_row + c.n ||
-        !std::equal(s.meta().tokens.begin() + c.src_row + cut, s.meta().tokens.begin() + c.src_row + c.n,
-                    prompt.begin() + c.slot + cut))
-      continue;
-    plan.segments.push_back({*src, c.src_row + cut, c.n - cut, c.slot + cut});
-    present.push_back({c.slot + cut, c.n - cut, c.store_key, c.src_row + cut});
-  }
-  if (present.empty()) return prefix;
+  for (store::LoadSegment& seg : load.segments) plan.segments.push_back(std::move(seg));
+  std::vector<pic::LinkedChunk> present = std::move(load.present);
   // Every prompt slot exists from the start; the linked part continues the prefix's
   // positions.
   const int first_pos = p > 0 ? plan.positions[p - 1] + 1 : 0;
@@ -235,8 +221,7 @@ void Scheduler::HintStore() {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, w->store_tokens(), static_cast<int>(w->prompt->size())});
     // The context-cache chunks it links, by key, right after it.
-    if (w->req.link != nullptr && w->req.link->options.method != pic::LinkMethod::kFull)
-      for (const pic::LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
+    if (w->req.link != nullptr) pic::AppendLinkedJobs(*w->req.link, w->req.tenant, &jobs);
   }
   const bool any = !jobs.empty();
   store_->SetLookAhead(std::move(jobs));
