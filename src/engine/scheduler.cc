@@ -4,8 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "attic/pq/offload.h"
+#include "attic/pic/link_plan.h"
 #include "attic/store/prefix_match.h"
+#include "engine/kv_planners.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -14,36 +15,19 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-
-// Whether options ask for a selector (not full attention).
-bool HasSelector(const std::shared_ptr<const pq::SparseOptions>& o) {
-  return o != nullptr && o->method != pq::SparseMethod::kFull;
+// A resident sequence's first n slots reused as they are, with what it kept.
+kv::KvReused ReusedAsIs(const std::vector<kv::KvAttachment>& attachments, int n) {
+  kv::KvReused reused;
+  reused.n_as_is = n;
+  reused.attachment = [attachments](std::string_view kind) -> StatusOr<std::string_view> {
+    for (const kv::KvAttachment& a : attachments)
+      if (a.kind == kind && a.bytes != nullptr) return std::string_view(*a.bytes);
+    return NotFoundError("no attachment " + std::string(kind));
+  };
+  return reused;
 }
 
 }  // namespace
-
-void SparseDecodeStats::Add(pq::SparseMethod method, const pq::SparseStats& s) {
-  ++requests[pq::SparseMethodName(method)];
-  sparse_steps += static_cast<uint64_t>(s.sparse_steps);
-  full_steps += static_cast<uint64_t>(s.full_steps);
-  attended_slots += static_cast<uint64_t>(s.attended_slots);
-  context_slots += static_cast<uint64_t>(s.context_slots);
-  select_seconds += s.select_seconds;
-  clustered_keys += static_cast<uint64_t>(s.clustered_keys);
-  cluster_seconds += s.cluster_seconds;
-  encoded_keys += static_cast<uint64_t>(s.encoded_keys);
-  imported_keys += static_cast<uint64_t>(s.imported_keys);
-}
-
-void SparseDecodeStats::AddOffload(const pq::OffloadStats& s) {
-  ++offloaded_requests;
-  offloaded_blocks += static_cast<uint64_t>(s.offloaded_blocks);
-  offload_cache_hits += static_cast<uint64_t>(s.cache_hits);
-  offload_cache_misses += static_cast<uint64_t>(s.cache_misses);
-  offload_fetched_bytes += static_cast<uint64_t>(s.fetched_bytes);
-  offload_fetch_seconds += s.fetch_seconds;
-  offload_errors += static_cast<uint64_t>(s.backing_errors);
-}
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
     : engine_(engine),
@@ -60,6 +44,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
   options_.max_resident = std::max(0, options_.max_resident);
   options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
   options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
+  planners_ = std::make_unique<KvPlanners>(engine_, options_);
+  connector_ = &planners_->connector();
   PublishStats();
 }
 
@@ -82,49 +68,17 @@ std::vector<int32_t> Scheduler::StopIds(const GenerationRequest& req) const {
   return stop_ids;
 }
 
-bool Scheduler::Offloads(const GenerationRequest& request) const {
-  return HasSelector(request.sparse) && request.sparse->offload() && !request.prefill_only;
-}
-
-int Scheduler::MaxSlots(const GenerationRequest& request) const {
-  return Offloads(request) ? engine_.context_length() : max_slots_;
-}
-
-int Scheduler::OffloadBlocks(const pq::SparseOptions& o, int max_slots) const {
-  return pq::OffloadWorkingBlocks(o, block_size_, max_slots, engine_.transformer().max_batch_tokens()) +
-         o.offload_cache_blocks;
-}
-
 StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
   const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
   if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
-  if (request.sparse == nullptr) request.sparse = options_.sparse;
-  if (request.sparse != nullptr) {
-    if (Status st = request.sparse->Validate(engine_.model().config().head_dim); !st.ok()) {
-      return InvalidArgumentError(st.message().rfind("sparse", 0) == 0 ? st.message()
-                                                                        : "sparse: " + st.message());
-    }
-  }
-  // An offloaded sequence keeps only its working set in the compute buffer: the window,
-  // not the KV budget, bounds it; its whole context must fit the offload tier.
-  const bool offloaded = Offloads(request);
-  if (offloaded) {
-    const int64_t want = std::min<int64_t>(static_cast<int64_t>(n_prompt) + std::max(1, request.sampling.max_tokens) - 1,
-                                           engine_.context_length());
-    const int64_t tier = pq::OffloadTierBytes(pool_.shape(), static_cast<int>(want));
-    if (tier > options_.sparse_offload_bytes) {
-      return OutOfRangeError("an offloaded context of " + std::to_string(want) + " tokens needs " +
-                             std::to_string(tier >> 20) + " MiB of offload tier, more than its capacity of " +
-                             std::to_string(options_.sparse_offload_bytes >> 20) + " MiB (--sparse-offload-bytes)");
-    }
-    const int blocks = OffloadBlocks(*request.sparse, static_cast<int>(want));
-    if (blocks > pool_.n_blocks()) {
-      return OutOfRangeError("an offloaded sequence needs " + std::to_string(blocks) +
-                             " KV blocks resident (its window, a prefill chunk and the block cache), more than the " +
-                             std::to_string(pool_.n_blocks()) + " the compute buffer holds");
-    }
-  }
-  const int max_slots = MaxSlots(request);
+  // The features' checks and limits (kv/connector.h): e.g. a sequence whose KV a planner
+  // keeps outside the compute buffer is bounded by the window, not the KV budget.
+  kv::KvSeq seq;
+  seq.request = planners_->RequestOf(request);
+  seq.limits.max_slots = max_slots_;
+  seq.limits.whole_prompt = request.prefill_only || request.prompt_logprobs;
+  ATTIC_RETURN_IF_ERROR(connector_->Check(seq.request, &seq.limits));
+  const int max_slots = seq.limits.max_slots;
   const int limit = std::min(engine_.context_length(), max_slots);
   const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
   if (n_prompt > engine_.context_length() && !truncate) {
@@ -145,7 +99,8 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
       return InvalidArgumentError("n = " + std::to_string(request.n) + " choices exceed the " +
                                   std::to_string(options_.max_running) + " sequences this server runs at once");
     if (request.processor != nullptr) return InvalidArgumentError("n > 1 is not supported with constrained decoding");
-    if (HasSelector(request.sparse)) return InvalidArgumentError("n > 1 is not supported with sparse decoding");
+    if (!seq.limits.no_choices.empty())
+      return InvalidArgumentError("n > 1 is not supported with " + seq.limits.no_choices);
     if (request.prefill_only || request.sampling.max_tokens == 0)
       return InvalidArgumentError("n > 1 needs max_tokens >= 1");
     const int64_t want = static_cast<int64_t>(std::min(n_prompt, limit)) + request.sampling.max_tokens - 1;
@@ -174,21 +129,14 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     TruncatePrompt(request, limit - 1, &w->truncation);
     // Linked chunks follow the tokens they cover: the truncation dropped prompt tokens
     // [keep, keep + drop).
-    if (request.link != nullptr) {
-      const int keep = w->truncation.keep, drop = n_prompt - static_cast<int>(request.prompt.size());
-      auto spec = std::make_shared<pic::LinkSpec>(*request.link);
-      spec->chunks.clear();
-      for (const pic::LinkedChunk& c : request.link->chunks) {
-        if (c.slot < keep) spec->chunks.push_back({c.slot, std::min(c.n, keep - c.slot), c.store_key, c.src_row});
-        const int from = std::max(c.slot, keep + drop);
-        if (from < c.slot + c.n)
-          spec->chunks.push_back({from - drop, c.slot + c.n - from, c.store_key, c.src_row + (from - c.slot)});
-      }
-      request.link = spec->chunks.empty() ? nullptr : std::move(spec);
-    }
+    if (request.link != nullptr)
+      request.link = pic::TruncateLinkSpec(*request.link, w->truncation.keep,
+                                           n_prompt - static_cast<int>(request.prompt.size()));
   }
   w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
   request.prompt.clear();
+  seq.request.n_prompt = static_cast<int>(w->prompt->size());
+  w->seq = std::move(seq);
   w->req = std::move(request);
   w->channel = std::make_shared<ResultChannel>(options_.channel_capacity);
   std::shared_ptr<ResultChannel> channel = w->channel;
@@ -200,6 +148,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
                                     " requests); retry later");
     }
     w->id = next_id_++;
+    w->seq.request.id = w->id;
     waiting_.push_back(std::move(w));
     stats_.waiting = static_cast<int>(waiting_.size());
   }
@@ -268,10 +217,7 @@ int Scheduler::OutstandingReservation() const {
   int n = 0;
   for (const auto& r : running_) {
     if (r->done || !r->kv) continue;
-    // A shared partly filled last block (n choices' prompt) is still to be copied.
-    const int held = r->offloaded ? r->kv->n_resident_blocks() + r->offload_cache_blocks
-                                  : static_cast<int>(r->kv->block_table().size()) - r->kv->n_pending_copies();
-    n += std::max(0, r->reserved_blocks - held);
+    n += std::max(0, r->reserved_blocks - r->seq.blocks_held(*r->kv));
   }
   return n;
 }
@@ -340,30 +286,28 @@ SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
 bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + std::max(1, w.req.sampling.max_tokens) - 1;
-  const bool offloaded = Offloads(w.req);
-  const int max_slots = static_cast<int>(std::min<int64_t>(want, MaxSlots(w.req)));
-  const int need = offloaded      ? OffloadBlocks(*w.req.sparse, max_slots)
-                   : w.req.n > 1 ? BlocksForChoices(n_prompt, max_slots, w.req.n)
-                                 : BlocksFor(max_slots);
+  const int max_slots = static_cast<int>(std::min<int64_t>(want, w.seq.limits.max_slots));
+  kv::KvAdmission admission;
+  admission.max_slots = max_slots;
+  connector_->Match(w.seq, &admission);
+  const int need = admission.blocks >= 0 ? admission.blocks
+                   : w.req.n > 1         ? BlocksForChoices(n_prompt, max_slots, w.req.n)
+                                         : BlocksFor(max_slots);
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
-  // so does an offloaded one (entering reused KV into an offloaded sequence is not built).
-  // So does one that reports its prompt's logprobs (every prompt token's logits).
-  const bool whole = w.req.prefill_only || offloaded || w.req.prompt_logprobs;
+  // so does one that reports its prompt's logprobs (every prompt token's logits), and
+  // one a planner says must (KvLimits::whole_prompt).
+  const bool whole = w.seq.limits.whole_prompt;
   SeqPlan local = whole ? SeqPlan{} : PlanReuse(w);
   // A linked prompt reuses a resident sequence only when it covers every linked chunk
   // (a conversation's later turn); else its chunks are linked after a stored prefix.
-  const int chunks_end = w.req.link && !w.req.link->chunks.empty()
-                             ? w.req.link->chunks.back().slot + w.req.link->chunks.back().n
-                             : 0;
+  const int chunks_end = w.req.link ? pic::LinkedEnd(*w.req.link) : 0;
   if (local.n_cached < chunks_end) local = SeqPlan{};
   const int avail = AvailableBlocks();
   if (local.from_seq != nullptr && !local.adopt) {
     // The source stays resident (and unevictable) while its prefix is copied.
     if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = SeqPlan{};
   }
-  if (need > avail) return false;
-  const int64_t tier_bytes = offloaded ? pq::OffloadTierBytes(pool_.shape(), max_slots) : 0;
-  if (offloaded && offload_tier_reserved_ + tier_bytes > options_.sparse_offload_bytes) return false;
+  if (need > avail || !admission.ready) return false;
 
   auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, StopIds(w.req));
   r->prompt = w.prompt;
@@ -373,8 +317,6 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
   r->req.session_ttl_ms = w.req.session_ttl_ms;
   r->req.link = w.req.link;
   r->max_slots = max_slots;
-  // A prefill-only request samples nothing: it never decodes, sparsely or not.
-  if (HasSelector(w.req.sparse) && !w.req.prefill_only && !offloaded) r->sparse = NewSelector(*w.req.sparse);
   SeqPlan stored;
   if (store_ != nullptr && !whole) {
     stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
@@ -393,7 +335,7 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
     if (local.adopt) {
       r->kv = std::move(res.kv);
       r->turn = std::move(res.turn);
-      if (res.pq_index) ImportPqIndex(*r, *res.pq_index, local.n_cached);
+      r->reused = ReusedAsIs(res.attachments, local.n_cached);
       resident_.erase(it);
       r->kv->Truncate(local.n_cached);
       if (r->turn) {
@@ -416,29 +358,24 @@ bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
         }
       }
       if (res.turn) r->turn = res.turn->Branch(local.n_cached, r->req.session_id, r->req.session_ttl_ms);
-      if (res.pq_index) ImportPqIndex(*r, *res.pq_index, local.n_cached);
+      r->reused = ReusedAsIs(res.attachments, local.n_cached);
       res.last_used = ++resident_clock_;
       resident_.splice(resident_.end(), resident_, it);  // most recently used
     }
   }
-  if (offloaded) {
-    // The selector, wrapped so that the sequence's complete blocks leave for the tier.
-    const model::ModelConfig& c = engine_.model().config();
-    const pq::SparseOptions& o = *w.req.sparse;
-    if (!offload_tier_) offload_tier_ = std::make_unique<store::DramTier>(options_.sparse_offload_bytes);
-    EnsureFree(o.offload_cache_blocks, nullptr);
-    pq::OffloadOptions oo;
-    oo.cache_blocks = o.offload_cache_blocks;
-    oo.policy = o.offload_policy;
-    auto made = pq::MakeOffloadedSparseAttention(NewSelector(o), oo, r->kv.get(), engine_.transformer().rope(),
-                                                 offload_tier_.get(), c.n_layers, engine_.threads());
-    if (!made.ok()) return false;  // no room for the cache yet (the reservation check makes this rare)
-    r->sparse = std::move(*made);
-    r->offloaded = true;
-    r->offload_cache_blocks = o.offload_cache_blocks;
-    r->offload_tier_bytes = tier_bytes;
-    offload_tier_reserved_ += tier_bytes;
+  // The features' states for the sequence: its layer hooks (kv/connector.h). A planner
+  // that cannot start it now (its own capacity) leaves it waiting.
+  w.seq.limits.max_slots = max_slots;
+  EnsureFree(admission.free_first, nullptr);
+  if (!connector_->Start(w.seq, r->kv.get(), r->reused).ok()) {
+    w.seq.states.clear();
+    return false;
   }
+  r->seq = std::move(w.seq);
+  r->reused = kv::KvReused{};
+  r->started = true;
+  // A load that failed while it started (RecomputeFailedLoad): the states start anew.
+  if (r->restart) RestartStates(*r);
   if (store_ != nullptr && r->turn == nullptr) {
     r->turn = store_->NewTurn(r->req.tenant, r->req.session_id, r->req.session_ttl_ms);
     if (r->kv->n_slots() > 0) r->turn->Invalidate();  // slots whose KV it never saw
@@ -484,6 +421,10 @@ void Scheduler::ForkChoices(std::vector<Running*>* rows, std::vector<const float
       c->channel = parent.channel;
       c->kv = parent.kv->Fork();
       // No turn: only choice 0's is saved (one copy of the prompt's KV in the store).
+      // No feature state either: the features that make one refuse n > 1 (KvLimits).
+      c->seq.request = parent.seq.request;
+      c->seq.limits = parent.seq.limits;
+      c->started = true;
       c->truncation = parent.truncation;
       c->max_slots = parent.max_slots;
       c->reserved_blocks = BlocksFor(parent.max_slots);
@@ -547,33 +488,26 @@ void Scheduler::Admit(SchedClock::time_point now) {
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
-  // The PQ index goes with the sequence's KV: saved with its turn, kept with it resident.
-  std::shared_ptr<const std::string> pq_index = ExportPqIndex(r);
-  if (r.sparse) {
-    sparse_stats_.Add(r.sparse->options().method, r.sparse->stats());
-    if (r.offloaded) {
-      sparse_stats_.AddOffload(static_cast<const pq::OffloadedSparseAttention&>(*r.sparse).offload_stats());
-      offload_tier_reserved_ -= r.offload_tier_bytes;
-      r.offload_tier_bytes = 0;
-    }
-    r.sparse.reset();  // an offloaded sequence's blocks leave the tier, its cache the pool
-  }
+  // What the features keep (kv/connector.h): the attachments go with the sequence's KV
+  // (saved with its turn, kept with it resident); a sequence whose blocks a planner
+  // released cannot stay resident.
+  kv::KvKeep keep;
+  connector_->Finish(r.seq, r.kv.get(), &keep);
   if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
   // A linked prompt that is not saved (outside a conversation) does not stay resident
   // either: a sequence adopting or copying it could not be saved.
   const bool unsaved_link = r.link != nullptr && r.turn != nullptr && !r.turn->valid();
-  // An offloaded sequence's released blocks are gone: it cannot stay resident. Of n
-  // choices only choice 0 stays (saved, and resident): residents never share blocks.
-  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || r.offloaded || r.choice > 0) {
-    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, std::move(pq_index));
+  // Of n choices only choice 0 stays (saved, and resident): residents never share blocks.
+  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || !keep.resident || r.choice > 0) {
+    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, keep.attachments);
     r.kv.reset();
     return;
   }
   auto res = std::make_unique<Resident>();
   res->tenant = r.req.tenant;
   res->session_id = r.req.session_id;
-  SaveToStore(r, true, pq_index);
-  res->pq_index = std::move(pq_index);
+  SaveToStore(r, true, keep.attachments);
+  res->attachments = std::move(keep.attachments);
   res->kv = std::move(r.kv);
   res->turn = std::move(r.turn);
   res->last_used = ++resident_clock_;
@@ -606,7 +540,7 @@ void Scheduler::PublishStats() {
   stats_.evicted_sequences = evicted_;
   stats_.peak_decode_batch = peak_decode_batch_;
   stats_.kv_load = load_stats_;
-  stats_.sparse = sparse_stats_;
+  planners_->PublishStats(&stats_);
   if (store_ != nullptr) {  // the read buffer and the measured rates are the store's
     const store::KvStore::ReadBufferStats rb = store_->ReadBuffer();
     stats_.kv_load.staged = rb.staged;

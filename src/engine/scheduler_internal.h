@@ -23,6 +23,7 @@ struct Scheduler::Waiting {
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
   Truncation truncation;
+  kv::KvSeq seq;  // what the KV connector sees of it (Check passed)
   bool deferred_for_save = false;  // admission put off while its session's save was queued
   // What the store looks its KV up with: the truncated prompt's store view, or the prompt.
   const std::shared_ptr<const std::vector<int32_t>>& store_tokens() const {
@@ -36,9 +37,9 @@ struct Scheduler::Resident {
   std::string session_id;
   std::unique_ptr<kv::SequenceKv> kv;
   std::unique_ptr<store::Turn> turn;  // with a KV store: its rows, kept for the next save
-  // A pq request's index over its slots, serialized (pq/pq_index.h), or null: a request
-  // reusing a prefix of the slots as they are starts its selector from it.
-  std::shared_ptr<const std::string> pq_index;
+  // What the connector kept with its KV (KvKeep::attachments): a request reusing a
+  // prefix of the slots as they are finds them (KvReused).
+  std::vector<kv::KvAttachment> attachments;
   uint64_t last_used = 0;             // Scheduler::resident_clock_ when retired or last reused
 };
 
@@ -75,15 +76,14 @@ struct Scheduler::Running {
   // (RAG), so the turn holds no copy of the chunks' rows either. A conversation's linked
   // turn is saved: its next turn reuses it as history.
   bool unsaved_link() const { return link != nullptr && req.session_id.empty(); }
-  // Sparse decoding (req.sparse with a selector): the sequence's layer hooks, attached to
-  // its entry at every step (prefill and decode; it decides what to narrow).
-  std::unique_ptr<pq::SparseAttention> sparse;
-  // Offload (sparse->options().offload()): `sparse` is a pq::OffloadedSparseAttention
-  // holding offload_cache_blocks pool blocks and up to offload_tier_bytes of the
-  // scheduler's offload tier; the sequence starts empty and never stays resident.
-  bool offloaded = false;
-  int offload_cache_blocks = 0;
-  int64_t offload_tier_bytes = 0;
+  // The KV connector's view of the sequence and the features' states (its layer hooks,
+  // attached to its entry at every step, after the link's). `reused`: what its slots
+  // hold as they were computed, until the states start; `restart`: a load failed before
+  // they did (they start anew right after).
+  kv::KvSeq seq;
+  kv::KvReused reused;
+  bool started = false;
+  bool restart = false;
   bool prefilled() const {
     return (link == nullptr || compute_next >= link->compute_slots().size()) &&
            kv->n_slots() >= static_cast<int>(prompt->size());

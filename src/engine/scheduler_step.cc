@@ -16,17 +16,19 @@ double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d)
 // What one batch entry hooks into the step's forward (null / 0: nothing).
 struct EntryHooks {
   kv::LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
-  kv::LayerHooks* sparse = nullptr;   // the sparse-decoding selector (pq::SparseAttention)
+  const kv::KvSeq* seq = nullptr;     // the KV connector's states (their hooks, in planner order)
+  bool decoding = false;              // ... at a decode step
   store::Turn* turn = nullptr;    // with a KV store: the turn that keeps the new K and V
   int first_new = 0;              // the entry's first appended slot (rows below recompute in place)
-  bool any() const { return link != nullptr || sparse != nullptr || turn != nullptr; }
+  bool any() const { return link != nullptr || (seq != nullptr && seq->has_hooks(decoding)) || turn != nullptr; }
 };
 
 // The step's layer hooks. Each entry's hooks are called in this fixed order:
 //   1. CacheBlend (link): compares fresh and cached KV, narrows and drops the rows it
 //      recomputes;
-//   2. the sparse selector: narrows what a decode row sees (at a prefill step it only
-//      observes), after CacheBlend so that it sees what the entry's rows really attend;
+//   2. the KV connector's states, in planner order (kv/connector.h): e.g. a token
+//      selector narrows what a decode row sees (at a prefill step it only observes),
+//      after CacheBlend so that it sees what the entry's rows really attend;
 //   3. the turn saver (OnKv only): every layer's new pre-RoPE K and V go to the entry's
 //      turn -- saving to the store is a hook; it reads the K/V and changes nothing.
 // (CacheBlend acts on a linked prompt's prefill and a selector narrows only one-row
@@ -37,7 +39,7 @@ class StepHooks : public kv::LayerHooks {
   void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->OnKv(layer, rows, kv);
-    if (e.sparse != nullptr) e.sparse->OnKv(layer, rows, kv);
+    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->OnKv(layer, rows, kv); });
     store::Turn* t = e.turn;
     if (t == nullptr) return;
     const int first_new = e.first_new;
@@ -59,12 +61,12 @@ class StepHooks : public kv::LayerHooks {
   void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->BeforeAttention(layer, rows, vis);
-    if (e.sparse != nullptr) e.sparse->BeforeAttention(layer, rows, vis);
+    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->BeforeAttention(layer, rows, vis); });
   }
   void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
     const EntryHooks& e = entries_[rows.entry];
     if (e.link != nullptr) e.link->AfterLayer(layer, rows, keep);
-    if (e.sparse != nullptr) e.sparse->AfterLayer(layer, rows, keep);
+    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->AfterLayer(layer, rows, keep); });
   }
 
  private:
@@ -167,8 +169,8 @@ int Scheduler::Step() {
   }
   EnsureFree(grow, nullptr);
   // Each entry's layer hooks (StepHooks): with a KV store its new slots' pre-RoPE K and
-  // V go to its turn; a linked prompt's CacheBlend and a sparse request's selector plug
-  // in. The forward runs with hooks when any entry has one.
+  // V go to its turn; a linked prompt's CacheBlend and the connector's states (a token
+  // selector) plug in. The forward runs with hooks when any entry has one.
   std::vector<EntryHooks> entry_hooks(owners.size());
   bool any_hooks = false;
   for (size_t i = 0; i < owners.size(); ++i) {
@@ -176,7 +178,8 @@ int Scheduler::Step() {
     if (store_ != nullptr) h.turn = owners[i]->turn.get();
     h.first_new = batch[i].seq->n_slots();
     if (!owners[i]->decoding && owners[i]->link != nullptr) h.link = owners[i]->link->hooks();
-    h.sparse = owners[i]->sparse.get();
+    h.seq = &owners[i]->seq;
+    h.decoding = owners[i]->decoding;
     any_hooks = any_hooks || h.any();
   }
   StepHooks step_hooks(entry_hooks, pool_.shape().kv_dim());

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "attic/core/log.h"
+#include "attic/pic/link_plan.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -97,28 +98,13 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
   const std::vector<int32_t>& prompt = *r.prompt;
   const int n = static_cast<int>(prompt.size());
   const int p = prefix.n_cached;
-  const kv::KvShape& shape = pool_.shape();
+  // The chunks whose stored KV this request may read (pic/link_plan.h: tenant, shape and
+  // tokens checked there).
+  pic::LinkedLoad load = pic::OpenLinkedChunks(*store_, spec, r.req.tenant, prompt, p, pool_.shape());
+  if (load.present.empty()) return prefix;
   SeqPlan plan = prefix;
-  std::vector<pic::LinkedChunk> present;
-  for (const pic::LinkedChunk& c : spec.chunks) {
-    if (c.slot + c.n <= p) continue;  // in the stored prefix already (a conversation's next turn)
-    const int cut = std::max(0, p - c.slot);
-    store::StoreHit hit;
-    hit.key = c.store_key;
-    hit.n_tokens = hit.entry_tokens = c.src_row + c.n;
-    auto src = store_->OpenForTurn(hit);
-    if (!src.ok()) continue;  // gone (evicted, expired, bad): its tokens are computed
-    const store::KvSource& s = **src;
-    // A chunk is linked only into a request of the tenant that stored it (the key names
-    // the tenant; the entry says it too).
-    if (s.meta().tenant != r.req.tenant || s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() || s.n_rows() < c.src_row + c.n ||
-        !std::equal(s.meta().tokens.begin() + c.src_row + cut, s.meta().tokens.begin() + c.src_row + c.n,
-                    prompt.begin() + c.slot + cut))
-      continue;
-    plan.segments.push_back({*src, c.src_row + cut, c.n - cut, c.slot + cut});
-    present.push_back({c.slot + cut, c.n - cut, c.store_key, c.src_row + cut});
-  }
-  if (present.empty()) return prefix;
+  for (store::LoadSegment& seg : load.segments) plan.segments.push_back(std::move(seg));
+  std::vector<pic::LinkedChunk> present = std::move(load.present);
   // Every prompt slot exists from the start; the linked part continues the prefix's
   // positions.
   const int first_pos = p > 0 ? plan.positions[p - 1] + 1 : 0;
@@ -134,20 +120,16 @@ SeqPlan Scheduler::PlanLinked(const Running& r, SeqPlan prefix) {
 
 void Scheduler::StartFromStore(Running& r, SeqPlan plan) {
   // A stored prefix reused as it is (entry rows [0, n) in slots [0, n) at the entry's
-  // positions) keeps the PQ index saved with it; truncation's re-embedded rows and linked
-  // chunks do not (pq/pq_index.h).
-  if (r.sparse != nullptr && plan.n_linked == 0 && !r.truncation.active && plan.segments.size() == 1) {
+  // positions) keeps what was saved with it (its attachments, for the connector's Start);
+  // truncation's re-embedded rows and linked chunks do not.
+  if (plan.n_linked == 0 && !r.truncation.active && plan.segments.size() == 1) {
     const store::LoadSegment& seg = plan.segments.front();
     const store::KvEntry& meta = seg.source->meta();
     if (seg.src_row == 0 && seg.dst_slot == 0 && seg.n == plan.n_cached && meta.n_tokens() >= plan.n_cached &&
         std::equal(plan.positions.begin(), plan.positions.begin() + plan.n_cached, meta.positions.begin()) &&
         std::equal(plan.tokens.begin(), plan.tokens.begin() + plan.n_cached, meta.tokens.begin())) {
-      StatusOr<std::string_view> index = seg.source->attachment(pq::kPqIndexAttachment);
-      if (index.ok()) {
-        ImportPqIndex(r, *index, plan.n_cached);
-      } else if (index.status().code() != StatusCode::kNotFound) {
-        ++sparse_stats_.rejected_indexes;  // bad bytes: this request clusters
-      }
+      r.reused.n_as_is = plan.n_cached;
+      r.reused.attachment = [source = seg.source](std::string_view kind) { return source->attachment(kind); };
     }
   }
   EnsureFree(BlocksFor(plan.n_cached), nullptr);
@@ -198,16 +180,21 @@ void Scheduler::RecomputeFailedLoad(Running& r) {
   r.link.reset();
   r.compute_next = 0;
   r.n_cached = 0;
-  // The selector saw the broken rows (and may hold the stored index).
-  if (r.sparse != nullptr) r.sparse = NewSelector(r.sparse->options());
+  // The features' states saw the broken rows (and may hold what was stored with them):
+  // they start anew (once started; else as they start, TryAdmit).
+  if (r.started) {
+    RestartStates(r);
+  } else {
+    r.restart = true;
+  }
   r.turn = store_->NewTurn(r.req.tenant, r.req.session_id, r.req.session_ttl_ms);
   if (unsaved) r.turn->Invalidate();
   r.turn->Reserve(r.max_slots);
 }
 
-std::unique_ptr<pq::SparseAttention> Scheduler::NewSelector(const pq::SparseOptions& o) {
-  const model::ModelConfig& c = engine_.model().config();
-  return pq::MakeSparseAttention(o, AttentionShapeOf(c), c.n_layers, engine_.threads());
+void Scheduler::RestartStates(Running& r) {
+  Status st = connector_->Start(r.seq, r.kv.get(), kv::KvReused{});
+  ATTIC_CHECK(st.ok());  // a sequence that loaded stored KV reserved nothing a restart could lack
 }
 
 void Scheduler::CountFinishedLoad(store::Turn& turn) {
@@ -220,33 +207,11 @@ void Scheduler::CountFinishedLoad(store::Turn& turn) {
   }
 }
 
-void Scheduler::SaveToStore(Running& r, bool keep_rows, std::shared_ptr<const std::string> pq_index) {
+void Scheduler::SaveToStore(Running& r, bool keep_rows, const std::vector<kv::KvAttachment>& kept) {
   if (store_ == nullptr || !options_.store_save || !r.kv || !r.turn) return;
   std::vector<store::EntryAttachment> attachments;
-  if (pq_index != nullptr) attachments.push_back({pq::kPqIndexAttachment, std::move(pq_index)});
+  for (const kv::KvAttachment& a : kept) attachments.push_back({a.kind, a.bytes});
   r.turn->Commit(r.kv->tokens(), r.kv->positions(), keep_rows, std::move(attachments));
-}
-
-std::shared_ptr<const std::string> Scheduler::ExportPqIndex(const Running& r) const {
-  if (r.sparse == nullptr || !r.kv) return nullptr;
-  std::optional<pq::PqIndex> index = r.sparse->ExportIndex();
-  if (!index) return nullptr;
-  index->Truncate(r.kv->n_slots());  // codes only of slots the sequence (and its save) holds
-  return std::make_shared<const std::string>(pq::SerializePqIndex(*index));
-}
-
-bool Scheduler::ImportPqIndex(Running& r, std::string_view blob, int n_cached) {
-  if (r.sparse == nullptr || r.sparse->options().method != pq::SparseMethod::kPq) return false;
-  StatusOr<pq::PqIndex> index = pq::DeserializePqIndex(blob);
-  if (index.ok()) {
-    index->Truncate(n_cached);
-    if (r.sparse->ImportIndex(std::move(*index)).ok()) {
-      ++sparse_stats_.imported_indexes;
-      return true;
-    }
-  }
-  ++sparse_stats_.rejected_indexes;  // bad bytes, or built with other m / bits
-  return false;
 }
 
 // REQUIRES: mu_ held (called from Admit).
@@ -256,8 +221,7 @@ void Scheduler::HintStore() {
     if (static_cast<int>(jobs.size()) >= options_.store_lookahead) break;
     jobs.push_back({w->req.tenant, w->req.session_id, w->store_tokens(), static_cast<int>(w->prompt->size())});
     // The context-cache chunks it links, by key, right after it.
-    if (w->req.link != nullptr && w->req.link->options.method != pic::LinkMethod::kFull)
-      for (const pic::LinkedChunk& c : w->req.link->chunks) jobs.push_back({w->req.tenant, "", {}, c.n, c.store_key});
+    if (w->req.link != nullptr) pic::AppendLinkedJobs(*w->req.link, w->req.tenant, &jobs);
   }
   const bool any = !jobs.empty();
   store_->SetLookAhead(std::move(jobs));

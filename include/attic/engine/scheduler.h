@@ -51,9 +51,10 @@
 #include "attic/engine/logits_processor.h"
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
+#include "attic/kv/connector.h"
 #include "attic/pic/link.h"
-#include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
+#include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
 
 namespace attic::engine {
@@ -61,6 +62,7 @@ namespace attic::engine {
 using SchedClock = std::chrono::steady_clock;
 struct Truncation;
 struct SeqPlan;
+class KvPlanners;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
@@ -117,41 +119,8 @@ struct KvLoadStats {
   double t_prefill_per_token = 0;   // measured (EMA), seconds
 };
 
-// Sparse decoding, since start (step loop; published with Stats()): the pq::SparseStats
-// of every request that decoded with a selector, added when it ended (finished, failed
-// or cancelled). attended_slots / context_slots is the measured share of the context
-// attended at sparse steps.
-struct SparseDecodeStats {
-  std::map<std::string, uint64_t> requests;  // by method name (pq, oracle, streaming, h2o)
-  uint64_t sparse_steps = 0;     // decode steps that attended sparsely
-  uint64_t full_steps = 0;       // decode steps of such requests below min_slots (full attention)
-  uint64_t attended_slots = 0;   // per layer and KV head, summed over sparse steps
-  uint64_t context_slots = 0;    // the sequences' slots, per layer and KV head, same steps
-  double select_seconds = 0;     // scoring and top-k
-  uint64_t clustered_keys = 0;   // pq: keys clustered, per layer and KV head
-  double cluster_seconds = 0;    // pq: k-means
-  uint64_t encoded_keys = 0;     // pq: keys coded after leaving the local window
-  // pq: requests whose selector started from a saved index (a stored prefix's, or a
-  // resident sequence's) instead of clustering, the coded keys it held (per layer and KV
-  // head), and saved indexes found bad or built with other options (left out: such a
-  // request clusters).
-  uint64_t imported_indexes = 0;
-  uint64_t imported_keys = 0;
-  uint64_t rejected_indexes = 0;
-  // Offload (pq/offload.h): requests, blocks written to the tier and released, the block
-  // cache's hits and misses (selected slots of released blocks), bytes and seconds of
-  // reading the tier, and tier failures.
-  uint64_t offloaded_requests = 0;
-  uint64_t offloaded_blocks = 0;
-  uint64_t offload_cache_hits = 0;
-  uint64_t offload_cache_misses = 0;
-  uint64_t offload_fetched_bytes = 0;
-  double offload_fetch_seconds = 0;
-  uint64_t offload_errors = 0;
-  void Add(pq::SparseMethod method, const pq::SparseStats& s);
-  // An offloaded request's pq::OffloadStats (offload.h), besides Add.
-  void AddOffload(const pq::OffloadStats& s);
-};
+// Sparse decoding, since start (pq/sparse_planner.h; published with Stats()).
+using SparseDecodeStats = pq::SparseDecodeStats;
 
 // A request of n choices reports one usage per choice (its kFinish): the prompt (prompt,
 // cached and recomputed tokens) is counted in choice 0's only, each choice counts its
@@ -353,14 +322,6 @@ class Scheduler {
   // fork into their n choices (kv::SequenceKv::Fork); each new choice is added to
   // `rows` with a copy of its parent's logits row `logits`.
   void ForkChoices(std::vector<Running*>* rows, std::vector<const float*>* logits);
-  // Whether `request` decodes with offload (pq/offload.h).
-  bool Offloads(const GenerationRequest& request) const;
-  // The slots one sequence of `request` may reach: the context window when it offloads,
-  // else also the pool's capacity.
-  int MaxSlots(const GenerationRequest& request) const;
-  // Offloaded requests: the pool blocks one of at most max_slots slots holds at once, its
-  // block cache included (pq::OffloadWorkingBlocks + the cache).
-  int OffloadBlocks(const pq::SparseOptions& o, int max_slots) const;
   int OutstandingReservation() const;
   int AvailableBlocks() const;
   void EnsureFree(int n_blocks, const Resident* pinned);
@@ -386,25 +347,18 @@ class Scheduler {
   void Retire(Running& r);
   // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
   void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
-  // Saves the turn's KV (asynchronously) with `pq_index` (when not null) as its PQ
-  // index attachment. keep_rows: the sequence stays resident and its turn keeps its rows
-  // (else they move into the save).
-  void SaveToStore(Running& r, bool keep_rows, std::shared_ptr<const std::string> pq_index = nullptr);
-  // The serialized PQ index of a pq request's selector (pq/pq_index.h) covering only
-  // its slots, or null when it built none.
-  std::shared_ptr<const std::string> ExportPqIndex(const Running& r) const;
-  // A pq request whose first n_cached slots hold the same tokens at the same positions
-  // as where `index` (serialized) was built starts its selector from it (no clustering).
-  // Returns whether it did; a bad or mismatched index is counted and left out.
-  bool ImportPqIndex(Running& r, std::string_view index, int n_cached);
+  // Saves the turn's KV (asynchronously) with `attachments` (the connector's KvKeep).
+  // keep_rows: the sequence stays resident and its turn keeps its rows (else they move
+  // into the save).
+  void SaveToStore(Running& r, bool keep_rows, const std::vector<kv::KvAttachment>& attachments);
   // Collects `turn`'s finished load (if any) into load_stats_: enter time, bytes.
   void CountFinishedLoad(store::Turn& turn);
+  // The features' states of `r` start anew (its KV is not what they saw).
+  void RestartStates(Running& r);
   // r's load failed (its turn's load_failed(): a streamed read broke off): its slots hold
   // no valid KV, so the request starts again as a fresh prefill of its prompt, reusing
   // nothing (a new sequence, turn, selector; no linking). Nothing was sampled from it.
   void RecomputeFailedLoad(Running& r);
-  // A sparse-decoding selector of `o` for this engine's model (nothing seen yet).
-  std::unique_ptr<pq::SparseAttention> NewSelector(const pq::SparseOptions& o);
   void HintStore();
   void Report(RequestRecord record);
   void PublishStats();
@@ -416,14 +370,12 @@ class Scheduler {
   const int block_size_;
   const int vocab_;
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
-  // Offloaded sparse requests: their tier (made at the first), and its bytes reserved by
-  // the running ones.
-  std::unique_ptr<store::Tier> offload_tier_;
-  int64_t offload_tier_reserved_ = 0;
+  // The KV connector (kv/connector.h): the features' planners.
+  std::unique_ptr<KvPlanners> planners_;
+  kv::KvConnector* connector_ = nullptr;  // planners_'s
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;
   KvLoadStats load_stats_;            // step loop
-  SparseDecodeStats sparse_stats_;    // step loop
 
   // Guarded by mu_.
   mutable std::mutex mu_;

@@ -1,0 +1,61 @@
+// ComposedConnector: the planners behind one KvConnector (connector.h).
+#include "attic/kv/connector.h"
+
+#include <algorithm>
+
+namespace attic::kv {
+
+std::unique_ptr<KvSeqState>& KvPlanner::state(KvSeq& seq) const {
+  if (static_cast<int>(seq.states.size()) <= index_) seq.states.resize(index_ + 1);
+  return seq.states[index_];
+}
+
+const KvSeqState* KvPlanner::state(const KvSeq& seq) const {
+  return static_cast<int>(seq.states.size()) > index_ ? seq.states[index_].get() : nullptr;
+}
+
+void ComposedConnector::Add(std::unique_ptr<KvPlanner> planner) {
+  planner->index_ = static_cast<int>(planners_.size());
+  planners_.push_back(std::move(planner));
+}
+
+Status ComposedConnector::Check(KvRequest& request, KvLimits* limits) {
+  for (auto& p : planners_) ATTIC_RETURN_IF_ERROR(p->Check(request, limits));
+  return OkStatus();
+}
+
+void ComposedConnector::Match(const KvSeq& seq, KvAdmission* admission) {
+  KvAdmission out = *admission;
+  for (auto& p : planners_) {
+    KvAdmission a;
+    a.max_slots = admission->max_slots;
+    p->Match(seq, &a);
+    out.blocks = std::max(out.blocks, a.blocks);
+    out.free_first += a.free_first;
+    out.ready = out.ready && a.ready;
+  }
+  *admission = out;
+}
+
+Status ComposedConnector::Start(KvSeq& seq, SequenceKv* kv, const KvReused& reused) {
+  seq.states.resize(planners_.size());
+  for (auto& p : planners_) ATTIC_RETURN_IF_ERROR(p->Start(seq, kv, reused));
+  return OkStatus();
+}
+
+double ComposedConnector::WaitLayer(KvSeq& seq, int layer) {
+  double waited = 0;
+  for (auto& p : planners_) waited += p->WaitLayer(seq, layer);
+  return waited;
+}
+
+void ComposedConnector::Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) {
+  for (auto& p : planners_) {
+    KvKeep k;
+    p->Finish(seq, kv, &k);
+    keep->resident = keep->resident && k.resident;
+    for (KvAttachment& a : k.attachments) keep->attachments.push_back(std::move(a));
+  }
+}
+
+}  // namespace attic::kv
