@@ -11,7 +11,9 @@
 // (Jinja's trim / str.strip()), and for Llama-2 a system message only when a user
 // message follows it (the reference folds it into the first user turn). Mistral: user
 // and tool contents verbatim, assistant contents stripped, in order; the system message
-// is written into the last user turn (its place is not checked).
+// is written into the last user turn (its place is not checked). Llama-3's tool results
+// are JSON strings (the template's tojson).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -78,7 +80,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (kind == ChatTemplateKind::kMistral && i == 0 && m.role == "system") continue;
     const bool verbatim = kind == ChatTemplateKind::kChatML ||
                           (kind == ChatTemplateKind::kMistral && m.role != "assistant");
-    const std::string want = verbatim ? m.content : Strip(m.content);
+    std::string want = verbatim ? m.content : Strip(m.content);
+    if (kind == ChatTemplateKind::kLlama3 && m.role == "tool") {
+      // The Llama 3.1 template writes a tool result with tojson (a string is iterable in
+      // Jinja): a JSON string. Checked where it needs no escape; otherwise only its order.
+      const bool plain = std::all_of(m.content.begin(), m.content.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+      });
+      want = plain ? "\"" + m.content + "\"" : "<|start_header_id|>ipython<|end_header_id|>";
+    }
     const size_t found = out->find(want, at);
     FUZZ_CHECK(found != std::string::npos, "content of a %s message is missing or reordered", m.role.c_str());
     at = found + want.size();
