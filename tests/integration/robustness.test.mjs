@@ -440,8 +440,13 @@ test('over 1,000 malformed or hostile requests are each answered correctly; the 
   assert.equal(again.choices[0].message.content, warm.choices[0].message.content);
   const rssAfter = rssMiB(s.proc.pid);
   console.log(`# ${cases.length} hostile requests; RSS ${rssBefore.toFixed(1)} -> ${rssAfter.toFixed(1)} MiB`);
-  assert.ok(rssAfter < rssBefore + 64, `RSS grew from ${rssBefore} to ${rssAfter} MiB`);
-  assert.ok(rssAfter < 512, `RSS ${rssAfter} MiB`);
+  // Under ASan the server's RSS is the sanitizer's allocator's: freed blocks wait in its
+  // quarantine (256 MiB by default) and every block has redzones and shadow. The bound is
+  // Attic's memory, which the release build's run of this test checks.
+  if (process.env.ATTIC_SANITIZER !== 'asan') {
+    assert.ok(rssAfter < rssBefore + 64, `RSS grew from ${rssBefore} to ${rssAfter} MiB`);
+    assert.ok(rssAfter < 512, `RSS ${rssAfter} MiB`);
+  }
 });
 
 test('a full queue answers 429 with Retry-After', async () => {
