@@ -1,5 +1,7 @@
 #include "attic/backend/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -11,24 +13,18 @@ const CpuFeatures& GetCpuFeatures() {
     __builtin_cpu_init();
     c.avx2 = __builtin_cpu_supports("avx2");
     c.fma = __builtin_cpu_supports("fma");
-    c.f16c = c.avx2;  // every AVX2 CPU Attic targets has F16C; checked again below
     c.avx512f = __builtin_cpu_supports("avx512f");
     c.avx512bw = __builtin_cpu_supports("avx512bw");
     c.avx512vl = __builtin_cpu_supports("avx512vl");
     c.avx512dq = __builtin_cpu_supports("avx512dq");
     c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
     unsigned eax, ebx, ecx, edx;
-    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
-    c.f16c = (ecx >> 29) & 1;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) c.f16c = (ecx >> 29) & 1;
     // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly: GCC's
     // __builtin_cpu_supports knows "avx512bf16" from GCC 12 on, clang 14's does not, and the
-    // sanitizer builds use clang). The OS's saving of the zmm state is what avx512f's check
-    // already required.
-    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(0), "c"(0));
-    if (eax >= 7) {
-      __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
-      c.avx512_bf16 = c.avx512f && ((eax >> 5) & 1);
-    }
+    // sanitizer builds use clang). __get_cpuid_count checks the CPU has leaf 7; the OS's
+    // saving of the zmm state is what avx512f's check already required.
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) c.avx512_bf16 = c.avx512f && ((eax >> 5) & 1);
     return c;
   }();
   return f;
