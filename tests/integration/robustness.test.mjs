@@ -449,22 +449,49 @@ test('over 1,000 malformed or hostile requests are each answered correctly; the 
   }
 });
 
+// A streaming completion held open: `started` resolves at its first SSE event (it is
+// running), `cut()` drops the connection (the server cancels it).
+function holdStream(port, body) {
+  const payload = Buffer.from(JSON.stringify({ ...body, stream: true }));
+  const sock = net.connect(port, '127.0.0.1');
+  let seen = '';
+  let onStart;
+  const started = new Promise((resolve) => { onStart = resolve; });
+  sock.on('data', (d) => {
+    seen += d.toString();
+    if (seen.includes('data: ')) onStart(seen.startsWith('HTTP/1.1 200'));
+  });
+  sock.on('error', () => {});
+  sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${payload.length}\r\n\r\n`);
+  sock.write(payload);
+  return { started, cut: () => (sock.resetAndDestroy ? sock.resetAndDestroy() : sock.destroy()) };
+}
+
 test('a full queue answers 429 with Retry-After', async () => {
   const s = await startServer(['-m', longContextModel(), '--max-running', '1', '--max-waiting', '1', '--kv-budget-mib', '64']);
   servers.push(s);
   const body = (i, n) => JSON.stringify({ model: 'ctx4096-model', prompt: `Queue ${i}`, max_tokens: n, ignore_eos: true, temperature: 0 });
   const headers = { 'content-type': 'application/json' };
-  // One long request runs; then 7 arrive at once: one fits the queue, six are refused.
-  const first = request(s.port, { path: '/v1/completions', headers, body: body('first', 1500) });
-  for (let i = 0; i < 200 && (await metrics(s.port)).attic_requests_running !== 1; ++i) await sleep(10);
-  const rs = await Promise.all(Array.from({ length: 7 }, (_, i) => request(s.port, { path: '/v1/completions', headers, body: body(i, 20) })));
-  const statuses = rs.map((r) => r.status).sort();
-  assert.deepEqual(statuses, [200, 429, 429, 429, 429, 429, 429]);
-  for (const r of rs.filter((x) => x.status === 429)) {
+  // One request runs (a stream of up to 4,000 tokens, held until the others are answered
+  // and then dropped, so the test does not depend on how fast it decodes); then 7 arrive
+  // at once: one fits the queue, six are refused at once.
+  const first = holdStream(s.port, { model: 'ctx4096-model', prompt: 'Queue first', max_tokens: 4000, ignore_eos: true, temperature: 0 });
+  assert.equal(await first.started, true);
+  const pending = Array.from({ length: 7 }, (_, i) => request(s.port, { path: '/v1/completions', headers, body: body(i, 20) }));
+  const answered = [];  // six answer while the held stream runs (the seventh waits in the queue)
+  await new Promise((resolve, reject) => {
+    for (const p of pending) p.then((r) => { answered.push(r); if (answered.length === 6) resolve(); }, reject);
+  });
+  assert.equal((await metrics(s.port)).attic_requests_running, 1, 'the held stream ended before the queue filled');
+  assert.deepEqual(answered.map((r) => r.status), [429, 429, 429, 429, 429, 429]);
+  for (const r of answered) {
     assert.equal(r.headers['retry-after'], '1');
     assert.equal(parseError(r.body).code, 'queue_full');
   }
-  assert.equal((await first).status, 200);
+  first.cut();  // the queued request runs once the held one is cancelled
+  const statuses = (await Promise.all(pending)).map((r) => r.status).sort();
+  assert.deepEqual(statuses, [200, 429, 429, 429, 429, 429, 429]);
   // The openai client sees a RateLimitError.
   const client = new OpenAI({ apiKey: 'none', baseURL: s.baseURL, maxRetries: 0 });
   const errs = await Promise.allSettled(Array.from({ length: 6 }, (_, i) =>
