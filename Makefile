@@ -4,9 +4,10 @@
 #              conversations and context caches across restarts; KV_SSD_DIR=DIR moves it,
 #              KV_SSD_DIR= turns it off)
 #   make test  install missing packages, build, run every test (with each fuzzer's corpus
-#              replayed); SANITIZE=1 then also runs the same code built with ASan+UBSan
-#              (unit tests, integration tests, each fuzzer for a fixed number of runs) and
-#              with TSan (store, scheduler and remote-tier tests) (docs/fuzzing.md)
+#              replayed), then the same code built with ASan+UBSan (unit tests,
+#              integration tests, each fuzzer for a fixed number of runs) and with TSan
+#              (store, scheduler and remote-tier tests) (docs/fuzzing.md); SANITIZE=0
+#              skips the sanitizer builds
 #   make fuzz SECONDS=N   run every fuzzer N seconds (docs/fuzzing.md)
 SHARED ?= $(abspath ../shared)
 MODEL  ?= $(SHARED)/models/stories260K-hf
@@ -16,10 +17,9 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 KV_SSD_DIR ?= out/kv-ssd
 
-# The sanitizer builds (docs/fuzzing.md) are opt-in (`make test SANITIZE=1`) until .ci/run
-# fits its budget with them: on a clean clone with a warm compiler cache they add ~30 min to
-# the release build's ~23 (measured 2026-11-29, docs/fuzzing.md).
-SANITIZE ?= 0
+# The sanitizer builds (docs/fuzzing.md) run by default; SANITIZE=0 skips them (a quick
+# loop: the release build's tests only).
+SANITIZE ?= 1
 SECONDS ?= 60
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
