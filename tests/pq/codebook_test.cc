@@ -58,6 +58,26 @@ double RefScore(const PqCodebook& cb, const float* q, const uint8_t* code) {
   return sum;
 }
 
+// Sum of |q_j c_j| over the code's centroids: what a float score's rounding scales with.
+double AbsScore(const PqCodebook& cb, const float* q, const uint8_t* code) {
+  double sum = 0;
+  for (int s = 0; s < cb.m(); ++s) {
+    const float* cen = cb.centroid(s, code[s]);
+    for (int j = 0; j < cb.sub_dim(); ++j) sum += std::fabs(static_cast<double>(q[s * cb.sub_dim() + j]) * cen[j]);
+  }
+  return sum;
+}
+
+// gamma(n) = n u / (1 - n u), u = 2^-24: a float sum of n products (in any order, with or
+// without FMA) is within gamma(n) * sum |terms| of the exact sum (Higham, Thm 3.1). A PQ
+// score is a table entry per sub-space (a sub_dim-term dot, added into the zeroed table)
+// summed over m sub-spaces: n = sub_dim + m covers it; each further query added into
+// the same table adds one rounding.
+double Gamma(int n) {
+  const double u = std::ldexp(1.0, -24);
+  return n * u / (1 - n * u);
+}
+
 // Mean squared reconstruction error of keys under cb (double).
 double ReconstructionError(const PqCodebook& cb, const std::vector<float>& keys, int64_t n) {
   std::vector<uint8_t> codes(n * cb.m());
@@ -206,7 +226,7 @@ TEST(PqCodebookTest, ScoreIsTheInnerProductWithTheReconstructedKey) {
     cb.Score(table.data(), codes.data(), n, scores.data());
     for (int64_t i = 0; i < n; ++i) {
       const double ref = RefScore(cb, q.data(), codes.data() + i * m);
-      ASSERT_NEAR(scores[i], ref, 1e-4 * (1 + std::abs(ref))) << i;
+      ASSERT_NEAR(scores[i], ref, Gamma(cb.sub_dim() + m) * AbsScore(cb, q.data(), codes.data() + i * m)) << i;
     }
   }
 }
@@ -234,8 +254,14 @@ TEST(PqCodebookTest, QueryTablesAddUp) {
   cb.Score(tsum.data(), codes.data(), n, ssum.data());
   cb.Score(tw.data(), codes.data(), n, sw.data());
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(s12[i], ssum[i], 1e-4 * (1 + std::abs(ssum[i]))) << i;
-    ASSERT_NEAR(sw[i], 0.5 * RefScore(cb, q1.data(), codes.data() + i * o.m), 1e-4 * (1 + std::abs(sw[i]))) << i;
+    const uint8_t* code = codes.data() + i * o.m;
+    // Both are within gamma(sub_dim + m + 1) * (|q1 c| + |q2 c|) of the exact (q1 + q2) . c
+    // (the one more rounding: the second table added in, or q1 + q2 rounded to float).
+    const double a12 = AbsScore(cb, q1.data(), code) + AbsScore(cb, q2.data(), code);
+    ASSERT_NEAR(s12[i], ssum[i], 2 * Gamma(cb.sub_dim() + o.m + 1) * a12) << i;
+    // x 0.5 is exact: the weighted table's score is half the unweighted one's rounding.
+    ASSERT_NEAR(sw[i], 0.5 * RefScore(cb, q1.data(), code), 0.5 * Gamma(cb.sub_dim() + o.m) * AbsScore(cb, q1.data(), code))
+        << i;
   }
 }
 
@@ -260,7 +286,9 @@ TEST(PqCodebookTest, FewerKeysThanCentroidsScoreExactly) {
       for (int s = 0; s < o.m; ++s) EXPECT_EQ(codes[i * o.m + s], i);  // each key is its own centroid
       double exact = 0;
       for (int j = 0; j < head_dim; ++j) exact += static_cast<double>(q[j]) * keys[i * head_dim + j];
-      EXPECT_NEAR(scores[i], exact, 1e-5 * (1 + std::abs(exact)));
+      // The centroids are the keys themselves (copied exactly), so only the score's own
+      // rounding remains.
+      EXPECT_NEAR(scores[i], exact, Gamma(cb.sub_dim() + o.m) * AbsScore(cb, q.data(), codes.data() + i * o.m));
     }
   }
 }

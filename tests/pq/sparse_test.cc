@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <set>
@@ -302,20 +303,26 @@ void CheckOracle(GqaCombine combine, bool f16 = false) {
   auto sa = MakeSparseAttention(o, syn.shape, 1, pool);
   syn.Step(sa.get(), 2500);
   const int g = 3, hd = 32;
+  int near_ties = 0;
   for (int step = 0; step < 20; ++step) {
     auto q = syn.Step(sa.get(), 1);
     const int n = syn.kv.view.n_slots;
     const Budget b = SplitBudget(o, n);
     for (int h = 0; h < 2; ++h) {
       std::vector<double> score(static_cast<size_t>(n));
+      double max_abs = 0;  // the largest sum of |q_t k_t| over a slot's group
       for (int s = b.initial; s < n - b.local; ++s) {
-        double c = combine == GqaCombine::kSum ? 0 : -INFINITY;
+        double c = combine == GqaCombine::kSum ? 0 : -INFINITY, a = 0;
         for (int j = 0; j < g; ++j) {
           double d = 0;
-          for (int t = 0; t < hd; ++t) d += static_cast<double>(q[(h * g + j) * hd + t]) * syn.kv.K(s, h)[t];
+          for (int t = 0; t < hd; ++t) {
+            const double x = static_cast<double>(q[(h * g + j) * hd + t]) * syn.kv.K(s, h)[t];
+            d += x, a += std::fabs(x);
+          }
           c = combine == GqaCombine::kSum ? c + d : std::max(c, d);
         }
         score[s] = c;
+        max_abs = std::max(max_abs, a);
       }
       std::vector<int32_t> mid = Range(b.initial, n - b.local);
       std::stable_sort(mid.begin(), mid.end(), [&](int32_t a, int32_t c) { return score[a] > score[c]; });
@@ -326,17 +333,26 @@ void CheckOracle(GqaCombine combine, bool f16 = false) {
       for (int32_t s : Range(n - b.local, n)) want.push_back(s);
       const auto& got = sa->last_selection(0, h);
       ASSERT_EQ(got.size(), want.size());
-      // Equal, except where two scores agree to float precision (then either may win).
-      std::vector<int32_t> only_got, only_want;
-      std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(only_got));
-      std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(only_want));
-      ASSERT_EQ(only_got.size(), only_want.size());
-      for (size_t i = 0; i < only_got.size(); ++i) {
-        EXPECT_NEAR(score[only_got[i]], score[only_want[i]], 1e-4) << "step " << step << " head " << h;
-      }
-      EXPECT_LE(only_got.size(), 1u);
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + b.initial), Range(0, b.initial));
+      EXPECT_EQ(std::vector<int32_t>(got.end() - b.local, got.end()), Range(n - b.local, n));
+      // The selector ranks float scores, each within delta = gamma(hd + g) * max_abs of the
+      // exact one (hd products summed, then g - 1 sums or a max over the group; gamma(n) =
+      // n u / (1 - n u), u = 2^-24). The i-th largest exact score of the slots it kept is
+      // then within 2 delta of the i-th largest exact score of all (order statistics move
+      // at most as far as the values): a wrong pick beyond a float-precision tie fails.
+      const double u = std::ldexp(1.0, -24), delta = (hd + g) * u / (1 - (hd + g) * u) * max_abs;
+      std::vector<double> kept, best;
+      for (size_t i = static_cast<size_t>(b.initial); i < got.size() - static_cast<size_t>(b.local); ++i)
+        kept.push_back(score[got[i]]);
+      for (int i = 0; i < b.top; ++i) best.push_back(score[mid[i]]);
+      std::sort(kept.rbegin(), kept.rend());
+      std::sort(best.rbegin(), best.rend());
+      ASSERT_EQ(kept.size(), best.size());
+      for (size_t i = 0; i < kept.size(); ++i) EXPECT_NEAR(kept[i], best[i], 2 * delta) << "step " << step << " head " << h;
+      if (got != want) ++near_ties;
     }
   }
+  std::printf("[ oracle   ] %d of 40 selections differ from the float64 ranking at a near tie\n", near_ties);
   EXPECT_EQ(sa->stats().sparse_steps, 20);
 }
 
@@ -467,17 +483,22 @@ void CheckPq(GqaCombine combine, bool f16 = false) {
       }
       // Selection: the top middle slots by the PQ scores.
       std::vector<double> score(static_cast<size_t>(n));
+      double max_abs = 0;  // the largest sum of |q_t c_t| over a slot's group
       for (int slot = b.initial; slot < n - b.local; ++slot) {
-        double c = combine == GqaCombine::kSum ? 0 : -INFINITY;
+        double c = combine == GqaCombine::kSum ? 0 : -INFINITY, a = 0;
         for (int j = 0; j < g; ++j) {
           double d = 0;
           for (int s = 0; s < 4; ++s) {
             const float* cen = book->centroid(s, (*codes)[static_cast<size_t>(slot) * 4 + s]);
-            for (int t = 0; t < sd; ++t) d += static_cast<double>(q[(h * g + j) * hd + s * sd + t]) * cen[t];
+            for (int t = 0; t < sd; ++t) {
+              const double x = static_cast<double>(q[(h * g + j) * hd + s * sd + t]) * cen[t];
+              d += x, a += std::fabs(x);
+            }
           }
           c = combine == GqaCombine::kSum ? c + d : std::max(c, d);
         }
         score[slot] = c;
+        max_abs = std::max(max_abs, a);
       }
       std::vector<int32_t> mid = Range(b.initial, n - b.local);
       std::stable_sort(mid.begin(), mid.end(), [&](int32_t a, int32_t c) { return score[a] > score[c]; });
@@ -489,12 +510,20 @@ void CheckPq(GqaCombine combine, bool f16 = false) {
       for (int i = b.initial; i < b.initial + b.top; ++i) got_scores.push_back(score[got[i]]);
       std::sort(want_scores.begin(), want_scores.end());
       std::sort(got_scores.begin(), got_scores.end());
-      for (int i = 0; i < b.top; ++i) EXPECT_NEAR(got_scores[i], want_scores[i], 1e-4) << "step " << step;
+      // The selector's float scores are q . centroid tables (sd-term dots, g queries added
+      // into one table for sum) summed over 4 sub-spaces: each within delta = gamma(sd + g +
+      // 4) * max_abs of the exact score (gamma(n) = n u / (1 - n u), u = 2^-24), so the
+      // sorted kept scores are within 2 delta of the best ones (order statistics move at
+      // most as far as the values).
+      const double u = std::ldexp(1.0, -24), delta = (sd + g + 4) * u / (1 - (sd + g + 4) * u) * max_abs;
+      for (int i = 0; i < b.top; ++i) EXPECT_NEAR(got_scores[i], want_scores[i], 2 * delta) << "step " << step;
       EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + b.initial), Range(0, b.initial));
       EXPECT_EQ(std::vector<int32_t>(got.end() - b.local, got.end()), Range(n - b.local, n));
     }
   }
-  EXPECT_LE(near_ties * 1000, checked);  // float vs double may split a near tie, rarely
+  // Each code that differs from the float64 nearest centroid was checked to be a near tie.
+  std::printf("[ pq codes ] %lld of %lld codes differ from the float64 nearest centroid at a near tie\n",
+              static_cast<long long>(near_ties), static_cast<long long>(checked));
   EXPECT_EQ(sa->stats().clustered_keys, 2 * 400);  // slots [0, n_slots - 1) at the first step
   EXPECT_EQ(sa->stats().iterations, 3);
   EXPECT_GT(sa->stats().encoded_keys, 0);
