@@ -8,9 +8,11 @@
 // Mistral family (--chat-template mistral on the same model: no model at hand has a
 // Mistral template) on a second server: its 9-character ids, OpenAI-style ids sent back,
 // streamed calls, the tool-result turn's reuse, and its 400s. Streamed calls whose
-// arguments arrive in pieces in each family (a third server renders Llama 3.1's format).
+// arguments arrive in pieces in each family (a third server renders Llama 3.1's format),
+// and /tokenize with tools against the template as jinja2 renders it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import OpenAI from 'openai';
 import { zodFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
@@ -214,6 +216,40 @@ test('streamed tool_choice "required": arguments arrive in pieces and add up to 
       const final = await make().chat.completions.stream(body).finalChatCompletion();
       assert.deepEqual(strip(final.choices[0].message.tool_calls), strip(r.calls), what);
     }
+  }
+});
+
+test('POST /tokenize takes tools and renders them as chat completions do', async () => {
+  // The reference: Qwen2.5's template rendered by jinja2 (tools/tokref/gen_tool_reference.py),
+  // tokenized as plain text; a system message, so the template's default one plays no part.
+  const ref = JSON.parse(fs.readFileSync(new URL('../data/tokenizer/chat_tools_reference.json', import.meta.url)));
+  const kase = ref.cases.find((c) => c.kind === 'chatml' && c.name === 'system, tools, a call and its result');
+  const c = client();
+  const t = await c.post('/tokenize', { body: { model, messages: kase.messages, tools: kase.tools } });
+  const plain = await c.post('/tokenize', { body: { model, prompt: kase.expected, add_special_tokens: false } });
+  assert.deepEqual(t.tokens, plain.tokens);
+  assert.equal(t.count, plain.count);
+  // = usage.prompt_tokens of the same chat; the tools are what the count adds.
+  const done = await c.chat.completions.create({ model, messages: kase.messages, tools: kase.tools, max_tokens: 1, temperature: 0 });
+  assert.equal(t.count, done.usage.prompt_tokens);
+  const without = await c.post('/tokenize', { body: { model, messages: kase.messages } });
+  assert.ok(without.count < t.count);
+  // tool_choice and parallel_tool_calls are checked as for chat, and change nothing rendered.
+  const forced = await c.post('/tokenize', { body: { model, messages: kase.messages, tools: kase.tools, tool_choice: 'required' } });
+  assert.deepEqual(forced.tokens, t.tokens);
+  const bad = [
+    [{ messages: kase.messages, tools: 'x' }, 'tools'],
+    [{ messages: kase.messages, tools: [{ type: 'function', function: { name: 'a b' } }] }, 'tools[0].function.name'],
+    [{ messages: kase.messages, tool_choice: 'required' }, 'tool_choice'],
+    [{ prompt: 'x', tools: kase.tools }, 'tools'],
+  ];
+  for (const [body, param] of bad) {
+    const r = await request(server.port, {
+      path: '/tokenize', headers: { 'content-type': 'application/json', authorization: 'Bearer k' }, body: JSON.stringify(body),
+    });
+    assert.equal(r.status, 400, r.body);
+    assert.equal(JSON.parse(r.body).error.param, param, r.body);
+    assert.equal(JSON.parse(r.body).error.type, 'invalid_request_error');
   }
 });
 

@@ -127,12 +127,15 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
 
 // POST /tokenize, in vLLM's shape; llama-server's names are accepted as aliases
 // (content = prompt, add_special = add_special_tokens, with_pieces = return_token_strs).
-// Exactly one of prompt/content and messages.
+// Exactly one of prompt/content and messages; with messages, `tools` (and `tool_choice`,
+// `parallel_tool_calls`) are read and checked as for /v1/chat/completions, and the tools
+// rendered the same way.
 struct TokenizeRequest {
   std::string model;                             // optional ("" = the served model)
   bool chat = false;                             // messages given (else prompt)
   std::string prompt;
   std::vector<tokenizer::ChatMessage> messages;
+  ToolSpec tools;                                // chat: the request's tools
   bool add_generation_prompt = true;             // chat: end with the assistant header
   bool add_special_tokens = true;                // BOS; default true for prompt, false for messages
   bool return_token_strs = false;                // also each token's vocabulary string
