@@ -197,6 +197,26 @@ def resp_reader():
         put("resp_reader", i, s)
 
 
+def tool_call_stream():
+    # First byte: family (bits 0-1: ChatML, Llama-3, Mistral), tool_choice (bits 2-3: auto,
+    # auto, required, the function "now"), pieces of 1 + (bits 4-7) bytes.
+    weather = '{"name": "get_weather", "arguments": {"city": "Z\\u00fcrich \\"old\\"", "days": [1, 2.50, -0]}}'
+    seeds = [
+        b"\x00" + ("Let me check.\n<tool_call>\n" + weather + "\n</tool_call>\nand <tool_call>{\"name\": \"now\"}</tool_call>").encode(),
+        b"\x30" + b'<tool_call>{"arguments": "{\\"a\\": 1}", "name": "now"}</tool_call> <tool_call>{"name": "rm"}</tool_call>',
+        b"\x01" + b' <|python_tag|>{"name": "now", "parameters": {}}; {"name": "get_weather", "parameters": {"city": "Oslo"}}',
+        b"\x11" + b'{"answer": 42} is not a call',
+        b"\x02" + b'Checking.\n[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "a1B2c3D4e"}, {"name": "now", "arguments": {}}]',
+        b"\x22" + b"[1] is a footnote; [TOOL_CALLS] not JSON",
+        b"\x08" + b'[{"name":"now","arguments":{}},{"name":"get_weather","arguments":{"city":"x","city":"y"}}]',
+        b"\x0d" + b'{"name":"now","parameters":{"x":1e400}}',
+        b"\xf4" + b'{"name":"get_weather","arguments":{"city":"Os',
+        b"\x00" + "<tool_call>{\"name\": \"now\", \"arguments\": {\"s\": \"\u00e9\\ud83d\\ude00 </tool_call>\"}}</tool_call>".encode(),
+    ]
+    for i, s in enumerate(seeds):
+        put("tool_call_stream", i, s)
+
+
 for f in (openai_request, chat_template, gguf, safetensors, tokenizer_json, tokenizer_encode, ssd_entry, redis_entry,
-          resp_reader):
+          resp_reader, tool_call_stream):
     f()

@@ -40,9 +40,7 @@ struct StreamState {
   SchedClock::time_point watchdog;
   // Chat with tools (tool_choice not "none"): the reply is split into content and calls.
   ToolSpec tools;
-  std::unique_ptr<ToolCallStream> tool_stream;
-  std::string call_id;  // the calls' ids come from it (NameToolCalls)
-  tokenizer::ChatTemplateKind chat_kind = tokenizer::ChatTemplateKind::kChatML;
+  std::unique_ptr<ToolCallStream> tool_stream;  // names the calls as NameToolCalls does
 };
 
 }  // namespace
@@ -341,9 +339,7 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   st->logprobs = std::move(logprobs);
   if (r.tools.active()) {
     st->tools = r.tools;
-    st->tool_stream = std::make_unique<ToolCallStream>(*engine.chat_template_kind(), &st->tools);
-    st->call_id = NewId("call_");
-    st->chat_kind = *engine.chat_template_kind();
+    st->tool_stream = std::make_unique<ToolCallStream>(*engine.chat_template_kind(), &st->tools, NewId("call_"));
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -386,22 +382,26 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
             const std::string lp = st->logprobs->Of(ev.prompt_logprobs).dump();
             for (int i = 0; i < st->n; ++i) out += ChunkEvent(st->meta, st->echo, "", st->include_usage, false, lp, i);
           }
-          // With tools, what may belong to a call is held back (ToolCallStream; n = 1).
-          const std::string content = st->tool_stream ? st->tool_stream->Push(ev.text) : ev.text;
-          if (!content.empty() || !ev.logprobs.empty()) {
-            out += ChunkEvent(st->meta, content, "", st->include_usage, false,
-                              st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string(), ev.index);
+          const std::string lp = st->logprobs ? st->logprobs->Of(ev.logprobs).dump() : std::string();
+          if (st->tool_stream) {
+            // With tools (n = 1): content, and calls as their arguments arrive
+            // (tool_call_stream.h); logprobs on the event's chunk as without tools.
+            out += ToolStreamEvents(st->meta, st->tool_stream->Push(ev.text), st->include_usage,
+                                    ev.logprobs.empty() ? std::string() : lp);
+          } else if (!ev.text.empty() || !ev.logprobs.empty()) {
+            out += ChunkEvent(st->meta, ev.text, "", st->include_usage, false, lp, ev.index);
           }
           return out.empty() || sink.write(out.data(), out.size()) ? true : fail();
         }
         if (ev.kind == GenerationEvent::Kind::kFinish) {
           std::string reason = ev.finish_reason;
           if (st->tool_stream) {
-            ToolOutput rest = st->tool_stream->Finish();
-            if (!rest.content.empty()) out += ChunkEvent(st->meta, rest.content, "", st->include_usage);
-            NameToolCalls(st->chat_kind, st->call_id, &rest.calls);
-            out += ToolCallChunkEvents(st->meta, rest.calls, st->include_usage);
-            if (!rest.calls.empty()) reason = "tool_calls";
+            ToolCallStream::End end = st->tool_stream->Finish();
+            out += ToolStreamEvents(st->meta, end.pieces, st->include_usage);
+            if (!end.output.calls.empty()) reason = "tool_calls";
+            if (!end.exact)
+              Log(LogLevel::kDebug, "%s: a tool call was streamed and then did not read; the stream ends as the "
+                  "whole reply reads", st->meta.id.c_str());
           }
           out += ChunkEvent(st->meta, "", reason, st->include_usage, false, "", ev.index);
           AddUsage(&st->usage, ev.usage);

@@ -464,6 +464,28 @@ TEST(TokenizeRequest, VllmShapesAndLlamaServerAliases) {
   EXPECT_TRUE(p.request.add_special_tokens);
 }
 
+TEST(TokenizeRequest, ChatToolsAreReadAsForChatCompletions) {
+  // The tools in the client's key order (the template renders them as written), as
+  // ParseApiRequest reads them for /v1/chat/completions.
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}}])";
+  const std::string body = R"({"messages":[{"role":"user","content":"Hi"}],)" + tools + "}";
+  TokenizeParse p = ParseTokenizeRequest(body);
+  ASSERT_FALSE(p.error.has_value()) << p.error->message;
+  ParseResult chat = ParseApiRequest(ApiKind::kChat, R"({"model":"m","messages":[{"role":"user","content":"Hi"}],)" + tools + "}");
+  ASSERT_FALSE(chat.error.has_value());
+  EXPECT_EQ(p.request.tools.ToolJson(), chat.request.tools.ToolJson());
+  ASSERT_EQ(p.request.tools.tools.size(), 1u);
+  EXPECT_EQ(p.request.tools.tools[0].json,
+            R"({"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}})");
+  // A tool turn without tools, and no tools at all: nothing to render.
+  p = ParseTokenizeRequest(R"({"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,
+      "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c","content":"1"}]})");
+  ASSERT_FALSE(p.error.has_value()) << p.error->message;
+  EXPECT_TRUE(p.request.tools.ToolJson().empty());
+}
+
 TEST(TokenizeRequest, InvalidFieldsAre400NamingTheParam) {
   struct Case {
     std::string body, param;
@@ -484,6 +506,11 @@ TEST(TokenizeRequest, InvalidFieldsAre400NamingTheParam) {
       {R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})", "add_generation_prompt"},
       {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})", "continue_final_message"},
       {R"({"messages":[{"role":"user","content":"x"}],"chat_template":"{{x}}"})", "chat_template"},
+      {R"({"prompt":"a","tools":[{"type":"function","function":{"name":"f"}}]})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":"x"})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})",
+       "tools[0].function.name"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
   };
   for (const auto& c : cases) {
     TokenizeParse p = ParseTokenizeRequest(c.body);

@@ -654,9 +654,10 @@ std::optional<ApiError> TokenizeFields(const json& body, TokenizeRequest* r) {
     if (auto e = ReadMessages(body, &r->messages, nullptr)) return e;
     if (auto e = ReadBool(body, "add_generation_prompt", &r->add_generation_prompt)) return e;
     if (auto e = RejectUnless(body, "continue_final_message", "continue_final_message")) return e;
-    if (auto e = RejectUnless(body, "tools", "tools")) return e;
     if (auto e = RejectUnless(body, "chat_template", "a per-request chat_template", json(""))) return e;
+    // tools: read with the client's key order (ParseTokenizeRequest), as for chat.
   } else {
+    if (auto e = RejectUnless(body, "tools", "tools (with 'messages': a chat's tools)")) return e;
     const char* name = has_prompt ? "prompt" : "content";
     const json& p = body.at(name);
     if (!p.is_string()) return Invalid(name, std::string("'") + name + "' must be a string");
@@ -758,7 +759,15 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
 }
 
 TokenizeParse ParseTokenizeRequest(std::string_view body) {
-  return ParseWith<TokenizeParse>(body, TokenizeFields);
+  TokenizeParse out = ParseWith<TokenizeParse>(body, TokenizeFields);
+  if (!out.error && out.request.chat && body.find("tool") != std::string_view::npos) {
+    try {  // parsed once already: valid JSON, no deeper than kMaxJsonDepth
+      out.error = ReadToolFields(ojson::parse(body), &out.request.tools);
+    } catch (const std::exception& e) {
+      out.error = Invalid("", std::string("invalid request: ") + e.what());
+    }
+  }
+  return out;
 }
 
 DetokenizeParse ParseDetokenizeRequest(std::string_view body) {

@@ -1,6 +1,8 @@
 // Response bodies, SSE chunks and error objects in OpenAI's format.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "attic/server/openai_api.h"
 
 namespace attic::server {
@@ -138,19 +140,34 @@ std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const 
   return "data: " + Dump(j) + "\n\n";
 }
 
-std::string ToolCallChunkEvents(const ResponseMeta& meta, const std::vector<ToolCall>& calls, bool include_usage) {
+std::string ToolStreamEvents(const ResponseMeta& meta, const std::vector<ToolStreamPiece>& pieces, bool include_usage,
+                             const std::string& logprobs) {
   std::string out;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const json head = {{"index", i}, {"id", calls[i].id}, {"type", "function"},
-                       {"function", {{"name", calls[i].name}, {"arguments", ""}}}};
-    const json args = {{"index", i}, {"function", {{"arguments", calls[i].arguments}}}};
-    for (const json& delta : {head, args}) {
-      json j = Envelope(meta, true);
-      j["choices"] = json::array({json{{"index", 0}, {"delta", {{"tool_calls", json::array({delta})}}},
-                                       {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-      if (include_usage) j["usage"] = nullptr;
-      out += "data: " + Dump(j) + "\n\n";
+  const bool any_content = std::any_of(pieces.begin(), pieces.end(), [](const ToolStreamPiece& p) { return p.call < 0; });
+  std::string lp = logprobs;  // sent once
+  if (!lp.empty() && !any_content) {
+    out += ChunkEvent(meta, "", "", include_usage, false, lp);
+    lp.clear();
+  }
+  for (const ToolStreamPiece& p : pieces) {
+    if (p.call < 0) {
+      out += ChunkEvent(meta, p.text, "", include_usage, false, lp);
+      lp.clear();
+      continue;
     }
+    json delta = {{"index", p.call}};
+    if (!p.id.empty()) {
+      delta["id"] = p.id;
+      delta["type"] = "function";
+      delta["function"] = {{"name", p.name}, {"arguments", ""}};
+    } else {
+      delta["function"] = {{"arguments", p.text}};
+    }
+    json j = Envelope(meta, true);
+    j["choices"] = json::array({json{{"index", 0}, {"delta", {{"tool_calls", json::array({delta})}}},
+                                     {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    if (include_usage) j["usage"] = nullptr;
+    out += "data: " + Dump(j) + "\n\n";
   }
   return out;
 }

@@ -30,8 +30,9 @@ void Server::Impl::HandleTokenize(const httplib::Request& req, const std::string
   // No context-window check: counting a prompt that is too long is one of the uses.
   StatusOr<std::vector<int32_t>> ids = InvalidArgumentError("");
   if (r.chat) {
-    // The template chat completions render with (PromptTokens): the count is their prompt_tokens.
-    StatusOr<std::string> text = engine.RenderChat(r.messages, r.add_generation_prompt);
+    // The template chat completions render with, tools included (BuildPrompt): the count is
+    // their prompt_tokens.
+    StatusOr<std::string> text = engine.RenderChat(r.messages, r.add_generation_prompt, r.tools.ToolJson());
     ids = text.ok() ? engine.Tokenize(*text, r.add_special_tokens) : text.status();
   } else {
     ids = engine.Tokenize(r.prompt, r.add_special_tokens);

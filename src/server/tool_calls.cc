@@ -149,14 +149,6 @@ ToolOutput ParseMistral(const std::string& text, const ToolSpec& spec) {
   return out;
 }
 
-// The longest suffix of `text` (from `from`) that is a proper prefix of `marker`.
-size_t PrefixHoldback(const std::string& text, size_t from, const std::string& marker) {
-  const size_t avail = text.size() - from;
-  for (size_t n = std::min(avail, marker.size() - 1); n > 0; --n)
-    if (text.compare(text.size() - n, n, marker, 0, n) == 0) return n;
-  return 0;
-}
-
 }  // namespace
 
 std::vector<std::string> ToolSpec::ToolJson() const {
@@ -205,75 +197,17 @@ ToolOutput ParseToolOutput(const std::string& text, ChatTemplateKind kind, const
   return ParseHermes(text, spec);
 }
 
+bool ReadToolCallJson(const std::string& text, const ToolSpec& spec, std::vector<ToolCall>* out) {
+  return ReadCalls(Trim(text), spec, out);
+}
+
+std::string ToolCallId(ChatTemplateKind kind, const std::string& base, size_t index) {
+  const std::string id = base + std::to_string(index);
+  return kind == ChatTemplateKind::kMistral ? tokenizer::MistralToolCallId(id) : id;
+}
+
 void NameToolCalls(ChatTemplateKind kind, const std::string& base, std::vector<ToolCall>* calls) {
-  for (size_t i = 0; i < calls->size(); ++i) {
-    const std::string id = base + std::to_string(i);
-    (*calls)[i].id = kind == ChatTemplateKind::kMistral ? tokenizer::MistralToolCallId(id) : id;
-  }
-}
-
-std::string ToolCallStream::UpToMarker(const std::string& marker) {
-  const size_t open = text_.find(marker, sent_);
-  if (open != std::string::npos) {
-    std::string out = text_.substr(sent_, open - sent_);
-    sent_ = open;
-    holding_ = true;
-    return out;
-  }
-  const size_t safe = text_.size() - PrefixHoldback(text_, sent_, marker);
-  std::string out = text_.substr(sent_, safe - sent_);
-  sent_ = safe;
-  return out;
-}
-
-std::string ToolCallStream::Push(const std::string& piece) {
-  text_ += piece;
-  if (holding_) return "";
-  if (spec_->forced()) {
-    holding_ = true;
-    return "";
-  }
-  if (kind_ == ChatTemplateKind::kLlama3) {
-    if (!plain_) {
-      const size_t first = text_.find_first_not_of(" \t\r\n");
-      if (first == std::string::npos) return "";  // only whitespace so far
-      const std::string tag = kPythonTag;
-      const size_t n = std::min(tag.size(), text_.size() - first);
-      if (text_[first] == '{' || text_[first] == '[' || text_.compare(first, n, tag, 0, n) == 0) {
-        if (text_[first] == '{' || text_[first] == '[' || n == tag.size()) holding_ = true;
-        return "";  // a call, or what may still become <|python_tag|>
-      }
-      plain_ = true;
-    }
-    std::string out = text_.substr(sent_);
-    sent_ = text_.size();
-    return out;
-  }
-  if (kind_ == ChatTemplateKind::kMistral) {
-    if (!plain_) {
-      const size_t first = text_.find_first_not_of(" \t\r\n");
-      if (first == std::string::npos) return "";  // only whitespace so far
-      if (text_[first] == '[' || text_[first] == '{') {  // a call ('[' also opens "[TOOL_CALLS]")
-        holding_ = true;
-        return "";
-      }
-      plain_ = true;
-    }
-    return UpToMarker(kMistralCalls);
-  }
-  // ChatML: text before a <tool_call> is content; hold back what may begin one.
-  return UpToMarker(kCallOpen);
-}
-
-ToolOutput ToolCallStream::Finish() {
-  const std::string rest = text_.substr(sent_);
-  sent_ = text_.size();
-  if (!holding_) {
-    ToolOutput out;
-    out.content = rest;
-    return out;
-  }
-  return ParseToolOutput(rest, kind_, *spec_);
+  for (size_t i = 0; i < calls->size(); ++i) (*calls)[i].id = ToolCallId(kind, base, i);
 }
 
 }  // namespace attic::server

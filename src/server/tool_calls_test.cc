@@ -1,6 +1,6 @@
 // Tools on the server: the request fields (every field's type and range), the model's
-// output read back into calls per template family, whole and streamed, and the response
-// shapes (OpenAI's message.tool_calls and streamed deltas).
+// output read back into calls per template family, and the response's message.tool_calls
+// (streamed calls: tool_call_stream_test.cc).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -235,58 +235,7 @@ TEST(ToolOutput, ForcedOutputIsBareJson) {
   EXPECT_EQ(o.content, R"({"name":"now","argu)");
 }
 
-// Streams the text in pieces of every size; content sent + Finish must equal the parse
-// of the whole text, and nothing of a call is ever sent as content.
-void CheckStream(const std::string& text, ChatTemplateKind kind, const ToolSpec& spec) {
-  const ToolOutput whole = ParseToolOutput(text, kind, spec);
-  for (size_t step = 1; step <= text.size(); ++step) {
-    ToolCallStream s(kind, &spec);
-    std::string sent;
-    for (size_t at = 0; at < text.size(); at += step) sent += s.Push(text.substr(at, step));
-    const ToolOutput rest = s.Finish();
-    sent += rest.content;
-    SCOPED_TRACE(text + " step " + std::to_string(step));
-    EXPECT_EQ(rest.calls.size(), whole.calls.size());
-    for (size_t i = 0; i < std::min(rest.calls.size(), whole.calls.size()); ++i)
-      EXPECT_EQ(rest.calls[i].arguments, whole.calls[i].arguments);
-    if (whole.calls.empty()) {
-      EXPECT_EQ(sent, text);
-    } else {
-      EXPECT_EQ(sent.find("<tool_call>"), std::string::npos);
-      EXPECT_EQ(sent.find("\"name\""), std::string::npos);
-    }
-  }
-}
-
-TEST(ToolCallStream, SplitsContentFromCalls) {
-  const ToolSpec spec = Spec();
-  CheckStream("Sure.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", ChatTemplateKind::kChatML, spec);
-  CheckStream("a < b <tool and <tool_cal", ChatTemplateKind::kChatML, spec);
-  CheckStream("Plain words.", ChatTemplateKind::kChatML, spec);
-  CheckStream("  {\"name\": \"now\", \"parameters\": {}}", ChatTemplateKind::kLlama3, spec);
-  CheckStream("  Hello {x}", ChatTemplateKind::kLlama3, spec);
-  CheckStream("<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", ChatTemplateKind::kLlama3, spec);
-  CheckStream("<|pyx", ChatTemplateKind::kLlama3, spec);
-  CheckStream(R"({"name":"now","arguments":{}})", ChatTemplateKind::kChatML, Spec(ToolChoice::kRequired));
-  CheckStream(" [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
-  CheckStream("[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
-  CheckStream("Sure. [TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]", ChatTemplateKind::kMistral, spec);
-  CheckStream("Plain [TOOL words [TOOL_CALL", ChatTemplateKind::kMistral, spec);
-  CheckStream("[1] is a footnote.", ChatTemplateKind::kMistral, spec);
-  CheckStream(R"([{"name":"now","arguments":{}}])", ChatTemplateKind::kMistral, Spec(ToolChoice::kRequired));
-  // Text before the call goes out before the call is complete.
-  ToolCallStream s(ChatTemplateKind::kChatML, &spec);
-  EXPECT_EQ(s.Push("Hi <tool"), "Hi ");
-  EXPECT_EQ(s.Push("_call>{\"name\": \"now\", \"arguments\": {}}"), "");
-  EXPECT_EQ(s.Finish().calls.size(), 1u);
-  // Mistral: a reply that opens with text streams; a later visible marker is held.
-  ToolCallStream m(ChatTemplateKind::kMistral, &spec);
-  EXPECT_EQ(m.Push("Hi [TOOL"), "Hi ");
-  EXPECT_EQ(m.Push("_CALLS] [{\"name\": \"now\", \"arguments\": {}}]"), "");
-  EXPECT_EQ(m.Finish().calls.size(), 1u);
-}
-
-TEST(ToolResponse, MessageAndDeltas) {
+TEST(ToolResponse, Message) {
   ResponseMeta meta;
   meta.kind = ApiKind::kChat;
   meta.id = "chatcmpl-1";
@@ -300,16 +249,6 @@ TEST(ToolResponse, MessageAndDeltas) {
   ASSERT_EQ(msg["tool_calls"].size(), 2u);
   EXPECT_EQ(msg["tool_calls"][1], json::parse(R"({"id":"call_a1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"x\"}"}})"));
   EXPECT_FALSE(json::parse(CompletionBody(meta, "text", "stop", u))["choices"][0]["message"].contains("tool_calls"));
-  const std::string events = ToolCallChunkEvents(meta, calls, /*include_usage=*/true);
-  std::vector<json> chunks;
-  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos; at += 6)
-    chunks.push_back(json::parse(events.substr(at + 6, events.find("\n\n", at) - at - 6)));
-  ASSERT_EQ(chunks.size(), 4u);
-  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["tool_calls"][0],
-            json::parse(R"({"index":0,"id":"call_a0","type":"function","function":{"name":"now","arguments":""}})"));
-  EXPECT_EQ(chunks[3]["choices"][0]["delta"]["tool_calls"][0], json::parse(R"({"index":1,"function":{"arguments":"{\"city\":\"x\"}"}})"));
-  EXPECT_TRUE(chunks[3]["usage"].is_null());
-  EXPECT_EQ(chunks[3]["object"], "chat.completion.chunk");
 }
 
 }  // namespace

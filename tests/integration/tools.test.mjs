@@ -7,9 +7,12 @@
 // "auto", a tool-result turn that reuses the conversation's stored KV, and 400s. The
 // Mistral family (--chat-template mistral on the same model: no model at hand has a
 // Mistral template) on a second server: its 9-character ids, OpenAI-style ids sent back,
-// streamed calls, the tool-result turn's reuse, and its 400s.
+// streamed calls, the tool-result turn's reuse, and its 400s. Streamed calls whose
+// arguments arrive in pieces in each family (a third server renders Llama 3.1's format),
+// and /tokenize with tools against the template as jinja2 renders it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import OpenAI from 'openai';
 import { zodFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
@@ -17,8 +20,10 @@ import { startServer, stories, request } from './lib/server.mjs';
 
 let server;
 let mistral;  // the same model rendered in the Mistral family's format
+let llama;    // ... and in Llama 3.1's
 const client = () => new OpenAI({ apiKey: 'k', baseURL: server.baseURL, maxRetries: 0, timeout: 120000 });
 const mistralClient = () => new OpenAI({ apiKey: 'k', baseURL: mistral.baseURL, maxRetries: 0, timeout: 120000 });
+const llamaClient = () => new OpenAI({ apiKey: 'k', baseURL: llama.baseURL, maxRetries: 0, timeout: 120000 });
 const model = 'stories260K-hf';
 
 before(async () => {
@@ -26,9 +31,10 @@ before(async () => {
   // trained positions: a 2048-token window (RoPE takes any position).
   server = await startServer(['-m', stories, '--chat-template', 'chatml', '--ctx', '2048', '--api-key', 'k']);
   mistral = await startServer(['-m', stories, '--chat-template', 'mistral', '--ctx', '2048', '--api-key', 'k']);
+  llama = await startServer(['-m', stories, '--chat-template', 'llama3', '--ctx', '2048', '--api-key', 'k']);
 });
 after(async () => {
-  for (const s of [server, mistral]) {
+  for (const s of [server, mistral, llama]) {
     const r = await s.stop();
     assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${s.log()}`);
   }
@@ -154,6 +160,97 @@ test('streamed calls arrive as OpenAI deltas and equal the non-streamed calls', 
   const helper = client().chat.completions.stream(body);
   const final = await helper.finalChatCompletion();
   assert.deepEqual(strip(final.choices[0].message.tool_calls), strip(calls));
+});
+
+// Reads a chat stream as a client that follows OpenAI's tool-call deltas would: a call's
+// first delta has its index, id, type, name and arguments ""; the next ones only the index
+// and a piece of the arguments.
+async function readToolStream(stream) {
+  const calls = [];
+  const pieces = [];  // per call: the deltas that carried a piece of its arguments
+  let finish = null;
+  let content = '';
+  for await (const chunk of stream) {
+    const ch = chunk.choices[0];
+    if (!ch) continue;
+    if (ch.delta.content) content += ch.delta.content;
+    for (const d of ch.delta.tool_calls ?? []) {
+      if (d.id !== undefined) {
+        assert.equal(d.index, calls.length, 'a new call opens at the next index');
+        assert.equal(d.type, 'function');
+        assert.equal(d.function.arguments, '', 'the first delta of a call carries arguments ""');
+        calls.push({ id: d.id, type: 'function', function: { name: d.function.name, arguments: '' } });
+        pieces.push(0);
+      } else {
+        assert.deepEqual(Object.keys(d).sort(), ['function', 'index']);
+        assert.deepEqual(Object.keys(d.function), ['arguments']);
+        assert.ok(d.function.arguments.length > 0, 'an empty piece');
+        assert.ok(d.index < calls.length, `a piece of call ${d.index}, which did not open`);
+        calls[d.index].function.arguments += d.function.arguments;
+        pieces[d.index] += 1;
+      }
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  return { calls, pieces, finish, content };
+}
+
+test('streamed tool_choice "required": arguments arrive in pieces and add up to the non-streamed call (same seed), each family', async () => {
+  const strip = (cs) => cs.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+  for (const [family, make, idPattern] of [['chatml', client, /^call_[0-9a-f]+$/], ['mistral', mistralClient, mistralId],
+    ['llama3', llamaClient, /^call_[0-9a-f]+$/]]) {
+    for (const sampling of [{ temperature: 1, seed: 11 }, { temperature: 0 }]) {
+      const what = `${family} ${JSON.stringify(sampling)}`;
+      const body = { model, messages: ask, tools, tool_choice: 'required', max_tokens: 120, ...sampling };
+      const whole = await make().chat.completions.create(body);
+      assert.equal(whole.choices[0].finish_reason, 'tool_calls', what);
+      const r = await readToolStream(await make().chat.completions.create({ ...body, stream: true }));
+      assert.equal(r.finish, 'tool_calls', what);
+      assert.equal(r.content, '', what);
+      checkCalls(r.calls, ['get_weather', 'search'], idPattern);  // the accumulated arguments parse and validate
+      for (let i = 0; i < r.calls.length; i++)
+        assert.ok(r.pieces[i] > 1, `${what}: call ${i}'s arguments came in ${r.pieces[i]} piece(s)`);
+      assert.deepEqual(strip(r.calls), strip(whole.choices[0].message.tool_calls), what);
+      if (sampling.temperature === 0) continue;
+      // The client's own stream helper assembles the same calls.
+      const final = await make().chat.completions.stream(body).finalChatCompletion();
+      assert.deepEqual(strip(final.choices[0].message.tool_calls), strip(r.calls), what);
+    }
+  }
+});
+
+test('POST /tokenize takes tools and renders them as chat completions do', async () => {
+  // The reference: Qwen2.5's template rendered by jinja2 (tools/tokref/gen_tool_reference.py),
+  // tokenized as plain text; a system message, so the template's default one plays no part.
+  const ref = JSON.parse(fs.readFileSync(new URL('../data/tokenizer/chat_tools_reference.json', import.meta.url)));
+  const kase = ref.cases.find((c) => c.kind === 'chatml' && c.name === 'system, tools, a call and its result');
+  const c = client();
+  const t = await c.post('/tokenize', { body: { model, messages: kase.messages, tools: kase.tools } });
+  const plain = await c.post('/tokenize', { body: { model, prompt: kase.expected, add_special_tokens: false } });
+  assert.deepEqual(t.tokens, plain.tokens);
+  assert.equal(t.count, plain.count);
+  // = usage.prompt_tokens of the same chat; the tools are what the count adds.
+  const done = await c.chat.completions.create({ model, messages: kase.messages, tools: kase.tools, max_tokens: 1, temperature: 0 });
+  assert.equal(t.count, done.usage.prompt_tokens);
+  const without = await c.post('/tokenize', { body: { model, messages: kase.messages } });
+  assert.ok(without.count < t.count);
+  // tool_choice and parallel_tool_calls are checked as for chat, and change nothing rendered.
+  const forced = await c.post('/tokenize', { body: { model, messages: kase.messages, tools: kase.tools, tool_choice: 'required' } });
+  assert.deepEqual(forced.tokens, t.tokens);
+  const bad = [
+    [{ messages: kase.messages, tools: 'x' }, 'tools'],
+    [{ messages: kase.messages, tools: [{ type: 'function', function: { name: 'a b' } }] }, 'tools[0].function.name'],
+    [{ messages: kase.messages, tool_choice: 'required' }, 'tool_choice'],
+    [{ prompt: 'x', tools: kase.tools }, 'tools'],
+  ];
+  for (const [body, param] of bad) {
+    const r = await request(server.port, {
+      path: '/tokenize', headers: { 'content-type': 'application/json', authorization: 'Bearer k' }, body: JSON.stringify(body),
+    });
+    assert.equal(r.status, 400, r.body);
+    assert.equal(JSON.parse(r.body).error.param, param, r.body);
+    assert.equal(JSON.parse(r.body).error.type, 'invalid_request_error');
+  }
 });
 
 test('tool_choice "none" and "auto": stories260K answers in text, no calls', async () => {

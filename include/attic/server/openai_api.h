@@ -21,6 +21,7 @@
 #include "attic/engine/scheduler.h"
 #include "attic/grammar/json_grammar.h"
 #include "attic/pq/sparse.h"
+#include "attic/server/tool_call_stream.h"
 #include "attic/server/tool_calls.h"
 #include "attic/tokenizer/chat_template.h"
 
@@ -126,12 +127,15 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
 
 // POST /tokenize, in vLLM's shape; llama-server's names are accepted as aliases
 // (content = prompt, add_special = add_special_tokens, with_pieces = return_token_strs).
-// Exactly one of prompt/content and messages.
+// Exactly one of prompt/content and messages; with messages, `tools` (and `tool_choice`,
+// `parallel_tool_calls`) are read and checked as for /v1/chat/completions, and the tools
+// rendered the same way.
 struct TokenizeRequest {
   std::string model;                             // optional ("" = the served model)
   bool chat = false;                             // messages given (else prompt)
   std::string prompt;
   std::vector<tokenizer::ChatMessage> messages;
+  ToolSpec tools;                                // chat: the request's tools
   bool add_generation_prompt = true;             // chat: end with the assistant header
   bool add_special_tokens = true;                // BOS; default true for prompt, false for messages
   bool return_token_strs = false;                // also each token's vocabulary string
@@ -184,9 +188,14 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBod
 // `index`: the choice the chunk belongs to.
 std::string ChunkEvent(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
                        bool include_usage, bool role_chunk = false, const std::string& logprobs = "", int index = 0);
-// The chunks of streamed tool calls, OpenAI's deltas: per call, one with its index, id,
-// type and name (arguments ""), then one with its arguments.
-std::string ToolCallChunkEvents(const ResponseMeta& meta, const std::vector<ToolCall>& calls, bool include_usage);
+// The chunks of a tool-call stream's pieces (tool_call_stream.h), in order, OpenAI's
+// deltas: content as {"content": ...}; a call's first piece as {"tool_calls": [{"index",
+// "id", "type": "function", "function": {"name", "arguments": ""}}]}, each piece of its
+// arguments as {"tool_calls": [{"index", "function": {"arguments": ...}}]}. `logprobs`
+// (JSON, "" = none) goes on the first content chunk, or on a chunk of its own before the
+// calls' when there is no content.
+std::string ToolStreamEvents(const ResponseMeta& meta, const std::vector<ToolStreamPiece>& pieces, bool include_usage,
+                             const std::string& logprobs = "");
 // The closing usage chunk (choices []), sent when stream_options.include_usage.
 std::string UsageEvent(const ResponseMeta& meta, const engine::TokenUsage& usage);
 // "data: {"error":{...}}\n\n"

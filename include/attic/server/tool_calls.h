@@ -1,7 +1,7 @@
 // Tools (OpenAI's function calling) on the server: what a request asks for (`tools`,
 // `tool_choice`, `parallel_tool_calls`), the grammar that forces a valid call when the
-// request demands one, and the model's output read back into calls -- whole, or as a
-// stream of pieces.
+// request demands one, and the model's output read back into calls (whole; streamed:
+// tool_call_stream.h).
 //
 // Each chat template family has its models' call format (tokenizer/chat_template.h says
 // how tools and results are rendered into the prompt):
@@ -19,7 +19,7 @@
 // or, for "required" with parallel calls (ChatML, Mistral), an array of them; the
 // arguments follow the chosen function's JSON Schema (the structured-outputs subset).
 //
-// Thread-safety: free functions and values; a ToolCallStream belongs to one request.
+// Thread-safety: free functions and values.
 #pragma once
 
 #include <memory>
@@ -70,6 +70,12 @@ struct ToolOutput {
   std::vector<ToolCall> calls;  // empty: a plain reply
 };
 
+// Reads one JSON text of calls (surrounding whitespace allowed): a call or a non-empty
+// array of calls, each {"name": <a declared function>, "arguments"|"parameters": <object,
+// or its JSON text>}; the arguments are written compact (nlohmann's dump). False, and
+// nothing added, unless every call reads.
+bool ReadToolCallJson(const std::string& text, const ToolSpec& spec, std::vector<ToolCall>* out);
+
 // Reads a finished reply. `forced`: decoded under ToolCallGrammar (bare JSON). Calls of
 // functions the request did not declare, or whose JSON does not parse, stay text. Ids
 // are left empty.
@@ -80,30 +86,7 @@ ToolOutput ParseToolOutput(const std::string& text, tokenizer::ChatTemplateKind 
 // alphanumerics derived from that (its templates take no other id, so a call sent back
 // in the next turn is rendered with the id the client has).
 void NameToolCalls(tokenizer::ChatTemplateKind kind, const std::string& base, std::vector<ToolCall>* calls);
-
-// Splits a streamed reply: text that cannot belong to a call goes out as content at once;
-// from the first sign of a call (ChatML: "<tool_call>", held back while a piece could be
-// its start; Llama-3: a reply that opens with '{', '[' or <|python_tag|>; Mistral: a reply
-// that opens with '[' or '{', or a "[TOOL_CALLS]" later, held back like ChatML's marker;
-// forced: all) the rest is held and read at the end.
-class ToolCallStream {
- public:
-  ToolCallStream(tokenizer::ChatTemplateKind kind, const ToolSpec* spec) : kind_(kind), spec_(spec) {}
-  // A piece of the reply; returns the content that may be sent now ("" = none).
-  std::string Push(const std::string& piece);
-  // The reply ended: the content not sent yet and the calls.
-  ToolOutput Finish();
-
- private:
-  tokenizer::ChatTemplateKind kind_;
-  const ToolSpec* spec_;
-  std::string text_;     // the whole reply so far
-  size_t sent_ = 0;      // bytes of text_ sent as content
-  bool holding_ = false; // a call began: nothing more is sent before Finish
-  bool plain_ = false;   // Llama-3, Mistral: the reply did not open with a call
-
-  // Content up to `marker` (then holding), less what may be its start.
-  std::string UpToMarker(const std::string& marker);
-};
+// The id NameToolCalls gives call `index`.
+std::string ToolCallId(tokenizer::ChatTemplateKind kind, const std::string& base, size_t index);
 
 }  // namespace attic::server
