@@ -162,7 +162,7 @@ TEST(ToolCallStream, Llama3Calls) {
   ExpectStreams(R"([{"name": "now", "parameters": {}}, {"name": "search", "parameters": {"q": "x;y"}}])", k, spec,
                 {"", {{"now", "{}"}, {"search", R"({"q":"x;y"})"}}});
   // Not calls: text, JSON that is not a call, an undeclared function.
-  for (const std::string text : {std::string("  Hello {x}"), std::string(R"({"answer": 42} is it)"), std::string("<|pyx"),
+  for (const std::string& text : {std::string("  Hello {x}"), std::string(R"({"answer": 42} is it)"), std::string("<|pyx"),
                                  std::string(R"([{"name": "rm", "parameters": {}}, {"name": "now"}])")})
     ExpectStreams(text, k, spec, {text, {}});
 }
@@ -177,7 +177,7 @@ TEST(ToolCallStream, MistralCalls) {
   ExpectStreams("[TOOL_CALLS] " + calls, k, spec, two);
   ExpectStreams("Checking.\n[TOOL_CALLS] " + calls, k, spec, {"Checking.", two.calls});
   ExpectStreams(R"({"name": "now", "arguments": {}})", k, spec, {"", {{"now", "{}"}}});
-  for (const std::string text : {std::string("[1] is a footnote."), std::string("Plain [TOOL words [TOOL_CALL"),
+  for (const std::string& text : {std::string("[1] is a footnote."), std::string("Plain [TOOL words [TOOL_CALL"),
                                  std::string("[TOOL_CALLS] not JSON"), std::string(R"([{"name": "rm", "arguments": {}}])"),
                                  std::string("[]"), std::string("Hello")})
     ExpectStreams(text, k, spec, {text, {}});

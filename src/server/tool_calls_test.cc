@@ -131,7 +131,7 @@ TEST(ToolOutput, HermesBlocksAreCalls) {
   EXPECT_EQ(o.calls[0].arguments, R"({"a":1})");
   EXPECT_EQ(o.content, "");
   // Undeclared functions and broken JSON stay text; so does plain text.
-  for (const std::string text : {std::string("<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>"),
+  for (const std::string& text : {std::string("<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>"),
                                  std::string("<tool_call>{\"name\": \"now\", </tool_call>"), std::string("Hello there")}) {
     o = ParseToolOutput(text, ChatTemplateKind::kChatML, spec);
     EXPECT_TRUE(o.calls.empty()) << text;
@@ -157,7 +157,7 @@ TEST(ToolOutput, MistralCalls) {
   const ToolSpec spec = Spec();
   // The [TOOL_CALLS] control token is dropped by detokenization: a reply that is an array
   // of calls (or one call) is read as calls, with the marker or without.
-  for (const std::string text : {std::string(" [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, "
+  for (const std::string& text : {std::string(" [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, "
                                              "{\"name\": \"now\", \"arguments\": {}}]"),
                                  std::string("[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                                              "\"Oslo\"}, \"id\": \"a1B2c3D4e\"}, {\"name\": \"now\", \"arguments\": {}}]")}) {
@@ -173,7 +173,7 @@ TEST(ToolOutput, MistralCalls) {
   ASSERT_EQ(o.calls.size(), 1u);
   EXPECT_EQ(o.content, "Checking.");
   // Plain text, undeclared functions, broken or cut-short JSON stay text.
-  for (const std::string text : {std::string("[1] is a footnote."), std::string("[{\"name\": \"rm\", \"arguments\": {}}]"),
+  for (const std::string& text : {std::string("[1] is a footnote."), std::string("[{\"name\": \"rm\", \"arguments\": {}}]"),
                                  std::string("[TOOL_CALLS] [{\"name\": \"now\", \"argu"), std::string("Hello"),
                                  std::string("[]")}) {
     o = ParseToolOutput(text, ChatTemplateKind::kMistral, spec);
