@@ -410,7 +410,8 @@ void ToolCallStream::Advance(bool end) {
         }
         break;
       }
-      case Mode::kTag: {
+      case Mode::kTag:       // Llama-3: after <|python_tag|>
+      case Mode::kMarked: {  // Mistral: after [TOOL_CALLS]
         const size_t first = text_.find_first_not_of(kSpace, pos_);
         if (first == std::string::npos) return;
         if (text_[first] == '{' || text_[first] == '[') {
@@ -468,18 +469,6 @@ void ToolCallStream::Advance(bool end) {
       case Mode::kBlock:
         AdvanceBlock(end);
         break;
-      case Mode::kMarked: {  // Mistral: after [TOOL_CALLS]
-        const size_t first = text_.find_first_not_of(kSpace, pos_);
-        if (first == std::string::npos) return;
-        if (text_[first] == '{' || text_[first] == '[') {
-          mode_ = Mode::kCalls;
-          reader_ = std::make_unique<CallsReader>(spec_);
-          pos_ = unit_start_ = first;
-        } else {
-          Fallback();
-        }
-        break;
-      }
       case Mode::kAllContent:
         Content(std::string_view(text_).substr(pos_), /*hold_space=*/false);
         pos_ = text_.size();
