@@ -156,8 +156,10 @@ test('a master killed mid-conversation fails over; the servers keep serving', { 
   // After the failover the cluster is used again: a conversation started on A continues
   // on a fresh server C from the cluster.
   const c = await start();
-  // Polled until the promotion (the cluster's node timeout) is seen as reuse; 30 tries is
-  // a backstop against a cluster that never recovers, not a bound on how long it takes.
+  // Polled until the promotion is seen as reuse: a condition, not a bound on how long it
+  // takes. The backstop against a cluster that never recovers: Redis marks the master
+  // failed after cluster-node-timeout (2 s, scripts/redis-cluster.sh), and its replica is
+  // elected 0.5-1 s plus 1 s per rank later, ~4 s in all; 30 tries of >= 1 s is ~7x that.
   let reused = 0;
   for (let i = 0; i < 30 && reused === 0; i++) {
     await sleep(1000);
@@ -167,7 +169,8 @@ test('a master killed mid-conversation fails over; the servers keep serving', { 
     reused = tc.usage.prompt_tokens_details.cached_tokens;
   }
   assert.ok(reused > 0, 'no reuse through the cluster after the failover');
-  // The killed node comes back as a replica: the cluster is whole for the next tests.
+  // The killed node comes back as a replica: the cluster is whole for the next tests
+  // (polled; the 30 s backstop is the promotion's ~7x again, for the rejoin's gossip).
   execFileSync('redis-server', [`${clusterDir}/${master}/redis.conf`]);
   let whole = false;
   for (let i = 0; i < 150 && !whole; i++) {
