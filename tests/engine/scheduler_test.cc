@@ -407,7 +407,9 @@ TEST(Scheduler, CancelEndsARequestAndDeadlinesExpire) {
   EXPECT_EQ(ev.kind, GenerationEvent::Kind::kError);
   EXPECT_EQ(ev.status.code(), StatusCode::kDeadlineExceeded);
 
-  // A deadline that passes while running.
+  // A deadline that passes while running. Not a timing bound: the request's 200 tokens take
+  // at least 200 steps of >= 1 ms sleep each, so it cannot finish inside 50 ms however fast
+  // the machine; on a slow one the deadline may pass before it runs, also DeadlineExceeded.
   req.deadline = SchedClock::now() + 50ms;
   auto running = *s.Submit(req);
   std::vector<std::shared_ptr<ResultChannel>> chans{running};
