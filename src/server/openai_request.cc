@@ -697,6 +697,17 @@ Result ParseWith(std::string_view body, Fields fields) {
   return out;
 }
 
+// Reads fields whose key order is the client's (schemas, tools) from the body again as
+// ordered JSON. The body was parsed once already: valid JSON, no deeper than kMaxJsonDepth.
+template <typename Read>
+std::optional<ApiError> ReadOrdered(std::string_view body, Read read) {
+  try {
+    return read(ojson::parse(body));
+  } catch (const std::exception& e) {
+    return Invalid("", std::string("invalid request: ") + e.what());
+  }
+}
+
 }  // namespace
 
 std::string PartMarker(size_t index) { return kPartMarkerOpen + std::to_string(index) + kPartMarkerClose; }
@@ -720,13 +731,12 @@ ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {
   const bool has_tools = kind == ApiKind::kChat && (body.find("tool") != std::string_view::npos ||
                                                      body.find("parallel_tool_calls") != std::string_view::npos);
   if (!out.error && (has_format || has_tools)) {
-    try {  // parsed once already: valid JSON, no deeper than kMaxJsonDepth
-      const ojson ordered = ojson::parse(body);  // the client's key order (schemas, tools)
-      if (has_format) out.error = ReadResponseFormat(ordered, &out.request);
-      if (!out.error && has_tools) out.error = ReadToolFields(ordered, &out.request.tools);
-    } catch (const std::exception& e) {
-      out.error = Invalid("", std::string("invalid request: ") + e.what());
-    }
+    out.error = ReadOrdered(body, [&](const ojson& ordered) {
+      std::optional<ApiError> e;
+      if (has_format) e = ReadResponseFormat(ordered, &out.request);
+      if (!e && has_tools) e = ReadToolFields(ordered, &out.request.tools);
+      return e;
+    });
     if (!out.error && out.request.tools.forced() && out.request.grammar != nullptr)
       out.error = Invalid("response_format", "'response_format' cannot be combined with a tool_choice that forces a "
                                              "call (\"required\" or a function): the reply is the call",
@@ -760,13 +770,8 @@ std::optional<ApiError> ApplySessionHeader(std::string_view header, ApiRequest* 
 
 TokenizeParse ParseTokenizeRequest(std::string_view body) {
   TokenizeParse out = ParseWith<TokenizeParse>(body, TokenizeFields);
-  if (!out.error && out.request.chat && body.find("tool") != std::string_view::npos) {
-    try {  // parsed once already: valid JSON, no deeper than kMaxJsonDepth
-      out.error = ReadToolFields(ojson::parse(body), &out.request.tools);
-    } catch (const std::exception& e) {
-      out.error = Invalid("", std::string("invalid request: ") + e.what());
-    }
-  }
+  if (!out.error && out.request.chat && body.find("tool") != std::string_view::npos)
+    out.error = ReadOrdered(body, [&](const ojson& ordered) { return ReadToolFields(ordered, &out.request.tools); });
   return out;
 }
 
