@@ -1,10 +1,9 @@
-// Scheduler: the waiting queue, admission against the KV budget, and resident-KV reuse.
+// Scheduler: the waiting queue, admission against the KV budget (reusing resident KV,
+// resident_set.h, and what the KV connector supplies), and retiring finished sequences.
 // The step itself (batching, sampling, streaming) is in scheduler_step.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
-#include "attic/store/prefix_match.h"
 #include "engine/kv_planners.h"
 #include "engine/scheduler_internal.h"
 
@@ -13,18 +12,6 @@ namespace attic::engine {
 namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// A resident sequence's first n slots reused as they are, with what it kept.
-kv::KvReused ReusedAsIs(const std::vector<kv::KvAttachment>& attachments, int n) {
-  kv::KvReused reused;
-  reused.n_as_is = n;
-  reused.attachment = [attachments](std::string_view kind) -> StatusOr<std::string_view> {
-    for (const kv::KvAttachment& a : attachments)
-      if (a.kind == kind && a.bytes != nullptr) return std::string_view(*a.bytes);
-    return NotFoundError("no attachment " + std::string(kind));
-  };
-  return reused;
-}
 
 }  // namespace
 
@@ -43,6 +30,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
   options_.max_resident = std::max(0, options_.max_resident);
   options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
   options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
+  resident_ = std::make_unique<ResidentSet>(pool_, options_.max_resident, options_.min_reuse_tokens);
   planners_ = std::make_unique<KvPlanners>(engine_, options_);
   connector_ = &planners_->connector();
   PublishStats();
@@ -215,7 +203,7 @@ int Scheduler::OutstandingReservation() const {
   return n;
 }
 
-int Scheduler::AvailableBlocks() const { return pool_.n_free() + ResidentBlocks() - OutstandingReservation(); }
+int Scheduler::AvailableBlocks() const { return pool_.n_free() + resident_->blocks() - OutstandingReservation(); }
 
 int Scheduler::RunningSequences() const {
   int n = 0;
@@ -223,95 +211,7 @@ int Scheduler::RunningSequences() const {
   return n;
 }
 
-int Scheduler::ResidentBlocks() const {
-  // Residents share no block with each other (only choice 0 of n choices stays
-  // resident), so the blocks each alone holds add up to what evicting them all frees.
-  int n = 0;
-  for (const auto& res : resident_) n += res->kv->n_exclusive_blocks();
-  return n;
-}
-
-void Scheduler::EvictResident(const Resident* pinned) {
-  std::vector<ResidentCandidate> candidates;
-  std::vector<std::list<std::unique_ptr<Resident>>::iterator> at;
-  for (auto it = resident_.begin(); it != resident_.end(); ++it) {
-    if (it->get() == pinned) continue;
-    candidates.push_back({(*it)->last_used, static_cast<int>((*it)->kv->block_table().size())});
-    at.push_back(it);
-  }
-  if (candidates.empty()) return;
-  auto it = at[resident_policy_->PickVictim(candidates)];
-  resident_.erase(it);  // ~SequenceKv frees the blocks
-  ++evicted_;
-}
-
-void Scheduler::EnsureFree(int n_blocks, const Resident* pinned) {
-  while (pool_.n_free() < n_blocks) {
-    size_t before = resident_.size();
-    EvictResident(pinned);
-    if (resident_.size() == before) return;  // nothing evictable: the caller sees ResourceExhausted
-  }
-}
-
 // --- Reuse and admission ---------------------------------------------------------------
-
-LocalReuse Scheduler::PlanReuse(const Waiting& w) const {
-  LocalReuse plan;
-  const std::vector<int32_t>& prompt = *w.prompt;
-  // At least the last prompt token is computed, so that its logits exist.
-  const size_t cap = prompt.size() - 1;
-  store::BestPrefixMatch<kv::SequenceKv*> best;
-  for (const auto& res : resident_) {
-    if (res->tenant != w.req.tenant) continue;
-    best.Offer(res->kv.get(), {store::CommonPrefix(res->kv->tokens(), prompt, cap),
-                               !w.req.session_id.empty() && res->session_id == w.req.session_id, res->last_used});
-  }
-  plan.from_seq = best.found() ? best.item() : nullptr;
-  const int n = best.common();
-  if (plan.from_seq == nullptr || n < options_.min_reuse_tokens) return LocalReuse{};
-  plan.n_cached = n;
-  // Adopt the resident sequence when little of it would be lost (the usual next turn of
-  // a conversation); otherwise copy the shared prefix and leave it resident for others.
-  plan.adopt = plan.from_seq->n_slots() - n <= block_size_;
-  return plan;
-}
-
-std::unique_ptr<kv::SequenceKv> Scheduler::TakeLocal(const LocalReuse& local, kv::KvReused* reused,
-                                                     std::vector<std::unique_ptr<kv::KvSeqState>>* adopted) {
-  if (local.from_seq == nullptr) return std::make_unique<kv::SequenceKv>(&pool_);
-  auto it = std::find_if(resident_.begin(), resident_.end(),
-                         [&](const auto& p) { return p->kv.get() == local.from_seq; });
-  ATTIC_CHECK(it != resident_.end());
-  Resident& res = **it;
-  *reused = ReusedAsIs(res.attachments, local.n_cached);
-  if (local.adopt) {
-    std::unique_ptr<kv::SequenceKv> kv = std::move(res.kv);
-    *adopted = std::move(res.states);
-    reused->from = adopted;
-    reused->adopted = true;
-    resident_.erase(it);
-    kv->Truncate(local.n_cached);
-    return kv;
-  }
-  const kv::SequenceKv& src = *res.kv;
-  EnsureFree(BlocksFor(local.n_cached), &res);
-  auto kv = std::make_unique<kv::SequenceKv>(&pool_);
-  Status st = kv->Append(src.tokens().data(), src.positions().data(), local.n_cached);
-  ATTIC_CHECK(st.ok());  // guaranteed by the availability check (TryAdmit)
-  const auto& sb = src.block_table();
-  const auto& db = kv->block_table();
-  const size_t bytes = static_cast<size_t>(pool_.shape().block_layer_bytes());
-  for (int l = 0; l < pool_.shape().n_layers; ++l) {
-    for (size_t i = 0; i < db.size(); ++i) {
-      std::memcpy(pool_.k_block_bytes(l, db[i]), pool_.k_block_bytes(l, sb[i]), bytes);
-      std::memcpy(pool_.v_block_bytes(l, db[i]), pool_.v_block_bytes(l, sb[i]), bytes);
-    }
-  }
-  reused->from = &res.states;  // the resident stays: its states are copied from
-  res.last_used = ++resident_clock_;
-  resident_.splice(resident_.end(), resident_, it);  // most recently used
-  return kv;
-}
 
 bool Scheduler::TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
@@ -326,7 +226,8 @@ bool Scheduler::TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
   // so does one that reports its prompt's logprobs (every prompt token's logits), and
   // one a planner says must (KvLimits::whole_prompt).
-  LocalReuse local = w.seq.limits.whole_prompt ? LocalReuse{} : PlanReuse(w);
+  LocalReuse local =
+      w.seq.limits.whole_prompt ? LocalReuse{} : resident_->Plan(w.req.tenant, w.req.session_id, *w.prompt);
   if (local.n_cached < admission.min_local) local = LocalReuse{};
   const int avail = AvailableBlocks();
   if (local.from_seq != nullptr && !local.adopt) {
@@ -343,9 +244,9 @@ bool Scheduler::TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_
   std::vector<std::unique_ptr<kv::KvSeqState>> adopted;
   kv::KvSlots slots;
   slots.n_local = local.n_cached;
-  slots.make_room = [this](int n_blocks) { EnsureFree(n_blocks, nullptr); };
-  slots.local = [&](kv::KvReused* reused) { return TakeLocal(local, reused, &adopted); };
-  EnsureFree(admission.free_first, nullptr);
+  slots.make_room = [this](int n_blocks) { resident_->EnsureFree(n_blocks); };
+  slots.local = [&](kv::KvReused* reused) { return resident_->Take(local, reused, &adopted); };
+  resident_->EnsureFree(admission.free_first);
   if (!connector_->Start(w.seq, &slots).ok()) {
     w.seq.states.clear();
     return false;
@@ -467,15 +368,8 @@ void Scheduler::Retire(Running& r) {
     r.kv.reset();
     return;
   }
-  auto res = std::make_unique<Resident>();
-  res->tenant = r.req.tenant;
-  res->session_id = r.req.session_id;
-  res->attachments = std::move(keep.attachments);
-  res->kv = std::move(r.kv);
-  res->states = std::move(r.seq.states);
-  res->last_used = ++resident_clock_;
-  resident_.push_back(std::move(res));
-  while (static_cast<int>(resident_.size()) > options_.max_resident) EvictResident(nullptr);
+  resident_->Keep(r.req.tenant, r.req.session_id, std::move(r.kv), std::move(r.seq.states),
+                  std::move(keep.attachments));
 }
 
 void Scheduler::set_store(store::KvStore* store) {
@@ -502,11 +396,11 @@ void Scheduler::PublishStats() {
   stats_.kv_blocks_total = pool_.n_blocks();
   stats_.kv_blocks_free = pool_.n_free();
   stats_.kv_blocks_used = pool_.n_used();
-  stats_.kv_blocks_resident = ResidentBlocks();
+  stats_.kv_blocks_resident = resident_->blocks();
   stats_.prompt_tokens_computed = prompt_tokens_computed_;
-  stats_.resident_sequences = static_cast<int>(resident_.size());
+  stats_.resident_sequences = resident_->size();
   stats_.steps = steps_;
-  stats_.evicted_sequences = evicted_;
+  stats_.evicted_sequences = resident_->evicted();
   stats_.peak_decode_batch = peak_decode_batch_;
   planners_->PublishStats(&stats_);
   stats_.waiting = static_cast<int>(waiting_.size());

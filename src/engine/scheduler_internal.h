@@ -10,16 +10,9 @@
 #include "attic/kv/block_pool.h"
 #include "attic/tokenizer/tokenizer.h"
 #include "engine/generation_stream.h"
+#include "engine/resident_set.h"
 
 namespace attic::engine {
-
-// Compute-buffer reuse: slots [0, n_cached) of a waiting request are those of `from_seq`
-// (a finished sequence kept resident), adopted with its blocks (`adopt`) or copied.
-struct LocalReuse {
-  const kv::SequenceKv* from_seq = nullptr;
-  bool adopt = false;
-  int n_cached = 0;
-};
 
 // A queued request. The prompt (as the connector's Check left it) is shared with
 // look-ahead views.
@@ -29,19 +22,6 @@ struct Scheduler::Waiting {
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
   kv::KvSeq seq;  // what the KV connector sees of it (Check passed)
-};
-
-// A finished (or cancelled) sequence whose KV stays in the compute buffer.
-struct Scheduler::Resident {
-  std::string tenant;
-  std::string session_id;
-  std::unique_ptr<kv::SequenceKv> kv;
-  // What the connector kept with its KV: the planners' states (the store's turn, kept for
-  // the next save; declared after kv: destroyed first), and its attachments (KvKeep): a
-  // request reusing a prefix of the slots as they are finds them (KvReused).
-  std::vector<std::unique_ptr<kv::KvSeqState>> states;
-  std::vector<kv::KvAttachment> attachments;
-  uint64_t last_used = 0;             // Scheduler::resident_clock_ when retired or last reused
 };
 
 // An admitted request: prefilling while kv->n_slots() < prompt->size(), then decoding.

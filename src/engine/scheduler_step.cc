@@ -129,7 +129,7 @@ int Scheduler::Step() {
     const int appended = e.slots.empty() ? static_cast<int>(e.tokens.size()) : 0;  // computed in place
     grow += e.seq->BlocksToAppend(appended);  // with the copy of a shared last block
   }
-  EnsureFree(grow, nullptr);
+  resident_->EnsureFree(grow);
   // Each entry's layer hooks (StepHooks): its states' (the store's turn saver, a
   // selective recompute, a token selector). The forward runs with hooks when any entry
   // has one.

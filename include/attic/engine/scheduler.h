@@ -61,8 +61,8 @@
 namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
-struct LocalReuse;
 class KvPlanners;
+class ResidentSet;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
@@ -290,15 +290,11 @@ class Scheduler {
  private:
   struct Waiting;
   struct Running;
-  struct Resident;
 
   int BlocksFor(int n_slots) const;
   // Blocks a request of `n` choices reaches (each up to max_slots slots; the prompt's
   // full blocks shared, each choice's others its own).
   int BlocksForChoices(int n_prompt, int max_slots, int n) const;
-  // What evicting every resident sequence would free (blocks it shares with running
-  // sequences stay).
-  int ResidentBlocks() const;
   // Sequences running, counting the choices still to fork from a prefilling request
   // (what max_running bounds: each decodes one row of every step).
   int RunningSequences() const;
@@ -310,15 +306,6 @@ class Scheduler {
   void ForkChoices(std::vector<Running*>* rows, std::vector<const float*>* logits);
   int OutstandingReservation() const;
   int AvailableBlocks() const;
-  void EnsureFree(int n_blocks, const Resident* pinned);
-  // Evicts the resident sequence resident_policy_ picks (not `pinned`), if any.
-  void EvictResident(const Resident* pinned);
-  // The resident sequence (compute buffer) a waiting request reuses, and how.
-  LocalReuse PlanReuse(const Waiting& w) const;
-  // The slots of `local` (a resident sequence's, adopted or copied; else empty ones), with
-  // what they hold and the states the resident kept (`adopted` takes an adopted one's).
-  std::unique_ptr<kv::SequenceKv> TakeLocal(const LocalReuse& local, kv::KvReused* reused,
-                                            std::vector<std::unique_ptr<kv::KvSeqState>>* adopted);
   // Admits `w`, the head of `queue` (the connector's view of the waiting queue), if it
   // fits now.
   bool TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_point now);
@@ -361,12 +348,10 @@ class Scheduler {
 
   // Step loop only.
   std::vector<std::unique_ptr<Running>> running_;  // admission order
-  std::list<std::unique_ptr<Resident>> resident_;  // front = least recently used
-  std::unique_ptr<ResidentPolicy> resident_policy_ = std::make_unique<LruResidentPolicy>();
-  uint64_t resident_clock_ = 0;  // stamps Resident::last_used
+  // Finished sequences whose KV stays in the compute buffer (resident_set.h).
+  std::unique_ptr<ResidentSet> resident_;
   uint64_t steps_ = 0;
   uint64_t prompt_tokens_computed_ = 0;
-  uint64_t evicted_ = 0;
   int peak_decode_batch_ = 0;
   std::vector<float> logits_;
   std::vector<Running*> sample_rows_;  // this step's rows that sample a token
