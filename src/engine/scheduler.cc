@@ -1,11 +1,9 @@
-// Scheduler: the waiting queue, admission against the KV budget, and resident-KV reuse.
+// Scheduler: the waiting queue, admission against the KV budget (reusing resident KV,
+// resident_set.h, and what the KV connector supplies), and retiring finished sequences.
 // The step itself (batching, sampling, streaming) is in scheduler_step.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
-#include "attic/pic/link_plan.h"
-#include "attic/store/prefix_match.h"
 #include "engine/kv_planners.h"
 #include "engine/scheduler_internal.h"
 
@@ -14,18 +12,6 @@ namespace attic::engine {
 namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// A resident sequence's first n slots reused as they are, with what it kept.
-kv::KvReused ReusedAsIs(const std::vector<kv::KvAttachment>& attachments, int n) {
-  kv::KvReused reused;
-  reused.n_as_is = n;
-  reused.attachment = [attachments](std::string_view kind) -> StatusOr<std::string_view> {
-    for (const kv::KvAttachment& a : attachments)
-      if (a.kind == kind && a.bytes != nullptr) return std::string_view(*a.bytes);
-    return NotFoundError("no attachment " + std::string(kind));
-  };
-  return reused;
-}
 
 }  // namespace
 
@@ -44,6 +30,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
   options_.max_resident = std::max(0, options_.max_resident);
   options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
   options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
+  resident_ = std::make_unique<ResidentSet>(pool_, options_.max_resident, options_.min_reuse_tokens);
   planners_ = std::make_unique<KvPlanners>(engine_, options_);
   connector_ = &planners_->connector();
   PublishStats();
@@ -71,21 +58,24 @@ std::vector<int32_t> Scheduler::StopIds(const GenerationRequest& req) const {
 StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest request) {
   const int n_prompt = static_cast<int>(std::min<size_t>(request.prompt.size(), 1u << 30));
   if (n_prompt == 0) return InvalidArgumentError("prompt is empty");
+  auto prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
+  request.prompt.clear();
   // The features' checks and limits (kv/connector.h): e.g. a sequence whose KV a planner
-  // keeps outside the compute buffer is bounded by the window, not the KV budget.
+  // keeps outside the compute buffer is bounded by the window, not the KV budget; a
+  // prompt longer than the window may come back shorter (the store keeps what it drops).
   kv::KvSeq seq;
-  seq.request = planners_->RequestOf(request);
+  seq.request = planners_->RequestOf(request, prompt);
   seq.limits.max_slots = max_slots_;
   seq.limits.whole_prompt = request.prefill_only || request.prompt_logprobs;
   ATTIC_RETURN_IF_ERROR(connector_->Check(seq.request, &seq.limits));
   const int max_slots = seq.limits.max_slots;
   const int limit = std::min(engine_.context_length(), max_slots);
-  const bool truncate = truncates_overlong_prompts() && n_prompt > limit && limit >= 2;
-  if (n_prompt > engine_.context_length() && !truncate) {
+  const bool shortened = seq.request.prompt->size() < prompt->size();
+  if (n_prompt > engine_.context_length() && !shortened) {
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
                            std::to_string(engine_.context_length()) + " tokens");
   }
-  if (n_prompt > max_slots && !truncate) {
+  if (n_prompt > max_slots && !shortened) {
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the KV budget of " +
                            std::to_string(max_slots) + " tokens");
   }
@@ -115,26 +105,17 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
   if (request.prompt_logprobs && (request.link != nullptr || request.prefill_only))
     return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
-  if (request.prompt_logprobs && truncate)
+  if (request.prompt_logprobs && shortened)
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
                            std::to_string(engine_.context_length()) + " tokens (prompt logprobs do not truncate)");
   if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
   if (request.link != nullptr)
     ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
-  ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), request.prompt));
+  ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), *prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
-  if (truncate) {
-    TruncatePrompt(request, limit - 1, &w->truncation);
-    // Linked chunks follow the tokens they cover: the truncation dropped prompt tokens
-    // [keep, keep + drop).
-    if (request.link != nullptr)
-      request.link = pic::TruncateLinkSpec(*request.link, w->truncation.keep,
-                                           n_prompt - static_cast<int>(request.prompt.size()));
-  }
-  w->prompt = std::make_shared<const std::vector<int32_t>>(std::move(request.prompt));
-  request.prompt.clear();
+  w->prompt = seq.request.prompt;
   seq.request.n_prompt = static_cast<int>(w->prompt->size());
   w->seq = std::move(seq);
   w->req = std::move(request);
@@ -222,7 +203,7 @@ int Scheduler::OutstandingReservation() const {
   return n;
 }
 
-int Scheduler::AvailableBlocks() const { return pool_.n_free() + ResidentBlocks() - OutstandingReservation(); }
+int Scheduler::AvailableBlocks() const { return pool_.n_free() + resident_->blocks() - OutstandingReservation(); }
 
 int Scheduler::RunningSequences() const {
   int n = 0;
@@ -230,163 +211,57 @@ int Scheduler::RunningSequences() const {
   return n;
 }
 
-int Scheduler::ResidentBlocks() const {
-  // Residents share no block with each other (only choice 0 of n choices stays
-  // resident), so the blocks each alone holds add up to what evicting them all frees.
-  int n = 0;
-  for (const auto& res : resident_) n += res->kv->n_exclusive_blocks();
-  return n;
-}
-
-void Scheduler::EvictResident(const Resident* pinned) {
-  std::vector<ResidentCandidate> candidates;
-  std::vector<std::list<std::unique_ptr<Resident>>::iterator> at;
-  for (auto it = resident_.begin(); it != resident_.end(); ++it) {
-    if (it->get() == pinned) continue;
-    candidates.push_back({(*it)->last_used, static_cast<int>((*it)->kv->block_table().size())});
-    at.push_back(it);
-  }
-  if (candidates.empty()) return;
-  auto it = at[resident_policy_->PickVictim(candidates)];
-  resident_.erase(it);  // ~SequenceKv frees the blocks
-  ++evicted_;
-}
-
-void Scheduler::EnsureFree(int n_blocks, const Resident* pinned) {
-  while (pool_.n_free() < n_blocks) {
-    size_t before = resident_.size();
-    EvictResident(pinned);
-    if (resident_.size() == before) return;  // nothing evictable: the caller sees ResourceExhausted
-  }
-}
-
 // --- Reuse and admission ---------------------------------------------------------------
 
-SeqPlan Scheduler::PlanReuse(const Waiting& w) const {
-  SeqPlan plan;
-  const std::vector<int32_t>& prompt = *w.prompt;
-  // At least the last prompt token is computed, so that its logits exist.
-  const size_t cap = prompt.size() - 1;
-  store::BestPrefixMatch<kv::SequenceKv*> best;
-  for (const auto& res : resident_) {
-    if (res->tenant != w.req.tenant) continue;
-    best.Offer(res->kv.get(), {store::CommonPrefix(res->kv->tokens(), prompt, cap),
-                               !w.req.session_id.empty() && res->session_id == w.req.session_id, res->last_used});
-  }
-  plan.from_seq = best.found() ? best.item() : nullptr;
-  const int n = best.common();
-  if (plan.from_seq == nullptr || n < options_.min_reuse_tokens) return SeqPlan{};
-  plan.n_cached = n;
-  // Adopt the resident sequence when little of it would be lost (the usual next turn of
-  // a conversation); otherwise copy the shared prefix and leave it resident for others.
-  plan.adopt = plan.from_seq->n_slots() - n <= block_size_;
-  return plan;
-}
-
-bool Scheduler::TryAdmit(Waiting& w, SchedClock::time_point now) {
+bool Scheduler::TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_point now) {
   const int n_prompt = static_cast<int>(w.prompt->size());
   const int64_t want = static_cast<int64_t>(n_prompt) + std::max(1, w.req.sampling.max_tokens) - 1;
   const int max_slots = static_cast<int>(std::min<int64_t>(want, w.seq.limits.max_slots));
   kv::KvAdmission admission;
   admission.max_slots = max_slots;
-  connector_->Match(w.seq, &admission);
+  connector_->Match(queue, &admission);
   const int need = admission.blocks >= 0 ? admission.blocks
                    : w.req.n > 1         ? BlocksForChoices(n_prompt, max_slots, w.req.n)
                                          : BlocksFor(max_slots);
   // A prefill-only request (KVGen) computes its prompt from position 0, reusing nothing;
   // so does one that reports its prompt's logprobs (every prompt token's logits), and
   // one a planner says must (KvLimits::whole_prompt).
-  const bool whole = w.seq.limits.whole_prompt;
-  SeqPlan local = whole ? SeqPlan{} : PlanReuse(w);
-  // A linked prompt reuses a resident sequence only when it covers every linked chunk
-  // (a conversation's later turn); else its chunks are linked after a stored prefix.
-  const int chunks_end = w.req.link ? pic::LinkedEnd(*w.req.link) : 0;
-  if (local.n_cached < chunks_end) local = SeqPlan{};
+  LocalReuse local =
+      w.seq.limits.whole_prompt ? LocalReuse{} : resident_->Plan(w.req.tenant, w.req.session_id, *w.prompt);
+  if (local.n_cached < admission.min_local) local = LocalReuse{};
   const int avail = AvailableBlocks();
   if (local.from_seq != nullptr && !local.adopt) {
     // The source stays resident (and unevictable) while its prefix is copied.
-    if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = SeqPlan{};
+    if (need > avail - static_cast<int>(local.from_seq->block_table().size())) local = LocalReuse{};
   }
   if (need > avail || !admission.ready) return false;
 
-  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, StopIds(w.req));
-  r->prompt = w.prompt;
-  r->truncation = std::move(w.truncation);
-  r->req.tenant = w.req.tenant;
-  r->req.session_id = w.req.session_id;
-  r->req.session_ttl_ms = w.req.session_ttl_ms;
-  r->req.link = w.req.link;
-  r->max_slots = max_slots;
-  SeqPlan stored;
-  if (store_ != nullptr && !whole) {
-    stored = PlanStored(*r, std::max(options_.min_reuse_tokens, local.n_cached + 1));
-    if (stored.n_cached < chunks_end && local.empty()) stored = PlanLinked(*r, std::move(stored));
-  }
-  if (!stored.empty()) {
-    // Stored KV beats what is resident; the resident sequence stays for others.
-    StartFromStore(*r, std::move(stored));
-  } else if (local.from_seq == nullptr) {
-    r->kv = std::make_unique<kv::SequenceKv>(&pool_);
-  } else {
-    auto it = std::find_if(resident_.begin(), resident_.end(),
-                           [&](const auto& p) { return p->kv.get() == local.from_seq; });
-    ATTIC_CHECK(it != resident_.end());
-    Resident& res = **it;
-    if (local.adopt) {
-      r->kv = std::move(res.kv);
-      r->turn = std::move(res.turn);
-      r->reused = ReusedAsIs(res.attachments, local.n_cached);
-      resident_.erase(it);
-      r->kv->Truncate(local.n_cached);
-      if (r->turn) {
-        r->turn->Truncate(local.n_cached);
-        r->turn->Renew(r->req.session_id, r->req.session_ttl_ms);
-      }
-    } else {
-      const kv::SequenceKv& src = *res.kv;
-      EnsureFree(BlocksFor(local.n_cached), &res);
-      r->kv = std::make_unique<kv::SequenceKv>(&pool_);
-      Status st = r->kv->Append(src.tokens().data(), src.positions().data(), local.n_cached);
-      ATTIC_CHECK(st.ok());  // guaranteed by the availability check above
-      const auto& sb = src.block_table();
-      const auto& db = r->kv->block_table();
-      const size_t bytes = static_cast<size_t>(pool_.shape().block_layer_bytes());
-      for (int l = 0; l < pool_.shape().n_layers; ++l) {
-        for (size_t i = 0; i < db.size(); ++i) {
-          std::memcpy(pool_.k_block_bytes(l, db[i]), pool_.k_block_bytes(l, sb[i]), bytes);
-          std::memcpy(pool_.v_block_bytes(l, db[i]), pool_.v_block_bytes(l, sb[i]), bytes);
-        }
-      }
-      if (res.turn) r->turn = res.turn->Branch(local.n_cached, r->req.session_id, r->req.session_ttl_ms);
-      r->reused = ReusedAsIs(res.attachments, local.n_cached);
-      res.last_used = ++resident_clock_;
-      resident_.splice(resident_.end(), resident_, it);  // most recently used
-    }
-  }
-  // The features' states for the sequence: its layer hooks (kv/connector.h). A planner
-  // that cannot start it now (its own capacity) leaves it waiting.
+  // Its slots and the features' states (kv/connector.h): stored KV a planner enters when
+  // it covers more than `local`, else `local`'s (the resident sequence stays for others
+  // unless adopted). A planner that cannot start it now (its own capacity) leaves it
+  // waiting.
   w.seq.limits.max_slots = max_slots;
-  EnsureFree(admission.free_first, nullptr);
-  if (!connector_->Start(w.seq, r->kv.get(), r->reused).ok()) {
+  std::vector<std::unique_ptr<kv::KvSeqState>> adopted;
+  kv::KvSlots slots;
+  slots.n_local = local.n_cached;
+  slots.make_room = [this](int n_blocks) { resident_->EnsureFree(n_blocks); };
+  slots.local = [&](kv::KvReused* reused) { return resident_->Take(local, reused, &adopted); };
+  resident_->EnsureFree(admission.free_first);
+  if (!connector_->Start(w.seq, &slots).ok()) {
     w.seq.states.clear();
     return false;
   }
+  auto r = std::make_unique<Running>(engine_.tokenizer(), w.req.sampling, StopIds(w.req));
+  r->prompt = w.prompt;
+  slots.get();
+  r->kv = std::move(slots.kv);
+  r->n_cached = slots.n_cached >= 0 ? slots.n_cached : r->kv->n_slots();
   r->seq = std::move(w.seq);
-  r->reused = kv::KvReused{};
-  r->started = true;
-  // A load that failed while it started (RecomputeFailedLoad): the states start anew.
-  if (r->restart) RestartStates(*r);
-  if (store_ != nullptr && r->turn == nullptr) {
-    r->turn = store_->NewTurn(r->req.tenant, r->req.session_id, r->req.session_ttl_ms);
-    if (r->kv->n_slots() > 0) r->turn->Invalidate();  // slots whose KV it never saw
-  }
-  // Room for every slot the sequence can reach (a loading turn reserved it already).
-  if (r->turn != nullptr && r->turn->loading() == nullptr) r->turn->Reserve(max_slots);
+  r->max_slots = max_slots;
   r->id = w.id;
   r->channel = w.channel;
   r->req = std::move(w.req);
   r->reserved_blocks = need;
-  if (r->link == nullptr) r->n_cached = r->kv->n_slots();
   r->queue_seconds = Seconds(now - r->req.arrival);
   running_.push_back(std::move(r));
   n_running_.store(static_cast<int>(running_.size()));
@@ -420,12 +295,10 @@ void Scheduler::ForkChoices(std::vector<Running*>* rows, std::vector<const float
       c->prompt = parent.prompt;
       c->channel = parent.channel;
       c->kv = parent.kv->Fork();
-      // No turn: only choice 0's is saved (one copy of the prompt's KV in the store).
-      // No feature state either: the features that make one refuse n > 1 (KvLimits).
+      // No planner state: only choice 0's turn is saved (one copy of the prompt's KV in
+      // the store), and the features that make another refuse n > 1 (KvLimits).
       c->seq.request = parent.seq.request;
       c->seq.limits = parent.seq.limits;
-      c->started = true;
-      c->truncation = parent.truncation;
       c->max_slots = parent.max_slots;
       c->reserved_blocks = BlocksFor(parent.max_slots);
       c->n_cached = parent.n_cached;
@@ -464,55 +337,45 @@ void Scheduler::Admit(SchedClock::time_point now) {
     }
     ++it;
   }
-  while (!waiting_.empty() && RunningSequences() + waiting_.front()->req.n <= options_.max_running) {
-    // A conversation's next turn whose previous turn is still being saved reads that
-    // turn's KV from the write buffer. A lookup that cannot (no session id: a prefix
-    // search; truncation) and would wait for a queued save waits in the queue (first
-    // come, first served) rather than blocking the step loop in the store's lookup while
-    // other sequences could decode; with nothing running, the lookup's wait blocks
-    // nobody (and the loop does not spin).
-    Waiting& head = *waiting_.front();
-    if (store_ != nullptr && !running_.empty() &&
-        store_->MustWaitForSave(head.req.tenant, head.req.session_id, *head.store_tokens(),
-                                /*read_queued=*/!head.truncation.active)) {
-      if (!head.deferred_for_save) ++load_stats_.deferred_for_save;
-      head.deferred_for_save = true;
-      break;
-    }
-    if (!TryAdmit(head, now)) break;
-    waiting_.pop_front();
+  // The connector sees the queue (kv/connector.h: Match): what its head needs, then the
+  // look-ahead (DESIGN.md decision 6).
+  kv::KvQueue queue;
+  for (const auto& w : waiting_) queue.waiting.push_back(&w->seq);
+  size_t head = 0;
+  while (head < waiting_.size() && RunningSequences() + waiting_[head]->req.n <= options_.max_running) {
+    queue.idle = running_.empty();
+    if (!TryAdmit(*waiting_[head], queue, now)) break;
+    queue.waiting.erase(queue.waiting.begin());
+    ++head;
   }
-  if (store_ != nullptr) HintStore();
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(head));
+  queue.prefill_seconds_per_token = std::move(prefill_rates_);
+  prefill_rates_.clear();
+  connector_->Match(queue, nullptr);
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 
 void Scheduler::Retire(Running& r) {
   r.done = true;
-  // What the features keep (kv/connector.h): the attachments go with the sequence's KV
-  // (saved with its turn, kept with it resident); a sequence whose blocks a planner
-  // released cannot stay resident.
+  // What to keep (kv/connector.h): the engine keeps a sequence resident (only choice 0
+  // of n choices: residents never share blocks) unless a planner cannot (its blocks
+  // released, its KV not saved); the planners save it, with what they attach.
   kv::KvKeep keep;
+  keep.resident = r.kv && r.kv->n_slots() > 0 && options_.max_resident > 0 && r.choice == 0;
   connector_->Finish(r.seq, r.kv.get(), &keep);
-  if (r.turn) load_stats_.wait_seconds += r.turn->WaitLoad();  // stored KV still entering (cancelled early)
-  // A linked prompt that is not saved (outside a conversation) does not stay resident
-  // either: a sequence adopting or copying it could not be saved.
-  const bool unsaved_link = r.link != nullptr && r.turn != nullptr && !r.turn->valid();
-  // Of n choices only choice 0 stays (saved, and resident): residents never share blocks.
-  if (!r.kv || r.kv->n_slots() == 0 || options_.max_resident == 0 || unsaved_link || !keep.resident || r.choice > 0) {
-    if (r.kv && r.kv->n_slots() > 0) SaveToStore(r, false, keep.attachments);
+  if (!keep.resident) {
+    r.seq.states.clear();  // before the blocks go
     r.kv.reset();
     return;
   }
-  auto res = std::make_unique<Resident>();
-  res->tenant = r.req.tenant;
-  res->session_id = r.req.session_id;
-  SaveToStore(r, true, keep.attachments);
-  res->attachments = std::move(keep.attachments);
-  res->kv = std::move(r.kv);
-  res->turn = std::move(r.turn);
-  res->last_used = ++resident_clock_;
-  resident_.push_back(std::move(res));
-  while (static_cast<int>(resident_.size()) > options_.max_resident) EvictResident(nullptr);
+  resident_->Keep(r.req.tenant, r.req.session_id, std::move(r.kv), std::move(r.seq.states),
+                  std::move(keep.attachments));
+}
+
+void Scheduler::set_store(store::KvStore* store) {
+  store_ = store;
+  planners_->SetStore(store);
+  connector_ = &planners_->connector();
 }
 
 void Scheduler::Report(RequestRecord record) { reports_.push_back(std::move(record)); }
@@ -533,22 +396,13 @@ void Scheduler::PublishStats() {
   stats_.kv_blocks_total = pool_.n_blocks();
   stats_.kv_blocks_free = pool_.n_free();
   stats_.kv_blocks_used = pool_.n_used();
-  stats_.kv_blocks_resident = ResidentBlocks();
+  stats_.kv_blocks_resident = resident_->blocks();
   stats_.prompt_tokens_computed = prompt_tokens_computed_;
-  stats_.resident_sequences = static_cast<int>(resident_.size());
+  stats_.resident_sequences = resident_->size();
   stats_.steps = steps_;
-  stats_.evicted_sequences = evicted_;
+  stats_.evicted_sequences = resident_->evicted();
   stats_.peak_decode_batch = peak_decode_batch_;
-  stats_.kv_load = load_stats_;
   planners_->PublishStats(&stats_);
-  if (store_ != nullptr) {  // the read buffer and the measured rates are the store's
-    const store::KvStore::ReadBufferStats rb = store_->ReadBuffer();
-    stats_.kv_load.staged = rb.staged;
-    stats_.kv_load.staged_used = rb.staged_used;
-    stats_.kv_load.fetch_seconds = rb.fetch_seconds;
-    stats_.kv_load.t_load_per_token = rb.t_load_per_token;
-    stats_.kv_load.t_prefill_per_token = rb.t_prefill_per_token;
-  }
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 

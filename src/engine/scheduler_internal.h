@@ -9,38 +9,19 @@
 #include "attic/engine/scheduler.h"
 #include "attic/kv/block_pool.h"
 #include "attic/tokenizer/tokenizer.h"
-#include "attic/store/turn.h"
 #include "engine/generation_stream.h"
-#include "engine/seq_plan.h"
+#include "engine/resident_set.h"
 
 namespace attic::engine {
 
-// A queued request. The prompt (and a truncated prompt's store view) is shared with
+// A queued request. The prompt (as the connector's Check left it) is shared with
 // look-ahead views.
 struct Scheduler::Waiting {
   uint64_t id = 0;
   GenerationRequest req;  // req.prompt is moved into `prompt`
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
-  Truncation truncation;
   kv::KvSeq seq;  // what the KV connector sees of it (Check passed)
-  bool deferred_for_save = false;  // admission put off while its session's save was queued
-  // What the store looks its KV up with: the truncated prompt's store view, or the prompt.
-  const std::shared_ptr<const std::vector<int32_t>>& store_tokens() const {
-    return truncation.active ? truncation.store_view : prompt;
-  }
-};
-
-// A finished (or cancelled) sequence whose KV stays in the compute buffer.
-struct Scheduler::Resident {
-  std::string tenant;
-  std::string session_id;
-  std::unique_ptr<kv::SequenceKv> kv;
-  std::unique_ptr<store::Turn> turn;  // with a KV store: its rows, kept for the next save
-  // What the connector kept with its KV (KvKeep::attachments): a request reusing a
-  // prefix of the slots as they are finds them (KvReused).
-  std::vector<kv::KvAttachment> attachments;
-  uint64_t last_used = 0;             // Scheduler::resident_clock_ when retired or last reused
 };
 
 // An admitted request: prefilling while kv->n_slots() < prompt->size(), then decoding.
@@ -58,35 +39,17 @@ struct Scheduler::Running {
   std::shared_ptr<const std::vector<int32_t>> prompt;
   std::shared_ptr<ResultChannel> channel;
   std::unique_ptr<kv::SequenceKv> kv;
-  // With a KV store: the turn as the store keeps it (the slots' pre-RoPE KV for the
-  // save, and stored KV still entering kv's blocks). Declared after kv: destroyed first,
-  // and waits for a load still writing into kv's blocks.
-  std::unique_ptr<store::Turn> turn;
-  Truncation truncation;
   int max_slots = 0;              // KV slots this sequence may grow to
   int reserved_blocks = 0;        // BlocksFor(max_slots), reserved at admission
-  int n_cached = 0;
-  int reuse_pending = 0;          // reused tokens of a layer-wise load, recorded once it entered
-  // Linking (req.link): the link (pic::LinkRun: the slots computed in place before
-  // decoding, their hooks, what was recomputed) and the next of its slots to compute.
-  std::unique_ptr<pic::LinkRun> link;
-  size_t compute_next = 0;
-  // Whether the turn of a request that links chunks is not saved: outside a conversation
-  // its chunks are stored already, and this arrangement of them is unlikely to come back
-  // (RAG), so the turn holds no copy of the chunks' rows either. A conversation's linked
-  // turn is saved: its next turn reuses it as history.
-  bool unsaved_link() const { return link != nullptr && req.session_id.empty(); }
+  int n_cached = 0;               // prompt slots that came cached (KvSlots::n_cached)
   // The KV connector's view of the sequence and the features' states (its layer hooks,
-  // attached to its entry at every step, after the link's). `reused`: what its slots
-  // hold as they were computed, until the states start; `restart`: a load failed before
-  // they did (they start anew right after).
+  // the slots it computes in place before the rest of its prompt: KvSeqState). Declared
+  // after kv: destroyed first (a load still writing into kv's blocks is waited for).
   kv::KvSeq seq;
-  kv::KvReused reused;
-  bool started = false;
-  bool restart = false;
+  size_t compute_next = 0;        // the next of seq.compute_slots() to compute
   bool prefilled() const {
-    return (link == nullptr || compute_next >= link->compute_slots().size()) &&
-           kv->n_slots() >= static_cast<int>(prompt->size());
+    const std::vector<int32_t>* compute = seq.compute_slots();
+    return (compute == nullptr || compute_next >= compute->size()) && kv->n_slots() >= static_cast<int>(prompt->size());
   }
 
   bool decoding = false;
@@ -128,7 +91,7 @@ struct Scheduler::Running {
     u.completion_tokens = n_generated;
     if (choice > 0) return u;
     u.prompt_tokens = static_cast<int>(prompt->size());
-    u.recomputed_tokens = link ? link->recomputed() : 0;
+    u.recomputed_tokens = seq.recomputed();
     u.cached_tokens = n_cached - u.recomputed_tokens;
     return u;
   }

@@ -13,65 +13,28 @@ namespace {
 
 double Seconds(SchedClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// What one batch entry hooks into the step's forward (null / 0: nothing).
-struct EntryHooks {
-  kv::LayerHooks* link = nullptr;     // CacheBlend's selection (a linked prompt's prefill)
-  const kv::KvSeq* seq = nullptr;     // the KV connector's states (their hooks, in planner order)
-  bool decoding = false;              // ... at a decode step
-  store::Turn* turn = nullptr;    // with a KV store: the turn that keeps the new K and V
-  int first_new = 0;              // the entry's first appended slot (rows below recompute in place)
-  bool any() const { return link != nullptr || (seq != nullptr && seq->has_hooks(decoding)) || turn != nullptr; }
-};
-
-// The step's layer hooks. Each entry's hooks are called in this fixed order:
-//   1. CacheBlend (link): compares fresh and cached KV, narrows and drops the rows it
-//      recomputes;
-//   2. the KV connector's states, in planner order (kv/connector.h): e.g. a token
-//      selector narrows what a decode row sees (at a prefill step it only observes),
-//      after CacheBlend so that it sees what the entry's rows really attend;
-//   3. the turn saver (OnKv only): every layer's new pre-RoPE K and V go to the entry's
-//      turn -- saving to the store is a hook; it reads the K/V and changes nothing.
-// (CacheBlend acts on a linked prompt's prefill and a selector narrows only one-row
-// decode steps, so today they never narrow the same step; the order is fixed anyway.)
+// The step's layer hooks: each entry's are its KV connector states' (kv/connector.h),
+// asked once before the forward begins and called in planner order at each hook point
+// (e.g. a prefill's selective recompute narrows the rows before a token selector sees
+// what they attend; the store's saver records every layer's new K and V).
 class StepHooks : public kv::LayerHooks {
  public:
-  StepHooks(const std::vector<EntryHooks>& entries, int kv_dim) : entries_(entries), kv_dim_(kv_dim) {}
+  // Entry i's hooks are hooks[first[i], first[i + 1]).
+  StepHooks(const std::vector<kv::LayerHooks*>& hooks, const std::vector<size_t>& first)
+      : hooks_(hooks), first_(first) {}
   void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
-    const EntryHooks& e = entries_[rows.entry];
-    if (e.link != nullptr) e.link->OnKv(layer, rows, kv);
-    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->OnKv(layer, rows, kv); });
-    store::Turn* t = e.turn;
-    if (t == nullptr) return;
-    const int first_new = e.first_new;
-    if (rows.n_rows > 0 && rows.slots[0] >= first_new) {  // appended (the common case: every row)
-      t->Append(layer, kv.k_pre_rope, kv.v, rows.n_rows);
-      return;
-    }
-    const size_t kvd = kv_dim_;
-    for (int i = 0; i < rows.n_rows; ++i) {
-      const float* k = kv.k_pre_rope + i * kvd;
-      const float* v = kv.v + i * kvd;
-      if (rows.slots[i] < first_new) {
-        t->Write(layer, rows.slots + i, k, v, 1);
-      } else {
-        t->Append(layer, k, v, 1);
-      }
-    }
+    for (size_t i = first_[rows.entry]; i < first_[rows.entry + 1]; ++i) hooks_[i]->OnKv(layer, rows, kv);
   }
   void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
-    const EntryHooks& e = entries_[rows.entry];
-    if (e.link != nullptr) e.link->BeforeAttention(layer, rows, vis);
-    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->BeforeAttention(layer, rows, vis); });
+    for (size_t i = first_[rows.entry]; i < first_[rows.entry + 1]; ++i) hooks_[i]->BeforeAttention(layer, rows, vis);
   }
   void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
-    const EntryHooks& e = entries_[rows.entry];
-    if (e.link != nullptr) e.link->AfterLayer(layer, rows, keep);
-    if (e.seq != nullptr) e.seq->ForEachHooks(e.decoding, [&](kv::LayerHooks* h) { h->AfterLayer(layer, rows, keep); });
+    for (size_t i = first_[rows.entry]; i < first_[rows.entry + 1]; ++i) hooks_[i]->AfterLayer(layer, rows, keep);
   }
 
  private:
-  const std::vector<EntryHooks>& entries_;
-  const size_t kv_dim_;
+  const std::vector<kv::LayerHooks*>& hooks_;
+  const std::vector<size_t>& first_;
 };
 
 GenerationEvent TextEvent(int index, std::string text, std::vector<TokenLogprob>* logprobs) {
@@ -129,11 +92,11 @@ int Scheduler::Step() {
     BatchEntry e;
     e.seq = r->kv.get();
     int n = 0;
-    if (r->link != nullptr && r->compute_next < r->link->compute_slots().size()) {
-      // Linking: slots computed in place over the linked KV, in slot order.
-      const std::vector<int32_t>& compute = r->link->compute_slots();
-      n = std::min(static_cast<int>(compute.size() - r->compute_next), budget);
-      const int32_t* slots = compute.data() + r->compute_next;
+    const std::vector<int32_t>* compute = r->seq.compute_slots();
+    if (compute != nullptr && r->compute_next < compute->size()) {
+      // Slots a planner has computed in place over the KV it entered, in slot order.
+      n = std::min(static_cast<int>(compute->size() - r->compute_next), budget);
+      const int32_t* slots = compute->data() + r->compute_next;
       e.slots.assign(slots, slots + n);
       for (int32_t slot : e.slots) {
         e.tokens.push_back((*r->prompt)[slot]);
@@ -150,7 +113,6 @@ int Scheduler::Step() {
       e.all_logits = r->req.prompt_logprobs;  // every row's: the next prompt token's logprob
     }
     if (r->req.prefill_only || r->req.sampling.max_tokens == 0) e.want_logits = false;
-    if (r->link != nullptr) r->link->set_entry(static_cast<int>(batch.size()));
     batch.push_back(std::move(e));
     owners.push_back(r.get());
     budget -= n;
@@ -164,36 +126,28 @@ int Scheduler::Step() {
   // Room for the new slots: reservations guarantee that evicting resident KV suffices.
   int grow = 0;
   for (const auto& e : batch) {
-    const int appended = e.slots.empty() ? static_cast<int>(e.tokens.size()) : 0;  // linking: in place
+    const int appended = e.slots.empty() ? static_cast<int>(e.tokens.size()) : 0;  // computed in place
     grow += e.seq->BlocksToAppend(appended);  // with the copy of a shared last block
   }
-  EnsureFree(grow, nullptr);
-  // Each entry's layer hooks (StepHooks): with a KV store its new slots' pre-RoPE K and
-  // V go to its turn; a linked prompt's CacheBlend and the connector's states (a token
-  // selector) plug in. The forward runs with hooks when any entry has one.
-  std::vector<EntryHooks> entry_hooks(owners.size());
-  bool any_hooks = false;
-  for (size_t i = 0; i < owners.size(); ++i) {
-    EntryHooks& h = entry_hooks[i];
-    if (store_ != nullptr) h.turn = owners[i]->turn.get();
-    h.first_new = batch[i].seq->n_slots();
-    if (!owners[i]->decoding && owners[i]->link != nullptr) h.link = owners[i]->link->hooks();
-    h.seq = &owners[i]->seq;
-    h.decoding = owners[i]->decoding;
-    any_hooks = any_hooks || h.any();
-  }
-  StepHooks step_hooks(entry_hooks, pool_.shape().kv_dim());
-  kv::LayerHooks* hooks = any_hooks ? &step_hooks : nullptr;
-  // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
-  // buffer holds layer l back until the loader has entered it (inline entering: enters
-  // it now).
-  std::vector<store::Turn*> loading;
+  resident_->EnsureFree(grow);
+  // Each entry's layer hooks (StepHooks): its states' (the store's turn saver, a
+  // selective recompute, a token selector). The forward runs with hooks when any entry
+  // has one.
+  std::vector<kv::LayerHooks*>& entry_hooks = step_hooks_;
+  std::vector<size_t>& hooks_from = step_hooks_from_;
+  std::vector<int>& first_new = first_new_;  // each entry's first appended slot
+  entry_hooks.clear();
+  hooks_from.assign(1, 0);
+  first_new.resize(owners.size());
   int prefill_rows = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Running* r = owners[i];
-    if (r->turn && r->turn->loading() != nullptr) loading.push_back(r->turn.get());
-    if (!r->decoding) prefill_rows += static_cast<int>(batch[i].tokens.size());
+  for (size_t i = 0; i < owners.size(); ++i) {
+    first_new[i] = batch[i].seq->n_slots();
+    owners[i]->seq.ForEachHooks(owners[i]->decoding, [&](kv::LayerHooks* h) { entry_hooks.push_back(h); });
+    hooks_from.push_back(entry_hooks.size());
+    if (!owners[i]->decoding) prefill_rows += static_cast<int>(batch[i].tokens.size());
   }
+  StepHooks step_hooks(entry_hooks, hooks_from);
+  kv::LayerHooks* hooks = entry_hooks.empty() ? nullptr : &step_hooks;
   const SchedClock::time_point t_step = SchedClock::now();
   Status st = tf.Begin(batch);
   if (!st.ok()) {
@@ -201,16 +155,19 @@ int Scheduler::Step() {
     cleanup();
     return 0;
   }
-  double waited = 0;
-  for (int l = 0; l < pool_.shape().n_layers; ++l) {
-    for (store::Turn* t : loading) waited += t->WaitLayer(l);
+  // Layer-wise pre-loading: a sequence whose stored KV is still entering the compute
+  // buffer holds layer l back until it is in (KvConnector::WaitLayer).
+  const int n_layers = pool_.shape().n_layers;
+  double held = 0;  // seconds the step spent waiting for (or entering) KV
+  for (int l = 0; l < n_layers; ++l) {
+    for (Running* r : owners) held += connector_->WaitLayer(r->seq, l);
     tf.Layer(l, hooks);
   }
   tf.Finish(&logits_);
   ++steps_;
   prompt_tokens_computed_ += static_cast<uint64_t>(prefill_rows);
-  // Where each entry's logits rows start (Transformer::Finish's layout), before a failed
-  // load below clears want_logits.
+  // Where each entry's logits rows start (Transformer::Finish's layout), before a lost
+  // sequence below clears want_logits.
   std::vector<size_t>& first_row = first_row_;
   first_row.assign(batch.size() + 1, 0);
   bool any_prompt_logprobs = false;
@@ -221,36 +178,26 @@ int Scheduler::Step() {
     any_prompt_logprobs = any_prompt_logprobs || batch[i].all_logits;
   }
   now = SchedClock::now();
-  double entered_inline = 0;  // entering done by this step's own threads
-  for (store::Turn* t : loading)
-    if (t->loading()->inline_loader != nullptr) entered_inline += t->loading()->enter_seconds;
-  load_stats_.wait_seconds += waited;
-  // The measured prefill rate (steps that are mostly prefill, own compute only), for
-  // the store's read buffer (S_buf); finished loads report their entering rate.
-  if (store_ != nullptr && prefill_rows >= 32 && prefill_rows * 2 >= rows)
-    store_->ReportPrefillRate((Seconds(now - t_step) - waited - entered_inline) / rows);
-  for (store::Turn* t : loading) CountFinishedLoad(*t);
-  // A load whose streamed read broke off: the entry's rows never entered, so what the
-  // step computed for that request is discarded (nothing sampled) and it starts again.
-  // A load that entered every layer: its tokens count as reused now. (`loading` still
-  // points at replaced turns: only its size is used below.)
+  // The measured prefill rate (steps that are mostly prefill, own compute only), handed
+  // to the connector with the queue (a read buffer sizes itself by it).
+  if (prefill_rows >= 32 && prefill_rows * 2 >= rows) prefill_rates_.push_back((Seconds(now - t_step) - held) / rows);
+  // After the last layer: what the step waited for arrived, or a sequence's slots lost
+  // their KV (a load broke off): what the step computed for it is discarded (nothing
+  // sampled) and it starts over.
   for (size_t i = 0; i < owners.size(); ++i) {
     Running& r = *owners[i];
-    if (!r.turn) continue;
-    if (r.turn->load_failed()) {
-      RecomputeFailedLoad(r);
+    connector_->WaitLayer(r.seq, n_layers);
+    if (r.seq.lost) {
+      StartOver(r);
       batch[i].want_logits = false;
-    } else if (r.reuse_pending > 0 && r.turn->loading() == nullptr) {
-      store_->RecordReuse(r.reuse_pending);
-      r.reuse_pending = 0;
     }
   }
   if (LogEnabled(LogLevel::kDebug)) {
     int64_t visible = 0;  // slots the step's rows attend over, summed over sequences
     for (const auto& e : batch) visible += e.seq->n_slots();
-    Log(LogLevel::kDebug, "step %llu: %d decode rows, %d prefill rows, %d loading, %lld slots seen, %.1f ms (%.1f ms waiting for loads)",
-        static_cast<unsigned long long>(steps_), rows - prefill_rows, prefill_rows, static_cast<int>(loading.size()),
-        static_cast<long long>(visible), Seconds(now - t_step) * 1e3, waited * 1e3);
+    Log(LogLevel::kDebug, "step %llu: %d decode rows, %d prefill rows, %lld slots seen, %.1f ms (%.1f ms waiting for KV)",
+        static_cast<unsigned long long>(steps_), rows - prefill_rows, prefill_rows, static_cast<long long>(visible),
+        Seconds(now - t_step) * 1e3, held * 1e3);
   }
   // Sampling (softmax, top-k/top-p over the vocabulary: ~0.5 ms a row at temperature >
   // 0) runs for the rows in parallel; each row has its own sampler (RNG, scratch).
@@ -266,7 +213,7 @@ int Scheduler::Step() {
     for (size_t i = 0; i < batch.size(); ++i) {
       Running* r = owners[i];
       if (!batch[i].all_logits || !r->req.prompt_logprobs) continue;
-      const int first = entry_hooks[i].first_new;
+      const int first = first_new[i];
       if (first == 0) r->prompt_logprobs.push_back({(*r->prompt)[0], std::nan(""), {}});
       const size_t n = first_row[i + 1] - first_row[i];
       for (size_t j = 0; j < n; ++j) {
@@ -325,6 +272,18 @@ int Scheduler::Step() {
   return rows;
 }
 
+void Scheduler::StartOver(Running& r) {
+  r.seq.lost = false;
+  r.seq.limits.whole_prompt = true;
+  r.compute_next = 0;
+  r.n_cached = 0;
+  kv::KvSlots slots;
+  slots.kv = std::make_unique<kv::SequenceKv>(&pool_);
+  Status st = connector_->Start(r.seq, &slots);
+  ATTIC_CHECK(st.ok());  // a sequence that loaded stored KV reserved nothing a restart could lack
+  r.kv = std::move(slots.kv);
+}
+
 void Scheduler::ReapRunning(SchedClock::time_point now) {
   for (auto& r : running_) {
     if (r->done) continue;
@@ -374,7 +333,7 @@ void Scheduler::Finish(Running& r, const std::string& reason) {
   ev.usage = r.usage();
   Report(r.TakeRecord(StatusCode::kOk, reason));
   // The turn's save is queued before the requester hears of the finish: a lookup it
-  // makes next (the next turn, a linked chunk just prefilled) then finds or waits for it.
+  // makes next (the next turn, a context chunk just prefilled) then finds or waits for it.
   std::shared_ptr<ResultChannel> channel = r.channel;
   Retire(r);
   channel->Push(std::move(ev));

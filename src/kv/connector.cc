@@ -24,22 +24,27 @@ Status ComposedConnector::Check(KvRequest& request, KvLimits* limits) {
   return OkStatus();
 }
 
-void ComposedConnector::Match(const KvSeq& seq, KvAdmission* admission) {
-  KvAdmission out = *admission;
+void ComposedConnector::Match(const KvQueue& queue, KvAdmission* head) {
+  if (head == nullptr) {
+    for (auto& p : planners_) p->Match(queue, nullptr);
+    return;
+  }
+  KvAdmission out = *head;
   for (auto& p : planners_) {
     KvAdmission a;
-    a.max_slots = admission->max_slots;
-    p->Match(seq, &a);
+    a.max_slots = head->max_slots;
+    p->Match(queue, &a);
     out.blocks = std::max(out.blocks, a.blocks);
     out.free_first += a.free_first;
     out.ready = out.ready && a.ready;
+    out.min_local = std::max(out.min_local, a.min_local);
   }
-  *admission = out;
+  *head = out;
 }
 
-Status ComposedConnector::Start(KvSeq& seq, SequenceKv* kv, const KvReused& reused) {
+Status ComposedConnector::Start(KvSeq& seq, KvSlots* slots) {
   seq.states.resize(planners_.size());
-  for (auto& p : planners_) ATTIC_RETURN_IF_ERROR(p->Start(seq, kv, reused));
+  for (auto p = planners_.rbegin(); p != planners_.rend(); ++p) ATTIC_RETURN_IF_ERROR((*p)->Start(seq, slots));
   return OkStatus();
 }
 
@@ -50,12 +55,7 @@ double ComposedConnector::WaitLayer(KvSeq& seq, int layer) {
 }
 
 void ComposedConnector::Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) {
-  for (auto& p : planners_) {
-    KvKeep k;
-    p->Finish(seq, kv, &k);
-    keep->resident = keep->resident && k.resident;
-    for (KvAttachment& a : k.attachments) keep->attachments.push_back(std::move(a));
-  }
+  for (auto& p : planners_) p->Finish(seq, kv, keep);
 }
 
 }  // namespace attic::kv

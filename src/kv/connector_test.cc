@@ -28,13 +28,14 @@ class FakePlanner : public KvPlanner {
     limits->max_slots = std::min(limits->max_slots, max_slots_);
     return OkStatus();
   }
-  void Match(const KvSeq& seq, KvAdmission* a) override {
+  void Match(const KvQueue& queue, KvAdmission* a) override {
     calls_->log.push_back(name_ + ".Match");
+    if (a == nullptr) return;
     a->blocks = blocks_;
     a->free_first = free_first_;
     a->ready = ready_;
   }
-  Status Start(KvSeq& seq, SequenceKv* kv, const KvReused& reused) override {
+  Status Start(KvSeq& seq, KvSlots* slots) override {
     calls_->log.push_back(name_ + ".Start");
     state(seq) = std::make_unique<State>(&hooks_);
     return OkStatus();
@@ -92,13 +93,13 @@ TEST(ComposedConnector, MatchTakesTheLargestReservationAndReadyOnlyWhenAllAre) {
   KvSeq seq;
   KvAdmission adm;
   adm.max_slots = 64;
-  c.Match(seq, &adm);
+  c.Match(KvQueue{{&seq}}, &adm);
   EXPECT_EQ(adm.blocks, 7);
   EXPECT_EQ(adm.free_first, 5);
   EXPECT_TRUE(adm.ready);
   pb->ready_ = false;
   KvAdmission again;
-  c.Match(seq, &again);
+  c.Match(KvQueue{{&seq}}, &again);
   EXPECT_FALSE(again.ready);
   EXPECT_EQ(again.blocks, 7);
 }
@@ -114,7 +115,8 @@ TEST(ComposedConnector, ASequencesHooksFollowThePlannerOrderAndFinishGathersWhat
   c.Add(std::move(a));
   c.Add(std::move(b));
   KvSeq seq;
-  ASSERT_TRUE(c.Start(seq, nullptr, KvReused{}).ok());
+  KvSlots slots;
+  ASSERT_TRUE(c.Start(seq, &slots).ok());
   std::vector<LayerHooks*> order;
   seq.ForEachHooks(/*decoding=*/false, [&](LayerHooks* h) { order.push_back(h); });
   EXPECT_EQ(order, (std::vector<LayerHooks*>{&pa->hooks_, &pb->hooks_}));
@@ -128,6 +130,41 @@ TEST(ComposedConnector, ASequencesHooksFollowThePlannerOrderAndFinishGathersWhat
   EXPECT_EQ(keep.attachments[0].kind, "a");
   EXPECT_EQ(keep.attachments[1].kind, "b");
   EXPECT_FALSE(seq.has_hooks(false));
+}
+
+TEST(ComposedConnector, StartRunsTheLastPlannerFirstAndFinishPassesWhatToKeepOn) {
+  Calls calls;
+  ComposedConnector c;
+  auto a = std::make_unique<FakePlanner>("a", &calls);
+  auto b = std::make_unique<FakePlanner>("b", &calls);
+  FakePlanner* pa = a.get();
+  pa->resident_ = false;
+  c.Add(std::move(a));
+  c.Add(std::move(b));
+  KvSeq seq;
+  KvSlots slots;
+  ASSERT_TRUE(c.Start(seq, &slots).ok());
+  KvQueue queue;
+  c.Match(queue, nullptr);  // the look-ahead round: no head
+  KvKeep keep;
+  c.Finish(seq, nullptr, &keep);
+  // b, after a, sees a's answer and overrides it (the fake assigns): the order is a, b.
+  EXPECT_TRUE(keep.resident);
+  EXPECT_EQ(calls.log, (std::vector<std::string>{"b.Start", "a.Start", "a.Match", "b.Match", "a.Finish", "b.Finish"}));
+}
+
+TEST(KvSlots, MakesTheComputeBuffersSlotsOnlyWhenAsked) {
+  int made = 0;
+  KvSlots slots;
+  slots.local = [&](KvReused* reused) {
+    ++made;
+    reused->n_as_is = 3;
+    return std::unique_ptr<SequenceKv>();
+  };
+  EXPECT_EQ(made, 0);
+  slots.get();
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(slots.reused.n_as_is, 3);
 }
 
 TEST(KvRequestOptions, HoldsOneValuePerType) {

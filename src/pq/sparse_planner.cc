@@ -104,7 +104,9 @@ Status SparsePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   return OkStatus();
 }
 
-void SparsePlanner::Match(const kv::KvSeq& seq, kv::KvAdmission* admission) {
+void SparsePlanner::Match(const kv::KvQueue& queue, kv::KvAdmission* admission) {
+  if (admission == nullptr) return;
+  const kv::KvSeq& seq = *queue.waiting.front();
   if (!Offloads(seq.request)) return;
   const SparseOptions& o = *SelectorOf(seq.request);
   admission->blocks = OffloadBlocks(o, admission->max_slots);
@@ -113,9 +115,11 @@ void SparsePlanner::Match(const kv::KvSeq& seq, kv::KvAdmission* admission) {
       tier_reserved_ + OffloadTierBytes(options_.kv_shape, admission->max_slots) <= options_.offload_bytes;
 }
 
-Status SparsePlanner::Start(kv::KvSeq& seq, kv::SequenceKv* kv, const kv::KvReused& reused) {
+Status SparsePlanner::Start(kv::KvSeq& seq, kv::KvSlots* slots) {
   std::unique_ptr<kv::KvSeqState>& slot = state(seq);
   slot.reset();
+  kv::SequenceKv* kv = slots->get();
+  const kv::KvReused& reused = slots->reused;
   // A prefill-only request samples nothing: it never decodes, sparsely or not.
   const SparseOptions* o = SelectorOf(seq.request);
   if (o == nullptr || !seq.request.samples) return OkStatus();

@@ -89,7 +89,7 @@ TEST_F(SparsePlannerTest, AnOffloadedRequestIsBoundedByTheWindowAndWaitsForItsTi
   EXPECT_TRUE(seq.limits.whole_prompt);
   kv::KvAdmission a;
   a.max_slots = 200;
-  planner.Match(seq, &a);
+  planner.Match(kv::KvQueue{{&seq}}, &a);
   EXPECT_EQ(a.blocks, OffloadWorkingBlocks(*off, 16, 200, 64) + 2);
   EXPECT_EQ(a.free_first, 2);
   EXPECT_TRUE(a.ready);
@@ -121,7 +121,9 @@ TEST_F(SparsePlannerTest, ASelectorIsTheSequencesHooksAndAnIndexOfAnotherMethodI
     EXPECT_EQ(kind, kPqIndexAttachment);
     return DataLossError("bad bytes");
   };
-  ASSERT_TRUE(planner.Start(seq, nullptr, reused).ok());
+  kv::KvSlots slots;
+  slots.reused = reused;
+  ASSERT_TRUE(planner.Start(seq, &slots).ok());
   EXPECT_EQ(asked, 1);
   EXPECT_TRUE(seq.has_hooks(false));
   EXPECT_TRUE(seq.has_hooks(true));

@@ -56,13 +56,13 @@
 #include "attic/pq/sparse.h"
 #include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/store_planner.h"
 
 namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
-struct Truncation;
-struct SeqPlan;
 class KvPlanners;
+class ResidentSet;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
@@ -102,22 +102,8 @@ struct SchedulerOptions {
   int64_t sparse_offload_bytes = int64_t{4} << 30;
 };
 
-// Loading stored KV, since start (step loop; published with Stats()).
-struct KvLoadStats {
-  uint64_t loads = 0;               // entries entered into the compute buffer
-  uint64_t layerwise_loads = 0;     // of which pre-loaded layer by layer
-  uint64_t write_buffer_loads = 0;  // of which read from a save still queued (not waited for)
-  uint64_t failed_loads = 0;        // loads whose streamed read broke off: the request recomputed
-  uint64_t staged = 0;              // read-buffer fetches issued (the store's)
-  uint64_t staged_used = 0;         // read-buffer fetches a job then used
-  double fetch_seconds = 0;         // fetch + verify on the step loop (no read buffer)
-  double enter_seconds = 0;         // entering (RoPE + copy), on whichever thread
-  uint64_t entered_bytes = 0;       // stored KV bytes entered (its rate: entered_bytes / enter_seconds)
-  double wait_seconds = 0;          // step loop waiting for a layer to be entered
-  uint64_t deferred_for_save = 0;   // admissions put off a step: the session's save was queued
-  double t_load_per_token = 0;      // measured (EMA), seconds
-  double t_prefill_per_token = 0;   // measured (EMA), seconds
-};
+// Loading stored KV, since start (store/store_planner.h; published with Stats()).
+using KvLoadStats = store::KvLoadStats;
 
 // Sparse decoding, since start (pq/sparse_planner.h; published with Stats()).
 using SparseDecodeStats = pq::SparseDecodeStats;
@@ -304,15 +290,11 @@ class Scheduler {
  private:
   struct Waiting;
   struct Running;
-  struct Resident;
 
   int BlocksFor(int n_slots) const;
   // Blocks a request of `n` choices reaches (each up to max_slots slots; the prompt's
   // full blocks shared, each choice's others its own).
   int BlocksForChoices(int n_prompt, int max_slots, int n) const;
-  // What evicting every resident sequence would free (blocks it shares with running
-  // sequences stay).
-  int ResidentBlocks() const;
   // Sequences running, counting the choices still to fork from a prefilling request
   // (what max_running bounds: each decodes one row of every step).
   int RunningSequences() const;
@@ -324,42 +306,19 @@ class Scheduler {
   void ForkChoices(std::vector<Running*>* rows, std::vector<const float*>* logits);
   int OutstandingReservation() const;
   int AvailableBlocks() const;
-  void EnsureFree(int n_blocks, const Resident* pinned);
-  // Evicts the resident sequence resident_policy_ picks (not `pinned`), if any.
-  void EvictResident(const Resident* pinned);
-  // The resident sequence (compute buffer) a waiting request reuses, and how.
-  SeqPlan PlanReuse(const Waiting& w) const;
-  // Stored KV for the request (the store's match, planned for its prompt: a prefix, or
-  // a truncated prompt's kept rows); an empty plan when none of at least min_tokens.
-  SeqPlan PlanStored(const Running& r, int min_tokens) const;
-  // A linked prompt (req.link): the prefix plan `prefix` (stored KV, may be empty) and
-  // the linked chunks after it, entered at their slots, with the slots to compute. An
-  // empty plan or `prefix` itself when no chunk's KV can be read.
-  SeqPlan PlanLinked(const Running& r, SeqPlan prefix);
-  // Starts a sequence from a stored-KV plan: its slots, and the turn that enters them.
-  void StartFromStore(Running& r, SeqPlan plan);
-  bool TryAdmit(Waiting& w, SchedClock::time_point now);
+  // Admits `w`, the head of `queue` (the connector's view of the waiting queue), if it
+  // fits now.
+  bool TryAdmit(Waiting& w, const kv::KvQueue& queue, SchedClock::time_point now);
   void Admit(SchedClock::time_point now);
   void ReapRunning(SchedClock::time_point now);
   void OnToken(Running& r, int32_t token, SchedClock::time_point now);
   void Finish(Running& r, const std::string& reason);
   void Fail(Running& r, const Status& status);
   void Retire(Running& r);
-  // Decoupled truncation of an overlong prompt (see SchedulerOptions::truncate_ratio).
-  void TruncatePrompt(GenerationRequest& req, int limit, Truncation* t) const;
-  // Saves the turn's KV (asynchronously) with `attachments` (the connector's KvKeep).
-  // keep_rows: the sequence stays resident and its turn keeps its rows (else they move
-  // into the save).
-  void SaveToStore(Running& r, bool keep_rows, const std::vector<kv::KvAttachment>& attachments);
-  // Collects `turn`'s finished load (if any) into load_stats_: enter time, bytes.
-  void CountFinishedLoad(store::Turn& turn);
-  // The features' states of `r` start anew (its KV is not what they saw).
-  void RestartStates(Running& r);
-  // r's load failed (its turn's load_failed(): a streamed read broke off): its slots hold
-  // no valid KV, so the request starts again as a fresh prefill of its prompt, reusing
-  // nothing (a new sequence, turn, selector; no linking). Nothing was sampled from it.
-  void RecomputeFailedLoad(Running& r);
-  void HintStore();
+  // A planner found r's slots without the KV they should hold (KvSeq::lost: a load broke
+  // off): the request starts again as a fresh prefill of its whole prompt, reusing
+  // nothing (new slots, new states). Nothing was sampled from it.
+  void StartOver(Running& r);
   void Report(RequestRecord record);
   void PublishStats();
   void FlushReports();
@@ -374,8 +333,9 @@ class Scheduler {
   std::unique_ptr<KvPlanners> planners_;
   kv::KvConnector* connector_ = nullptr;  // planners_'s
   RequestObserver observer_;
-  store::KvStore* store_ = nullptr;
-  KvLoadStats load_stats_;            // step loop
+  store::KvStore* store_ = nullptr;  // the planners' (set_store); only asked whether there is one
+  // The measured prefill rates (seconds per token) not yet handed to the connector (step loop).
+  std::vector<double> prefill_rates_;
 
   // Guarded by mu_.
   mutable std::mutex mu_;
@@ -388,18 +348,19 @@ class Scheduler {
 
   // Step loop only.
   std::vector<std::unique_ptr<Running>> running_;  // admission order
-  std::list<std::unique_ptr<Resident>> resident_;  // front = least recently used
-  std::unique_ptr<ResidentPolicy> resident_policy_ = std::make_unique<LruResidentPolicy>();
-  uint64_t resident_clock_ = 0;  // stamps Resident::last_used
+  // Finished sequences whose KV stays in the compute buffer (resident_set.h).
+  std::unique_ptr<ResidentSet> resident_;
   uint64_t steps_ = 0;
   uint64_t prompt_tokens_computed_ = 0;
-  uint64_t evicted_ = 0;
   int peak_decode_batch_ = 0;
   std::vector<float> logits_;
   std::vector<Running*> sample_rows_;  // this step's rows that sample a token
   std::vector<int32_t> sampled_;       // ... and their tokens
   std::vector<const float*> sample_logits_;  // ... and their logits rows
   std::vector<size_t> first_row_;      // where each batch entry's logits rows start
+  std::vector<int> first_new_;         // each batch entry's first appended slot
+  std::vector<kv::LayerHooks*> step_hooks_;  // the step's hooks, entry by entry ...
+  std::vector<size_t> step_hooks_from_;      // ... entry i's from step_hooks_from_[i]
   std::vector<float> fork_logits_;     // forked choices' copies of their first logits row
   std::vector<RequestRecord> reports_;  // delivered to observer_ at the end of a step
 };

@@ -12,9 +12,9 @@
 //               cached ones go on through the later layers, the others keep their cached
 //               KV there (CacheBlend's selective recompute)
 // A recomputed row attends to every slot before it at its new position; its fresh KV
-// replaces the cached KV (Transformer's target slots). The scheduler plans and runs a
-// linked prompt like any other (SeqPlan, continuous batching); this file holds what is
-// specific to linking.
+// replaces the cached KV (Transformer's target slots). The scheduler runs a linked prompt
+// like any other (continuous batching) as the KV connector's planners plan it
+// (link_planner.h); this file holds what is specific to linking.
 //
 // Thread-safety: value types and pure functions; a CacheBlendHooks object is used by one
 // step at a time.

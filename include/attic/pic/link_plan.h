@@ -1,8 +1,8 @@
 // Planning a linked prompt against the KV store (paper 002, Epic): which of its chunks'
 // stored KV can be read for the request and where it enters, what the waiting queue's
 // linked requests ask the store to keep and fetch ahead, and how a truncated prompt's
-// chunks follow the tokens they cover. These are linking's decisions; the scheduler
-// calls them (the KV connector's link planner is to hold them, kv/connector.h).
+// chunks follow the tokens they cover. These are linking's decisions; the KV connector's
+// link planner (link_planner.h) calls them.
 //
 // Thread-safety: free functions; the store is the caller's (its own rules apply).
 #pragma once

@@ -92,8 +92,8 @@ class SparsePlanner final : public kv::KvPlanner {
   ~SparsePlanner() override;
 
   Status Check(kv::KvRequest& request, kv::KvLimits* limits) override;
-  void Match(const kv::KvSeq& seq, kv::KvAdmission* admission) override;
-  Status Start(kv::KvSeq& seq, kv::SequenceKv* kv, const kv::KvReused& reused) override;
+  void Match(const kv::KvQueue& queue, kv::KvAdmission* admission) override;
+  Status Start(kv::KvSeq& seq, kv::KvSlots* slots) override;
   void Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* keep) override;
 
   // Since start (step loop).

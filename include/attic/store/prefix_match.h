@@ -1,6 +1,6 @@
 // The longest-common-prefix decision: which of several token sequences a request
 // reuses. One ranking for every place that chooses -- the scheduler among the resident
-// sequences of its compute buffer (Scheduler::PlanReuse), the store among its stored
+// sequences of its compute buffer (engine's ResidentSet::Plan), the store among its stored
 // entries (KvStore's lookup) -- so that the two never disagree on what "the best match"
 // means.
 //
