@@ -93,13 +93,13 @@ TEST(ComposedConnector, MatchTakesTheLargestReservationAndReadyOnlyWhenAllAre) {
   KvSeq seq;
   KvAdmission adm;
   adm.max_slots = 64;
-  c.Match(KvQueue{{&seq}}, &adm);
+  c.Match(KvQueue{{&seq}, false, {}}, &adm);
   EXPECT_EQ(adm.blocks, 7);
   EXPECT_EQ(adm.free_first, 5);
   EXPECT_TRUE(adm.ready);
   pb->ready_ = false;
   KvAdmission again;
-  c.Match(KvQueue{{&seq}}, &again);
+  c.Match(KvQueue{{&seq}, false, {}}, &again);
   EXPECT_FALSE(again.ready);
   EXPECT_EQ(again.blocks, 7);
 }

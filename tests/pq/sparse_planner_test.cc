@@ -89,7 +89,7 @@ TEST_F(SparsePlannerTest, AnOffloadedRequestIsBoundedByTheWindowAndWaitsForItsTi
   EXPECT_TRUE(seq.limits.whole_prompt);
   kv::KvAdmission a;
   a.max_slots = 200;
-  planner.Match(kv::KvQueue{{&seq}}, &a);
+  planner.Match(kv::KvQueue{{&seq}, false, {}}, &a);
   EXPECT_EQ(a.blocks, OffloadWorkingBlocks(*off, 16, 200, 64) + 2);
   EXPECT_EQ(a.free_first, 2);
   EXPECT_TRUE(a.ready);
