@@ -15,14 +15,16 @@
 // rest drawn uniformly from the middle (as a random-weight model's selection scatters);
 // "sparse1.0" is the same step with no lists (full attention), the baseline to divide by.
 // KV bytes count the rows the lists select.
-// Every case runs with f32 and with f16 KV storage (the compute buffer's two dtypes).
+// Every case runs with f32, f16 and q8_0 KV storage (the compute buffer's dtypes).
 //
 // Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
 //
 // Usage: attention_bench [--threads N] [--reps N] [--block-size N]
 //                        [--only prefill|decode|batch|chunk|sparse] [--history N]
-//                        [--sparse-context N] [--kv f32|f16] [--json-only]
-// --history sets the stored slots the chunk cases follow (default 2048).
+//                        [--sparse-context N] [--decode-context N] [--kv f32|f16|q8_0]
+//                        [--json-only]
+// --history sets the stored slots the chunk cases follow (default 2048); --decode-context
+// the slots of the decode case (default: 512 and 2048).
 // ATTIC_ISA=generic|avx2 caps the kernels used, as everywhere in Attic.
 // Output: a human table, then one JSON object on the last line.
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "attic/attention/attention.h"
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
@@ -69,13 +72,22 @@ struct AlignedFloats {
 struct Layer {
   AlignedFloats k, v;
   std::vector<uint16_t> kh, vh;  // f16 storage
+  std::vector<int8_t> kq, vq;    // q8_0 storage: blocks of int8 rows, then their scales
   std::vector<int32_t> table;
   KvLayerView view;
 };
 
 int g_block_size = attic::kv::kDefaultBlockSize;
 
-Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
+enum class KvType { kF32, kF16, kQ8 };
+const char* KvName(KvType t) { return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "q8_0"; }
+// Bytes of one K (or V) row of head_dim elements, q8_0's scales included.
+double KvRowBytes(KvType t, int head_dim) {
+  if (t == KvType::kQ8) return head_dim + 2.0 * head_dim / attic::attention::KvQ8Group(head_dim);
+  return head_dim * (t == KvType::kF16 ? 2.0 : 4.0);
+}
+
+Layer MakeLayer(const ModelShape& m, int n_slots, KvType kv, std::mt19937& rng) {
   Layer l;
   const int n_blocks = (n_slots + g_block_size - 1) / g_block_size;
   const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * g_block_size * m.head_dim;
@@ -87,7 +99,32 @@ Layer MakeLayer(const ModelShape& m, int n_slots, bool f16, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (size_t i = 0; i < l.k.size; ++i) l.k.p[i] = u(rng);
   for (size_t i = 0; i < l.v.size; ++i) l.v.p[i] = u(rng);
-  if (f16) {
+  if (kv == KvType::kQ8) {  // the block pool's q8_0 layout (attention.h, KvLayerView)
+    const int d = m.head_dim, g = attic::attention::KvQ8Group(d);
+    const int64_t block_bytes = stride + stride / g * 2;
+    l.kq.assign(static_cast<size_t>(n_blocks) * block_bytes, 0);
+    l.vq.assign(l.kq.size(), 0);
+    for (int b = 0; b < n_blocks; ++b) {
+      for (int64_t r = 0; r < stride / d; ++r) {  // rows of every head
+        const int64_t at = b * block_bytes;
+        auto* ks = reinterpret_cast<uint16_t*>(l.kq.data() + at + stride) + r * (d / g);
+        auto* vs = reinterpret_cast<uint16_t*>(l.vq.data() + at + stride) + r * (d / g);
+        attic::attention::QuantizeKvRowQ8(l.k.p + b * stride + r * d, d, l.kq.data() + at + r * d, ks);
+        attic::attention::QuantizeKvRowQ8(l.v.p + b * stride + r * d, d, l.vq.data() + at + r * d, vs);
+      }
+    }
+    l.k = AlignedFloats();  // the q8_0 layer alone stays in memory
+    l.v = AlignedFloats();
+    l.view.k_q8 = l.kq.data();
+    l.view.v_q8 = l.vq.data();
+    l.view.q8_scales = stride;
+    l.view.block_stride = block_bytes;
+    l.view.block_size = g_block_size;
+    l.view.block_table = l.table.data();
+    l.view.n_slots = n_slots;
+    return l;
+  }
+  if (kv == KvType::kF16) {
     l.kh.resize(l.k.size);
     l.vh.resize(l.v.size);
     for (size_t i = 0; i < l.k.size; ++i) l.kh[i] = attic::F32ToF16(l.k.p[i]);
@@ -123,15 +160,15 @@ std::vector<float> RandomQueries(const ModelShape& m, int n_rows, std::mt19937& 
   return q;
 }
 
-std::vector<Layer> MakeLayers(const ModelShape& m, int n_layers, int n_slots, bool f16, std::mt19937& rng) {
+std::vector<Layer> MakeLayers(const ModelShape& m, int n_layers, int n_slots, KvType kv, std::mt19937& rng) {
   std::vector<Layer> layers;
-  for (int l = 0; l < n_layers; ++l) layers.push_back(MakeLayer(m, n_slots, f16, rng));
+  for (int l = 0; l < n_layers; ++l) layers.push_back(MakeLayer(m, n_slots, kv, rng));
   return layers;
 }
 
-Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
+Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvType kv, int reps,
                     std::mt19937& rng) {
-  Layer layer = MakeLayer(m, n, f16, rng);
+  Layer layer = MakeLayer(m, n, kv, rng);
   const AttentionShape shape = ShapeOf(m);
   const std::vector<float> q = RandomQueries(m, n, rng);
   std::vector<float> out(q.size());
@@ -144,14 +181,14 @@ Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n
     if (r > 0) best = std::min(best, NowSeconds() - t0);
   }
   const double flops = 4.0 * m.head_dim * m.n_heads * (static_cast<double>(n) * (n + 1) / 2);
-  return Result{m.name, "prefill", f16 ? "f16" : "f32", n, best * 1e3, flops / best * 1e-9, 0};
+  return Result{m.name, "prefill", KvName(kv), n, best * 1e3, flops / best * 1e-9, 0};
 }
 
 // One decode step (one query over n slots) through every layer, timed best-of and
 // reported per layer. lists[l][h]: KV head h's ascending index list at layer l; with no
 // lists every KV head attends to all n slots. KV GB/s counts the rows attended.
 Result TimeDecodeStep(attic::backend::ThreadPool& pool, const ModelShape& m, const std::vector<Layer>& layers, int n,
-                      const std::vector<std::vector<std::vector<int32_t>>>& lists, bool f16, int reps,
+                      const std::vector<std::vector<std::vector<int32_t>>>& lists, KvType kv, int reps,
                       std::mt19937& rng, const std::string& mode) {
   const AttentionShape shape = ShapeOf(m);
   const std::vector<float> q = RandomQueries(m, 1, rng);
@@ -183,26 +220,26 @@ Result TimeDecodeStep(attic::backend::ThreadPool& pool, const ModelShape& m, con
   const double per_layer = best / static_cast<double>(layers.size());
   const double rows_per_layer = static_cast<double>(rows) / static_cast<double>(layers.size());
   const double flops = 4.0 * m.head_dim * (m.n_heads / m.n_kv_heads) * rows_per_layer;
-  const double bytes = 2.0 * rows_per_layer * m.head_dim * (f16 ? 2 : 4);
-  return Result{m.name, mode, f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
+  const double bytes = 2.0 * rows_per_layer * KvRowBytes(kv, m.head_dim);
+  return Result{m.name, mode, KvName(kv), n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
 // One decode step over all layers (reported per layer).
-Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, bool f16, int reps,
+Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvType kv, int reps,
                    std::mt19937& rng) {
-  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, f16, rng);
-  return TimeDecodeStep(pool, m, layers, n, {}, f16, reps, rng, "decode");
+  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, kv, rng);
+  return TimeDecodeStep(pool, m, layers, n, {}, kv, reps, rng, "decode");
 }
 
 // Continuous batching's decode step: `batch` sequences, each one query over its own n
 // slots, in one AttendBatch call per layer, cycling through a few layers (enough KV to
 // come from DRAM). Reported per layer; KV GB/s counts every sequence's rows.
-Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int batch, bool f16, int reps,
+Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int batch, KvType kv, int reps,
                         std::mt19937& rng) {
   const int n_layers = std::min(m.n_layers, 4);
   std::vector<std::vector<Layer>> layers(n_layers);
   for (auto& l : layers)
-    for (int b = 0; b < batch; ++b) l.push_back(MakeLayer(m, n, f16, rng));
+    for (int b = 0; b < batch; ++b) l.push_back(MakeLayer(m, n, kv, rng));
   const AttentionShape shape = ShapeOf(m);
   const size_t row = static_cast<size_t>(m.n_heads) * m.head_dim;
   const std::vector<float> q = RandomQueries(m, batch, rng);
@@ -221,18 +258,18 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
   }
   const double per_layer = best / n_layers;
   const double flops = 4.0 * m.head_dim * m.n_heads * n * batch;
-  const double bytes = 2.0 * m.n_kv_heads * n * m.head_dim * (f16 ? 2 : 4) * batch;
-  return Result{m.name, "batch" + std::to_string(batch), f16 ? "f16" : "f32", n, per_layer * 1e3,
+  const double bytes = 2.0 * m.n_kv_heads * n * KvRowBytes(kv, m.head_dim) * batch;
+  return Result{m.name, "batch" + std::to_string(batch), KvName(kv), n, per_layer * 1e3,
                 flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
 // A turn's chunk: n_q new queries after `history` stored slots (query i sees history + i + 1
 // slots), cycling through n_layers distinct KV layers as a forward step does. `n` in the
 // table is history + n_q.
-Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, bool f16, int reps,
+Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, KvType kv, int reps,
                   std::mt19937& rng) {
   const int n = history + n_q;
-  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, f16, rng);
+  const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, kv, rng);
   const AttentionShape shape = ShapeOf(m);
   const std::vector<float> q = RandomQueries(m, n_q, rng);
   std::vector<float> out(q.size());
@@ -248,18 +285,18 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
   const double per_layer = best / m.n_layers;
   const double visible = static_cast<double>(n_q) * history + static_cast<double>(n_q) * (n_q + 1) / 2;
   const double flops = 4.0 * m.head_dim * m.n_heads * visible;
-  return Result{m.name, "chunk" + std::to_string(n_q), f16 ? "f16" : "f32", n, per_layer * 1e3, flops / per_layer * 1e-9, 0};
+  return Result{m.name, "chunk" + std::to_string(n_q), KvName(kv), n, per_layer * 1e3, flops / per_layer * 1e-9, 0};
 }
 
 // One decode step over every layer, each KV head attending to its own index list of
 // `ratio` x n slots (ratio 1: no lists, full attention); reported per layer.
-Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, bool f16, int reps,
+Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, KvType kv, int reps,
                    std::vector<Layer>& layers, std::mt19937& rng) {
-  if (layers.empty()) layers = MakeLayers(m, m.n_layers, n, f16, rng);
+  if (layers.empty()) layers = MakeLayers(m, m.n_layers, n, kv, rng);
   const bool full = ratio >= 1;
   char mode[32];
   std::snprintf(mode, sizeof mode, "sparse%.1f", full ? 1.0 : ratio);
-  if (full) return TimeDecodeStep(pool, m, layers, n, {}, f16, reps, rng, mode);
+  if (full) return TimeDecodeStep(pool, m, layers, n, {}, kv, reps, rng, mode);
   // The lists cut as the pq selector's budget (4 initial, a quarter local, the rest top).
   attic::pq::SparseOptions o;
   o.ratio = ratio;
@@ -276,24 +313,25 @@ Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
       for (int s = n - local; s < n; ++s) list.push_back(s);
     }
   }
-  return TimeDecodeStep(pool, m, layers, n, lists, f16, reps, rng, mode);
+  return TimeDecodeStep(pool, m, layers, n, lists, kv, reps, rng, mode);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 3, history = 2048, sparse_context = 8192;
+  int threads = 2, reps = 3, history = 2048, sparse_context = 8192, decode_context = 0;
   bool json_only = false;
   std::string only, kv_only;
   attic::bench::FlagParser flags("attention_bench",
                                  "[--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk|sparse] "
-                                 "[--history N]\n         [--sparse-context N] [--kv f32|f16] [--json-only]");
+                                 "[--history N]\n         [--sparse-context N] [--decode-context N] [--kv f32|f16|q8_0] [--json-only]");
   flags.Int("--threads", &threads);
   flags.Int("--reps", &reps);
   flags.Int("--block-size", &g_block_size);
   flags.String("--only", &only);
   flags.Int("--history", &history);
   flags.Int("--sparse-context", &sparse_context);
+  flags.Int("--decode-context", &decode_context);
   flags.String("--kv", &kv_only);
   flags.Switch("--json-only", &json_only);
   flags.ParseOrExit(argc, argv);
@@ -306,21 +344,22 @@ int main(int argc, char** argv) {
   const std::vector<ModelShape>& shapes = attic::bench::BenchModelShapes();
   std::vector<Result> results;
   for (const ModelShape& m : shapes) {
-    for (bool f16 : {false, true}) {
-      if (!kv_only.empty() && kv_only != (f16 ? "f16" : "f32")) continue;
+    for (KvType kv : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+      if (!kv_only.empty() && kv_only != KvName(kv)) continue;
       auto want = [&](const char* mode) { return only.empty() || only == mode; };
       if (want("prefill"))
-        for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, f16, reps, rng));
+        for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, kv, reps, rng));
       if (want("decode"))
-        for (int n : {512, 2048}) results.push_back(BenchDecode(pool, m, n, f16, reps, rng));
+        for (int n : decode_context > 0 ? std::vector<int>{decode_context} : std::vector<int>{512, 2048})
+          results.push_back(BenchDecode(pool, m, n, kv, reps, rng));
       if (want("batch"))
-        for (int batch : {4, 16}) results.push_back(BenchDecodeBatch(pool, m, 2048, batch, f16, reps, rng));
+        for (int batch : {4, 16}) results.push_back(BenchDecodeBatch(pool, m, 2048, batch, kv, reps, rng));
       if (want("chunk"))
-        for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, history, n_q, f16, reps, rng));
+        for (int n_q : {8, 24, 64}) results.push_back(BenchChunk(pool, m, history, n_q, kv, reps, rng));
       if (want("sparse")) {
         std::vector<Layer> layers;  // one KV for every ratio
         for (double ratio : {1.0, 0.2, 0.1})
-          results.push_back(BenchSparse(pool, m, sparse_context, ratio, f16, reps, layers, rng));
+          results.push_back(BenchSparse(pool, m, sparse_context, ratio, kv, reps, layers, rng));
       }
     }
   }

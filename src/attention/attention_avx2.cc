@@ -78,6 +78,33 @@ inline float HorizontalSum(__m256 x) {
 inline __m256 LoadKv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 LoadKv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
+// One q8_0 row (head_dim % 8 == 0) dequantized into y (32-byte aligned): the same
+// values as DequantizeKvRowQ8 (an int8 times an f16 scale is exact in f32).
+inline void DequantRowQ8(const int8_t* q, const uint16_t* scales, int d, float* y) {
+  const int g = KvQ8Group(d);
+  for (int i = 0; i < d; i += 8) {
+    const __m256 s = _mm256_set1_ps(_cvtsh_ss(scales[i / g]));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+    _mm256_store_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s));
+  }
+}
+
+// The q8_0 form of DecodeRows for one of K or V (`pool`): the rows of the step's
+// kDecodeChunk virtual slots from `c` dequantized into buf ([kDecodeChunk][d] floats),
+// r[i] pointing at row i, or at `zero` past max_lim. K and V take turns in one buffer
+// (16 KiB at head_dim 64), so the step's rows stay in L1.
+inline void DequantRowsQ8(const AttendParams& p, const SlotMap& map, int c, int max_lim, const int8_t* pool,
+                          const float* zero, float* buf, const float** r) {
+  const int d = p.shape.head_dim;
+  const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
+  for (int j = 0; j < n; ++j) {
+    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
+    DequantRowQ8(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + j * d);
+    r[j] = buf + j * d;
+  }
+  for (int j = n; j < kDecodeChunk; ++j) r[j] = zero;
+}
+
 // P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // accumulators: at least 8 (FMA latency x 2 pipes), at most 12 (16 registers).
@@ -142,8 +169,9 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 // step takes 64 slots as 8 groups of 8, every K and V row read where it lies in the pool
 // through a pointer per row (DecodeRows; a zero row past the last visible slot): an
 // index list's scattered rows are not copied first. T: the KV element type (float, or
-// uint16_t for f16, widened as it is loaded).
-template <int R, int kD, class T>
+// uint16_t for f16, widened as it is loaded). kQ8 (with T = float): q8_0 rows,
+// dequantized a step at a time (DequantRowsQ8).
+template <int R, int kD, class T, bool kQ8 = false>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 8;
@@ -155,6 +183,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const T* k_pool = f16 ? reinterpret_cast<const T*>(p.kv.k_f16) : reinterpret_cast<const T*>(p.kv.k_pool);
   const T* v_pool = f16 ? reinterpret_cast<const T*>(p.kv.v_f16) : reinterpret_cast<const T*>(p.kv.v_pool);
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
+  float* q8buf = kQ8 ? ThreadScratch(kF16Scratch, static_cast<size_t>(kDecodeChunk) * d) : nullptr;
 
   int32_t lim[R], min_lim, max_lim;
   LoadDecodeRows(p, job, R, qs, lim, &min_lim, &max_lim);
@@ -175,7 +204,11 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kr[kDecodeChunk];
     const T* vr[kDecodeChunk];
-    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
+    if constexpr (kQ8) {
+      DequantRowsQ8(p, map, c, max_lim, p.kv.k_q8, zero, q8buf, kr);
+    } else {
+      DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
+    }
     const bool masked = c + kDecodeChunk > min_lim;
     for (int r = 0; r < R; ++r) {
       __m256 s[kGroups];
@@ -220,6 +253,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
       }
       lsum[r] = _mm256_fmadd_ps(lsum[r], alpha[r], sum);
     }
+    if constexpr (kQ8) DequantRowsQ8(p, map, c, max_lim, p.kv.v_q8, zero, q8buf, vr);
     if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
       for (int v0 = 0; v0 < kD / 8; v0 += VB)
@@ -235,30 +269,31 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   }
 }
 
-template <int kD, class T>
+template <int kD, class T, bool kQ8>
 void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelT<1, kD, T>(p, job, o, m, l);
-    case 2: return DecodeKernelT<2, kD, T>(p, job, o, m, l);
-    case 3: return DecodeKernelT<3, kD, T>(p, job, o, m, l);
-    case 4: return DecodeKernelT<4, kD, T>(p, job, o, m, l);
-    case 5: return DecodeKernelT<5, kD, T>(p, job, o, m, l);
-    case 6: return DecodeKernelT<6, kD, T>(p, job, o, m, l);
-    case 7: return DecodeKernelT<7, kD, T>(p, job, o, m, l);
-    default: return DecodeKernelT<8, kD, T>(p, job, o, m, l);
+    case 1: return DecodeKernelT<1, kD, T, kQ8>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD, T, kQ8>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD, T, kQ8>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD, T, kQ8>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD, T, kQ8>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD, T, kQ8>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD, T, kQ8>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD, T, kQ8>(p, job, o, m, l);
   }
 }
 
-template <class T>
+template <class T, bool kQ8 = false>
 void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (p.shape.head_dim) {
-    case 64: return DecodeKernelD<64, T>(p, job, o, m, l);
-    case 128: return DecodeKernelD<128, T>(p, job, o, m, l);
-    default: return DecodeKernelD<0, T>(p, job, o, m, l);
+    case 64: return DecodeKernelD<64, T, kQ8>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128, T, kQ8>(p, job, o, m, l);
+    default: return DecodeKernelD<0, T, kQ8>(p, job, o, m, l);
   }
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  if (p.kv.k_q8 != nullptr) return DecodeKernelE<float, /*kQ8=*/true>(p, job, o, m, l);
   if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
   return DecodeKernelE<float>(p, job, o, m, l);
 }

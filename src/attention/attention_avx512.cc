@@ -213,15 +213,20 @@ void TransposedKernel(const AttendParams& p, const TileJob& job, float* o, float
   const SlotMap map(p.kv, job.kv_head, d);
   const float* kp[kChunk];
   const float* vp[kChunk];
-  float* widened = p.kv.k_f16 != nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
-  int64_t off[kChunk];
+  float* widened = p.kv.k_pool == nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
+  const bool q8 = p.kv.k_q8 != nullptr;
+  int64_t off[kChunk], soff[kChunk];
   for (int c = job.slot_begin; c < max_lim; c += kChunk) {
     const int n = std::min(kChunk, max_lim - c);
     const int n8 = (n + 7) & ~7;
     // A tile over a long stored history streams its K/V from DRAM.
     PrefetchKvRows(p.kv, map, p.indices, c + kChunk, std::min(max_lim, c + 2 * kChunk), d);
-    for (int j = 0; j < n; ++j) off[j] = map.Offset(p.indices ? p.indices[c + j] : c + j);
-    KvRows(p.kv, off, n, d, widened, kp, vp);
+    for (int j = 0; j < n; ++j) {
+      const int32_t slot = p.indices ? p.indices[c + j] : c + j;
+      off[j] = map.Offset(slot);
+      if (q8) soff[j] = map.Q8ScaleOffset(slot);
+    }
+    KvRows(p.kv, off, soff, n, d, widened, kp, vp);
     for (int j = n; j < n8; ++j) {  // padding: valid rows, masked below
       kp[j] = kp[0];
       vp[j] = vp[0];
@@ -299,6 +304,33 @@ constexpr int kGroup = 16;              // slots per score vector
 constexpr int kGroups = 4;              // score vectors per online-softmax step
 constexpr int kDecodeChunk = kGroup * kGroups;
 
+// One q8_0 row (head_dim % 16 == 0) dequantized into y (64-byte aligned): the same
+// values as DequantizeKvRowQ8 (an int8 times an f16 scale is exact in f32).
+inline void DequantRowQ8(const int8_t* q, const uint16_t* scales, int d, float* y) {
+  const int g = KvQ8Group(d);
+  for (int i = 0; i < d; i += 16) {
+    const __m512 s = _mm512_set1_ps(_cvtsh_ss(scales[i / g]));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
+    _mm512_store_ps(y + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s));
+  }
+}
+
+// The q8_0 form of DecodeGroups for one of K or V (`pool`): the rows of the step's
+// kGroups x kGroup virtual slots from `c` dequantized into buf ([kDecodeChunk][d] floats,
+// zero past max_lim), rb[gi] pointing at group gi's rows. K and V take turns in one
+// buffer (16 KiB at head_dim 64), so the step's rows stay in L1.
+inline void DequantGroupsQ8(const AttendParams& p, const SlotMap& map, int c, int max_lim, const int8_t* pool,
+                            float* buf, const float** rb) {
+  const int d = p.shape.head_dim;
+  const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
+  for (int j = 0; j < n; ++j) {
+    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
+    DequantRowQ8(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + j * d);
+  }
+  std::fill(buf + n * d, buf + kDecodeChunk * d, 0.0f);
+  for (int gi = 0; gi < kGroups; ++gi) rb[gi] = buf + gi * kGroup * d;
+}
+
 // P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // independent accumulators (>= 8) keep both FMA pipes busy despite the 4-cycle latency.
@@ -363,8 +395,9 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 // (rows head_dim apart); any other group (index lists, block edges, the tail) is first
 // gathered into a local buffer, zero-padded. 64 slots per softmax step keep the serial
 // max -> exp -> rescale chain short relative to the independent dot products.
-// T: the KV element type (float, or uint16_t for f16, widened as it is loaded).
-template <int R, int kD, class T>
+// T: the KV element type (float, or uint16_t for f16, widened as it is loaded). kQ8
+// (with T = float): q8_0 rows, dequantized a step at a time (DequantGroupsQ8).
+template <int R, int kD, class T, bool kQ8 = false>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 16;
@@ -396,7 +429,11 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kb[kGroups];
     const T* vb[kGroups];
-    DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
+    if constexpr (kQ8) {
+      DequantGroupsQ8(p, map, c, max_lim, p.kv.k_q8, reinterpret_cast<float*>(kbuf), kb);
+    } else {
+      DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
+    }
     const bool masked = c + kDecodeChunk > min_lim;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -440,6 +477,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
       }
       lsum[r] = _mm512_fmadd_ps(lsum[r], alpha[r], sum);
     }
+    if constexpr (kQ8) DequantGroupsQ8(p, map, c, max_lim, p.kv.v_q8, reinterpret_cast<float*>(kbuf), vb);
     if constexpr (kD > 0) {
       for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {
         AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
@@ -455,30 +493,31 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   }
 }
 
-template <int kD, class T>
+template <int kD, class T, bool kQ8>
 void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelT<1, kD, T>(p, job, o, m, l);
-    case 2: return DecodeKernelT<2, kD, T>(p, job, o, m, l);
-    case 3: return DecodeKernelT<3, kD, T>(p, job, o, m, l);
-    case 4: return DecodeKernelT<4, kD, T>(p, job, o, m, l);
-    case 5: return DecodeKernelT<5, kD, T>(p, job, o, m, l);
-    case 6: return DecodeKernelT<6, kD, T>(p, job, o, m, l);
-    case 7: return DecodeKernelT<7, kD, T>(p, job, o, m, l);
-    default: return DecodeKernelT<8, kD, T>(p, job, o, m, l);
+    case 1: return DecodeKernelT<1, kD, T, kQ8>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD, T, kQ8>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD, T, kQ8>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD, T, kQ8>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD, T, kQ8>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD, T, kQ8>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD, T, kQ8>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD, T, kQ8>(p, job, o, m, l);
   }
 }
 
-template <class T>
+template <class T, bool kQ8 = false>
 void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (p.shape.head_dim) {
-    case 64: return DecodeKernelD<64, T>(p, job, o, m, l);
-    case 128: return DecodeKernelD<128, T>(p, job, o, m, l);
-    default: return DecodeKernelD<0, T>(p, job, o, m, l);
+    case 64: return DecodeKernelD<64, T, kQ8>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128, T, kQ8>(p, job, o, m, l);
+    default: return DecodeKernelD<0, T, kQ8>(p, job, o, m, l);
   }
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  if (p.kv.k_q8 != nullptr) return DecodeKernelE<float, /*kQ8=*/true>(p, job, o, m, l);
   if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
   return DecodeKernelE<float>(p, job, o, m, l);
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "attic/attention/attention.h"
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
@@ -84,14 +85,20 @@ void RotateHalfAvx2(const float* x1, const float* x2, float* y1, float* y2, cons
                     int half);
 void RotateHalfAvx512(const float* x1, const float* x2, float* y1, float* y2, const float* c, const float* s,
                       float sign, int half);
-constexpr int kF16Scratch = 4;  // the buffer kernels widen f16 KV rows into
+constexpr int kF16Scratch = 4;  // the buffer kernels widen f16 / q8_0 KV rows into
+
+// A q8_0 row's f16 scales: at byte `scale_off` (SlotMap::Q8ScaleOffset) of `pool`.
+inline const uint16_t* Q8Scales(const int8_t* pool, int64_t scale_off) {
+  return reinterpret_cast<const uint16_t*>(pool + scale_off);
+}
 
 // Points kp[j] / vp[j] (j < n) at the K / V rows of the slots at element offsets off[j]:
 // in place for f32 storage; for f16 storage the rows are widened into `buf` ([2n][d]
-// floats) first.
-inline void KvRows(const KvLayerView& kv, const int64_t* off, int n, int d, float* buf, const float** kp,
-                   const float** vp) {
-  if (kv.k_f16 == nullptr) {
+// floats) first; for q8_0 they are dequantized into it (soff[j]: the rows' scale offsets;
+// unused otherwise).
+inline void KvRows(const KvLayerView& kv, const int64_t* off, const int64_t* soff, int n, int d, float* buf,
+                   const float** kp, const float** vp) {
+  if (kv.k_pool != nullptr) {
     for (int j = 0; j < n; ++j) {
       kp[j] = kv.k_pool + off[j];
       vp[j] = kv.v_pool + off[j];
@@ -101,8 +108,13 @@ inline void KvRows(const KvLayerView& kv, const int64_t* off, int n, int d, floa
   for (int j = 0; j < n; ++j) {
     float* kd = buf + static_cast<int64_t>(j) * d;
     float* vd = buf + static_cast<int64_t>(n + j) * d;
-    backend::ConvertF16ToF32(kv.k_f16 + off[j], kd, d);
-    backend::ConvertF16ToF32(kv.v_f16 + off[j], vd, d);
+    if (kv.k_q8 != nullptr) {
+      DequantizeKvRowQ8(kv.k_q8 + off[j], Q8Scales(kv.k_q8, soff[j]), d, kd);
+      DequantizeKvRowQ8(kv.v_q8 + off[j], Q8Scales(kv.v_q8, soff[j]), d, vd);
+    } else {
+      backend::ConvertF16ToF32(kv.k_f16 + off[j], kd, d);
+      backend::ConvertF16ToF32(kv.v_f16 + off[j], vd, d);
+    }
     kp[j] = kd;
     vp[j] = vd;
   }
@@ -118,18 +130,21 @@ class SlotMap {
         head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * head_dim),
         block_size_(kv.block_size),
         head_dim_(head_dim),
-        shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1) {}
+        shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1),
+        q8_scales_(kv.q8_scales),
+        q8_group_(KvQ8Group(head_dim)) {}
 
   int64_t Offset(int32_t slot) const {
     int32_t block, row;
-    if (shift_ >= 0) {
-      block = slot >> shift_;
-      row = slot & (block_size_ - 1);
-    } else {
-      block = slot / block_size_;
-      row = slot % block_size_;
-    }
+    Split(slot, &block, &row);
     return table_[block] * stride_ + head_offset_ + static_cast<int64_t>(row) * head_dim_;
+  }
+  // q8_0 storage: the byte offset of the slot's row's first f16 scale.
+  int64_t Q8ScaleOffset(int32_t slot) const {
+    int32_t block, row;
+    Split(slot, &block, &row);
+    return table_[block] * stride_ + q8_scales_ +
+           (head_offset_ + static_cast<int64_t>(row) * head_dim_) / q8_group_ * static_cast<int64_t>(sizeof(uint16_t));
   }
   int block_size() const { return block_size_; }
 
@@ -140,6 +155,18 @@ class SlotMap {
   int block_size_;
   int head_dim_;
   int shift_;
+  int64_t q8_scales_;
+  int q8_group_;
+
+  void Split(int32_t slot, int32_t* block, int32_t* row) const {
+    if (shift_ >= 0) {
+      *block = slot >> shift_;
+      *row = slot & (block_size_ - 1);
+    } else {
+      *block = slot / block_size_;
+      *row = slot % block_size_;
+    }
+  }
 };
 
 // Prefetches into L2 the K and V rows of virtual slots [begin, end) (through `indices`
@@ -149,19 +176,29 @@ class SlotMap {
 // prefetcher has not caught up with.
 inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int32_t* indices, int begin, int end,
                            int head_dim) {
-  const bool f16 = kv.k_f16 != nullptr;
-  const char* k = f16 ? reinterpret_cast<const char*>(kv.k_f16) : reinterpret_cast<const char*>(kv.k_pool);
-  const char* v = f16 ? reinterpret_cast<const char*>(kv.v_f16) : reinterpret_cast<const char*>(kv.v_pool);
-  const int64_t elem = f16 ? 2 : 4;
+  const bool f16 = kv.k_f16 != nullptr, q8 = kv.k_q8 != nullptr;
+  const char* k = q8    ? reinterpret_cast<const char*>(kv.k_q8)
+                  : f16 ? reinterpret_cast<const char*>(kv.k_f16)
+                        : reinterpret_cast<const char*>(kv.k_pool);
+  const char* v = q8    ? reinterpret_cast<const char*>(kv.v_q8)
+                  : f16 ? reinterpret_cast<const char*>(kv.v_f16)
+                        : reinterpret_cast<const char*>(kv.v_pool);
+  const int64_t elem = q8 ? 1 : f16 ? 2 : 4;
   const int64_t row_bytes = head_dim * elem;
   // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
   // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
   auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
   for (int j = begin; j < end; ++j) {
-    const int64_t at = map.Offset(indices ? indices[j] : j) * elem;
+    const int32_t slot = indices ? indices[j] : j;
+    const int64_t at = map.Offset(slot) * elem;
     for (int64_t b = 0; b < row_bytes; b += 64) {
       prefetch(k + at + b);
       prefetch(v + at + b);
+    }
+    if (q8) {  // the row's scales: one line serves many rows
+      const int64_t sat = map.Q8ScaleOffset(slot);
+      prefetch(k + sat);
+      prefetch(v + sat);
     }
   }
 }

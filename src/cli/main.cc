@@ -28,8 +28,9 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
                       " (default: detected from the model; a model without one Attic recognises chats in chatml)");
   cmd->add_option("--kv-dtype", f->kv_dtype,
                   "element type of the compute buffer's KV cache: f32 (exact: greedy output independent of "
-                  "batching) or f16 (half the memory per token)")
-      ->check(CLI::IsMember({"f16", "f32"}))
+                  "batching), f16 (half the memory per token) or q8_0 (8-bit, one f16 scale per 32 values: "
+                  "~0.27x f32's memory; sparse offload does not take it yet)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
       ->capture_default_str();
   cmd->add_option("--kv-block-size", f->kv_block_size,
                   "tokens per block of the compute buffer's KV cache (longer blocks: faster decode attention, "
@@ -49,7 +50,7 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
   o.chat_template_fallback = "chatml";  // one behaviour in serve, chat and generate --chat
-  o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16 (checked by the flag)
+  o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16/q8_0 (checked by the flag)
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;
   o.show_progress = progress;

@@ -193,6 +193,8 @@ int RunServe(ServeFlags f) {
     f.server.scheduler.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
   f.server.scheduler.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
+  if (eo.kv_dtype == DType::kQ8_0 && sparse->offload())
+    return UsageError("--sparse " + f.sparse + ": sparse offload does not take --kv-dtype q8_0 yet (use f32 or f16)");
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
   eo.kv_cache_bytes = static_cast<int64_t>(f.kv_budget);

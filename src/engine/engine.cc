@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/kernels.h"
 #include "attic/core/file.h"
 #include "attic/core/log.h"
@@ -88,8 +89,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
   if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
-  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF16)
-    return InvalidArgumentError("the KV cache holds f32 or f16");
+  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF16 && options.kv_dtype != DType::kQ8_0)
+    return InvalidArgumentError(std::string("the KV cache holds f32, f16 or q8_0, not ") + DTypeName(options.kv_dtype));
+  if (options.kv_dtype == DType::kQ8_0 && !attention::KvQ8Supports(cfg.head_dim)) {
+    return InvalidArgumentError("q8_0 KV needs head_dim below 32 or a multiple of 32; this model's is " +
+                                std::to_string(cfg.head_dim));
+  }
   e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
   const int64_t prepack_max = options.prepack_max_bytes >= 0
                                   ? options.prepack_max_bytes

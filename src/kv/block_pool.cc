@@ -12,7 +12,8 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
                      const std::function<void(uint64_t, uint64_t)>& progress)
     : shape_(shape), n_blocks_(n_blocks) {
   ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
-  ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16);
+  ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16 ||
+              (shape.dtype == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)));
   const size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
@@ -190,8 +191,23 @@ void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, co
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
   const int64_t hs = s.head_stride() * eb;
+  if (s.dtype == DType::kQ8_0) {  // each head's row quantized in one pass
+    const int64_t ss = s.head_stride() / s.q8_group();  // scales from one head's rows to the next's
+    for (int i = 0; i < n; ++i) {
+      auto* kd = reinterpret_cast<int8_t*>(k_slot_bytes(layer, blocks, first + i));
+      auto* vd = reinterpret_cast<int8_t*>(v_slot_bytes(layer, blocks, first + i));
+      uint16_t* kscale = k_slot_q8_scales(layer, blocks, first + i);
+      uint16_t* vscale = v_slot_q8_scales(layer, blocks, first + i);
+      for (int h = 0; h < s.n_kv_heads; ++h) {
+        const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
+        if (k != nullptr) attention::QuantizeKvRowQ8(k + src, hd, kd + h * hs, kscale + h * ss);
+        attention::QuantizeKvRowQ8(v + src, hd, vd + h * hs, vscale + h * ss);
+      }
+    }
+    return;
+  }
   for (int i = 0; i < n; ++i) {
-    const int64_t at = SlotOffset(blocks, first + i) * eb;
+    const int64_t at = SlotByteOffset(blocks, first + i);
     uint8_t* kd = k_[layer].data() + at;
     uint8_t* vd = v_[layer].data() + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -206,8 +222,24 @@ void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, flo
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
   const int64_t hs = s.head_stride() * eb;
+  if (s.dtype == DType::kQ8_0) {
+    const int64_t ss = s.head_stride() / s.q8_group();
+    for (int i = 0; i < n; ++i) {
+      const int8_t* ks = reinterpret_cast<const int8_t*>(k_[layer].data() + SlotByteOffset(blocks, first + i));
+      const int8_t* vs = reinterpret_cast<const int8_t*>(v_[layer].data() + SlotByteOffset(blocks, first + i));
+      const int64_t sat = SlotScaleByteOffset(blocks, first + i);
+      const auto* kscale = reinterpret_cast<const uint16_t*>(k_[layer].data() + sat);
+      const auto* vscale = reinterpret_cast<const uint16_t*>(v_[layer].data() + sat);
+      for (int h = 0; h < s.n_kv_heads; ++h) {
+        const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
+        attention::DequantizeKvRowQ8(ks + h * hs, kscale + h * ss, hd, k + dst);
+        attention::DequantizeKvRowQ8(vs + h * hs, vscale + h * ss, hd, v + dst);
+      }
+    }
+    return;
+  }
   for (int i = 0; i < n; ++i) {
-    const int64_t at = SlotOffset(blocks, first + i) * eb;
+    const int64_t at = SlotByteOffset(blocks, first + i);
     const uint8_t* ks = k_[layer].data() + at;
     const uint8_t* vs = v_[layer].data() + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {

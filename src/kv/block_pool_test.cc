@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <random>
+#include <vector>
+
+#include "attic/attention/kv_q8.h"
 
 namespace attic::kv {
 namespace {
@@ -92,6 +95,55 @@ TEST(BlockPool, F16HalvesTheBytesAndRoundsLikeTheScalarConversion) {
   // Slot 5 (block 1, row 1), head 2 as f16 where the layout comment says.
   const uint16_t* kb = reinterpret_cast<const uint16_t*>(pool.k_block_bytes(0, seq.block_table()[1]));
   EXPECT_EQ(kb[(2 * 4 + 1) * 4 + 3], F32ToF16(k[5 * kvd + 2 * 4 + 3]));
+}
+
+TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep) {
+  KvShape s = Shape();
+  s.head_dim = 64;  // two groups of 32 per row
+  s.dtype = DType::kQ8_0;
+  // 3 heads x 4 rows x 64 values = 768 int8, then 3 x 4 x 2 f16 scales = 48 bytes.
+  EXPECT_EQ(s.block_layer_bytes(), 768 + 48);
+  EXPECT_EQ(s.q8_scales_offset(), 768);
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 5);
+  BlockPool pool(s, 6);
+  SequenceKv seq(&pool);
+  const int n = 9, kvd = s.kv_dim();
+  std::vector<int32_t> tokens(n), positions(n);
+  ASSERT_TRUE(seq.Append(tokens.data(), positions.data(), n).ok());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> k(static_cast<size_t>(n) * kvd), v(k.size()), k2(k.size()), v2(k.size());
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  seq.WriteKv(1, 0, n, k.data(), v.data());
+  seq.ReadKv(1, 0, n, k2.data(), v2.data());
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      const size_t row = static_cast<size_t>(i) * kvd + h * s.head_dim;
+      // What the pool holds is what the row quantizer writes, bit for bit.
+      std::vector<int8_t> q(s.head_dim);
+      uint16_t scales[2];
+      attention::QuantizeKvRowQ8(&k[row], s.head_dim, q.data(), scales);
+      const int8_t* stored = reinterpret_cast<const int8_t*>(pool.k_slot_bytes(1, seq.block_table().data(), i)) +
+                             h * s.head_stride();
+      const uint16_t* stored_scales = pool.k_slot_q8_scales(1, seq.block_table().data(), i) + h * s.head_stride() / 32;
+      EXPECT_EQ(std::vector<int8_t>(stored, stored + s.head_dim), q) << "slot " << i << " head " << h;
+      EXPECT_EQ(stored_scales[0], scales[0]);
+      EXPECT_EQ(stored_scales[1], scales[1]);
+      for (int t = 0; t < s.head_dim; ++t) {
+        EXPECT_LE(std::abs(k2[row + t] - k[row + t]), F16ToF32(scales[t / 32]) / 2 * (1 + 1e-6));
+        EXPECT_NEAR(v2[row + t], v[row + t], 2.0 / 127 / 2 * 1.01);
+      }
+    }
+  }
+  // A copied block carries its scales.
+  auto dst = pool.Allocate();
+  ASSERT_TRUE(dst.ok());
+  pool.CopyBlock(*dst, seq.block_table()[0]);
+  std::vector<float> k3(static_cast<size_t>(s.block_size) * kvd), v3(k3.size());
+  pool.ReadRows(1, &*dst, 0, s.block_size, k3.data(), v3.data());
+  EXPECT_EQ(std::vector<float>(k2.begin(), k2.begin() + k3.size()), k3);
+  EXPECT_EQ(std::vector<float>(v2.begin(), v2.begin() + v3.size()), v3);
 }
 
 TEST(SequenceKv, AppendIsAllOrNothingWhenFull) {

@@ -519,6 +519,8 @@ StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention
                                 " reads every key at every step)");
   }
   if (options.cache_blocks < 0) return InvalidArgumentError("sparse offload: cache_blocks must be >= 0");
+  if (seq->pool()->shape().dtype == DType::kQ8_0)
+    return FailedPreconditionError("sparse offload does not take a q8_0 compute buffer yet");
   if (seq->n_slots() != 0) return FailedPreconditionError("sparse offload: the sequence must start empty");
   std::vector<int32_t> cache_phys;
   for (int i = 0; i < options.cache_blocks; ++i) {

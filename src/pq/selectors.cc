@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "pq/sparse_internal.h"
 
@@ -14,6 +15,13 @@ const float* KeyReader::Row(int h, int s, float* buf) const {
   const int64_t block = kv_.block_table[s / kv_.block_size];
   const int64_t off = block * kv_.block_stride + (static_cast<int64_t>(h) * kv_.block_size + s % kv_.block_size) * head_dim_;
   if (kv_.k_pool != nullptr) return kv_.k_pool + off;
+  if (kv_.k_q8 != nullptr) {  // off counts bytes: the row's int8 values, its scales after the block's values
+    const int64_t scales = block * kv_.block_stride + kv_.q8_scales +
+                           (off - block * kv_.block_stride) / attention::KvQ8Group(head_dim_) * 2;
+    attention::DequantizeKvRowQ8(kv_.k_q8 + off, reinterpret_cast<const uint16_t*>(kv_.k_q8 + scales), head_dim_,
+                                 buf);
+    return buf;
+  }
   backend::ConvertF16ToF32(kv_.k_f16 + off, buf, head_dim_);
   return buf;
 }

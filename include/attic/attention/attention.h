@@ -19,14 +19,24 @@ namespace attic::attention {
 // One layer's KV of one sequence, in a paged pool.
 // Layout of each block: K and V are separate arrays, each [n_kv_heads][block_size][head_dim]
 // f32 (k_pool / v_pool) or f16 (k_f16 / v_f16: set these instead, and leave k_pool / v_pool
-// null; the kernels widen the rows they read, so decode reads half the bytes).
+// null; the kernels widen the rows they read, so decode reads half the bytes), or q8_0
+// (k_q8 / v_q8, below).
 // Slot s lives in block block_table[s / block_size] at row s % block_size.
+//
+// q8_0 (attention/kv_q8.h): a block is block_stride bytes: the rows' int8 values
+// [n_kv_heads][block_size][head_dim] at bytes [0, q8_scales), then their f16 scales
+// [n_kv_heads][block_size][head_dim / KvQ8Group(head_dim)] at byte q8_scales. Element i
+// of a row is scale[i / group] * q[i]. The kernels dequantize the rows they read, a chunk
+// of slots at a time; K and V have the same type.
 struct KvLayerView {
   const float* k_pool = nullptr;   // this layer's K storage; block b starts at k_pool + b * block_stride
   const float* v_pool = nullptr;
   const uint16_t* k_f16 = nullptr;  // ... or f16 storage, same layout
   const uint16_t* v_f16 = nullptr;
-  int64_t block_stride = 0;        // elements per block (= n_kv_heads * block_size * head_dim)
+  const int8_t* k_q8 = nullptr;     // ... or q8_0 storage (block_stride then counts bytes)
+  const int8_t* v_q8 = nullptr;
+  int64_t q8_scales = 0;           // q8_0: bytes from a block's start to its scales
+  int64_t block_stride = 0;        // elements per block (= n_kv_heads * block_size * head_dim); q8_0: bytes
   int block_size = 0;
   const int32_t* block_table = nullptr;
   int n_slots = 0;                 // slots that hold valid KV

@@ -7,6 +7,11 @@
 // shape().dtype (f32, or f16 to halve the bytes decode attention reads) at element
 // b * block_stride() of k_data(l), V likewise in v_data(l). Rows enter and leave as f32
 // (WriteRows / ReadRows convert).
+// q8_0 (a quarter of f32's bytes plus one f16 scale per 32 values; attention/kv_q8.h):
+// block b is the block_layer_bytes() bytes at b * block_layer_bytes(): the int8 values
+// [n_kv_heads][block_size][head_dim] (block_stride() bytes), then their f16 scales
+// [n_kv_heads][block_size][head_dim / q8_group()] at byte q8_scales_offset(). WriteRows
+// quantizes each row in one pass; the attention kernels read the blocks as they are.
 //
 // Sharing: blocks are reference-counted. SequenceKv::Fork makes a second sequence that
 // shares every block of the first (n choices of one prompt: the prompt is prefilled
@@ -23,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/core/status.h"
 #include "attic/tensor/buffer.h"
 #include "attic/tensor/dtype.h"
@@ -45,16 +51,24 @@ struct KvShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = kDefaultBlockSize;
-  DType dtype = DType::kF32;  // element type of the stored rows: kF32 or kF16
+  DType dtype = DType::kF32;  // element type of the stored rows: kF32, kF16 or kQ8_0
 
   int kv_dim() const { return n_kv_heads * head_dim; }
-  int elem_bytes() const { return dtype == DType::kF16 ? 2 : 4; }
+  // Bytes of one element's value (q8_0: 1; its scales follow the block's values).
+  int elem_bytes() const { return dtype == DType::kF16 ? 2 : dtype == DType::kQ8_0 ? 1 : 4; }
+  // q8_0: values per scale (32, or head_dim when it is smaller).
+  int q8_group() const { return attention::KvQ8Group(head_dim); }
   // Elements of one layer's K (or V) in one block.
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   // A block is [kv_head][row][head_dim]: elements from one head's rows to the next head's.
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
+  // q8_0: bytes from a block's start to its scales.
+  int64_t q8_scales_offset() const { return block_stride(); }
   // Bytes of one layer's K (or V) in one block.
-  int64_t block_layer_bytes() const { return block_stride() * elem_bytes(); }
+  int64_t block_layer_bytes() const {
+    if (dtype == DType::kQ8_0) return block_stride() + block_stride() / q8_group() * 2;
+    return block_stride() * elem_bytes();
+  }
   // Bytes of K+V one block occupies across all layers.
   int64_t block_bytes() const { return 2 * n_layers * block_layer_bytes(); }
 };
@@ -103,25 +117,40 @@ class BlockPool {
   // in layer `layer`'s K / V: head 0; head h is shape().head_stride() floats further.
   // For writers that produce a row in place (the KV loader rotates K straight into it).
   float* k_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(k_[layer].data()) + SlotOffset(blocks, slot);
+    return reinterpret_cast<float*>(k_[layer].data() + SlotByteOffset(blocks, slot));
   }
   float* v_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(v_[layer].data()) + SlotOffset(blocks, slot);
+    return reinterpret_cast<float*>(v_[layer].data() + SlotByteOffset(blocks, slot));
   }
   // The same for any element type: head 0 of the slot, head h is
-  // shape().head_stride() * shape().elem_bytes() bytes further.
+  // shape().head_stride() * shape().elem_bytes() bytes further (q8_0: the int8 values;
+  // the scales are k_slot_q8_scales).
   uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return k_[layer].data() + SlotOffset(blocks, slot) * shape_.elem_bytes();
+    return k_[layer].data() + SlotByteOffset(blocks, slot);
   }
   uint8_t* v_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return v_[layer].data() + SlotOffset(blocks, slot) * shape_.elem_bytes();
+    return v_[layer].data() + SlotByteOffset(blocks, slot);
+  }
+  // A q8_0 pool's scales of the slot: head 0's head_dim / q8_group() scales; head h's are
+  // shape().head_stride() / q8_group() scales further.
+  uint16_t* k_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
+    return reinterpret_cast<uint16_t*>(k_[layer].data() + SlotScaleByteOffset(blocks, slot));
+  }
+  uint16_t* v_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
+    return reinterpret_cast<uint16_t*>(v_[layer].data() + SlotScaleByteOffset(blocks, slot));
   }
 
  private:
-  // Element offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *
-  // shape().head_stride() elements further.
-  int64_t SlotOffset(const int32_t* blocks, int slot) const {
-    return blocks[slot / shape_.block_size] * shape_.block_stride() + (slot % shape_.block_size) * shape_.head_dim;
+  // Byte offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *
+  // shape().head_stride() * shape().elem_bytes() bytes further.
+  int64_t SlotByteOffset(const int32_t* blocks, int slot) const {
+    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() +
+           static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim * shape_.elem_bytes();
+  }
+  // q8_0: byte offset of head 0's first scale of slot `slot`.
+  int64_t SlotScaleByteOffset(const int32_t* blocks, int slot) const {
+    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() + shape_.q8_scales_offset() +
+           static_cast<int64_t>(slot % shape_.block_size) * (shape_.head_dim / shape_.q8_group()) * 2;
   }
 
   KvShape shape_;

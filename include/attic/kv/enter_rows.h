@@ -34,10 +34,16 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
   thread_local std::vector<float> kin, krow;
   kin.resize(static_cast<size_t>(kvd));
   krow.resize(static_cast<size_t>(kvd));
+  thread_local std::vector<float> vrow;
   for (int s = first; s < first + n; ++s) {
     backend::ConvertF16ToF32(k_row(s), kin.data(), kvd);
     const uint16_t* v = v_row(s);
-    if (shape.dtype == DType::kF16) {
+    if (shape.dtype == DType::kQ8_0) {  // both rows in f32, then quantized as the forward pass writes them
+      vrow.resize(static_cast<size_t>(kvd));
+      backend::ConvertF16ToF32(v, vrow.data(), kvd);
+      rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
+      pool.WriteRows(layer, blocks, s, 1, krow.data(), vrow.data());
+    } else if (shape.dtype == DType::kF16) {
       rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
       uint16_t* kd = reinterpret_cast<uint16_t*>(pool.k_slot_bytes(layer, blocks, s));
       uint16_t* vd = reinterpret_cast<uint16_t*>(pool.v_slot_bytes(layer, blocks, s));
@@ -59,9 +65,11 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
 // then stored (and V converted) in dtype. The per-token step of EnterRotatedRows, for
 // destinations that are not slots of a block table too (a staging buffer, one head's part
 // of a block: pq/offload.h).
+// REQUIRES: dtype is kF32 or kF16 (a q8_0 row has scales elsewhere: EnterRotatedRows).
 inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, const float* k, const float* v,
                               int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
                               int64_t dst_head_stride) {
+  ATTIC_CHECK(dtype == DType::kF32 || dtype == DType::kF16);
   const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
   if (dtype == DType::kF32) {
     // K rotated straight into place, V copied head by head.
@@ -95,6 +103,15 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
+    if (shape.dtype == DType::kQ8_0) {  // K rotated in f32, then both rows quantized in one pass
+      thread_local std::vector<float> krow;
+      krow.resize(static_cast<size_t>(shape.kv_dim()));
+      for (int s = first; s < first + n; ++s) {
+        rope.ApplyToken(k_row(s), krow.data(), shape.n_kv_heads, shape.head_dim, positions[s]);
+        pool.WriteRows(layer, blocks, s, 1, krow.data(), v_row(s));
+      }
+      return;
+    }
     for (int s = first; s < first + n; ++s) {
       EnterRotatedHeads(shape.dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim, positions[s],
                         pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s), shape.head_stride());
