@@ -360,7 +360,7 @@ int RunRq3(int argc, char** argv) {
     r.tenant = kTenant;
     r.prompt = rig.Prompt(order, fresh_tokens, spec.get());
     spec->options = o;
-    r.link = spec;
+    r.kv_options.Set(std::shared_ptr<const pic::LinkSpec>(spec));
     r.sampling.max_tokens = 1;
     r.ignore_eos = true;
     return r;
@@ -541,7 +541,7 @@ GenerationRequest Rq2Request(const Rig& rig, const Rq2Args& a, const pic::LinkOp
   r.tenant = kTenant;
   r.prompt = rig.Prompt(order, bench::RandomTokens(a.fresh, rng(), 100, rig.vocab()), spec.get());
   spec->options = method;
-  r.link = spec;
+  r.kv_options.Set(std::shared_ptr<const pic::LinkSpec>(spec));
   r.sampling.max_tokens = a.output;
   r.ignore_eos = true;
   return r;

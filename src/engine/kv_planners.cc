@@ -67,8 +67,7 @@ kv::KvRequest KvPlanners::RequestOf(const GenerationRequest& request,
   r.max_new_tokens = request.sampling.max_tokens;
   r.n_choices = request.n;
   r.samples = !request.prefill_only;
-  if (request.sparse != nullptr) r.options.Set(request.sparse);
-  if (request.link != nullptr) r.options.Set(request.link);
+  r.options = request.kv_options;
   return r;
 }
 

@@ -103,15 +103,16 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     }
   }
   if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
-  if (request.prompt_logprobs && (request.link != nullptr || request.prefill_only))
+  const std::shared_ptr<const pic::LinkSpec> link = request.kv_options.Get<pic::LinkSpec>();
+  if (request.prompt_logprobs && (link != nullptr || request.prefill_only))
     return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
   if (request.prompt_logprobs && shortened)
     return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
                            std::to_string(engine_.context_length()) + " tokens (prompt logprobs do not truncate)");
-  if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
+  if ((link != nullptr || request.prefill_only) && store_ == nullptr)
     return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
-  if (request.link != nullptr)
-    ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
+  if (link != nullptr)
+    ATTIC_RETURN_IF_ERROR(link->Validate(n_prompt, engine_.model().config().n_layers));
   ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), *prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();

@@ -158,7 +158,7 @@ class LinkTest : public ::testing::Test {
     GenerationRequest r;
     r.tenant = tenant;
     r.prompt = std::move(prompt);
-    r.link = std::move(spec);
+    if (spec != nullptr) r.kv_options.Set(std::move(spec));
     r.sampling.max_tokens = max_tokens;
     r.ignore_eos = true;
     return r;

@@ -62,7 +62,7 @@ TokenUsage Turn(Scheduler& s, std::vector<int32_t> prompt) {
   r.sampling.max_tokens = kTokens;  // greedy (temperature 0)
   r.ignore_eos = true;
   r.session_id = "conv";
-  r.sparse = PqFifth();
+  r.kv_options.Set(PqFifth());
   auto ch = s.Submit(std::move(r));
   EXPECT_TRUE(ch.ok()) << ch.status().ToString();
   TokenUsage usage;

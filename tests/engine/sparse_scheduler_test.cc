@@ -97,7 +97,7 @@ GenerationRequest Request(std::vector<int32_t> prompt, int max_tokens,
   r.prompt = std::move(prompt);
   r.sampling.max_tokens = max_tokens;
   r.ignore_eos = true;  // every request decodes max_tokens steps
-  r.sparse = std::move(sparse);
+  if (sparse != nullptr) r.kv_options.Set(std::move(sparse));
   return r;
 }
 

@@ -168,14 +168,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;      // token ids (must not be empty)
   SamplingParams sampling;          // max_tokens >= 1; stop_token_ids add to the engine's
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
-  // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
-  // as the spec's method says (link.h); null = none. Needs a KV store.
-  std::shared_ptr<const pic::LinkSpec> link;
-  // Sparse decoding (pq/sparse.h): null = the scheduler's default (SchedulerOptions::
-  // sparse); method full asks for full attention whatever the default. A request with a
-  // selector (any other method) decodes with its own pq::SparseAttention; it batches with
-  // every other request as usual.
-  std::shared_ptr<const pq::SparseOptions> sparse;
+  // The planners' options (kv/connector.h), at most one value per type, each read by
+  // the planner it is for (the connector's Check validates it at Submit); none = every
+  // planner's defaults.
+  kv::KvRequestOptions kv_options;
   // Compute and save the prompt's KV (session_id names the entry), sample nothing: the
   // request finishes ("stop", no completion tokens) once its prompt is prefilled. Its
   // prompt is computed from scratch (no reuse), so the entry holds KV computed from
