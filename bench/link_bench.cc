@@ -11,7 +11,7 @@
 //        request took longer than S seconds (FR at 16k takes minutes here). Per method:
 //        the growth exponent (least-squares slope of log TTFT on log prompt length, over
 //        the lengths of >= 2 chunks). Per request: the chunk
-//        KV bytes entered into the compute buffer (SchedulerStats kv_load.entered_bytes)
+//        KV bytes entered into the compute buffer (SchedulerStats::kv, store::KvLoadStats::entered_bytes)
 //        against the linked chunks' stored bytes, the most rows turns held of their own
 //        (StoreStats turn_bytes: the pre-RoPE copy a turn keeps to be saved), and the
 //        process's peak RSS so far (VmHWM).
@@ -272,7 +272,7 @@ Rq3Sample RunOne(Rig& rig, Scheduler& s, GenerationRequest req) {
   Rq3Sample out;
   std::vector<RequestRecord> records;
   s.set_observer([&](const RequestRecord& r) { records.push_back(r); });
-  const KvLoadStats before = s.Stats().kv_load;
+  const store::KvLoadStats before = s.Stats().kv.Value<store::KvLoadStats>();
   // The turn's own rows live only while the request runs (often one step): sampled from
   // another thread.
   std::atomic<bool> done{false};
@@ -296,7 +296,7 @@ Rq3Sample RunOne(Rig& rig, Scheduler& s, GenerationRequest req) {
   out.turn_bytes_peak = turn_peak.load();
   const RequestRecord& r = records.front();
   if (r.code != StatusCode::kOk || r.ttft_seconds < 0) Die("request failed (code " + std::to_string(int(r.code)) + ")");
-  const KvLoadStats after = s.Stats().kv_load;
+  const store::KvLoadStats after = s.Stats().kv.Value<store::KvLoadStats>();
   out.ttft_s = r.ttft_seconds;
   out.recomputed = r.usage.recomputed_tokens;
   out.cached = r.usage.cached_tokens;

@@ -245,9 +245,9 @@ class Bench {
       p.insert(p.end(), fresh_[j].begin(), fresh_[j].end());
       chans.push_back(Submit(sched, std::move(p), "s" + std::to_string(j), answer));
     }
-    const KvLoadStats before = sched.Stats().kv_load;
+    const store::KvLoadStats before = sched.Stats().kv.Value<store::KvLoadStats>();
     auto t = Drive(sched, chans, start);
-    const KvLoadStats after = sched.Stats().kv_load;
+    const store::KvLoadStats after = sched.Stats().kv.Value<store::KvLoadStats>();
     std::fprintf(stderr, "  %-16s fetch %.1f ms, enter %.1f ms, wait %.1f ms over %d jobs\n", c.name.c_str(),
                  1e3 * (after.fetch_seconds - before.fetch_seconds), 1e3 * (after.enter_seconds - before.enter_seconds),
                  1e3 * (after.wait_seconds - before.wait_seconds), jobs);

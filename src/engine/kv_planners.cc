@@ -28,8 +28,6 @@ void KvPlanners::SetStore(store::KvStore* store) {
   so.rope = &engine_.transformer().rope();
   so.threads = &engine_.threads();
   auto sparse = std::make_unique<pq::SparsePlanner>(std::move(so));
-  sparse_ = sparse.get();
-  store_ = nullptr;
   std::unique_ptr<store::StorePlanner> kept;
   if (store != nullptr) {
     store::StorePlannerOptions o;
@@ -48,7 +46,6 @@ void KvPlanners::SetStore(store::KvStore* store) {
     o.truncate_keep_first = options_.truncate_keep_first;
     o.truncate_recompute = options_.truncate_recompute;
     kept = std::make_unique<store::StorePlanner>(std::move(o));
-    store_ = kept.get();
   }
   if (link != nullptr) connector->Add(std::move(link));
   connector->Add(std::move(sparse));
@@ -69,11 +66,6 @@ kv::KvRequest KvPlanners::RequestOf(const GenerationRequest& request,
   r.samples = !request.prefill_only;
   r.options = request.kv_options;
   return r;
-}
-
-void KvPlanners::PublishStats(SchedulerStats* stats) const {
-  stats->sparse = sparse_->stats();
-  if (store_ != nullptr) stats->kv_load = store_->stats();
 }
 
 }  // namespace attic::engine

@@ -29,15 +29,10 @@ class KvPlanners {
   // What the connector sees of `request` whose prompt is `prompt` (its features' options,
   // by type).
   kv::KvRequest RequestOf(const GenerationRequest& request, std::shared_ptr<const std::vector<int32_t>> prompt) const;
-  // The planners' counters, into `stats` (step loop).
-  void PublishStats(SchedulerStats* stats) const;
-
  private:
   Engine& engine_;
   const SchedulerOptions options_;
   std::unique_ptr<kv::ComposedConnector> connector_;
-  const pq::SparsePlanner* sparse_ = nullptr;
-  const store::StorePlanner* store_ = nullptr;
 };
 
 }  // namespace attic::engine

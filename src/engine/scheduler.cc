@@ -403,7 +403,7 @@ void Scheduler::PublishStats() {
   stats_.steps = steps_;
   stats_.evicted_sequences = resident_->evicted();
   stats_.peak_decode_batch = peak_decode_batch_;
-  planners_->PublishStats(&stats_);
+  connector_->PublishStats(&stats_.kv);
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 

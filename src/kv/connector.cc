@@ -58,4 +58,8 @@ void ComposedConnector::Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) {
   for (auto& p : planners_) p->Finish(seq, kv, keep);
 }
 
+void ComposedConnector::PublishStats(KvStats* stats) const {
+  for (const auto& p : planners_) p->PublishStats(stats);
+}
+
 }  // namespace attic::kv

@@ -397,6 +397,8 @@ void StorePlanner::Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* 
   if (!keep->resident) slot.reset();  // else the turn stays with the resident sequence
 }
 
+void StorePlanner::PublishStats(kv::KvStats* stats) const { stats->Set(std::make_shared<const KvLoadStats>(this->stats())); }
+
 KvLoadStats StorePlanner::stats() const {
   KvLoadStats s = stats_;
   // The read buffer and the measured rates are the store's.

@@ -168,7 +168,7 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
     s.set_store(st->get());
     const TokenUsage one = Turn(s, first);
     EXPECT_EQ(one.completion_tokens, kTokens);
-    const SparseDecodeStats sp = s.Stats().sparse;
+    const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
     EXPECT_EQ(sp.sparse_steps, static_cast<uint64_t>(kTokens - 1));
     EXPECT_EQ(sp.clustered_keys, static_cast<uint64_t>(first.size()) * c.n_kv_heads * c.n_layers);
     EXPECT_GT(sp.cluster_seconds, 0.0);
@@ -218,7 +218,7 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
     const TokenUsage two = Turn(s, second);
     EXPECT_EQ(two.completion_tokens, kTokens);
     EXPECT_EQ(two.cached_tokens, static_cast<int>(history.size()));
-    const SparseDecodeStats sp = s.Stats().sparse;
+    const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
     EXPECT_EQ(sp.imported_indexes, 1u);
     EXPECT_EQ(sp.rejected_indexes, 0u);
     EXPECT_EQ(sp.clustered_keys, 0u);  // no clustering
@@ -415,7 +415,7 @@ TEST(SparseResume, ADamagedIndexOnDiskIsDroppedAndTheTurnClustersOverTheStoredKv
   s.set_store(st->get());
   const TokenUsage two = Turn(s, second);
   EXPECT_EQ(two.cached_tokens, static_cast<int>(history.size()));  // the KV is served
-  const SparseDecodeStats sp = s.Stats().sparse;
+  const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
   EXPECT_EQ(sp.imported_indexes, 0u);
   EXPECT_EQ(sp.rejected_indexes, 1u);
   EXPECT_GT(sp.clustered_keys, 0u);
@@ -438,7 +438,7 @@ TEST(SparseResume, ANextTurnReusingAResidentSequenceImportsItsIndex) {
   Turn(s, first);
   const TokenUsage two = Turn(s, second);
   EXPECT_EQ(two.cached_tokens, static_cast<int>(first.size()));
-  const SparseDecodeStats sp = s.Stats().sparse;
+  const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
   EXPECT_EQ(sp.imported_indexes, 1u);
   EXPECT_EQ(sp.clustered_keys, static_cast<uint64_t>(first.size()) * c.n_kv_heads * c.n_layers);  // turn 1's only
   EXPECT_EQ(sp.sparse_steps, 2u * (kTokens - 1));

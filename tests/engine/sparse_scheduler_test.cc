@@ -143,6 +143,7 @@ TEST(SparseScheduler, FullAndSelectorsWithEverySlotEqualAPlainRequest) {
   const size_t n = reqs.size();
   SchedulerStats stats;
   const auto out = RunTogether(*e, std::move(reqs), &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(out.size(), n);
   for (size_t i = 0; i < out.size(); ++i) {
     SCOPED_TRACE(i);
@@ -153,10 +154,10 @@ TEST(SparseScheduler, FullAndSelectorsWithEverySlotEqualAPlainRequest) {
   // Only the selectors had an object (full is full attention: no object, no count); each
   // of their decode steps is counted once, and at ratio 1 they attend to every slot.
   const size_t n_selectors = std::size(kEverySlotMethods);
-  EXPECT_EQ(stats.sparse.requests.size(), n_selectors);
-  for (pq::SparseMethod m : kEverySlotMethods) EXPECT_EQ(stats.sparse.requests[pq::SparseMethodName(m)], 1u);
-  EXPECT_EQ(stats.sparse.sparse_steps + stats.sparse.full_steps, n_selectors * (kTokens - 1));
-  EXPECT_EQ(stats.sparse.attended_slots, stats.sparse.context_slots);
+  EXPECT_EQ(sparse.requests.size(), n_selectors);
+  for (pq::SparseMethod m : kEverySlotMethods) EXPECT_EQ(sparse.requests[pq::SparseMethodName(m)], 1u);
+  EXPECT_EQ(sparse.sparse_steps + sparse.full_steps, n_selectors * (kTokens - 1));
+  EXPECT_EQ(sparse.attended_slots, sparse.context_slots);
 }
 
 TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
@@ -182,6 +183,7 @@ TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
   for (const char* text : kShort) reqs.push_back(Request(Tok(*e, text), kTokens));
   SchedulerStats stats;
   const auto out = RunTogether(*e, std::move(reqs), &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(out.size(), 5u);
   EXPECT_EQ(stats.peak_decode_batch, 5);  // they did decode together
   for (size_t i = 0; i < std::size(kShort); ++i) {
@@ -193,16 +195,16 @@ TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
   EXPECT_EQ(out[0].usage.completion_tokens, kTokens);
   EXPECT_EQ(out[1].usage.completion_tokens, kTokens);
   // They decoded sparsely: 32 and about 66 of ~330 slots per layer and KV head.
-  EXPECT_EQ(stats.sparse.requests["streaming"], 1u);
-  EXPECT_EQ(stats.sparse.requests["pq"], 1u);
-  EXPECT_EQ(stats.sparse.sparse_steps, 2u * (kTokens - 1));
-  EXPECT_EQ(stats.sparse.full_steps, 0u);
-  ASSERT_GT(stats.sparse.context_slots, 0u);
-  const double share = static_cast<double>(stats.sparse.attended_slots) / stats.sparse.context_slots;
+  EXPECT_EQ(sparse.requests["streaming"], 1u);
+  EXPECT_EQ(sparse.requests["pq"], 1u);
+  EXPECT_EQ(sparse.sparse_steps, 2u * (kTokens - 1));
+  EXPECT_EQ(sparse.full_steps, 0u);
+  ASSERT_GT(sparse.context_slots, 0u);
+  const double share = static_cast<double>(sparse.attended_slots) / sparse.context_slots;
   EXPECT_GT(share, 0.1);
   EXPECT_LT(share, 0.2);
-  EXPECT_GT(stats.sparse.clustered_keys, 0u);  // pq's codebooks
-  EXPECT_GT(stats.sparse.cluster_seconds, 0.0);
+  EXPECT_GT(sparse.clustered_keys, 0u);  // pq's codebooks
+  EXPECT_GT(sparse.cluster_seconds, 0.0);
 }
 
 TEST(SparseScheduler, TheDefaultAppliesUnlessARequestAsksForFullAttention) {
@@ -213,9 +215,10 @@ TEST(SparseScheduler, TheDefaultAppliesUnlessARequestAsksForFullAttention) {
   so.sparse = Sparse(pq::SparseMethod::kStreaming, 0.2, 32, 64);
   SchedulerStats stats;
   RunTogether(*e, {Request(prompt, 8), Request(prompt, 8, Sparse(pq::SparseMethod::kFull, 0.2, 0, 64))}, &stats, so);
-  EXPECT_EQ(stats.sparse.requests.size(), 1u);
-  EXPECT_EQ(stats.sparse.requests["streaming"], 1u);  // the first; the second asked for full
-  EXPECT_EQ(stats.sparse.sparse_steps, 7u);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
+  EXPECT_EQ(sparse.requests.size(), 1u);
+  EXPECT_EQ(sparse.requests["streaming"], 1u);  // the first; the second asked for full
+  EXPECT_EQ(sparse.sparse_steps, 7u);
 }
 
 // With a KV store the turn saver runs after the selector on the same entry: a sparse
@@ -255,7 +258,7 @@ TEST(SparseScheduler, ASparseTurnIsSavedAndItsNextTurnReusesItExactly) {
     ASSERT_TRUE(two.ended);
     EXPECT_GE(two.usage.cached_tokens, static_cast<int>(first.size()) - 16);  // the saved prompt (whole blocks)
     EXPECT_EQ(two.text, want.text);
-    EXPECT_EQ(s.Stats().sparse.requests["streaming"], 1u);
+    EXPECT_EQ(s.Stats().kv.Value<pq::SparseDecodeStats>().requests["streaming"], 1u);
   }
 }
 
@@ -326,14 +329,15 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   }
   SchedulerStats stats;
   const auto got = RunTogether(*small, {Request(prompt, kTokens, offload)}, &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].text, want[0].text);
   EXPECT_EQ(got[0].usage.completion_tokens, kTokens);
-  EXPECT_EQ(stats.sparse.offloaded_requests, 1u);
-  EXPECT_GE(stats.sparse.offloaded_blocks, 15u);
-  EXPECT_GT(stats.sparse.offload_cache_hits + stats.sparse.offload_cache_misses, 0u);
-  EXPECT_GT(stats.sparse.offload_fetched_bytes, 0u);
-  EXPECT_EQ(stats.sparse.offload_errors, 0u);
+  EXPECT_EQ(sparse.offloaded_requests, 1u);
+  EXPECT_GE(sparse.offloaded_blocks, 15u);
+  EXPECT_GT(sparse.offload_cache_hits + sparse.offload_cache_misses, 0u);
+  EXPECT_GT(sparse.offload_fetched_bytes, 0u);
+  EXPECT_EQ(sparse.offload_errors, 0u);
   EXPECT_EQ(stats.kv_blocks_used, 0);  // nothing stays resident; the cache went back to the pool
 
   // Refused at Submit: offload with a selector that reads every key; a context larger

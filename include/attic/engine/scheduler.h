@@ -102,12 +102,6 @@ struct SchedulerOptions {
   int64_t sparse_offload_bytes = int64_t{4} << 30;
 };
 
-// Loading stored KV, since start (store/store_planner.h; published with Stats()).
-using KvLoadStats = store::KvLoadStats;
-
-// Sparse decoding, since start (pq/sparse_planner.h; published with Stats()).
-using SparseDecodeStats = pq::SparseDecodeStats;
-
 // A request of n choices reports one usage per choice (its kFinish): the prompt (prompt,
 // cached and recomputed tokens) is counted in choice 0's only, each choice counts its
 // own completion tokens, so the sum over the choices is the request's usage.
@@ -224,8 +218,9 @@ struct SchedulerStats {
   uint64_t prompt_tokens_computed = 0;
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
-  KvLoadStats kv_load;
-  SparseDecodeStats sparse;
+  // The planners' counters since start, by type (kv::KvConnector::PublishStats): e.g.
+  // kv.Value<store::KvLoadStats>().
+  kv::KvStats kv;
 };
 
 // What happened to one request; reported on the step loop when it ends.

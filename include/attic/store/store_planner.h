@@ -147,8 +147,10 @@ class StorePlanner final : public kv::KvPlanner {
   double WaitLayer(kv::KvSeq& seq, int layer) override;
   void Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* keep) override;
 
-  // Since start, with the store's read-buffer figures (step loop).
+  // Since start, with the store's read-buffer figures (step loop); PublishStats publishes
+  // them.
   KvLoadStats stats() const;
+  void PublishStats(kv::KvStats* stats) const override;
 
  private:
   struct Seq;
