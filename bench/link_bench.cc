@@ -62,8 +62,11 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/core/huge_pages.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pic/link.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/store_planner.h"
 #include "bench/common/flags.h"
 #include "bench/common/format.h"
 #include "bench/common/measure.h"
@@ -187,10 +190,12 @@ class Rig {
     SchedulerOptions so;
     so.max_resident = 0;
     so.min_reuse_tokens = 1 << 30;
-    so.store_save = false;
-    so.kv_preload = c_.preload == "sync" ? store::Preload::kSync
+    KvFeatureOptions fo;
+    fo.store_save = false;
+    fo.kv_preload = c_.preload == "sync" ? store::Preload::kSync
                     : c_.preload == "inline" ? store::Preload::kInline
                                              : store::Preload::kLayerwise;
+    so.kv_connector = KvFeatures(fo);
     return so;
   }
 

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/kv_planners.h"
+#include "attic/engine/kv_features.h"
+#include "attic/pic/link.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -31,8 +32,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
   options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
   options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
   resident_ = std::make_unique<ResidentSet>(pool_, options_.max_resident, options_.min_reuse_tokens);
-  planners_ = std::make_unique<KvPlanners>(engine_, options_);
-  connector_ = &planners_->connector();
+  if (!options_.kv_connector) options_.kv_connector = KvFeatures();
+  connector_ = options_.kv_connector(engine_, options_, nullptr);
   PublishStats();
 }
 
@@ -64,7 +65,15 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   // keeps outside the compute buffer is bounded by the window, not the KV budget; a
   // prompt longer than the window may come back shorter (the store keeps what it drops).
   kv::KvSeq seq;
-  seq.request = planners_->RequestOf(request, prompt);
+  seq.request.tenant = request.tenant;
+  seq.request.session_id = request.session_id;
+  seq.request.ttl_ms = request.session_ttl_ms;
+  seq.request.prompt = prompt;
+  seq.request.n_prompt = n_prompt;
+  seq.request.max_new_tokens = request.sampling.max_tokens;
+  seq.request.n_choices = request.n;
+  seq.request.samples = !request.prefill_only;
+  seq.request.options = request.kv_options;
   seq.limits.max_slots = max_slots_;
   seq.limits.whole_prompt = request.prefill_only || request.prompt_logprobs;
   ATTIC_RETURN_IF_ERROR(connector_->Check(seq.request, &seq.limits));
@@ -375,8 +384,7 @@ void Scheduler::Retire(Running& r) {
 
 void Scheduler::set_store(store::KvStore* store) {
   store_ = store;
-  planners_->SetStore(store);
-  connector_ = &planners_->connector();
+  connector_ = options_.kv_connector(engine_, options_, store);
 }
 
 void Scheduler::Report(RequestRecord record) { reports_.push_back(std::move(record)); }

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/pic/link.h"
 #include "attic/store/kv_store.h"
@@ -562,9 +563,11 @@ TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
   // Decoupled truncation (paper 001): the prompt overflows the 512-token window; its
   // chunks follow the tokens they cover. With k covering every chunk the link equals
   // Fully-Recompute of the prompt as truncated (read back from the turn's stored entry).
+  KvFeatureOptions fo;
+  fo.truncate_ratio = 0.3;
+  fo.truncate_keep_first = 4;
   SchedulerOptions so;
-  so.truncate_ratio = 0.3;
-  so.truncate_keep_first = 4;
+  so.kv_connector = KvFeatures(fo);
   sched_ = std::make_unique<Scheduler>(*engine_, so);
   sched_->set_store(store_.get());
   const auto keys = GenAll("t");

@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "attic/core/file.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/pq/pq_index.h"
+#include "attic/pq/sparse.h"
+#include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
 #include "store/store_test_util.h"
 #include "stories.h"

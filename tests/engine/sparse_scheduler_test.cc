@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pq/sparse.h"
+#include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
 #include "test_util.h"
 
@@ -211,8 +214,10 @@ TEST(SparseScheduler, TheDefaultAppliesUnlessARequestAsksForFullAttention) {
   auto e = LoadStories(256);
   ASSERT_NE(e, nullptr);
   const std::vector<int32_t> prompt = Tok(*e, LongText());
+  KvFeatureOptions fo;
+  fo.sparse = Sparse(pq::SparseMethod::kStreaming, 0.2, 32, 64);
   SchedulerOptions so;
-  so.sparse = Sparse(pq::SparseMethod::kStreaming, 0.2, 32, 64);
+  so.kv_connector = KvFeatures(fo);
   SchedulerStats stats;
   RunTogether(*e, {Request(prompt, 8), Request(prompt, 8, Sparse(pq::SparseMethod::kFull, 0.2, 0, 64))}, &stats, so);
   pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
@@ -283,10 +288,12 @@ TEST(SparseScheduler, InvalidOptionsAreRejectedAtSubmit) {
   EXPECT_TRUE(submit(std::make_shared<pq::SparseOptions>()).ok());  // the defaults are valid
 
   // An invalid default fails every request that does not name its own options.
-  SchedulerOptions so;
   auto o = std::make_shared<pq::SparseOptions>();
   o->ratio = 2;
-  so.sparse = o;
+  KvFeatureOptions fo;
+  fo.sparse = o;
+  SchedulerOptions so;
+  so.kv_connector = KvFeatures(fo);
   Scheduler s2(*e, so);
   EXPECT_EQ(s2.Submit(Request({1, 100}, 4)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(s2.Submit(Request({1, 100}, 4, Sparse(pq::SparseMethod::kFull, 0.2, 0, 1024))).ok());
@@ -349,8 +356,10 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   auto huge_cache = std::make_shared<pq::SparseOptions>(*offload);
   huge_cache->offload_cache_blocks = 12;
   EXPECT_EQ(s.Submit(Request(prompt, kTokens, huge_cache)).status().code(), StatusCode::kOutOfRange);
+  KvFeatureOptions tiny_fo;
+  tiny_fo.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
   SchedulerOptions tiny_tier;
-  tiny_tier.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
+  tiny_tier.kv_connector = KvFeatures(tiny_fo);
   Scheduler s2(*small, tiny_tier);
   auto r = s2.Submit(Request(prompt, kTokens, offload));
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);

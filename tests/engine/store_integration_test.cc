@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <functional>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/store_planner.h"
 #include "store/store_test_util.h"
 #include "test_util.h"
 
@@ -511,8 +513,10 @@ TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
   ASSERT_NE(e, nullptr);
   auto store = OpenStore(*e, 64 << 20);
   SchedulerOptions o = NoResident();
-  o.truncate_ratio = 0.5;
-  o.truncate_keep_first = 4;
+  KvFeatureOptions fo;
+  fo.truncate_ratio = 0.5;
+  fo.truncate_keep_first = 4;
+  o.kv_connector = KvFeatures(fo);
   Scheduler s(*e, o);
   s.set_store(store.get());
   const int ctx = e->context_length();
@@ -550,7 +554,9 @@ TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
   {
     auto tt_store = OpenStore(*e, 64 << 20);
     SchedulerOptions tto = o;
-    tto.truncate_recompute = true;
+    KvFeatureOptions tt_fo = fo;
+    tt_fo.truncate_recompute = true;
+    tto.kv_connector = KvFeatures(tt_fo);
     Scheduler tt(*e, tto);
     tt.set_store(tt_store.get());
     RunTurn(tt, first, "long", 16);
@@ -588,8 +594,10 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   auto store = OpenStore(*e, 64 << 20);
   SchedulerOptions o = NoResident();
   o.max_running = 1;  // one job at a time: the read buffer fetches the next ones ahead
-  o.kv_preload = std::get<0>(GetParam());
-  o.kv_read_buffer_bytes = std::get<1>(GetParam());
+  KvFeatureOptions fo;
+  fo.kv_preload = std::get<0>(GetParam());
+  fo.kv_read_buffer_bytes = std::get<1>(GetParam());
+  o.kv_connector = KvFeatures(fo);
   Scheduler s(*e, o);
   s.set_store(store.get());
   const std::vector<std::string> starts = {"Lily had a red ball. She", "Tom saw a big tree in the park.",
@@ -614,8 +622,8 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   }
   const store::KvLoadStats ls = s.Stats().kv.Value<store::KvLoadStats>();
   EXPECT_EQ(ls.loads, next.size());
-  EXPECT_EQ(ls.layerwise_loads, o.kv_preload != store::Preload::kSync ? next.size() : 0u);
-  if (o.kv_read_buffer_bytes != 0) {
+  EXPECT_EQ(ls.layerwise_loads, fo.kv_preload != store::Preload::kSync ? next.size() : 0u);
+  if (fo.kv_read_buffer_bytes != 0) {
     EXPECT_GT(ls.staged_used, 0u);  // later jobs were fetched while earlier ones ran
   } else {
     EXPECT_EQ(ls.staged, 0u);
@@ -642,7 +650,9 @@ TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
     SCOPED_TRACE(static_cast<int>(mode));
     auto store = OpenStore(*e, 64 << 20);
     SchedulerOptions o = NoResident();
-    o.kv_preload = mode;
+    KvFeatureOptions fo;
+    fo.kv_preload = mode;
+    o.kv_connector = KvFeatures(fo);
     Scheduler s(*e, o);
     s.set_store(store.get());
     std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);

@@ -18,10 +18,11 @@
 // the n sequences share the prompt's blocks (kv::SequenceKv::Fork, copy-on-write) and
 // decode in the same steps like any other sequences.
 //
-// Sparse decoding (paper 004, PQCache): a request whose sparse options (its own, else
-// SchedulerOptions::sparse) name a selector decodes with a pq::SparseAttention of its
-// own, attached as layer hooks to its batch entry at every step; the other entries of
-// the step are untouched.
+// The KV connector (kv/connector.h; SchedulerOptions::kv_connector): at Submit it checks
+// a request's options for the planners and the limits they set; at admission it supplies
+// slots (stored KV) and per-sequence states whose layer hooks join that sequence's batch
+// entry at every step (the other entries of the step are untouched); when a sequence ends
+// it decides what is kept. The scheduler names no planner.
 //
 // The waiting queue is visible read-only through LookAhead(): the next N waiting
 // requests with their token ids and session ids, for the KV store's prefetch/eviction
@@ -52,17 +53,22 @@
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/kv/connector.h"
-#include "attic/pic/link.h"
-#include "attic/pq/sparse.h"
-#include "attic/pq/sparse_planner.h"
-#include "attic/store/kv_store.h"
-#include "attic/store/store_planner.h"
+
+namespace attic::store {
+class KvStore;
+}  // namespace attic::store
 
 namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
-class KvPlanners;
 class ResidentSet;
+struct SchedulerOptions;
+
+// Makes a scheduler's KV connector (kv/connector.h) over `store` (null: none), with the
+// scheduler's options as it uses them: at construction, and again when a store is
+// attached (Scheduler::set_store).
+using KvConnectorFactory = std::function<std::unique_ptr<kv::KvConnector>(
+    Engine& engine, const SchedulerOptions& options, store::KvStore* store)>;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
@@ -71,35 +77,11 @@ struct SchedulerOptions {
   // decode rows). Smaller values bound decode latency tighter at some prefill speed.
   int max_prefill_tokens_per_step = 0;
   int max_resident = 4096;         // finished sequences kept resident (LRU beyond)
-  int min_reuse_tokens = 8;        // shortest common prefix worth reusing
+  int min_reuse_tokens = 8;        // shortest common prefix worth reusing (resident or stored)
   size_t channel_capacity = 256;   // events buffered per request; text coalesces beyond
-  int store_lookahead = 64;        // waiting requests shown to the KV store (prefetch/eviction)
-  // Decoupled truncation (paper 3.4; needs a KV store): a prompt longer than the context
-  // window is not rejected; tokens after the first `truncate_keep_first` are dropped --
-  // at least the overflow, and at least this ratio of them so that the next turns do
-  // not truncate again -- and the stored KV of what remains is reused with its
-  // positions re-embedded, instead of being recomputed. The drop is sticky: a session's
-  // later turns drop the same tokens first. 0 = off (overlong prompts are OutOfRange).
-  double truncate_ratio = 0;
-  int truncate_keep_first = 0;     // e.g. the system prompt or attention sinks
-  // Truncate then recompute (the paper's TT baseline): the same tokens are dropped, but
-  // the kept ones are prefilled again instead of reusing their stored KV.
-  bool truncate_recompute = false;
-  // Stored-KV loading (needs a KV store). Read buffer: bytes of stored entries of jobs
-  // still waiting that the loader fetches and verifies ahead of their admission; -1 =
-  // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
-  // measured load and prefill rates; 0 = no read buffer.
-  store::Preload kv_preload = store::Preload::kLayerwise;  // how stored KV enters (store/kv_loader.h)
-  int64_t kv_read_buffer_bytes = -1;
-  bool store_save = true;          // save each finished turn's KV (false: read-only store)
-  // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
-  // gets (the server's --sparse). null or method full = full attention.
-  std::shared_ptr<const pq::SparseOptions> sparse;
-  // Offloaded sparse requests (pq/offload.h): their complete blocks live pre-RoPE (f32)
-  // in a host-memory tier of this capacity (--sparse-offload-bytes); a request waits
-  // until its whole context fits beside the running ones', and one that cannot fit at
-  // all is refused.
-  int64_t sparse_offload_bytes = int64_t{4} << 30;
+  // The planners and their options (engine/kv_features.h: KvFeatures); null = KvFeatures()
+  // (every planner with its defaults).
+  KvConnectorFactory kv_connector;
 };
 
 // A request of n choices reports one usage per choice (its kFinish): the prompt (prompt,
@@ -273,10 +255,10 @@ class Scheduler {
   void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
-  // Whether a prompt longer than the context window is truncated in the stored KV
-  // (decoupled truncation: a KV store and truncate_ratio > 0) rather than rejected. The
-  // one place this is decided (the server's request checks ask it).
-  bool truncates_overlong_prompts() const { return options_.truncate_ratio > 0 && store_ != nullptr; }
+  // Whether a prompt longer than the context window may be shortened by the connector
+  // (kv::KvConnector::shortens_prompts) rather than rejected. The one place this is
+  // decided (the server's request checks ask it). After set_store.
+  bool accepts_overlong_prompts() const { return connector_->shortens_prompts(); }
 
  private:
   struct Waiting;
@@ -320,9 +302,8 @@ class Scheduler {
   const int block_size_;
   const int vocab_;
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
-  // The KV connector (kv/connector.h): the features' planners.
-  std::unique_ptr<KvPlanners> planners_;
-  kv::KvConnector* connector_ = nullptr;  // planners_'s
+  // The KV connector (kv/connector.h): options_.kv_connector's, made again by set_store.
+  std::unique_ptr<kv::KvConnector> connector_;
   RequestObserver observer_;
   store::KvStore* store_ = nullptr;  // the planners' (set_store); only asked whether there is one
   // The measured prefill rates (seconds per token) not yet handed to the connector (step loop).

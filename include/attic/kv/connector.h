@@ -275,6 +275,9 @@ class KvConnector {
   // The planners' counters since start, into `stats` by type (each planner its own
   // type; the engine publishes them with its own statistics).
   virtual void PublishStats(KvStats* stats) const {}
+  // Whether Check may shorten a prompt longer than the context window (KvRequest::prompt)
+  // instead of the engine refusing it.
+  virtual bool shortens_prompts() const { return false; }
 };
 
 // A planner: a connector's part for one paper. Its state for a sequence is
@@ -297,7 +300,7 @@ class KvPlanner : public KvConnector {
 // are; Start runs them last to first (the last planner added, the store, makes the slots
 // the others build on) and stops at the first error; WaitLayer sums; Finish passes `keep`
 // through them in order (the last, the store, saves what the others keep); PublishStats
-// asks each.
+// asks each; it shortens prompts when one does.
 class ComposedConnector final : public KvConnector {
  public:
   void Add(std::unique_ptr<KvPlanner> planner);
@@ -309,6 +312,7 @@ class ComposedConnector final : public KvConnector {
   double WaitLayer(KvSeq& seq, int layer) override;
   void Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) override;
   void PublishStats(KvStats* stats) const override;
+  bool shortens_prompts() const override;
 
  private:
   std::vector<std::unique_ptr<KvPlanner>> planners_;
