@@ -13,8 +13,7 @@ std::unique_ptr<kv::KvConnector> Connect(const KvFeatureOptions& options, Engine
                                          store::KvStore* store) {
   const model::ModelConfig& c = engine.model().config();
   auto connector = std::make_unique<kv::ComposedConnector>();
-  std::unique_ptr<pic::LinkPlanner> link;
-  if (store != nullptr) link = std::make_unique<pic::LinkPlanner>(*store, engine.kv_pool().shape());
+  auto link = std::make_unique<pic::LinkPlanner>(store, engine.kv_pool().shape());
   pq::SparsePlannerOptions so;
   so.defaults = options.sparse;
   so.offload_bytes = options.sparse_offload_bytes;
@@ -46,7 +45,7 @@ std::unique_ptr<kv::KvConnector> Connect(const KvFeatureOptions& options, Engine
     o.truncate_recompute = options.truncate_recompute;
     kept = std::make_unique<store::StorePlanner>(std::move(o));
   }
-  if (link != nullptr) connector->Add(std::move(link));
+  connector->Add(std::move(link));
   connector->Add(std::move(sparse));
   if (kept != nullptr) connector->Add(std::move(kept));
   return connector;

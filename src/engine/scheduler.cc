@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "attic/engine/kv_features.h"
-#include "attic/pic/link.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -73,6 +72,7 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   seq.request.max_new_tokens = request.sampling.max_tokens;
   seq.request.n_choices = request.n;
   seq.request.samples = !request.prefill_only;
+  seq.request.prompt_logits = request.prompt_logprobs;
   seq.request.options = request.kv_options;
   seq.limits.max_slots = max_slots_;
   seq.limits.whole_prompt = request.prefill_only || request.prompt_logprobs;
@@ -112,16 +112,6 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     }
   }
   if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
-  const std::shared_ptr<const pic::LinkSpec> link = request.kv_options.Get<pic::LinkSpec>();
-  if (request.prompt_logprobs && (link != nullptr || request.prefill_only))
-    return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
-  if (request.prompt_logprobs && shortened)
-    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
-                           std::to_string(engine_.context_length()) + " tokens (prompt logprobs do not truncate)");
-  if ((link != nullptr || request.prefill_only) && store_ == nullptr)
-    return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
-  if (link != nullptr)
-    ATTIC_RETURN_IF_ERROR(link->Validate(n_prompt, engine_.model().config().n_layers));
   ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), *prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
@@ -383,7 +373,6 @@ void Scheduler::Retire(Running& r) {
 }
 
 void Scheduler::set_store(store::KvStore* store) {
-  store_ = store;
   connector_ = options_.kv_connector(engine_, options_, store);
 }
 

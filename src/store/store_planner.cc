@@ -106,7 +106,12 @@ Status StorePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   if (options_.truncate_ratio <= 0) return OkStatus();
   const int limit = std::min(options_.context_length, limits->max_slots);
   const int n = static_cast<int>(request.prompt->size());
-  if (n > limit && limit >= 2) TruncatePrompt(request, limit - 1);
+  if (n <= limit || limit < 2) return OkStatus();
+  if (request.prompt_logits) {
+    return OutOfRangeError("prompt of " + std::to_string(n) + " tokens exceeds the context window of " +
+                           std::to_string(options_.context_length) + " tokens (prompt logprobs do not truncate)");
+  }
+  TruncatePrompt(request, limit - 1);
   return OkStatus();
 }
 

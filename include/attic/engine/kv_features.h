@@ -50,7 +50,7 @@ struct KvFeatureOptions {
 
 // The connector of the features with `options` (SchedulerOptions::kv_connector): over a
 // KV store, every planner; without one, linking's and sparse decoding's (linking's then
-// refuses what needs a store).
+// refuses what needs a store: linked chunks, a prefill-only request).
 KvConnectorFactory KvFeatures(KvFeatureOptions options = {});
 
 }  // namespace attic::engine

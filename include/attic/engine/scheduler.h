@@ -91,7 +91,7 @@ struct TokenUsage {
   int prompt_tokens = 0;
   int completion_tokens = 0;  // sampled tokens, including a stop token
   int cached_tokens = 0;      // prompt tokens whose KV was reused instead of recomputed
-  int recomputed_tokens = 0;  // cached tokens (linked chunks) recomputed to link them; not in cached_tokens
+  int recomputed_tokens = 0;  // cached tokens a planner had computed again (KvSeqState::recomputed); not in cached_tokens
 };
 
 struct GenerationEvent {
@@ -156,15 +156,17 @@ struct GenerationRequest {
   // Logprobs (logits_processor.h): >= 0 reports each sampled token's logprob and its
   // `logprobs` most likely alternatives (GenerationEvent::logprobs); -1 = none.
   int logprobs = -1;
-  // Also every prompt token's logprob (echo): the prompt is computed whole (no reuse;
-  // not with `link`), and sampling.max_tokens may be 0 (finish "length" once prefilled).
+  // Also every prompt token's logprob (echo): the prompt is computed whole, as it came
+  // (no reuse; kv::KvRequest::prompt_logits: a planner refuses what would change it),
+  // and sampling.max_tokens may be 0 (finish "length" once prefilled).
   bool prompt_logprobs = false;
   // Narrows what may be sampled (a grammar); null = anything. Its Complete() ends the
   // generation ("stop").
   std::shared_ptr<LogitsProcessor> processor;
   // Choices: n sequences sampled from the prompt, prefilled once (see the header
   // comment). Choice i samples with ChoiceSeed(sampling.seed, i). 1..kMaxChoices; n > 1
-  // not with a processor, a sparse selector, prefill_only or max_tokens 0. Only choice
+  // not with a processor, options a planner refuses them for (kv::KvLimits::no_choices),
+  // prefill_only or max_tokens 0. Only choice
   // 0's turn is saved to the KV store and only choice 0 stays resident; the other
   // choices release their KV when they end.
   int n = 1;
@@ -195,8 +197,8 @@ struct SchedulerStats {
   int kv_blocks_resident = 0;  // what evicting every resident sequence would free
   int resident_sequences = 0;
   uint64_t steps = 0;
-  // Prompt tokens computed by forward steps (prefill rows, linked chunks' recomputed
-  // slots included; reused KV is not computed): a prompt shared by n choices counts once.
+  // Prompt tokens computed by forward steps (prefill rows, and the cached slots a planner
+  // has computed again; reused KV is not computed): a prompt shared by n choices counts once.
   uint64_t prompt_tokens_computed = 0;
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
@@ -227,9 +229,10 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request and returns its channel. InvalidArgument (empty prompt, bad
-  // sampling parameters or token ids, sparse options that do not fit the model: the
-  // message starts with "sparse"), OutOfRange (prompt beyond the context window or
-  // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down).
+  // sampling parameters or token ids), OutOfRange (prompt beyond the context window or
+  // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down),
+  // or the connector's Check's error (kv_options a planner refuses, or what it needs
+  // missing: kv/connector.h).
   StatusOr<std::shared_ptr<ResultChannel>> Submit(GenerationRequest request);
 
   // The next `n` waiting requests, in the order they will be admitted.
@@ -252,6 +255,7 @@ class Scheduler {
   // prefills only the rest; each finished turn's KV is saved (pre-RoPE). The store must
   // outlive the scheduler; stored KV enters this scheduler's compute buffer (the store is
   // attached to it: one scheduler per store). Set before the first Step; null = no store.
+  // The connector is made again over it (SchedulerOptions::kv_connector).
   void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
@@ -305,7 +309,6 @@ class Scheduler {
   // The KV connector (kv/connector.h): options_.kv_connector's, made again by set_store.
   std::unique_ptr<kv::KvConnector> connector_;
   RequestObserver observer_;
-  store::KvStore* store_ = nullptr;  // the planners' (set_store); only asked whether there is one
   // The measured prefill rates (seconds per token) not yet handed to the connector (step loop).
   std::vector<double> prefill_rates_;
 

@@ -99,6 +99,9 @@ struct KvRequest {
   int max_new_tokens = 0;    // tokens it may sample
   int n_choices = 1;         // sequences forked from the prompt
   bool samples = true;       // false: prefill only, it never decodes
+  // Every prompt token's logits are wanted (prompt logprobs): the prompt is computed
+  // whole, as it came (not shortened, nothing linked into it).
+  bool prompt_logits = false;
   KvRequestOptions options;  // the planners' options
 };
 
