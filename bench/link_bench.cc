@@ -11,7 +11,7 @@
 //        request took longer than S seconds (FR at 16k takes minutes here). Per method:
 //        the growth exponent (least-squares slope of log TTFT on log prompt length, over
 //        the lengths of >= 2 chunks). Per request: the chunk
-//        KV bytes entered into the compute buffer (SchedulerStats kv_load.entered_bytes)
+//        KV bytes entered into the compute buffer (SchedulerStats::kv, store::KvLoadStats::entered_bytes)
 //        against the linked chunks' stored bytes, the most rows turns held of their own
 //        (StoreStats turn_bytes: the pre-RoPE copy a turn keeps to be saved), and the
 //        process's peak RSS so far (VmHWM).
@@ -62,8 +62,11 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/core/huge_pages.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pic/link.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/store_planner.h"
 #include "bench/common/flags.h"
 #include "bench/common/format.h"
 #include "bench/common/measure.h"
@@ -187,10 +190,12 @@ class Rig {
     SchedulerOptions so;
     so.max_resident = 0;
     so.min_reuse_tokens = 1 << 30;
-    so.store_save = false;
-    so.kv_preload = c_.preload == "sync" ? store::Preload::kSync
+    KvFeatureOptions fo;
+    fo.store_save = false;
+    fo.kv_preload = c_.preload == "sync" ? store::Preload::kSync
                     : c_.preload == "inline" ? store::Preload::kInline
                                              : store::Preload::kLayerwise;
+    so.kv_connector = KvFeatures(fo);
     return so;
   }
 
@@ -272,7 +277,7 @@ Rq3Sample RunOne(Rig& rig, Scheduler& s, GenerationRequest req) {
   Rq3Sample out;
   std::vector<RequestRecord> records;
   s.set_observer([&](const RequestRecord& r) { records.push_back(r); });
-  const KvLoadStats before = s.Stats().kv_load;
+  const store::KvLoadStats before = s.Stats().kv.Value<store::KvLoadStats>();
   // The turn's own rows live only while the request runs (often one step): sampled from
   // another thread.
   std::atomic<bool> done{false};
@@ -296,7 +301,7 @@ Rq3Sample RunOne(Rig& rig, Scheduler& s, GenerationRequest req) {
   out.turn_bytes_peak = turn_peak.load();
   const RequestRecord& r = records.front();
   if (r.code != StatusCode::kOk || r.ttft_seconds < 0) Die("request failed (code " + std::to_string(int(r.code)) + ")");
-  const KvLoadStats after = s.Stats().kv_load;
+  const store::KvLoadStats after = s.Stats().kv.Value<store::KvLoadStats>();
   out.ttft_s = r.ttft_seconds;
   out.recomputed = r.usage.recomputed_tokens;
   out.cached = r.usage.cached_tokens;
@@ -360,7 +365,7 @@ int RunRq3(int argc, char** argv) {
     r.tenant = kTenant;
     r.prompt = rig.Prompt(order, fresh_tokens, spec.get());
     spec->options = o;
-    r.link = spec;
+    r.kv_options.Set(std::shared_ptr<const pic::LinkSpec>(spec));
     r.sampling.max_tokens = 1;
     r.ignore_eos = true;
     return r;
@@ -541,7 +546,7 @@ GenerationRequest Rq2Request(const Rig& rig, const Rq2Args& a, const pic::LinkOp
   r.tenant = kTenant;
   r.prompt = rig.Prompt(order, bench::RandomTokens(a.fresh, rng(), 100, rig.vocab()), spec.get());
   spec->options = method;
-  r.link = spec;
+  r.kv_options.Set(std::shared_ptr<const pic::LinkSpec>(spec));
   r.sampling.max_tokens = a.output;
   r.ignore_eos = true;
   return r;

@@ -58,9 +58,11 @@
 #include <nlohmann/json.hpp>
 
 #include "attic/core/huge_pages.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
+#include "attic/store/store_planner.h"
 #include "bench/common/flags.h"
 #include "bench/common/format.h"
 #include "bench/common/output.h"
@@ -145,7 +147,7 @@ struct Config {
   bool store = true;
   bool resident = false;            // keep finished sequences in the compute buffer
   store::Preload preload = store::Preload::kLayerwise;
-  int64_t read_buffer = 0;          // SchedulerOptions::kv_read_buffer_bytes
+  int64_t read_buffer = 0;          // KvFeatureOptions::kv_read_buffer_bytes
   bool ssd = false;                 // demote every entry to SSD before the timed jobs
   store::PolicyKind policy = store::PolicyKind::kSchedulerAware;
   bool async_save = true;
@@ -204,8 +206,10 @@ class Bench {
     SchedulerOptions so;
     so.max_running = 1;
     so.max_resident = c.resident ? 64 : 0;
-    so.kv_preload = c.preload;
-    so.kv_read_buffer_bytes = c.read_buffer;
+    KvFeatureOptions fo;
+    fo.kv_preload = c.preload;
+    fo.kv_read_buffer_bytes = c.read_buffer;
+    so.kv_connector = KvFeatures(fo);
     // Turn 1 of every session: its history (saved to the store, or kept resident). A
     // read-only configuration primes the store with a scheduler that saves.
     auto prime = [&](Scheduler& s) {
@@ -228,7 +232,8 @@ class Bench {
         std::this_thread::sleep_for(std::chrono::milliseconds(a_.remote_pause_ms));
       }
     }
-    so.store_save = c.save;
+    fo.store_save = c.save;
+    so.kv_connector = KvFeatures(fo);
     Scheduler sched(e_, so);
     sched.set_store(store.get());
     if (c.save) prime(sched);
@@ -245,9 +250,9 @@ class Bench {
       p.insert(p.end(), fresh_[j].begin(), fresh_[j].end());
       chans.push_back(Submit(sched, std::move(p), "s" + std::to_string(j), answer));
     }
-    const KvLoadStats before = sched.Stats().kv_load;
+    const store::KvLoadStats before = sched.Stats().kv.Value<store::KvLoadStats>();
     auto t = Drive(sched, chans, start);
-    const KvLoadStats after = sched.Stats().kv_load;
+    const store::KvLoadStats after = sched.Stats().kv.Value<store::KvLoadStats>();
     std::fprintf(stderr, "  %-16s fetch %.1f ms, enter %.1f ms, wait %.1f ms over %d jobs\n", c.name.c_str(),
                  1e3 * (after.fetch_seconds - before.fetch_seconds), 1e3 * (after.enter_seconds - before.enter_seconds),
                  1e3 * (after.wait_seconds - before.wait_seconds), jobs);

@@ -14,6 +14,7 @@
 
 #include "attic/core/byte_size.h"
 #include "attic/core/log.h"
+#include "attic/pic/link.h"
 #include "attic/pq/sparse.h"
 #include "attic/server/server.h"
 #include "attic/store/dram_size.h"
@@ -132,23 +133,23 @@ int RunServe(ServeFlags f) {
   if (f.max_body < 1024) return UsageError("--max-body must be at least 1K");
   f.server.max_body_bytes = static_cast<size_t>(f.max_body);
   if (f.kv_read_buffer == "auto") {
-    f.server.scheduler.kv_read_buffer_bytes = -1;
+    f.server.kv.kv_read_buffer_bytes = -1;
   } else {
     auto rb = ParseByteSize(f.kv_read_buffer);
     if (!rb.ok()) return UsageError("--kv-read-buffer: " + rb.status().message() + " or auto");
-    f.server.scheduler.kv_read_buffer_bytes = static_cast<int64_t>(*rb);
+    f.server.kv.kv_read_buffer_bytes = static_cast<int64_t>(*rb);
   }
-  f.server.scheduler.truncate_recompute = f.kv_truncate_mode == "recompute";
+  f.server.kv.truncate_recompute = f.kv_truncate_mode == "recompute";
   // auto: a loader thread only where a core is left for it. With every core computing,
   // the loader only time-slices with the forward (store.md, "Entering"), and the compute
   // threads enter faster themselves.
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   const bool spare_core = f.model.threads > 0 && static_cast<unsigned>(f.model.threads) < cpus;
-  f.server.scheduler.kv_preload = f.kv_preload == "sync"        ? store::Preload::kSync
-                                  : f.kv_preload == "inline"    ? store::Preload::kInline
-                                  : f.kv_preload == "layerwise" ? store::Preload::kLayerwise
-                                  : spare_core                  ? store::Preload::kLayerwise
-                                                                : store::Preload::kInline;
+  f.server.kv.kv_preload = f.kv_preload == "sync"        ? store::Preload::kSync
+                           : f.kv_preload == "inline"    ? store::Preload::kInline
+                           : f.kv_preload == "layerwise" ? store::Preload::kLayerwise
+                           : spare_core                  ? store::Preload::kLayerwise
+                                                         : store::Preload::kInline;
   if (!f.kv_remote.empty()) {
     if (f.kv_remote_write != "through" && f.kv_remote_write != "back")
       return UsageError("--kv-remote-write must be 'through' (write each save to the cluster) or 'back' (only what "
@@ -190,8 +191,8 @@ int RunServe(ServeFlags f) {
   auto sparse = pq::ParseSparseOptions(f.sparse);
   if (!sparse.ok()) return UsageError("--sparse: " + sparse.status().message());
   if (sparse->method != pq::SparseMethod::kFull)
-    f.server.scheduler.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
-  f.server.scheduler.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
+    f.server.kv.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
+  f.server.kv.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
   if (eo.kv_dtype == DType::kQ8_0 && sparse->offload())
     return UsageError("--sparse " + f.sparse + ": sparse offload does not take --kv-dtype q8_0 yet (use f32 or f16)");
@@ -362,11 +363,11 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--kv-policy", f->kv_policy, "KV store eviction: scheduler-aware, lru or fifo")->capture_default_str();
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds a stored session lives (0 = forever)")
       ->capture_default_str();
-  cmd->add_option("--kv-truncate-ratio", s.scheduler.truncate_ratio,
+  cmd->add_option("--kv-truncate-ratio", s.kv.truncate_ratio,
                   "with the KV store: on context overflow drop at least this ratio of the history in the "
                   "stored KV instead of rejecting (0 = off)")
       ->capture_default_str();
-  cmd->add_option("--kv-truncate-keep", s.scheduler.truncate_keep_first,
+  cmd->add_option("--kv-truncate-keep", s.kv.truncate_keep_first,
                   "tokens at the start of a conversation never dropped by truncation")
       ->capture_default_str();
   cmd->add_option("--kv-truncate-mode", f->kv_truncate_mode,

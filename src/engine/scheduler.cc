@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/kv_planners.h"
+#include "attic/engine/kv_features.h"
 #include "engine/scheduler_internal.h"
 
 namespace attic::engine {
@@ -31,8 +31,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
   options_.min_reuse_tokens = std::max(1, options_.min_reuse_tokens);
   options_.channel_capacity = std::max<size_t>(2, options_.channel_capacity);
   resident_ = std::make_unique<ResidentSet>(pool_, options_.max_resident, options_.min_reuse_tokens);
-  planners_ = std::make_unique<KvPlanners>(engine_, options_);
-  connector_ = &planners_->connector();
+  if (!options_.kv_connector) options_.kv_connector = KvFeatures();
+  connector_ = options_.kv_connector(engine_, options_, nullptr);
   PublishStats();
 }
 
@@ -64,7 +64,16 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
   // keeps outside the compute buffer is bounded by the window, not the KV budget; a
   // prompt longer than the window may come back shorter (the store keeps what it drops).
   kv::KvSeq seq;
-  seq.request = planners_->RequestOf(request, prompt);
+  seq.request.tenant = request.tenant;
+  seq.request.session_id = request.session_id;
+  seq.request.ttl_ms = request.session_ttl_ms;
+  seq.request.prompt = prompt;
+  seq.request.n_prompt = n_prompt;
+  seq.request.max_new_tokens = request.sampling.max_tokens;
+  seq.request.n_choices = request.n;
+  seq.request.samples = !request.prefill_only;
+  seq.request.prompt_logits = request.prompt_logprobs;
+  seq.request.options = request.kv_options;
   seq.limits.max_slots = max_slots_;
   seq.limits.whole_prompt = request.prefill_only || request.prompt_logprobs;
   ATTIC_RETURN_IF_ERROR(connector_->Check(seq.request, &seq.limits));
@@ -103,15 +112,6 @@ StatusOr<std::shared_ptr<ResultChannel>> Scheduler::Submit(GenerationRequest req
     }
   }
   if (request.logprobs > 20) return InvalidArgumentError("logprobs must be <= 20");
-  if (request.prompt_logprobs && (request.link != nullptr || request.prefill_only))
-    return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
-  if (request.prompt_logprobs && shortened)
-    return OutOfRangeError("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context window of " +
-                           std::to_string(engine_.context_length()) + " tokens (prompt logprobs do not truncate)");
-  if ((request.link != nullptr || request.prefill_only) && store_ == nullptr)
-    return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
-  if (request.link != nullptr)
-    ATTIC_RETURN_IF_ERROR(request.link->Validate(n_prompt, engine_.model().config().n_layers));
   ATTIC_RETURN_IF_ERROR(CheckTokenIds(engine_.model().config(), *prompt));
   if (request.arrival == SchedClock::time_point{}) request.arrival = SchedClock::now();
   auto w = std::make_unique<Waiting>();
@@ -373,9 +373,7 @@ void Scheduler::Retire(Running& r) {
 }
 
 void Scheduler::set_store(store::KvStore* store) {
-  store_ = store;
-  planners_->SetStore(store);
-  connector_ = &planners_->connector();
+  connector_ = options_.kv_connector(engine_, options_, store);
 }
 
 void Scheduler::Report(RequestRecord record) { reports_.push_back(std::move(record)); }
@@ -402,7 +400,7 @@ void Scheduler::PublishStats() {
   stats_.steps = steps_;
   stats_.evicted_sequences = resident_->evicted();
   stats_.peak_decode_batch = peak_decode_batch_;
-  planners_->PublishStats(&stats_);
+  connector_->PublishStats(&stats_.kv);
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 

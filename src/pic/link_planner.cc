@@ -39,7 +39,7 @@ struct LinkPlanner::Seq final : kv::KvSeqState {
   bool pending = true;                 // planned, not started yet
 };
 
-LinkPlanner::LinkPlanner(store::KvStore& store, const kv::KvShape& shape) : store_(store), shape_(shape) {}
+LinkPlanner::LinkPlanner(store::KvStore* store, const kv::KvShape& shape) : store_(store), shape_(shape) {}
 
 LinkPlanner::~LinkPlanner() = default;
 
@@ -50,6 +50,15 @@ std::shared_ptr<const LinkSpec> LinkPlanner::SpecOf(const kv::KvRequest& request
   // [keep, keep + dropped).
   if (const auto t = request.options.Get<store::Truncation>()) return TruncateLinkSpec(*spec, t->keep, t->dropped);
   return spec;
+}
+
+Status LinkPlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
+  const std::shared_ptr<const LinkSpec> spec = request.options.Get<LinkSpec>();
+  if (spec == nullptr && request.samples) return OkStatus();  // neither linked nor prefill-only
+  if (request.prompt_logits)
+    return InvalidArgumentError("prompt logprobs need the whole prompt computed: not with linked chunks");
+  if (store_ == nullptr) return FailedPreconditionError("linking cached chunks and saving a prompt's KV need a KV store");
+  return spec != nullptr ? spec->Validate(request.n_prompt, shape_.n_layers) : OkStatus();
 }
 
 void LinkPlanner::Match(const kv::KvQueue& queue, kv::KvAdmission* head) {
@@ -69,7 +78,7 @@ void LinkPlanner::Extend(kv::KvSeq& seq, const kv::SequenceKv* slots, store::Sto
   const int p = plan->n_cached;
   // The chunks whose stored KV this request may read (link_plan.h: tenant, shape and
   // tokens checked there).
-  LinkedLoad load = OpenLinkedChunks(store_, *spec, seq.request.tenant, prompt, p, shape_);
+  LinkedLoad load = OpenLinkedChunks(*store_, *spec, seq.request.tenant, prompt, p, shape_);
   if (load.present.empty()) return;
   for (store::LoadSegment& seg : load.segments) plan->segments.push_back(std::move(seg));
   // Every prompt slot exists from the start; the linked part continues the prefix's

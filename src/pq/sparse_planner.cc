@@ -9,6 +9,10 @@
 
 namespace attic::pq {
 
+void SparsePlanner::PublishStats(kv::KvStats* stats) const {
+  stats->Set(std::make_shared<const SparseDecodeStats>(stats_));
+}
+
 void SparseDecodeStats::Add(SparseMethod method, const SparseStats& s) {
   ++requests[SparseMethodName(method)];
   sparse_steps += static_cast<uint64_t>(s.sparse_steps);

@@ -59,7 +59,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
   // (its text is then bounded by the request body limit only).
-  const bool truncates = scheduler->truncates_overlong_prompts();
+  const bool truncates = scheduler->accepts_overlong_prompts();
   const size_t max_bytes =
       truncates ? std::numeric_limits<size_t>::max() : static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
   auto too_long = [ctx](const std::string& what) {
@@ -228,8 +228,8 @@ void Server::Impl::HandleCompletion(ApiKind kind, const httplib::Request& req, c
   g.session_id = r.session_id;
   g.session_ttl_ms = r.session_ttl_s < 0 ? -1 : r.session_ttl_s * 1000;
   g.prompt = std::move(prompt->ids);
-  g.link = prompt->link;
-  if (r.sparse) g.sparse = std::make_shared<const pq::SparseOptions>(*r.sparse);
+  if (prompt->link != nullptr) g.kv_options.Set(prompt->link);
+  if (r.sparse) g.kv_options.Set(std::make_shared<const pq::SparseOptions>(*r.sparse));
   g.sampling = Sampling(r);
   g.ignore_eos = r.ignore_eos;
   g.logprobs = r.logprobs;

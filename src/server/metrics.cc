@@ -4,6 +4,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "attic/pq/sparse_planner.h"
+#include "attic/store/store_planner.h"
+
 namespace attic::server {
 
 namespace {
@@ -166,7 +169,7 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
   Header(&out, "attic_scheduler_steps_total", "counter", "Forward steps run by the scheduler.");
   Line(&out, "attic_scheduler_steps_total", "", s.steps);
   // Loading stored KV into the compute buffer (paper 001 section 3.2).
-  const engine::KvLoadStats& k = s.kv_load;
+  const store::KvLoadStats k = s.kv.Value<store::KvLoadStats>();
   Header(&out, "attic_kv_load_total", "counter", "Stored KV entries entered into the compute buffer, by mode.");
   Line(&out, "attic_kv_load_total", "mode=\"layerwise\"", k.layerwise_loads);
   Line(&out, "attic_kv_load_total", "mode=\"sync\"", k.loads - k.layerwise_loads);
@@ -190,7 +193,7 @@ std::string Metrics::Render(const engine::SchedulerStats& s) const {
          "Bytes of stored KV entered into the compute buffer (with the enter seconds above: the entering rate).");
   Line(&out, "attic_kv_entered_bytes_total", "", k.entered_bytes);
   // Sparse decoding (paper 004, PQCache): requests' selector statistics, added when they end.
-  const engine::SparseDecodeStats& sp = s.sparse;
+  const pq::SparseDecodeStats sp = s.kv.Value<pq::SparseDecodeStats>();
   Header(&out, "attic_sparse_requests_total", "counter",
          "Finished requests that decoded with a sparse-attention selector, by method.");
   for (pq::SparseMethod m : pq::kSparseMethods) {

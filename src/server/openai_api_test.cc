@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "attic/pq/sparse_planner.h"
 #include "attic/server/metrics.h"
 #include "attic/server/openai_api.h"
+#include "attic/store/store_planner.h"
 
 namespace attic::server {
 namespace {
@@ -580,9 +582,11 @@ TEST(Metrics, RendersSparseDecodingCounters) {
   a.clustered_keys = 4096;
   a.cluster_seconds = 0.5;
   a.encoded_keys = 7;
-  s.sparse.Add(pq::SparseMethod::kPq, a);
-  s.sparse.Add(pq::SparseMethod::kPq, a);
-  s.sparse.Add(pq::SparseMethod::kStreaming, pq::SparseStats{});
+  pq::SparseDecodeStats sparse;
+  sparse.Add(pq::SparseMethod::kPq, a);
+  sparse.Add(pq::SparseMethod::kPq, a);
+  sparse.Add(pq::SparseMethod::kStreaming, pq::SparseStats{});
+  s.kv.Set(std::make_shared<const pq::SparseDecodeStats>(sparse));
   std::string text = m.Render(s);
   auto has = [&](const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; };
   EXPECT_TRUE(has(R"(attic_sparse_requests_total{method="pq"} 2)")) << text;
@@ -610,7 +614,9 @@ TEST(Metrics, ValuesKeepFullPrecision) {
   r.ttft_seconds = 1234.56789012345;
   for (int i = 0; i < 3; ++i) m.Observe(r);
   engine::SchedulerStats s;
-  s.kv_load.fetch_seconds = 0.1 + 0.2;  // 0.30000000000000004
+  store::KvLoadStats load;
+  load.fetch_seconds = 0.1 + 0.2;  // 0.30000000000000004
+  s.kv.Set(std::make_shared<const store::KvLoadStats>(load));
   s.steps = 9007199254740993ull;        // 2^53 + 1: not a double
   std::string text = m.Render(s);
   auto has = [](const std::string& text, const std::string& line) {

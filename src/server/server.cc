@@ -80,9 +80,11 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
   s->model_name_ = im.model_name;
   im.system_fingerprint = "fp_attic_" + engine.model().fingerprint().substr(0, 12);
   im.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (options.scheduler.sparse != nullptr)
-    ATTIC_RETURN_IF_ERROR(options.scheduler.sparse->Validate(engine.model().config().head_dim).WithContext("--sparse"));
-  im.scheduler = std::make_unique<engine::Scheduler>(engine, options.scheduler);
+  if (options.kv.sparse != nullptr)
+    ATTIC_RETURN_IF_ERROR(options.kv.sparse->Validate(engine.model().config().head_dim).WithContext("--sparse"));
+  engine::SchedulerOptions so = options.scheduler;
+  so.kv_connector = engine::KvFeatures(options.kv);
+  im.scheduler = std::make_unique<engine::Scheduler>(engine, so);
   im.scheduler->set_observer([&im](const engine::RequestRecord& r) { im.metrics.Observe(r); });
   if (options.kv_store) {
     store::StoreOptions so = options.store;

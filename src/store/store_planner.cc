@@ -106,7 +106,12 @@ Status StorePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   if (options_.truncate_ratio <= 0) return OkStatus();
   const int limit = std::min(options_.context_length, limits->max_slots);
   const int n = static_cast<int>(request.prompt->size());
-  if (n > limit && limit >= 2) TruncatePrompt(request, limit - 1);
+  if (n <= limit || limit < 2) return OkStatus();
+  if (request.prompt_logits) {
+    return OutOfRangeError("prompt of " + std::to_string(n) + " tokens exceeds the context window of " +
+                           std::to_string(options_.context_length) + " tokens (prompt logprobs do not truncate)");
+  }
+  TruncatePrompt(request, limit - 1);
   return OkStatus();
 }
 
@@ -396,6 +401,8 @@ void StorePlanner::Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* 
   }
   if (!keep->resident) slot.reset();  // else the turn stays with the resident sequence
 }
+
+void StorePlanner::PublishStats(kv::KvStats* stats) const { stats->Set(std::make_shared<const KvLoadStats>(this->stats())); }
 
 KvLoadStats StorePlanner::stats() const {
   KvLoadStats s = stats_;

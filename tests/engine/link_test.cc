@@ -22,6 +22,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/pic/link.h"
 #include "attic/store/kv_store.h"
@@ -158,7 +159,7 @@ class LinkTest : public ::testing::Test {
     GenerationRequest r;
     r.tenant = tenant;
     r.prompt = std::move(prompt);
-    r.link = std::move(spec);
+    if (spec != nullptr) r.kv_options.Set(std::move(spec));
     r.sampling.max_tokens = max_tokens;
     r.ignore_eos = true;
     return r;
@@ -562,9 +563,11 @@ TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
   // Decoupled truncation (paper 001): the prompt overflows the 512-token window; its
   // chunks follow the tokens they cover. With k covering every chunk the link equals
   // Fully-Recompute of the prompt as truncated (read back from the turn's stored entry).
+  KvFeatureOptions fo;
+  fo.truncate_ratio = 0.3;
+  fo.truncate_keep_first = 4;
   SchedulerOptions so;
-  so.truncate_ratio = 0.3;
-  so.truncate_keep_first = 4;
+  so.kv_connector = KvFeatures(fo);
   sched_ = std::make_unique<Scheduler>(*engine_, so);
   sched_->set_store(store_.get());
   const auto keys = GenAll("t");

@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "attic/core/file.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/pq/pq_index.h"
+#include "attic/pq/sparse.h"
+#include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
 #include "store/store_test_util.h"
 #include "stories.h"
@@ -62,7 +65,7 @@ TokenUsage Turn(Scheduler& s, std::vector<int32_t> prompt) {
   r.sampling.max_tokens = kTokens;  // greedy (temperature 0)
   r.ignore_eos = true;
   r.session_id = "conv";
-  r.sparse = PqFifth();
+  r.kv_options.Set(PqFifth());
   auto ch = s.Submit(std::move(r));
   EXPECT_TRUE(ch.ok()) << ch.status().ToString();
   TokenUsage usage;
@@ -168,7 +171,7 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
     s.set_store(st->get());
     const TokenUsage one = Turn(s, first);
     EXPECT_EQ(one.completion_tokens, kTokens);
-    const SparseDecodeStats sp = s.Stats().sparse;
+    const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
     EXPECT_EQ(sp.sparse_steps, static_cast<uint64_t>(kTokens - 1));
     EXPECT_EQ(sp.clustered_keys, static_cast<uint64_t>(first.size()) * c.n_kv_heads * c.n_layers);
     EXPECT_GT(sp.cluster_seconds, 0.0);
@@ -218,7 +221,7 @@ TEST(SparseResume, AConversationResumedFromSsdDecodesSparselyWithoutClusteringAg
     const TokenUsage two = Turn(s, second);
     EXPECT_EQ(two.completion_tokens, kTokens);
     EXPECT_EQ(two.cached_tokens, static_cast<int>(history.size()));
-    const SparseDecodeStats sp = s.Stats().sparse;
+    const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
     EXPECT_EQ(sp.imported_indexes, 1u);
     EXPECT_EQ(sp.rejected_indexes, 0u);
     EXPECT_EQ(sp.clustered_keys, 0u);  // no clustering
@@ -415,7 +418,7 @@ TEST(SparseResume, ADamagedIndexOnDiskIsDroppedAndTheTurnClustersOverTheStoredKv
   s.set_store(st->get());
   const TokenUsage two = Turn(s, second);
   EXPECT_EQ(two.cached_tokens, static_cast<int>(history.size()));  // the KV is served
-  const SparseDecodeStats sp = s.Stats().sparse;
+  const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
   EXPECT_EQ(sp.imported_indexes, 0u);
   EXPECT_EQ(sp.rejected_indexes, 1u);
   EXPECT_GT(sp.clustered_keys, 0u);
@@ -438,7 +441,7 @@ TEST(SparseResume, ANextTurnReusingAResidentSequenceImportsItsIndex) {
   Turn(s, first);
   const TokenUsage two = Turn(s, second);
   EXPECT_EQ(two.cached_tokens, static_cast<int>(first.size()));
-  const SparseDecodeStats sp = s.Stats().sparse;
+  const pq::SparseDecodeStats sp = s.Stats().kv.Value<pq::SparseDecodeStats>();
   EXPECT_EQ(sp.imported_indexes, 1u);
   EXPECT_EQ(sp.clustered_keys, static_cast<uint64_t>(first.size()) * c.n_kv_heads * c.n_layers);  // turn 1's only
   EXPECT_EQ(sp.sparse_steps, 2u * (kTokens - 1));

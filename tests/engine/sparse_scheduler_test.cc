@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pq/sparse.h"
+#include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
 #include "test_util.h"
 
@@ -97,7 +100,7 @@ GenerationRequest Request(std::vector<int32_t> prompt, int max_tokens,
   r.prompt = std::move(prompt);
   r.sampling.max_tokens = max_tokens;
   r.ignore_eos = true;  // every request decodes max_tokens steps
-  r.sparse = std::move(sparse);
+  if (sparse != nullptr) r.kv_options.Set(std::move(sparse));
   return r;
 }
 
@@ -143,6 +146,7 @@ TEST(SparseScheduler, FullAndSelectorsWithEverySlotEqualAPlainRequest) {
   const size_t n = reqs.size();
   SchedulerStats stats;
   const auto out = RunTogether(*e, std::move(reqs), &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(out.size(), n);
   for (size_t i = 0; i < out.size(); ++i) {
     SCOPED_TRACE(i);
@@ -153,10 +157,10 @@ TEST(SparseScheduler, FullAndSelectorsWithEverySlotEqualAPlainRequest) {
   // Only the selectors had an object (full is full attention: no object, no count); each
   // of their decode steps is counted once, and at ratio 1 they attend to every slot.
   const size_t n_selectors = std::size(kEverySlotMethods);
-  EXPECT_EQ(stats.sparse.requests.size(), n_selectors);
-  for (pq::SparseMethod m : kEverySlotMethods) EXPECT_EQ(stats.sparse.requests[pq::SparseMethodName(m)], 1u);
-  EXPECT_EQ(stats.sparse.sparse_steps + stats.sparse.full_steps, n_selectors * (kTokens - 1));
-  EXPECT_EQ(stats.sparse.attended_slots, stats.sparse.context_slots);
+  EXPECT_EQ(sparse.requests.size(), n_selectors);
+  for (pq::SparseMethod m : kEverySlotMethods) EXPECT_EQ(sparse.requests[pq::SparseMethodName(m)], 1u);
+  EXPECT_EQ(sparse.sparse_steps + sparse.full_steps, n_selectors * (kTokens - 1));
+  EXPECT_EQ(sparse.attended_slots, sparse.context_slots);
 }
 
 TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
@@ -182,6 +186,7 @@ TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
   for (const char* text : kShort) reqs.push_back(Request(Tok(*e, text), kTokens));
   SchedulerStats stats;
   const auto out = RunTogether(*e, std::move(reqs), &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(out.size(), 5u);
   EXPECT_EQ(stats.peak_decode_batch, 5);  // they did decode together
   for (size_t i = 0; i < std::size(kShort); ++i) {
@@ -193,29 +198,32 @@ TEST(SparseScheduler, SparseRequestsBatchWithPlainOnesWithoutChangingThem) {
   EXPECT_EQ(out[0].usage.completion_tokens, kTokens);
   EXPECT_EQ(out[1].usage.completion_tokens, kTokens);
   // They decoded sparsely: 32 and about 66 of ~330 slots per layer and KV head.
-  EXPECT_EQ(stats.sparse.requests["streaming"], 1u);
-  EXPECT_EQ(stats.sparse.requests["pq"], 1u);
-  EXPECT_EQ(stats.sparse.sparse_steps, 2u * (kTokens - 1));
-  EXPECT_EQ(stats.sparse.full_steps, 0u);
-  ASSERT_GT(stats.sparse.context_slots, 0u);
-  const double share = static_cast<double>(stats.sparse.attended_slots) / stats.sparse.context_slots;
+  EXPECT_EQ(sparse.requests["streaming"], 1u);
+  EXPECT_EQ(sparse.requests["pq"], 1u);
+  EXPECT_EQ(sparse.sparse_steps, 2u * (kTokens - 1));
+  EXPECT_EQ(sparse.full_steps, 0u);
+  ASSERT_GT(sparse.context_slots, 0u);
+  const double share = static_cast<double>(sparse.attended_slots) / sparse.context_slots;
   EXPECT_GT(share, 0.1);
   EXPECT_LT(share, 0.2);
-  EXPECT_GT(stats.sparse.clustered_keys, 0u);  // pq's codebooks
-  EXPECT_GT(stats.sparse.cluster_seconds, 0.0);
+  EXPECT_GT(sparse.clustered_keys, 0u);  // pq's codebooks
+  EXPECT_GT(sparse.cluster_seconds, 0.0);
 }
 
 TEST(SparseScheduler, TheDefaultAppliesUnlessARequestAsksForFullAttention) {
   auto e = LoadStories(256);
   ASSERT_NE(e, nullptr);
   const std::vector<int32_t> prompt = Tok(*e, LongText());
+  KvFeatureOptions fo;
+  fo.sparse = Sparse(pq::SparseMethod::kStreaming, 0.2, 32, 64);
   SchedulerOptions so;
-  so.sparse = Sparse(pq::SparseMethod::kStreaming, 0.2, 32, 64);
+  so.kv_connector = KvFeatures(fo);
   SchedulerStats stats;
   RunTogether(*e, {Request(prompt, 8), Request(prompt, 8, Sparse(pq::SparseMethod::kFull, 0.2, 0, 64))}, &stats, so);
-  EXPECT_EQ(stats.sparse.requests.size(), 1u);
-  EXPECT_EQ(stats.sparse.requests["streaming"], 1u);  // the first; the second asked for full
-  EXPECT_EQ(stats.sparse.sparse_steps, 7u);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
+  EXPECT_EQ(sparse.requests.size(), 1u);
+  EXPECT_EQ(sparse.requests["streaming"], 1u);  // the first; the second asked for full
+  EXPECT_EQ(sparse.sparse_steps, 7u);
 }
 
 // With a KV store the turn saver runs after the selector on the same entry: a sparse
@@ -255,7 +263,7 @@ TEST(SparseScheduler, ASparseTurnIsSavedAndItsNextTurnReusesItExactly) {
     ASSERT_TRUE(two.ended);
     EXPECT_GE(two.usage.cached_tokens, static_cast<int>(first.size()) - 16);  // the saved prompt (whole blocks)
     EXPECT_EQ(two.text, want.text);
-    EXPECT_EQ(s.Stats().sparse.requests["streaming"], 1u);
+    EXPECT_EQ(s.Stats().kv.Value<pq::SparseDecodeStats>().requests["streaming"], 1u);
   }
 }
 
@@ -280,10 +288,12 @@ TEST(SparseScheduler, InvalidOptionsAreRejectedAtSubmit) {
   EXPECT_TRUE(submit(std::make_shared<pq::SparseOptions>()).ok());  // the defaults are valid
 
   // An invalid default fails every request that does not name its own options.
-  SchedulerOptions so;
   auto o = std::make_shared<pq::SparseOptions>();
   o->ratio = 2;
-  so.sparse = o;
+  KvFeatureOptions fo;
+  fo.sparse = o;
+  SchedulerOptions so;
+  so.kv_connector = KvFeatures(fo);
   Scheduler s2(*e, so);
   EXPECT_EQ(s2.Submit(Request({1, 100}, 4)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(s2.Submit(Request({1, 100}, 4, Sparse(pq::SparseMethod::kFull, 0.2, 0, 1024))).ok());
@@ -326,14 +336,15 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   }
   SchedulerStats stats;
   const auto got = RunTogether(*small, {Request(prompt, kTokens, offload)}, &stats);
+  pq::SparseDecodeStats sparse = stats.kv.Value<pq::SparseDecodeStats>();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].text, want[0].text);
   EXPECT_EQ(got[0].usage.completion_tokens, kTokens);
-  EXPECT_EQ(stats.sparse.offloaded_requests, 1u);
-  EXPECT_GE(stats.sparse.offloaded_blocks, 15u);
-  EXPECT_GT(stats.sparse.offload_cache_hits + stats.sparse.offload_cache_misses, 0u);
-  EXPECT_GT(stats.sparse.offload_fetched_bytes, 0u);
-  EXPECT_EQ(stats.sparse.offload_errors, 0u);
+  EXPECT_EQ(sparse.offloaded_requests, 1u);
+  EXPECT_GE(sparse.offloaded_blocks, 15u);
+  EXPECT_GT(sparse.offload_cache_hits + sparse.offload_cache_misses, 0u);
+  EXPECT_GT(sparse.offload_fetched_bytes, 0u);
+  EXPECT_EQ(sparse.offload_errors, 0u);
   EXPECT_EQ(stats.kv_blocks_used, 0);  // nothing stays resident; the cache went back to the pool
 
   // Refused at Submit: offload with a selector that reads every key; a context larger
@@ -345,8 +356,10 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   auto huge_cache = std::make_shared<pq::SparseOptions>(*offload);
   huge_cache->offload_cache_blocks = 12;
   EXPECT_EQ(s.Submit(Request(prompt, kTokens, huge_cache)).status().code(), StatusCode::kOutOfRange);
+  KvFeatureOptions tiny_fo;
+  tiny_fo.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
   SchedulerOptions tiny_tier;
-  tiny_tier.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
+  tiny_tier.kv_connector = KvFeatures(tiny_fo);
   Scheduler s2(*small, tiny_tier);
   auto r = s2.Submit(Request(prompt, kTokens, offload));
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);

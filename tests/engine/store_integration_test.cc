@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <functional>
 
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
 #include "attic/store/kv_store.h"
+#include "attic/store/store_planner.h"
 #include "store/store_test_util.h"
 #include "test_util.h"
 
@@ -183,9 +185,9 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
   EXPECT_EQ(store->Stats().hits_dram, 1u);
   // The entered bytes: every layer's pre-RoPE K and V rows of the reused tokens, f32.
   const model::ModelConfig& cfg = e->model().config();
-  EXPECT_EQ(s.Stats().kv_load.entered_bytes,
+  EXPECT_EQ(s.Stats().kv.Value<store::KvLoadStats>().entered_bytes,
             2ull * b.usage.cached_tokens * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * sizeof(float));
-  EXPECT_GT(s.Stats().kv_load.enter_seconds, 0);
+  EXPECT_GT(s.Stats().kv.Value<store::KvLoadStats>().enter_seconds, 0);
   store->Flush();
   EXPECT_EQ(store->Stats().entries, 1u);  // the new turn replaced the old entry
   // Without a session id the longest stored prefix is found too.
@@ -222,8 +224,8 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   // Turn 3 reads turn 2's queued save, whose first rows are turn 1's queued save, shared.
   std::vector<int32_t> t3 = next_turn(t2, " The sun was warm.");
   EXPECT_TRUE(g.store->SavePending("default", "conv", t3));  // nothing was stored yet
-  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 2u);
-  EXPECT_EQ(g.s->Stats().kv_load.deferred_for_save, 0u);
+  EXPECT_EQ(g.s->Stats().kv.Value<store::KvLoadStats>().write_buffer_loads, 2u);
+  EXPECT_EQ(g.s->Stats().kv.Value<store::KvLoadStats>().deferred_for_save, 0u);
   EXPECT_EQ(g.store->Stats().write_buffer_hits, 2u);
   EXPECT_EQ(g.store->Stats().hits_dram, 2u);  // a read from the write buffer is a DRAM hit (metrics.md)
   EXPECT_EQ(g.store->Stats().lookup_waits, 0u);
@@ -237,7 +239,7 @@ TEST(StoreIntegration, NextTurnReadsItsQueuedSaveWithoutWaiting) {
   // stored history in place under the queued turn's own rows.
   g.gate.Hold();
   std::vector<int32_t> t5 = next_turn(next_turn(t3, " Lily smiled."), " Then she slept.");
-  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, 3u);
+  EXPECT_EQ(g.s->Stats().kv.Value<store::KvLoadStats>().write_buffer_loads, 3u);
   g.gate.Release();
   g.store->Flush();
   for (int step = 0; step < 500 && g.s->Stats().running + g.s->Stats().waiting > 0; ++step) g.s->Step();  // bg finishes
@@ -265,7 +267,7 @@ TEST(StoreIntegration, ALongRunOfTurnsReadingQueuedSavesStaysExact) {
     EXPECT_EQ(t.text, Recompute(*g.e, next, 6)) << "turn " << turn;
     prompt = std::move(next);
   }
-  EXPECT_EQ(g.s->Stats().kv_load.write_buffer_loads, static_cast<uint64_t>(kTurns - 1));
+  EXPECT_EQ(g.s->Stats().kv.Value<store::KvLoadStats>().write_buffer_loads, static_cast<uint64_t>(kTurns - 1));
   g.gate.Release();
   g.store->Flush();
   // The last save holds every row; the next turn loads it from the store.
@@ -296,7 +298,7 @@ TEST(StoreIntegration, SessionlessNextTurnWaitsForTheSaveItExtendsWithoutStallin
   auto next_chan = SubmitTurn(*g.s, {second, "", 20});
   ASSERT_NE(next_chan, nullptr);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(g.s->Step(), 1);  // bg's decode rows only: the next turn waits
-  EXPECT_EQ(g.s->Stats().kv_load.deferred_for_save, 1u);
+  EXPECT_EQ(g.s->Stats().kv.Value<store::KvLoadStats>().deferred_for_save, 1u);
   GenerationEvent ev;
   EXPECT_FALSE(next_chan->Pop(&ev, 0ms));
   g.gate.Release();
@@ -491,7 +493,7 @@ TEST(StoreIntegration, ALongResidentConversationSavesExactEntries) {
       if (turn > kHeld) store->Flush();  // placed before the next turn ends
       prompt = std::move(next);
     }
-    EXPECT_EQ(s.Stats().kv_load.loads, 0u);  // every turn reused resident KV
+    EXPECT_EQ(s.Stats().kv.Value<store::KvLoadStats>().loads, 0u);  // every turn reused resident KV
     s.Shutdown();
   }
   store->Flush();
@@ -511,8 +513,10 @@ TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
   ASSERT_NE(e, nullptr);
   auto store = OpenStore(*e, 64 << 20);
   SchedulerOptions o = NoResident();
-  o.truncate_ratio = 0.5;
-  o.truncate_keep_first = 4;
+  KvFeatureOptions fo;
+  fo.truncate_ratio = 0.5;
+  fo.truncate_keep_first = 4;
+  o.kv_connector = KvFeatures(fo);
   Scheduler s(*e, o);
   s.set_store(store.get());
   const int ctx = e->context_length();
@@ -550,7 +554,9 @@ TEST(StoreIntegration, OverflowTruncatesStoredKvInsteadOfRecomputing) {
   {
     auto tt_store = OpenStore(*e, 64 << 20);
     SchedulerOptions tto = o;
-    tto.truncate_recompute = true;
+    KvFeatureOptions tt_fo = fo;
+    tt_fo.truncate_recompute = true;
+    tto.kv_connector = KvFeatures(tt_fo);
     Scheduler tt(*e, tto);
     tt.set_store(tt_store.get());
     RunTurn(tt, first, "long", 16);
@@ -588,8 +594,10 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
   auto store = OpenStore(*e, 64 << 20);
   SchedulerOptions o = NoResident();
   o.max_running = 1;  // one job at a time: the read buffer fetches the next ones ahead
-  o.kv_preload = std::get<0>(GetParam());
-  o.kv_read_buffer_bytes = std::get<1>(GetParam());
+  KvFeatureOptions fo;
+  fo.kv_preload = std::get<0>(GetParam());
+  fo.kv_read_buffer_bytes = std::get<1>(GetParam());
+  o.kv_connector = KvFeatures(fo);
   Scheduler s(*e, o);
   s.set_store(store.get());
   const std::vector<std::string> starts = {"Lily had a red ball. She", "Tom saw a big tree in the park.",
@@ -612,10 +620,10 @@ TEST_P(PreloadModes, QueuedNextTurnsEqualRecompute) {
     EXPECT_GT(turns[i].usage.cached_tokens, 0) << i;
     EXPECT_EQ(turns[i].text, Recompute(*e, next[i], 12)) << i;
   }
-  const KvLoadStats ls = s.Stats().kv_load;
+  const store::KvLoadStats ls = s.Stats().kv.Value<store::KvLoadStats>();
   EXPECT_EQ(ls.loads, next.size());
-  EXPECT_EQ(ls.layerwise_loads, o.kv_preload != store::Preload::kSync ? next.size() : 0u);
-  if (o.kv_read_buffer_bytes != 0) {
+  EXPECT_EQ(ls.layerwise_loads, fo.kv_preload != store::Preload::kSync ? next.size() : 0u);
+  if (fo.kv_read_buffer_bytes != 0) {
     EXPECT_GT(ls.staged_used, 0u);  // later jobs were fetched while earlier ones ran
   } else {
     EXPECT_EQ(ls.staged, 0u);
@@ -642,7 +650,9 @@ TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
     SCOPED_TRACE(static_cast<int>(mode));
     auto store = OpenStore(*e, 64 << 20);
     SchedulerOptions o = NoResident();
-    o.kv_preload = mode;
+    KvFeatureOptions fo;
+    fo.kv_preload = mode;
+    o.kv_connector = KvFeatures(fo);
     Scheduler s(*e, o);
     s.set_store(store.get());
     std::vector<int32_t> first = *e->Tokenize("Lily had a red ball. She", true);

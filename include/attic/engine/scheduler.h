@@ -18,10 +18,11 @@
 // the n sequences share the prompt's blocks (kv::SequenceKv::Fork, copy-on-write) and
 // decode in the same steps like any other sequences.
 //
-// Sparse decoding (paper 004, PQCache): a request whose sparse options (its own, else
-// SchedulerOptions::sparse) name a selector decodes with a pq::SparseAttention of its
-// own, attached as layer hooks to its batch entry at every step; the other entries of
-// the step are untouched.
+// The KV connector (kv/connector.h; SchedulerOptions::kv_connector): at Submit it checks
+// a request's options for the planners and the limits they set; at admission it supplies
+// slots (stored KV) and per-sequence states whose layer hooks join that sequence's batch
+// entry at every step (the other entries of the step are untouched); when a sequence ends
+// it decides what is kept. The scheduler names no planner.
 //
 // The waiting queue is visible read-only through LookAhead(): the next N waiting
 // requests with their token ids and session ids, for the KV store's prefetch/eviction
@@ -52,17 +53,22 @@
 #include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/kv/connector.h"
-#include "attic/pic/link.h"
-#include "attic/pq/sparse.h"
-#include "attic/pq/sparse_planner.h"
-#include "attic/store/kv_store.h"
-#include "attic/store/store_planner.h"
+
+namespace attic::store {
+class KvStore;
+}  // namespace attic::store
 
 namespace attic::engine {
 
 using SchedClock = std::chrono::steady_clock;
-class KvPlanners;
 class ResidentSet;
+struct SchedulerOptions;
+
+// Makes a scheduler's KV connector (kv/connector.h) over `store` (null: none), with the
+// scheduler's options as it uses them: at construction, and again when a store is
+// attached (Scheduler::set_store).
+using KvConnectorFactory = std::function<std::unique_ptr<kv::KvConnector>(
+    Engine& engine, const SchedulerOptions& options, store::KvStore* store)>;
 
 struct SchedulerOptions {
   int max_running = 16;            // sequences admitted at once (prefilling or decoding; n choices count n)
@@ -71,42 +77,12 @@ struct SchedulerOptions {
   // decode rows). Smaller values bound decode latency tighter at some prefill speed.
   int max_prefill_tokens_per_step = 0;
   int max_resident = 4096;         // finished sequences kept resident (LRU beyond)
-  int min_reuse_tokens = 8;        // shortest common prefix worth reusing
+  int min_reuse_tokens = 8;        // shortest common prefix worth reusing (resident or stored)
   size_t channel_capacity = 256;   // events buffered per request; text coalesces beyond
-  int store_lookahead = 64;        // waiting requests shown to the KV store (prefetch/eviction)
-  // Decoupled truncation (paper 3.4; needs a KV store): a prompt longer than the context
-  // window is not rejected; tokens after the first `truncate_keep_first` are dropped --
-  // at least the overflow, and at least this ratio of them so that the next turns do
-  // not truncate again -- and the stored KV of what remains is reused with its
-  // positions re-embedded, instead of being recomputed. The drop is sticky: a session's
-  // later turns drop the same tokens first. 0 = off (overlong prompts are OutOfRange).
-  double truncate_ratio = 0;
-  int truncate_keep_first = 0;     // e.g. the system prompt or attention sinks
-  // Truncate then recompute (the paper's TT baseline): the same tokens are dropped, but
-  // the kept ones are prefilled again instead of reusing their stored KV.
-  bool truncate_recompute = false;
-  // Stored-KV loading (needs a KV store). Read buffer: bytes of stored entries of jobs
-  // still waiting that the loader fetches and verifies ahead of their admission; -1 =
-  // sized per job by the paper's S_buf = B * (T_load * L_hist - T_pref * L_new) from the
-  // measured load and prefill rates; 0 = no read buffer.
-  store::Preload kv_preload = store::Preload::kLayerwise;  // how stored KV enters (store/kv_loader.h)
-  int64_t kv_read_buffer_bytes = -1;
-  bool store_save = true;          // save each finished turn's KV (false: read-only store)
-  // Sparse decoding (paper 004, PQCache; pq/sparse.h): what a request that names none
-  // gets (the server's --sparse). null or method full = full attention.
-  std::shared_ptr<const pq::SparseOptions> sparse;
-  // Offloaded sparse requests (pq/offload.h): their complete blocks live pre-RoPE (f32)
-  // in a host-memory tier of this capacity (--sparse-offload-bytes); a request waits
-  // until its whole context fits beside the running ones', and one that cannot fit at
-  // all is refused.
-  int64_t sparse_offload_bytes = int64_t{4} << 30;
+  // The planners and their options (engine/kv_features.h: KvFeatures); null = KvFeatures()
+  // (every planner with its defaults).
+  KvConnectorFactory kv_connector;
 };
-
-// Loading stored KV, since start (store/store_planner.h; published with Stats()).
-using KvLoadStats = store::KvLoadStats;
-
-// Sparse decoding, since start (pq/sparse_planner.h; published with Stats()).
-using SparseDecodeStats = pq::SparseDecodeStats;
 
 // A request of n choices reports one usage per choice (its kFinish): the prompt (prompt,
 // cached and recomputed tokens) is counted in choice 0's only, each choice counts its
@@ -115,7 +91,7 @@ struct TokenUsage {
   int prompt_tokens = 0;
   int completion_tokens = 0;  // sampled tokens, including a stop token
   int cached_tokens = 0;      // prompt tokens whose KV was reused instead of recomputed
-  int recomputed_tokens = 0;  // cached tokens (linked chunks) recomputed to link them; not in cached_tokens
+  int recomputed_tokens = 0;  // cached tokens a planner had computed again (KvSeqState::recomputed); not in cached_tokens
 };
 
 struct GenerationEvent {
@@ -168,14 +144,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;      // token ids (must not be empty)
   SamplingParams sampling;          // max_tokens >= 1; stop_token_ids add to the engine's
   bool ignore_eos = false;          // don't stop at the engine's stop tokens (benchmarks)
-  // Chunks of the prompt whose KV is stored on its own (context caches), linked into it
-  // as the spec's method says (link.h); null = none. Needs a KV store.
-  std::shared_ptr<const pic::LinkSpec> link;
-  // Sparse decoding (pq/sparse.h): null = the scheduler's default (SchedulerOptions::
-  // sparse); method full asks for full attention whatever the default. A request with a
-  // selector (any other method) decodes with its own pq::SparseAttention; it batches with
-  // every other request as usual.
-  std::shared_ptr<const pq::SparseOptions> sparse;
+  // The planners' options (kv/connector.h), at most one value per type, each read by
+  // the planner it is for (the connector's Check validates it at Submit); none = every
+  // planner's defaults.
+  kv::KvRequestOptions kv_options;
   // Compute and save the prompt's KV (session_id names the entry), sample nothing: the
   // request finishes ("stop", no completion tokens) once its prompt is prefilled. Its
   // prompt is computed from scratch (no reuse), so the entry holds KV computed from
@@ -184,15 +156,17 @@ struct GenerationRequest {
   // Logprobs (logits_processor.h): >= 0 reports each sampled token's logprob and its
   // `logprobs` most likely alternatives (GenerationEvent::logprobs); -1 = none.
   int logprobs = -1;
-  // Also every prompt token's logprob (echo): the prompt is computed whole (no reuse;
-  // not with `link`), and sampling.max_tokens may be 0 (finish "length" once prefilled).
+  // Also every prompt token's logprob (echo): the prompt is computed whole, as it came
+  // (no reuse; kv::KvRequest::prompt_logits: a planner refuses what would change it),
+  // and sampling.max_tokens may be 0 (finish "length" once prefilled).
   bool prompt_logprobs = false;
   // Narrows what may be sampled (a grammar); null = anything. Its Complete() ends the
   // generation ("stop").
   std::shared_ptr<LogitsProcessor> processor;
   // Choices: n sequences sampled from the prompt, prefilled once (see the header
   // comment). Choice i samples with ChoiceSeed(sampling.seed, i). 1..kMaxChoices; n > 1
-  // not with a processor, a sparse selector, prefill_only or max_tokens 0. Only choice
+  // not with a processor, options a planner refuses them for (kv::KvLimits::no_choices),
+  // prefill_only or max_tokens 0. Only choice
   // 0's turn is saved to the KV store and only choice 0 stays resident; the other
   // choices release their KV when they end.
   int n = 1;
@@ -223,13 +197,14 @@ struct SchedulerStats {
   int kv_blocks_resident = 0;  // what evicting every resident sequence would free
   int resident_sequences = 0;
   uint64_t steps = 0;
-  // Prompt tokens computed by forward steps (prefill rows, linked chunks' recomputed
-  // slots included; reused KV is not computed): a prompt shared by n choices counts once.
+  // Prompt tokens computed by forward steps (prefill rows, and the cached slots a planner
+  // has computed again; reused KV is not computed): a prompt shared by n choices counts once.
   uint64_t prompt_tokens_computed = 0;
   uint64_t evicted_sequences = 0;
   int peak_decode_batch = 0;  // most sequences decoded together in one step, since start
-  KvLoadStats kv_load;
-  SparseDecodeStats sparse;
+  // The planners' counters since start, by type (kv::KvConnector::PublishStats): e.g.
+  // kv.Value<store::KvLoadStats>().
+  kv::KvStats kv;
 };
 
 // What happened to one request; reported on the step loop when it ends.
@@ -254,9 +229,10 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request and returns its channel. InvalidArgument (empty prompt, bad
-  // sampling parameters or token ids, sparse options that do not fit the model: the
-  // message starts with "sparse"), OutOfRange (prompt beyond the context window or
-  // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down).
+  // sampling parameters or token ids), OutOfRange (prompt beyond the context window or
+  // the whole KV budget), ResourceExhausted (waiting queue full), Unavailable (shut down),
+  // or the connector's Check's error (kv_options a planner refuses, or what it needs
+  // missing: kv/connector.h).
   StatusOr<std::shared_ptr<ResultChannel>> Submit(GenerationRequest request);
 
   // The next `n` waiting requests, in the order they will be admitted.
@@ -279,13 +255,14 @@ class Scheduler {
   // prefills only the rest; each finished turn's KV is saved (pre-RoPE). The store must
   // outlive the scheduler; stored KV enters this scheduler's compute buffer (the store is
   // attached to it: one scheduler per store). Set before the first Step; null = no store.
+  // The connector is made again over it (SchedulerOptions::kv_connector).
   void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
-  // Whether a prompt longer than the context window is truncated in the stored KV
-  // (decoupled truncation: a KV store and truncate_ratio > 0) rather than rejected. The
-  // one place this is decided (the server's request checks ask it).
-  bool truncates_overlong_prompts() const { return options_.truncate_ratio > 0 && store_ != nullptr; }
+  // Whether a prompt longer than the context window may be shortened by the connector
+  // (kv::KvConnector::shortens_prompts) rather than rejected. The one place this is
+  // decided (the server's request checks ask it). After set_store.
+  bool accepts_overlong_prompts() const { return connector_->shortens_prompts(); }
 
  private:
   struct Waiting;
@@ -329,11 +306,9 @@ class Scheduler {
   const int block_size_;
   const int vocab_;
   const int max_slots_;  // per sequence: min(context window, pool capacity in tokens)
-  // The KV connector (kv/connector.h): the features' planners.
-  std::unique_ptr<KvPlanners> planners_;
-  kv::KvConnector* connector_ = nullptr;  // planners_'s
+  // The KV connector (kv/connector.h): options_.kv_connector's, made again by set_store.
+  std::unique_ptr<kv::KvConnector> connector_;
   RequestObserver observer_;
-  store::KvStore* store_ = nullptr;  // the planners' (set_store); only asked whether there is one
   // The measured prefill rates (seconds per token) not yet handed to the connector (step loop).
   std::vector<double> prefill_rates_;
 

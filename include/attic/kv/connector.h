@@ -45,9 +45,11 @@ struct KvAttachment {
   std::shared_ptr<const std::string> bytes;
 };
 
-// A request's options for the planners, at most one value per type (vLLM's
-// kv_transfer_params): the engine's caller sets them, each planner reads its own.
-class KvRequestOptions {
+// Values by type, at most one per type: a request's options for the planners (vLLM's
+// kv_transfer_params: the engine's caller sets them, each planner reads its own) and the
+// planners' counters (each publishes its own, KvConnector::PublishStats; readers take the
+// type they know). The values are shared and never change: a copy is cheap.
+class TypedValues {
  public:
   template <class T>
   void Set(std::shared_ptr<const T> value) {
@@ -66,6 +68,12 @@ class KvRequestOptions {
       if (key == Key<T>()) return std::static_pointer_cast<const T>(v);
     return nullptr;
   }
+  // A copy of the value; T{} when not set.
+  template <class T>
+  T Value() const {
+    std::shared_ptr<const T> v = Get<T>();
+    return v != nullptr ? *v : T{};
+  }
 
  private:
   template <class T>
@@ -75,6 +83,8 @@ class KvRequestOptions {
   }
   std::vector<std::pair<const void*, std::shared_ptr<const void>>> items_;
 };
+using KvRequestOptions = TypedValues;  // a request's options for the planners
+using KvStats = TypedValues;           // the planners' counters
 
 // What the connector sees of a request.
 struct KvRequest {
@@ -89,6 +99,9 @@ struct KvRequest {
   int max_new_tokens = 0;    // tokens it may sample
   int n_choices = 1;         // sequences forked from the prompt
   bool samples = true;       // false: prefill only, it never decodes
+  // Every prompt token's logits are wanted (prompt logprobs): the prompt is computed
+  // whole, as it came (not shortened, nothing linked into it).
+  bool prompt_logits = false;
   KvRequestOptions options;  // the planners' options
 };
 
@@ -262,6 +275,12 @@ class KvConnector {
   // planner leaves in seq.states stays with the slots while they are resident (the
   // store's turn: KvReused::from); the others are released.
   virtual void Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) {}
+  // The planners' counters since start, into `stats` by type (each planner its own
+  // type; the engine publishes them with its own statistics).
+  virtual void PublishStats(KvStats* stats) const {}
+  // Whether Check may shorten a prompt longer than the context window (KvRequest::prompt)
+  // instead of the engine refusing it.
+  virtual bool shortens_prompts() const { return false; }
 };
 
 // A planner: a connector's part for one paper. Its state for a sequence is
@@ -283,7 +302,8 @@ class KvPlanner : public KvConnector {
 // asks for, frees the sum of free_first, takes the largest min_local, is ready when all
 // are; Start runs them last to first (the last planner added, the store, makes the slots
 // the others build on) and stops at the first error; WaitLayer sums; Finish passes `keep`
-// through them in order (the last, the store, saves what the others keep).
+// through them in order (the last, the store, saves what the others keep); PublishStats
+// asks each; it shortens prompts when one does.
 class ComposedConnector final : public KvConnector {
  public:
   void Add(std::unique_ptr<KvPlanner> planner);
@@ -294,6 +314,8 @@ class ComposedConnector final : public KvConnector {
   Status Start(KvSeq& seq, KvSlots* slots) override;
   double WaitLayer(KvSeq& seq, int layer) override;
   void Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) override;
+  void PublishStats(KvStats* stats) const override;
+  bool shortens_prompts() const override;
 
  private:
   std::vector<std::unique_ptr<KvPlanner>> planners_;

@@ -1,6 +1,11 @@
 // LinkPlanner: linking's part of the KV connector (kv/connector.h; paper 002, Epic). A
 // request whose options carry a LinkSpec (KvRequestOptions) has chunks of its prompt whose
 // KV is stored on its own (context caches); the planner
+//   Check      validates the spec against the prompt and the model; it refuses a linked
+//              prompt whose every token's logits are wanted (KvRequest::prompt_logits), and
+//              without a store both linking and a prefill-only request (KVGen of a
+//              context cache's chunk, saved to the store) -- with the messages the engine
+//              gave before these checks moved here
 //   Match      asks that a resident sequence be reused only when it covers every linked
 //              chunk (a conversation's later turn); else the chunks are linked
 //   Start      finishes the link the store's Start planned through it (below): the slots
@@ -30,10 +35,12 @@ namespace attic::pic {
 
 class LinkPlanner final : public kv::KvPlanner, public store::StoredKvExtension {
  public:
-  // `store` must outlive the planner; `shape`: the compute buffer's.
-  LinkPlanner(store::KvStore& store, const kv::KvShape& shape);
+  // `store` must outlive the planner (null: none, Check refuses what needs one);
+  // `shape`: the compute buffer's.
+  LinkPlanner(store::KvStore* store, const kv::KvShape& shape);
   ~LinkPlanner() override;
 
+  Status Check(kv::KvRequest& request, kv::KvLimits* limits) override;
   void Match(const kv::KvQueue& queue, kv::KvAdmission* head) override;
   Status Start(kv::KvSeq& seq, kv::KvSlots* slots) override;
   void Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* keep) override;
@@ -48,7 +55,7 @@ class LinkPlanner final : public kv::KvPlanner, public store::StoredKvExtension 
   // truncation), or null.
   static std::shared_ptr<const LinkSpec> SpecOf(const kv::KvRequest& request);
 
-  store::KvStore& store_;
+  store::KvStore* store_;
   kv::KvShape shape_;
 };
 

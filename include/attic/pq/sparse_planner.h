@@ -96,8 +96,9 @@ class SparsePlanner final : public kv::KvPlanner {
   Status Start(kv::KvSeq& seq, kv::KvSlots* slots) override;
   void Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* keep) override;
 
-  // Since start (step loop).
+  // Since start (step loop); PublishStats publishes a copy.
   const SparseDecodeStats& stats() const { return stats_; }
+  void PublishStats(kv::KvStats* stats) const override;
 
  private:
   struct Seq;

@@ -20,6 +20,7 @@
 #include "attic/core/status.h"
 #include "attic/engine/scheduler.h"
 #include "attic/grammar/json_grammar.h"
+#include "attic/pic/link.h"
 #include "attic/pq/sparse.h"
 #include "attic/server/tool_call_stream.h"
 #include "attic/server/tool_calls.h"

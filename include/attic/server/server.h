@@ -36,8 +36,11 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
-#include "attic/store/redis_tier.h"
+#include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pic/link.h"
+#include "attic/store/kv_store.h"
+#include "attic/store/redis_tier.h"
 
 namespace attic::server {
 
@@ -47,6 +50,7 @@ struct ServerOptions {
   std::vector<std::string> api_keys;  // empty = no authentication
   std::string model_name;           // id in /v1/models and responses ("" = model file/dir name)
   engine::SchedulerOptions scheduler;
+  engine::KvFeatureOptions kv;      // the KV connector's planners (engine/kv_features.h)
   int64_t max_tokens_limit = 0;     // cap on max_tokens (0 = the context window)
   double request_timeout_s = 600;   // per request, from arrival to the last token
   size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
