@@ -75,7 +75,7 @@ int RunChat(const ChatFlags& f) {
   std::fprintf(stderr, "attic: type a message; /help lists the commands\n");
   InstallInterruptHandler();
   std::vector<tokenizer::ChatMessage> history;
-  if (!f.system.empty()) history.push_back({"system", f.system});
+  if (!f.system.empty()) history.push_back({"system", f.system, {}, {}});
   const size_t first_droppable = history.size();
   engine::Session session(e);
   std::string line;
@@ -101,7 +101,7 @@ int RunChat(const ChatFlags& f) {
       std::fprintf(stderr, "attic: unknown command '%s' (/help lists them)\n", line.c_str());
       continue;
     }
-    history.push_back({"user", line});
+    history.push_back({"user", line, {}, {}});
     auto ids = FitConversation(e, &history, first_droppable);
     if (!ids.ok()) {
       std::fprintf(stderr, "attic: %s\n", ids.status().message().c_str());
@@ -121,7 +121,7 @@ int RunChat(const ChatFlags& f) {
       continue;
     }
     if (res->finish_reason == "cancelled") std::fprintf(stderr, "attic: reply stopped\n");
-    history.push_back({"assistant", res->text});
+    history.push_back({"assistant", res->text, {}, {}});
     if (f.stats) {
       std::fprintf(stderr, "[reused %d of %d prompt tokens, prefilled %d in %.3fs | %zu tokens at %.1f tok/s]\n",
                    res->n_cached_tokens, res->n_prompt_tokens, res->n_prompt_tokens - res->n_cached_tokens,

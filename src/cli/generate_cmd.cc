@@ -56,8 +56,8 @@ void AddGenerateCommand(CLI::App& app, RunFn* run) {
       if (f->chat) {
         PrintChatTemplate(e);
         std::vector<tokenizer::ChatMessage> msgs;
-        if (!f->system.empty()) msgs.push_back({"system", f->system});
-        msgs.push_back({"user", prompt});
+        if (!f->system.empty()) msgs.push_back({"system", f->system, {}, {}});
+        msgs.push_back({"user", prompt, {}, {}});
         auto rendered = e.RenderChat(msgs);
         if (!rendered.ok()) return Fail(rendered.status());
         prompt = *rendered;

@@ -382,7 +382,9 @@ TEST(Bytes, ReservedPagesAreFaultedInUpFrontAndKeptWhileReserved) {
   // Under ASan or TSan the count says nothing: the sanitizer's shadow of the pages (1/8 of
   // them for ASan, several times them for TSan) is mapped on first use, and those faults
   // are the process's too (measured: 10,242 under ASan, 164,177 under TSan).
-  if (!kShadowSanitizer) EXPECT_LT(MinorFaults() - before, 16) << "the reserved pages were not faulted in";
+  if (!kShadowSanitizer) {
+    EXPECT_LT(MinorFaults() - before, 16) << "the reserved pages were not faulted in";
+  }
   EXPECT_EQ(Bytes::PooledBytes(), 0u);
   held.clear();  // all of it goes back: the reservation allows it, kPoolBytes alone would not
   EXPECT_EQ(Bytes::PooledBytes(), reserve);

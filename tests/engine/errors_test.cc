@@ -78,7 +78,7 @@ TEST(Errors, MissingModelIsNotFound) {
 TEST(Errors, ChatWithoutTemplateNamesTheFlag) {
   auto e = Load();
   ASSERT_NE(e, nullptr);
-  auto r = e->RenderChat({{"user", "hi"}});
+  auto r = e->RenderChat({{"user", "hi", {}, {}}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("--chat-template"), std::string::npos);
 }
