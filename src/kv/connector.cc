@@ -58,12 +58,6 @@ void ComposedConnector::Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) {
   for (auto& p : planners_) p->Finish(seq, kv, keep);
 }
 
-bool ComposedConnector::shortens_prompts() const {
-  for (const auto& p : planners_)
-    if (p->shortens_prompts()) return true;
-  return false;
-}
-
 void ComposedConnector::PublishStats(KvStats* stats) const {
   for (const auto& p : planners_) p->PublishStats(stats);
 }

@@ -59,7 +59,7 @@ StatusOr<Server::Impl::BuiltPrompt> Server::Impl::BuildPrompt(const ApiRequest& 
   const int ctx = engine.context_length();
   // With decoupled truncation the scheduler shortens an overlong conversation instead
   // (its text is then bounded by the request body limit only).
-  const bool truncates = scheduler->accepts_overlong_prompts();
+  const bool truncates = engine::ShortensOverlongPrompts(options.kv, store != nullptr);
   const size_t max_bytes =
       truncates ? std::numeric_limits<size_t>::max() : static_cast<size_t>(ctx) * max_token_bytes * 2 + 1024;
   auto too_long = [ctx](const std::string& what) {

@@ -53,4 +53,12 @@ struct KvFeatureOptions {
 // refuses what needs a store: linked chunks, a prefill-only request).
 KvConnectorFactory KvFeatures(KvFeatureOptions options = {});
 
+// Whether a prompt longer than the context window is shortened in the stored KV
+// (decoupled truncation: truncate_ratio > 0 over a KV store) rather than refused; the
+// one place this is decided (the server's prompt-size limit asks it; the store planner
+// truncates exactly then).
+inline bool ShortensOverlongPrompts(const KvFeatureOptions& options, bool has_store) {
+  return options.truncate_ratio > 0 && has_store;
+}
+
 }  // namespace attic::engine

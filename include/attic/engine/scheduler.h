@@ -259,10 +259,6 @@ class Scheduler {
   void set_store(store::KvStore* store);
 
   const SchedulerOptions& options() const { return options_; }
-  // Whether a prompt longer than the context window may be shortened by the connector
-  // (kv::KvConnector::shortens_prompts) rather than rejected. The one place this is
-  // decided (the server's request checks ask it). After set_store.
-  bool accepts_overlong_prompts() const { return connector_->shortens_prompts(); }
 
  private:
   struct Waiting;

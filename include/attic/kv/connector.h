@@ -13,6 +13,9 @@
 //   WaitLayer  (each step)  layer l of its KV is ready; after the last layer, what arrived
 //   Finish     (it ended)   what to keep: whether it may stay resident, what to save with it
 //
+// Besides them the engine only reads the planners' counters (PublishStats, as vLLM's
+// get_kv_connector_stats): it changes nothing and reaches no store.
+//
 // Each paper contributes one planner (KvPlanner) in its own module; a ComposedConnector
 // calls them in the order they were added (Start in reverse: the last planner, the store,
 // supplies the slots the others build on). A planner keeps what it made for one sequence
@@ -278,9 +281,6 @@ class KvConnector {
   // The planners' counters since start, into `stats` by type (each planner its own
   // type; the engine publishes them with its own statistics).
   virtual void PublishStats(KvStats* stats) const {}
-  // Whether Check may shorten a prompt longer than the context window (KvRequest::prompt)
-  // instead of the engine refusing it.
-  virtual bool shortens_prompts() const { return false; }
 };
 
 // A planner: a connector's part for one paper. Its state for a sequence is
@@ -303,7 +303,7 @@ class KvPlanner : public KvConnector {
 // are; Start runs them last to first (the last planner added, the store, makes the slots
 // the others build on) and stops at the first error; WaitLayer sums; Finish passes `keep`
 // through them in order (the last, the store, saves what the others keep); PublishStats
-// asks each; it shortens prompts when one does.
+// asks each.
 class ComposedConnector final : public KvConnector {
  public:
   void Add(std::unique_ptr<KvPlanner> planner);
@@ -315,7 +315,6 @@ class ComposedConnector final : public KvConnector {
   double WaitLayer(KvSeq& seq, int layer) override;
   void Finish(KvSeq& seq, const SequenceKv* kv, KvKeep* keep) override;
   void PublishStats(KvStats* stats) const override;
-  bool shortens_prompts() const override;
 
  private:
   std::vector<std::unique_ptr<KvPlanner>> planners_;

@@ -146,8 +146,6 @@ class StorePlanner final : public kv::KvPlanner {
   Status Start(kv::KvSeq& seq, kv::KvSlots* slots) override;
   double WaitLayer(kv::KvSeq& seq, int layer) override;
   void Finish(kv::KvSeq& seq, const kv::SequenceKv* kv, kv::KvKeep* keep) override;
-  // Decoupled truncation is on (StorePlannerOptions::truncate_ratio).
-  bool shortens_prompts() const override { return options_.truncate_ratio > 0; }
 
   // Since start, with the store's read-buffer figures (step loop); PublishStats publishes
   // them.
