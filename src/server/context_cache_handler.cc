@@ -103,198 +103,213 @@ std::optional<ApiError> ReadExpiry(const json& body, int64_t max_ttl_ms, int64_t
   return std::nullopt;
 }
 
+// The 404 of every context-cache route on a server without the KV store.
+ApiError Unavailable() {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "context caches need the KV store, which is not enabled on this server (--kv-dram, --kv-ssd-dir)";
+  e.code = "context_caches_unavailable";
+  return e;
+}
+
+// A create or update body, which must be a JSON object.
+std::optional<ApiError> ParseObject(const std::string& body, json* out) {
+  try {
+    *out = json::parse(body);
+  } catch (const json::exception& e) {
+    return Bad("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
+  }
+  if (!out->is_object()) return Bad("", "the request body must be a JSON object");
+  return std::nullopt;
+}
+
 }  // namespace
 
-void Server::Impl::SetupContextCacheRoutes(const BodyRoute& with_body) {
-  auto unavailable = [](httplib::Response& res, Server::Impl& im) {
-    ApiError e;
-    e.http_status = 404;
-    e.message = "context caches need the KV store, which is not enabled on this server (--kv-dram, --kv-ssd-dir)";
-    e.code = "context_caches_unavailable";
-    im.SendError(res, e);
+std::vector<Server::Impl::Route> Server::Impl::ContextCacheRoutes() {
+  return {
+      {Method::kPost, "/v1/context_caches", &Impl::HandleCreateContextCache},
+      {Method::kGet, "/v1/context_caches", &Impl::HandleListContextCaches},
+      {Method::kGet, R"(/v1/context_caches/([^/]+))", &Impl::HandleGetContextCache},
+      {Method::kPatch, R"(/v1/context_caches/([^/]+))", &Impl::HandleUpdateContextCache},
+      {Method::kDelete, R"(/v1/context_caches/([^/]+))", &Impl::HandleDeleteContextCache},
   };
-  auto parse = [](const std::string& body, json* out) -> std::optional<ApiError> {
-    try {
-      *out = json::parse(body);
-    } catch (const json::exception& e) {
-      return Bad("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
-    }
-    if (!out->is_object()) return Bad("", "the request body must be a JSON object");
+}
+
+std::optional<std::string> Server::Impl::ContextCacheTenant(const httplib::Request& req, httplib::Response& res,
+                                                            bool available) const {
+  auto tenant = AuthenticatedTenant(req, res);
+  if (tenant && !available) {
+    SendError(res, Unavailable());
     return std::nullopt;
-  };
+  }
+  return tenant;
+}
 
-  http.Post("/v1/context_caches", with_body([this, unavailable, parse](const httplib::Request& req,
-                                                                       const std::string& body,
-                                                                       httplib::Response& res) {
-    const auto arrival = engine::SchedClock::now();
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (caches == nullptr) return unavailable(res, *this);
-    json b;
-    if (auto e = parse(body, &b)) return SendError(res, *e);
-    if (!b.contains("model") || !b["model"].is_string())
-      return SendError(res, Bad("model", "'model' is required", "missing_required_parameter"));
-    if (b["model"] != model_name) return SendError(res, ModelNotFound(b["model"].get<std::string>()));
-    const bool has_docs = b.contains("documents") && !b["documents"].is_null();
-    const bool has_chunks = b.contains("chunks") && !b["chunks"].is_null();
-    if (has_docs == has_chunks)
-      return SendError(res, Bad(has_docs ? "chunks" : "documents", "give one of 'documents' or 'chunks'",
-                                has_docs ? "invalid_value" : "missing_required_parameter"));
-    const char* field = has_docs ? "documents" : "chunks";
-    const json& items = b[field];
-    if (!items.is_array() || items.empty() || items.size() > kMaxDocuments)
-      return SendError(res, Bad(field, std::string("'") + field + "' must be a non-empty array of at most " +
-                                           std::to_string(kMaxDocuments) + " texts"));
-    std::string display_name;
-    if (b.contains("display_name") && !b["display_name"].is_null()) {
-      if (!b["display_name"].is_string() || b["display_name"].get_ref<const std::string&>().size() > kMaxDisplayName)
-        return SendError(res, Bad("display_name", "'display_name' must be a string of at most 256 bytes"));
-      display_name = b["display_name"].get<std::string>();
+void Server::Impl::HandleCreateContextCache(const httplib::Request& req, const std::string& body,
+                                            httplib::Response& res) {
+  const auto arrival = engine::SchedClock::now();
+  auto tenant = ContextCacheTenant(req, res, caches != nullptr);
+  if (!tenant) return;
+  json b;
+  if (auto e = ParseObject(body, &b)) return SendError(res, *e);
+  if (!b.contains("model") || !b["model"].is_string())
+    return SendError(res, Bad("model", "'model' is required", "missing_required_parameter"));
+  if (b["model"] != model_name) return SendError(res, ModelNotFound(b["model"].get<std::string>()));
+  const bool has_docs = b.contains("documents") && !b["documents"].is_null();
+  const bool has_chunks = b.contains("chunks") && !b["chunks"].is_null();
+  if (has_docs == has_chunks)
+    return SendError(res, Bad(has_docs ? "chunks" : "documents", "give one of 'documents' or 'chunks'",
+                              has_docs ? "invalid_value" : "missing_required_parameter"));
+  const char* field = has_docs ? "documents" : "chunks";
+  const json& items = b[field];
+  if (!items.is_array() || items.empty() || items.size() > kMaxDocuments)
+    return SendError(res, Bad(field, std::string("'") + field + "' must be a non-empty array of at most " +
+                                         std::to_string(kMaxDocuments) + " texts"));
+  std::string display_name;
+  if (b.contains("display_name") && !b["display_name"].is_null()) {
+    if (!b["display_name"].is_string() || b["display_name"].get_ref<const std::string&>().size() > kMaxDisplayName)
+      return SendError(res, Bad("display_name", "'display_name' must be a string of at most 256 bytes"));
+    display_name = b["display_name"].get<std::string>();
+  }
+  pic::SplitOptions split;
+  if (b.contains("split") && !b["split"].is_null()) {
+    const json& s = b["split"];
+    if (!has_docs) return SendError(res, Bad("split", "'split' applies to 'documents' only"));
+    if (!s.is_object()) return SendError(res, Bad("split", "'split' must be an object {method, max_tokens}"));
+    if (s.contains("method")) {
+      auto m = s["method"].is_string() ? pic::ParseSplitMethod(s["method"].get<std::string>())
+                                       : StatusOr<pic::SplitMethod>(InvalidArgumentError("'split.method' must be a string"));
+      if (!m.ok()) return SendError(res, Bad("split.method", m.status().message()));
+      split.method = *m;
     }
-    pic::SplitOptions split;
-    if (b.contains("split") && !b["split"].is_null()) {
-      const json& s = b["split"];
-      if (!has_docs) return SendError(res, Bad("split", "'split' applies to 'documents' only"));
-      if (!s.is_object()) return SendError(res, Bad("split", "'split' must be an object {method, max_tokens}"));
-      if (s.contains("method")) {
-        auto m = s["method"].is_string() ? pic::ParseSplitMethod(s["method"].get<std::string>())
-                                         : StatusOr<pic::SplitMethod>(InvalidArgumentError("'split.method' must be a string"));
-        if (!m.ok()) return SendError(res, Bad("split.method", m.status().message()));
-        split.method = *m;
-      }
-      if (s.contains("max_tokens")) {
-        if (!s["max_tokens"].is_number_integer() || s["max_tokens"].get<int64_t>() < 1 ||
-            s["max_tokens"].get<int64_t>() > engine.context_length())
-          return SendError(res, Bad("split.max_tokens", "'split.max_tokens' must be an integer between 1 and " +
-                                                            std::to_string(engine.context_length())));
-        split.max_tokens = static_cast<int>(s["max_tokens"].get<int64_t>());
-      }
+    if (s.contains("max_tokens")) {
+      if (!s["max_tokens"].is_number_integer() || s["max_tokens"].get<int64_t>() < 1 ||
+          s["max_tokens"].get<int64_t>() > engine.context_length())
+        return SendError(res, Bad("split.max_tokens", "'split.max_tokens' must be an integer between 1 and " +
+                                                          std::to_string(engine.context_length())));
+      split.max_tokens = static_cast<int>(s["max_tokens"].get<int64_t>());
     }
-    int64_t expires_at = NowMs() + caches->options().default_ttl_ms;
-    bool given = false;
-    if (auto e = ReadExpiry(b, caches->options().max_ttl_ms, &expires_at, &given)) return SendError(res, *e);
-    // The chunks' token ids: pre-split chunks as they are, documents split (KVSplit).
-    std::vector<std::vector<int32_t>> chunks;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const std::string p = std::string(field) + "[" + std::to_string(i) + "]";
-      const json& it = items[i];
-      const json* text = it.is_string() ? &it : (it.is_object() && it.contains("text") ? &it["text"] : nullptr);
-      if (text == nullptr || !text->is_string() || text->get_ref<const std::string&>().empty())
-        return SendError(res, Bad(p, "'" + p + "' must be a non-empty string (or {\"text\": ...})"));
-      if (has_chunks) {
-        auto ids = engine.Tokenize(text->get<std::string>(), false);
-        if (!ids.ok()) return SendError(res, Bad(p, ids.status().message()));
-        chunks.push_back(std::move(*ids));
-        continue;
-      }
-      auto parts = pic::SplitDocument(engine.tokenizer(), text->get_ref<const std::string&>(), split);
-      if (!parts.ok()) return SendError(res, Bad(p, parts.status().message()));
-      for (pic::TextChunk& c : *parts) chunks.push_back(std::move(c.tokens));
+  }
+  int64_t expires_at = NowMs() + caches->options().default_ttl_ms;
+  bool given = false;
+  if (auto e = ReadExpiry(b, caches->options().max_ttl_ms, &expires_at, &given)) return SendError(res, *e);
+  // The chunks' token ids: pre-split chunks as they are, documents split (KVSplit).
+  std::vector<std::vector<int32_t>> chunks;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string p = std::string(field) + "[" + std::to_string(i) + "]";
+    const json& it = items[i];
+    const json* text = it.is_string() ? &it : (it.is_object() && it.contains("text") ? &it["text"] : nullptr);
+    if (text == nullptr || !text->is_string() || text->get_ref<const std::string&>().empty())
+      return SendError(res, Bad(p, "'" + p + "' must be a non-empty string (or {\"text\": ...})"));
+    if (has_chunks) {
+      auto ids = engine.Tokenize(text->get<std::string>(), false);
+      if (!ids.ok()) return SendError(res, Bad(p, ids.status().message()));
+      chunks.push_back(std::move(*ids));
+      continue;
     }
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (static_cast<int>(chunks[i].size()) + 1 > engine.context_length())
-        return SendError(res, Bad(field, "chunk " + std::to_string(i) + " has " + std::to_string(chunks[i].size()) +
-                                             " tokens; a chunk must fit the context window of " +
-                                             std::to_string(engine.context_length()) +
-                                             " tokens (split the document with a smaller split.max_tokens)"));
-    }
-    const auto deadline = arrival + std::chrono::duration_cast<engine::SchedClock::duration>(
-                                        std::chrono::duration<double>(options.request_timeout_s));
-    int computed = 0;
-    auto cache = caches->Create(tenant, display_name, std::move(chunks), expires_at, deadline, &computed);
-    if (!cache.ok()) {
-      ApiError e = ErrorFromStatus(cache.status());
-      // The tenant's limit of caches, not a full queue (the other ResourceExhausted here).
-      if (cache.status().message().rfind("too many context caches", 0) == 0) e.code = "context_cache_limit_reached";
-      return SendError(res, e);
-    }
-    json j = CacheObject(*cache);
-    j["usage"] = {{"prompt_tokens", cache->n_tokens()},
-                  {"cached_tokens", std::max(0, cache->n_tokens() - computed)}};
-    res.set_content(j.dump(), "application/json");
-  }));
+    auto parts = pic::SplitDocument(engine.tokenizer(), text->get_ref<const std::string&>(), split);
+    if (!parts.ok()) return SendError(res, Bad(p, parts.status().message()));
+    for (pic::TextChunk& c : *parts) chunks.push_back(std::move(c.tokens));
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (static_cast<int>(chunks[i].size()) + 1 > engine.context_length())
+      return SendError(res, Bad(field, "chunk " + std::to_string(i) + " has " + std::to_string(chunks[i].size()) +
+                                           " tokens; a chunk must fit the context window of " +
+                                           std::to_string(engine.context_length()) +
+                                           " tokens (split the document with a smaller split.max_tokens)"));
+  }
+  const auto deadline = arrival + std::chrono::duration_cast<engine::SchedClock::duration>(
+                                      std::chrono::duration<double>(options.request_timeout_s));
+  int computed = 0;
+  auto cache = caches->Create(*tenant, display_name, std::move(chunks), expires_at, deadline, &computed);
+  if (!cache.ok()) {
+    ApiError e = ErrorFromStatus(cache.status());
+    // The tenant's limit of caches, not a full queue (the other ResourceExhausted here).
+    if (cache.status().message().rfind("too many context caches", 0) == 0) e.code = "context_cache_limit_reached";
+    return SendError(res, e);
+  }
+  json j = CacheObject(*cache);
+  j["usage"] = {{"prompt_tokens", cache->n_tokens()},
+                {"cached_tokens", std::max(0, cache->n_tokens() - computed)}};
+  res.set_content(j.dump(), "application/json");
+}
 
-  http.Get("/v1/context_caches", [this, unavailable](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (registry == nullptr) return unavailable(res, *this);
-    int limit = kDefaultListLimit;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
-      limit = digits ? std::stoi(v) : 0;
-      if (limit < 1 || limit > kMaxListLimit)
-        return SendError(res, Bad("limit", "'limit' must be an integer between 1 and " + std::to_string(kMaxListLimit)));
-    }
-    const std::string after = req.get_param_value("after");
-    if (after.size() > 256) return SendError(res, Bad("after", "'after' is longer than 256 bytes"));
-    StatusOr<pic::CachePage> page = registry->List(tenant, after, limit);
-    if (!page.ok()) return SendError(res, ErrorFromStatus(page.status()));  // the shared registry did not answer
-    json data = json::array();
-    for (const auto& c : page->data)
-      if (c.model == model_name) data.push_back(CacheObject(c));
-    json j{{"object", "list"},
-           {"data", data},
-           {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
-           {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
-           {"has_more", page->has_more}};
-    res.set_content(j.dump(), "application/json");
-  });
+// ?limit=&after=: the tenant's caches of the served model, oldest first.
+void Server::Impl::HandleListContextCaches(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = ContextCacheTenant(req, res, registry != nullptr);
+  if (!tenant) return;
+  int limit = kDefaultListLimit;
+  if (req.has_param("limit")) {
+    const std::string v = req.get_param_value("limit");
+    const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+    limit = digits ? std::stoi(v) : 0;
+    if (limit < 1 || limit > kMaxListLimit)
+      return SendError(res, Bad("limit", "'limit' must be an integer between 1 and " + std::to_string(kMaxListLimit)));
+  }
+  const std::string after = req.get_param_value("after");
+  if (after.size() > 256) return SendError(res, Bad("after", "'after' is longer than 256 bytes"));
+  StatusOr<pic::CachePage> page = registry->List(*tenant, after, limit);
+  if (!page.ok()) return SendError(res, ErrorFromStatus(page.status()));  // the shared registry did not answer
+  json data = json::array();
+  for (const auto& c : page->data)
+    if (c.model == model_name) data.push_back(CacheObject(c));
+  json j{{"object", "list"},
+         {"data", data},
+         {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+         {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+         {"has_more", page->has_more}};
+  res.set_content(j.dump(), "application/json");
+}
 
-  http.Get(R"(/v1/context_caches/([^/]+))", [this, unavailable](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (registry == nullptr) return unavailable(res, *this);
-    const std::string id = req.matches[1];
-    auto c = registry->Get(tenant, id);
-    if (auto e = Missing(c, id, model_name)) return SendError(res, *e);
-    res.set_content(CacheObject(*c).dump(), "application/json");
-  });
+void Server::Impl::HandleGetContextCache(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = ContextCacheTenant(req, res, registry != nullptr);
+  if (!tenant) return;
+  const std::string id = req.matches[1];
+  auto c = registry->Get(*tenant, id);
+  if (auto e = Missing(c, id, model_name)) return SendError(res, *e);
+  res.set_content(CacheObject(*c).dump(), "application/json");
+}
 
-  http.Patch(R"(/v1/context_caches/([^/]+))", with_body([this, unavailable, parse](const httplib::Request& req,
-                                                                                   const std::string& body,
-                                                                                   httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (caches == nullptr) return unavailable(res, *this);
-    const std::string id = req.matches[1];
-    json b;
-    if (auto e = parse(body, &b)) return SendError(res, *e);
-    for (const auto& [k, v] : b.items()) {
-      if (k != "ttl" && k != "expire_at" && k != "expired_at" && k != "model")
-        return SendError(res, Bad(k, "only 'ttl' or 'expire_at' can be changed ('" + k + "' cannot)"));
-    }
-    int64_t expires_at = 0;
-    bool given = false;
-    if (auto e = ReadExpiry(b, caches->options().max_ttl_ms, &expires_at, &given)) return SendError(res, *e);
-    if (!given) return SendError(res, Bad("ttl", "give 'ttl' or 'expire_at'", "missing_required_parameter"));
-    auto old = registry->Get(tenant, id);
-    if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
-    auto c = registry->SetExpiry(tenant, id, expires_at);
-    if (!c.ok()) {
-      if (c.status().code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
-      return SendError(res, ErrorFromStatus(c.status()));
-    }
-    res.set_content(CacheObject(*c).dump(), "application/json");
-  }));
+// {ttl | expire_at}: a new expiry, the only change a cache takes.
+void Server::Impl::HandleUpdateContextCache(const httplib::Request& req, const std::string& body,
+                                            httplib::Response& res) {
+  auto tenant = ContextCacheTenant(req, res, caches != nullptr);
+  if (!tenant) return;
+  const std::string id = req.matches[1];
+  json b;
+  if (auto e = ParseObject(body, &b)) return SendError(res, *e);
+  for (const auto& [k, v] : b.items()) {
+    if (k != "ttl" && k != "expire_at" && k != "expired_at" && k != "model")
+      return SendError(res, Bad(k, "only 'ttl' or 'expire_at' can be changed ('" + k + "' cannot)"));
+  }
+  int64_t expires_at = 0;
+  bool given = false;
+  if (auto e = ReadExpiry(b, caches->options().max_ttl_ms, &expires_at, &given)) return SendError(res, *e);
+  if (!given) return SendError(res, Bad("ttl", "give 'ttl' or 'expire_at'", "missing_required_parameter"));
+  auto old = registry->Get(*tenant, id);
+  if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
+  auto c = registry->SetExpiry(*tenant, id, expires_at);
+  if (!c.ok()) {
+    if (c.status().code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
+    return SendError(res, ErrorFromStatus(c.status()));
+  }
+  res.set_content(CacheObject(*c).dump(), "application/json");
+}
 
-  http.Delete(R"(/v1/context_caches/([^/]+))", [this, unavailable](const httplib::Request& req,
-                                                                    httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (caches == nullptr) return unavailable(res, *this);
-    const std::string id = req.matches[1];
-    auto old = registry->Get(tenant, id);
-    if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
-    Status st = registry->Delete(tenant, id);
-    if (!st.ok()) {
-      if (st.code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
-      return SendError(res, ErrorFromStatus(st));
-    }
-    caches->Sweep();  // its chunks' KV, unless another cache of the tenant uses them
-    res.set_content(json{{"id", id}, {"object", "context_cache.deleted"}, {"deleted", true}}.dump(),
-                    "application/json");
-  });
+void Server::Impl::HandleDeleteContextCache(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = ContextCacheTenant(req, res, caches != nullptr);
+  if (!tenant) return;
+  const std::string id = req.matches[1];
+  auto old = registry->Get(*tenant, id);
+  if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
+  Status st = registry->Delete(*tenant, id);
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
+    return SendError(res, ErrorFromStatus(st));
+  }
+  caches->Sweep();  // its chunks' KV, unless another cache of the tenant uses them
+  res.set_content(json{{"id", id}, {"object", "context_cache.deleted"}, {"deleted", true}}.dump(),
+                  "application/json");
 }
 
 }  // namespace attic::server

@@ -8,6 +8,8 @@
 #include <thread>
 #include <csignal>
 #include <functional>
+#include <stdexcept>
+#include <variant>
 
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
@@ -325,202 +327,271 @@ std::string Server::Impl::NewId(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
-void Server::Impl::SetupRoutes() {
-  // Bodies are read through a content reader so that the size limit also holds for
-  // chunked uploads (httplib 0.11 enforces it only for Content-Length bodies).
-  using BodyHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
-  auto with_body = [this](BodyHandler handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-      std::string body;
-      bool too_big = false;
-      bool ok = reader([&](const char* data, size_t n) {
-        if (body.size() + n > options.max_body_bytes) {
-          too_big = true;
-          return false;
-        }
-        body.append(data, n);
-        return true;
-      });
-      if (too_big || res.status == 413) {
-        ApiError e;
-        e.http_status = 413;
-        e.message = "The request body is larger than " + std::to_string(options.max_body_bytes) + " bytes";
-        e.code = "request_too_large";
-        res.set_header("Connection", "close");
-        HttpTransport::CloseAfterResponse();
-        return SendErrorFor(req, res, e);
-      }
-      if (!ok) {
-        ApiError e;
-        e.message = "could not read the request body";
-        res.set_header("Connection", "close");
-        HttpTransport::CloseAfterResponse();
-        return SendErrorFor(req, res, e);
-      }
-      LogRequestBody(req, body);
-      handler(req, body, res);
-    };
-  };
-  auto completion = [this, with_body](ApiKind kind) {
-    return with_body([this, kind](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-      HandleCompletion(kind, req, body, res);
-    });
-  };
-  SetupContextCacheRoutes(with_body);
-  http.Post("/v1/chat/completions", completion(ApiKind::kChat));
-  http.Post("/v1/completions", completion(ApiKind::kCompletion));
-  http.Post("/v1/messages",
-            with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-              HandleMessages(req, body, res);
-            }));
+std::vector<Server::Impl::Route> Server::Impl::Routes() {
+  std::vector<Route> routes = ContextCacheRoutes();
+  routes.insert(routes.end(), {
+      {Method::kPost, "/v1/chat/completions", &Impl::HandleChatCompletions},
+      {Method::kPost, "/v1/completions", &Impl::HandleCompletions},
+      {Method::kPost, "/v1/messages", &Impl::HandleMessages},
+  });
   // vLLM serves these at the root; the /v1 copies let clients whose base URL ends in /v1
   // (the openai client's) reach them too.
   for (const char* prefix : {"", "/v1"}) {
-    http.Post(std::string(prefix) + "/tokenize",
-              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-                HandleTokenize(req, body, res);
-              }));
-    http.Post(std::string(prefix) + "/detokenize",
-              with_body([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-                HandleDetokenize(req, body, res);
-              }));
+    routes.push_back({Method::kPost, std::string(prefix) + "/tokenize", &Impl::HandleTokenize});
+    routes.push_back({Method::kPost, std::string(prefix) + "/detokenize", &Impl::HandleDetokenize});
   }
-  auto model_object = [this] {
-    return json{{"id", model_name},
-                {"object", "model"},
-                {"created", created},
-                {"owned_by", "attic"},
-                {"context_length", engine.context_length()}};
+  routes.insert(routes.end(), {
+      {Method::kGet, "/v1/models", &Impl::HandleListModels},
+      {Method::kGet, R"(/v1/models/(.+))", &Impl::HandleGetModel},
+      {Method::kGet, "/health", &Impl::HandleHealth},
+      {Method::kGet, "/metrics", &Impl::HandleMetrics},
+      {Method::kGet, R"(/v1/sessions/(.+))", &Impl::HandleGetSession},
+      {Method::kGet, "/v1/sessions", &Impl::HandleListSessions},
+      {Method::kDelete, R"(/v1/sessions/(.+))", &Impl::HandleDeleteSession},
+  });
+  return routes;
+}
+
+void Server::Impl::SetupRoutes() {
+  for (const Route& route : Routes()) AddRoute(route);
+  SetupHttpHooks();
+}
+
+void Server::Impl::AddRoute(const Route& route) {
+  const std::string& path = route.path;
+  if (const BodyHandler* body_handler = std::get_if<BodyHandler>(&route.handler)) {
+    httplib::Server::HandlerWithContentReader handler = WithBody(*body_handler);
+    switch (route.method) {
+      case Method::kPost:
+        http.Post(path, std::move(handler));
+        return;
+      case Method::kPatch:
+        http.Patch(path, std::move(handler));
+        return;
+      case Method::kDelete:
+        http.Delete(path, std::move(handler));
+        return;
+      case Method::kGet:
+        break;
+    }
+    throw std::logic_error("GET " + path + ": httplib reads no body of a GET request");
+  }
+  httplib::Server::Handler handler = [this, member = std::get<PlainHandler>(route.handler)](
+                                         const httplib::Request& req, httplib::Response& res) {
+    (this->*member)(req, res);
   };
-  http.Get("/v1/models", [this, model_object](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    json j{{"object", "list"}, {"data", json::array({model_object()})}};
-    res.set_content(j.dump(), "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    if (req.matches[1] != model_name) {
-      ApiError e;
-      e.http_status = 404;
-      e.message = "The model '" + std::string(req.matches[1]) + "' does not exist";
-      e.param = "model";
-      e.code = "model_not_found";
-      return SendError(res, e);
-    }
-    res.set_content(model_object().dump(), "application/json");
-  });
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::string text = metrics.Render(scheduler->Stats());
-    if (store != nullptr) text += RenderStoreMetrics(store->Stats());
-    if (!options.memory_budget.empty()) {
-      uint64_t sum = 0;
-      std::string parts;
-      for (const auto& [name, bytes] : options.memory_budget) {
-        sum += bytes;
-        parts += "attic_memory_budget_part_bytes{part=\"" + name + "\"} " + std::to_string(bytes) + "\n";
+  switch (route.method) {
+    case Method::kGet:
+      http.Get(path, std::move(handler));
+      return;
+    case Method::kPost:
+      http.Post(path, std::move(handler));
+      return;
+    case Method::kPatch:
+      http.Patch(path, std::move(handler));
+      return;
+    case Method::kDelete:
+      http.Delete(path, std::move(handler));
+      return;
+  }
+}
+
+// Bodies are read through a content reader so that the size limit also holds for
+// chunked uploads (httplib 0.11 enforces it only for Content-Length bodies).
+httplib::Server::HandlerWithContentReader Server::Impl::WithBody(BodyHandler handler) {
+  return [this, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string body;
+    bool too_big = false;
+    bool ok = reader([&](const char* data, size_t n) {
+      if (body.size() + n > options.max_body_bytes) {
+        too_big = true;
+        return false;
       }
-      text += "# HELP attic_memory_budget_bytes What the configuration lets the server hold: weights, KV pool, "
-              "store DRAM tier and write buffer, sparse-offload tier, fixed overhead.\n"
-              "# TYPE attic_memory_budget_bytes gauge\nattic_memory_budget_bytes " +
-              std::to_string(sum) +
-              "\n# HELP attic_memory_budget_part_bytes Each part of attic_memory_budget_bytes.\n"
-              "# TYPE attic_memory_budget_part_bytes gauge\n" + parts;
+      body.append(data, n);
+      return true;
+    });
+    if (too_big || res.status == 413) {
+      ApiError e;
+      e.http_status = 413;
+      e.message = "The request body is larger than " + std::to_string(options.max_body_bytes) + " bytes";
+      e.code = "request_too_large";
+      res.set_header("Connection", "close");
+      HttpTransport::CloseAfterResponse();
+      return SendErrorFor(req, res, e);
     }
-    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
-  });
-  // Stored conversations (tenant-scoped: a tenant sees only its own sessions).
-  auto session_error = [this](httplib::Response& res, const std::string& id, const Status& st) {
+    if (!ok) {
+      ApiError e;
+      e.message = "could not read the request body";
+      res.set_header("Connection", "close");
+      HttpTransport::CloseAfterResponse();
+      return SendErrorFor(req, res, e);
+    }
+    LogRequestBody(req, body);
+    (this->*handler)(req, body, res);
+  };
+}
+
+std::optional<std::string> Server::Impl::AuthenticatedTenant(const httplib::Request& req,
+                                                             httplib::Response& res) const {
+  std::string tenant;
+  if (auto e = Authenticate(req, &tenant)) {
+    SendError(res, *e);
+    return std::nullopt;
+  }
+  return tenant;
+}
+
+void Server::Impl::HandleChatCompletions(const httplib::Request& req, const std::string& body,
+                                         httplib::Response& res) {
+  HandleCompletion(ApiKind::kChat, req, body, res);
+}
+
+void Server::Impl::HandleCompletions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+  HandleCompletion(ApiKind::kCompletion, req, body, res);
+}
+
+json Server::Impl::ModelObject() const {
+  return json{{"id", model_name},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "attic"},
+              {"context_length", engine.context_length()}};
+}
+
+void Server::Impl::HandleListModels(const httplib::Request& req, httplib::Response& res) {
+  if (!AuthenticatedTenant(req, res)) return;
+  json j{{"object", "list"}, {"data", json::array({ModelObject()})}};
+  res.set_content(j.dump(), "application/json");
+}
+
+void Server::Impl::HandleGetModel(const httplib::Request& req, httplib::Response& res) {
+  if (!AuthenticatedTenant(req, res)) return;
+  if (req.matches[1] != model_name) {
     ApiError e;
     e.http_status = 404;
-    e.message = store == nullptr ? "the KV store is not enabled on this server"
-                                 : "No stored session '" + id + "'";
-    e.code = "session_not_found";
-    if (store != nullptr && st.code() != StatusCode::kNotFound) {
-      e.http_status = 500;
-      e.type = "server_error";
-      e.message = st.message();
+    e.message = "The model '" + std::string(req.matches[1]) + "' does not exist";
+    e.param = "model";
+    e.code = "model_not_found";
+    return SendError(res, e);
+  }
+  res.set_content(ModelObject().dump(), "application/json");
+}
+
+void Server::Impl::HandleHealth(const httplib::Request&, httplib::Response& res) {
+  res.set_content(R"({"status":"ok"})", "application/json");
+}
+
+void Server::Impl::HandleMetrics(const httplib::Request&, httplib::Response& res) {
+  std::string text = metrics.Render(scheduler->Stats());
+  if (store != nullptr) text += RenderStoreMetrics(store->Stats());
+  if (!options.memory_budget.empty()) {
+    uint64_t sum = 0;
+    std::string parts;
+    for (const auto& [name, bytes] : options.memory_budget) {
+      sum += bytes;
+      parts += "attic_memory_budget_part_bytes{part=\"" + name + "\"} " + std::to_string(bytes) + "\n";
     }
-    SendError(res, e);
-  };
-  auto session_object = [this](const store::SessionInfo& info) {
-    return json{{"id", info.session_id},
-                {"object", "session"},
-                {"tokens", info.n_tokens},
-                {"bytes", info.bytes},
-                {"tier", store != nullptr ? store->tier_name(info.tier) : store::TierName(info.tier)},
-                {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
-  };
-  http.Get(R"(/v1/sessions/(.+))", [this, session_error, session_object](const httplib::Request& req,
-                                                                         httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    const std::string id = req.matches[1];
-    if (store == nullptr) return session_error(res, id, NotFoundError(""));
-    if (pic::IsChunkStoreSession(id)) return session_error(res, id, NotFoundError(""));  // a context cache's chunk
-    auto info = store->GetSession(tenant, id);
-    if (!info.ok()) return session_error(res, id, info.status());
-    res.set_content(session_object(*info).dump(), "application/json");
-  });
-  // GET /v1/sessions?limit=N&after=ID: OpenAI's cursor-paginated list object, ordered by
-  // session id. `after` is a position in that order, not a reference: it need not name a
-  // stored session, so a session that expires or is deleted between pages does not break
-  // the iteration. With the store off the list is empty.
-  http.Get("/v1/sessions", [this, session_object](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    ApiError invalid;
-    invalid.code = "invalid_value";
-    int limit = kDefaultSessionListLimit;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
-      limit = digits ? std::stoi(v) : 0;
-      if (limit < 1 || limit > kMaxSessionListLimit) {
-        invalid.param = "limit";
-        invalid.message = "'limit' must be an integer between 1 and " + std::to_string(kMaxSessionListLimit);
-        return SendError(res, invalid);
-      }
-    }
-    const std::string after = req.get_param_value("after");
-    if (after.size() > kMaxSessionIdBytes) {
-      invalid.param = "after";
-      invalid.message = "'after' is longer than " + std::to_string(kMaxSessionIdBytes) + " bytes";
+    text += "# HELP attic_memory_budget_bytes What the configuration lets the server hold: weights, KV pool, "
+            "store DRAM tier and write buffer, sparse-offload tier, fixed overhead.\n"
+            "# TYPE attic_memory_budget_bytes gauge\nattic_memory_budget_bytes " +
+            std::to_string(sum) +
+            "\n# HELP attic_memory_budget_part_bytes Each part of attic_memory_budget_bytes.\n"
+            "# TYPE attic_memory_budget_part_bytes gauge\n" + parts;
+  }
+  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void Server::Impl::SendSessionError(httplib::Response& res, const std::string& id, const Status& st) const {
+  ApiError e;
+  e.http_status = 404;
+  e.message = store == nullptr ? "the KV store is not enabled on this server" : "No stored session '" + id + "'";
+  e.code = "session_not_found";
+  if (store != nullptr && st.code() != StatusCode::kNotFound) {
+    e.http_status = 500;
+    e.type = "server_error";
+    e.message = st.message();
+  }
+  SendError(res, e);
+}
+
+json Server::Impl::SessionObject(const store::SessionInfo& info) const {
+  return json{{"id", info.session_id},
+              {"object", "session"},
+              {"tokens", info.n_tokens},
+              {"bytes", info.bytes},
+              {"tier", store != nullptr ? store->tier_name(info.tier) : store::TierName(info.tier)},
+              {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
+}
+
+void Server::Impl::HandleGetSession(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = AuthenticatedTenant(req, res);
+  if (!tenant) return;
+  const std::string id = req.matches[1];
+  if (store == nullptr) return SendSessionError(res, id, NotFoundError(""));
+  if (pic::IsChunkStoreSession(id)) return SendSessionError(res, id, NotFoundError(""));  // a context cache's chunk
+  auto info = store->GetSession(*tenant, id);
+  if (!info.ok()) return SendSessionError(res, id, info.status());
+  res.set_content(SessionObject(*info).dump(), "application/json");
+}
+
+// GET /v1/sessions?limit=N&after=ID: OpenAI's cursor-paginated list object, ordered by
+// session id. `after` is a position in that order, not a reference: it need not name a
+// stored session, so a session that expires or is deleted between pages does not break
+// the iteration. With the store off the list is empty.
+void Server::Impl::HandleListSessions(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = AuthenticatedTenant(req, res);
+  if (!tenant) return;
+  ApiError invalid;
+  invalid.code = "invalid_value";
+  int limit = kDefaultSessionListLimit;
+  if (req.has_param("limit")) {
+    const std::string v = req.get_param_value("limit");
+    const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+    limit = digits ? std::stoi(v) : 0;
+    if (limit < 1 || limit > kMaxSessionListLimit) {
+      invalid.param = "limit";
+      invalid.message = "'limit' must be an integer between 1 and " + std::to_string(kMaxSessionListLimit);
       return SendError(res, invalid);
     }
-    std::vector<store::SessionInfo> sessions;
-    if (store != nullptr) sessions = store->ListSessions(tenant);
-    std::erase_if(sessions, [](const store::SessionInfo& s) { return pic::IsChunkStoreSession(s.session_id); });
-    auto first = after.empty() ? sessions.begin()
-                               : std::upper_bound(sessions.begin(), sessions.end(), after,
-                                                  [](const std::string& a, const store::SessionInfo& s) {
-                                                    return a < s.session_id;
-                                                  });
-    const auto left = static_cast<size_t>(sessions.end() - first);
-    const auto n = std::min(left, static_cast<size_t>(limit));
-    json data = json::array();
-    for (auto it = first; it != first + static_cast<std::ptrdiff_t>(n); ++it) data.push_back(session_object(*it));
-    json j{{"object", "list"},
-           {"data", data},
-           {"first_id", n == 0 ? json(nullptr) : json(first->session_id)},
-           {"last_id", n == 0 ? json(nullptr) : json((first + static_cast<std::ptrdiff_t>(n) - 1)->session_id)},
-           {"has_more", left > n}};
-    res.set_content(j.dump(), "application/json");
-  });
-  http.Delete(R"(/v1/sessions/(.+))", [this, session_error](const httplib::Request& req, httplib::Response& res) {
-    std::string tenant;
-    if (auto e = Authenticate(req, &tenant)) return SendError(res, *e);
-    const std::string id = req.matches[1];
-    if (store == nullptr) return session_error(res, id, NotFoundError(""));
-    if (pic::IsChunkStoreSession(id)) return session_error(res, id, NotFoundError(""));  // a context cache's chunk
-    Status st = store->EraseSession(tenant, id);
-    if (!st.ok()) return session_error(res, id, st);
-    res.set_content(json{{"id", id}, {"object", "session.deleted"}, {"deleted", true}}.dump(), "application/json");
-  });
+  }
+  const std::string after = req.get_param_value("after");
+  if (after.size() > kMaxSessionIdBytes) {
+    invalid.param = "after";
+    invalid.message = "'after' is longer than " + std::to_string(kMaxSessionIdBytes) + " bytes";
+    return SendError(res, invalid);
+  }
+  std::vector<store::SessionInfo> sessions;
+  if (store != nullptr) sessions = store->ListSessions(*tenant);
+  std::erase_if(sessions, [](const store::SessionInfo& s) { return pic::IsChunkStoreSession(s.session_id); });
+  auto first = after.empty() ? sessions.begin()
+                             : std::upper_bound(sessions.begin(), sessions.end(), after,
+                                                [](const std::string& a, const store::SessionInfo& s) {
+                                                  return a < s.session_id;
+                                                });
+  const auto left = static_cast<size_t>(sessions.end() - first);
+  const auto n = std::min(left, static_cast<size_t>(limit));
+  json data = json::array();
+  for (auto it = first; it != first + static_cast<std::ptrdiff_t>(n); ++it) data.push_back(SessionObject(*it));
+  json j{{"object", "list"},
+         {"data", data},
+         {"first_id", n == 0 ? json(nullptr) : json(first->session_id)},
+         {"last_id", n == 0 ? json(nullptr) : json((first + static_cast<std::ptrdiff_t>(n) - 1)->session_id)},
+         {"has_more", left > n}};
+  res.set_content(j.dump(), "application/json");
+}
+
+void Server::Impl::HandleDeleteSession(const httplib::Request& req, httplib::Response& res) {
+  auto tenant = AuthenticatedTenant(req, res);
+  if (!tenant) return;
+  const std::string id = req.matches[1];
+  if (store == nullptr) return SendSessionError(res, id, NotFoundError(""));
+  if (pic::IsChunkStoreSession(id)) return SendSessionError(res, id, NotFoundError(""));  // a context cache's chunk
+  Status st = store->EraseSession(*tenant, id);
+  if (!st.ok()) return SendSessionError(res, id, st);
+  res.set_content(json{{"id", id}, {"object", "session.deleted"}, {"deleted", true}}.dump(), "application/json");
+}
+
+void Server::Impl::SetupHttpHooks() {
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                       httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Handled;

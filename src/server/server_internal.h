@@ -1,6 +1,6 @@
-// Internal: the Server's state, shared by server.cc (setup, routes, auth, step loop),
+// Internal: the Server's state, shared by server.cc (setup, route table, auth, step loop),
 // completion_handler.cc (the two completion endpoints), messages_handler.cc (the
-// Anthropic Messages API) and tokenize_handler.cc.
+// Anthropic Messages API), tokenize_handler.cc and context_cache_handler.cc.
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "attic/pic/registry.h"
@@ -70,26 +71,73 @@ struct Server::Impl {
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
 
+  // Registers every route of the table (Routes()), then SetupHttpHooks().
   void SetupRoutes();
+  void SetupHttpHooks();  // the error, exception and pre-routing handlers, the access logger
   void StepLoop();
   void SweepLoop();
   void WakeSweep();  // after `stopping` is set: SweepLoop returns
   // Tenant of the request, or a 401.
   std::optional<ApiError> Authenticate(const httplib::Request& req, std::string* tenant) const;
+  // Tenant of the request; nullopt once a 401 is sent.
+  std::optional<std::string> AuthenticatedTenant(const httplib::Request& req, httplib::Response& res) const;
   void SendError(httplib::Response& res, const ApiError& error) const;
   // SendError in the shape of the request's API (Anthropic's on /v1/messages).
   void SendErrorFor(const httplib::Request& req, httplib::Response& res, const ApiError& error) const;
+
+  // The route table: one row per route, registered in its order (httplib takes the
+  // first pattern of a method that matches). A row's handler is a member of Impl, with
+  // the request body (read by WithBody) or without.
+  enum class Method { kGet, kPost, kPatch, kDelete };
+  using PlainHandler = void (Impl::*)(const httplib::Request&, httplib::Response&);
+  using BodyHandler = void (Impl::*)(const httplib::Request&, const std::string&, httplib::Response&);
+  struct Route {
+    Method method;
+    std::string path;  // an httplib pattern: a regex where it has a capture group
+    std::variant<PlainHandler, BodyHandler> handler;
+  };
+  std::vector<Route> Routes();
+  std::vector<Route> ContextCacheRoutes();  // context_cache_handler.cc
+  void AddRoute(const Route& route);
+  // A body handler as an httplib route: the body is read through a content reader under
+  // the body size limit (413 past it), logged, then handed to the handler.
+  httplib::Server::HandlerWithContentReader WithBody(BodyHandler handler);
+
+  // POST /v1/chat/completions and /v1/completions (completion_handler.cc).
   void HandleCompletion(ApiKind kind, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void HandleChatCompletions(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void HandleCompletions(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // POST /v1/messages, the Anthropic Messages API (messages_handler.cc).
   void HandleMessages(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // POST /tokenize and /detokenize (tokenize_handler.cc).
   void HandleTokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
-  // A handler of a request body (read under the body size limit) as an httplib route.
-  using BodyHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
-  using BodyRoute = std::function<httplib::Server::HandlerWithContentReader(BodyHandler)>;
-  // POST/GET/PATCH/DELETE /v1/context_caches (context_cache_handler.cc).
-  void SetupContextCacheRoutes(const BodyRoute& with_body);
+  // GET /v1/models, /v1/models/{id}, /health, /metrics.
+  void HandleListModels(const httplib::Request& req, httplib::Response& res);
+  void HandleGetModel(const httplib::Request& req, httplib::Response& res);
+  void HandleHealth(const httplib::Request& req, httplib::Response& res);
+  void HandleMetrics(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json ModelObject() const;
+  // Stored conversations, tenant-scoped: GET /v1/sessions/{id}, GET /v1/sessions,
+  // DELETE /v1/sessions/{id}.
+  void HandleGetSession(const httplib::Request& req, httplib::Response& res);
+  void HandleListSessions(const httplib::Request& req, httplib::Response& res);
+  void HandleDeleteSession(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json SessionObject(const store::SessionInfo& info) const;
+  // 404 for a session `id` the store does not hold (or with the store off); 500 for
+  // another failure `st` of the store.
+  void SendSessionError(httplib::Response& res, const std::string& id, const Status& st) const;
+  // The context caches (context_cache_handler.cc): POST and GET /v1/context_caches,
+  // GET, PATCH and DELETE /v1/context_caches/{id}.
+  void HandleCreateContextCache(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void HandleListContextCaches(const httplib::Request& req, httplib::Response& res);
+  void HandleGetContextCache(const httplib::Request& req, httplib::Response& res);
+  void HandleUpdateContextCache(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void HandleDeleteContextCache(const httplib::Request& req, httplib::Response& res);
+  // Tenant of a context-cache request; nullopt once a 401 is sent or, when `available`
+  // is false (no KV store), the 404 context_caches_unavailable.
+  std::optional<std::string> ContextCacheTenant(const httplib::Request& req, httplib::Response& res,
+                                                bool available) const;
   // A validated request's prompt: its token ids and, with context-cache parts, the link
   // spec of its cached chunks (their KV prefilled again first where it went missing) and
   // its implicitly cached texts (kept alive once the request is submitted).
