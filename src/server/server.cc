@@ -9,6 +9,7 @@
 #include <csignal>
 #include <functional>
 #include <stdexcept>
+#include <type_traits>
 #include <variant>
 
 #include "attic/core/file.h"
@@ -358,42 +359,33 @@ void Server::Impl::SetupRoutes() {
 }
 
 void Server::Impl::AddRoute(const Route& route) {
-  const std::string& path = route.path;
-  if (const BodyHandler* body_handler = std::get_if<BodyHandler>(&route.handler)) {
-    httplib::Server::HandlerWithContentReader handler = WithBody(*body_handler);
+  // Registers `handler` (an httplib handler, with a content reader or without). httplib
+  // reads no body of a GET request: a body route for GET is a mistake in the table.
+  auto add = [this, &route](auto handler) {
+    using H = decltype(handler);
     switch (route.method) {
+      case Method::kGet:
+        if constexpr (std::is_same_v<H, httplib::Server::Handler>) {
+          http.Get(route.path, std::move(handler));
+          return;
+        }
+        throw std::logic_error("GET " + route.path + ": httplib reads no body of a GET request");
       case Method::kPost:
-        http.Post(path, std::move(handler));
+        http.Post(route.path, std::move(handler));
         return;
       case Method::kPatch:
-        http.Patch(path, std::move(handler));
+        http.Patch(route.path, std::move(handler));
         return;
       case Method::kDelete:
-        http.Delete(path, std::move(handler));
+        http.Delete(route.path, std::move(handler));
         return;
-      case Method::kGet:
-        break;
     }
-    throw std::logic_error("GET " + path + ": httplib reads no body of a GET request");
-  }
-  httplib::Server::Handler handler = [this, member = std::get<PlainHandler>(route.handler)](
-                                         const httplib::Request& req, httplib::Response& res) {
-    (this->*member)(req, res);
   };
-  switch (route.method) {
-    case Method::kGet:
-      http.Get(path, std::move(handler));
-      return;
-    case Method::kPost:
-      http.Post(path, std::move(handler));
-      return;
-    case Method::kPatch:
-      http.Patch(path, std::move(handler));
-      return;
-    case Method::kDelete:
-      http.Delete(path, std::move(handler));
-      return;
-  }
+  if (const BodyHandler* body_handler = std::get_if<BodyHandler>(&route.handler)) return add(WithBody(*body_handler));
+  add(httplib::Server::Handler([this, member = std::get<PlainHandler>(route.handler)](const httplib::Request& req,
+                                                                                     httplib::Response& res) {
+    (this->*member)(req, res);
+  }));
 }
 
 // Bodies are read through a content reader so that the size limit also holds for
