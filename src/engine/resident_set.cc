@@ -2,7 +2,6 @@
 #include "engine/resident_set.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "attic/store/prefix_match.h"
 
@@ -87,13 +86,7 @@ std::unique_ptr<kv::SequenceKv> ResidentSet::Take(const LocalReuse& local, kv::K
   ATTIC_CHECK(st.ok());  // guaranteed by the caller's availability check
   const auto& sb = src.block_table();
   const auto& db = kv->block_table();
-  const size_t bytes = static_cast<size_t>(pool_.shape().block_layer_bytes());
-  for (int l = 0; l < pool_.shape().n_layers; ++l) {
-    for (size_t i = 0; i < db.size(); ++i) {
-      std::memcpy(pool_.k_block_bytes(l, db[i]), pool_.k_block_bytes(l, sb[i]), bytes);
-      std::memcpy(pool_.v_block_bytes(l, db[i]), pool_.v_block_bytes(l, sb[i]), bytes);
-    }
-  }
+  for (size_t i = 0; i < db.size(); ++i) pool_.CopyBlock(db[i], sb[i]);
   reused->from = &res.states;  // the resident stays: its states are copied from
   res.last_used = ++clock_;
   residents_.splice(residents_.end(), residents_, it);  // most recently used
