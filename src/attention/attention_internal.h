@@ -131,8 +131,7 @@ class SlotMap {
         block_size_(kv.block_size),
         head_dim_(head_dim),
         shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1),
-        q8_scales_(kv.q8_scales),
-        q8_group_(KvQ8Group(head_dim)) {}
+        q8_scales_(kv.q8_scales) {}
 
   int64_t Offset(int32_t slot) const {
     int32_t block, row;
@@ -143,8 +142,7 @@ class SlotMap {
   int64_t Q8ScaleOffset(int32_t slot) const {
     int32_t block, row;
     Split(slot, &block, &row);
-    return table_[block] * stride_ + q8_scales_ +
-           (head_offset_ + static_cast<int64_t>(row) * head_dim_) / q8_group_ * static_cast<int64_t>(sizeof(uint16_t));
+    return table_[block] * stride_ + KvQ8ScaleAt(q8_scales_, head_offset_ + static_cast<int64_t>(row) * head_dim_, head_dim_);
   }
   int block_size() const { return block_size_; }
 
@@ -156,7 +154,6 @@ class SlotMap {
   int head_dim_;
   int shift_;
   int64_t q8_scales_;
-  int q8_group_;
 
   void Split(int32_t slot, int32_t* block, int32_t* row) const {
     if (shift_ >= 0) {

@@ -12,12 +12,12 @@
 namespace attic::pq::internal {
 
 const float* KeyReader::Row(int h, int s, float* buf) const {
-  const int64_t block = kv_.block_table[s / kv_.block_size];
-  const int64_t off = block * kv_.block_stride + (static_cast<int64_t>(h) * kv_.block_size + s % kv_.block_size) * head_dim_;
+  const int64_t block = kv_.block_table[s / kv_.block_size] * kv_.block_stride;
+  const int64_t in_block = (static_cast<int64_t>(h) * kv_.block_size + s % kv_.block_size) * head_dim_;
+  const int64_t off = block + in_block;
   if (kv_.k_pool != nullptr) return kv_.k_pool + off;
   if (kv_.k_q8 != nullptr) {  // off counts bytes: the row's int8 values, its scales after the block's values
-    const int64_t scales = block * kv_.block_stride + kv_.q8_scales +
-                           (off - block * kv_.block_stride) / attention::KvQ8Group(head_dim_) * 2;
+    const int64_t scales = block + attention::KvQ8ScaleAt(kv_.q8_scales, in_block, head_dim_);
     attention::DequantizeKvRowQ8(kv_.k_q8 + off, reinterpret_cast<const uint16_t*>(kv_.k_q8 + scales), head_dim_,
                                  buf);
     return buf;

@@ -23,6 +23,12 @@ namespace attic::attention {
 constexpr int KvQ8Group(int head_dim) { return head_dim < 32 ? head_dim : 32; }
 // Whether rows of head_dim values can be stored in q8_0.
 constexpr bool KvQ8Supports(int head_dim) { return head_dim > 0 && head_dim % KvQ8Group(head_dim) == 0; }
+// In a q8_0 block (int8 values, then their f16 scales from byte `scales_at` of the
+// block): the byte offset from the block's start of the first scale of the row whose
+// values start `value_at` bytes into the block.
+constexpr int64_t KvQ8ScaleAt(int64_t scales_at, int64_t value_at, int head_dim) {
+  return scales_at + value_at / KvQ8Group(head_dim) * static_cast<int64_t>(sizeof(uint16_t));
+}
 
 // Quantizes one row: q [head_dim] int8, scales [head_dim / KvQ8Group(head_dim)] f16.
 void QuantizeKvRowQ8(const float* x, int head_dim, int8_t* q, uint16_t* scales);

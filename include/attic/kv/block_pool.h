@@ -149,8 +149,9 @@ class BlockPool {
   }
   // q8_0: byte offset of head 0's first scale of slot `slot`.
   int64_t SlotScaleByteOffset(const int32_t* blocks, int slot) const {
-    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() + shape_.q8_scales_offset() +
-           static_cast<int64_t>(slot % shape_.block_size) * (shape_.head_dim / shape_.q8_group()) * 2;
+    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() +
+           attention::KvQ8ScaleAt(shape_.q8_scales_offset(),
+                                  static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim, shape_.head_dim);
   }
 
   KvShape shape_;
