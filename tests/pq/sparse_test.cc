@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "attic/core/file.h"
 #include "attic/engine/engine.h"
@@ -156,23 +157,35 @@ struct FakeKv {
   std::vector<int32_t> table;
   attention::KvLayerView view;
 
-  bool f16 = false;              // pool16 holds K (the dense copy: its widened values)
+  // The pool's element type: f32 (pool); f16 (pool16) or q8_0 (pool8) hold K, and the
+  // dense copy holds its widened / dequantized values.
+  DType dtype = DType::kF32;
   std::vector<uint16_t> pool16;
+  // q8_0 (attention.h, KvLayerView): a block is its rows' int8 values
+  // [n_kv_heads][block_size][head_dim], then their f16 scales, one per group of values.
+  std::vector<int8_t> pool8;
+  int64_t q8_block_bytes = 0;
 
-  FakeKv(int h, int d, int max, bool half = false) : n_kv_heads(h), head_dim(d), max_slots(max), f16(half) {
+  FakeKv(int h, int d, int max, DType type = DType::kF32) : n_kv_heads(h), head_dim(d), max_slots(max), dtype(type) {
     const int n_blocks = (max + block_size - 1) / block_size;
     pool.assign(static_cast<size_t>(n_blocks) * h * block_size * d, 0.f);
-    if (f16) pool16.assign(pool.size(), 0);
+    if (dtype == DType::kF16) pool16.assign(pool.size(), 0);
+    const int64_t values = static_cast<int64_t>(h) * block_size * d;
+    q8_block_bytes = values + values / attention::KvQ8Group(d) * 2;
+    if (dtype == DType::kQ8_0) pool8.assign(static_cast<size_t>(n_blocks * q8_block_bytes), 0);
     table.resize(static_cast<size_t>(n_blocks));
     std::iota(table.begin(), table.end(), 0);
     std::mt19937 rng(7);
     std::shuffle(table.begin(), table.end(), rng);
-    view.k_pool = f16 ? nullptr : pool.data();
-    view.v_pool = f16 ? nullptr : pool.data();
-    view.k_f16 = f16 ? pool16.data() : nullptr;
-    view.v_f16 = f16 ? pool16.data() : nullptr;
+    view.k_pool = dtype == DType::kF32 ? pool.data() : nullptr;
+    view.v_pool = view.k_pool;
+    view.k_f16 = dtype == DType::kF16 ? pool16.data() : nullptr;
+    view.v_f16 = view.k_f16;
+    view.k_q8 = dtype == DType::kQ8_0 ? pool8.data() : nullptr;
+    view.v_q8 = view.k_q8;
+    view.q8_scales = values;
     view.block_size = block_size;
-    view.block_stride = static_cast<int64_t>(h) * block_size * d;
+    view.block_stride = dtype == DType::kQ8_0 ? q8_block_bytes : values;
     view.block_table = table.data();
   }
   void Append(const float* k) {  // [n_kv_heads, head_dim]
@@ -180,12 +193,21 @@ struct FakeKv {
     const size_t first = dense.size();
     dense.insert(dense.end(), k, k + n_kv_heads * head_dim);
     for (int h = 0; h < n_kv_heads; ++h) {
-      const int64_t off = table[s / block_size] * view.block_stride +
-                          (static_cast<int64_t>(h) * block_size + s % block_size) * head_dim;
+      const int64_t row = static_cast<int64_t>(h) * block_size + s % block_size;  // in its block
+      const int64_t off = table[s / block_size] * static_cast<int64_t>(n_kv_heads) * block_size * head_dim +
+                          row * head_dim;
       std::copy(k + h * head_dim, k + (h + 1) * head_dim, pool.data() + off);
-      if (f16) {
+      float* widened = dense.data() + first + h * head_dim;
+      if (dtype == DType::kF16) {
         backend::ConvertF32ToF16(k + h * head_dim, pool16.data() + off, head_dim);
-        for (int t = 0; t < head_dim; ++t) dense[first + h * head_dim + t] = F16ToF32(pool16[off + t]);
+        for (int t = 0; t < head_dim; ++t) widened[t] = F16ToF32(pool16[off + t]);
+      } else if (dtype == DType::kQ8_0) {
+        const int64_t block = table[s / block_size] * q8_block_bytes;
+        const int groups = head_dim / attention::KvQ8Group(head_dim);
+        int8_t* q = pool8.data() + block + row * head_dim;
+        auto* scales = reinterpret_cast<uint16_t*>(pool8.data() + block + view.q8_scales + row * groups * 2);
+        attention::QuantizeKvRowQ8(k + h * head_dim, head_dim, q, scales);
+        attention::DequantizeKvRowQ8(q, scales, head_dim, widened);
       }
     }
   }
@@ -197,7 +219,7 @@ struct Synthetic {
   std::mt19937 rng{42};
   std::normal_distribution<float> normal{0.f, 1.f};
   FakeKv kv;
-  Synthetic(int n_heads, int n_kv, int hd, int max, bool f16 = false) : kv(n_kv, hd, max, f16) {
+  Synthetic(int n_heads, int n_kv, int hd, int max, DType dtype = DType::kF32) : kv(n_kv, hd, max, dtype) {
     shape.n_heads = n_heads;
     shape.n_kv_heads = n_kv;
     shape.head_dim = hd;
@@ -292,8 +314,8 @@ TEST(Streaming, SelectsExactlyInitialAndLocal) {
 }
 
 // Oracle: the top middle slots by q . k (sum or max over the group) in double precision.
-void CheckOracle(GqaCombine combine, bool f16 = false) {
-  Synthetic syn(6, 2, 32, 3000, f16);
+void CheckOracle(GqaCombine combine, DType dtype = DType::kF32) {
+  Synthetic syn(6, 2, 32, 3000, dtype);
   backend::ThreadPool pool(2);
   SparseOptions o;
   o.method = SparseMethod::kOracle;
@@ -358,7 +380,8 @@ void CheckOracle(GqaCombine combine, bool f16 = false) {
 
 TEST(Oracle, EqualsBruteForceSum) { CheckOracle(GqaCombine::kSum); }
 TEST(Oracle, EqualsBruteForceMax) { CheckOracle(GqaCombine::kMax); }
-TEST(Oracle, EqualsBruteForceF16Kv) { CheckOracle(GqaCombine::kSum, true); }  // K widened from f16
+TEST(Oracle, EqualsBruteForceF16Kv) { CheckOracle(GqaCombine::kSum, DType::kF16); }  // K widened from f16
+TEST(Oracle, EqualsBruteForceQ8Kv) { CheckOracle(GqaCombine::kSum, DType::kQ8_0); }  // K dequantized from q8_0
 
 // A naive H2O on the dense K, written from the contract: accumulate softmax
 // probabilities of every query (prefill rows over [0, own slot]); at a decode step keep
@@ -430,9 +453,9 @@ TEST(H2o, EqualsNaiveSimulation) {
 // pq: every coded slot's code is its nearest centroid (brute force, double), slots are
 // coded exactly up to the local window, and the selection is the top of the scores the
 // codebook's centroids give (computed here from centroid(), in double).
-void CheckPq(GqaCombine combine, bool f16 = false) {
+void CheckPq(GqaCombine combine, DType dtype = DType::kF32) {
   const int n_heads = 4, n_kv = 2, hd = 16, g = 2;
-  Synthetic syn(n_heads, n_kv, hd, 1000, f16);
+  Synthetic syn(n_heads, n_kv, hd, 1000, dtype);
   backend::ThreadPool pool(2);
   auto o = ParseSparseOptions(std::string("pq-0.2@min=100,m=4,bits=4,iters=3") +
                               (combine == GqaCombine::kMax ? ",combine=max" : ""));
@@ -532,7 +555,8 @@ void CheckPq(GqaCombine combine, bool f16 = false) {
 
 TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreSum) { CheckPq(GqaCombine::kSum); }
 TEST(Pq, CodesAreNearestCentroidsAndSelectionIsTopPqScoreMax) { CheckPq(GqaCombine::kMax); }
-TEST(Pq, CodesAreNearestCentroidsF16Kv) { CheckPq(GqaCombine::kSum, true); }
+TEST(Pq, CodesAreNearestCentroidsF16Kv) { CheckPq(GqaCombine::kSum, DType::kF16); }
+TEST(Pq, CodesAreNearestCentroidsQ8Kv) { CheckPq(GqaCombine::kSum, DType::kQ8_0); }
 
 // Without a multi-row step through the hooks (KV from a store) there is no prefill time
 // to share: adaptive clustering uses the documented fixed count (6).
