@@ -40,7 +40,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,7 +49,6 @@
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
 #include "attic/engine/logits_processor.h"
-#include "attic/engine/resident_policy.h"
 #include "attic/engine/sampler.h"
 #include "attic/kv/connector.h"
 
