@@ -388,6 +388,8 @@ void Scheduler::FlushReports() {
 void Scheduler::PublishStats() {
   int prefilling = 0;
   for (const auto& r : running_) prefilling += r->decoding ? 0 : 1;
+  kv::KvStats planners;  // made before the lock: Submit and Stats() wait on it
+  connector_->PublishStats(&planners);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.running = static_cast<int>(running_.size());
   stats_.prefilling = prefilling;
@@ -400,7 +402,7 @@ void Scheduler::PublishStats() {
   stats_.steps = steps_;
   stats_.evicted_sequences = resident_->evicted();
   stats_.peak_decode_batch = peak_decode_batch_;
-  connector_->PublishStats(&stats_.kv);
+  stats_.kv = std::move(planners);
   stats_.waiting = static_cast<int>(waiting_.size());
 }
 
