@@ -15,6 +15,7 @@
 #include "attic/core/byte_size.h"
 #include "attic/core/log.h"
 #include "attic/pic/link.h"
+#include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
 #include "attic/server/server.h"
 #include "attic/store/dram_size.h"
@@ -194,8 +195,9 @@ int RunServe(ServeFlags f) {
     f.server.kv.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
   f.server.kv.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
-  if (eo.kv_dtype == DType::kQ8_0 && sparse->offload())
-    return UsageError("--sparse " + f.sparse + ": sparse offload does not take --kv-dtype q8_0 yet (use f32 or f16)");
+  if (sparse->offload()) {
+    if (Status st = pq::CheckOffloadKvType(eo.kv_dtype); !st.ok()) return UsageError("--sparse " + f.sparse + ": " + st.message());
+  }
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
   eo.kv_cache_bytes = static_cast<int64_t>(f.kv_budget);

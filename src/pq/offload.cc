@@ -509,6 +509,13 @@ int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots) {
   return static_cast<int64_t>((n_slots + shape.block_size - 1) / shape.block_size) * BlockValueBytes(shape);
 }
 
+Status CheckOffloadKvType(DType kv_dtype) {
+  if (kv_dtype != DType::kQ8_0) return OkStatus();
+  return FailedPreconditionError(
+      "sparse offload does not take a q8_0 compute buffer yet (its tier and block cache copy f32/f16 rows): "
+      "use --kv-dtype f32 or f16, or sparse decoding without offload");
+}
+
 StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention(
     std::unique_ptr<SparseAttention> inner, const OffloadOptions& options, kv::SequenceKv* seq,
     const attention::RopeTable& rope, store::Tier* backing, int n_layers, backend::ThreadPool& pool) {
@@ -519,8 +526,7 @@ StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention
                                 " reads every key at every step)");
   }
   if (options.cache_blocks < 0) return InvalidArgumentError("sparse offload: cache_blocks must be >= 0");
-  if (seq->pool()->shape().dtype == DType::kQ8_0)
-    return FailedPreconditionError("sparse offload does not take a q8_0 compute buffer yet");
+  ATTIC_RETURN_IF_ERROR(CheckOffloadKvType(seq->pool()->shape().dtype));
   if (seq->n_slots() != 0) return FailedPreconditionError("sparse offload: the sequence must start empty");
   std::vector<int32_t> cache_phys;
   for (int i = 0; i < options.cache_blocks; ++i) {

@@ -86,11 +86,7 @@ Status SparsePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   }
   if (SelectorOf(request) != nullptr) limits->no_choices = "sparse decoding";
   if (!Offloads(request)) return OkStatus();
-  if (options_.kv_shape.dtype == DType::kQ8_0) {
-    return FailedPreconditionError(
-        "sparse offload does not take a q8_0 compute buffer yet (its tier and block cache copy f32/f16 rows): "
-        "use --kv-dtype f32 or f16, or sparse decoding without offload");
-  }
+  ATTIC_RETURN_IF_ERROR(CheckOffloadKvType(options_.kv_shape.dtype));
   // An offloaded sequence keeps only its working set in the compute buffer: the window,
   // not the KV budget, bounds it; its whole context must fit the offload tier.
   const int64_t want = std::min<int64_t>(
