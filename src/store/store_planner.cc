@@ -233,8 +233,9 @@ Status StorePlanner::Start(kv::KvSeq& seq, kv::KvSlots* slots) {
   s->kv_dim = options_.pool->shape().kv_dim();
   s->save = save;
   StoredPlan plan;
-  auto made = std::make_unique<kv::SequenceKv>(options_.pool);
+  std::unique_ptr<kv::SequenceKv> made;  // the slots stored KV enters, when there is some
   if (!seq.limits.whole_prompt && slots->kv == nullptr) {
+    made = std::make_unique<kv::SequenceKv>(options_.pool);
     // Stored KV beats what is resident only when it covers more; the resident sequence
     // then stays for others.
     plan = PlanStored(seq, std::max(options_.min_reuse_tokens, slots->n_local + 1));
