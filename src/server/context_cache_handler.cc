@@ -46,13 +46,18 @@ ApiError NotFound(const std::string& id) {
   return e;
 }
 
-// The error for a cache lookup that found no cache of the served model: 404, or what a
+// A registry's failure `st` for cache `id`: 404 when it holds no such cache, else what a
 // registry that did not answer (the shared one, with --kv-remote) failed with (503).
+ApiError RegistryError(const Status& st, const std::string& id) {
+  return st.code() == StatusCode::kNotFound ? NotFound(id) : ErrorFromStatus(st);
+}
+
+// The error for a cache lookup that found no cache of the served model (RegistryError's,
+// or 404 for another model's cache).
 std::optional<ApiError> Missing(const StatusOr<pic::ContextCache>& c, const std::string& id,
                                 const std::string& model_name) {
   if (c.ok()) return c->model == model_name ? std::nullopt : std::optional<ApiError>(NotFound(id));
-  if (c.status().code() == StatusCode::kNotFound) return NotFound(id);
-  return ErrorFromStatus(c.status());
+  return RegistryError(c.status(), id);
 }
 
 json CacheObject(const pic::ContextCache& c) {
@@ -289,10 +294,7 @@ void Server::Impl::HandleUpdateContextCache(const httplib::Request& req, const s
   auto old = registry->Get(*tenant, id);
   if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
   auto c = registry->SetExpiry(*tenant, id, expires_at);
-  if (!c.ok()) {
-    if (c.status().code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
-    return SendError(res, ErrorFromStatus(c.status()));
-  }
+  if (!c.ok()) return SendError(res, RegistryError(c.status(), id));
   res.set_content(CacheObject(*c).dump(), "application/json");
 }
 
@@ -303,10 +305,7 @@ void Server::Impl::HandleDeleteContextCache(const httplib::Request& req, httplib
   auto old = registry->Get(*tenant, id);
   if (auto e = Missing(old, id, model_name)) return SendError(res, *e);
   Status st = registry->Delete(*tenant, id);
-  if (!st.ok()) {
-    if (st.code() == StatusCode::kNotFound) return SendError(res, NotFound(id));
-    return SendError(res, ErrorFromStatus(st));
-  }
+  if (!st.ok()) return SendError(res, RegistryError(st, id));
   caches->Sweep();  // its chunks' KV, unless another cache of the tenant uses them
   res.set_content(json{{"id", id}, {"object", "context_cache.deleted"}, {"deleted", true}}.dump(),
                   "application/json");

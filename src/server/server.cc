@@ -515,12 +515,22 @@ json Server::Impl::SessionObject(const store::SessionInfo& info) const {
               {"expires_at", info.expires_at_ms == 0 ? json(nullptr) : json(info.expires_at_ms / 1000)}};
 }
 
-void Server::Impl::HandleGetSession(const httplib::Request& req, httplib::Response& res) {
+std::optional<std::string> Server::Impl::SessionTenant(const httplib::Request& req, httplib::Response& res,
+                                                       const std::string& id) const {
   auto tenant = AuthenticatedTenant(req, res);
-  if (!tenant) return;
+  if (!tenant) return std::nullopt;
+  // With the store off, or a context cache's chunk: no session of the tenant's.
+  if (store == nullptr || pic::IsChunkStoreSession(id)) {
+    SendSessionError(res, id, NotFoundError(""));
+    return std::nullopt;
+  }
+  return tenant;
+}
+
+void Server::Impl::HandleGetSession(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
-  if (store == nullptr) return SendSessionError(res, id, NotFoundError(""));
-  if (pic::IsChunkStoreSession(id)) return SendSessionError(res, id, NotFoundError(""));  // a context cache's chunk
+  auto tenant = SessionTenant(req, res, id);
+  if (!tenant) return;
   auto info = store->GetSession(*tenant, id);
   if (!info.ok()) return SendSessionError(res, id, info.status());
   res.set_content(SessionObject(*info).dump(), "application/json");
@@ -573,11 +583,9 @@ void Server::Impl::HandleListSessions(const httplib::Request& req, httplib::Resp
 }
 
 void Server::Impl::HandleDeleteSession(const httplib::Request& req, httplib::Response& res) {
-  auto tenant = AuthenticatedTenant(req, res);
-  if (!tenant) return;
   const std::string id = req.matches[1];
-  if (store == nullptr) return SendSessionError(res, id, NotFoundError(""));
-  if (pic::IsChunkStoreSession(id)) return SendSessionError(res, id, NotFoundError(""));  // a context cache's chunk
+  auto tenant = SessionTenant(req, res, id);
+  if (!tenant) return;
   Status st = store->EraseSession(*tenant, id);
   if (!st.ok()) return SendSessionError(res, id, st);
   res.set_content(json{{"id", id}, {"object", "session.deleted"}, {"deleted", true}}.dump(), "application/json");

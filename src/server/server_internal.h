@@ -127,6 +127,10 @@ struct Server::Impl {
   // 404 for a session `id` the store does not hold (or with the store off); 500 for
   // another failure `st` of the store.
   void SendSessionError(httplib::Response& res, const std::string& id, const Status& st) const;
+  // Tenant of a request for stored session `id`; nullopt once a 401 is sent, or the 404
+  // for a session no store holds (the store off, or a context cache's chunk).
+  std::optional<std::string> SessionTenant(const httplib::Request& req, httplib::Response& res,
+                                           const std::string& id) const;
   // The context caches (context_cache_handler.cc): POST and GET /v1/context_caches,
   // GET, PATCH and DELETE /v1/context_caches/{id}.
   void HandleCreateContextCache(const httplib::Request& req, const std::string& body, httplib::Response& res);
