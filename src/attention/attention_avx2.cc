@@ -97,11 +97,8 @@ inline void DequantRowsQ8(const AttendParams& p, const SlotMap& map, int c, int 
                           const float* zero, float* buf, const float** r) {
   const int d = p.shape.head_dim;
   const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
-  for (int j = 0; j < n; ++j) {
-    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-    DequantRowQ8(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + j * d);
-    r[j] = buf + j * d;
-  }
+  DequantSlotsQ8(p, map, c, n, pool, buf, DequantRowQ8);
+  for (int j = 0; j < n; ++j) r[j] = buf + j * d;
   for (int j = n; j < kDecodeChunk; ++j) r[j] = zero;
 }
 

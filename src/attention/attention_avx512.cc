@@ -323,10 +323,7 @@ inline void DequantGroupsQ8(const AttendParams& p, const SlotMap& map, int c, in
                             float* buf, const float** rb) {
   const int d = p.shape.head_dim;
   const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
-  for (int j = 0; j < n; ++j) {
-    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-    DequantRowQ8(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + j * d);
-  }
+  DequantSlotsQ8(p, map, c, n, pool, buf, DequantRowQ8);
   std::fill(buf + n * d, buf + kDecodeChunk * d, 0.0f);
   for (int gi = 0; gi < kGroups; ++gi) rb[gi] = buf + gi * kGroup * d;
 }
