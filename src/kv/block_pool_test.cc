@@ -130,9 +130,14 @@ TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep
       EXPECT_EQ(std::vector<int8_t>(stored, stored + s.head_dim), q) << "slot " << i << " head " << h;
       EXPECT_EQ(stored_scales[0], scales[0]);
       EXPECT_EQ(stored_scales[1], scales[1]);
+      // Within half a step of its group, plus the f32 rounding of x / step before the
+      // rounding to an integer (<= 127 * 2^-24 steps) and of the difference (2^-24).
+      uint16_t v_scales[2];
+      attention::QuantizeKvRowQ8(&v[row], s.head_dim, q.data(), v_scales);
       for (int t = 0; t < s.head_dim; ++t) {
-        EXPECT_LE(std::abs(k2[row + t] - k[row + t]), F16ToF32(scales[t / 32]) / 2 * (1 + 1e-6));
-        EXPECT_NEAR(v2[row + t], v[row + t], 2.0 / 127 / 2 * 1.01);
+        const double k_step = F16ToF32(scales[t / 32]), v_step = F16ToF32(v_scales[t / 32]);
+        EXPECT_LE(std::abs(k2[row + t] - k[row + t]), (0.5 + 127 * 0x1p-24) * k_step * (1 + 0x1p-24));
+        EXPECT_LE(std::abs(v2[row + t] - v[row + t]), (0.5 + 127 * 0x1p-24) * v_step * (1 + 0x1p-24));
       }
     }
   }
