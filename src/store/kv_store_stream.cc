@@ -13,7 +13,7 @@
 // (the entry's tail: a PQ index) are read first, since a sparse turn reads them at
 // admission. A read that fails after the turn started fails the source (KvStream): the
 // rows it did not deliver are never entered, and the scheduler recomputes the request
-// (Scheduler::RecomputeFailedLoad); the entry is kept, dropped or counted as ReadFailed
+// (KvSeq::lost: Scheduler::StartOver); the entry is kept, dropped or counted as ReadFailed
 // says, as for any read.
 #include <cstring>
 
