@@ -13,8 +13,8 @@
 //     relative error of the scores ||S~ - S|| / ||S|| over every (head, query, visible
 //     slot); mean total variation of the softmax weights (1/2 sum_j |w~ - w| per query
 //     row and head); relative error of the attention output ||O~ - O|| / ||O||.
-// And downstream: the window is run again with every layer's K and V round-tripped
-// through the scheme inside the pass (a LayerHooks view replaces what attention reads,
+// And downstream: the window is run again with every layer's K (V f32), and K and V,
+// round-tripped through the scheme inside the pass (a LayerHooks view replaces what attention reads,
 // kv::Visibility::view), and its next-token distributions compared with the f32 pass:
 // perplexity, KL(f32 || scheme), top-1 agreement (eval/metrics.h).
 //
@@ -31,6 +31,8 @@
 //             (length % G tokens) has no full group and stays f32, as KIVI keeps its
 //             residual tokens in full precision until a group fills
 //   kivi-G+tok  the same, but the tail's K per token as q4_1 (every value in 4 bits)
+//   kivi-G+q8   the same, but the tail's K per token as q8_0 (a tail block kept in 8 bits
+//               until it fills)
 // K is quantized either after RoPE (`post`: what a compute buffer of the type holds) or
 // before it and then rotated (`pre`: what a store entry of the type holds, rotated on
 // entry). V is the same in both.
@@ -75,7 +77,7 @@ struct Scheme {
   std::string name;
   Kind kind = Kind::kNone;
   int group = 0;           // kivi: tokens per channel group
-  bool tail_tokens = false;  // kivi: the tail (no whole group) per token as q4_1, not f32
+  enum Tail { kF32, kQ4_1, kQ8_0 } tail = kF32;  // kivi: the tail (no whole group) as f32, q4_1 or q8_0 per token
 };
 
 // Values per block along head_dim: 32, or the whole row below 32.
@@ -151,9 +153,11 @@ void RoundTrip(const Scheme& s, bool is_key, std::vector<float>* x, int n, int k
       if (is_key) {
         RoundTripChannels4(x->data(), n, kv_dim, s.group);
         const int whole = n / s.group * s.group;
-        if (s.tail_tokens && whole < n) {
-          RoundTripTokens4(Kind::kQ4_1, x->data() + static_cast<int64_t>(whole) * kv_dim,
-                           static_cast<int64_t>(n - whole) * kv_dim, RowBlock(head_dim));
+        if (s.tail != Scheme::kF32 && whole < n) {
+          std::vector<float> tail(x->begin() + static_cast<std::ptrdiff_t>(whole) * kv_dim, x->end());
+          RoundTrip(Scheme{"", s.tail == Scheme::kQ4_1 ? Kind::kQ4_1 : Kind::kQ8_0, 0}, true, &tail, n - whole, kv_dim,
+                    head_dim);
+          std::copy(tail.begin(), tail.end(), x->begin() + static_cast<std::ptrdiff_t>(whole) * kv_dim);
         }
       } else {
         RoundTripTokens4(Kind::kQ4_1, x->data(), n_values, RowBlock(head_dim));
@@ -184,15 +188,16 @@ struct Capture : kv::LayerHooks {
 // K and V of every layer round-tripped through a scheme, inside the pass: attention reads
 // them from this hook's one-block f32 view instead of the compute buffer.
 struct RoundTripHooks : kv::LayerHooks {
-  RoundTripHooks(const Scheme& s, bool pre_rope, const attention::RopeTable& rope, int n_kv_heads, int head_dim)
-      : scheme(s), pre(pre_rope), rope(rope), n_kv_heads(n_kv_heads), head_dim(head_dim) {}
+  RoundTripHooks(const Scheme& s, bool pre_rope, bool quantize_v, const attention::RopeTable& rope, int n_kv_heads,
+                 int head_dim)
+      : scheme(s), pre(pre_rope), with_v(quantize_v), rope(rope), n_kv_heads(n_kv_heads), head_dim(head_dim) {}
   void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kvs) override {
     const int kv_dim = n_kv_heads * head_dim;
     const size_t n = static_cast<size_t>(rows.n_rows) * kv_dim;
     k.assign(pre ? kvs.k_pre_rope : kvs.k, (pre ? kvs.k_pre_rope : kvs.k) + n);
     v.assign(kvs.v, kvs.v + n);
     RoundTrip(scheme, true, &k, rows.n_rows, kv_dim, head_dim);
-    RoundTrip(scheme, false, &v, rows.n_rows, kv_dim, head_dim);
+    if (with_v) RoundTrip(scheme, false, &v, rows.n_rows, kv_dim, head_dim);
     if (pre) rope.Apply(k.data(), rows.n_rows, n_kv_heads, rows.positions);
   }
   void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
@@ -221,7 +226,7 @@ struct RoundTripHooks : kv::LayerHooks {
     vis->kv = &view;
   }
   Scheme scheme;
-  bool pre;
+  bool pre, with_v;
   const attention::RopeTable& rope;
   int n_kv_heads, head_dim;
   std::vector<float> k, v;
@@ -346,11 +351,11 @@ int main(int argc, char** argv) {
   const auto wins = eval::MakeWindows(*tokens, bos, length, windows);
   if (wins.empty()) bench::DieOnError(kProgram, InvalidArgumentError(text + ": not one window of " + std::to_string(length)));
 
-  std::vector<Scheme> schemes = {{"q8_0", Kind::kQ8_0, 0, false}, {"q4_0", Kind::kQ4_0, 0, false},
-                                 {"q4_1", Kind::kQ4_1, 0, false}};
+  std::vector<Scheme> schemes = {{"q8_0", Kind::kQ8_0, 0}, {"q4_0", Kind::kQ4_0, 0}, {"q4_1", Kind::kQ4_1, 0}};
   for (int g : *groups) {
-    schemes.push_back({"kivi-" + std::to_string(g), Kind::kKivi, g, false});
-    schemes.push_back({"kivi-" + std::to_string(g) + "+tok", Kind::kKivi, g, true});
+    schemes.push_back({"kivi-" + std::to_string(g), Kind::kKivi, g, Scheme::kF32});
+    schemes.push_back({"kivi-" + std::to_string(g) + "+q8", Kind::kKivi, g, Scheme::kQ8_0});
+    schemes.push_back({"kivi-" + std::to_string(g) + "+tok", Kind::kKivi, g, Scheme::kQ4_1});
   }
   const char* placements[2] = {"post", "pre"};
   const size_t n_s = schemes.size();
@@ -361,8 +366,9 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::vector<AttnErr>>> err(
       static_cast<size_t>(n_layers), std::vector<std::vector<AttnErr>>(n_s, std::vector<AttnErr>(2)));
   std::vector<std::vector<double>> colmax_pre(n_layers), colmax_post(n_layers), colmax_v(n_layers);
-  // Downstream: [0] the f32 pass read through a hook's view (the control), then [scheme][placement].
-  std::vector<eval::ScoreAccumulator> ds(1 + 2 * n_s);
+  // Downstream: [0] the f32 pass read through a hook's view (the control), then
+  // [scheme][placement][V f32, V quantized] at 1 + 4 s + 2 placement + v.
+  std::vector<eval::ScoreAccumulator> ds(1 + 4 * n_s);
   eval::ScoreAccumulator ref_acc;
   const auto& rope = e.transformer().rope();
 
@@ -403,8 +409,8 @@ int main(int argc, char** argv) {
       }
     }
     for (size_t d = 0; d < ds.size(); ++d) {
-      const Scheme sc = d == 0 ? Scheme{"f32", Kind::kNone, 0, false} : schemes[(d - 1) / 2];
-      RoundTripHooks hooks(sc, d > 0 && (d - 1) % 2 == 1, rope, n_kv_heads, head_dim);
+      const Scheme sc = d == 0 ? Scheme{"f32", Kind::kNone, 0} : schemes[(d - 1) / 4];
+      RoundTripHooks hooks(sc, d > 0 && (d - 1) / 2 % 2 == 1, d > 0 && (d - 1) % 2 == 1, rope, n_kv_heads, head_dim);
       std::vector<float> got;
       run(w, &hooks, &got);
       ds[d].BeginWindow();
@@ -444,7 +450,7 @@ int main(int argc, char** argv) {
          "quantized after RoPE, pre = before it, then rotated)\n\n";
   out += Fmt("K tokens left f32 (a window's %d rows past the last whole group):", length - 1);
   for (const Scheme& sc : schemes) {
-    if (sc.kind == Kind::kKivi && !sc.tail_tokens)
+    if (sc.kind == Kind::kKivi && sc.tail == Scheme::kF32)
       out += Fmt(" %s %.1f%%", sc.name.c_str(), 100.0 * ((length - 1) % sc.group) / (length - 1));
   }
   out += "\n\n";
@@ -480,15 +486,17 @@ int main(int argc, char** argv) {
   out += Fmt("\nDownstream: every layer's K and V round-tripped inside the pass; %lld tokens scored; f32 "
              "perplexity %.4f\n\n",
              static_cast<long long>(ref_acc.n_tokens()), ref_acc.perplexity());
-  out += bench::TableHeader({"scheme", "K", "perplexity", "vs f32", "KL(f32 || scheme)", "top-1 vs f32"});
+  out += bench::TableHeader({"scheme", "K", "V", "perplexity", "vs f32", "KL(f32 || scheme)", "top-1 vs f32"});
   nlohmann::json down = nlohmann::json::array();
   for (size_t d = 0; d < ds.size(); ++d) {
-    const std::string name = d == 0 ? "f32 (through the view)" : schemes[(d - 1) / 2].name;
-    const std::string pl = d == 0 ? "-" : placements[(d - 1) % 2];
+    const std::string name = d == 0 ? "f32 (through the view)" : schemes[(d - 1) / 4].name;
+    const std::string pl = d == 0 ? "-" : placements[(d - 1) / 2 % 2];
+    const bool v_quantized = d > 0 && (d - 1) % 2 == 1;
     const double ppl = ds[d].perplexity(), pct = 100 * (ppl / ref_acc.perplexity() - 1);
-    out += bench::TableRow({name, pl, Fmt("%.4f", ppl), Fmt("%+.3f%%", pct), Fmt("%.3g", ds[d].mean_kl()),
-                            Fmt("%.4f", ds[d].top1_agreement())});
-    down.push_back({{"scheme", d == 0 ? "f32" : name}, {"k_placement", pl}, {"perplexity", ppl},
+    out += bench::TableRow({name, pl, v_quantized ? "quantized" : "f32", Fmt("%.4f", ppl), Fmt("%+.3f%%", pct),
+                            Fmt("%.3g", ds[d].mean_kl()), Fmt("%.4f", ds[d].top1_agreement())});
+    down.push_back({{"scheme", d == 0 ? "f32" : name}, {"k_placement", pl}, {"v_quantized", v_quantized},
+                    {"perplexity", ppl},
                     {"perplexity_vs_f32_pct", pct}, {"kl_mean", ds[d].mean_kl()}, {"kl_max", ds[d].max_kl()},
                     {"top1_agreement", ds[d].top1_agreement()}});
   }
