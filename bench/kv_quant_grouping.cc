@@ -33,6 +33,8 @@
 //   kivi-G+tok  the same, but the tail's K per token as q4_1 (every value in 4 bits)
 //   kivi-G+q8   the same, but the tail's K per token as q8_0 (a tail block kept in 8 bits
 //               until it fills)
+//   kivi-G+q8/vq4_0  kivi-G+q8 with V per token as q4_0 (symmetric: no minimum, 4.5 bits
+//               a value instead of 5)
 // K is quantized either after RoPE (`post`: what a compute buffer of the type holds) or
 // before it and then rotated (`pre`: what a store entry of the type holds, rotated on
 // entry). V is the same in both.
@@ -78,6 +80,7 @@ struct Scheme {
   Kind kind = Kind::kNone;
   int group = 0;           // kivi: tokens per channel group
   enum Tail { kF32, kQ4_1, kQ8_0 } tail = kF32;  // kivi: the tail (no whole group) as f32, q4_1 or q8_0 per token
+  Kind v = Kind::kQ4_1;                           // kivi: V per token as q4_1 or q4_0
 };
 
 // Values per block along head_dim: 32, or the whole row below 32.
@@ -160,7 +163,7 @@ void RoundTrip(const Scheme& s, bool is_key, std::vector<float>* x, int n, int k
           std::copy(tail.begin(), tail.end(), x->begin() + static_cast<std::ptrdiff_t>(whole) * kv_dim);
         }
       } else {
-        RoundTripTokens4(Kind::kQ4_1, x->data(), n_values, RowBlock(head_dim));
+        RoundTripTokens4(s.v, x->data(), n_values, RowBlock(head_dim));
       }
       return;
   }
@@ -356,6 +359,7 @@ int main(int argc, char** argv) {
     schemes.push_back({"kivi-" + std::to_string(g), Kind::kKivi, g, Scheme::kF32});
     schemes.push_back({"kivi-" + std::to_string(g) + "+q8", Kind::kKivi, g, Scheme::kQ8_0});
     schemes.push_back({"kivi-" + std::to_string(g) + "+tok", Kind::kKivi, g, Scheme::kQ4_1});
+    schemes.push_back({"kivi-" + std::to_string(g) + "+q8/vq4_0", Kind::kKivi, g, Scheme::kQ8_0, Kind::kQ4_0});
   }
   const char* placements[2] = {"post", "pre"};
   const size_t n_s = schemes.size();
