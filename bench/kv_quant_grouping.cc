@@ -40,13 +40,21 @@
 // entry). V is the same in both.
 //
 // Usage: kv_quant_grouping --model DIR [--text FILE] [--length 512] [--windows 4]
-//          [--groups 32,128] [--threads 2] [--json FILE]
+//          [--groups 32,128] [--threads 2]
+//          [--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]]
+//          [--json FILE]
+// --passkey-lengths adds the pass-key grid (eval::RunNeedleGrid, retriever-1m's task):
+// greedy exact match with every scheme's KV against the f32 control, decoding over KV whose
+// per-channel groups form as their tokens arrive.
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +64,7 @@
 #include "attic/engine/engine.h"
 #include "attic/engine/sampler.h"
 #include "attic/eval/metrics.h"
+#include "attic/eval/needle.h"
 #include "attic/eval/perplexity.h"
 #include "attic/kv/layer_hooks.h"
 #include "attic/tensor/dtype.h"
@@ -189,26 +198,36 @@ struct Capture : kv::LayerHooks {
 };
 
 // K and V of every layer round-tripped through a scheme, inside the pass: attention reads
-// them from this hook's one-block f32 view instead of the compute buffer.
+// them from this hook's one-block f32 view instead of the compute buffer. One sequence,
+// appended from slot 0 in any number of steps (a prefill, then decode steps): each step
+// round-trips every row so far from its exact K and V, so that per-channel groups form as
+// their tokens arrive (the tail, no whole group yet, as the scheme's tail rule says) --
+// what a decode over a 4-bit cache with an 8-bit tail block would read.
 struct RoundTripHooks : kv::LayerHooks {
-  RoundTripHooks(const Scheme& s, bool pre_rope, bool quantize_v, const attention::RopeTable& rope, int n_kv_heads,
-                 int head_dim)
-      : scheme(s), pre(pre_rope), with_v(quantize_v), rope(rope), n_kv_heads(n_kv_heads), head_dim(head_dim) {}
+  RoundTripHooks(const Scheme& s, bool pre_rope, bool quantize_v, const attention::RopeTable& rope, int n_layers,
+                 int n_kv_heads, int head_dim)
+      : scheme(s), pre(pre_rope), with_v(quantize_v), rope(rope), n_kv_heads(n_kv_heads), head_dim(head_dim),
+        raw_k(n_layers), raw_v(n_layers) {}
   void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kvs) override {
-    const int kv_dim = n_kv_heads * head_dim;
+    const size_t kv_dim = static_cast<size_t>(n_kv_heads) * head_dim;
     const size_t n = static_cast<size_t>(rows.n_rows) * kv_dim;
-    k.assign(pre ? kvs.k_pre_rope : kvs.k, (pre ? kvs.k_pre_rope : kvs.k) + n);
-    v.assign(kvs.v, kvs.v + n);
-    RoundTrip(scheme, true, &k, rows.n_rows, kv_dim, head_dim);
-    if (with_v) RoundTrip(scheme, false, &v, rows.n_rows, kv_dim, head_dim);
-    if (pre) rope.Apply(k.data(), rows.n_rows, n_kv_heads, rows.positions);
+    // Appended in slot order: the rows continue the sequence.
+    ATTIC_CHECK(rows.slots[0] * kv_dim == raw_k[layer].size());
+    const float* k = pre ? kvs.k_pre_rope : kvs.k;
+    raw_k[layer].insert(raw_k[layer].end(), k, k + n);
+    raw_v[layer].insert(raw_v[layer].end(), kvs.v, kvs.v + n);
+    if (layer == 0) positions.insert(positions.end(), rows.positions, rows.positions + rows.n_rows);
   }
   void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
-    // One sequence, one step from slot 0: the rows are every slot.
-    ATTIC_CHECK(vis->n_slots == rows.n_rows && rows.slots[0] == 0);
-    const int n = rows.n_rows;
+    const int kv_dim = n_kv_heads * head_dim;
+    const int n = vis->n_slots;
+    ATTIC_CHECK(static_cast<size_t>(n) * kv_dim == raw_k[layer].size());
+    std::vector<float> k = raw_k[layer], v = raw_v[layer];
+    RoundTrip(scheme, true, &k, n, kv_dim, head_dim);
+    if (with_v) RoundTrip(scheme, false, &v, n, kv_dim, head_dim);
+    if (pre) rope.Apply(k.data(), n, n_kv_heads, positions.data());
     // The compute buffer's block layout, one block of n slots: [n_kv_heads][n][head_dim].
-    kb.assign(static_cast<size_t>(n) * n_kv_heads * head_dim, 0.0f);
+    kb.assign(static_cast<size_t>(n) * kv_dim, 0.0f);
     vb.assign(kb.size(), 0.0f);
     for (int t = 0; t < n; ++t) {
       for (int h = 0; h < n_kv_heads; ++h) {
@@ -232,10 +251,55 @@ struct RoundTripHooks : kv::LayerHooks {
   bool pre, with_v;
   const attention::RopeTable& rope;
   int n_kv_heads, head_dim;
-  std::vector<float> k, v;
+  std::vector<std::vector<float>> raw_k, raw_v;  // [layer]: every row so far, exact (K pre- or post-RoPE)
+  std::vector<int32_t> positions;
   std::vector<float> kb, vb;
   attention::KvLayerView view;
   int32_t block0 = 0;
+};
+
+// Greedy decoding with a scheme's KV (RoundTripHooks), for the pass-key grid
+// (eval::RunNeedleGrid): the prompt in one step, then one token a step.
+class SchemeMethod : public eval::Method {
+ public:
+  SchemeMethod(engine::Engine& e, Scheme s, bool pre) : e_(e), scheme_(std::move(s)), pre_(pre) {}
+  std::string name() const override {
+    return scheme_.kind == Kind::kNone ? "f32" : scheme_.name + (pre_ ? "/pre" : "/post");
+  }
+  Status Score(const std::vector<int32_t>&, int, std::vector<float>*) override {
+    return UnimplementedError("only Greedy");
+  }
+  StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) override {
+    const auto& c = e_.model().config();
+    if (prompt.size() > static_cast<size_t>(e_.transformer().max_batch_tokens()))
+      return OutOfRangeError("a prompt longer than --length");
+    ATTIC_RETURN_IF_ERROR(eval::CheckFits(e_, prompt.size() + static_cast<size_t>(max_new)));
+    RoundTripHooks hooks(scheme_, pre_, true, e_.transformer().rope(), c.n_layers, c.n_kv_heads, c.head_dim);
+    kv::SequenceKv seq(&e_.kv_pool());
+    std::vector<float> logits;
+    auto step = [&](const int32_t* t, size_t n) {
+      std::vector<engine::BatchEntry> batch(1);
+      batch[0].seq = &seq;
+      batch[0].tokens.assign(t, t + n);
+      return e_.transformer().Forward(batch, &logits, &hooks);
+    };
+    ATTIC_RETURN_IF_ERROR(step(prompt.data(), prompt.size()));
+    std::vector<int32_t> out;
+    const auto& stops = e_.stop_token_ids();
+    for (int i = 0; i < max_new; ++i) {
+      const int32_t tok = engine::Argmax(logits.data(), c.vocab_size);
+      if (std::find(stops.begin(), stops.end(), tok) != stops.end()) break;
+      out.push_back(tok);
+      if (i + 1 == max_new) break;
+      ATTIC_RETURN_IF_ERROR(step(&tok, 1));
+    }
+    return out;
+  }
+
+ private:
+  engine::Engine& e_;
+  Scheme scheme_;
+  bool pre_;
 };
 
 // Sums of one (layer, scheme, K placement)'s attention errors over windows.
@@ -315,10 +379,11 @@ double OutlierRatio(std::vector<double> m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, text, json_out, groups_text = "32,128";
-  int length = 512, windows = 4, threads = 2;
+  std::string model, text, json_out, groups_text = "32,128", passkey_lengths_text, haystack;
+  int length = 512, windows = 4, threads = 2, passkey_trials = 16, passkey_seed = 2;
   bench::FlagParser flags(kProgram,
                           "--model DIR [--text FILE] [--length 512] [--windows 4] [--groups 32,128] [--threads 2] "
+                          "[--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]] "
                           "[--json FILE]");
   flags.String("--model", &model);
   flags.String("--text", &text);
@@ -327,19 +392,34 @@ int main(int argc, char** argv) {
   flags.String("--groups", &groups_text);
   flags.Int("--threads", &threads);
   flags.String("--json", &json_out);
+  flags.String("--passkey-lengths", &passkey_lengths_text);
+  flags.Int("--passkey-trials", &passkey_trials);
+  flags.Int("--passkey-seed", &passkey_seed);
+  flags.String("--haystack", &haystack);
   flags.ParseOrExit(argc, argv);
   if (model.empty()) flags.UsageError("--model is required");
   if (text.empty()) text = bench::SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt";
   if (length < 8 || windows < 1) flags.UsageError("--length must be at least 8 and --windows at least 1");
   auto groups = bench::ParseIntList(groups_text, 2);
   if (!groups.ok()) flags.UsageError("--groups: " + groups.status().message());
+  std::vector<int> passkey_lengths;
+  if (!passkey_lengths_text.empty()) {
+    auto pl = bench::ParseIntList(passkey_lengths_text, 16);
+    if (!pl.ok()) flags.UsageError("--passkey-lengths: " + pl.status().message());
+    passkey_lengths = *pl;
+    if (passkey_trials < 1) flags.UsageError("--passkey-trials must be at least 1");
+  }
+  if (haystack.empty()) haystack = bench::SharedDir() + "/datasets/paul_graham_essays";
   bench::CheckOutput(kProgram, json_out);
+  const int longest = passkey_lengths.empty() ? length
+                                              : std::max(length, *std::max_element(passkey_lengths.begin(),
+                                                                                   passkey_lengths.end()));
 
   engine::EngineOptions eo;
   eo.model_path = model;
   eo.n_threads = threads;
-  eo.context_length = length;
-  eo.max_batch_tokens = length;  // a window is one step: every hook sees all its rows
+  eo.context_length = longest + eval::kMaxAnswerTokens;
+  eo.max_batch_tokens = longest;  // a window, or a pass-key prompt, is one step: every hook sees all its rows
   auto eng = engine::Engine::Load(eo);
   bench::DieOnError(kProgram, eng.status());
   engine::Engine& e = **eng;
@@ -414,7 +494,8 @@ int main(int argc, char** argv) {
     }
     for (size_t d = 0; d < ds.size(); ++d) {
       const Scheme sc = d == 0 ? Scheme{"f32", Kind::kNone, 0} : schemes[(d - 1) / 4];
-      RoundTripHooks hooks(sc, d > 0 && (d - 1) / 2 % 2 == 1, d > 0 && (d - 1) % 2 == 1, rope, n_kv_heads, head_dim);
+      RoundTripHooks hooks(sc, d > 0 && (d - 1) / 2 % 2 == 1, d > 0 && (d - 1) % 2 == 1, rope, n_layers, n_kv_heads,
+                           head_dim);
       std::vector<float> got;
       run(w, &hooks, &got);
       ds[d].BeginWindow();
@@ -503,6 +584,56 @@ int main(int argc, char** argv) {
                     {"perplexity", ppl},
                     {"perplexity_vs_f32_pct", pct}, {"kl_mean", ds[d].mean_kl()}, {"kl_max", ds[d].max_kl()},
                     {"top1_agreement", ds[d].top1_agreement()}});
+  }
+  if (!passkey_lengths.empty()) {
+    // Pass keys (retriever-1m's task): greedy exact match with each scheme's KV, prefill
+    // and decode, against the same prompts through the f32 view.
+    auto hay = eval::LoadHaystack(haystack);
+    bench::DieOnError(kProgram, hay.status());
+    std::vector<std::unique_ptr<SchemeMethod>> owned;
+    owned.push_back(std::make_unique<SchemeMethod>(e, Scheme{"f32", Kind::kNone, 0}, false));
+    for (const Scheme& sc : schemes)
+      for (bool pre : {false, true}) owned.push_back(std::make_unique<SchemeMethod>(e, sc, pre));
+    std::vector<eval::Method*> methods;
+    for (auto& m : owned) methods.push_back(m.get());
+    eval::NeedleOptions no;
+    no.lengths = passkey_lengths;
+    no.kinds = {eval::NeedleKind::kPassKey};
+    no.trials = passkey_trials;
+    no.seed = static_cast<uint64_t>(passkey_seed);
+    auto grid = eval::RunNeedleGrid(methods, e.tokenizer(), *hay, no, [](const std::string& line) {
+      std::fprintf(stderr, "%s: pass keys: %s\n", kProgram, line.c_str());
+    });
+    bench::DieOnError(kProgram, grid.status());
+    // Outputs of the f32 control, by (length, depth, trial).
+    std::map<std::tuple<int, double, int>, std::string> control;
+    for (const auto& t : grid->trials)
+      if (t.method == "f32") control[{t.length, t.depth, t.trial}] = t.output;
+    out += Fmt("\nPass keys: greedy exact match, %zu prompts per method (lengths %s, %d trials per length and depth, "
+               "seed %d, haystack %s); prefill then decode with the scheme's KV (per-channel groups formed as "
+               "their tokens arrive)\n\n",
+               grid->trials.size() / methods.size(), passkey_lengths_text.c_str(), passkey_trials, passkey_seed,
+               haystack.c_str());
+    out += bench::TableHeader({"method", "exact match", "vs f32", "outputs unlike f32's"});
+    nlohmann::json pk = nlohmann::json::array();
+    int f32_correct = 0;
+    for (const auto& t : grid->trials) f32_correct += t.method == "f32" && t.correct ? 1 : 0;
+    for (eval::Method* m : methods) {
+      int n = 0, correct = 0, differ = 0;
+      for (const auto& t : grid->trials) {
+        if (t.method != m->name()) continue;
+        ++n;
+        correct += t.correct ? 1 : 0;
+        differ += control[{t.length, t.depth, t.trial}] != t.output ? 1 : 0;
+      }
+      const double rate = static_cast<double>(correct) / n, delta = static_cast<double>(correct - f32_correct) / n;
+      out += bench::TableRow({m->name(), Fmt("%d/%d (%.3f)", correct, n, rate), Fmt("%+.3f", delta),
+                              Fmt("%d", differ)});
+      pk.push_back({{"method", m->name()}, {"prompts", n}, {"correct", correct}, {"exact_match", rate},
+                    {"vs_f32", delta}, {"outputs_unlike_f32", differ}});
+    }
+    js["passkeys"] = {{"lengths", passkey_lengths}, {"trials", passkey_trials}, {"seed", passkey_seed},
+                      {"haystack", haystack}, {"methods", pk}};
   }
   js["f32_perplexity"] = ref_acc.perplexity();
   js["scored_tokens"] = ref_acc.n_tokens();
