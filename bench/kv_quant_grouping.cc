@@ -14,9 +14,11 @@
 //     slot); mean total variation of the softmax weights (1/2 sum_j |w~ - w| per query
 //     row and head); relative error of the attention output ||O~ - O|| / ||O||.
 // And downstream: the window is run again with every layer's K (V f32), and K and V,
-// round-tripped through the scheme inside the pass (a LayerHooks view replaces what attention reads,
-// kv::Visibility::view), and its next-token distributions compared with the f32 pass:
-// perplexity, KL(f32 || scheme), top-1 agreement (eval/metrics.h).
+// round-tripped through the scheme inside the pass (a LayerHooks view replaces what
+// attention reads, kv::Visibility::view), and its next-token distributions compared with
+// the f32 pass: perplexity, KL(f32 || scheme), top-1 agreement (eval/metrics.h). A window
+// is one prefill step, so each token sees its own per-channel group already quantized with
+// the group's later tokens (harsher than decoding, where the group is still the tail).
 //
 // Schemes (4-bit unless named; scales and minimums stored as f16, as a block type would):
 //   q8_0      per token, blocks of 32 along head_dim (per row below 32): the engine's own
