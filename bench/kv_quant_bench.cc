@@ -1,4 +1,4 @@
-// kv_quant_grouping: which grouping a 4-bit KV type should use (issue 34, "choose the
+// kv_quant_bench: which grouping a 4-bit KV type should use (issue 34, "choose the
 // 4-bit grouping by measurement"), measured on a trained model's real K and V.
 //
 // A measurement, not a shipped KV type: the schemes below exist only in this program.
@@ -41,7 +41,7 @@
 // before it and then rotated (`pre`: what a store entry of the type holds, rotated on
 // entry). V is the same in both.
 //
-// Usage: kv_quant_grouping --model DIR [--text FILE] [--length 512] [--windows 4]
+// Usage: kv_quant_bench --model DIR [--text FILE] [--length 512] [--windows 4]
 //          [--groups 32,128] [--threads 2]
 //          [--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]]
 //          [--json FILE]
@@ -80,7 +80,7 @@ using bench::Fmt;
 
 namespace {
 
-constexpr const char* kProgram = "kv_quant_grouping";
+constexpr const char* kProgram = "kv_quant_bench";
 
 float Half(float x) { return F16ToF32(F32ToF16(x)); }
 
