@@ -1,7 +1,8 @@
 // `attic eval`: how well a model predicts held-out text and retrieves a needle, under
 // full attention and under every approximation on the methods axis (docs/eval.md).
 //   attic eval perplexity [-m MODEL] [--text FILE] [-l 128 256 512] [--max-windows N]
-//                         [--max-tokens N] [--score-from I] [--methods full ...] [--json FILE]
+//                         [--max-tokens N] [--score-from I] [--methods full ...]
+//                         [--kv-dtypes f32 f16 q8_0] [--json FILE]
 //   attic eval needle [-m MODEL] [--haystack DIR|FILE] [-l 512 1024 2048] [--depths ...]
 //                     [--needles passkey fact] [--trials N] [--seed S] [--methods ...]
 //                     [--json FILE] [--plot FILE.svg]
@@ -31,6 +32,7 @@ struct PerplexityFlags {
   int64_t max_tokens = 0;
   int score_from = 1;
   std::vector<std::string> methods{eval::kReferenceMethod};
+  std::vector<std::string> kv_dtypes;  // the KV-type axis, [0] the reference; empty: --kv-dtype alone
   std::string json_out;
 };
 
@@ -93,14 +95,33 @@ int RunPerplexity(const PerplexityFlags& f) {
                       ")");
   }
   if (auto axis = eval::MethodsAxis(f.methods); !axis.ok()) return UsageError(axis.status().message());
+  std::vector<DType> kv_dtypes;
+  for (const std::string& name : f.kv_dtypes) {
+    auto dt = ParseDType(name);
+    if (!dt.ok() || (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kQ8_0))
+      return UsageError("--kv-dtypes: '" + name + "' is not a KV type (f32, f16, q8_0)");
+    if (std::find(kv_dtypes.begin(), kv_dtypes.end(), *dt) != kv_dtypes.end())
+      return UsageError("--kv-dtypes: " + name + " given twice");
+    kv_dtypes.push_back(*dt);
+  }
   if (int rc = CheckCtx(f.model, max_length); rc != kExitOk) return rc;
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
   auto text = ReadFileToString(f.text);
   if (!text.ok()) return Fail(text.status().WithContext("--text"));
 
-  auto eng = LoadFor(f.model, max_length);
+  ModelFlags mf = f.model;
+  if (!f.kv_dtypes.empty()) mf.kv_dtype = f.kv_dtypes[0];  // the engine loads with the reference type
+  auto eng = LoadFor(mf, max_length);
   if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
+  std::vector<eval::KvTypePoint> kv_axis;
+  for (size_t i = 0; i < kv_dtypes.size(); ++i) {
+    const DType dt = kv_dtypes[i];
+    // Checked before any work (a q8_0 the model's head_dim does not take fails here).
+    if (Status st = engine::CheckKvDtype(dt, e.model().config().head_dim); !st.ok())
+      return Fail(st.WithContext("--kv-dtypes"));
+    kv_axis.push_back({f.kv_dtypes[i], [&e, dt] { return e.SetKvDtype(dt); }});
+  }
   auto methods = MakeMethods(f.methods, e);
   if (!methods.ok()) return Fail(methods.status());
   auto tokens = e.Tokenize(*text, false);
@@ -111,6 +132,10 @@ int RunPerplexity(const PerplexityFlags& f) {
   std::fprintf(stderr, "attic: eval perplexity: %s: %zu tokens%s; windows %s BOS; methods:", f.text.c_str(),
                tokens->size(), f.max_tokens > 0 ? " (--max-tokens)" : "", bos >= 0 ? "start with" : "have no");
   for (const auto& m : *methods) std::fprintf(stderr, " %s", m->name().c_str());
+  if (!kv_axis.empty()) {
+    std::fprintf(stderr, "; KV types:");
+    for (const auto& k : kv_axis) std::fprintf(stderr, " %s", k.name.c_str());
+  }
   std::fprintf(stderr, "\n");
 
   eval::PerplexityRun run;
@@ -118,6 +143,7 @@ int RunPerplexity(const PerplexityFlags& f) {
   run.text = f.text;
   run.text_tokens = static_cast<int64_t>(tokens->size());
   run.score_from = f.score_from;
+  run.kv_dtypes = f.kv_dtypes;
   const int vocab = e.model().config().vocab_size;
   for (int length : f.lengths) {
     const auto windows = eval::MakeWindows(*tokens, bos, length, f.max_windows);
@@ -128,12 +154,15 @@ int RunPerplexity(const PerplexityFlags& f) {
     const auto t0 = std::chrono::steady_clock::now();
     ProgressBar bar("perplexity at " + std::to_string(length), windows.size(), StderrIsTerminal());
     auto r = eval::ScoreWindows(Pointers(*methods), windows, f.score_from, vocab,
-                                [&bar](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
+                                [&bar](int done, int) { bar.Update(static_cast<uint64_t>(done)); }, kv_axis);
     bar.Finish();
     if (!r.ok()) return Fail(r.status());
     std::fprintf(stderr, "attic: eval perplexity: length %d: %d windows, %lld tokens scored:", length, r->n_windows,
                  static_cast<long long>(r->methods[0].scores.n_tokens()));
-    for (const auto& m : r->methods) std::fprintf(stderr, " %s %.4f", m.method.c_str(), m.scores.perplexity());
+    for (const auto& m : r->methods) {
+      std::fprintf(stderr, " %s%s%s %.4f", m.method.c_str(), m.kv_dtype.empty() ? "" : "/", m.kv_dtype.c_str(),
+                   m.scores.perplexity());
+    }
     std::fprintf(stderr, " (%.1f s)\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     run.lengths.push_back(std::move(*r));
@@ -223,6 +252,12 @@ void AddEvalCommand(CLI::App& app, RunFn* run) {
                   "(1 = every token after BOS)")
       ->capture_default_str();
   ppl->add_option("--methods", pf->methods, MethodsHelp())->capture_default_str();
+  ppl->add_option("--kv-dtypes", pf->kv_dtypes,
+                  "KV types of the compute buffer to compare (f32, f16, q8_0; space- or comma-separated): every "
+                  "method runs on each, and each is measured against the first (perplexity change, KL, top-1) "
+                  "on the same windows; instead of --kv-dtype")
+      ->delimiter(',')
+      ->excludes(ppl->get_option("--kv-dtype"));
   ppl->add_option("--json", pf->json_out, "also write the JSON to this file");
   ppl->callback([run, pf] { *run = [pf] { return RunPerplexity(*pf); }; });
 

@@ -51,6 +51,16 @@ Status Engine::CalibrateKernels() {
   return OkStatus();
 }
 
+Status CheckKvDtype(DType dtype, int head_dim) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kQ8_0)
+    return InvalidArgumentError(std::string("the KV cache holds f32, f16 or q8_0, not ") + DTypeName(dtype));
+  if (dtype == DType::kQ8_0 && !attention::KvQ8Supports(head_dim)) {
+    return InvalidArgumentError("q8_0 KV needs head_dim below 32 or a multiple of 32; this model's is " +
+                                std::to_string(head_dim));
+  }
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
@@ -89,12 +99,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
   if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
-  if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF16 && options.kv_dtype != DType::kQ8_0)
-    return InvalidArgumentError(std::string("the KV cache holds f32, f16 or q8_0, not ") + DTypeName(options.kv_dtype));
-  if (options.kv_dtype == DType::kQ8_0 && !attention::KvQ8Supports(cfg.head_dim)) {
-    return InvalidArgumentError("q8_0 KV needs head_dim below 32 or a multiple of 32; this model's is " +
-                                std::to_string(cfg.head_dim));
-  }
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(options.kv_dtype, cfg.head_dim));
   e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
   const int64_t prepack_max = options.prepack_max_bytes >= 0
                                   ? options.prepack_max_bytes
@@ -165,6 +170,19 @@ std::unique_ptr<kv::BlockPool> Engine::NewKvPool(const kv::KvShape& shape, int n
                                               show ? progress.Callback() : nullptr);
   progress.Finish();
   return pool;
+}
+
+Status Engine::SetKvDtype(DType dtype) {
+  ATTIC_CHECK(kv_pool_->n_used() == 0);
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(dtype, model_->config().head_dim));
+  if (dtype == kv_pool_->shape().dtype) return OkStatus();
+  kv::KvShape shape = kv_pool_->shape();
+  shape.dtype = dtype;
+  const int n_blocks = kv_pool_->n_blocks();
+  kv_pool_.reset();  // free the old pool before allocating the new one
+  kv_pool_ = NewKvPool(shape, n_blocks);
+  options_.kv_dtype = dtype;
+  return OkStatus();
 }
 
 void Engine::ResizeKvCache(int64_t bytes) {

@@ -53,6 +53,28 @@ TEST(EvalCli, PerplexityOfStories260KOnHeldOutText) {
   EXPECT_DOUBLE_EQ(row["top1_agreement"].get<double>(), 1.0);
 }
 
+TEST(EvalCli, KvTypesAxisComparesEachTypeWithTheFirst) {
+  TempDir d;
+  Result r = RunAttic("eval perplexity -m " + SharedDir() + "/models/stories260K-hf -l 64 --max-windows 2 " +
+                      "--kv-dtypes f32,q8_0 --json " + d.File("ppl.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| length | KV | method |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 64 | f32 | full | 2 | 126 | 4.5817 |"), std::string::npos) << r.out;
+  const auto js = nlohmann::json::parse(Read(d.File("ppl.json")));
+  EXPECT_EQ(js["reference_kv_dtype"], "f32");
+  ASSERT_EQ(js["results"].size(), 2u);
+  const auto& f32 = js["results"][0];
+  const auto& q8 = js["results"][1];
+  EXPECT_EQ(f32["kv_dtype"], "f32");
+  EXPECT_EQ(q8["kv_dtype"], "q8_0");
+  // The reference row is the float64 naive forward's figure (as above), untouched by the axis.
+  EXPECT_NEAR(f32["perplexity"].get<double>(), 4.58173818, 1e-5 * 4.58173818);
+  EXPECT_DOUBLE_EQ(f32["kl_vs_reference_kv_mean"].get<double>(), 0.0);
+  EXPECT_GT(q8["kl_vs_reference_kv_mean"].get<double>(), 0.0);
+  EXPECT_NEAR(q8["perplexity_vs_reference_kv_pct"].get<double>(),
+              100 * (q8["perplexity"].get<double>() / f32["perplexity"].get<double>() - 1), 1e-9);
+}
+
 TEST(EvalCli, NeedleGridWritesTableJsonAndHeatmap) {
   TempDir d;
   Result r = RunAttic("eval needle -m " + SharedDir() + "/models/retriever-1m -l 128 200 --depths 0 1 --trials 2 " +
@@ -76,6 +98,9 @@ TEST(EvalCli, MistakesAreUsageErrors) {
                    "oracle-R|N[@OPTS], streaming-R|N[@OPTS], h2o-R|N[@OPTS])");
   ExpectUsageError(RunAttic("eval perplexity -c 100 -l 128"), "-c 100");
   ExpectUsageError(RunAttic("eval perplexity -l 64 --score-from 64"), "--score-from");
+  ExpectUsageError(RunAttic("eval perplexity --kv-dtypes f32,bf16"), "--kv-dtypes: 'bf16' is not a KV type");
+  ExpectUsageError(RunAttic("eval perplexity --kv-dtypes f32 q8_0 f32"), "--kv-dtypes: f32 given twice");
+  ExpectUsageError(RunAttic("eval perplexity --kv-dtype f16 --kv-dtypes f32,f16"), "excludes");
   ExpectUsageError(RunAttic("eval needle --depths 1.5"), "--depths");
   ExpectUsageError(RunAttic("eval needle --needles haystack"), "unknown needle 'haystack'");
   Result missing = RunAttic("eval perplexity --text /nonexistent/t.txt");

@@ -256,6 +256,206 @@ TEST_F(PerplexityTest, RejectsWhatDoesNotFit) {
   EXPECT_EQ(engine_->kv_pool().n_used(), 0);  // nothing left reserved
 }
 
+// A method whose logits at row r are amp * cos(0.37 v (t + 1) + phase), t the token at
+// the row's position (so a row read at the wrong position gives other values), amp and
+// phase set by the KV-type axis point in force (`*variant`) and by the method.
+class WaveMethod : public Method {
+ public:
+  WaveMethod(std::string name, int vocab, const int* variant, double phase)
+      : name_(std::move(name)), vocab_(vocab), variant_(variant), phase_(phase) {}
+  std::string name() const override { return name_; }
+  Status Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) override {
+    logits->clear();
+    for (size_t p = static_cast<size_t>(first_scored) - 1; p + 1 < tokens.size(); ++p)
+      for (int v = 0; v < vocab_; ++v) logits->push_back(Logit(*variant_, phase_, tokens[p], v));
+    return OkStatus();
+  }
+  StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>&, int) override { return std::vector<int32_t>{}; }
+  // Variant 0 is sharp (amplitude 4), variant 1 flat (amplitude 1) and shifted: the two
+  // directions of KL between them differ by far more than the tolerances below.
+  static float Logit(int variant, double phase, int32_t token, int v) {
+    const double amp = variant == 0 ? 4.0 : 1.0;
+    const double shift = variant == 0 ? 0.0 : 0.3;
+    return static_cast<float>(amp * std::cos(0.37 * v * (token + 1) + phase + shift));
+  }
+
+ private:
+  std::string name_;
+  int vocab_;
+  const int* variant_;
+  double phase_;
+};
+
+// KL(P || Q) in float64 from two rows of float logits, with this file's RefLogProbs.
+double RefKl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
+  const auto lp = RefLogProbs(std::vector<double>(p_logits.begin(), p_logits.end()));
+  const auto lq = RefLogProbs(std::vector<double>(q_logits.begin(), q_logits.end()));
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return kl;
+}
+
+size_t RefArgmax(const std::vector<float>& row) {
+  return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+TEST(KvTypeAxis, MeasuresEachMethodAgainstItselfOnTheFirstTypeAndAgainstFullOnItsOwn) {
+  constexpr int kVocab = 40;
+  const int first = 3;
+  const std::vector<std::vector<int32_t>> windows = {
+      {1, 7, 3, 19, 25, 4, 11, 30, 2}, {1, 8, 8, 13, 5, 33, 21, 6, 17}, {1, 39, 0, 22, 9, 14, 27, 35, 12}};
+  int variant = -1;
+  int selects = 0;
+  WaveMethod full("full", kVocab, &variant, 0.0), other("other", kVocab, &variant, 0.9);
+  const std::vector<KvTypePoint> kv = {{"a", [&] { variant = 0, ++selects; return OkStatus(); }},
+                                       {"b", [&] { variant = 1, ++selects; return OkStatus(); }}};
+  auto r = ScoreWindows({&full, &other}, windows, first, kVocab, nullptr, kv);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(selects, 6);  // each type once per window
+  ASSERT_EQ(r->methods.size(), 4u);
+
+  // The float64 reference: each row's logits written out from the formula, KL taken here.
+  auto row = [&](int var, double phase, int32_t token) {
+    std::vector<float> out;
+    for (int v = 0; v < kVocab; ++v) out.push_back(WaveMethod::Logit(var, phase, token, v));
+    return out;
+  };
+  const double phases[2] = {0.0, 0.9};
+  for (int k = 0; k < 2; ++k) {
+    for (int m = 0; m < 2; ++m) {
+      const MethodScores& got = r->methods[static_cast<size_t>(2 * k + m)];
+      EXPECT_EQ(got.method, m == 0 ? "full" : "other");
+      EXPECT_EQ(got.kv_dtype, k == 0 ? "a" : "b");
+      double nll = 0, kl_kv = 0, kl_kv_reversed = 0, kl_kv_shifted = 0, kl_full = 0;
+      int n = 0, agree_kv = 0, agree_full = 0;
+      for (const auto& w : windows) {
+        for (size_t t = first; t < w.size(); ++t) {
+          const auto q = row(k, phases[m], w[t - 1]);
+          const auto same_on_a = row(0, phases[m], w[t - 1]);
+          const auto full_here = row(k, 0.0, w[t - 1]);
+          nll -= RefLogProbs(std::vector<double>(q.begin(), q.end()))[static_cast<size_t>(w[t])];
+          kl_kv += RefKl(same_on_a, q);
+          kl_kv_reversed += RefKl(q, same_on_a);
+          kl_kv_shifted += RefKl(row(0, phases[m], w[t]), q);  // one position off
+          kl_full += RefKl(full_here, q);
+          agree_kv += RefArgmax(same_on_a) == RefArgmax(q) ? 1 : 0;
+          agree_full += RefArgmax(full_here) == RefArgmax(q) ? 1 : 0;
+          ++n;
+        }
+      }
+      // Tolerance: both sides sum the same 40 double terms per row (|terms| <= ~10 each)
+      // over 18 rows in another order, and exp/log differ by an ulp or so: the absolute
+      // difference is below 18 * 40 * 10 * 2^-52 ~ 2e-12; 1e-10 leaves room.
+      const double tol = 1e-10;
+      EXPECT_EQ(got.scores.n_tokens(), n);
+      EXPECT_NEAR(got.scores.mean_nll(), nll / n, tol);
+      EXPECT_NEAR(got.vs_reference_kv.mean_kl(), kl_kv / n, tol) << k << " " << m;
+      EXPECT_NEAR(got.scores.mean_kl(), kl_full / n, tol) << k << " " << m;
+      EXPECT_DOUBLE_EQ(got.vs_reference_kv.top1_agreement(), static_cast<double>(agree_kv) / n);
+      EXPECT_DOUBLE_EQ(got.scores.top1_agreement(), static_cast<double>(agree_full) / n);
+      if (k == 1) {
+        // The reference discriminates: KL the wrong way round, or one position off, is
+        // far outside the tolerance.
+        EXPECT_GT(std::fabs(kl_kv_reversed - kl_kv) / n, 1000 * tol);
+        EXPECT_GT(std::fabs(kl_kv_shifted - kl_kv) / n, 1000 * tol);
+        EXPECT_GT(got.vs_reference_kv.mean_kl(), 0.1);
+      } else {
+        EXPECT_EQ(got.vs_reference_kv.mean_kl(), 0.0);
+        EXPECT_EQ(got.vs_reference_kv.top1_agreement(), 1.0);
+      }
+    }
+  }
+
+  // The JSON's perplexity change is against the same method on the first type.
+  PerplexityRun run;
+  run.kv_dtypes = {"a", "b"};
+  run.lengths.push_back(*r);
+  const nlohmann::json js = ToJson(run);
+  ASSERT_EQ(js["results"].size(), 4u);
+  EXPECT_EQ(js["reference_kv_dtype"], "a");
+  const auto& b_other = js["results"][3];
+  EXPECT_EQ(b_other["kv_dtype"], "b");
+  EXPECT_EQ(b_other["method"], "other");
+  EXPECT_NEAR(b_other["perplexity_vs_reference_kv_pct"].get<double>(),
+              100 * (r->methods[3].scores.perplexity() / r->methods[1].scores.perplexity() - 1), 1e-9);
+  EXPECT_NE(ToMarkdown(run).find("KL vs a KV"), std::string::npos);
+}
+
+TEST(KvTypeAxis, StopsAtATypeThatCannotBeSelected) {
+  int variant = 0;
+  WaveMethod full("full", 8, &variant, 0.0);
+  const std::vector<KvTypePoint> kv = {{"a", [] { return OkStatus(); }},
+                                       {"b", [] { return InvalidArgumentError("no such type"); }}};
+  auto r = ScoreWindows({&full}, {{1, 2, 3}}, 1, 8, nullptr, kv);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("KV type b"), std::string::npos) << r.status().message();
+}
+
+// The axis on the engine (Engine::SetKvDtype on one loaded model) against engines loaded
+// with each KV type, whose logits this test turns into KL and top-1 itself (float64).
+TEST_F(PerplexityTest, KvTypeAxisMatchesEnginesLoadedWithEachType) {
+  const int vocab = engine_->model().config().vocab_size;
+  const auto windows = MakeWindows(*text_tokens_, engine_->tokenizer().bos_id(), 64, 2);
+  const DType types[3] = {DType::kF32, DType::kF16, DType::kQ8_0};
+  std::vector<KvTypePoint> kv;
+  for (DType t : types) kv.push_back({DTypeName(t), [t] { return engine_->SetKvDtype(t); }});
+  FullAttention full(*engine_);
+  auto r = ScoreWindows({&full}, windows, 1, vocab, nullptr, kv);
+  ASSERT_TRUE(engine_->SetKvDtype(DType::kF32).ok());  // the fixture's engine as it was
+  EXPECT_EQ(engine_->SetKvDtype(DType::kBF16).code(), StatusCode::kInvalidArgument);  // not a KV type
+  EXPECT_EQ(engine_->kv_pool().shape().dtype, DType::kF32);  // the pool unchanged
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->methods.size(), 3u);
+
+  // Reference logits: the fixture's f32 engine, then an engine loaded with each type.
+  std::vector<std::vector<float>> ref;  // [window] f32 logits
+  for (const auto& w : windows) {
+    std::vector<float> l;
+    ASSERT_TRUE(full.Score(w, 1, &l).ok());
+    ref.push_back(l);
+  }
+  for (int k = 1; k < 3; ++k) {
+    engine::EngineOptions o = engine_->options();
+    o.kv_dtype = types[k];
+    auto e = engine::Engine::Load(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    FullAttention typed(**e);
+    double kl = 0, kl_reversed = 0, nll_ratio_num = 0;
+    int n = 0, agree = 0;
+    for (size_t w = 0; w < windows.size(); ++w) {
+      std::vector<float> l;
+      ASSERT_TRUE(typed.Score(windows[w], 1, &l).ok());
+      for (size_t i = 0; i + 1 < windows[w].size(); ++i) {
+        const std::vector<float> p(ref[w].begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                                   ref[w].begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+        const std::vector<float> q(l.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                                   l.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+        kl += RefKl(p, q);
+        kl_reversed += RefKl(q, p);
+        nll_ratio_num -= RefLogProbs(std::vector<double>(q.begin(), q.end()))[static_cast<size_t>(windows[w][i + 1])];
+        agree += RefArgmax(p) == RefArgmax(q) ? 1 : 0;
+        ++n;
+      }
+    }
+    const ScoreAccumulator& got = r->methods[static_cast<size_t>(k)].vs_reference_kv;
+    std::printf("%s KV vs f32 KV: KL(f32 || %s) %.6e (reversed %.6e), top-1 %.4f\n", DTypeName(types[k]),
+                DTypeName(types[k]), kl / n, kl_reversed / n, static_cast<double>(agree) / n);
+    EXPECT_EQ(r->methods[static_cast<size_t>(k)].kv_dtype, DTypeName(types[k]));
+    EXPECT_EQ(got.n_tokens(), n);
+    // The same f32 logits on both sides (one engine switched, one loaded with the type:
+    // the same kernels on the same rows), so only the double sums' order differs: 126
+    // rows of 512 terms of |p (lp - lq)| <= ~1e-2 each: below 126 * 512 * 1e-2 * 2^-52
+    // ~ 1.5e-13 absolute; 1e-12 leaves room and is far below KL itself (~1e-5 and up).
+    EXPECT_NEAR(got.mean_kl(), kl / n, 1e-12);
+    EXPECT_GT(got.mean_kl(), 0.0);  // the types do differ
+    // q8_0 moves the distributions enough that KL the wrong way round is far outside the
+    // tolerance (measured: 1.42e-3 against 1.45e-3); f16's two directions agree to ~4e-10.
+    if (types[k] == DType::kQ8_0) EXPECT_GT(std::fabs(kl_reversed - kl) / n, 1e-6);
+    EXPECT_DOUBLE_EQ(got.top1_agreement(), static_cast<double>(agree) / n);
+    EXPECT_NEAR(r->methods[static_cast<size_t>(k)].scores.mean_nll(), nll_ratio_num / n, 1e-12);
+  }
+}
+
 TEST(MethodsAxis, StartsWithFullAndRejectsUnknownNames) {
   auto a = MethodsAxis({});
   ASSERT_TRUE(a.ok());

@@ -35,7 +35,7 @@ struct EngineOptions {
   // (0 = no cap), never less than one context (`attic serve`: --max-running, --kv-budget-cap).
   int kv_cache_contexts = 1;
   int64_t kv_cache_auto_cap_bytes = 0;
-  DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, or kF16 (half the bytes)
+  DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, kF16 (half the bytes) or kQ8_0
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
   // The family chats use when the model has no template Attic recognises and none is
   // named ("" = none: RenderChat then fails, naming --chat-template). serve, chat and
@@ -61,6 +61,10 @@ struct EngineOptions {
   bool recalibrate_kernels = false;
 };
 
+// InvalidArgument unless the compute buffer can hold KV of `dtype` for heads of
+// `head_dim` values: f32, f16, or q8_0 with head_dim below 32 or a multiple of 32.
+Status CheckKvDtype(DType dtype, int head_dim);
+
 class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
@@ -82,6 +86,11 @@ class Engine {
   // Replaces the KV pool with the largest one within `bytes` (at least one block).
   // REQUIRES: no SequenceKv holds blocks of the current pool (call before any Session).
   void ResizeKvCache(int64_t bytes);
+  // Replaces the KV pool with one of as many blocks whose elements are `dtype` (what
+  // `attic eval perplexity --kv-dtypes` compares on one loaded model). InvalidArgument
+  // (the pool unchanged) for a type the compute buffer cannot hold (CheckKvDtype).
+  // REQUIRES: no SequenceKv holds blocks of the current pool.
+  Status SetKvDtype(DType dtype);
 
   // Token ids of `text`; InvalidArgument for invalid UTF-8.
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos = true) const;
