@@ -89,8 +89,8 @@ void CheckSame(const KvEntry& a, const KvEntry& b) {
   FUZZ_CHECK(a.expires_at_ms == b.expires_at_ms && a.tokens == b.tokens && a.positions == b.positions);
   for (int l = 0; l < a.n_layers; ++l)
     for (int r = 0; r < a.n_tokens(); ++r)
-      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.kv_dim * a.elem_bytes()) == 0 &&
-                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.kv_dim * a.elem_bytes()) == 0,
+      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.row_bytes()) == 0 &&
+                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.row_bytes()) == 0,
                  "layer %d row %d differs after a round trip", l, r);
   FUZZ_CHECK(a.attachments.size() == b.attachments.size());
 }

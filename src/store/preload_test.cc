@@ -68,7 +68,7 @@ struct Fixture {
   std::vector<float> Expected(int l) {
     const KvSource::Layer src = source->layer(l);
     const int kvd = kHeads * kHeadDim;
-    std::vector<float> k(src.k, src.k + kRows * kvd), v(src.v, src.v + kRows * kvd);
+    std::vector<float> k(src.K(0), src.K(0) + kRows * kvd), v(src.V(0), src.V(0) + kRows * kvd);
     std::vector<int32_t> pos;
     for (int i = 0; i < kRows; ++i) pos.push_back(kFirstPosition + i);
     rope.Apply(k.data(), kRows, kHeads, pos.data());
