@@ -724,7 +724,9 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
                   "tokens agree with recompute%s\n",
                   DTypeName(buffer), store::KvDtypeName(dt), static_cast<unsigned long long>(n_tokens), agree,
                   want_tokens.size(), b.text == want ? " (identical text)" : "");
-      if (dt == store::KvDtype::kF32) EXPECT_EQ(b.text, want);
+      if (dt == store::KvDtype::kF32) {
+        EXPECT_EQ(b.text, want);
+      }
       s.Shutdown();
     }
     // The q8_0 entry against the f32 one (the same forward's K and V).
