@@ -180,12 +180,13 @@ class Bench {
         (std::filesystem::temp_directory_path() / ("attic-overlap-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(ssd_dir);
     std::unique_ptr<store::KvStore> store, primer;
+    store::RedisTier* primer_remote = nullptr;  // the primer's cluster tier (owned by primer)
     const uint64_t entry_bytes = EntryBytes();
     if (c.remote) {
       // Two stores on the cluster, as two servers: `primer` saves every history (written
       // through), `store` (the timed one) has never seen them.
       const std::string prefix = "attic-bench-" + std::to_string(::getpid()) + "-" + std::to_string(++runs_);
-      primer = OpenRemote(prefix, entry_bytes, c.stream);
+      primer = OpenRemote(prefix, entry_bytes, c.stream, &primer_remote);
       store = OpenRemote(prefix, entry_bytes, c.stream);
     } else if (c.store) {
       store::StoreOptions o;
@@ -271,6 +272,10 @@ class Bench {
       const store::StoreStats ss = st->Stats();
       if (ss.saves > 0) entry_bytes_ = ss.bytes_saved / ss.saves;
     }
+    // What the cluster was sent per entry written through (the entry as Redis holds it:
+    // its layers and manifest).
+    if (primer_remote != nullptr && primer_remote->stats().puts > 0)
+      remote_bytes_per_put_ = primer_remote->stats().bytes_written / primer_remote->stats().puts;
     sched.Shutdown();
     std::filesystem::remove_all(ssd_dir);
     return t;
@@ -278,9 +283,12 @@ class Bench {
 
   // One entry the last run saved, in bytes (0 before any save).
   uint64_t entry_bytes() const { return entry_bytes_; }
+  // Bytes written to the cluster per entry (0 without --kv-remote).
+  uint64_t remote_bytes_per_put() const { return remote_bytes_per_put_; }
 
  private:
-  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes, bool stream) {
+  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes, bool stream,
+                                             store::RedisTier** tier_out = nullptr) {
     store::StoreOptions o;
     o.kv_dtype = StoreDtype();
     o.stream_layers = stream;
@@ -303,6 +311,7 @@ class Bench {
       std::fprintf(stderr, "store_overlap_bench: %s\n", tiers.status().ToString().c_str());
       std::exit(1);
     }
+    if (tier_out != nullptr) *tier_out = tier->get();
     tiers->push_back(std::move(*tier));
     auto s = store::KvStore::Open(o, std::move(*tiers), nullptr);
     if (!s.ok()) {
@@ -348,6 +357,7 @@ class Bench {
   std::vector<std::vector<int32_t>> hist_, fresh_;
   int runs_ = 0;
   uint64_t entry_bytes_ = 0;  // the last run's saved entries, bytes each
+  uint64_t remote_bytes_per_put_ = 0;
 };
 
 }  // namespace
@@ -490,6 +500,10 @@ int main(int argc, char** argv) {
   out["reps"] = a.reps;
   out["kv_store_dtype"] = a.kv_store_dtype;
   out["stored_entry_bytes"] = b.entry_bytes();
+  if (!a.remote.empty()) {
+    out["remote_bytes_per_entry"] = b.remote_bytes_per_put();
+    std::printf("remote tier: %llu bytes written per entry\n", static_cast<unsigned long long>(b.remote_bytes_per_put()));
+  }
   std::printf("stored entry: %llu bytes (%s rows)\n", static_cast<unsigned long long>(b.entry_bytes()),
               a.kv_store_dtype.c_str());
   if (!a.remote.empty()) out["remote_pause_ms"] = a.remote_pause_ms;
