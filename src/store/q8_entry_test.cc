@@ -13,6 +13,9 @@
 #include <string>
 
 #include "attic/attention/kv_q8.h"
+#include "attic/attention/rope.h"
+#include "attic/backend/thread_pool.h"
+#include "attic/kv/block_pool.h"
 #include "attic/store/kv_store.h"
 #include "attic/store/tier.h"
 #include "attic/tensor/dtype.h"
@@ -298,6 +301,53 @@ TEST(Q8EntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
     EXPECT_EQ(e->kq, conv8.kq);
     EXPECT_EQ(e->vq, conv8.vq);
     EXPECT_EQ((*s)->Stats().other_type_misses, 0u);
+  }
+}
+
+// A turn of a q8_0 store loaded from an f16 source (a chunk another store type saved,
+// opened by its key): the rows enter the buffer, but the turn cannot keep them as q8_0
+// rows, so it is not saved -- an entry of the wrong type is never written under this
+// store's type. From a q8_0 source the same turn shares the rows and stays valid.
+TEST(Q8EntryTurn, ATurnLoadedFromAnotherTypeIsNotSaved) {
+  kv::KvShape shape;
+  shape.n_layers = kLayers;
+  shape.n_kv_heads = 2;
+  shape.head_dim = 8;  // kv_dim 16, q8_0 group 8
+  shape.block_size = 4;
+  kv::BlockPool pool(shape, 16);
+  attention::RopeTable rope{8, 10000.0f, model::RopeScaling{}, 64};
+  backend::ThreadPool threads{1};
+  StoreOptions o = testing::TierTestOptions();
+  o.kv_dtype = KvDtype::kQ8_0;
+  o.dram_bytes = 16 << 20;
+  auto store = KvStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  (*store)->AttachComputeBuffer(&pool, &rope);
+  KvEntry f16 = MakeEntry(Range(100, 8), "chunk", "default", kLayers, kKvDim);
+  f16.dtype = KvDtype::kF16;
+  f16.k16.resize(kLayers);
+  f16.v16.resize(kLayers);
+  for (int l = 0; l < kLayers; ++l)
+    for (size_t i = 0; i < f16.k[l].size(); ++i) {
+      f16.k16[l].push_back(F32ToF16(f16.k[l][i]));
+      f16.v16[l].push_back(F32ToF16(f16.v[l][i]));
+    }
+  f16.k.clear();
+  f16.v.clear();
+  for (const KvEntry& e : {f16, Q8Entry(Range(100, 8), "chunk")}) {
+    SCOPED_TRACE(KvDtypeName(e.dtype));
+    SharedBytes bytes(std::move(*SerializeEntryBytes(e)));
+    auto h = VerifyEntry(*bytes, "fp-A");
+    ASSERT_TRUE(h.ok());
+    auto source = KvSource::Stored(bytes, *h, e.key().ToString());
+    std::vector<int32_t> blocks = {*pool.Allocate(), *pool.Allocate()};
+    std::vector<int32_t> positions = Range(0, 8);
+    auto turn = (*store)->NewTurn("default", "s", -1);
+    turn->Load({LoadSegment{source, 0, 8, 0}}, blocks, positions, 12, Preload::kSync, threads);
+    turn->WaitLoad();
+    EXPECT_EQ(turn->valid(), e.dtype == KvDtype::kQ8_0);
+    turn.reset();
+    for (int32_t b : blocks) pool.Free(b);
   }
 }
 

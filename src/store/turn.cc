@@ -109,6 +109,10 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
 void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, std::vector<int32_t> positions,
                 int max_slots, Preload mode, backend::ThreadPool& threads) {
   ATTIC_CHECK(!segments.empty() && n_slots() == 0 && load_ == nullptr);
+  // Rows of another store type enter the buffer like any, but the turn cannot keep them
+  // as its own (its rows and its save are of the store's type): it is not saved.
+  for (const LoadSegment& seg : segments)
+    if (seg.source->dtype() != dtype_) Invalidate();
   auto job = std::make_shared<LoadJob>();
   const LoadSegment& first = segments.front();
   // Slots the sequence has when it starts: the segments' and any slots between them
