@@ -38,6 +38,7 @@
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
 //          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
 //          [--kv-remote redis://host:port,...] [--remote-pause MS (2000)] [--configs a,b,...]
+//          [--kv-store-dtype f32|f16|q8_0 (f32): the stored entries' type]
 //   --configs runs only the named rows (each section's base row always runs: the ratios
 //   are against it), e.g. --only single --configs layerwise,remote.
 // Output: a table on stdout, then one JSON line (also to --json).
@@ -77,6 +78,7 @@ namespace {
 
 struct Args {
   std::string model;
+  std::string kv_store_dtype = "f32";  // the entries' type (StoreOptions::kv_dtype)
   int history = 1000;
   int fresh = 100;
   int jobs = 6;
@@ -178,16 +180,18 @@ class Bench {
         (std::filesystem::temp_directory_path() / ("attic-overlap-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(ssd_dir);
     std::unique_ptr<store::KvStore> store, primer;
+    store::RedisTier* primer_remote = nullptr;  // the primer's cluster tier (owned by primer)
     const uint64_t entry_bytes = EntryBytes();
     if (c.remote) {
       // Two stores on the cluster, as two servers: `primer` saves every history (written
       // through), `store` (the timed one) has never seen them.
       const std::string prefix = "attic-bench-" + std::to_string(::getpid()) + "-" + std::to_string(++runs_);
-      primer = OpenRemote(prefix, entry_bytes, c.stream);
+      primer = OpenRemote(prefix, entry_bytes, c.stream, &primer_remote);
       store = OpenRemote(prefix, entry_bytes, c.stream);
     } else if (c.store) {
       store::StoreOptions o;
       o.fingerprint = e_.model().fingerprint();
+      o.kv_dtype = StoreDtype();
       // SSD runs: DRAM holds two entries (so prefetch has room), everything else on SSD.
       o.dram_bytes = c.ssd ? 2 * entry_bytes + (1 << 20) : 64 * entry_bytes;
       if (c.ssd) {
@@ -261,14 +265,32 @@ class Bench {
       entered->second += after.enter_seconds - before.enter_seconds;
     }
     if (store) store->Flush();
+    // One saved entry's bytes (header + K/V rows in the store type): what each tier,
+    // the cluster included, holds of a conversation.
+    for (store::KvStore* st : {primer.get(), store.get()}) {
+      if (st == nullptr) continue;
+      const store::StoreStats ss = st->Stats();
+      if (ss.saves > 0) entry_bytes_ = ss.bytes_saved / ss.saves;
+    }
+    // What the cluster was sent per entry written through (the entry as Redis holds it:
+    // its layers and manifest).
+    if (primer_remote != nullptr && primer_remote->stats().puts > 0)
+      remote_bytes_per_put_ = primer_remote->stats().bytes_written / primer_remote->stats().puts;
     sched.Shutdown();
     std::filesystem::remove_all(ssd_dir);
     return t;
   }
 
+  // One entry the last run saved, in bytes (0 before any save).
+  uint64_t entry_bytes() const { return entry_bytes_; }
+  // Bytes written to the cluster per entry (0 without --kv-remote).
+  uint64_t remote_bytes_per_put() const { return remote_bytes_per_put_; }
+
  private:
-  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes, bool stream) {
+  std::unique_ptr<store::KvStore> OpenRemote(const std::string& prefix, uint64_t entry_bytes, bool stream,
+                                             store::RedisTier** tier_out = nullptr) {
     store::StoreOptions o;
+    o.kv_dtype = StoreDtype();
     o.stream_layers = stream;
     o.fingerprint = e_.model().fingerprint();
     o.dram_bytes = 64 * entry_bytes;
@@ -289,6 +311,7 @@ class Bench {
       std::fprintf(stderr, "store_overlap_bench: %s\n", tiers.status().ToString().c_str());
       std::exit(1);
     }
+    if (tier_out != nullptr) *tier_out = tier->get();
     tiers->push_back(std::move(*tier));
     auto s = store::KvStore::Open(o, std::move(*tiers), nullptr);
     if (!s.ok()) {
@@ -298,6 +321,12 @@ class Bench {
     return std::move(*s);
   }
 
+  store::KvDtype StoreDtype() const {
+    store::KvDtype t = store::KvDtype::kF32;
+    store::ParseKvDtype(a_.kv_store_dtype, &t);  // checked by the flag
+    return t;
+  }
+  // An upper bound of one entry's bytes (f32 rows: any store type's are smaller).
   uint64_t EntryBytes() const {
     const auto& cfg = e_.model().config();
     return static_cast<uint64_t>(a_.history + a_.fresh + a_.answer) * cfg.n_layers * cfg.kv_dim() * 2 * 4 + (64 << 10);
@@ -327,6 +356,8 @@ class Bench {
   const Args& a_;
   std::vector<std::vector<int32_t>> hist_, fresh_;
   int runs_ = 0;
+  uint64_t entry_bytes_ = 0;  // the last run's saved entries, bytes each
+  uint64_t remote_bytes_per_put_ = 0;
 };
 
 }  // namespace
@@ -347,6 +378,7 @@ int main(int argc, char** argv) {
   flags.String("--json", &a.json);
   flags.String("--only", &a.only);
   flags.String("--kv-remote", &a.remote);
+  flags.String("--kv-store-dtype", &a.kv_store_dtype);
   flags.Int("--remote-pause", &a.remote_pause_ms);
   flags.Custom("--configs", [&](const std::string& v) {
     for (const std::string& name : bench::SplitList(v)) a.configs.insert(name);
@@ -355,6 +387,8 @@ int main(int argc, char** argv) {
   flags.ParseOrExit(argc, argv);
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
+  if (store::KvDtype t; !store::ParseKvDtype(a.kv_store_dtype, &t))
+    flags.UsageError("--kv-store-dtype: f32, f16 or q8_0");
   attic::bench::CheckOutput("store_overlap_bench", a.json);
   EngineOptions eo;
   eo.model_path = a.model;
@@ -464,6 +498,14 @@ int main(int argc, char** argv) {
   out["jobs"] = a.jobs;
   out["answer_tokens"] = a.answer;
   out["reps"] = a.reps;
+  out["kv_store_dtype"] = a.kv_store_dtype;
+  out["stored_entry_bytes"] = b.entry_bytes();
+  if (!a.remote.empty()) {
+    out["remote_bytes_per_entry"] = b.remote_bytes_per_put();
+    std::printf("remote tier: %llu bytes written per entry\n", static_cast<unsigned long long>(b.remote_bytes_per_put()));
+  }
+  std::printf("stored entry: %llu bytes (%s rows)\n", static_cast<unsigned long long>(b.entry_bytes()),
+              a.kv_store_dtype.c_str());
   if (!a.remote.empty()) out["remote_pause_ms"] = a.remote_pause_ms;
   for (Section& sec : sections) {
     if (!wanted(sec)) continue;

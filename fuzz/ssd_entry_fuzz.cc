@@ -46,7 +46,10 @@ void Repair(std::string& b, bool layers) {
   const uint32_t version = U32(b, 8), dtype = U32(b, 12), n_layers = U32(b, 16), kv_dim = U32(b, 20),
                  n_tokens = U32(b, 24);
   if (n_layers == 0 || n_layers > 1024 || n_tokens == 0 || n_tokens > (1u << 22) || kv_dim > (1u << 16)) return;
-  size_t pos = 36;
+  // q8_0 (dtype 2): the group (u32) follows n_tokens.
+  const uint32_t group = dtype == 2 && b.size() >= 40 ? U32(b, 28) : 0;
+  if (dtype == 2 && (group == 0 || kv_dim % group != 0)) return;
+  size_t pos = dtype == 2 ? 40 : 36;
   auto skip_str = [&]() {
     if (pos + 4 > b.size()) return false;
     const uint32_t n = U32(b, pos);
@@ -71,7 +74,8 @@ void Repair(std::string& b, bool layers) {
   if (body + 8 > b.size()) return;
   if (layers) {
     const uint64_t data = (body + 8 + kEntryAlign - 1) / kEntryAlign * kEntryAlign;
-    const uint64_t half = uint64_t{n_tokens} * kv_dim * (dtype == 1 ? 2 : 4);
+    const uint64_t row = dtype == 2 ? kv_dim + 2ull * (kv_dim / group) : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
+    const uint64_t half = uint64_t{n_tokens} * row;
     for (uint32_t l = 0; l < n_layers; ++l) {
       const uint64_t at = data + l * 2 * half;
       if (at + 2 * half > b.size()) break;
@@ -85,12 +89,12 @@ void Repair(std::string& b, bool layers) {
 
 void CheckSame(const KvEntry& a, const KvEntry& b) {
   FUZZ_CHECK(a.tenant == b.tenant && a.session_id == b.session_id && a.fingerprint == b.fingerprint);
-  FUZZ_CHECK(a.dtype == b.dtype && a.n_layers == b.n_layers && a.kv_dim == b.kv_dim);
+  FUZZ_CHECK(a.dtype == b.dtype && a.group == b.group && a.n_layers == b.n_layers && a.kv_dim == b.kv_dim);
   FUZZ_CHECK(a.expires_at_ms == b.expires_at_ms && a.tokens == b.tokens && a.positions == b.positions);
   for (int l = 0; l < a.n_layers; ++l)
     for (int r = 0; r < a.n_tokens(); ++r)
-      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.kv_dim * a.elem_bytes()) == 0 &&
-                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.kv_dim * a.elem_bytes()) == 0,
+      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.row_bytes()) == 0 &&
+                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.row_bytes()) == 0,
                  "layer %d row %d differs after a round trip", l, r);
   FUZZ_CHECK(a.attachments.size() == b.attachments.size());
 }

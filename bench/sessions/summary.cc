@@ -115,6 +115,12 @@ json Summarize(const RunResult& r) {
            {"lookup_waits", metric("attic_kv_store_lookup_waits_total")},
            {"lookup_wait_s", metric("attic_kv_store_lookup_wait_seconds_total")},
            {"write_buffer_hits", metric("attic_kv_store_write_buffer_hits_total")},
+           // What the store holds at the end (gauges: their change over the replay, which
+           // for a server started empty is the end value): the conversations a fixed
+           // --kv-dram keeps, and their bytes.
+           {"entries_end", metric("attic_kv_store_entries")},
+           {"dram_bytes_end", metric("attic_kv_store_bytes{tier=\"dram\"}")},
+           {"other_type_misses", metric("attic_kv_store_other_type_misses_total")},
            {"admissions_deferred_for_save", metric("attic_kv_admissions_deferred_total")}}},
          // Where loading stored KV spent its time (servers that export it).
          {"kv_load",

@@ -102,6 +102,7 @@ struct SessionsFlags {
   uint64_t kv_budget = 4ull << 30;
   int max_running = 16;
   uint64_t kv_dram = 512ull << 20;
+  std::string kv_store_dtype;  // CA: --kv-store-dtype ("" = the server's default)
   uint64_t kv_ssd = 8ull << 30;
   bool no_ssd = false;
   std::string ssd_parent;
@@ -148,6 +149,7 @@ std::vector<std::string> ServeArgs(const SessionsFlags& f, bool ca, const std::s
     return args;
   }
   args.insert(args.end(), {"--kv-dram", FormatByteSize(f.kv_dram), "--max-resident", std::to_string(f.ca_max_resident)});
+  if (!f.kv_store_dtype.empty()) args.insert(args.end(), {"--kv-store-dtype", f.kv_store_dtype});
   if (!f.no_ssd) {
     std::string parent = f.ssd_parent.empty() ? tmp : f.ssd_parent;
     std::string dir = parent + "/ssd-" + nonce;
@@ -168,6 +170,7 @@ json ServersJson(const SessionsFlags& f) {
               {"kv_budget_bytes", f.kv_budget},
               {"max_running", f.max_running},
               {"ca_kv_dram_bytes", f.kv_dram},
+              {"ca_kv_store_dtype", f.kv_store_dtype.empty() ? "default" : f.kv_store_dtype},
               {"ca_kv_ssd_bytes", f.no_ssd ? json(nullptr) : json(f.kv_ssd)},
               {"ca_max_resident", f.ca_max_resident},
               {"re_max_resident", 0},
@@ -455,6 +458,9 @@ void AddBenchSessionsCommand(CLI::App& app, RunFn* run) {
                 "compute-buffer KV cache of the servers (default 4G)");
   cmd->add_option("--max-running", f->max_running, "sequences batched together")->capture_default_str();
   AddSizeOption(cmd, "--kv-dram", "--kv-dram-mib", 1 << 20, &f->kv_dram, "CA: DRAM tier of the KV store (default 512M)");
+  cmd->add_option("--kv-store-dtype", f->kv_store_dtype,
+                  "CA: type of the KV store's entries (f32, f16, q8_0; default: the server's, the compute buffer's)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-mib", 1 << 20, &f->kv_ssd, "CA: SSD tier of the KV store (default 8G)");
   cmd->add_flag("--no-ssd", f->no_ssd, "CA: no SSD tier");
   cmd->add_option("--ssd-dir", f->ssd_parent, "CA: parent of the SSD tier's fresh directory (default: a temp dir)");

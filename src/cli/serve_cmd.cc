@@ -41,6 +41,7 @@ struct ServeFlags {
   std::optional<uint64_t> kv_dram;
   std::string kv_ssd_dir;
   uint64_t kv_ssd = 16ull << 30;
+  std::string kv_store_dtype;  // the stored entries' type; "" = the compute buffer's (--kv-dtype)
   // Shared remote tier (Redis Cluster); on when --kv-remote is given.
   std::string kv_remote;
   uint64_t kv_remote_bytes = 8ull << 30;
@@ -184,6 +185,10 @@ int RunServe(ServeFlags f) {
     // pages on the serving path); the automatic one grows with use (docs/store.md, "The
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
+    // The entries' type: the compute buffer's unless given (any enters any buffer type).
+    const std::string& type = f.kv_store_dtype.empty() ? f.model.kv_dtype : f.kv_store_dtype;
+    if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
+      return UsageError("--kv-store-dtype must be f32, f16 or q8_0, not '" + type + "'");
   }
   auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
@@ -333,6 +338,12 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "directory of the SSD tier of the KV store (survives restarts): a new or empty directory, or one "
                   "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
+  cmd->add_option("--kv-store-dtype", f->kv_store_dtype,
+                  "type of the KV store's entries in every tier: f32, f16 or q8_0 (8-bit, one f16 scale per 32 "
+                  "values of a head's row: ~0.27x f32's bytes, so a tier holds ~2x f16's entries); default: the "
+                  "compute buffer's (--kv-dtype). Entries of another type are kept but never served (a miss, "
+                  "counted in attic_kv_store_other_type_misses_total)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   cmd->add_option("--kv-remote", f->kv_remote,
                   "shared remote tier of the KV store below DRAM/SSD: a Redis Cluster, redis://host:port[,host:port...] "
                   "(several servers on one cluster reuse each other's sessions; needs the DRAM tier)");

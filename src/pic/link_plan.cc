@@ -18,8 +18,10 @@ LinkedLoad OpenLinkedChunks(store::KvStore& store, const LinkSpec& spec, const s
     if (!src.ok()) continue;  // gone (evicted, expired, bad): its tokens are computed
     const store::KvSource& s = **src;
     // A chunk is linked only into a request of the tenant that stored it (the key names
-    // the tenant; the entry says it too).
-    if (s.meta().tenant != tenant || s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() ||
+    // the tenant; the entry says it too), and only when it is of the store's type (a
+    // chunk another store type saved is computed: docs/store.md "Which dtype is stored").
+    if (s.meta().tenant != tenant || s.dtype() != store.kv_dtype() || s.n_layers() != shape.n_layers ||
+        s.kv_dim() != shape.kv_dim() ||
         s.n_rows() < c.src_row + c.n ||
         !std::equal(s.meta().tokens.begin() + c.src_row + cut, s.meta().tokens.begin() + c.src_row + c.n,
                     prompt.begin() + c.slot + cut))

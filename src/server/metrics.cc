@@ -305,6 +305,10 @@ std::string RenderStoreMetrics(const store::StoreStats& s) {
   counter("attic_kv_store_expired_total", "Entries freed after their TTL.", s.expired);
   counter("attic_kv_store_corrupt_total", "Entries found corrupt, truncated or of another model (deleted).",
           s.corrupt);
+  counter("attic_kv_store_other_type_misses_total",
+          "Lookups that missed although an entry of another store type (--kv-store-dtype) matched: never served "
+          "as the wrong type, the request recomputes.",
+          s.other_type_misses);
   counter("attic_kv_store_corrupt_attachments_total",
           "Reads that found an entry's attachment (its PQ index) damaged: dropped, the KV served.", s.corrupt_attachments);
   counter("attic_kv_store_read_errors_total",

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attic/attention/kv_q8.h"
+#include "attic/backend/cpu_features.h"
 #include "attic/core/hash.h"
+#include "store/row_q8.h"
 
 namespace attic::store {
 
@@ -19,6 +22,7 @@ constexpr uint32_t kMaxLayers = 1024;
 constexpr uint32_t kMaxKvDim = 1 << 16;
 constexpr uint32_t kMaxTokens = 1 << 22;
 constexpr uint32_t kMaxString = 1 << 12;
+constexpr uint32_t kMaxQ8Group = 32;  // attention::KvQ8Group: 32, or a smaller head_dim
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -85,6 +89,27 @@ uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
   return Hash64(v, n, h);
 }
 
+// A quantized layer's scales (K then V: `bytes`, 2 * n_tokens rows of the header's type)
+// as the quantizer writes them: finite f16 and not negative (attention::QuantizeKvRowQ8
+// stores min(max|x| / 127, 65504)). A layer whose checksum holds but whose scales do not
+// (a writer's fault) is rejected like a corrupt one: its values would be NaN or Inf.
+Status CheckLayerScales(const char* bytes, const KvEntry& meta) {
+  if (!KvDtypeQuantized(meta.dtype)) return OkStatus();
+  const size_t row = meta.row_bytes(), n_scales = static_cast<size_t>(meta.kv_dim / meta.group);
+  const size_t rows = 2ull * meta.n_tokens();
+  for (size_t r = 0; r < rows; ++r) {
+    const char* scales = bytes + r * row + meta.kv_dim;
+    for (size_t j = 0; j < n_scales; ++j) {
+      uint16_t h;
+      std::memcpy(&h, scales + 2 * j, sizeof(h));
+      // Sign bit set, or exponent all ones (Inf, NaN).
+      if ((h & 0x8000) != 0 || (h & 0x7c00) == 0x7c00)
+        return DataLossError("KV entry row " + std::to_string(r) + " has a bad q8_0 scale");
+    }
+  }
+  return OkStatus();
+}
+
 uint64_t AttachmentChecksum(std::string_view bytes) { return Hash64(bytes.data(), bytes.size(), 0x6174); }
 
 uint32_t VersionOf(const KvEntry& e) { return e.attachments.empty() ? kVersion1 : kVersion2; }
@@ -99,6 +124,7 @@ std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums)
   w.Pod(static_cast<uint32_t>(e.n_layers));
   w.Pod(static_cast<uint32_t>(e.kv_dim));
   w.Pod(static_cast<uint32_t>(e.n_tokens()));
+  if (KvDtypeQuantized(e.dtype)) w.Pod(static_cast<uint32_t>(e.group));
   w.Pod(e.expires_at_ms);
   w.Str(e.tenant);
   w.Str(e.session_id);
@@ -123,8 +149,45 @@ const char* KvDtypeName(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::kF32: return "f32";
     case KvDtype::kF16: return "f16";
+    case KvDtype::kQ8_0: return "q8_0";
   }
   return "unknown";
+}
+
+bool ParseKvDtype(std::string_view name, KvDtype* dtype) {
+  for (KvDtype t : kKvDtypes) {
+    if (name != KvDtypeName(t)) continue;
+    *dtype = t;
+    return true;
+  }
+  return false;
+}
+
+void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
+  int8_t* q = reinterpret_cast<int8_t*>(row);
+  for (int j = 0; j * group < kv_dim; ++j) {
+    uint16_t scale;
+    // head_dim = group: KvQ8Group(group) == group for every group <= 32, so this is the
+    // compute buffer's quantization of that group of values.
+    attention::QuantizeKvRowQ8(x + j * group, group, q + j * group, &scale);
+    std::memcpy(row + kv_dim + 2 * j, &scale, sizeof(scale));
+  }
+}
+
+void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y) {
+  // Entering a q8_0 entry dequantizes every row: vectorised where the groups allow (the
+  // scalar loop below compiles for the baseline ISA only).
+  static const bool avx2 = backend::ActiveIsa() >= backend::Isa::kAvx2;
+  if (avx2 && group % 8 == 0) {
+    internal::DequantizeRowQ8Avx2(row, kv_dim, group, y);
+    return;
+  }
+  const int8_t* q = reinterpret_cast<const int8_t*>(row);
+  for (int j = 0; j * group < kv_dim; ++j) {
+    uint16_t scale;
+    std::memcpy(&scale, row + kv_dim + 2 * j, sizeof(scale));
+    attention::DequantizeKvRowQ8(q + j * group, &scale, group, y + j * group);
+  }
 }
 
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
@@ -150,7 +213,8 @@ bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag) {
     name.remove_prefix(i < 4 ? dash + 1 : dash);
   }
   if (!hex16(field[0]) || !hex16(field[1]) || !hex16(field[3]) || !hex16(field[4])) return false;
-  if (field[2] != KvDtypeName(KvDtype::kF32) && field[2] != KvDtypeName(KvDtype::kF16)) return false;
+  KvDtype dtype;
+  if (!ParseKvDtype(field[2], &dtype)) return false;
   if (fingerprint_tag != nullptr) fingerprint_tag->assign(field[1]);
   return true;
 }
@@ -174,12 +238,12 @@ EntryKey KvEntry::key() const {
 
 uint64_t KvEntry::SerializedBytes() const {
   uint64_t header = 8 + 4 * 5 + 8 + 12 + tenant.size() + session_id.size() + fingerprint.size() +
-                    8ull * tokens.size() + 8ull * n_layers + 8;
+                    8ull * tokens.size() + 8ull * n_layers + 8 + (KvDtypeQuantized(dtype) ? 4 : 0);
   if (!attachments.empty()) {
     header += 4;
     for (const EntryAttachment& a : attachments) header += 4 + a.kind.size() + 16;
   }
-  return AlignUp(header) + 2ull * n_layers * tokens.size() * kv_dim * elem_bytes() + attachment_bytes();
+  return AlignUp(header) + 2ull * n_layers * tokens.size() * row_bytes() + attachment_bytes();
 }
 
 const EntryAttachment* KvEntry::attachment(std::string_view kind) const {
@@ -201,7 +265,11 @@ void KvEntry::TruncateTo(int n) {
   positions.resize(n);
   base.n_rows = std::min(base.n_rows, n);
   const size_t own = static_cast<size_t>(n - base.n_rows) * kv_dim;
-  if (dtype == KvDtype::kF16) {
+  if (KvDtypeQuantized(dtype)) {
+    const size_t bytes = static_cast<size_t>(n - base.n_rows) * row_bytes();
+    for (auto& x : kq) x.resize(bytes);
+    for (auto& x : vq) x.resize(bytes);
+  } else if (dtype == KvDtype::kF16) {
     for (auto& x : k16) x.resize(own);
     for (auto& x : v16) x.resize(own);
   } else {
@@ -211,16 +279,32 @@ void KvEntry::TruncateTo(int n) {
 }
 
 const char* KvEntry::own_k(int layer) const {
+  if (KvDtypeQuantized(dtype)) return reinterpret_cast<const char*>(kq[layer].data());
   return dtype == KvDtype::kF16 ? reinterpret_cast<const char*>(k16[layer].data())
                                 : reinterpret_cast<const char*>(k[layer].data());
 }
 
 const char* KvEntry::own_v(int layer) const {
+  if (KvDtypeQuantized(dtype)) return reinterpret_cast<const char*>(vq[layer].data());
   return dtype == KvDtype::kF16 ? reinterpret_cast<const char*>(v16[layer].data())
                                 : reinterpret_cast<const char*>(v[layer].data());
 }
 
-size_t KvEntry::own_elems(int layer) const { return dtype == KvDtype::kF16 ? k16[layer].size() : k[layer].size(); }
+size_t KvEntry::own_bytes(int layer) const {
+  if (KvDtypeQuantized(dtype)) return kq[layer].size();
+  return dtype == KvDtype::kF16 ? k16[layer].size() * 2 : k[layer].size() * 4;
+}
+
+uint64_t KvEntry::own_kv_bytes() const {
+  uint64_t n = 0;
+  for (const auto* rows : {&k, &v})
+    for (const auto& x : *rows) n += x.size() * sizeof(float);
+  for (const auto* rows : {&k16, &v16})
+    for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
+  for (const auto* rows : {&kq, &vq})
+    for (const auto& x : *rows) n += x.size();
+  return n;
+}
 
 Status ValidateEntry(const KvEntry& e) {
   if (e.n_layers <= 0 || static_cast<uint32_t>(e.n_layers) > kMaxLayers) return InvalidArgumentError("bad n_layers");
@@ -233,10 +317,11 @@ Status ValidateEntry(const KvEntry& e) {
   bool base_ok = b.n_rows >= 0 && b.n_rows <= e.n_tokens();
   if (b.entry != nullptr) {  // an unserialized entry of the same shape, holding the rows
     base_ok = base_ok && b.bytes == nullptr && b.n_rows <= b.entry->n_tokens() && b.entry->n_layers == e.n_layers &&
-              b.entry->kv_dim == e.kv_dim && b.entry->dtype == e.dtype && ValidateEntry(*b.entry).ok();
+              b.entry->kv_dim == e.kv_dim && b.entry->dtype == e.dtype && b.entry->group == e.group &&
+              ValidateEntry(*b.entry).ok();
   } else if (b.bytes != nullptr) {  // a serialized entry's layers, inside its bytes
     base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
-              b.elem_bytes == e.elem_bytes() && b.layer_bytes == 2ull * b.base_tokens * e.kv_dim * e.elem_bytes();
+              b.row_bytes == e.row_bytes() && b.layer_bytes == 2ull * b.base_tokens * e.row_bytes();
   } else {
     base_ok = base_ok && b.n_rows == 0;
   }
@@ -249,8 +334,13 @@ Status ValidateEntry(const KvEntry& e) {
     for (size_t j = 0; j < i; ++j)
       if (e.attachments[j].kind == a.kind) return InvalidArgumentError("duplicate attachment kind " + a.kind);
   }
-  if (e.dtype != KvDtype::kF32 && e.dtype != KvDtype::kF16) return InvalidArgumentError("bad KV dtype");
-  const size_t own = static_cast<size_t>(e.n_tokens() - b.n_rows) * e.kv_dim;
+  if (e.dtype != KvDtype::kF32 && e.dtype != KvDtype::kF16 && e.dtype != KvDtype::kQ8_0)
+    return InvalidArgumentError("bad KV dtype");
+  if (KvDtypeQuantized(e.dtype) ? (e.group <= 0 || static_cast<uint32_t>(e.group) > kMaxQ8Group || e.kv_dim % e.group != 0)
+                                : e.group != 0)
+    return InvalidArgumentError("bad KV group for " + std::string(KvDtypeName(e.dtype)));
+  const size_t own_rows = static_cast<size_t>(e.n_tokens() - b.n_rows);
+  const size_t own = KvDtypeQuantized(e.dtype) ? own_rows * e.row_bytes() : own_rows * e.kv_dim;
   auto check = [&](const auto& k, const auto& v) {
     if (k.size() != static_cast<size_t>(e.n_layers) || v.size() != static_cast<size_t>(e.n_layers))
       return InvalidArgumentError("k/v layer count mismatch");
@@ -262,39 +352,39 @@ Status ValidateEntry(const KvEntry& e) {
   auto unused = [](const auto& rows) {
     return std::all_of(rows.begin(), rows.end(), [](const auto& x) { return x.empty(); });
   };
-  if (e.dtype == KvDtype::kF16) {
-    if (!unused(e.k) || !unused(e.v)) return InvalidArgumentError("f32 rows in an f16 entry");
-    return check(e.k16, e.v16);
-  }
-  if (!unused(e.k16) || !unused(e.v16)) return InvalidArgumentError("f16 rows in an f32 entry");
-  return check(e.k, e.v);
+  const bool f32 = e.dtype == KvDtype::kF32, f16 = e.dtype == KvDtype::kF16, q = KvDtypeQuantized(e.dtype);
+  if ((!f32 && (!unused(e.k) || !unused(e.v))) || (!f16 && (!unused(e.k16) || !unused(e.v16))) ||
+      (!q && (!unused(e.kq) || !unused(e.vq))))
+    return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
+  if (q) return check(e.kq, e.vq);
+  return f16 ? check(e.k16, e.v16) : check(e.k, e.v);
 }
 
-const char* KvRowsBase::k_row_bytes(int layer, int row, int kv_dim) const {
+const char* KvRowsBase::k_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->k_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * kv_dim * elem_bytes;
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * row_bytes;
 }
 
-const char* KvRowsBase::v_row_bytes(int layer, int row, int kv_dim) const {
+const char* KvRowsBase::v_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->v_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens + row) * kv_dim * elem_bytes;
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens + row) * row_bytes;
 }
 
-void KvRowsBase::CopyRows(int layer, int first, int n, int kv_dim, void* k_out, void* v_out) const {
+void KvRowsBase::CopyRows(int layer, int first, int n, void* k_out, void* v_out) const {
   if (n <= 0) return;
-  // Bytes a row (an unserialized entry's elem_bytes is its dtype's).
-  const size_t row = static_cast<size_t>(kv_dim) * (entry != nullptr ? entry->elem_bytes() : elem_bytes);
+  // Bytes a row (an unserialized entry's is its dtype's).
+  const size_t row = entry != nullptr ? entry->row_bytes() : row_bytes;
   char* ko = static_cast<char*>(k_out);
   char* vo = static_cast<char*>(v_out);
   if (entry == nullptr) {  // serialized: contiguous
-    std::memcpy(ko, k_row_bytes(layer, first, kv_dim), n * row);
-    std::memcpy(vo, v_row_bytes(layer, first, kv_dim), n * row);
+    std::memcpy(ko, k_row_bytes(layer, first), n * row);
+    std::memcpy(vo, v_row_bytes(layer, first), n * row);
     return;
   }
   // The unserialized entry's own base first, then its own rows.
   const KvEntry& e = *entry;
   const int from_base = std::max(0, std::min(first + n, e.base.n_rows) - first);
-  e.base.CopyRows(layer, first, from_base, kv_dim, ko, vo);
+  e.base.CopyRows(layer, first, from_base, ko, vo);
   const int own_first = first + from_base - e.base.n_rows;
   const size_t rest = static_cast<size_t>(n - from_base) * row;
   if (rest == 0) return;
@@ -309,13 +399,13 @@ int KvRowsBase::unserialized_depth() const {
 }
 
 const char* KvEntry::k_row_bytes(int layer, int row) const {
-  if (row < base.n_rows) return base.k_row_bytes(layer, row, kv_dim);
-  return own_k(layer) + static_cast<size_t>(row - base.n_rows) * kv_dim * elem_bytes();
+  if (row < base.n_rows) return base.k_row_bytes(layer, row);
+  return own_k(layer) + static_cast<size_t>(row - base.n_rows) * row_bytes();
 }
 
 const char* KvEntry::v_row_bytes(int layer, int row) const {
-  if (row < base.n_rows) return base.v_row_bytes(layer, row, kv_dim);
-  return own_v(layer) + static_cast<size_t>(row - base.n_rows) * kv_dim * elem_bytes();
+  if (row < base.n_rows) return base.v_row_bytes(layer, row);
+  return own_v(layer) + static_cast<size_t>(row - base.n_rows) * row_bytes();
 }
 
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
@@ -325,13 +415,13 @@ KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   b.layer_bytes = h.layer_bytes;
   b.base_tokens = h.meta.n_tokens();
   b.n_rows = n_rows;
-  b.elem_bytes = static_cast<uint32_t>(h.meta.elem_bytes());
+  b.row_bytes = static_cast<uint32_t>(h.meta.row_bytes());
   return b;
 }
 
 StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
-  const size_t row = static_cast<size_t>(e.kv_dim) * e.elem_bytes();
+  const size_t row = e.row_bytes();
   const size_t per_layer = e.tokens.size() * row;
   const size_t base = static_cast<size_t>(e.base.n_rows) * row;
   // The header's size does not depend on the checksums: lay out the layers (base rows,
@@ -346,7 +436,7 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l) {
     char* k = p + data + 2 * l * per_layer;
     char* v = k + per_layer;
-    e.base.CopyRows(l, 0, e.base.n_rows, e.kv_dim, k, v);
+    e.base.CopyRows(l, 0, e.base.n_rows, k, v);
     std::memcpy(k + base, e.own_k(l), per_layer - base);
     std::memcpy(v + base, e.own_v(l), per_layer - base);
     checksums[l] = LayerChecksum(k, v, per_layer);
@@ -373,20 +463,25 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   Reader r(bytes);
   char magic[8];
   if (!r.Raw(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return DataLossError("not a KV entry (bad magic)");
-  uint32_t version, dtype, n_layers, kv_dim, n_tokens;
+  uint32_t version, dtype, n_layers, kv_dim, n_tokens, group = 0;
   EntryHeader h;
   KvEntry& e = h.meta;
-  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
-      !r.Pod(&e.expires_at_ms))
+  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens))
     return DataLossError("truncated KV entry header");
   if (version != kVersion1 && version != kVersion2)
     return DataLossError("unsupported KV entry version " + std::to_string(version));
-  if (dtype != static_cast<uint32_t>(KvDtype::kF32) && dtype != static_cast<uint32_t>(KvDtype::kF16))
+  if (dtype != static_cast<uint32_t>(KvDtype::kF32) && dtype != static_cast<uint32_t>(KvDtype::kF16) &&
+      dtype != static_cast<uint32_t>(KvDtype::kQ8_0))
     return DataLossError("unsupported KV entry dtype");
+  if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Pod(&group)) return DataLossError("truncated KV entry header");
+  if (!r.Pod(&e.expires_at_ms)) return DataLossError("truncated KV entry header");
+  if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && (group == 0 || group > kMaxQ8Group || kv_dim % group != 0))
+    return DataLossError("KV entry header out of bounds (group)");
   if (n_layers == 0 || n_layers > kMaxLayers || kv_dim == 0 || kv_dim > kMaxKvDim || n_tokens == 0 ||
       n_tokens > kMaxTokens)
     return DataLossError("KV entry header out of bounds");
   e.dtype = static_cast<KvDtype>(dtype);
+  e.group = static_cast<int>(group);
   e.n_layers = static_cast<int>(n_layers);
   e.kv_dim = static_cast<int>(kv_dim);
   if (!r.Str(&e.tenant) || !r.Str(&e.session_id) || !r.Str(&e.fingerprint)) return DataLossError("truncated KV entry header");
@@ -419,7 +514,7 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   if (!r.Pod(&hc)) return DataLossError("truncated KV entry header");
   if (Hash64(bytes.data(), body, 0x68) != hc) return DataLossError("KV entry header checksum mismatch");
   h.data_offset = AlignUp(r.pos());
-  h.layer_bytes = 2ull * n_tokens * kv_dim * e.elem_bytes();
+  h.layer_bytes = 2ull * n_tokens * e.row_bytes();
   h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
   for (AttachmentInfo& a : h.attachments) {
     a.offset = h.total_bytes;
@@ -442,7 +537,7 @@ Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer)
   if (LayerChecksum(EntryLayerKBytes(bytes, h, layer), EntryLayerVBytes(bytes, h, layer), h.layer_bytes / 2) !=
       h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
-  return OkStatus();
+  return CheckLayerScales(EntryLayerKBytes(bytes, h, layer), h.meta);
 }
 
 StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
@@ -452,9 +547,11 @@ StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
   if (std::memcmp(magic, kMagic, 8) != 0) return DataLossError("not a KV entry (bad magic)");
   uint32_t version, dtype, n_layers, kv_dim, n_tokens;
   int64_t expires;
-  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens) ||
-      !r.Pod(&expires))
+  if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens))
     return OutOfRangeError("too short for a KV entry header");
+  if (dtype > static_cast<uint32_t>(KvDtype::kQ8_0)) return DataLossError("unsupported KV entry dtype");
+  if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Skip(4)) return OutOfRangeError("too short for a KV entry header");
+  if (!r.Pod(&expires)) return OutOfRangeError("too short for a KV entry header");
   if ((version != kVersion1 && version != kVersion2) || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 ||
       n_tokens > kMaxTokens)
     return DataLossError("KV entry header out of bounds");
@@ -489,7 +586,7 @@ Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int 
   const size_t half = h.layer_bytes / 2;
   if (LayerChecksum(layer_bytes.data(), layer_bytes.data() + half, half) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
-  return OkStatus();
+  return CheckLayerScales(layer_bytes.data(), h.meta);
 }
 
 StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint,
@@ -523,6 +620,18 @@ KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
     if (view.ok()) e.attachments.push_back({a.kind, std::make_shared<const std::string>(*view)});
   }
   const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  if (KvDtypeQuantized(e.dtype)) {
+    const size_t bytes_per_layer = e.tokens.size() * e.row_bytes();
+    e.kq.resize(e.n_layers);
+    e.vq.resize(e.n_layers);
+    for (int l = 0; l < e.n_layers; ++l) {
+      const auto* k = reinterpret_cast<const uint8_t*>(EntryLayerKBytes(bytes, h, l));
+      const auto* v = reinterpret_cast<const uint8_t*>(EntryLayerVBytes(bytes, h, l));
+      e.kq[l].assign(k, k + bytes_per_layer);
+      e.vq[l].assign(v, v + bytes_per_layer);
+    }
+    return std::move(e);
+  }
   if (e.dtype == KvDtype::kF16) {
     e.k16.resize(e.n_layers);
     e.v16.resize(e.n_layers);

@@ -19,6 +19,7 @@
 #include "attic/store/entry.h"
 #include "attic/store/kv_store.h"
 #include "attic/store/tier.h"
+#include "attic/tensor/dtype.h"
 #include "store/store_test_util.h"
 #include "test_util.h"
 
@@ -46,7 +47,7 @@ struct Golden {
 std::vector<Golden> LoadGoldens() {
   const json manifest = json::parse(ReadFile(GoldenDir() + "golden_entries.json"));
   std::vector<Golden> out;
-  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv"}) {
+  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv"}) {
     EXPECT_TRUE(manifest.contains(name)) << name;
     out.push_back({name, ReadFile(GoldenDir() + name), manifest.value(name, json::object())});
   }
@@ -61,9 +62,14 @@ std::string Unhex(const std::string& s) {
   return out;
 }
 
-// The bits of every element of a layer's K or V, as the manifest lists them.
+// The bits of every element of a layer's K or V, as the manifest lists them (q8_0: the
+// stored bytes, row by row).
 std::vector<uint32_t> Bits(const KvEntry& e, int layer, bool k) {
   std::vector<uint32_t> bits;
+  if (e.dtype == KvDtype::kQ8_0) {
+    for (uint8_t b : (k ? e.kq : e.vq)[layer]) bits.push_back(b);
+    return bits;
+  }
   if (e.dtype == KvDtype::kF16) {
     for (uint16_t h : (k ? e.k16 : e.v16)[layer]) bits.push_back(h);
     return bits;
@@ -82,7 +88,8 @@ KvEntry FromManifest(const json& m) {
   e.tenant = m["tenant"];
   e.session_id = m["session_id"];
   e.fingerprint = m["fingerprint"];
-  e.dtype = m["dtype"] == "f16" ? KvDtype::kF16 : KvDtype::kF32;
+  EXPECT_TRUE(ParseKvDtype(m["dtype"].get<std::string>(), &e.dtype));
+  e.group = m.value("group", 0);
   e.n_layers = m["n_layers"];
   e.kv_dim = m["kv_dim"];
   e.expires_at_ms = m["expires_at_ms"];
@@ -91,7 +98,10 @@ KvEntry FromManifest(const json& m) {
   for (int l = 0; l < e.n_layers; ++l) {
     const auto kb = m["k_bits"][l].get<std::vector<uint32_t>>();
     const auto vb = m["v_bits"][l].get<std::vector<uint32_t>>();
-    if (e.dtype == KvDtype::kF16) {
+    if (e.dtype == KvDtype::kQ8_0) {
+      e.kq.emplace_back(kb.begin(), kb.end());
+      e.vq.emplace_back(vb.begin(), vb.end());
+    } else if (e.dtype == KvDtype::kF16) {
       e.k16.emplace_back(kb.begin(), kb.end());
       e.v16.emplace_back(vb.begin(), vb.end());
     } else {
@@ -115,6 +125,7 @@ void ExpectAsWritten(const KvEntry& e, const json& m, const std::string& what) {
   EXPECT_EQ(KvDtypeName(e.dtype), m["dtype"]);
   EXPECT_EQ(e.n_layers, m["n_layers"]);
   EXPECT_EQ(e.kv_dim, m["kv_dim"]);
+  EXPECT_EQ(e.group, m.value("group", 0));
   EXPECT_EQ(e.expires_at_ms, m["expires_at_ms"]);
   EXPECT_EQ(e.tokens, m["tokens"].get<std::vector<int32_t>>());
   EXPECT_EQ(e.positions, m["positions"].get<std::vector<int32_t>>());
@@ -157,6 +168,45 @@ TEST(GoldenEntry, AtticReadsWhatTheIndependentWriterWrote) {
   }
 }
 
+// Attic's q8_0 row quantization (the compute buffer's formula, QuantizeRowQ8) of the
+// script's f32 inputs gives the bytes the script's own quantizer wrote, and reading them
+// back gives scale * int8 of those bytes.
+TEST(GoldenEntry, Q8RowsAreTheIndependentQuantizersBytes) {
+  int checked = 0;
+  for (const Golden& g : LoadGoldens()) {
+    if (g.m["dtype"] != "q8_0") continue;
+    SCOPED_TRACE(g.name);
+    const int kv_dim = g.m["kv_dim"], group = g.m["group"];
+    const size_t row = KvRowBytes(KvDtype::kQ8_0, kv_dim, group);
+    ASSERT_EQ(row, static_cast<size_t>(kv_dim + 2 * kv_dim / group));
+    for (const char* which : {"k", "v"}) {
+      for (size_t l = 0; l < g.m["k_bits"].size(); ++l) {
+        const auto inputs = g.m[std::string(which) + "_input_bits"][l].get<std::vector<uint32_t>>();
+        const auto stored = g.m[std::string(which) + "_bits"][l].get<std::vector<uint32_t>>();
+        ASSERT_EQ(inputs.size() / kv_dim * row, stored.size());
+        for (size_t t = 0; t < inputs.size() / kv_dim; ++t) {
+          std::vector<float> x(kv_dim);
+          std::memcpy(x.data(), inputs.data() + t * kv_dim, kv_dim * 4);
+          std::vector<uint8_t> mine(row);
+          QuantizeRowQ8(x.data(), kv_dim, group, mine.data());
+          const std::vector<uint8_t> theirs(stored.begin() + t * row, stored.begin() + (t + 1) * row);
+          EXPECT_EQ(mine, theirs) << which << " layer " << l << " row " << t;
+          // Read back: each value is its group's scale (the row's f16 bits) times its int8.
+          std::vector<float> y(kv_dim);
+          DequantizeRowQ8(theirs.data(), kv_dim, group, y.data());
+          for (int j = 0; j < kv_dim; ++j) {
+            const uint16_t bits = static_cast<uint16_t>(theirs[kv_dim + 2 * (j / group)] | theirs[kv_dim + 2 * (j / group) + 1] << 8);
+            const double scale = F16ToF32(bits);
+            EXPECT_EQ(y[j], scale * static_cast<int8_t>(theirs[j])) << j;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 12);  // 2 layers x K, V x 3 rows
+}
+
 // The first byte where two buffers differ (for a readable failure).
 std::string FirstDifference(const std::string& a, const std::string& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
@@ -184,8 +234,8 @@ TEST(GoldenEntry, EveryDamagedHeaderOrLayerByteIsDataLoss) {
     const std::string fp = g.m["fingerprint"];
     const size_t header = g.m["header_bytes"];
     const size_t data = g.m["data_offset"];
-    const size_t layers_end = data + 2 * g.m["n_layers"].get<size_t>() * g.m["tokens"].size() *
-                                         g.m["kv_dim"].get<size_t>() * (g.m["dtype"] == "f16" ? 2 : 4);
+    const size_t layers_end = data + 2 * g.m["n_layers"].get<size_t>() * g.m["k_bits"][0].size() *
+                                         (g.m["dtype"] == "f16" ? 2 : g.m["dtype"] == "q8_0" ? 1 : 4);
     ASSERT_LE(layers_end, g.bytes.size());
     std::vector<std::string> not_data_loss;
     auto check = [&](size_t at, uint8_t mask) {

@@ -24,7 +24,7 @@ int LoadJob::n_rows() const {
 uint64_t LoadJob::stored_bytes() const {
   uint64_t n = 0;
   for (const LoadSegment& s : segments)
-    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->kv_dim() * KvDtypeBytes(s.source->dtype());
+    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->meta().row_bytes();
   return n;
 }
 
@@ -107,20 +107,22 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
     using Elem = typename std::remove_reference_t<decltype(hk)>::value_type;
     for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
       const LoadSegment& seg = job.segments[si];
-      const size_t need = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot) * kvd;
+      const KvSource::Layer src = seg.source->layer(layer);
+      ATTIC_CHECK(src.row_bytes % sizeof(Elem) == 0);
+      const size_t row = src.row_bytes / sizeof(Elem);  // elements of a row
+      const size_t need = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot) * row;
       if (hk.size() < need) hk.resize(need);
       if (hv.size() < need) hv.resize(need);
-      const KvSource::Layer src = seg.source->layer(layer);
-      ATTIC_CHECK(src.elem_bytes == sizeof(Elem));
-      size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot) * kvd;
-      for (int i = 0; i < seg.n; ++i, at += kvd) {
-        std::memcpy(hk.data() + at, src.KBytes(seg.src_row + i), kvd * sizeof(Elem));
-        std::memcpy(hv.data() + at, src.VBytes(seg.src_row + i), kvd * sizeof(Elem));
+      size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot) * row;
+      for (int i = 0; i < seg.n; ++i, at += row) {
+        std::memcpy(hk.data() + at, src.KBytes(seg.src_row + i), src.row_bytes);
+        std::memcpy(hv.data() + at, src.VBytes(seg.src_row + i), src.row_bytes);
       }
     }
   };
   copy_rows(job.copy_k, job.copy_v);
   copy_rows(job.copy_k16, job.copy_v16);
+  copy_rows(job.copy_kq, job.copy_vq);
   // One block of slots per task (each slot's K rotated, then K and V stored).
   for (const LoadSegment& seg : job.segments) {
     const KvSource::Layer src = seg.source->layer(layer);
@@ -138,7 +140,28 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
         for (int64_t c = 0; c < end_block - first_block; ++c) enter_block(c, 0);
       }
     };
-    if (seg.source->dtype() == KvDtype::kF16) {
+    const KvEntry& meta = seg.source->meta();
+    if (meta.dtype == KvDtype::kQ8_0) {
+      // Each row dequantized (exact) into a row buffer of the entering thread, in the same
+      // pass that rotates K and writes the buffer's type (EnterRotatedRows reads K's row,
+      // then V's, of one slot at a time): a q8_0 buffer requantizes them with its own
+      // grouping (the same as the entry's when the model is the same).
+      ATTIC_CHECK(meta.kv_dim == kvd && meta.group > 0);
+      const int group = meta.group;
+      enter(
+          [&, group](int s) {
+            thread_local std::vector<float> krow;
+            krow.resize(static_cast<size_t>(kvd));
+            DequantizeRowQ8(src.KQ(s + delta), kvd, group, krow.data());
+            return static_cast<const float*>(krow.data());
+          },
+          [&, group](int s) {
+            thread_local std::vector<float> vrow;
+            vrow.resize(static_cast<size_t>(kvd));
+            DequantizeRowQ8(src.VQ(s + delta), kvd, group, vrow.data());
+            return static_cast<const float*>(vrow.data());
+          });
+    } else if (seg.source->dtype() == KvDtype::kF16) {
       enter([&](int s) { return src.K16(s + delta); }, [&](int s) { return src.V16(s + delta); });
     } else {
       enter([&](int s) { return src.K(s + delta); }, [&](int s) { return src.V(s + delta); });

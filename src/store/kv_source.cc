@@ -80,9 +80,9 @@ StatusOr<std::string_view> KvSource::attachment(std::string_view kind) const {
 
 KvSource::Layer KvSource::layer(int l) const {
   const KvEntry& m = meta();
-  const size_t kv_dim = static_cast<size_t>(m.kv_dim), elem_bytes = m.elem_bytes();
-  if (queued_) return {queued_.get(), l, nullptr, nullptr, kv_dim, elem_bytes};
-  return {nullptr, l, EntryLayerK(*bytes_, header_, l), EntryLayerV(*bytes_, header_, l), kv_dim, elem_bytes};
+  const size_t row_bytes = m.row_bytes();
+  if (queued_) return {queued_.get(), l, nullptr, nullptr, row_bytes};
+  return {nullptr, l, EntryLayerKBytes(*bytes_, header_, l), EntryLayerVBytes(*bytes_, header_, l), row_bytes};
 }
 
 }  // namespace attic::store

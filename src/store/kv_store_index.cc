@@ -32,9 +32,9 @@ void KvStore::IndexLocked(EntryInfo info) {
 }
 
 std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const std::string& session_id,
-                                              const std::vector<int32_t>& tokens) {
+                                              const std::vector<int32_t>& tokens, bool* other_type) {
   int n = 0;
-  const EntryInfo* best = FindEntryLocked(tenant, session_id, tokens, &n);
+  const EntryInfo* best = FindEntryLocked(tenant, session_id, tokens, &n, other_type);
   if (best == nullptr) return std::nullopt;
   StoreMatch m;
   m.key = best->key;
@@ -45,12 +45,15 @@ std::optional<StoreMatch> KvStore::FindLocked(const std::string& tenant, const s
 }
 
 EntryInfo* KvStore::FindEntryLocked(const std::string& tenant, const std::string& session_id,
-                                    const std::vector<int32_t>& tokens, int* n_tokens) {
+                                    const std::vector<int32_t>& tokens, int* n_tokens, bool* other_type) {
   BestPrefixMatch<EntryInfo*> best;
   auto consider = [&](const std::string& key) {
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.tenant != tenant || Expired(it->second)) return;
-    if (!EntryKeyHasDtype(key, kv_dtype())) return;  // another compute-buffer dtype's entry
+    if (!EntryKeyHasDtype(key, kv_dtype())) {  // another store type's entry: never served
+      if (other_type != nullptr && CommonPrefix(it->second.tokens, tokens) > 0) *other_type = true;
+      return;
+    }
     EntryInfo& e = it->second;
     best.Offer(&e, {CommonPrefix(e.tokens, tokens), !session_id.empty() && e.session_id == session_id, e.access_seq});
   };
@@ -101,9 +104,11 @@ std::optional<StoreMatch> KvStore::Lookup(const std::string& tenant, const std::
   DiscoverSession(tenant, session_id, &tokens);  // another instance's save of it, in a shared tier
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
-  auto m = FindLocked(tenant, session_id, tokens);
+  bool other_type = false;
+  auto m = FindLocked(tenant, session_id, tokens, &other_type);
   if (!m) {
     ++stats_.misses;
+    if (other_type) ++stats_.other_type_misses;
   } else {
     ++stats_.tiers[TierIndex(m->tier)].hits;
     EntryInfo& e = entries_.at(m->key);

@@ -19,12 +19,8 @@ using internal::SessionKey;
 using internal::MsSince;
 
 namespace {
-uint64_t EntryKvBytes(const KvEntry& e) {
-  uint64_t n = 0;
-  for (const auto& x : e.k) n += x.size() * sizeof(float);
-  for (const auto& x : e.v) n += x.size() * sizeof(float);
-  return n + e.attachment_bytes();
-}
+// The bytes a queued save holds of its own (its rows in its dtype, its attachments).
+uint64_t EntryKvBytes(const KvEntry& e) { return e.own_kv_bytes() + e.attachment_bytes(); }
 }  // namespace
 
 std::shared_ptr<const KvEntry> KvStore::SaveAsync(KvEntry entry, const std::string& replaces, int64_t ttl_ms) {

@@ -1,7 +1,9 @@
 // The preload strategies alone: a job entered into a small BlockPool by each.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
+#include <tuple>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -68,7 +70,7 @@ struct Fixture {
   std::vector<float> Expected(int l) {
     const KvSource::Layer src = source->layer(l);
     const int kvd = kHeads * kHeadDim;
-    std::vector<float> k(src.k, src.k + kRows * kvd), v(src.v, src.v + kRows * kvd);
+    std::vector<float> k(src.K(0), src.K(0) + kRows * kvd), v(src.V(0), src.V(0) + kRows * kvd);
     std::vector<int32_t> pos;
     for (int i = 0; i < kRows; ++i) pos.push_back(kFirstPosition + i);
     rope.Apply(k.data(), kRows, kHeads, pos.data());
@@ -234,6 +236,110 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
       // The pre-RoPE copy the turn saves: the stored halves of the rows, in slot order.
       EXPECT_EQ(copy_k[l], std::vector<uint16_t>(e.k16[l].begin() + src_row * kvd, e.k16[l].end())) << l;
       EXPECT_EQ(copy_v[l], std::vector<uint16_t>(e.v16[l].begin() + src_row * kvd, e.v16[l].end())) << l;
+    }
+  }
+}
+
+// A q8_0 entry enters every compute-buffer type: each stored row dequantized (the
+// reference decodes the bytes itself: int8 times the group's f16 scale, in double), K
+// rotated to the slot's position (RopeTable::Apply, the reference the other preload tests
+// use), then written in the buffer's type. Tolerances, from the arithmetic each step adds
+// to the dequantized values:
+//   f32 buffer: V exact (a copy of an exact f32); K only RoPE's f32 rounding (1e-5, as
+//     EveryModeEntersTheSameBytes).
+//   f16 buffer: one f16 rounding, |x - f16(x)| <= 2^-11 |x| (normal halves; these values
+//     are far above f16's subnormals), plus K's RoPE rounding.
+//   q8_0 buffer: one more quantization of the row's group, |x - d q| <= d / 2 with d =
+//     f16(max|x| / 127) <= max|x| / 127 * (1 + 2^-11) (kv_q8.h), plus the f32 rounding of
+//     x / d (2^-24 |x| relative, so d * 2^-24 * 127 at most) and K's RoPE rounding.
+// The pre-RoPE copy the turn saves is the stored bytes, in slot order.
+TEST(Preload, Q8EntryEntersEveryBufferType) {
+  const int kvd = kHeads * kHeadDim, group = attention::KvQ8Group(kHeadDim);
+  const size_t row = KvRowBytes(KvDtype::kQ8_0, kvd, group);
+  std::vector<int32_t> tokens(kRows);
+  for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
+  KvEntry e = testing::MakeEntry(tokens, "s", "default", kLayers, kvd);
+  e.dtype = KvDtype::kQ8_0;
+  e.group = group;
+  e.kq.resize(kLayers);
+  e.vq.resize(kLayers);
+  for (int l = 0; l < kLayers; ++l) {
+    e.kq[l].resize(kRows * row);
+    e.vq[l].resize(kRows * row);
+    for (int r = 0; r < kRows; ++r) {
+      std::vector<float> k4(e.k[l].begin() + r * kvd, e.k[l].begin() + (r + 1) * kvd);
+      for (float& x : k4) x *= 4;  // K larger than V, as a model's is
+      QuantizeRowQ8(k4.data(), kvd, group, e.kq[l].data() + r * row);
+      QuantizeRowQ8(e.v[l].data() + r * kvd, kvd, group, e.vq[l].data() + r * row);
+    }
+  }
+  e.k.clear();
+  e.v.clear();
+  SharedBytes shared(std::move(*SerializeEntryBytes(e)));
+  auto header = VerifyEntry(*shared, "fp-A");
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  auto source = KvSource::Stored(shared, *header, e.key().ToString());
+  // Row r of a q8_0 layer, decoded from its bytes.
+  auto decode = [&](const std::vector<uint8_t>& layer, int r, float* out) {
+    const uint8_t* p = layer.data() + r * row;
+    for (int j = 0; j < kvd; ++j) {
+      const int jg = j / group;
+      const uint16_t scale = static_cast<uint16_t>(p[kvd + 2 * jg] | (p[kvd + 2 * jg + 1] << 8));
+      out[j] = static_cast<float>(static_cast<double>(F16ToF32(scale)) * static_cast<int8_t>(p[j]));
+    }
+  };
+  const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
+  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
+      SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
+      kv::KvShape shape = Shape();
+      shape.dtype = buffer;
+      kv::BlockPool pool(shape, 8);
+      attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
+      backend::ThreadPool threads{2};
+      KvLoader loader(pool, rope);
+      std::vector<int32_t> blocks;
+      for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
+      auto job = std::make_shared<LoadJob>();
+      job->segments = {LoadSegment{source, src_row, n, 0}};
+      job->blocks = blocks;
+      std::vector<int32_t> pos;
+      for (int i = 0; i < n; ++i) pos.push_back(kFirstPosition + 2 * i);
+      job->positions = pos;
+      std::vector<std::vector<uint8_t>> copy_k(kLayers), copy_v(kLayers);
+      job->copy_kq = &copy_k;
+      job->copy_vq = &copy_v;
+      PreloadFor(mode).Start(loader, job, threads);
+      job->WaitAll();
+      ASSERT_FALSE(job->failed());
+      EXPECT_EQ(job->stored_bytes(), 2ull * kLayers * n * row);
+      for (int l = 0; l < kLayers; ++l) {
+        std::vector<float> k(n * kvd), v(n * kvd);
+        for (int i = 0; i < n; ++i) {
+          decode(e.kq[l], src_row + i, k.data() + i * kvd);
+          decode(e.vq[l], src_row + i, v.data() + i * kvd);
+        }
+        rope.Apply(k.data(), n, kHeads, pos.data());
+        std::vector<float> got_k(n * kvd), got_v(n * kvd);
+        pool.ReadRows(l, blocks.data(), 0, n, got_k.data(), got_v.data());
+        for (const auto& [want, got, is_k] : {std::tuple{&k, &got_k, true}, std::tuple{&v, &got_v, false}}) {
+          for (int i = 0; i < n * kvd; ++i) {
+            const double x = (*want)[i], rope_err = is_k ? 1e-5 : 0.0;
+            double tol = rope_err;
+            if (buffer == DType::kF16) tol += std::ldexp(std::fabs(x), -11);
+            if (buffer == DType::kQ8_0) {
+              const int g0 = i / group * group;
+              double amax = 0;
+              for (int j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(static_cast<double>((*want)[j])));
+              const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
+              tol += d / 2 + d * 127 * std::ldexp(1.0, -24);
+            }
+            ASSERT_LE(std::fabs((*got)[i] - x), tol) << (is_k ? "K" : "V") << " layer " << l << " at " << i;
+          }
+        }
+        EXPECT_EQ(copy_k[l], std::vector<uint8_t>(e.kq[l].begin() + src_row * row, e.kq[l].end())) << l;
+        EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * row, e.vq[l].end())) << l;
+      }
     }
   }
 }

@@ -218,7 +218,8 @@ StoredPlan StorePlanner::PlanStored(const kv::KvSeq& seq, int min_tokens) const 
   if (!src.ok()) return StoredPlan{};
   const kv::KvShape& shape = options_.pool->shape();
   const KvSource& s = **src;
-  if (s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() || s.n_rows() < hit->n_tokens)
+  if (s.n_layers() != shape.n_layers || s.kv_dim() != shape.kv_dim() || s.n_rows() < hit->n_tokens ||
+      s.dtype() != store_.kv_dtype())
     return StoredPlan{};
   StoredPlan plan = t != nullptr ? PlanTruncated(*t, *src, hit->n_tokens, cap, prompt) : PlanStoredPrefix(*src, usable);
   if (plan.n_cached < min_tokens) return StoredPlan{};

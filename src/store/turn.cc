@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "attic/store/kv_store.h"
 
@@ -15,6 +16,8 @@ uint64_t TurnRows::own_bytes() const {
     for (const auto& x : *rows) n += x.size() * sizeof(float);
   for (const auto* rows : {&k16, &v16})
     for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
+  for (const auto* rows : {&kq, &vq})
+    for (const auto& x : *rows) n += x.size();
   return n;
 }
 
@@ -24,6 +27,8 @@ Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t t
   n_layers_ = shape.n_layers;
   kv_dim_ = shape.kv_dim();
   dtype_ = store.kv_dtype();
+  group_ = KvDtypeQuantized(dtype_) ? attention::KvQ8Group(shape.head_dim) : 0;
+  row_bytes_ = KvRowBytes(dtype_, kv_dim_, group_);
   rows_.ResizeLayers(n_layers_);
 }
 
@@ -53,12 +58,15 @@ void Turn::Renew(std::string session_id, int64_t ttl_ms) {
 
 void Turn::Reserve(int max_slots) {
   if (!valid_) return;
-  const size_t elems = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows)) * kv_dim_;
+  const size_t n = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows));
   rows_.ResizeLayers(n_layers_);
   auto reserve = [&](auto& rows) {
-    for (auto& x : rows) x.reserve(elems);
+    for (auto& x : rows) x.reserve(n * RowUnits(rows));
   };
-  if (dtype_ == KvDtype::kF16) {
+  if (KvDtypeQuantized(dtype_)) {
+    reserve(rows_.kq);
+    reserve(rows_.vq);
+  } else if (dtype_ == KvDtype::kF16) {
     reserve(rows_.k16);
     reserve(rows_.v16);
   } else {
@@ -82,8 +90,12 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   rows_.base.n_rows = std::min(e->base.n_rows, n);
   if (n > e->base.n_rows) {
     const size_t elems = static_cast<size_t>(n - e->base.n_rows) * kv_dim_;
+    const size_t bytes = static_cast<size_t>(n - e->base.n_rows) * row_bytes_;
     for (int l = 0; l < n_layers_; ++l) {
-      if (e->dtype == KvDtype::kF16) {
+      if (KvDtypeQuantized(e->dtype)) {
+        rows_.kq[l].assign(e->kq[l].begin(), e->kq[l].begin() + bytes);
+        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + bytes);
+      } else if (e->dtype == KvDtype::kF16) {
         rows_.k16[l].assign(e->k16[l].begin(), e->k16[l].begin() + elems);
         rows_.v16[l].assign(e->v16[l].begin(), e->v16[l].begin() + elems);
       } else {
@@ -97,6 +109,10 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
 void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, std::vector<int32_t> positions,
                 int max_slots, Preload mode, backend::ThreadPool& threads) {
   ATTIC_CHECK(!segments.empty() && n_slots() == 0 && load_ == nullptr);
+  // Rows of another store type enter the buffer like any, but the turn cannot keep them
+  // as its own (its rows and its save are of the store's type): it is not saved.
+  for (const LoadSegment& seg : segments)
+    if (seg.source->dtype() != dtype_) Invalidate();
   auto job = std::make_shared<LoadJob>();
   const LoadSegment& first = segments.front();
   // Slots the sequence has when it starts: the segments' and any slots between them
@@ -121,7 +137,12 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
     // between them) are the turn's own: the loader copies what it enters, by slot, as
     // it enters it; the forward writes the rest (Write).
     const size_t elems = static_cast<size_t>(n_plan - base) * kv_dim_;
-    if (dtype_ == KvDtype::kF16) {
+    if (KvDtypeQuantized(dtype_)) {
+      for (auto& x : rows_.kq) x.resize(static_cast<size_t>(n_plan - base) * row_bytes_);
+      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * row_bytes_);
+      job->copy_kq = &rows_.kq;
+      job->copy_vq = &rows_.vq;
+    } else if (dtype_ == KvDtype::kF16) {
       for (auto& x : rows_.k16) x.resize(elems);
       for (auto& x : rows_.v16) x.resize(elems);
       job->copy_k16 = &rows_.k16;
@@ -176,7 +197,7 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
   if (!valid_) return;
   if (layer == 0) {
     // The step's rows of every layer, counted before any is kept.
-    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * kv_dim_ * KvDtypeBytes(dtype_);
+    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * row_bytes_;
     if (!store_.TryAddTurnBytes(add)) {
       Invalidate();
       return;
@@ -184,6 +205,15 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
     accounted_ += add;
   }
   const size_t elems = static_cast<size_t>(n) * kv_dim_;
+  if (KvDtypeQuantized(dtype_)) {  // each row quantized in one pass
+    for (auto [rows, src] : {std::pair{&rows_.kq[layer], k}, std::pair{&rows_.vq[layer], v}}) {
+      size_t at = rows->size();
+      rows->resize(at + static_cast<size_t>(n) * row_bytes_);
+      for (int i = 0; i < n; ++i, at += row_bytes_)
+        QuantizeRowQ8(src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows->data() + at);
+    }
+    return;
+  }
   if (dtype_ == KvDtype::kF16) {
     for (auto [rows, src] : {std::pair{&rows_.k16[layer], k}, std::pair{&rows_.v16[layer], v}}) {
       const size_t at = rows->size();
@@ -209,7 +239,11 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
     const size_t at = static_cast<size_t>(slots[i] - base) * kv_dim_;
     const float* kr = k + static_cast<size_t>(i) * kv_dim_;
     const float* vr = v + static_cast<size_t>(i) * kv_dim_;
-    if (dtype_ == KvDtype::kF16) {
+    if (KvDtypeQuantized(dtype_)) {
+      const size_t bat = static_cast<size_t>(slots[i] - base) * row_bytes_;
+      QuantizeRowQ8(kr, kv_dim_, group_, rows_.kq[layer].data() + bat);
+      QuantizeRowQ8(vr, kv_dim_, group_, rows_.vq[layer].data() + bat);
+    } else if (dtype_ == KvDtype::kF16) {
       backend::ConvertF32ToF16(kr, rows_.k16[layer].data() + at, kv_dim_);
       backend::ConvertF32ToF16(vr, rows_.v16[layer].data() + at, kv_dim_);
     } else {
@@ -222,9 +256,9 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
 void Turn::Truncate(int n) {
   if (!valid_) return;
   rows_.base.n_rows = std::min(rows_.base.n_rows, n);
-  const size_t own = static_cast<size_t>(std::max(0, n - rows_.base.n_rows)) * kv_dim_;
+  const size_t own = static_cast<size_t>(std::max(0, n - rows_.base.n_rows));  // rows
   rows_.ForEachRows([&](auto& rows) {
-    for (auto& x : rows) x.resize(std::min(x.size(), own));
+    for (auto& x : rows) x.resize(std::min(x.size(), own * RowUnits(rows)));
   });
   AccountOwnBytes();
 }
@@ -252,9 +286,10 @@ void Turn::RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vec
   if (meta.n_tokens() != n_saved || !std::equal(meta.tokens.begin(), meta.tokens.end(), tokens.begin()) ||
       !std::equal(meta.positions.begin(), meta.positions.end(), positions.begin()))
     return;
-  const size_t covered = static_cast<size_t>(n_saved - rows_.base.n_rows) * kv_dim_;  // own rows now in the tier
+  const size_t covered = static_cast<size_t>(n_saved - rows_.base.n_rows);  // own rows now in the tier
   rows_.ForEachRows([&](auto& rows) {
-    for (auto& x : rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(covered, x.size())));
+    const size_t units = covered * RowUnits(rows);
+    for (auto& x : rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(units, x.size())));
   });
   rows_.base = EntryRowsBase(f->bytes, f->header, n_saved);
   saved_.reset();
@@ -272,6 +307,7 @@ void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>
   e.n_layers = n_layers_;
   e.kv_dim = kv_dim_;
   e.dtype = dtype_;
+  e.group = group_;
   e.tokens = tokens;
   e.positions = positions;
   e.attachments = std::move(attachments);
@@ -282,6 +318,8 @@ void Turn::Commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>
   e.v = std::move(rows_.v);
   e.k16 = std::move(rows_.k16);
   e.v16 = std::move(rows_.v16);
+  e.kq = std::move(rows_.kq);
+  e.vq = std::move(rows_.vq);
   // Asynchronous: the writer thread serializes and places it (paper 3.2); the next
   // lookup of this session waits for it (or reads it from the write buffer).
   std::shared_ptr<const KvEntry> saved = store_.SaveAsync(std::move(e), supersedes_, ttl_ms_);

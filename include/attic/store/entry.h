@@ -7,15 +7,20 @@
 //
 // Serialized layout (little-endian, one byte buffer / one file):
 //   [0, 4096)   header: magic "ATTICKV1", version, dtype, n_layers, kv_dim, n_tokens,
+//               [quantized dtypes only: group (u32), the values per scale],
 //               expires_at_ms, tenant, session_id, fingerprint,
 //               [version 2: n_attachments (u32), per attachment: kind (u32 length +
 //               bytes), size (u64), checksum (u64)]
 //               tokens[n_tokens], positions[n_tokens], layer_checksum[n_layers],
 //               header_checksum
 //               (the header grows past 4096 in 4096-byte steps when it must)
-//   then per layer l: K [n_tokens, kv_dim], V [n_tokens, kv_dim] in the entry's dtype
-//               (f32: 4 bytes an element; f16: IEEE half, 2 bytes an element; the f32
-//               layout is the one version 1 always had)
+//   then per layer l: K [n_tokens rows], V [n_tokens rows], each row the kv_dim values
+//               of one token in the entry's dtype (f32: 4 bytes an element; f16: IEEE
+//               half, 2 bytes an element; the f32 layout is the one version 1 always had;
+//               q8_0: kv_dim int8 values, then the row's kv_dim / group f16 scales, scale
+//               j for values [j * group, (j + 1) * group), value = scale * int8 --
+//               attention/kv_q8.h's formula applied to each group of the row, so a row is
+//               kv_dim + 2 * kv_dim / group bytes, KvRowBytes)
 //   then (version 2) each attachment's bytes, in header order, unaligned
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
@@ -46,12 +51,31 @@
 
 namespace attic::store {
 
-// Element type of an entry's K and V: the compute buffer's (kv::KvShape::dtype). The
-// store writes entries in the dtype of its compute buffer and uses only those (the key
-// names the dtype): an f16 entry re-entering an f16 buffer gives back the buffer's bits.
-enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1 };
+// Element type of an entry's K and V (the store type, StoreOptions::kv_dtype): any of
+// them enters any compute-buffer type (kv_loader.h). The store writes entries of its
+// type and uses only those (the key names the type).
+// kQ8_0: 8-bit values with one f16 scale per `group` values of a row (the compute
+// buffer's q8_0 grouping: attention::KvQ8Group(head_dim)); a quantized type records its
+// group in the header (KvEntry::group), so a later 4-bit type is another value here.
+enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
+inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0};
 const char* KvDtypeName(KvDtype dtype);
+// The type named `name` ("f32", "f16", "q8_0"); false when there is none.
+bool ParseKvDtype(std::string_view name, KvDtype* dtype);
+// Whether rows of the type are blocks of small integers with scales (then a group > 0).
+inline bool KvDtypeQuantized(KvDtype dtype) { return dtype == KvDtype::kQ8_0; }
+// Bytes of one element of an unquantized type (f32 4, f16 2).
 inline size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
+// Bytes of one row of kv_dim values (group: values per scale of a quantized type).
+inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
+  if (dtype == KvDtype::kQ8_0) return static_cast<size_t>(kv_dim) + 2 * static_cast<size_t>(kv_dim / group);
+  return static_cast<size_t>(kv_dim) * KvDtypeBytes(dtype);
+}
+// A q8_0 row (KvRowBytes bytes at `row`) from kv_dim f32 values, each group of `group`
+// values quantized by attention::QuantizeKvRowQ8 (the compute buffer's formula), and back
+// (exact: an int8 times an f16 scale is an f32).
+void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row);
+void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y);
 
 struct EntryKey {
   std::string tenant;
@@ -60,8 +84,8 @@ struct EntryKey {
   uint64_t token_hash = 0;  // TokenHash(tokens)
   std::string session_id;   // may be empty
 
-  // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype "f32"
-  // or "f16"), 16 hex digits
+  // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype "f32",
+  // "f16" or "q8_0"), 16 hex digits
   // each: safe as a file name or a remote key, unique per (tenant, model, dtype,
   // tokens, session).
   std::string ToString() const;
@@ -103,21 +127,17 @@ struct KvRowsBase {
   int64_t base_tokens = 0;                   // rows per layer in the base entry
   std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
   int n_rows = 0;                            // rows used, <= the base's rows
-  uint32_t elem_bytes = 4;                   // bytes of one element of `bytes` (EntryRowsBase)
+  uint32_t row_bytes = 0;                    // bytes of one row of `bytes` (EntryRowsBase)
 
-  // Row `row` (< n_rows) of layer `layer`'s K / V: kv_dim elements of the entry's dtype
-  // (k_row / v_row: f32 entries only).
-  const char* k_row_bytes(int layer, int row, int kv_dim) const;
-  const char* v_row_bytes(int layer, int row, int kv_dim) const;
-  const float* k_row(int layer, int row, int kv_dim) const {
-    return reinterpret_cast<const float*>(k_row_bytes(layer, row, kv_dim));
-  }
-  const float* v_row(int layer, int row, int kv_dim) const {
-    return reinterpret_cast<const float*>(v_row_bytes(layer, row, kv_dim));
-  }
+  // Row `row` (< n_rows) of layer `layer`'s K / V: one row of the entry's dtype
+  // (KvRowBytes; k_row / v_row: f32 entries only).
+  const char* k_row_bytes(int layer, int row) const;
+  const char* v_row_bytes(int layer, int row) const;
+  const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
+  const float* v_row(int layer, int row) const { return reinterpret_cast<const float*>(v_row_bytes(layer, row)); }
   // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out
-  // (elements of the entry's dtype).
-  void CopyRows(int layer, int first, int n, int kv_dim, void* k_out, void* v_out) const;
+  // (rows of the entry's dtype).
+  void CopyRows(int layer, int first, int n, void* k_out, void* v_out) const;
   // Entries not serialized yet between these rows and serialized bytes (0 = none).
   int unserialized_depth() const;
 };
@@ -127,6 +147,7 @@ struct KvEntry {
   std::string session_id;
   std::string fingerprint;
   KvDtype dtype = KvDtype::kF32;
+  int group = 0;                    // values per scale of a quantized dtype; 0 for f32 / f16
   int n_layers = 0;
   int kv_dim = 0;
   int64_t expires_at_ms = 0;        // unix ms; 0 = never
@@ -134,23 +155,27 @@ struct KvEntry {
   std::vector<int32_t> positions;   // [n_tokens] positions the KV was computed at
   // Per layer l: rows [0, base.n_rows) of K and V come from `base`; the rest,
   // [n_tokens - base.n_rows, kv_dim], are the entry's own: k[l], v[l] (f32) for an f32
-  // entry, k16[l], v16[l] (IEEE half bits) for an f16 one; the other pair is empty (or
-  // holds empty layers). K is before RoPE.
+  // entry, k16[l], v16[l] (IEEE half bits) for an f16 one, kq[l], vq[l] (the rows' bytes,
+  // KvRowBytes each) for a quantized one; the other pairs are empty (or hold empty
+  // layers). K is before RoPE.
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
+  std::vector<std::vector<uint8_t>> kq, vq;
   // Blobs saved with the entry (distinct kinds). They describe all of its slots: an
   // entry cut (TruncateTo) drops them.
   std::vector<EntryAttachment> attachments;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
-  size_t elem_bytes() const { return KvDtypeBytes(dtype); }
-  // Layer `layer`'s own rows (the entry's dtype) and their count of elements.
+  size_t row_bytes() const { return KvRowBytes(dtype, kv_dim, group); }
+  // Layer `layer`'s own rows (the entry's dtype) and their bytes.
   const char* own_k(int layer) const;
   const char* own_v(int layer) const;
-  size_t own_elems(int layer) const;
-  // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows: kv_dim
-  // elements of the entry's dtype (k_row / v_row: f32 entries only).
+  size_t own_bytes(int layer) const;
+  // Bytes of every layer's own K and V rows.
+  uint64_t own_kv_bytes() const;
+  // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows: one row
+  // of the entry's dtype (KvRowBytes; k_row / v_row: f32 entries only).
   const char* k_row_bytes(int layer, int row) const;
   const char* v_row_bytes(int layer, int row) const;
   const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
@@ -196,7 +221,7 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes);
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows);
 
 // Layer l's K and V inside a serialized entry whose header is `h` (bytes.size() must
-// be h.total_bytes): [n_tokens, kv_dim] of the entry's dtype each, 16-byte aligned when
+// be h.total_bytes): n_tokens rows of the entry's dtype each, 16-byte aligned when
 // `bytes` is. EntryLayerK / V: f32 entries.
 const char* EntryLayerKBytes(std::string_view bytes, const EntryHeader& h, int layer);
 const char* EntryLayerVBytes(std::string_view bytes, const EntryHeader& h, int layer);
@@ -206,7 +231,8 @@ inline const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, in
 inline const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer) {
   return reinterpret_cast<const float*>(EntryLayerVBytes(bytes, h, layer));
 }
-// Checks layer l's checksum. DataLoss on a mismatch.
+// Checks layer l's checksum (and a quantized layer's scales: every one finite and not
+// negative, as the quantizer writes them). DataLoss on a mismatch or a bad scale.
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
 
 // Reading an entry a layer at a time (Tier::GetRange; layer_read.h):
@@ -217,7 +243,8 @@ StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix);
 // Where layer l's K and V lie in the serialized entry: [offset, offset + h.layer_bytes).
 uint64_t EntryLayerOffset(const EntryHeader& h, int layer);
 // Checks `layer_bytes` (layer l's K then V, h.layer_bytes of them) against the layer's
-// checksum. DataLoss on a mismatch or a wrong size.
+// checksum (and a quantized layer's scales, as VerifyEntryLayer). DataLoss on a mismatch,
+// a bad scale or a wrong size.
 Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int layer);
 
 // The attachment `kind` of the serialized entry `bytes` (header `h`, size checked),

@@ -62,11 +62,13 @@ struct LoadJob {
   // they are not shared in place: TurnRows): the rows of segments[copy_from_segment..]
   // are copied by slot, slot s to copy row s - copy_first_slot (a layer's vector grows
   // to hold them; rows of slots no segment enters are left as they are).
-  // (f16 sources: copy_k16 / copy_v16.)
+  // (f16 sources: copy_k16 / copy_v16; quantized ones: copy_kq / copy_vq, by bytes.)
   std::vector<std::vector<float>>* copy_k = nullptr;
   std::vector<std::vector<float>>* copy_v = nullptr;
   std::vector<std::vector<uint16_t>>* copy_k16 = nullptr;
   std::vector<std::vector<uint16_t>>* copy_v16 = nullptr;
+  std::vector<std::vector<uint8_t>>* copy_kq = nullptr;
+  std::vector<std::vector<uint8_t>>* copy_vq = nullptr;
   int copy_first_slot = 0;
   size_t copy_from_segment = 0;
 

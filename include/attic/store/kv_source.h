@@ -87,28 +87,25 @@ class KvSource {
   StatusOr<std::string_view> attachment(std::string_view kind) const;
 
   // One layer's rows (a streamed source's: after AwaitLayer(l)): KBytes(row) / VBytes(row)
-  // are the kv_dim elements (of dtype()) of entry row `row`; K / V for an f32 source, K16 / V16 (IEEE half bits) for an f16 one.
-  // A serialized layer's rows are contiguous; a queued save's are looked up through its
-  // bases.
+  // are entry row `row` (KvRowBytes of dtype()); K / V for an f32 source, K16 / V16 (IEEE
+  // half bits) for an f16 one, KQ / VQ (a quantized row: values, then scales) for a
+  // quantized one. A serialized layer's rows are contiguous; a queued save's are looked
+  // up through its bases.
   struct Layer {
     const KvEntry* queued;
     int layer;
-    // A serialized entry's layer (f32 elements; an f16 layer's bits: read it through
-    // K16 / V16 / KBytes), or null (queued).
-    const float* k;
-    const float* v;
-    size_t kv_dim;
-    size_t elem_bytes;  // of the entry's dtype
-    const float* K(int row) const { return k ? k + row * kv_dim : queued->k_row(layer, row); }
-    const float* V(int row) const { return v ? v + row * kv_dim : queued->v_row(layer, row); }
-    const char* KBytes(int row) const {
-      return k ? reinterpret_cast<const char*>(k) + row * kv_dim * elem_bytes : queued->k_row_bytes(layer, row);
-    }
-    const char* VBytes(int row) const {
-      return v ? reinterpret_cast<const char*>(v) + row * kv_dim * elem_bytes : queued->v_row_bytes(layer, row);
-    }
+    // A serialized entry's layer (its K and V rows), or null (queued).
+    const char* k;
+    const char* v;
+    size_t row_bytes;  // of the entry's dtype
+    const char* KBytes(int row) const { return k ? k + row * row_bytes : queued->k_row_bytes(layer, row); }
+    const char* VBytes(int row) const { return v ? v + row * row_bytes : queued->v_row_bytes(layer, row); }
+    const float* K(int row) const { return reinterpret_cast<const float*>(KBytes(row)); }
+    const float* V(int row) const { return reinterpret_cast<const float*>(VBytes(row)); }
     const uint16_t* K16(int row) const { return reinterpret_cast<const uint16_t*>(KBytes(row)); }
     const uint16_t* V16(int row) const { return reinterpret_cast<const uint16_t*>(VBytes(row)); }
+    const uint8_t* KQ(int row) const { return reinterpret_cast<const uint8_t*>(KBytes(row)); }
+    const uint8_t* VQ(int row) const { return reinterpret_cast<const uint8_t*>(VBytes(row)); }
   };
   Layer layer(int l) const;
 

@@ -190,6 +190,10 @@ struct StoreStats {
   uint64_t saves_not_kept = 0;      // saves the scheduler-aware policy kept in no tier (all wanted sooner)
   uint64_t expired = 0;
   uint64_t corrupt = 0;             // entries found bad and deleted
+  // Lookups that missed although an entry of another store type (StoreOptions::kv_dtype)
+  // matched their prefix: such an entry is never served (docs/store.md "Which type is
+  // stored"), so the request recomputes.
+  uint64_t other_type_misses = 0;
   // Reads (of bytes that crossed a persistence boundary: not DRAM's) that found an
   // attachment (entry.h) bad: the attachment is dropped for that read, the KV served.
   uint64_t corrupt_attachments = 0;
@@ -520,10 +524,11 @@ class KvStore {
   void IndexLocked(EntryInfo info);
   bool Expired(const EntryInfo& e) const;
   std::optional<StoreMatch> FindLocked(const std::string& tenant, const std::string& session_id,
-                                       const std::vector<int32_t>& tokens);
+                                       const std::vector<int32_t>& tokens, bool* other_type = nullptr);
   // The entry FindLocked would pick; *n_tokens = its common prefix with `tokens`.
+  // *other_type (when given): whether an entry of another store type matched (skipped).
   EntryInfo* FindEntryLocked(const std::string& tenant, const std::string& session_id,
-                             const std::vector<int32_t>& tokens, int* n_tokens);
+                             const std::vector<int32_t>& tokens, int* n_tokens, bool* other_type = nullptr);
   // The entry `job` would read, as a PrefetchPolicy sees it (key "" = none).
   AheadEntry ResolveLocked(const QueuedJob& job);
   // The index as the PrefetchPolicy sees it (kv_store_prefetch.cc). REQUIRES: mu_ held

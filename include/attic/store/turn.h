@@ -29,24 +29,30 @@ class KvStore;
 // A sequence's pre-RoPE K and V by slot: slots [0, base.n_rows) shared in place from
 // where they came from (a stored entry's bytes, or a save not serialized yet), the
 // slots after them held here, per layer [rows, kv_dim], in the store's dtype (that of
-// the compute buffer): k, v for f32, k16, v16 (IEEE half bits) for f16; the other pair
-// holds empty layers.
+// the store's type, StoreOptions::kv_dtype): k, v for f32, k16, v16 (IEEE half bits) for
+// f16, kq, vq (rows of row_bytes bytes: entry.h) for a quantized type; the other pairs
+// hold empty layers.
 struct TurnRows {
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
-  int n(int kv_dim) const {
-    const size_t own = (k.empty() ? 0 : k[0].size()) + (k16.empty() ? 0 : k16[0].size());
-    return base.n_rows + static_cast<int>(own / kv_dim);
+  std::vector<std::vector<uint8_t>> kq, vq;
+  // Rows held: base rows and own rows (kv_dim elements, or row_bytes bytes for kq / vq).
+  int n(int kv_dim, size_t row_bytes) const {
+    const size_t own = (k.empty() ? 0 : k[0].size()) / kv_dim + (k16.empty() ? 0 : k16[0].size()) / kv_dim +
+                       (kq.empty() ? 0 : kq[0].size()) / row_bytes;
+    return base.n_rows + static_cast<int>(own);
   }
   uint64_t own_bytes() const;
-  // Applies f(rows) to k, v, k16 and v16 (each a per-layer vector of row vectors).
+  // Applies f(rows) to k, v, k16, v16, kq and vq (each a per-layer vector of row vectors).
   template <class F>
   void ForEachRows(F f) {
     f(k);
     f(v);
     f(k16);
     f(v16);
+    f(kq);
+    f(vq);
   }
   void ResizeLayers(int n_layers) {
     ForEachRows([&](auto& rows) { rows.resize(n_layers); });
@@ -63,7 +69,7 @@ class Turn {
   const std::string& session_id() const { return session_id_; }
   // Whether the turn still knows every slot's KV (else it will not be saved).
   bool valid() const { return valid_; }
-  int n_slots() const { return rows_.n(kv_dim_); }
+  int n_slots() const { return rows_.n(kv_dim_, row_bytes_); }
 
   // --- Loading (at admission) ---
   // Enters `segments` into the slots of the sequence with block table `blocks` and
@@ -98,7 +104,8 @@ class Turn {
   void Reserve(int max_slots);
   // Layer `layer`'s pre-RoPE K and V of the n slots appended after n_slots() ([n,
   // kv_dim] f32 each; kept in the store's dtype: an f16 store rounds them to f16, which
-  // is exact for what an f16 compute buffer's forward hands over). Every layer of a step
+  // is exact for what an f16 compute buffer's forward hands over; a q8_0 store quantizes
+  // each row in one pass, as the q8_0 compute buffer does). Every layer of a step
   // must be recorded.
   void Append(int layer, const float* k, const float* v, int n);
   // Layer `layer`'s pre-RoPE K and V of n slots recomputed in place (each < n_slots(),
@@ -147,7 +154,15 @@ class Turn {
   std::string tenant_, session_id_;
   int64_t ttl_ms_ = -1;
   int n_layers_ = 0, kv_dim_ = 0;
-  KvDtype dtype_ = KvDtype::kF32;  // of the rows and the saves: the compute buffer's
+  KvDtype dtype_ = KvDtype::kF32;  // of the rows and the saves: the store's
+  int group_ = 0;                  // values per scale of a quantized dtype_ (the buffer's q8_0 grouping)
+  size_t row_bytes_ = 0;           // KvRowBytes(dtype_, kv_dim_, group_)
+  // Units (vector elements) of one row in `rows`: kv_dim_ values, or row_bytes_ bytes.
+  template <class Rows>
+  size_t RowUnits(const Rows&) const {
+    using Elem = typename Rows::value_type::value_type;
+    return sizeof(Elem) == 1 ? row_bytes_ : static_cast<size_t>(kv_dim_);
+  }
   TurnRows rows_;
   bool valid_ = true;
   uint64_t accounted_ = 0;                // own bytes counted toward the store's turn budget

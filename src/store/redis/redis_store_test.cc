@@ -11,6 +11,7 @@
 
 #include "attic/store/kv_store.h"
 #include "attic/store/redis_tier.h"
+#include "attic/tensor/dtype.h"
 #include "store/redis/cluster_client.h"
 #include "store/redis/redis_test_util.h"
 #include "store/store_test_util.h"
@@ -40,8 +41,9 @@ struct Instance {
 Instance Open(const std::string& prefix, uint64_t dram_entries, bool write_through,
               const std::string& url = "redis://" + redis::testing::TestNodes(),
               PolicyKind policy = PolicyKind::kLru, const std::string& write_through_session_prefix = "",
-              bool stream_layers = true) {
+              bool stream_layers = true, KvDtype kv_dtype = KvDtype::kF32) {
   StoreOptions o = TierTestOptions(policy);
+  o.kv_dtype = kv_dtype;
   o.write_through = write_through;
   o.write_through_session_prefix = write_through_session_prefix;
   o.stream_layers = stream_layers;
@@ -372,6 +374,79 @@ TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {
   EXPECT_EQ(a.store->Stats().write_through_errors, 1u);
   ExpectLoads(*a.store, 3);
   EXPECT_FALSE(a.store->Lookup("default", "unknown", Range(0, 33)).has_value());
+}
+
+// MakeEntry's rows as an f16 or a q8_0 entry (kv_dim 16: two groups of 8 a row).
+KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
+  KvEntry e = MakeEntry(Range(n * 1000, n_tokens), "j" + std::to_string(n), "default", 2, 16, "fp-A", n);
+  e.dtype = dtype;
+  for (int l = 0; l < e.n_layers; ++l) {
+    if (dtype == KvDtype::kF16) {
+      e.k16.emplace_back();
+      e.v16.emplace_back();
+      for (size_t i = 0; i < e.k[l].size(); ++i) {
+        e.k16[l].push_back(F32ToF16(e.k[l][i]));
+        e.v16[l].push_back(F32ToF16(e.v[l][i]));
+      }
+    } else {
+      e.group = 8;
+      const size_t row = KvRowBytes(dtype, 16, 8);
+      e.kq.emplace_back(n_tokens * row);
+      e.vq.emplace_back(n_tokens * row);
+      for (int r = 0; r < n_tokens; ++r) {
+        QuantizeRowQ8(e.k[l].data() + r * 16, 16, 8, e.kq[l].data() + r * row);
+        QuantizeRowQ8(e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * row);
+      }
+    }
+  }
+  e.k.clear();
+  e.v.clear();
+  return e;
+}
+
+// The identity rule on the shared tier across restarts (docs/store.md "Which type is
+// stored"): an instance of another store type never serves a session's entry of the
+// cluster (the session pointer names the type: it is not even found); f16 -> q8_0 ->
+// f16 -> q8_0 instances on one cluster each find their own type's entry, with its rows.
+TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
+  ATTIC_REQUIRE_REDIS();
+  const std::string prefix = FreshPrefix();
+  const KvEntry f16 = Typed(KvDtype::kF16, 3, 32), q8 = Typed(KvDtype::kQ8_0, 3, 24);
+  auto open = [&](KvDtype dtype) {
+    return Open(prefix, 8, /*write_through=*/true, "redis://" + redis::testing::TestNodes(), PolicyKind::kLru, "", true,
+                dtype);
+  };
+  {
+    Instance a = open(KvDtype::kF16);
+    ASSERT_TRUE(a.store->Save(f16).ok());
+    EXPECT_EQ(a.store->Stats().write_throughs, 1u);
+  }
+  {
+    Instance b = open(KvDtype::kQ8_0);
+    EXPECT_FALSE(b.store->Lookup("default", "j3", Range(3000, 40)).has_value());
+    EXPECT_EQ(b.store->Stats().shared_found, 0u);
+    ASSERT_TRUE(b.store->Save(q8).ok());
+  }
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kQ8_0}) {
+    SCOPED_TRACE(KvDtypeName(dtype));
+    const KvEntry& want = dtype == KvDtype::kF16 ? f16 : q8;
+    Instance c = open(dtype);
+    auto m = c.store->Lookup("default", "j3", Range(3000, 40));
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->tier, TierAt(1));
+    EXPECT_EQ(m->key, want.key().ToString());
+    EXPECT_EQ(m->n_tokens, want.n_tokens());
+    auto e = c.store->Load(m->key);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e->dtype, dtype);
+    EXPECT_EQ(e->k16, want.k16);
+    EXPECT_EQ(e->kq, want.kq);
+    EXPECT_EQ(e->vq, want.vq);
+  }
+  // The entries' bytes (what the cluster holds of each): the same 4096-byte header; a
+  // q8_0 row of 16 values is 16 + 2 * 2 = 20 bytes against f16's 32.
+  EXPECT_EQ(f16.SerializedBytes(), 4096u + 2 * 2 * 32 * 32);
+  EXPECT_EQ(q8.SerializedBytes(), 4096u + 2 * 2 * 24 * 20);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@ sanity vectors (cli/xsum_sanity_check.c) before anything is written.
 Outputs, next to this script:
   golden_f32_v1.kv        an f32 entry without attachments (format version 1)
   golden_f16_v2.kv        an f16 entry with one attachment (format version 2)
+  golden_q8_0_v1.kv       a q8_0 entry (8-bit values, one f16 scale per group of 8
+                          values of a row), without attachments
   golden_entries.json     what each file holds: every field, the K/V element bits, the
                           attachments, the checksums and the entry's key (its file name)
 
@@ -225,7 +227,8 @@ def _self_test():
 
 MAGIC = b"ATTICKV1"
 ALIGN = 4096
-DTYPE_F32, DTYPE_F16 = 0, 1
+DTYPE_F32, DTYPE_F16, DTYPE_Q8_0 = 0, 1, 2
+DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0"}
 SEED_HEADER = 0x68       # header checksum
 SEED_ATTACHMENT = 0x6174  # attachment checksum
 SEED_TENANT, SEED_FINGERPRINT, SEED_SESSION = 1, 2, 3  # key fields
@@ -246,24 +249,80 @@ def _elements(values, dtype):
     return raw, bits
 
 
+def _f32(x):
+    """x rounded to the nearest f32 (ties to even)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _quantize_group(xs):
+    """One group of f32 values in q8_0 (docs/store.md "Byte layout", llama.cpp's q8_0):
+    d = f16(min(max|x| / 127, 65504)) (the quotient an f32 one, rounded to f16 ties to
+    even), q = x / d (an f32 quotient) rounded half away from zero, clamped to
+    [-127, 127]; a group of zeros has d = 0 and q = 0. Returns (q list, f16 bits of d)."""
+    amax = max(abs(x) for x in xs)
+    d_bits = int.from_bytes(struct.pack("<e", min(_f32(amax / 127.0), 65504.0)), "little")
+    d = struct.unpack("<e", d_bits.to_bytes(2, "little"))[0]
+    q = []
+    for x in xs:
+        if d == 0:
+            q.append(0)
+            continue
+        r = _f32(x / d)  # f32 operands: the double quotient rounded to f32 is the f32 quotient
+        n = int(abs(r) + 0.5) if abs(r) % 1 != 0.5 else int(abs(r)) + 1
+        q.append(max(-127, min(127, n if r >= 0 else -n)))
+    return q, d_bits
+
+
+def _q8_rows(values, kv_dim, group):
+    """A layer's K or V rows in q8_0: per row kv_dim int8 values, then the row's
+    kv_dim / group f16 scales. Returns (bytes, the f32 inputs' bits)."""
+    raw = b""
+    inputs = []
+    for t in range(len(values) // kv_dim):
+        row = [_f32(x) for x in values[t * kv_dim:(t + 1) * kv_dim]]
+        inputs += [int.from_bytes(struct.pack("<f", x), "little") for x in row]
+        qs, scales = [], []
+        for g in range(0, kv_dim, group):
+            q, d_bits = _quantize_group(row[g:g + group])
+            qs += q
+            scales.append(d_bits)
+        raw += struct.pack("<%db" % kv_dim, *qs) + struct.pack("<%dH" % len(scales), *scales)
+    return raw, inputs
+
+
 def write_entry(e):
     """Serialized bytes of entry `e` (a dict) and what the manifest records of it."""
     dtype, n_layers, kv_dim = e["dtype"], e["n_layers"], e["kv_dim"]
     n_tokens = len(e["tokens"])
     assert len(e["positions"]) == n_tokens
     version = 2 if e["attachments"] else 1
+    group = e.get("group", 0)
     layers, k_bits, v_bits, layer_checksums = [], [], [], []
+    k_inputs, v_inputs = [], []
     for l in range(n_layers):
-        k_raw, kb = _elements(e["k"][l], dtype)
-        v_raw, vb = _elements(e["v"][l], dtype)
-        assert len(kb) == len(vb) == n_tokens * kv_dim
+        if dtype == DTYPE_Q8_0:
+            # The bits listed are the stored bytes (values and scales, row by row); the f32
+            # inputs they were quantized from are listed apart.
+            k_raw, ki = _q8_rows(e["k"][l], kv_dim, group)
+            v_raw, vi = _q8_rows(e["v"][l], kv_dim, group)
+            kb, vb = list(k_raw), list(v_raw)
+            k_inputs.append(ki)
+            v_inputs.append(vi)
+            assert len(kb) == len(vb) == n_tokens * (kv_dim + 2 * kv_dim // group)
+        else:
+            k_raw, kb = _elements(e["k"][l], dtype)
+            v_raw, vb = _elements(e["v"][l], dtype)
+            assert len(kb) == len(vb) == n_tokens * kv_dim
         layers.append(k_raw + v_raw)
         k_bits.append(kb)
         v_bits.append(vb)
         # A layer's checksum: XXH3-64 of its K bytes (seed 0), then of its V bytes seeded
         # with the first.
         layer_checksums.append(xxh3_64(v_raw, xxh3_64(k_raw, 0)))
-    body = MAGIC + struct.pack("<5Iq", version, dtype, n_layers, kv_dim, n_tokens, e["expires_at_ms"])
+    body = MAGIC + struct.pack("<5I", version, dtype, n_layers, kv_dim, n_tokens)
+    if dtype == DTYPE_Q8_0:  # a quantized type's group follows n_tokens
+        body += struct.pack("<I", group)
+    body += struct.pack("<q", e["expires_at_ms"])
     body += _string(e["tenant"]) + _string(e["session_id"]) + _string(e["fingerprint"])
     attachments = []
     if version == 2:
@@ -287,13 +346,13 @@ def write_entry(e):
     key = "-".join([
         hex16(xxh3_64(e["tenant"].encode("utf-8"), SEED_TENANT)),
         hex16(xxh3_64(e["fingerprint"].encode("utf-8"), SEED_FINGERPRINT)),
-        "f32" if dtype == DTYPE_F32 else "f16",
+        DTYPE_NAME[dtype],
         hex16(xxh3_64(struct.pack("<%di" % n_tokens, *e["tokens"]), SEED_TOKENS)),
         hex16(xxh3_64(e["session_id"].encode("utf-8"), SEED_SESSION)),
     ])
     manifest = {
         "version": version,
-        "dtype": "f32" if dtype == DTYPE_F32 else "f16",
+        "dtype": DTYPE_NAME[dtype],
         "n_layers": n_layers,
         "kv_dim": kv_dim,
         "expires_at_ms": e["expires_at_ms"],
@@ -312,6 +371,10 @@ def write_entry(e):
         "total_bytes": len(out),
         "key": key,
     }
+    if dtype == DTYPE_Q8_0:
+        manifest["group"] = group
+        manifest["k_input_bits"] = k_inputs
+        manifest["v_input_bits"] = v_inputs
     return out, manifest
 
 
@@ -320,6 +383,14 @@ def _values(n_layers, n_tokens, kv_dim, a, b, c, mod, scale):
     element."""
     return [[((l * a + t * b + j * c) % mod - mod // 2) / scale
              for t in range(n_tokens) for j in range(kv_dim)] for l in range(n_layers)]
+
+
+def _q8_golden_rows(layer, sign):
+    """The q8_0 golden entry's 3 rows of 16 values (see main) for one layer's K or V."""
+    t0 = [127 / 16, 2.5 / 16, -2.5 / 16, 0.5 / 16, -0.5 / 16, 1.0, -3.0, 0.25 * (layer + 1)] + [0.0] * 8
+    t1 = [1.0, -1.0, 0.5, 0.1, -0.3, 0.007, 0.0, 0.75] + [sign * x for x in [0.125, 1.5, -2.0, 3.0, 0.0, 1.0, -4.0, 0.5]]
+    t2 = [1e6, -1e6, 300.0, 5e5, -2e6, 0.0, 1e5, -3e4] + [0.001 * (j + 1) for j in range(8)]
+    return [sign * x if i < 8 else x for i, x in enumerate(t0)] + t1 + t2
 
 
 def main():
@@ -344,6 +415,19 @@ def main():
             "tokens": [1, 2, 3], "positions": [5, 6, 7],
             "k": _values(3, 3, 4, 13, 5, 3, 29, 4.0), "v": _values(3, 3, 4, 7, 3, 11, 23, 8.0),
             "attachments": [("golden-blob", b"attic golden attachment \x00\x01\x02\xff")],
+        },
+        # q8_0, version 1: 2 layers, kv_dim 16 in groups of 8 (stories260K's head_dim), 3
+        # tokens; a row is 16 + 2 * 2 = 20 bytes. The values are hand-picked groups: token 0
+        # has max |x| = 127/16 (scale 1/16 exactly: q = 16 x, with +-2.5/16 and +-0.5/16
+        # rounding away from zero to +-3 and +-1) and a group of zeros (scale 0); token 1
+        # max |x| = 1 (scale f16(1/127) = 0x2008, not exact); token 2 max |x| = 1e6 (the
+        # scale clamps to 65504: every value clamps to +-127, or rounds to 0).
+        "golden_q8_0_v1.kv": {
+            "dtype": DTYPE_Q8_0, "group": 8, "n_layers": 2, "kv_dim": 16, "expires_at_ms": 0,
+            "tenant": "carol", "session_id": "q8-session", "fingerprint": "golden-model-fp",
+            "tokens": [11, 12, 13], "positions": [0, 1, 2],
+            "k": [_q8_golden_rows(l, 1.0) for l in range(2)], "v": [_q8_golden_rows(l, -0.5) for l in range(2)],
+            "attachments": [],
         },
     }
     manifest = {}
