@@ -210,19 +210,6 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
   }
 }
 
-// The q8_0 rows of virtual slots [c, c + n) (through p.indices) of `pool` (k_q8 or v_q8)
-// dequantized into buf ([n][head_dim] floats, row j at buf + j * head_dim) by `row`: an
-// ISA's vector form of DequantizeKvRowQ8(q, scales, head_dim, y).
-template <class Row>
-inline void DequantSlotsQ8(const AttendParams& p, const SlotMap& map, int c, int n, const int8_t* pool, float* buf,
-                           Row row) {
-  const int d = p.shape.head_dim;
-  for (int j = 0; j < n; ++j) {
-    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-    row(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + static_cast<int64_t>(j) * d);
-  }
-}
-
 // The decode kernels' rows (row-major, <= a few per job): qs[r][d] = row r's query
 // pre-scaled to log2 units, lim[r] = the virtual slots it sees within the job;
 // *min_lim / *max_lim their range.

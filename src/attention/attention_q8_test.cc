@@ -489,21 +489,28 @@ TEST_P(AttentionQ8Test, PerHeadLists) {
   Check("per-head lists", pool, shape, kv, req, q, [&](int, int kv_head) { return lists[kv_head]; });
 }
 
-// The AVX-512 q8_0 decode kernel's two forms (with VNNI: the query quantized, scores as
-// int8 dot products; without: K widened in registers), each called directly on one
-// TileJob per KV head, whatever this CPU would pick: every head_dim the kernel takes (16:
-// one scale per row; 32: half a 64-byte piece; 96: a last piece of one group; 64, 128),
-// slot counts that end inside a 16-slot group and a 64-slot step, blocks of 24 slots (a
-// block edge inside a group), and index lists with gaps.
-TEST_P(AttentionQ8Test, Avx512DecodeKernelForms) {
-  if (GetParam() != Isa::kAvx512) GTEST_SKIP() << "the AVX-512 kernels only";
+// The decode kernels on q8_0 KV, each called directly on one TileJob per KV head: on
+// AVX-512 both forms whatever this CPU would pick (with VNNI: the query quantized, scores
+// as int8 dot products; without: K widened in registers), on AVX2 its one form. Every
+// head_dim the kernels take (16: one scale per row; 32: half a 64-byte piece; 96: a last
+// piece of one group; 64, 128), slot counts that end inside a 16-slot group and a
+// 64-slot step, blocks of 24 slots (a block edge inside a group), and index lists with
+// gaps.
+TEST_P(AttentionQ8Test, DecodeKernelForms) {
   struct Form {
     const char* name;
     internal::TileKernel kernel;
     bool q_quantized;
   };
-  std::vector<Form> forms = {{"no-vnni", internal::Avx512DecodeQ8NoVnni, false}};
-  if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"vnni", internal::Avx512DecodeQ8Vnni, true});
+  std::vector<Form> forms;
+  if (GetParam() == Isa::kAvx512) {
+    forms.push_back({"avx512 no-vnni", internal::Avx512DecodeQ8NoVnni, false});
+    if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"avx512 vnni", internal::Avx512DecodeQ8Vnni, true});
+  } else if (GetParam() == Isa::kAvx2) {
+    forms.push_back({"avx2", internal::Avx2Kernels().few, internal::Avx2Kernels().few_q8_quantizes_query});
+  } else {
+    GTEST_SKIP() << "the generic kernels have no decode form";
+  }
   std::mt19937 rng(27);
   for (const Form& form : forms) {
     for (int d : {16, 32, 64, 96, 128}) {
