@@ -350,9 +350,8 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
     const int8_t* kr[kDecodeChunk];
     const int8_t* vr[kDecodeChunk];
     DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
-    // K scales by group; with kVnni for group pairs per piece (ngp >= ng; the rest 0).
+    // K scales by group (ksc has a group for each half-piece, ngp >= ng: the rest stay 0).
     StepScalesQ8(p, map, c, max_lim, p.kv.k_q8, ng, ksc);
-    if (ng == 1 && group == 16) std::fill(ksc + kDecodeChunk, ksc + 2 * kDecodeChunk, 0.0f);
     const bool masked = c + kDecodeChunk > min_lim;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
