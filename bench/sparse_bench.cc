@@ -39,7 +39,7 @@
 //        sparse_bench offload --model PATH [--context 65536] [--buffer-share 0.125]
 //          [--method pq-0.1] [--cache-blocks N] [--policy lru|lfu] [--steps 16] [--warmup 2]
 //          [--replay-blocks 8,16,32,64,128]
-//        common: [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]
+//        common: [--threads 2] [--kv-dtype f16|f32|q8_0] [--chunk 1024] [--seed 1] [--json FILE]
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <algorithm>
 #include <cmath>
@@ -101,7 +101,9 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   eo.context_length = context;
   eo.max_batch_tokens = c.chunk;
   auto dt = ParseDType(c.kv_dtype);
-  if (!dt.ok() || (*dt != DType::kF16 && *dt != DType::kF32)) Die("--kv-dtype must be f16 or f32");
+  if (!dt.ok() || (*dt != DType::kF16 && *dt != DType::kF32 && *dt != DType::kQ8_0)) {
+    Die("--kv-dtype must be f16, f32 or q8_0");
+  }
   eo.kv_dtype = *dt;
   auto probe = Engine::Load([&] {
     EngineOptions p = eo;
@@ -281,7 +283,7 @@ int RunTpot(int argc, char** argv) {
   bench::FlagParser flags(std::string(kProgram) + " tpot",
                           "--model PATH [--lengths 2048,4096,8192,16384,32768] [--batch 1,8]\n"
                           "         [--methods full,pq-0.2,pq-0.1] [--steps 16] [--warmup 2] [--plot FILE.svg]\n"
-                          "         [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]");
+                          "         [--threads 2] [--kv-dtype f16|f32|q8_0] [--chunk 1024] [--seed 1] [--json FILE]");
   AddCommonFlags(flags, &c);
   flags.String("--lengths", &lengths_flag);
   flags.String("--batch", &batch_flag);
@@ -320,7 +322,9 @@ int RunTpot(int argc, char** argv) {
     if (!st.ok()) Die(st.ToString());
   }
   const std::vector<int32_t> tokens = bench::RandomTokens(context, c.seed, 100, cfg.vocab_size);
-  const int elem = engine->kv_pool().shape().elem_bytes();
+  // Bytes of one K (or V) row of one KV head as stored (q8_0: its int8 values and scales).
+  const kv::KvShape& kv_shape = engine->kv_pool().shape();
+  const double stored_row_bytes = static_cast<double>(kv_shape.block_layer_bytes()) / (kv_shape.n_kv_heads * kv_shape.block_size);
   std::printf("# sparse_bench tpot: %s, %d layers, %d/%d heads, head_dim %d, %s KV, %d threads; CPU %s\n\n",
               c.model.c_str(), cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, c.kv_dtype.c_str(), c.threads,
               bench::CpuName().c_str());
@@ -400,7 +404,7 @@ int RunTpot(int argc, char** argv) {
         cell.select_s = (after.select_seconds - before.select_seconds) / steps;
         const double n_ctx = L + warmup + steps / 2.0;  // the timed steps' mean context
         const double heads = static_cast<double>(cfg.n_layers) * cfg.n_kv_heads;
-        const double row_bytes = 2.0 * cfg.head_dim * elem;  // K and V of one slot, one KV head
+        const double row_bytes = 2.0 * stored_row_bytes;  // K and V of one slot, one KV head
         if (m.method == pq::SparseMethod::kFull) {
           cell.attended_share = 1;
           cell.bytes_per_step = B * n_ctx * heads * row_bytes;
@@ -410,7 +414,7 @@ int RunTpot(int argc, char** argv) {
           cell.attended_share = ctx > 0 ? att / ctx : 1;
           cell.bytes_per_step = att * row_bytes;
           if (m.method == pq::SparseMethod::kPq) cell.bytes_per_step += ctx * m.pq.m;  // one code byte per sub-space
-          if (m.method == pq::SparseMethod::kOracle) cell.bytes_per_step += ctx * cfg.head_dim * elem;  // every K
+          if (m.method == pq::SparseMethod::kOracle) cell.bytes_per_step += ctx * stored_row_bytes;  // every K
         }
         if (m.method == pq::SparseMethod::kFull) {
           // The forward ran without hooks: record the full visibility with an empty router.
@@ -531,7 +535,7 @@ int RunTt2t(int argc, char** argv) {
   std::string lengths_flag = "8192,32768", method_flag = "pq-0.2", iterations_flag = "10,25";
   bench::FlagParser flags(std::string(kProgram) + " tt2t",
                           "--model PATH [--lengths 8192,32768] [--method pq-0.2] [--iterations 10,25]\n"
-                          "         [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]");
+                          "         [--threads 2] [--kv-dtype f16|f32|q8_0] [--chunk 1024] [--seed 1] [--json FILE]");
   AddCommonFlags(flags, &c);
   flags.String("--lengths", &lengths_flag);
   flags.String("--method", &method_flag);
@@ -650,7 +654,7 @@ int RunBlocks(int argc, char** argv) {
   bench::FlagParser flags(std::string(kProgram) + " blocks",
                           "--model PATH [--context 32768] [--text FILE] [--method pq-0.1] [--steps 64]\n"
                           "         [--blocks 4,8,16,32,64,128] [--block-tokens 128] [--plot FILE.svg]\n"
-                          "         [--threads 2] [--kv-dtype f16|f32] [--chunk 1024] [--seed 1] [--json FILE]");
+                          "         [--threads 2] [--kv-dtype f16|f32|q8_0] [--chunk 1024] [--seed 1] [--json FILE]");
   AddCommonFlags(flags, &c);
   flags.Int("--context", &context);
   flags.String("--text", &text);

@@ -78,30 +78,6 @@ inline float HorizontalSum(__m256 x) {
 inline __m256 LoadKv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 LoadKv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-// One q8_0 row (head_dim % 8 == 0) dequantized into y (32-byte aligned): the same
-// values as DequantizeKvRowQ8 (an int8 times an f16 scale is exact in f32).
-inline void DequantRowQ8(const int8_t* q, const uint16_t* scales, int d, float* y) {
-  const int g = KvQ8Group(d);
-  for (int i = 0; i < d; i += 8) {
-    const __m256 s = _mm256_set1_ps(_cvtsh_ss(scales[i / g]));
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
-    _mm256_store_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s));
-  }
-}
-
-// The q8_0 form of DecodeRows for one of K or V (`pool`): the rows of the step's
-// kDecodeChunk virtual slots from `c` dequantized into buf ([kDecodeChunk][d] floats),
-// r[i] pointing at row i, or at `zero` past max_lim. K and V take turns in one buffer
-// (16 KiB at head_dim 64), so the step's rows stay in L1.
-inline void DequantRowsQ8(const AttendParams& p, const SlotMap& map, int c, int max_lim, const int8_t* pool,
-                          const float* zero, float* buf, const float** r) {
-  const int d = p.shape.head_dim;
-  const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
-  DequantSlotsQ8(p, map, c, n, pool, buf, DequantRowQ8);
-  for (int j = 0; j < n; ++j) r[j] = buf + j * d;
-  for (int j = n; j < kDecodeChunk; ++j) r[j] = zero;
-}
-
 // P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // accumulators: at least 8 (FMA latency x 2 pipes), at most 12 (16 registers).
@@ -166,9 +142,8 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 // step takes 64 slots as 8 groups of 8, every K and V row read where it lies in the pool
 // through a pointer per row (DecodeRows; a zero row past the last visible slot): an
 // index list's scattered rows are not copied first. T: the KV element type (float, or
-// uint16_t for f16, widened as it is loaded). kQ8 (with T = float): q8_0 rows,
-// dequantized a step at a time (DequantRowsQ8).
-template <int R, int kD, class T, bool kQ8 = false>
+// uint16_t for f16, widened as it is loaded). q8_0 rows: DecodeKernelQ8T below.
+template <int R, int kD, class T>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 8;
@@ -180,7 +155,6 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const T* k_pool = f16 ? reinterpret_cast<const T*>(p.kv.k_f16) : reinterpret_cast<const T*>(p.kv.k_pool);
   const T* v_pool = f16 ? reinterpret_cast<const T*>(p.kv.v_f16) : reinterpret_cast<const T*>(p.kv.v_pool);
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
-  float* q8buf = kQ8 ? ThreadScratch(kF16Scratch, static_cast<size_t>(kDecodeChunk) * d) : nullptr;
 
   int32_t lim[R], min_lim, max_lim;
   LoadDecodeRows(p, job, R, qs, lim, &min_lim, &max_lim);
@@ -201,11 +175,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kr[kDecodeChunk];
     const T* vr[kDecodeChunk];
-    if constexpr (kQ8) {
-      DequantRowsQ8(p, map, c, max_lim, p.kv.k_q8, zero, q8buf, kr);
-    } else {
-      DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
-    }
+    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
     const bool masked = c + kDecodeChunk > min_lim;
     for (int r = 0; r < R; ++r) {
       __m256 s[kGroups];
@@ -250,7 +220,6 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
       }
       lsum[r] = _mm256_fmadd_ps(lsum[r], alpha[r], sum);
     }
-    if constexpr (kQ8) DequantRowsQ8(p, map, c, max_lim, p.kv.v_q8, zero, q8buf, vr);
     if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
       for (int v0 = 0; v0 < kD / 8; v0 += VB)
@@ -266,31 +235,239 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   }
 }
 
-template <int kD, class T, bool kQ8>
-void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
-  switch (job.n_rows) {
-    case 1: return DecodeKernelT<1, kD, T, kQ8>(p, job, o, m, l);
-    case 2: return DecodeKernelT<2, kD, T, kQ8>(p, job, o, m, l);
-    case 3: return DecodeKernelT<3, kD, T, kQ8>(p, job, o, m, l);
-    case 4: return DecodeKernelT<4, kD, T, kQ8>(p, job, o, m, l);
-    case 5: return DecodeKernelT<5, kD, T, kQ8>(p, job, o, m, l);
-    case 6: return DecodeKernelT<6, kD, T, kQ8>(p, job, o, m, l);
-    case 7: return DecodeKernelT<7, kD, T, kQ8>(p, job, o, m, l);
-    default: return DecodeKernelT<8, kD, T, kQ8>(p, job, o, m, l);
+// ---------------------------------------------------------------------------------------
+// q8_0 decode: the int8 rows read where they lie and widened to f32 in registers. Scores:
+// each 32-value group's (the row's, below 32) partial dot product times its K scale. P V:
+// the softmax weights multiplied by each slot's V group scale once per step (pq), so the
+// loop is one convert and R FMAs per 8 values, as for f16.
+
+// sc[g * kDecodeChunk + i] = scale g (as f32) of the q8_0 row of virtual slot c + i in
+// `pool`, 0 past max_lim.
+inline void StepScalesQ8(const AttendParams& p, const SlotMap& map, int c, int max_lim, const int8_t* pool, int ng,
+                         float* sc) {
+  const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
+  const int bs = map.block_size();
+  for (int i = 0; i < n;) {
+    const int32_t slot = p.indices ? p.indices[c + i] : c + i;
+    const uint16_t* s = Q8Scales(pool, map.Q8ScaleOffset(slot));
+    if (ng == 2 && p.indices == nullptr && i + 4 <= n && slot % bs + 4 <= bs) {
+      // 4 rows' scales in one block: [r0 g0, r0 g1, r1 g0, ...] -> group-major.
+      const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      const __m256 t = _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+      _mm_storeu_ps(sc + i, _mm256_castps256_ps128(t));
+      _mm_storeu_ps(sc + kDecodeChunk + i, _mm256_extractf128_ps(t, 1));
+      i += 4;
+      continue;
+    }
+    for (int g = 0; g < ng; ++g) sc[g * kDecodeChunk + i] = _cvtsh_ss(s[g]);
+    ++i;
+  }
+  for (int g = 0; g < ng; ++g) std::fill(sc + g * kDecodeChunk + n, sc + (g + 1) * kDecodeChunk, 0.0f);
+}
+
+inline __m256 LoadQ8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// AccumulateRows for q8_0 rows: pq [ng][R][kDecodeChunk] holds each row's weights times
+// the V group scale of each slot.
+template <int R, int VB, int JS, int kD>
+inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr, const __m256* alpha, int col,
+                             int d_runtime = 0) {
+  const int d = kD ? kD : d_runtime;
+  const int group = KvQ8Group(d);
+  const float* pv[VB];
+#pragma GCC unroll 8
+  for (int v = 0; v < VB; ++v) pv[v] = pq + (col + 8 * v) / group * (R * kDecodeChunk);
+  __m256 acc[JS][R][VB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      acc[0][r][v] = _mm256_mul_ps(_mm256_load_ps(ot + r * d + 8 * v), alpha[r]);
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) acc[js][r][v] = _mm256_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kDecodeChunk; j += JS) {
+#pragma GCC unroll 8
+    for (int js = 0; js < JS; ++js) {
+      const int8_t* row = vr[j + js] + col;
+      __m256 vv[VB];
+#pragma GCC unroll 8
+      for (int v = 0; v < VB; ++v) vv[v] = LoadQ8(row + 8 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int v = 0; v < VB; ++v) {
+          acc[js][r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(pv[v] + r * kDecodeChunk + j + js), vv[v], acc[js][r][v]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      __m256 t = acc[0][r][v];
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) t = _mm256_add_ps(t, acc[js][r][v]);
+      _mm256_store_ps(ot + r * d + 8 * v, t);
+    }
   }
 }
 
-template <class T, bool kQ8 = false>
+// DecodeKernelT's form for q8_0 rows (R <= 8 rows; kD = head_dim, or 0 for any supported
+// multiple of 16).
+template <int R, int kD>
+void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
+  const int d = kD ? kD : p.shape.head_dim;
+  const int group = KvQ8Group(d), ng = d / group;
+  float* qs = ThreadScratch(0, static_cast<size_t>(R) * d);
+  float* ot = ThreadScratch(1, static_cast<size_t>(R) * d);
+  const size_t zero_floats = (static_cast<size_t>(d) + 31) / 32 * 8;
+  float* scratch = ThreadScratch(2, zero_floats + static_cast<size_t>(ng) * (2 + R) * kDecodeChunk);
+  int8_t* zero = reinterpret_cast<int8_t*>(scratch);
+  float* ksc = scratch + zero_floats;                                 // [ng][kDecodeChunk]
+  float* vsc = ksc + static_cast<size_t>(ng) * kDecodeChunk;          // [ng][kDecodeChunk]
+  float* pq = vsc + static_cast<size_t>(ng) * kDecodeChunk;           // [ng][R][kDecodeChunk]
+  std::fill(zero, zero + d, int8_t{0});
+  std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
+
+  int32_t lim[R], min_lim, max_lim;
+  LoadDecodeRows(p, job, R, qs, lim, &min_lim, &max_lim);
+  __m256 m[R], lsum[R];
+  for (int r = 0; r < R; ++r) {
+    m[r] = _mm256_set1_ps(-FLT_MAX);
+    lsum[r] = _mm256_setzero_ps();
+  }
+
+  const SlotMap map(p.kv, job.kv_head, d);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  alignas(32) float pbuf[R][kDecodeChunk];
+  __m256 alpha[R];
+  PrefetchKvRows(p.kv, map, p.indices, job.slot_begin, std::min(max_lim, job.slot_begin + kDecodeChunk), d);
+  for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
+    PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
+    const int8_t* kr[kDecodeChunk];
+    const int8_t* vr[kDecodeChunk];
+    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
+    StepScalesQ8(p, map, c, max_lim, p.kv.k_q8, ng, ksc);
+    const bool masked = c + kDecodeChunk > min_lim;
+    for (int r = 0; r < R; ++r) {
+      __m256 s[kGroups];
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const int8_t* const* k = kr + gi * kGroup;
+        __m256 acc[kGroup];
+#pragma GCC unroll 8
+        for (int j = 0; j < kGroup; ++j) acc[j] = _mm256_setzero_ps();
+        for (int g = 0; g < ng; ++g) {
+          const float* kscale = ksc + g * kDecodeChunk + gi * kGroup;
+#pragma GCC unroll 8
+          for (int j = 0; j < kGroup; ++j) {
+            __m256 t = _mm256_setzero_ps();
+#pragma GCC unroll 4
+            for (int i = g * group; i < (g + 1) * group; i += 8) {
+              t = _mm256_fmadd_ps(_mm256_load_ps(qs + r * d + i), LoadQ8(k[j] + i), t);
+            }
+            acc[j] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(kscale + j), acc[j]);
+          }
+        }
+        s[gi] = Reduce8(acc);
+        if (masked) {
+          const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32(c + gi * kGroup), iota);
+          const __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lim[r]), ids));
+          s[gi] = _mm256_blendv_ps(neg_inf, s[gi], vis);
+        }
+      }
+      __m256 mx = m[r];
+#pragma GCC unroll 8
+      for (int gi = 0; gi < kGroups; ++gi) mx = _mm256_max_ps(mx, s[gi]);
+      mx = BroadcastMax(mx);
+      alpha[r] = Exp2(_mm256_sub_ps(m[r], mx));
+      m[r] = mx;
+      __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const __m256 e = Exp2(_mm256_sub_ps(s[gi], mx));
+        sum = _mm256_add_ps(sum, e);
+        _mm256_store_ps(pbuf[r] + gi * kGroup, e);
+      }
+      lsum[r] = _mm256_fmadd_ps(lsum[r], alpha[r], sum);
+    }
+    StepScalesQ8(p, map, c, max_lim, p.kv.v_q8, ng, vsc);
+    for (int g = 0; g < ng; ++g) {
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int i = 0; i < kDecodeChunk; i += 8) {
+          _mm256_store_ps(pq + (g * R + r) * kDecodeChunk + i,
+                          _mm256_mul_ps(_mm256_load_ps(pbuf[r] + i), _mm256_load_ps(vsc + g * kDecodeChunk + i)));
+        }
+      }
+    }
+    if constexpr (kD > 0) {
+      constexpr int VB = DecodeVb(R, kD / 8);
+      for (int v0 = 0; v0 < kD / 8; v0 += VB)
+        AccumulateRowsQ8<R, VB, DecodeJs(R, VB), kD>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
+    } else {
+      for (int v0 = 0; v0 < d / 8; ++v0)
+        AccumulateRowsQ8<R, 1, DecodeJs(R, 1), 0>(ot + 8 * v0, pq, vr, alpha, 8 * v0, d);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    std::copy_n(ot + r * d, d, o + static_cast<int64_t>(r) * d);
+    m_out[r] = _mm256_cvtss_f32(m[r]);
+    l_out[r] = HorizontalSum(lsum[r]);
+  }
+}
+
+template <int kD>
+void DecodeKernelQ8D(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (job.n_rows) {
+    case 1: return DecodeKernelQ8T<1, kD>(p, job, o, m, l);
+    case 2: return DecodeKernelQ8T<2, kD>(p, job, o, m, l);
+    case 3: return DecodeKernelQ8T<3, kD>(p, job, o, m, l);
+    case 4: return DecodeKernelQ8T<4, kD>(p, job, o, m, l);
+    case 5: return DecodeKernelQ8T<5, kD>(p, job, o, m, l);
+    case 6: return DecodeKernelQ8T<6, kD>(p, job, o, m, l);
+    case 7: return DecodeKernelQ8T<7, kD>(p, job, o, m, l);
+    default: return DecodeKernelQ8T<8, kD>(p, job, o, m, l);
+  }
+}
+
+template <int kD, class T>
+void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (job.n_rows) {
+    case 1: return DecodeKernelT<1, kD, T>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD, T>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD, T>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD, T>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD, T>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD, T>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD, T>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD, T>(p, job, o, m, l);
+  }
+}
+
+template <class T>
 void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (p.shape.head_dim) {
-    case 64: return DecodeKernelD<64, T, kQ8>(p, job, o, m, l);
-    case 128: return DecodeKernelD<128, T, kQ8>(p, job, o, m, l);
-    default: return DecodeKernelD<0, T, kQ8>(p, job, o, m, l);
+    case 64: return DecodeKernelD<64, T>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128, T>(p, job, o, m, l);
+    default: return DecodeKernelD<0, T>(p, job, o, m, l);
   }
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
-  if (p.kv.k_q8 != nullptr) return DecodeKernelE<float, /*kQ8=*/true>(p, job, o, m, l);
+  if (p.kv.k_q8 != nullptr) {
+    switch (p.shape.head_dim) {
+      case 64: return DecodeKernelQ8D<64>(p, job, o, m, l);
+      case 128: return DecodeKernelQ8D<128>(p, job, o, m, l);
+      default: return DecodeKernelQ8D<0>(p, job, o, m, l);
+    }
+  }
   if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
   return DecodeKernelE<float>(p, job, o, m, l);
 }

@@ -17,17 +17,11 @@
 // It loads whole K/V rows, which is fastest when the pool is 64-byte aligned (rows then
 // start on cache lines: misaligned rows cost ~1.5x in cache); any alignment is correct.
 
-// GCC 12 reports false -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 
+#include "attention/attention_avx512_decode.h"
 #include "attention/attention_internal.h"
 #include "attic/core/status.h"
 
@@ -39,22 +33,6 @@ constexpr int kStride = 16 * kVecs;   // floats per d (or per slot) in the trans
 constexpr int kChunk = 32;            // slots per online-softmax step (multiple of 8)
 constexpr int kMaxSubTiles = 4;       // tiles of kStride rows one job may run over shared K/V
 
-// 2^x for x <= 0 (Cephes exp2f polynomial on [-0.5, 0.5], relative error ~2e-7);
-// exactly 0 for x < -149 (including -inf, the mask value).
-inline __m512 Exp2(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-149.0f), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-149.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, p, n);
-}
 
 // ---------------------------------------------------------------------------------------
 // Transposed tile kernel.
@@ -261,37 +239,6 @@ void TransposedKernel(const AttendParams& p, const TileJob& job, float* o, float
 // ---------------------------------------------------------------------------------------
 // Row-major decode kernel.
 
-// In-block folds of two vectors (4 floats per 128-bit block, both sums per block):
-// FoldPs: [x0+x2, y0+y2, x1+x3, y1+y3]; FoldPd: [x0+x2, x1+x3, y0+y2, y1+y3].
-inline __m512 FoldPs(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }
-inline __m512 FoldPd(__m512 x, __m512 y) {
-  const __m512d a = _mm512_castps_pd(x), b = _mm512_castps_pd(y);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-}
-// Cross-block fold: blocks [x0+x1, x2+x3, y0+y1, y2+y3].
-inline __m512 Fold128(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// Returns r with r[j] = horizontal sum of x[j], j < 16. In-block folds first (cheap
-// shuffles, most of the tree): after FoldPs and FoldPd, lane e of every block of c[k]
-// holds a partial sum of x[4k + e]; two cross-block folds then add the blocks, leaving
-// x[4k + e]'s total in lane 4k + e.
-inline __m512 Reduce16(const __m512 (&x)[16]) {
-  const __m512 b0 = FoldPs(x[0], x[1]), b1 = FoldPs(x[2], x[3]), b2 = FoldPs(x[4], x[5]), b3 = FoldPs(x[6], x[7]);
-  const __m512 b4 = FoldPs(x[8], x[9]), b5 = FoldPs(x[10], x[11]), b6 = FoldPs(x[12], x[13]), b7 = FoldPs(x[14], x[15]);
-  const __m512 c0 = FoldPd(b0, b1), c1 = FoldPd(b2, b3), c2 = FoldPd(b4, b5), c3 = FoldPd(b6, b7);
-  return Fold128(Fold128(c0, c1), Fold128(c2, c3));
-}
-
-// Horizontal max, broadcast to every lane.
-inline __m512 BroadcastMax(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
-  x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-  x = _mm512_max_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_max_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1)));
-}
 
 // 16 K/V elements widened to f32: f32 rows as they are, f16 rows converted in the load.
 inline __m512 LoadKv(const float* p) { return _mm512_loadu_ps(p); }
@@ -299,48 +246,10 @@ inline __m512 LoadKv(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-constexpr int kDecodeRows = 8;
-constexpr int kGroup = 16;              // slots per score vector
-constexpr int kGroups = 4;              // score vectors per online-softmax step
-constexpr int kDecodeChunk = kGroup * kGroups;
-
-// One q8_0 row (head_dim % 16 == 0) dequantized into y (64-byte aligned): the same
-// values as DequantizeKvRowQ8 (an int8 times an f16 scale is exact in f32).
-inline void DequantRowQ8(const int8_t* q, const uint16_t* scales, int d, float* y) {
-  const int g = KvQ8Group(d);
-  for (int i = 0; i < d; i += 16) {
-    const __m512 s = _mm512_set1_ps(_cvtsh_ss(scales[i / g]));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
-    _mm512_store_ps(y + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s));
-  }
-}
-
-// The q8_0 form of DecodeGroups for one of K or V (`pool`): the rows of the step's
-// kGroups x kGroup virtual slots from `c` dequantized into buf ([kDecodeChunk][d] floats,
-// zero past max_lim), rb[gi] pointing at group gi's rows. K and V take turns in one
-// buffer (16 KiB at head_dim 64), so the step's rows stay in L1.
-inline void DequantGroupsQ8(const AttendParams& p, const SlotMap& map, int c, int max_lim, const int8_t* pool,
-                            float* buf, const float** rb) {
-  const int d = p.shape.head_dim;
-  const int n = std::clamp(max_lim - c, 0, kDecodeChunk);
-  DequantSlotsQ8(p, map, c, n, pool, buf, DequantRowQ8);
-  std::fill(buf + n * d, buf + kDecodeChunk * d, 0.0f);
-  for (int gi = 0; gi < kGroups; ++gi) rb[gi] = buf + gi * kGroup * d;
-}
 
 // P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // independent accumulators (>= 8) keep both FMA pipes busy despite the 4-cycle latency.
-constexpr int DecodeVb(int rows, int dv) {
-  int vb = dv;
-  while (vb > 1 && vb * rows > 24) vb /= 2;
-  return vb;
-}
-constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGroup
-  int js = 1;
-  while (rows * vb * js < 8) js *= 2;
-  return js;
-}
 
 template <int R, int VB, int JS, int kD, class T>
 inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vb,
@@ -392,9 +301,9 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
 // (rows head_dim apart); any other group (index lists, block edges, the tail) is first
 // gathered into a local buffer, zero-padded. 64 slots per softmax step keep the serial
 // max -> exp -> rescale chain short relative to the independent dot products.
-// T: the KV element type (float, or uint16_t for f16, widened as it is loaded). kQ8
-// (with T = float): q8_0 rows, dequantized a step at a time (DequantGroupsQ8).
-template <int R, int kD, class T, bool kQ8 = false>
+// T: the KV element type (float, or uint16_t for f16, widened as it is loaded). q8_0
+// rows: DecodeKernelQ8T (attention_avx512_decode.h).
+template <int R, int kD, class T>
 void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int dv = d / 16;
@@ -426,11 +335,7 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const T* kb[kGroups];
     const T* vb[kGroups];
-    if constexpr (kQ8) {
-      DequantGroupsQ8(p, map, c, max_lim, p.kv.k_q8, reinterpret_cast<float*>(kbuf), kb);
-    } else {
-      DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
-    }
+    DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
     const bool masked = c + kDecodeChunk > min_lim;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -474,7 +379,6 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
       }
       lsum[r] = _mm512_fmadd_ps(lsum[r], alpha[r], sum);
     }
-    if constexpr (kQ8) DequantGroupsQ8(p, map, c, max_lim, p.kv.v_q8, reinterpret_cast<float*>(kbuf), vb);
     if constexpr (kD > 0) {
       for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {
         AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
@@ -490,31 +394,34 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   }
 }
 
-template <int kD, class T, bool kQ8>
+template <int kD, class T>
 void DecodeKernelD(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelT<1, kD, T, kQ8>(p, job, o, m, l);
-    case 2: return DecodeKernelT<2, kD, T, kQ8>(p, job, o, m, l);
-    case 3: return DecodeKernelT<3, kD, T, kQ8>(p, job, o, m, l);
-    case 4: return DecodeKernelT<4, kD, T, kQ8>(p, job, o, m, l);
-    case 5: return DecodeKernelT<5, kD, T, kQ8>(p, job, o, m, l);
-    case 6: return DecodeKernelT<6, kD, T, kQ8>(p, job, o, m, l);
-    case 7: return DecodeKernelT<7, kD, T, kQ8>(p, job, o, m, l);
-    default: return DecodeKernelT<8, kD, T, kQ8>(p, job, o, m, l);
+    case 1: return DecodeKernelT<1, kD, T>(p, job, o, m, l);
+    case 2: return DecodeKernelT<2, kD, T>(p, job, o, m, l);
+    case 3: return DecodeKernelT<3, kD, T>(p, job, o, m, l);
+    case 4: return DecodeKernelT<4, kD, T>(p, job, o, m, l);
+    case 5: return DecodeKernelT<5, kD, T>(p, job, o, m, l);
+    case 6: return DecodeKernelT<6, kD, T>(p, job, o, m, l);
+    case 7: return DecodeKernelT<7, kD, T>(p, job, o, m, l);
+    default: return DecodeKernelT<8, kD, T>(p, job, o, m, l);
   }
 }
 
-template <class T, bool kQ8 = false>
+template <class T>
 void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (p.shape.head_dim) {
-    case 64: return DecodeKernelD<64, T, kQ8>(p, job, o, m, l);
-    case 128: return DecodeKernelD<128, T, kQ8>(p, job, o, m, l);
-    default: return DecodeKernelD<0, T, kQ8>(p, job, o, m, l);
+    case 64: return DecodeKernelD<64, T>(p, job, o, m, l);
+    case 128: return DecodeKernelD<128, T>(p, job, o, m, l);
+    default: return DecodeKernelD<0, T>(p, job, o, m, l);
   }
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
-  if (p.kv.k_q8 != nullptr) return DecodeKernelE<float, /*kQ8=*/true>(p, job, o, m, l);
+  if (p.kv.k_q8 != nullptr) {
+    return backend::GetCpuFeatures().avx512_vnni ? Avx512DecodeQ8Vnni(p, job, o, m, l)
+                                                 : DecodeKernelQ8</*kVnni=*/false>(p, job, o, m, l);
+  }
   if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
   return DecodeKernelE<float>(p, job, o, m, l);
 }
@@ -536,7 +443,16 @@ KernelSet Avx512Kernels() {
   ks.few = DecodeKernel;
   ks.few_rows_max = kDecodeRows;
   ks.few_head_dim_multiple = 16;
+  ks.few_q8_quantizes_query = backend::GetCpuFeatures().avx512_vnni;
   return ks;
+}
+
+}  // namespace attic::attention::internal
+
+namespace attic::attention::internal {
+
+void Avx512DecodeQ8NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  DecodeKernelQ8</*kVnni=*/false>(p, job, o, m, l);
 }
 
 }  // namespace attic::attention::internal

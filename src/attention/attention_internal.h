@@ -61,11 +61,21 @@ struct KernelSet {
   TileKernel few = nullptr;   // optional kernel for heads with few rows (decode)
   int few_rows_max = 0;       // use `few` when n_q * group <= few_rows_max
   int few_head_dim_multiple = 1;  // ... and head_dim is a multiple of this
+  // `few` on q8_0 KV quantizes each query row to int8 per q8_0 group (max|q| / 127 per
+  // group, round to nearest) and takes scores as int8 dot products: an error of up to
+  // half that step per query element, which the tests' bounds count.
+  bool few_q8_quantizes_query = false;
 };
 
 KernelSet GenericKernels();
 KernelSet Avx2Kernels();    // REQUIRES: the CPU supports AVX2 and FMA.
 KernelSet Avx512Kernels();  // REQUIRES: the CPU supports AVX-512 F/BW/VL/DQ.
+// The AVX-512 decode kernel on q8_0 KV (Avx512Kernels().few picks one by the CPU): with
+// VNNI (scores as int8 dot products of K and the query quantized per q8_0 group;
+// REQUIRES: AVX512-VNNI) or without (K widened to f32 in registers). Exposed so the
+// tests check both on one CPU.
+void Avx512DecodeQ8Vnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
+void Avx512DecodeQ8NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
 
 // Attend with the kernels of `isa` (which the CPU must support).
 void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
@@ -197,19 +207,6 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
       prefetch(k + sat);
       prefetch(v + sat);
     }
-  }
-}
-
-// The q8_0 rows of virtual slots [c, c + n) (through p.indices) of `pool` (k_q8 or v_q8)
-// dequantized into buf ([n][head_dim] floats, row j at buf + j * head_dim) by `row`: an
-// ISA's vector form of DequantizeKvRowQ8(q, scales, head_dim, y).
-template <class Row>
-inline void DequantSlotsQ8(const AttendParams& p, const SlotMap& map, int c, int n, const int8_t* pool, float* buf,
-                           Row row) {
-  const int d = p.shape.head_dim;
-  for (int j = 0; j < n; ++j) {
-    const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-    row(pool + map.Offset(slot), Q8Scales(pool, map.Q8ScaleOffset(slot)), d, buf + static_cast<int64_t>(j) * d);
   }
 }
 

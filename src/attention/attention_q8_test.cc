@@ -194,17 +194,30 @@ struct PagedQ8 {
 //   |o'_t - o_t| <= sum_j |p'_j - p_j| |v'_jt| + sum_j p_j |v'_jt - v_jt|
 //                <= (e^{2D} - 1) max_j |v'_jt| + max_j dv_j(t) / 2,
 // dv_j(t) the scale of V_j's group holding t. The kernels' own f32 error is added on top.
+//
+// A kernel that quantizes the query (KernelSet::few_q8_quantizes_query; as llama.cpp's
+// q8_0 dot product) reads q~ with |q~_i - q_i| <= (1/2 + e) dq_g per element, dq_g =
+// max_{i in g} |q_i| / 127 over q's q8_0 group g. e: the kernel scales q to log2 units
+// (one f32 rounding), takes dq = fl(max / 127) (one more) and q / dq before rounding to an
+// integer (one more, of a value <= 127 (1 + 2^-23)): the distance to the integer grows by at
+// most 127 * 2^-23 per rounding of the quotient and the scale is off by 3 * 2^-24
+// relative, so (1/2 + 2 * 127 * 2^-23)(1 + 3 * 2^-24) < 1/2 + 2^-14 =: (1/2 + e). Then
+// q~ . k' - q . k = (q~ - q) . k' + q . (k' - k), so each score moves by at most
+//   deltaq_j = c sum_g (1/2 + e) dq_g sum_{i in g} |k'_ji|
+// more, against the dequantized rows (bound_deq) and the original ones (bound, with
+// delta_j + deltaq_j in place of delta_j), through the same e^{2D} - 1 factor.
 struct Reference {
-  std::vector<double> out_deq, out_orig, bound;
+  std::vector<double> out_deq, out_orig, bound, bound_deq;
 };
 
 Reference ReferenceHead(const AttentionShape& shape, const float* q, const std::vector<int32_t>& slots,
-                        const PagedQ8& kv, int kv_head) {
+                        const PagedQ8& kv, int kv_head, bool q_quantized = false) {
   const int d = shape.head_dim;
   Reference r;
   r.out_deq.assign(d, 0.0);
   r.out_orig.assign(d, 0.0);
   r.bound.assign(d, 0.0);
+  r.bound_deq.assign(d, 0.0);
   if (slots.empty()) return r;
   for (int pass = 0; pass < 2; ++pass) {
     const std::vector<float>& ks = pass == 0 ? kv.k_deq : kv.k_orig;
@@ -226,19 +239,36 @@ Reference ReferenceHead(const AttentionShape& shape, const float* q, const std::
       for (int t = 0; t < d; ++t) out[t] += s[j] / sum * v[t];
     }
   }
-  double delta_max = 0;
+  std::vector<double> dq(d, 0.0);  // the query's quantization step per element
+  if (q_quantized) {
+    const int group = KvQ8Group(d);
+    for (int g0 = 0; g0 < d; g0 += group) {
+      double amax = 0;
+      for (int t = g0; t < g0 + group; ++t) amax = std::max(amax, std::abs(static_cast<double>(q[t])));
+      for (int t = g0; t < g0 + group; ++t) dq[t] = amax / 127;
+    }
+  }
+  double delta_max = 0, deltaq_max = 0;
   std::vector<double> v_max(d, 0.0), v_step(d, 0.0);
   for (int32_t slot : slots) {
-    double delta = 0;
-    for (int t = 0; t < d; ++t) delta += kv.Scale(false, kv_head, slot, t) / 2 * std::abs(static_cast<double>(q[t]));
-    delta_max = std::max(delta_max, delta * shape.scale);
+    double delta = 0, deltaq = 0;
+    const float* kd = &kv.k_deq[kv.Row(kv_head, slot)];
+    for (int t = 0; t < d; ++t) {
+      delta += kv.Scale(false, kv_head, slot, t) / 2 * std::abs(static_cast<double>(q[t]));
+      deltaq += (0.5 + 0x1p-14) * dq[t] * std::abs(static_cast<double>(kd[t]));
+    }
+    delta_max = std::max(delta_max, (delta + deltaq) * shape.scale);
+    deltaq_max = std::max(deltaq_max, deltaq * shape.scale);
     const float* v = &kv.v_deq[kv.Row(kv_head, slot)];
     for (int t = 0; t < d; ++t) {
       v_max[t] = std::max(v_max[t], std::abs(static_cast<double>(v[t])));
       v_step[t] = std::max(v_step[t], static_cast<double>(kv.Scale(true, kv_head, slot, t)));
     }
   }
-  for (int t = 0; t < d; ++t) r.bound[t] = std::expm1(2 * delta_max) * v_max[t] + v_step[t] / 2;
+  for (int t = 0; t < d; ++t) {
+    r.bound[t] = std::expm1(2 * delta_max) * v_max[t] + v_step[t] / 2;
+    r.bound_deq[t] = std::expm1(2 * deltaq_max) * v_max[t];
+  }
   return r;
 }
 
@@ -274,16 +304,33 @@ class AttentionQ8Test : public ::testing::TestWithParam<Isa> {
     req.kv = kv.View();
     internal::AttendBatchIsa(GetParam(), pool, shape, &req, 1);
     const int d = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
+    // Whether the request ran the few-row kernel, and that kernel quantizes the query.
+    const internal::KernelSet ks = GetParam() == Isa::kAvx512 ? internal::Avx512Kernels()
+                                   : GetParam() == Isa::kAvx2 ? internal::Avx2Kernels()
+                                                              : internal::GenericKernels();
+    const bool q_quantized = ks.few_q8_quantizes_query && ks.few != nullptr && req.n_q * g <= ks.few_rows_max &&
+                             d % ks.few_head_dim_multiple == 0;
+    CheckOutput(what, shape, kv, req.n_q, q, out, q_quantized, visible);
+  }
+
+  // Checks out (Attend's result for queries q) against both references.
+  template <class Visible>
+  static void CheckOutput(const std::string& what, const AttentionShape& shape, const PagedQ8& kv, int n_q,
+                          const std::vector<float>& q, const std::vector<float>& out, bool q_quantized,
+                          Visible visible) {
+    const int d = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
     double worst_exact = 0, worst_quant = 0;  // error / allowed
     std::string at_exact, at_quant;
-    for (int i = 0; i < req.n_q; ++i) {
+    for (int i = 0; i < n_q; ++i) {
       for (int h = 0; h < shape.n_heads; ++h) {
         const size_t row = (static_cast<size_t>(i) * shape.n_heads + h) * d;
-        const Reference r = ReferenceHead(shape, &q[row], visible(i, h / g), kv, h / g);
+        const Reference r = ReferenceHead(shape, &q[row], visible(i, h / g), kv, h / g, q_quantized);
         for (int t = 0; t < d; ++t) {
           const double got = out[row + t];
-          // 1. The kernels' f32 error over the values they read (attention_test.cc's bound).
-          const double exact = std::abs(got - r.out_deq[t]) / (1e-5 * (1.0 + std::abs(r.out_deq[t])));
+          // 1. The kernels' f32 error over the values they read (attention_test.cc's bound),
+          //    plus the query's quantization where the kernel quantizes it.
+          const double exact =
+              std::abs(got - r.out_deq[t]) / (r.bound_deq[t] + 1e-5 * (1.0 + std::abs(r.out_deq[t])));
           // 2. q8_0's error (derived above) plus the same f32 allowance.
           const double quant =
               std::abs(got - r.out_orig[t]) / (r.bound[t] + 1e-5 * (1.0 + std::abs(r.out_orig[t])));
@@ -367,9 +414,9 @@ TEST_P(AttentionQ8Test, Decode) {
   std::mt19937 rng(23);
   for (int threads : {1, 2}) {
     backend::ThreadPool pool(threads);
-    for (int d : {8, 32, 64, 128}) {
+    for (int d : {8, 16, 32, 64, 96, 128}) {
       for (int g : {1, 3, 8}) {
-        for (int n_slots : {1, 100, 700}) {
+        for (int n_slots : {1, 65, 100, 700}) {
           const int n_kv_heads = g == 8 ? 1 : 2;
           const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, d);
           PagedQ8 kv(n_kv_heads, 32, d, n_slots, rng);
@@ -400,7 +447,7 @@ TEST_P(AttentionQ8Test, ArbitraryKvEndPerQuery) {
 TEST_P(AttentionQ8Test, IndexList) {
   std::mt19937 rng(25);
   backend::ThreadPool pool(2);
-  for (int d : {8, 64}) {
+  for (int d : {8, 16, 64, 128}) {
     for (int n_q : {1, 2, 30}) {
       const int n_slots = 500;
       const AttentionShape shape = Shape(6, 2, d);
@@ -440,6 +487,71 @@ TEST_P(AttentionQ8Test, PerHeadLists) {
   req.head_indices = ptrs.data();
   req.n_head_indices = lens.data();
   Check("per-head lists", pool, shape, kv, req, q, [&](int, int kv_head) { return lists[kv_head]; });
+}
+
+// The decode kernels on q8_0 KV, each called directly on one TileJob per KV head: on
+// AVX-512 both forms whatever this CPU would pick (with VNNI: the query quantized, scores
+// as int8 dot products; without: K widened in registers), on AVX2 its one form. Every
+// head_dim the kernels take (16: one scale per row; 32: half a 64-byte piece; 96: a last
+// piece of one group; 64, 128), slot counts that end inside a 16-slot group and a
+// 64-slot step, blocks of 24 slots (a block edge inside a group), and index lists with
+// gaps.
+TEST_P(AttentionQ8Test, DecodeKernelForms) {
+  struct Form {
+    const char* name;
+    internal::TileKernel kernel;
+    bool q_quantized;
+  };
+  std::vector<Form> forms;
+  if (GetParam() == Isa::kAvx512) {
+    forms.push_back({"avx512 no-vnni", internal::Avx512DecodeQ8NoVnni, false});
+    if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"avx512 vnni", internal::Avx512DecodeQ8Vnni, true});
+  } else if (GetParam() == Isa::kAvx2) {
+    forms.push_back({"avx2", internal::Avx2Kernels().few, internal::Avx2Kernels().few_q8_quantizes_query});
+  } else {
+    GTEST_SKIP() << "the generic kernels have no decode form";
+  }
+  std::mt19937 rng(27);
+  for (const Form& form : forms) {
+    for (int d : {16, 32, 64, 96, 128}) {
+      for (int g : {1, 3, 8}) {
+        for (int n_slots : {1, 15, 64, 65, 130, 333}) {
+          for (bool list : {false, true}) {
+            const int n_kv_heads = 2;
+            const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, d);
+            PagedQ8 kv(n_kv_heads, 24, d, n_slots, rng);
+            const std::vector<float> q = RandomQ(1, shape.n_heads, d, rng);
+            std::vector<int32_t> slots;
+            for (int s = 0; s < n_slots; ++s)
+              if (!list || s == 0 || rng() % 3 != 0) slots.push_back(s);
+            const int32_t n_vis = static_cast<int32_t>(slots.size());
+            internal::AttendParams p;
+            p.shape = shape;
+            p.group = g;
+            p.q = q.data();
+            p.n_q = 1;
+            p.n_vis = &n_vis;
+            p.indices = list ? slots.data() : nullptr;
+            p.kv = kv.View();
+            std::vector<float> out(q.size());
+            for (int h = 0; h < n_kv_heads; ++h) {
+              internal::TileJob job;
+              job.kv_head = h;
+              job.n_rows = g;
+              job.slot_end = n_vis;
+              std::vector<float> o(static_cast<size_t>(g) * d), m(g), l(g);
+              form.kernel(p, job, o.data(), m.data(), l.data());
+              for (int r = 0; r < g; ++r)
+                for (int t = 0; t < d; ++t) out[(static_cast<size_t>(h) * g + r) * d + t] = o[r * d + t] / l[r];
+            }
+            CheckOutput(std::string(form.name) + " d=" + std::to_string(d) + " g=" + std::to_string(g) +
+                            " n=" + std::to_string(n_slots) + (list ? " list" : ""),
+                        shape, kv, 1, q, out, form.q_quantized, [&](int, int) { return slots; });
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, AttentionQ8Test, ::testing::Values(Isa::kGeneric, Isa::kAvx2, Isa::kAvx512),
