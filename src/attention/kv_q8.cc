@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "attic/backend/cpu_features.h"
 #include "attic/tensor/dtype.h"
+#include "attention/kv_q8_internal.h"
 
 namespace attic::attention {
 
@@ -26,9 +29,20 @@ void QuantizeKvRowQ8(const float* x, int head_dim, int8_t* q, uint16_t* scales) 
 }
 
 void DequantizeKvRowQ8(const int8_t* q, const uint16_t* scales, int head_dim, float* y) {
-  const int group = KvQ8Group(head_dim);
-  for (int g0 = 0, b = 0; g0 < head_dim; g0 += group, ++b) {
-    const float d = F16ToF32(scales[b]);
+  DequantizeQ8(q, scales, head_dim, KvQ8Group(head_dim), y);
+}
+
+void DequantizeQ8(const int8_t* q, const void* scales, int n, int group, float* y) {
+  static const bool avx2 = backend::ActiveIsa() >= backend::Isa::kAvx2;
+  if (avx2 && group % 8 == 0) {
+    internal::DequantizeQ8Avx2(q, scales, n, group, y);
+    return;
+  }
+  const auto* s = static_cast<const uint8_t*>(scales);
+  for (int g0 = 0, b = 0; g0 < n; g0 += group, ++b) {
+    uint16_t h;
+    std::memcpy(&h, s + 2 * b, sizeof(h));
+    const float d = F16ToF32(h);
     for (int i = 0; i < group; ++i) y[g0 + i] = d * static_cast<float>(q[g0 + i]);
   }
 }

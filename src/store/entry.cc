@@ -4,9 +4,7 @@
 #include <cstring>
 
 #include "attic/attention/kv_q8.h"
-#include "attic/backend/cpu_features.h"
 #include "attic/core/hash.h"
-#include "store/row_q8.h"
 
 namespace attic::store {
 
@@ -175,19 +173,7 @@ void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
 }
 
 void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y) {
-  // Entering a q8_0 entry dequantizes every row: vectorised where the groups allow (the
-  // scalar loop below compiles for the baseline ISA only).
-  static const bool avx2 = backend::ActiveIsa() >= backend::Isa::kAvx2;
-  if (avx2 && group % 8 == 0) {
-    internal::DequantizeRowQ8Avx2(row, kv_dim, group, y);
-    return;
-  }
-  const int8_t* q = reinterpret_cast<const int8_t*>(row);
-  for (int j = 0; j * group < kv_dim; ++j) {
-    uint16_t scale;
-    std::memcpy(&scale, row + kv_dim + 2 * j, sizeof(scale));
-    attention::DequantizeKvRowQ8(q + j * group, &scale, group, y + j * group);
-  }
+  attention::DequantizeQ8(reinterpret_cast<const int8_t*>(row), row + kv_dim, kv_dim, group, y);
 }
 
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }

@@ -34,5 +34,11 @@ constexpr int64_t KvQ8ScaleAt(int64_t scales_at, int64_t value_at, int head_dim)
 void QuantizeKvRowQ8(const float* x, int head_dim, int8_t* q, uint16_t* scales);
 // y [head_dim] = the row's values (exact: an int8 times an f16 scale is an f32 without rounding).
 void DequantizeKvRowQ8(const int8_t* q, const uint16_t* scales, int head_dim, float* y);
+// y [n] = q [n] in groups of `group` values (n a multiple of group), each times its f16
+// scale: scales holds n / group of them, read byte-wise (they need no alignment). What
+// every q8_0 reader widens with: the compute buffer's rows (DequantizeKvRowQ8) and the
+// store's q8_0 entry rows (store::DequantizeRowQ8, kv_dim values a row). Vectorised with
+// AVX2 + F16C when the active ISA has them and group % 8 == 0; the same bits either way.
+void DequantizeQ8(const int8_t* q, const void* scales, int n, int group, float* y);
 
 }  // namespace attic::attention
