@@ -24,6 +24,19 @@ constexpr uint32_t kMaxQ8Group = 32;  // attention::KvQ8Group: 32, or a smaller 
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// Whether `code` is a KvDtype this build reads and writes.
+bool KnownKvDtype(uint32_t code) {
+  return std::any_of(std::begin(kKvDtypes), std::end(kKvDtypes),
+                     [code](KvDtype t) { return static_cast<uint32_t>(t) == code; });
+}
+
+// Whether `group` suits rows of kv_dim values of `dtype`: values per scale of a quantized
+// type (attention::KvQ8Group: 32, or a smaller head_dim, dividing the row), 0 otherwise.
+bool GroupFits(KvDtype dtype, uint32_t kv_dim, uint32_t group) {
+  if (!KvDtypeQuantized(dtype)) return group == 0;
+  return group > 0 && group <= kMaxQ8Group && kv_dim % group == 0;
+}
+
 char HexDigit(int v) { return "0123456789abcdef"[v & 15]; }
 std::string Hex16(uint64_t v) {
   std::string s(16, '0');
@@ -281,16 +294,7 @@ size_t KvEntry::own_bytes(int layer) const {
   return dtype == KvDtype::kF16 ? k16[layer].size() * 2 : k[layer].size() * 4;
 }
 
-uint64_t KvEntry::own_kv_bytes() const {
-  uint64_t n = 0;
-  for (const auto* rows : {&k, &v})
-    for (const auto& x : *rows) n += x.size() * sizeof(float);
-  for (const auto* rows : {&k16, &v16})
-    for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
-  for (const auto* rows : {&kq, &vq})
-    for (const auto& x : *rows) n += x.size();
-  return n;
-}
+uint64_t KvEntry::own_kv_bytes() const { return OwnRowBytes(*this); }
 
 Status ValidateEntry(const KvEntry& e) {
   if (e.n_layers <= 0 || static_cast<uint32_t>(e.n_layers) > kMaxLayers) return InvalidArgumentError("bad n_layers");
@@ -320,10 +324,8 @@ Status ValidateEntry(const KvEntry& e) {
     for (size_t j = 0; j < i; ++j)
       if (e.attachments[j].kind == a.kind) return InvalidArgumentError("duplicate attachment kind " + a.kind);
   }
-  if (e.dtype != KvDtype::kF32 && e.dtype != KvDtype::kF16 && e.dtype != KvDtype::kQ8_0)
-    return InvalidArgumentError("bad KV dtype");
-  if (KvDtypeQuantized(e.dtype) ? (e.group <= 0 || static_cast<uint32_t>(e.group) > kMaxQ8Group || e.kv_dim % e.group != 0)
-                                : e.group != 0)
+  if (!KnownKvDtype(static_cast<uint32_t>(e.dtype))) return InvalidArgumentError("bad KV dtype");
+  if (e.group < 0 || !GroupFits(e.dtype, static_cast<uint32_t>(e.kv_dim), static_cast<uint32_t>(e.group)))
     return InvalidArgumentError("bad KV group for " + std::string(KvDtypeName(e.dtype)));
   const size_t own_rows = static_cast<size_t>(e.n_tokens() - b.n_rows);
   const size_t own = KvDtypeQuantized(e.dtype) ? own_rows * e.row_bytes() : own_rows * e.kv_dim;
@@ -456,12 +458,10 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
     return DataLossError("truncated KV entry header");
   if (version != kVersion1 && version != kVersion2)
     return DataLossError("unsupported KV entry version " + std::to_string(version));
-  if (dtype != static_cast<uint32_t>(KvDtype::kF32) && dtype != static_cast<uint32_t>(KvDtype::kF16) &&
-      dtype != static_cast<uint32_t>(KvDtype::kQ8_0))
-    return DataLossError("unsupported KV entry dtype");
+  if (!KnownKvDtype(dtype)) return DataLossError("unsupported KV entry dtype");
   if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Pod(&group)) return DataLossError("truncated KV entry header");
   if (!r.Pod(&e.expires_at_ms)) return DataLossError("truncated KV entry header");
-  if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && (group == 0 || group > kMaxQ8Group || kv_dim % group != 0))
+  if (!GroupFits(static_cast<KvDtype>(dtype), kv_dim, group))
     return DataLossError("KV entry header out of bounds (group)");
   if (n_layers == 0 || n_layers > kMaxLayers || kv_dim == 0 || kv_dim > kMaxKvDim || n_tokens == 0 ||
       n_tokens > kMaxTokens)
@@ -535,7 +535,7 @@ StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
   int64_t expires;
   if (!r.Pod(&version) || !r.Pod(&dtype) || !r.Pod(&n_layers) || !r.Pod(&kv_dim) || !r.Pod(&n_tokens))
     return OutOfRangeError("too short for a KV entry header");
-  if (dtype > static_cast<uint32_t>(KvDtype::kQ8_0)) return DataLossError("unsupported KV entry dtype");
+  if (!KnownKvDtype(dtype)) return DataLossError("unsupported KV entry dtype");
   if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Skip(4)) return OutOfRangeError("too short for a KV entry header");
   if (!r.Pod(&expires)) return OutOfRangeError("too short for a KV entry header");
   if ((version != kVersion1 && version != kVersion2) || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 ||

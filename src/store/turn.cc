@@ -10,16 +10,7 @@
 
 namespace attic::store {
 
-uint64_t TurnRows::own_bytes() const {
-  uint64_t n = 0;
-  for (const auto* rows : {&k, &v})
-    for (const auto& x : *rows) n += x.size() * sizeof(float);
-  for (const auto* rows : {&k16, &v16})
-    for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
-  for (const auto* rows : {&kq, &vq})
-    for (const auto& x : *rows) n += x.size();
-  return n;
-}
+uint64_t TurnRows::own_bytes() const { return OwnRowBytes(*this); }
 
 Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t ttl_ms)
     : store_(store), tenant_(std::move(tenant)), session_id_(std::move(session_id)), ttl_ms_(ttl_ms) {

@@ -77,6 +77,20 @@ inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
 void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row);
 void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y);
 
+// Bytes of the own rows a holder of the per-type row vectors keeps (KvEntry,
+// store::TurnRows: k, v f32; k16, v16 IEEE half; kq, vq quantized rows' bytes).
+template <class Rows>
+uint64_t OwnRowBytes(const Rows& r) {
+  uint64_t n = 0;
+  for (const auto* rows : {&r.k, &r.v})
+    for (const auto& x : *rows) n += x.size() * sizeof(float);
+  for (const auto* rows : {&r.k16, &r.v16})
+    for (const auto& x : *rows) n += x.size() * sizeof(uint16_t);
+  for (const auto* rows : {&r.kq, &r.vq})
+    for (const auto& x : *rows) n += x.size();
+  return n;
+}
+
 struct EntryKey {
   std::string tenant;
   std::string fingerprint;  // model fingerprint (model::Model::fingerprint())
