@@ -75,6 +75,34 @@ inline float HorizontalSum(__m256 x) {
 }
 
 // 8 K/V elements widened to f32: f32 rows as they are, f16 rows converted in the load.
+// Scores of slots first..first+7 at or past `lim` (not visible to the query row) set to
+// -inf: the causal mask of a decode step's last piece.
+[[gnu::always_inline]] inline __m256 MaskScores(__m256 s, int first, int lim, __m256i iota, __m256 neg_inf) {
+  const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32(first), iota);
+  return _mm256_blendv_ps(neg_inf, s, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lim), ids)));
+}
+
+// One online-softmax step of a query row over kDecodeChunk slots' scores s (log2 units),
+// whatever type the keys were read from: the running max m moves to the step's, alpha is
+// the factor the row's earlier sum and output are rescaled by, lsum takes the step's
+// weights, which go to pbuf [kDecodeChunk] for the P V product.
+[[gnu::always_inline]] inline void SoftmaxStep(const __m256 (&s)[kGroups], __m256& m, __m256& alpha, __m256& lsum, float* pbuf) {
+  __m256 mx = m;
+#pragma GCC unroll 8
+  for (int gi = 0; gi < kGroups; ++gi) mx = _mm256_max_ps(mx, s[gi]);
+  mx = BroadcastMax(mx);
+  alpha = Exp2(_mm256_sub_ps(m, mx));
+  m = mx;
+  __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const __m256 e = Exp2(_mm256_sub_ps(s[gi], mx));
+    sum = _mm256_add_ps(sum, e);
+    _mm256_store_ps(pbuf + gi * kGroup, e);
+  }
+  lsum = _mm256_fmadd_ps(lsum, alpha, sum);
+}
+
 inline __m256 LoadKv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 LoadKv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
@@ -199,26 +227,9 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
           }
         }
         s[gi] = Reduce8(acc);
-        if (masked) {
-          const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32(c + gi * kGroup), iota);
-          const __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lim[r]), ids));
-          s[gi] = _mm256_blendv_ps(neg_inf, s[gi], vis);
-        }
+        if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
       }
-      __m256 mx = m[r];
-#pragma GCC unroll 8
-      for (int gi = 0; gi < kGroups; ++gi) mx = _mm256_max_ps(mx, s[gi]);
-      mx = BroadcastMax(mx);
-      alpha[r] = Exp2(_mm256_sub_ps(m[r], mx));
-      m[r] = mx;
-      __m256 sum = _mm256_setzero_ps();
-#pragma GCC unroll 8
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const __m256 e = Exp2(_mm256_sub_ps(s[gi], mx));
-        sum = _mm256_add_ps(sum, e);
-        _mm256_store_ps(pbuf[r] + gi * kGroup, e);
-      }
-      lsum[r] = _mm256_fmadd_ps(lsum[r], alpha[r], sum);
+      SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
@@ -376,26 +387,9 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
           }
         }
         s[gi] = Reduce8(acc);
-        if (masked) {
-          const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32(c + gi * kGroup), iota);
-          const __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lim[r]), ids));
-          s[gi] = _mm256_blendv_ps(neg_inf, s[gi], vis);
-        }
+        if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
       }
-      __m256 mx = m[r];
-#pragma GCC unroll 8
-      for (int gi = 0; gi < kGroups; ++gi) mx = _mm256_max_ps(mx, s[gi]);
-      mx = BroadcastMax(mx);
-      alpha[r] = Exp2(_mm256_sub_ps(m[r], mx));
-      m[r] = mx;
-      __m256 sum = _mm256_setzero_ps();
-#pragma GCC unroll 8
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const __m256 e = Exp2(_mm256_sub_ps(s[gi], mx));
-        sum = _mm256_add_ps(sum, e);
-        _mm256_store_ps(pbuf[r] + gi * kGroup, e);
-      }
-      lsum[r] = _mm256_fmadd_ps(lsum[r], alpha[r], sum);
+      SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     StepScalesQ8(p, map, c, max_lim, p.kv.v_q8, ng, vsc);
     for (int g = 0; g < ng; ++g) {

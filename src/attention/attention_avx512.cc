@@ -362,22 +362,9 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
           }
         }
         s[gi] = Reduce16(acc);
-        if (masked) {
-          const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(c + gi * kGroup), iota);
-          s[gi] = _mm512_mask_mov_ps(neg_inf, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(lim[r]), ids), s[gi]);
-        }
+        if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
       }
-      const __m512 mx = BroadcastMax(_mm512_max_ps(_mm512_max_ps(m[r], s[0]), _mm512_max_ps(_mm512_max_ps(s[1], s[2]), s[3])));
-      alpha[r] = Exp2(_mm512_sub_ps(m[r], mx));
-      m[r] = mx;
-      __m512 sum = _mm512_setzero_ps();
-#pragma GCC unroll 4
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const __m512 e = Exp2(_mm512_sub_ps(s[gi], mx));
-        sum = _mm512_add_ps(sum, e);
-        _mm512_store_ps(pbuf[r] + gi * kGroup, e);
-      }
-      lsum[r] = _mm512_fmadd_ps(lsum[r], alpha[r], sum);
+      SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     if constexpr (kD > 0) {
       for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {

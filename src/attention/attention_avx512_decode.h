@@ -75,6 +75,32 @@ constexpr int kGroup = 16;              // slots per score vector
 constexpr int kGroups = 4;              // score vectors per online-softmax step
 constexpr int kDecodeChunk = kGroup * kGroups;
 
+// Scores of slots first..first+15 at or past `lim` (not visible to the query row) set to
+// -inf: the causal mask of a decode step's last piece.
+[[gnu::always_inline]] inline __m512 MaskScores(__m512 s, int first, int lim, __m512i iota, __m512 neg_inf) {
+  const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(first), iota);
+  return _mm512_mask_mov_ps(neg_inf, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(lim), ids), s);
+}
+
+// One online-softmax step of a query row over kDecodeChunk slots' scores s (log2 units),
+// whatever type the keys were read from (f32, f16, q8_0): the running max m moves to the
+// step's, alpha is the factor the row's earlier sum and output are rescaled by, lsum
+// takes the step's weights, which go to pbuf [kDecodeChunk] for the P V product.
+[[gnu::always_inline]] inline void SoftmaxStep(const __m512 (&s)[kGroups], __m512& m, __m512& alpha, __m512& lsum, float* pbuf) {
+  static_assert(kGroups == 4);
+  const __m512 mx = BroadcastMax(_mm512_max_ps(_mm512_max_ps(m, s[0]), _mm512_max_ps(_mm512_max_ps(s[1], s[2]), s[3])));
+  alpha = Exp2(_mm512_sub_ps(m, mx));
+  m = mx;
+  __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const __m512 e = Exp2(_mm512_sub_ps(s[gi], mx));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_store_ps(pbuf + gi * kGroup, e);
+  }
+  lsum = _mm512_fmadd_ps(lsum, alpha, sum);
+}
+
 // P V for R rows over one 64-slot step, for VB vectors of head_dim starting at float
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // independent accumulators (>= 8) keep both FMA pipes busy despite the 4-cycle latency.
@@ -380,22 +406,9 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
           }
           s[gi] = Reduce16(acc);
         }
-        if (masked) {
-          const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(c + gi * kGroup), iota);
-          s[gi] = _mm512_mask_mov_ps(neg_inf, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(lim[r]), ids), s[gi]);
-        }
+        if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
       }
-      const __m512 mx = BroadcastMax(_mm512_max_ps(_mm512_max_ps(m[r], s[0]), _mm512_max_ps(_mm512_max_ps(s[1], s[2]), s[3])));
-      alpha[r] = Exp2(_mm512_sub_ps(m[r], mx));
-      m[r] = mx;
-      __m512 sum = _mm512_setzero_ps();
-#pragma GCC unroll 4
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const __m512 e = Exp2(_mm512_sub_ps(s[gi], mx));
-        sum = _mm512_add_ps(sum, e);
-        _mm512_store_ps(pbuf[r] + gi * kGroup, e);
-      }
-      lsum[r] = _mm512_fmadd_ps(lsum[r], alpha[r], sum);
+      SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     // The weights times each slot's V scale, per V group.
     StepScalesQ8(p, map, c, max_lim, p.kv.v_q8, ng, vsc);
