@@ -13,6 +13,9 @@
 // ([panel][ceil(k/2)][kNR] pairs, the k blocks of a panel consecutive), lets a call skip
 // PackPanelBf16 -- at m ~ 32-64 that packing costs about as much as the products. Same
 // panels, same micro-kernel, same order: bit-identical results.
+// Prepacked f16 (PrepackF16): [panel][k][kNR] f16, the f32 path's panel layout kept in
+// f16 (exact: every value is an f16), widened by the micro-kernel as it loads a panel
+// row; the same values in the same order as packing per call: bit-identical too.
 //
 // Two micro-kernels:
 //  - f32: weights (f32, f16, bf16 without AVX512-BF16, q8_0) widened to f32 while packing,
@@ -81,9 +84,11 @@ inline void StoreTile(__m512 (&acc)[MR][kNV], float* c, int64_t ldc, int64_t n_v
 
 // ---- f32 path -------------------------------------------------------------------------
 
-// c[MR, kNR] (+)= a[MR, kc] * panel; a rows have stride lda; panel is [kc][kNR] f32.
-template <int MR>
-void MicroF32(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc, int64_t n_valid,
+// c[MR, kNR] (+)= a[MR, kc] * panel; a rows have stride lda; panel is [kc][kNR] f32, or
+// f16 (kF16Panel: a prepacked f16 weight's panel, widened as it is loaded: the same f32
+// values, so the same bits).
+template <int MR, bool kF16Panel>
+void MicroF32(const float* a, int64_t lda, const void* b, int64_t kc, float* c, int64_t ldc, int64_t n_valid,
               bool first, const float* bias) {
   __m512 acc[MR][kNV];
   ATTIC_UNROLL
@@ -91,10 +96,16 @@ void MicroF32(const float* a, int64_t lda, const float* b, int64_t kc, float* c,
     ATTIC_UNROLL
     for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ps();
   for (int64_t kk = 0; kk < kc; ++kk) {
-    const float* bp = b + kk * kNR;
     __m512 bv[kNV];
     ATTIC_UNROLL
-    for (int v = 0; v < kNV; ++v) bv[v] = _mm512_load_ps(bp + 16 * v);
+    for (int v = 0; v < kNV; ++v) {
+      if constexpr (kF16Panel) {
+        const uint16_t* bp = static_cast<const uint16_t*>(b) + kk * kNR;
+        bv[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 16 * v)));
+      } else {
+        bv[v] = _mm512_load_ps(static_cast<const float*>(b) + kk * kNR + 16 * v);
+      }
+    }
     ATTIC_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m512 av = _mm512_set1_ps(a[i * lda + kk]);
@@ -105,9 +116,17 @@ void MicroF32(const float* a, int64_t lda, const float* b, int64_t kc, float* c,
   StoreTile<MR>(acc, c, ldc, n_valid, first, bias);
 }
 
-using MicroF32Fn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, bool, const float*);
-constexpr MicroF32Fn kMicroF32[kMR + 1] = {nullptr,      MicroF32<1>, MicroF32<2>, MicroF32<3>, MicroF32<4>,
-                                           MicroF32<5>, MicroF32<6>, MicroF32<7>, MicroF32<8>};
+using MicroF32Fn = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t, int64_t, bool, const float*);
+template <bool kF16Panel>
+constexpr MicroF32Fn kMicroF32[kMR + 1] = {nullptr,
+                                           MicroF32<1, kF16Panel>,
+                                           MicroF32<2, kF16Panel>,
+                                           MicroF32<3, kF16Panel>,
+                                           MicroF32<4, kF16Panel>,
+                                           MicroF32<5, kF16Panel>,
+                                           MicroF32<6, kF16Panel>,
+                                           MicroF32<7, kF16Panel>,
+                                           MicroF32<8, kF16Panel>};
 
 // Loaders for packing: 16 consecutive weights of a row, starting at element kk (a
 // multiple of 16), widened to f32; lanes outside `mask` are 0.
@@ -270,13 +289,17 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   const int64_t n_panels = (n_end - n_begin + kNR - 1) / kNR;
   const uint32_t* prepacked = kBf16 ? static_cast<const uint32_t*>(g.w->packed) : nullptr;
   const int64_t pairs = (g.k + 1) / 2;  // of a prepacked panel
-  if (prepacked == nullptr) pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 4);
+  // A prepacked f16 weight (f32 path): panel p's k block at k0 is [kc][kNR] f16 at
+  // ((n_begin / kNR + p) * k + k0) * kNR.
+  const uint16_t* prepacked_f16 = !kBf16 && IsPrepackedF16(*g.w) ? static_cast<const uint16_t*>(g.w->packed) : nullptr;
+  if (prepacked == nullptr && prepacked_f16 == nullptr)
+    pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 4);
   for (int64_t k0 = 0; k0 < g.k; k0 += kc_blk) {
     const int64_t kc = std::min(kc_blk, g.k - k0);
     const int64_t kp = (kc + 1) / 2;
     const int64_t panel_elems = (kBf16 ? kp : kc) * kNR;
     const bool first = k0 == 0;
-    if (prepacked == nullptr) {
+    if (prepacked == nullptr && prepacked_f16 == nullptr) {
       for (int64_t p = 0; p < n_panels; ++p) {
         const int64_t nv = std::min<int64_t>(kNR, n_end - n_begin - p * kNR);
         if constexpr (kBf16) {
@@ -318,8 +341,12 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
               step = pf_step;
             }
             kMicroBf16[mr](g.xb + i * g.lda_pairs + k0 / 2, g.lda_pairs, panel, kp, c, g.n, nv, first, bias, pf, step);
+          } else if (prepacked_f16 != nullptr) {
+            kMicroF32<true>[mr](g.x + i * g.k + k0, g.k, prepacked_f16 + ((n_begin / kNR + p) * g.k + k0) * kNR, kc, c,
+                                g.n, nv, first, bias);
           } else {
-            kMicroF32[mr](g.x + i * g.k + k0, g.k, pack_buf.as<float>() + p * panel_elems, kc, c, g.n, nv, first, bias);
+            kMicroF32<false>[mr](g.x + i * g.k + k0, g.k, pack_buf.as<float>() + p * panel_elems, kc, c, g.n, nv, first,
+                                 bias);
           }
         }
       }
@@ -339,17 +366,21 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
 // A decode step's GEMV (m = 1) is bound by how fast each thread streams weights. The
 // row-major GEMV reads 4 rows at a time, 4 streams a row apart, which the prefetchers
 // follow well below a single sequential stream's rate (Zen 5, 2 threads, a 256 MiB read:
-// 35-40 GB/s against 45-54). A prepacked panel is one stream: [pairs][kNR] u32, kNR
-// rows' k-pairs side by side, so the GEMV walks each panel front to back and keeps kNR
-// rows' sums in lanes (no horizontal reduction).
-//   kDot: x as bf16 pairs ([m][ldx] u32, PrepareXBf16's layout), vdpbf16ps (x rounded to
-//         bf16: the row-major dot form's arithmetic, in another order).
-//   else: x as f32 ([m][ldx] floats, zero past k), weights widened exactly, two FMAs per
-//         pair: true f32 math.
-// Two accumulator sets (even / odd pairs) halve the dependency chains; a row's sum is
-// (even pairs) + (odd pairs) for every m, so its bits do not depend on the other rows.
-template <bool kDot, int MB>
-inline void PackedGemvPanel(const uint32_t* panel, int64_t kp, const void* xv, int64_t ldx, float* out) {
+// 35-40 GB/s against 45-54). A prepacked panel is one stream, kNR rows' weights side by
+// side for each k (bf16: [pairs][kNR] u32 k-pairs; f16: [k][kNR]), so the GEMV walks each
+// panel front to back and keeps kNR rows' sums in lanes (no horizontal reduction).
+//   kDot:  bf16; x as bf16 pairs ([m][ldx] u32, PrepareXBf16's layout), vdpbf16ps (x
+//          rounded to bf16: the row-major dot form's arithmetic, in another order).
+//   kFma:  bf16; x as f32 ([m][ldx] floats, zero past k), weights widened exactly, two
+//          FMAs per pair: true f32 math.
+//   kF16:  f16; x as for kFma, each k's kNR weights widened exactly (vcvtph2ps), one FMA:
+//          true f32 math.
+// Two accumulator sets (even / odd steps) halve the dependency chains; a row's sum is
+// (even steps) + (odd steps) for every m, so its bits do not depend on the other rows.
+enum class PackedForm { kDot, kFma, kF16 };
+
+template <PackedForm kForm, int MB>
+inline void PackedGemvPanel(const void* panel, int64_t steps, const void* xv, int64_t ldx, float* out) {
   __m512 acc[2][MB][kNV];
   ATTIC_UNROLL
   for (int s = 0; s < 2; ++s)
@@ -358,10 +389,25 @@ inline void PackedGemvPanel(const uint32_t* panel, int64_t kp, const void* xv, i
       ATTIC_UNROLL
       for (int v = 0; v < kNV; ++v) acc[s][i][v] = _mm512_setzero_ps();
   auto step = [&](int s, int64_t q) __attribute__((always_inline)) {
+    if constexpr (kForm == PackedForm::kF16) {
+      const uint16_t* wp = static_cast<const uint16_t*>(panel) + q * kNR;
+      const float* x = static_cast<const float*>(xv);
+      __m512 w[kNV];
+      ATTIC_UNROLL
+      for (int v = 0; v < kNV; ++v)
+        w[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 16 * v)));
+      ATTIC_UNROLL
+      for (int i = 0; i < MB; ++i) {
+        const __m512 xq = _mm512_set1_ps(x[i * ldx + q]);
+        ATTIC_UNROLL
+        for (int v = 0; v < kNV; ++v) acc[s][i][v] = _mm512_fmadd_ps(w[v], xq, acc[s][i][v]);
+      }
+      return;
+    }
     __m512i w[kNV];
     ATTIC_UNROLL
-    for (int v = 0; v < kNV; ++v) w[v] = _mm512_load_si512(panel + q * kNR + 16 * v);
-    if constexpr (kDot) {
+    for (int v = 0; v < kNV; ++v) w[v] = _mm512_load_si512(static_cast<const uint32_t*>(panel) + q * kNR + 16 * v);
+    if constexpr (kForm == PackedForm::kDot) {
       const uint32_t* x = static_cast<const uint32_t*>(xv);
       ATTIC_UNROLL
       for (int i = 0; i < MB; ++i) {
@@ -387,38 +433,41 @@ inline void PackedGemvPanel(const uint32_t* panel, int64_t kp, const void* xv, i
     }
   };
   int64_t q = 0;
-  for (; q + 2 <= kp; q += 2) {
+  for (; q + 2 <= steps; q += 2) {
     step(0, q);
     step(1, q + 1);
   }
-  if (q < kp) step(0, q);
+  if (q < steps) step(0, q);
   ATTIC_UNROLL
   for (int i = 0; i < MB; ++i)
     ATTIC_UNROLL
     for (int v = 0; v < kNV; ++v) _mm512_store_ps(out + i * kNR + 16 * v, _mm512_add_ps(acc[0][i][v], acc[1][i][v]));
 }
 
-template <bool kDot>
+template <PackedForm kForm>
 void GemvPackedT(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                  int64_t n1) {
   ATTIC_CHECK(n0 % kNR == 0);
-  const int64_t n = w.rows(), k = w.cols(), kp = (k + 1) / 2;
+  constexpr bool kDot = kForm == PackedForm::kDot;
+  const int64_t n = w.rows(), k = w.cols();
+  const int64_t steps = kForm == PackedForm::kF16 ? k : (k + 1) / 2;  // k or k-pairs a panel row
+  const int64_t panel_bytes = steps * kNR * (kForm == PackedForm::kF16 ? 2 : 4);
   const int64_t ld = (k + 31) & ~int64_t{31};  // x's row stride in elements (bf16 or f32)
   const int64_t ldx = kDot ? ld / 2 : ld;       // ... in the kernel's units (u32 pairs or floats)
-  const uint32_t* packed = static_cast<const uint32_t*>(w.packed);
+  const char* packed = static_cast<const char*>(w.packed);
   alignas(64) float out[4 * kNR];
   for (int64_t j0 = n0; j0 < n1; j0 += kNR) {
-    const uint32_t* panel = packed + (j0 / kNR) * kp * kNR;
+    const char* panel = packed + (j0 / kNR) * panel_bytes;
     const int64_t nv = std::min<int64_t>(kNR, n1 - j0);
     for (int64_t i = 0; i < m; i += 4) {
       const int64_t mb = std::min<int64_t>(4, m - i);
       const void* xi = kDot ? static_cast<const void*>(static_cast<const uint32_t*>(xp) + i * ldx)
                             : static_cast<const void*>(static_cast<const float*>(xp) + i * ldx);
       switch (mb) {
-        case 1: PackedGemvPanel<kDot, 1>(panel, kp, xi, ldx, out); break;
-        case 2: PackedGemvPanel<kDot, 2>(panel, kp, xi, ldx, out); break;
-        case 3: PackedGemvPanel<kDot, 3>(panel, kp, xi, ldx, out); break;
-        default: PackedGemvPanel<kDot, 4>(panel, kp, xi, ldx, out); break;
+        case 1: PackedGemvPanel<kForm, 1>(panel, steps, xi, ldx, out); break;
+        case 2: PackedGemvPanel<kForm, 2>(panel, steps, xi, ldx, out); break;
+        case 3: PackedGemvPanel<kForm, 3>(panel, steps, xi, ldx, out); break;
+        default: PackedGemvPanel<kForm, 4>(panel, steps, xi, ldx, out); break;
       }
       for (int64_t ii = 0; ii < mb; ++ii)
         for (int64_t r = 0; r < nv; ++r) y[(i + ii) * n + j0 + r] = out[ii * kNR + r] + (bias ? bias[j0 + r] : 0.0f);
@@ -452,9 +501,52 @@ bool IsPrepackedBf16(const WeightTensor& w) {
 void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                     int64_t n1, bool dot) {
   if (dot) {
-    GemvPackedT<true>(xp, m, w, bias, y, n0, n1);
+    GemvPackedT<PackedForm::kDot>(xp, m, w, bias, y, n0, n1);
   } else {
-    GemvPackedT<false>(xp, m, w, bias, y, n0, n1);
+    GemvPackedT<PackedForm::kFma>(xp, m, w, bias, y, n0, n1);
+  }
+}
+
+bool CanPrepackF16(const WeightTensor& w) { return w.dtype == DType::kF16 && w.shape.size() == 2 && w.rows() > 0; }
+
+uint64_t PrepackedF16Bytes(const WeightTensor& w) {
+  const int64_t panels = (w.rows() + kNR - 1) / kNR;
+  return static_cast<uint64_t>(panels * w.cols() * kNR) * 2;
+}
+
+void PrepackF16(ThreadPool& pool, const WeightTensor& w, void* out) {
+  const int64_t n = w.rows(), k = w.cols(), panels = (n + kNR - 1) / kNR;
+  uint16_t* dst = static_cast<uint16_t*>(out);
+  pool.ParallelFor(panels, [&](int64_t p, int) {
+    // The f32 path's panel of the whole k (what a call would pack, one k block at a
+    // time), narrowed back to f16: exact, every value came from an f16.
+    thread_local AlignedBuffer f32;
+    f32.Reserve(static_cast<size_t>(k * kNR) * 4);
+    PackPanelF32T<PackF16>(w, p * kNR, std::min<int64_t>(kNR, n - p * kNR), 0, k, f32.as<float>());
+    F32ToF16(f32.as<float>(), dst + p * k * kNR, k * kNR);
+  });
+}
+
+bool IsPrepackedF16(const WeightTensor& w) {
+  return w.dtype == DType::kF16 && w.packed != nullptr && w.packed_layout == static_cast<int>(Isa::kAvx512);
+}
+
+void GemvPackedF16(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
+                   int64_t n1) {
+  GemvPackedT<PackedForm::kF16>(xp, m, w, bias, y, n0, n1);
+}
+
+bool CanPrepackDense(const WeightTensor& w) { return CanPrepackBf16(w) || CanPrepackF16(w); }
+
+uint64_t PrepackedDenseBytes(const WeightTensor& w) {
+  return w.dtype == DType::kF16 ? PrepackedF16Bytes(w) : PrepackedBf16Bytes(w);
+}
+
+void PrepackDense(ThreadPool& pool, const WeightTensor& w, void* out) {
+  if (w.dtype == DType::kF16) {
+    PrepackF16(pool, w, out);
+  } else {
+    PrepackBf16(pool, w, out);
   }
 }
 
@@ -470,7 +562,8 @@ void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* 
   for (int i = 0; i < n_outs; ++i) {
     const WeightTensor& w = *outs[i].w;
     ATTIC_CHECK(w.dtype == w0.dtype && w.cols() == w0.cols());
-    ATTIC_CHECK(bf16 || w.packed == nullptr || qpack::IsPacked(w, Isa::kAvx512));  // the f32 path packs q8_0 from data
+    // The f32 path reads a prepacked f16 weight's panels; it packs q8_0 from the data.
+    ATTIC_CHECK(bf16 || w.packed == nullptr || qpack::IsPacked(w, Isa::kAvx512) || IsPrepackedF16(w));
     gs[i] = GemmArgs{x, nullptr, 0, m, w.rows(), w.cols(), &w, outs[i].bias, outs[i].y};
   }
   if (!bf16) {

@@ -12,20 +12,21 @@ namespace attic::backend::cpu {
 
 namespace {
 
-// A table's prepacking: its GEMM's bf16 panels (within PrepackWeights' budget), or
+// A table's prepacking: its GEMM's panels of unquantized matrices (bf16; f16 on AVX-512;
+// within PrepackWeights' budget), or
 // block-quantized matrices packed for its integer GEMV (qpack.h).
-template <bool (*kCanBf16)(const WeightTensor&), uint64_t (*kBf16Bytes)(const WeightTensor&),
-          void (*kPackBf16)(ThreadPool&, const WeightTensor&, void*), bool (*kCanQuant)(const WeightTensor&)>
+template <bool (*kCanDense)(const WeightTensor&), uint64_t (*kDenseBytes)(const WeightTensor&),
+          void (*kPackDense)(ThreadPool&, const WeightTensor&, void*), bool (*kCanQuant)(const WeightTensor&)>
 void SetPrepacking(KernelTable* t) {
-  t->can_prepack = [](const WeightTensor& w) { return kCanBf16(w) || kCanQuant(w); };
+  t->can_prepack = [](const WeightTensor& w) { return kCanDense(w) || kCanQuant(w); };
   t->prepacked_bytes = [](const WeightTensor& w) {
-    return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : kBf16Bytes(w);
+    return DTypeIsBlock(w.dtype) ? qpack::PackedBytes(w) : kDenseBytes(w);
   };
   t->prepack = [](ThreadPool& pool, const WeightTensor& w, void* out) {
     if (DTypeIsBlock(w.dtype)) {
       qpack::Pack(pool, w, out);
     } else {
-      kPackBf16(pool, w, out);
+      kPackDense(pool, w, out);
     }
   };
 }
@@ -104,7 +105,7 @@ const KernelTable& Avx512Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx512_fns>(Isa::kAvx512, "avx512");
     t.gemm_multi = avx512::GemmMulti;
-    SetPrepacking<avx512::CanPrepackBf16, avx512::PrepackedBf16Bytes, avx512::PrepackBf16, vnni::CanPrepackQuant>(
+    SetPrepacking<avx512::CanPrepackDense, avx512::PrepackedDenseBytes, avx512::PrepackDense, vnni::CanPrepackQuant>(
         &t);
     // GEMV/GEMM crossover in m, measured with `kernels_bench --only crossover` (cold
     // weights, 2 threads; 135M and 1B shapes agree within a step): bf16 GEMM runs at

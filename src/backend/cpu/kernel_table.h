@@ -240,6 +240,20 @@ bool IsPrepackedBf16(const WeightTensor& w);
 // GemvPrepare lays it out for such a weight: bf16 with `dot` (vdpbf16ps), f32 without.
 void GemvPackedBf16(const void* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
                     int64_t n1, bool dot);
+// f16 matrices prepacked as [panel][k][kNR] f16 (the f32 GEMM path's panels, kept in f16:
+// exact). The GEMM reads them instead of packing per call (bit-identical); the GEMV
+// streams them (x as GemvPrepare lays it out for such a weight: f32, unshifted, zero past
+// k; true f32 math). Any AVX-512 CPU (vcvtph2ps is AVX-512F).
+bool CanPrepackF16(const WeightTensor& w);
+uint64_t PrepackedF16Bytes(const WeightTensor& w);
+void PrepackF16(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
+bool IsPrepackedF16(const WeightTensor& w);
+void GemvPackedF16(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0,
+                   int64_t n1);
+// The table's prepacking of unquantized matrices: bf16 (PrepackBf16) or f16 (PrepackF16).
+bool CanPrepackDense(const WeightTensor& w);
+uint64_t PrepackedDenseBytes(const WeightTensor& w);
+void PrepackDense(ThreadPool& pool, const WeightTensor& w, void* out);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);

@@ -166,23 +166,24 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
     for (WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) ws.push_back(w);
   ws.push_back(model.lm_head);
   uint64_t total = 0;
-  // All or nothing for bf16 (one rule per model) within max_bytes; block-quantized
+  // All or nothing for the unquantized matrices (bf16, and f16 where the table packs it;
+  // one rule per model) within max_bytes; block-quantized
   // matrices always (their packed copy replaces the file's layout), each whose type has
   // a packed layout (the others keep the row-major GEMV).
   std::vector<WeightTensor*> pack;
-  bool all_bf16 = true;
-  uint64_t bf16_bytes = 0;
+  bool all_dense = true;
+  uint64_t dense_bytes = 0;
   for (WeightTensor* w : ws) {
     const bool can = w->present() && cpu::CanPrepack(t, *w);
     if (w->present() && DTypeIsBlock(w->dtype)) {
       if (can) pack.push_back(w);
     } else if (can) {
-      bf16_bytes += t.prepacked_bytes(*w);
+      dense_bytes += t.prepacked_bytes(*w);
     } else {
-      all_bf16 = false;
+      all_dense = false;
     }
   }
-  if (all_bf16 && bf16_bytes <= max_bytes)
+  if (all_dense && dense_bytes <= max_bytes)
     for (WeightTensor* w : ws)
       if (w->present() && !DTypeIsBlock(w->dtype)) pack.push_back(w);
   for (WeightTensor* w : pack) {

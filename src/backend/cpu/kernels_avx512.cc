@@ -381,7 +381,7 @@ const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, Align
   if (w.dtype == DType::kQ8_0) return x;
   if (UsesQuantDot(w.dtype))
     return GetCpuFeatures().avx512_vnni ? vnni::QuantizeX(x, m, w.cols(), scratch) : QuantizeX(x, m, w.cols(), scratch);
-  const bool packed = IsPrepackedBf16(w);  // panels: x unshifted, in natural order
+  const bool packed = IsPrepackedBf16(w) || IsPrepackedF16(w);  // panels: x unshifted, in natural order
   const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
   if (w.dtype == DType::kBF16 && dot) {
     scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 2);
@@ -410,7 +410,13 @@ void GemvImpl(const float* x, int64_t m, const WeightTensor& w, const float* bia
         GemvTyped<Bf16W>(x, m, w, bias, y, n0, n1);
       }
       return;
-    case DType::kF16: GemvTyped<F16W>(x, m, w, bias, y, n0, n1); return;
+    case DType::kF16:
+      if (IsPrepackedF16(w)) {
+        GemvPackedF16(x, m, w, bias, y, n0, n1);
+      } else {
+        GemvTyped<F16W>(x, m, w, bias, y, n0, n1);
+      }
+      return;
     case DType::kQ8_0: GemvQ8(x, m, w, bias, y, n0, n1); return;
     default:
       if (GetCpuFeatures().avx512_vnni) {
@@ -433,10 +439,11 @@ const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, Al
 }
 
 // -1: block-quantized weights' x (8-bit blocks, QuantizeX; also a prepacked q8_0's);
-// -2: a prepacked bf16 weight's x (no shift, natural order). Neither is shared with a
-// row-major weight.
+// -2: a prepacked bf16 or f16 weight's x (no shift, natural order). Neither is shared
+// with a row-major weight.
 int64_t GemvLayout(const WeightTensor& w) {
-  return UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx512) ? -1 : IsPrepackedBf16(w) ? -2 : RowShift(w);
+  if (UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx512)) return -1;
+  return IsPrepackedBf16(w) || IsPrepackedF16(w) ? -2 : RowShift(w);
 }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }

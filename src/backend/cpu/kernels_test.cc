@@ -238,6 +238,32 @@ TEST(LinearTest, Bf16PrepackedGemmIsBitIdentical) {
   }
 }
 
+// Prepacked f16 weights (the f32 path's panels kept in f16, on any AVX-512 CPU): the GEMM
+// widens the same values in the same order as when it packs per call, so its output is
+// bit-identical and meets the f32 bound; the automatic path (the packed GEMV up to
+// gemv_max_m_packed rows) meets it too.
+TEST(LinearTest, F16PrepackedGemmIsBitIdentical) {
+  const KernelTable* t = KernelsFor(Isa::kAvx512);
+  if (t == nullptr) GTEST_SKIP() << "needs AVX-512";
+  std::mt19937 rng(79);
+  ThreadPool pool(2);
+  std::vector<Shape> shapes = FloatShapes();
+  shapes.push_back({65, 1536, 576});  // a returning turn's new tokens through w_up of the 135M shape
+  shapes.push_back({7, 576, 1536});   // ... and w_down: two k blocks
+  for (const Shape& s : shapes) {
+    TestWeight tw = MakeWeight(rng, DType::kF16, s.n, s.k);
+    ASSERT_TRUE(CanPrepack(*t, tw.w));
+    ASSERT_EQ(t->prepacked_bytes(tw.w), avx512::PrepackedF16Bytes(tw.w));
+    AlignedBuffer buf;
+    const PrepackedRun r = RunPrepacked(*t, pool, rng, s, tw, &buf);
+    ASSERT_TRUE(avx512::IsPrepackedF16(tw.w));
+    CheckLinear(r.x, tw, r.bias.data(), s.m, r.packed.data(), 1e-5, "gemm, prepacked f16 " + r.what);
+    std::vector<float> y(r.plain.size(), std::nanf(""));
+    LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
+    CheckLinear(r.x, tw, r.bias.data(), s.m, y.data(), 1e-5, "auto, prepacked f16 " + r.what);
+  }
+}
+
 // The AVX2 GEMM's prepacked bf16 panels (16 rows, k-major): the same panels the call
 // would pack, the same micro-kernel, so the same bits; each row alone gives its bits in
 // the batch; a weight packed in another ISA's layout is not read as one; the automatic
@@ -281,27 +307,28 @@ TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
 // the rows: against the double reference it keeps the GEMV's f32 bound (the dot form
 // against x rounded to bf16, as the row-major dot form), in both forms; each row's bits
 // do not depend on the other rows, on the pool's size or on how rows are cut into ranges.
-void RunPrepackedGemvCases(const KernelTable& t, bool dot) {
-  std::mt19937 rng(dot ? 91 : 92);
+void RunPrepackedGemvCases(const KernelTable& t, bool dot, DType dtype = DType::kBF16) {
+  std::mt19937 rng(dot ? 91 : dtype == DType::kF16 ? 93 : 92);
   ThreadPool pool2(2), pool1(1);
   std::vector<Shape> shapes = FloatShapes();
   shapes.push_back({1, 1536, 576});   // the 135M shape's w_up
   shapes.push_back({2, 576, 1536});   // ... and w_down
   shapes.push_back({9, 4801, 64});    // many panels, a partial last one
   for (const Shape& s : shapes) {
-    TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
+    TestWeight tw = dtype == DType::kBF16 ? MakeWeight(rng, dtype, s.n, s.k, 6) : MakeWeight(rng, dtype, s.n, s.k);
     AlignedBuffer buf;
     buf.Resize(t.prepacked_bytes(tw.w));
     std::memset(buf.data(), 0xff, buf.size());  // NaN panels if misread
     t.prepack(pool2, tw.w, buf.data());
     tw.w.packed = buf.data();
     tw.w.packed_layout = static_cast<int>(t.isa);
-    ASSERT_TRUE(avx512::IsPrepackedBf16(tw.w));
+    ASSERT_TRUE(dtype == DType::kBF16 ? avx512::IsPrepackedBf16(tw.w) : avx512::IsPrepackedF16(tw.w));
     std::vector<float> x = RandomVec(rng, s.m * s.k), bias = RandomVec(rng, s.n);
     std::vector<float> xr = x;  // x as the dot form sees it
     if (dot)
       for (float& v : xr) v = Bf16ToF32(F32ToBf16(v));
-    const std::string what = std::string(dot ? "packed dot" : "packed fma") + " m=" + std::to_string(s.m) +
+    const std::string what = std::string(dot ? "packed dot" : "packed fma") + " " + DTypeName(dtype) +
+                             " m=" + std::to_string(s.m) +
                              " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
     std::vector<float> y2(static_cast<size_t>(s.m * s.n), std::nanf("")), y1 = y2;
     LinearWithPath(t, LinearPath::kGemv, pool2, x.data(), s.m, tw.w, bias.data(), y2.data());
@@ -323,6 +350,13 @@ TEST(LinearTest, Bf16PrepackedGemvMatchesReference) {
   RunPrepackedGemvCases(*t, true);
   ASSERT_NE(Avx512FmaGemvTable(), nullptr);
   RunPrepackedGemvCases(*Avx512FmaGemvTable(), false);
+}
+
+// The same for prepacked f16 weights (one form: f32 FMA on exactly widened weights).
+TEST(LinearTest, F16PrepackedGemvMatchesReference) {
+  const KernelTable* t = KernelsFor(Isa::kAvx512);
+  if (t == nullptr) GTEST_SKIP() << "needs AVX-512";
+  RunPrepackedGemvCases(*t, false, DType::kF16);
 }
 
 TEST(LinearTest, Q8_0) { RunLinearCases(DType::kQ8_0, Q8Shapes()); }
