@@ -1,4 +1,4 @@
-// AVX2 GEMM for bf16 weights: y[m, n] = x[m, k] W[n, k]^T (+ bias), true f32 math.
+// AVX2 GEMM for bf16 and f16 weights: y[m, n] = x[m, k] W[n, k]^T (+ bias), true f32 math.
 //
 // Why not OpenBLAS here: SgemmFallback widens each 128-row weight tile to f32 and hands
 // it to sgemm, which packs it again, on every call; a `bench sessions` CA run spent 10%
@@ -8,14 +8,14 @@
 //
 // Structure (the AVX-512 GEMM's, gemm_avx512.cc, narrowed to 8 lanes): output columns
 // (weight rows) are cut into tasks of up to kMaxTaskPanels panels of kNR = 16 rows, claimed
-// by the pool threads. A panel holds its 16 rows' bf16 weights k-major ([k][16]): the
-// micro-kernel widens 16 weights exactly in registers (zero-extend, shift: two
-// instructions per 8) and does kMR x 16 FMAs per k with x broadcast from its rows
+// by the pool threads. A panel holds its 16 rows' 16-bit weights k-major ([k][16]): the
+// micro-kernel widens 16 weights exactly in registers (bf16: zero-extend, shift, two
+// instructions per 8; f16: vcvtph2ps, F16C) and does kMR x 16 FMAs per k with x broadcast from its rows
 // (kMR = 6: 12 accumulators, all in registers). Each output is its own sum over k, in
 // ascending order within k blocks of at most kKc (k cut into equal blocks, the blocks
 // added in order): the same bits whatever m is and whichever rows share the call (row
 // invariant, as the GEMV), and whether the panel was packed by this call or once at load
-// (PrepackBf16, backend::PrepackWeights). Within ~1e-6 relative of the float64 sum.
+// (PrepackDense, backend::PrepackWeights). Within ~1e-6 relative of the float64 sum.
 //
 // Measured (`kernels_bench`, 135M shape, 2 threads, AMD EPYC Zen 3): m = 512, packed per
 // call, 171 GFLOP/s against OpenBLAS-on-widened-tiles' 160; on prepacked weights it
@@ -50,18 +50,24 @@ inline int64_t KBlock(int64_t k) {
   return (k + blocks - 1) / blocks;
 }
 
+// 8 weights of a panel row widened exactly: bf16 (zero-extend, shift) or f16 (vcvtph2ps).
+template <bool kF16>
+inline __m256 Widen8(const __m128i* p) {
+  if constexpr (kF16) return _mm256_cvtph_ps(_mm_load_si128(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(p)), 16));
+}
+
 // c[MR, nv] (+)= a[MR, kc] * panel (+ bias on the first block); a rows have stride lda;
-// panel: [kc][kNR] bf16, each widened exactly in registers (zero-extend, shift).
-template <int MR>
-void MicroBf16(const float* a, int64_t lda, const uint16_t* panel, int64_t kc, float* c, int64_t ldc, int64_t nv,
-               bool first, const float* bias) {
+// panel: [kc][kNR] bf16 or f16 (kF16), each widened exactly in registers.
+template <int MR, bool kF16>
+void Micro(const float* a, int64_t lda, const uint16_t* panel, int64_t kc, float* c, int64_t ldc, int64_t nv,
+           bool first, const float* bias) {
   __m256 acc[MR][2];
   ATTIC_UNROLL
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int64_t kk = 0; kk < kc; ++kk) {
     const __m128i* bp = reinterpret_cast<const __m128i*>(panel + kk * kNR);
-    const __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(bp)), 16));
-    const __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(bp + 1)), 16));
+    const __m256 b0 = Widen8<kF16>(bp), b1 = Widen8<kF16>(bp + 1);
     ATTIC_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_broadcast_ss(a + i * lda + kk);
@@ -99,10 +105,11 @@ void MicroBf16(const float* a, int64_t lda, const uint16_t* panel, int64_t kc, f
 }
 
 using MicroFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, int64_t, bool, const float*);
-constexpr MicroFn kMicro[kMR + 1] = {nullptr, MicroBf16<1>, MicroBf16<2>, MicroBf16<3>,
-                                     MicroBf16<4>, MicroBf16<5>, MicroBf16<6>};
+template <bool kF16>
+constexpr MicroFn kMicro[kMR + 1] = {nullptr,          Micro<1, kF16>, Micro<2, kF16>, Micro<3, kF16>,
+                                     Micro<4, kF16>, Micro<5, kF16>, Micro<6, kF16>};
 
-// r[j] (8 bf16 of row j) -> r[q] (element q of rows 0-7), in registers.
+// r[j] (8 16-bit values of row j) -> r[q] (element q of rows 0-7), in registers.
 inline void Transpose8x8Epi16(__m128i (&r)[8]) {
   const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
   const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
@@ -170,6 +177,7 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
   const int64_t kc_blk = KBlock(g.k);
   const int64_t n_panels = (n_end - n_begin + kNR - 1) / kNR;
   const uint16_t* prepacked = PrepackedBy(*g.w) ? static_cast<const uint16_t*>(g.w->packed) : nullptr;
+  const MicroFn* micro = g.w->dtype == DType::kF16 ? kMicro<true> : kMicro<false>;
   if (prepacked == nullptr) pack_buf.Reserve(static_cast<size_t>(n_panels * kNR * kc_blk) * 2);
   for (int64_t k0 = 0; k0 < g.k; k0 += kc_blk) {
     const int64_t kc = std::min(kc_blk, g.k - k0);
@@ -192,7 +200,7 @@ void GemmRange(const GemmArgs& g, int64_t n_begin, int64_t n_end) {
         const uint16_t* b = panel(p);
         for (int64_t i = i0; i < i_end; i += kMR) {
           const int mr = static_cast<int>(std::min<int64_t>(kMR, i_end - i));
-          kMicro[mr](g.x + i * g.k + k0, g.k, b, kc, g.y + i * g.n + jp, g.n, nv, first, bias);
+          micro[mr](g.x + i * g.k + k0, g.k, b, kc, g.y + i * g.n + jp, g.n, nv, first, bias);
         }
       }
     }
@@ -207,16 +215,16 @@ void RunGemm(ThreadPool& pool, const GemmArgs* gs, int n_gs) {
 
 }  // namespace
 
-bool CanPrepackBf16(const WeightTensor& w) {
-  return w.dtype == DType::kBF16 && w.shape.size() == 2 && w.rows() > 0;
+bool CanPrepackDense(const WeightTensor& w) {
+  return (w.dtype == DType::kBF16 || w.dtype == DType::kF16) && w.shape.size() == 2 && w.rows() > 0;
 }
 
-uint64_t PrepackedBf16Bytes(const WeightTensor& w) {
+uint64_t PrepackedDenseBytes(const WeightTensor& w) {
   const int64_t panels = (w.rows() + kNR - 1) / kNR;
   return static_cast<uint64_t>(panels * w.cols() * kNR) * 2;
 }
 
-void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out) {
+void PrepackDense(ThreadPool& pool, const WeightTensor& w, void* out) {
   const int64_t n = w.rows(), k = w.cols(), panels = (n + kNR - 1) / kNR;
   uint16_t* dst = static_cast<uint16_t*>(out);
   pool.ParallelFor(panels, [&](int64_t p, int) {
@@ -227,7 +235,7 @@ void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out) {
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs) {
   ATTIC_CHECK(n_outs >= 1 && n_outs <= kMaxGemmOuts);
   const WeightTensor& w0 = *outs[0].w;
-  if (w0.dtype != DType::kBF16) {  // f32, f16, q8_0: OpenBLAS on widened tiles
+  if (w0.dtype != DType::kBF16 && w0.dtype != DType::kF16) {  // f32, q8_0: OpenBLAS on widened tiles
     for (int i = 0; i < n_outs; ++i) SgemmFallback(Avx2Table(), pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
     return;
   }

@@ -12,8 +12,8 @@ namespace attic::backend::cpu {
 
 namespace {
 
-// A table's prepacking: its GEMM's panels of unquantized matrices (bf16; f16 on AVX-512;
-// within PrepackWeights' budget), or
+// A table's prepacking: its GEMM's panels of unquantized matrices (bf16, f16; within
+// PrepackWeights' budget), or
 // block-quantized matrices packed for its integer GEMV (qpack.h).
 template <bool (*kCanDense)(const WeightTensor&), uint64_t (*kDenseBytes)(const WeightTensor&),
           void (*kPackDense)(ThreadPool&, const WeightTensor&, void*), bool (*kCanQuant)(const WeightTensor&)>
@@ -84,7 +84,7 @@ const KernelTable& Avx2Table() {
   static const KernelTable t = [] {
     KernelTable t = MakeTable<avx2_fns>(Isa::kAvx2, "avx2");
     t.gemm_multi = avx2::GemmMulti;
-    SetPrepacking<avx2::CanPrepackBf16, avx2::PrepackedBf16Bytes, avx2::PrepackBf16, avx2::CanPrepackQuant>(&t);
+    SetPrepacking<avx2::CanPrepackDense, avx2::PrepackedDenseBytes, avx2::PrepackDense, avx2::CanPrepackQuant>(&t);
     // Crossover (`kernels_bench --only crossover`, AMD EPYC Zen 3, 2 threads): the bf16
     // GEMV beats the GEMM that packs per call up to m ~ 16-24 (w_up: 339 vs 368 us at
     // 16, 465 vs 435 at 24); on prepacked weights the GEMM wins from m = 1 (w_up 81 vs

@@ -190,13 +190,14 @@ void RowToF32(DType dtype, const void* src, float* dst, int64_t n);
 const float* GemvPrepare(const WeightTensor& w, const float* x, int64_t m, AlignedBuffer* scratch);
 int64_t GemvLayout(const WeightTensor& w);
 void Gemv(const float* xp, int64_t m, const WeightTensor& w, const float* bias, float* y, int64_t n0, int64_t n1);
-// GEMM (gemm_avx2.cc): bf16 weights through Attic's own packed kernel (true f32 math),
-// read from a prepacked copy (PrepackBf16's layout, WeightTensor::packed_layout ==
-// kPackedLayout) when there is one, bit-identically; other dtypes through SgemmFallback.
+// GEMM (gemm_avx2.cc): bf16 and f16 weights through Attic's own packed kernel (true f32
+// math), read from a prepacked copy (PrepackDense's layout, [panel][k][16] of the file's
+// 16-bit values, WeightTensor::packed_layout == kPackedLayout) when there is one,
+// bit-identically; other dtypes through SgemmFallback.
 constexpr int kPackedLayout = static_cast<int>(Isa::kAvx2);
-bool CanPrepackBf16(const WeightTensor& w);
-uint64_t PrepackedBf16Bytes(const WeightTensor& w);
-void PrepackBf16(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
+bool CanPrepackDense(const WeightTensor& w);
+uint64_t PrepackedDenseBytes(const WeightTensor& w);
+void PrepackDense(ThreadPool& pool, const WeightTensor& w, void* out);  // out: 64-byte aligned
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);
 void GemmMulti(ThreadPool& pool, const float* x, int64_t m, const LinearOutput* outs, int n_outs);
 void RmsNormRow(const float* x, const float* weight, int64_t n, float eps, float* out);

@@ -264,25 +264,25 @@ TEST(LinearTest, F16PrepackedGemmIsBitIdentical) {
   }
 }
 
-// The AVX2 GEMM's prepacked bf16 panels (16 rows, k-major): the same panels the call
-// would pack, the same micro-kernel, so the same bits; each row alone gives its bits in
-// the batch; a weight packed in another ISA's layout is not read as one; the automatic
+// The AVX2 GEMM's prepacked bf16 and f16 panels (16 rows, k-major): the same panels the
+// call would pack, the same micro-kernel, so the same bits; each row alone gives its bits
+// in the batch; a weight packed in another ISA's layout is not read as one; the automatic
 // path still meets the reference bound.
-TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
+void RunAvx2PrepackedGemmCases(DType dtype) {
   const KernelTable* t = KernelsFor(Isa::kAvx2);
   if (t == nullptr) GTEST_SKIP() << "needs AVX2";
-  std::mt19937 rng(78);
+  std::mt19937 rng(dtype == DType::kF16 ? 80 : 78);
   ThreadPool pool(2);
   std::vector<Shape> shapes = FloatShapes();
   shapes.push_back({65, 1536, 576});  // a returning turn's new tokens through w_up of the 135M shape
   shapes.push_back({7, 576, 1536});
   for (const Shape& s : shapes) {
-    TestWeight tw = MakeWeight(rng, DType::kBF16, s.n, s.k, 6);
-    ASSERT_TRUE(avx2::CanPrepackBf16(tw.w));
+    TestWeight tw = MakeWeight(rng, dtype, s.n, s.k, 6);
+    ASSERT_TRUE(avx2::CanPrepackDense(tw.w));
     AlignedBuffer buf;
     static_assert(avx2::kPackedLayout == static_cast<int>(Isa::kAvx2));
     const PrepackedRun r = RunPrepacked(*t, pool, rng, s, tw, &buf);
-    CheckLinear(r.x, tw, r.bias.data(), s.m, r.plain.data(), 1e-5, "gemm " + r.what);
+    CheckLinear(r.x, tw, r.bias.data(), s.m, r.plain.data(), 1e-5, std::string("gemm ") + DTypeName(dtype) + " " + r.what);
     std::vector<float> y(r.plain.size(), std::nanf(""));
     LinearWith(*t, pool, r.x.data(), s.m, tw.w, r.bias.data(), y.data());
     CheckLinear(r.x, tw, r.bias.data(), s.m, y.data(), 1e-5, "auto, prepacked " + r.what);
@@ -302,6 +302,9 @@ TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) {
     EXPECT_EQ(std::memcmp(r.plain.data(), other.data(), r.plain.size() * sizeof(float)), 0) << r.what;
   }
 }
+
+TEST(LinearTest, Avx2Bf16PrepackedGemmIsBitIdentical) { RunAvx2PrepackedGemmCases(DType::kBF16); }
+TEST(LinearTest, Avx2F16PrepackedGemmIsBitIdentical) { RunAvx2PrepackedGemmCases(DType::kF16); }
 
 // The GEMV on prepacked bf16 weights reads the panels (one sequential stream) instead of
 // the rows: against the double reference it keeps the GEMV's f32 bound (the dot form
