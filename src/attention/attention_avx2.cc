@@ -74,7 +74,6 @@ inline float HorizontalSum(__m256 x) {
   return _mm_cvtss_f32(s);
 }
 
-// 8 K/V elements widened to f32: f32 rows as they are, f16 rows converted in the load.
 // Scores of slots first..first+7 at or past `lim` (not visible to the query row) set to
 // -inf: the causal mask of a decode step's last piece.
 [[gnu::always_inline]] inline __m256 MaskScores(__m256 s, int first, int lim, __m256i iota, __m256 neg_inf) {
@@ -103,6 +102,7 @@ inline float HorizontalSum(__m256 x) {
   lsum = _mm256_fmadd_ps(lsum, alpha, sum);
 }
 
+// 8 K/V elements widened to f32: f32 rows as they are, f16 rows converted in the load.
 inline __m256 LoadKv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 LoadKv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 

@@ -10,10 +10,10 @@
 // (weight rows) are cut into tasks of up to kMaxTaskPanels panels of kNR = 16 rows, claimed
 // by the pool threads. A panel holds its 16 rows' 16-bit weights k-major ([k][16]): the
 // micro-kernel widens 16 weights exactly in registers (bf16: zero-extend, shift, two
-// instructions per 8; f16: vcvtph2ps, F16C) and does kMR x 16 FMAs per k with x broadcast from its rows
-// (kMR = 6: 12 accumulators, all in registers). Each output is its own sum over k, in
-// ascending order within k blocks of at most kKc (k cut into equal blocks, the blocks
-// added in order): the same bits whatever m is and whichever rows share the call (row
+// instructions per 8; f16: vcvtph2ps, F16C) and does kMR x 16 FMAs per k with x
+// broadcast from its rows (kMR = 6: 12 accumulators, all in registers). Each output is
+// its own sum over k, in ascending order within k blocks of at most kKc (k cut into
+// equal blocks, the blocks added in order): the same bits whatever m is and whichever rows share the call (row
 // invariant, as the GEMV), and whether the panel was packed by this call or once at load
 // (PrepackDense, backend::PrepackWeights). Within ~1e-6 relative of the float64 sum.
 //

@@ -166,9 +166,9 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
     for (WeightTensor* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) ws.push_back(w);
   ws.push_back(model.lm_head);
   uint64_t total = 0;
-  // All or nothing for the unquantized matrices (bf16, f16: one rule per model) within max_bytes; block-quantized
-  // matrices always (their packed copy replaces the file's layout), each whose type has
-  // a packed layout (the others keep the row-major GEMV).
+  // All or nothing for the unquantized matrices (bf16, f16: one rule per model) within
+  // max_bytes; block-quantized matrices always (their packed copy replaces the file's
+  // layout), each whose type has a packed layout (the others keep the row-major GEMV).
   std::vector<WeightTensor*> pack;
   bool all_dense = true;
   uint64_t dense_bytes = 0;
