@@ -13,9 +13,9 @@
 // instructions per 8; f16: vcvtph2ps, F16C) and does kMR x 16 FMAs per k with x
 // broadcast from its rows (kMR = 6: 12 accumulators, all in registers). Each output is
 // its own sum over k, in ascending order within k blocks of at most kKc (k cut into
-// equal blocks, the blocks added in order): the same bits whatever m is and whichever rows share the call (row
-// invariant, as the GEMV), and whether the panel was packed by this call or once at load
-// (PrepackDense, backend::PrepackWeights). Within ~1e-6 relative of the float64 sum.
+// equal blocks, the blocks added in order): the same bits whatever m is and whichever
+// rows share the call (row invariant, as the GEMV), and whether the panel was packed by
+// this call or once at load (PrepackDense, backend::PrepackWeights). Within ~1e-6 relative of the float64 sum.
 //
 // Measured (`kernels_bench`, 135M shape, 2 threads, AMD EPYC Zen 3): m = 512, packed per
 // call, 171 GFLOP/s against OpenBLAS-on-widened-tiles' 160; on prepacked weights it
