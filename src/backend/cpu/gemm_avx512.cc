@@ -538,6 +538,8 @@ void GemvPackedF16(const float* xp, int64_t m, const WeightTensor& w, const floa
 
 bool CanPrepackDense(const WeightTensor& w) { return CanPrepackBf16(w) || CanPrepackF16(w); }
 
+bool IsPrepackedDense(const WeightTensor& w) { return IsPrepackedBf16(w) || IsPrepackedF16(w); }
+
 uint64_t PrepackedDenseBytes(const WeightTensor& w) {
   return w.dtype == DType::kF16 ? PrepackedF16Bytes(w) : PrepackedBf16Bytes(w);
 }

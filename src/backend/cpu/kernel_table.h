@@ -253,6 +253,8 @@ void GemvPackedF16(const float* xp, int64_t m, const WeightTensor& w, const floa
                    int64_t n1);
 // The table's prepacking of unquantized matrices: bf16 (PrepackBf16) or f16 (PrepackF16).
 bool CanPrepackDense(const WeightTensor& w);
+// Whether w is prepacked in either layout (the GEMV then reads panels, with x unshifted).
+bool IsPrepackedDense(const WeightTensor& w);
 uint64_t PrepackedDenseBytes(const WeightTensor& w);
 void PrepackDense(ThreadPool& pool, const WeightTensor& w, void* out);
 void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightTensor& w, const float* bias, float* y);

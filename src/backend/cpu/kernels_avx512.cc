@@ -381,7 +381,7 @@ const float* PrepareImpl(const WeightTensor& w, const float* x, int64_t m, Align
   if (w.dtype == DType::kQ8_0) return x;
   if (UsesQuantDot(w.dtype))
     return GetCpuFeatures().avx512_vnni ? vnni::QuantizeX(x, m, w.cols(), scratch) : QuantizeX(x, m, w.cols(), scratch);
-  const bool packed = IsPrepackedBf16(w) || IsPrepackedF16(w);  // panels: x unshifted, in natural order
+  const bool packed = IsPrepackedDense(w);  // panels: x unshifted, in natural order
   const int64_t k = w.cols(), shift = packed ? 0 : RowShift(w);
   if (w.dtype == DType::kBF16 && dot) {
     scratch->Reserve(static_cast<size_t>(m * PadK(k + shift)) * 2);
@@ -443,7 +443,7 @@ const float* GemvPrepareFma(const WeightTensor& w, const float* x, int64_t m, Al
 // with a row-major weight.
 int64_t GemvLayout(const WeightTensor& w) {
   if (UsesQuantDot(w.dtype) || qpack::IsPacked(w, Isa::kAvx512)) return -1;
-  return IsPrepackedBf16(w) || IsPrepackedF16(w) ? -2 : RowShift(w);
+  return IsPrepackedDense(w) ? -2 : RowShift(w);
 }
 
 void SetBf16GemvDotDisabledForTesting(bool disabled) { g_bf16_dot_disabled.store(disabled); }
