@@ -518,12 +518,15 @@ void PrepackF16(ThreadPool& pool, const WeightTensor& w, void* out) {
   const int64_t n = w.rows(), k = w.cols(), panels = (n + kNR - 1) / kNR;
   uint16_t* dst = static_cast<uint16_t*>(out);
   pool.ParallelFor(panels, [&](int64_t p, int) {
-    // The f32 path's panel of the whole k (what a call would pack, one k block at a
-    // time), narrowed back to f16: exact, every value came from an f16.
-    thread_local AlignedBuffer f32;
-    f32.Reserve(static_cast<size_t>(k * kNR) * 4);
-    PackPanelF32T<PackF16>(w, p * kNR, std::min<int64_t>(kNR, n - p * kNR), 0, k, f32.as<float>());
-    F32ToF16(f32.as<float>(), dst + p * k * kNR, k * kNR);
+    // The f32 path's panel (what a call would pack), one k block at a time, narrowed back
+    // to f16: exact, every value came from an f16. The scratch is one block (<= 144 KiB).
+    alignas(64) static thread_local float f32[kKcF32 * kNR];
+    const int64_t nv = std::min<int64_t>(kNR, n - p * kNR);
+    for (int64_t k0 = 0; k0 < k; k0 += kKcF32) {
+      const int64_t kc = std::min(kKcF32, k - k0);
+      PackPanelF32T<PackF16>(w, p * kNR, nv, k0, kc, f32);
+      F32ToF16(f32, dst + (p * k + k0) * kNR, kc * kNR);
+    }
   });
 }
 
