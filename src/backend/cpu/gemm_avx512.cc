@@ -520,7 +520,10 @@ void PrepackF16(ThreadPool& pool, const WeightTensor& w, void* out) {
   pool.ParallelFor(panels, [&](int64_t p, int) {
     // The f32 path's panel (what a call would pack), one k block at a time, narrowed back
     // to f16: exact, every value came from an f16. The scratch is one block (<= 144 KiB).
-    alignas(64) static thread_local float f32[kKcF32 * kNR];
+    // (Allocated by the threads that pack, not in every thread's static TLS.)
+    thread_local AlignedBuffer scratch;
+    scratch.Reserve(static_cast<size_t>(kKcF32 * kNR) * 4);
+    float* f32 = scratch.as<float>();
     const int64_t nv = std::min<int64_t>(kNR, n - p * kNR);
     for (int64_t k0 = 0; k0 < k; k0 += kKcF32) {
       const int64_t kc = std::min(kKcF32, k - k0);
