@@ -37,17 +37,24 @@
 //               until it fills)
 //   kivi-G+q8/vq4_0  kivi-G+q8 with V per token as q4_0 (symmetric: no minimum, 4.5 bits
 //               a value instead of 5)
+//   hq4_0, hq4_1  q4_0 / q4_1 per token after an orthogonal rotation of each head's row
+//             (K and V): x -> H S x / sqrt(head_dim), H the Walsh-Hadamard matrix, S fixed
+//             random signs (QuaRot's rotation). A rotation keeps q . k (the query is rotated
+//             alike) and P V (the output is rotated back), but spreads an outlier channel's
+//             energy over every channel of the head, so one scale per token block fits it.
+//             Rows keep a fixed size, as the store's and the compute buffer's rows do.
 // K is quantized either after RoPE (`post`: what a compute buffer of the type holds) or
 // before it and then rotated (`pre`: what a store entry of the type holds, rotated on
 // entry). V is the same in both.
 //
 // Usage: kv_quant_bench --model DIR [--text FILE] [--length 512] [--windows 4]
-//          [--groups 32,128] [--threads 2]
+//          [--groups 32,128] [--schemes NAME,...] [--threads 2]
 //          [--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]]
 //          [--json FILE]
 // --passkey-lengths adds the pass-key grid (eval::RunNeedleGrid, retriever-1m's task):
 // greedy exact match with every scheme's KV against the f32 control, decoding over KV whose
 // per-channel groups form as their tokens arrive.
+// --schemes keeps only the named schemes (default: all of them).
 // Output: tables on stdout, then one JSON line (also to --json).
 #include <algorithm>
 #include <cmath>
@@ -92,6 +99,7 @@ struct Scheme {
   int group = 0;           // kivi: tokens per channel group
   enum Tail { kF32, kQ4_1, kQ8_0 } tail = kF32;  // kivi: the tail (no whole group) as f32, q4_1 or q8_0 per token
   Kind v = Kind::kQ4_1;                           // kivi: V per token as q4_1 or q4_0
+  bool rotate = false;                            // per-token kinds: rotate each head's row first (hq4_*)
 };
 
 // Values per block along head_dim: 32, or the whole row below 32.
@@ -147,9 +155,49 @@ void RoundTripChannels4(float* x, int n, int width, int g) {
   }
 }
 
+// The fixed signs S of the rotation: one per channel of a head, from a fixed seed.
+float RotationSign(int i) {
+  uint64_t z = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return ((z ^ (z >> 31)) & 1) != 0 ? -1.0f : 1.0f;
+}
+
+// In-place unnormalized Walsh-Hadamard transform of d values (d a power of two), in double.
+void Hadamard(double* x, int d) {
+  for (int h = 1; h < d; h *= 2)
+    for (int i = 0; i < d; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const double a = x[j], b = x[j + h];
+        x[j] = a + b, x[j + h] = a - b;
+      }
+}
+
+// Each head_dim row of x rotated (inverse = false: H S x / sqrt(d)) or rotated back
+// (S H y / sqrt(d)); the matrix is orthogonal, so the pair is the identity up to rounding.
+void RotateRows(float* x, int64_t n_values, int head_dim, bool inverse) {
+  ATTIC_CHECK((head_dim & (head_dim - 1)) == 0);
+  const double norm = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<double> t(static_cast<size_t>(head_dim));
+  for (int64_t at = 0; at < n_values; at += head_dim) {
+    for (int i = 0; i < head_dim; ++i) t[i] = x[at + i] * (inverse ? 1.0 : RotationSign(i));
+    Hadamard(t.data(), head_dim);
+    for (int i = 0; i < head_dim; ++i)
+      x[at + i] = static_cast<float>(t[i] * norm * (inverse ? RotationSign(i) : 1.0));
+  }
+}
+
 // `x` [n, n_kv_heads * head_dim] (K or V of one layer) round-tripped through the scheme.
 void RoundTrip(const Scheme& s, bool is_key, std::vector<float>* x, int n, int kv_dim, int head_dim) {
   const int64_t n_values = static_cast<int64_t>(n) * kv_dim;
+  if (s.rotate) {
+    Scheme inner = s;
+    inner.rotate = false;
+    RotateRows(x->data(), n_values, head_dim, false);
+    RoundTrip(inner, is_key, x, n, kv_dim, head_dim);
+    RotateRows(x->data(), n_values, head_dim, true);
+    return;
+  }
   switch (s.kind) {
     case Kind::kNone: return;
     case Kind::kQ8_0: {
@@ -381,17 +429,18 @@ double OutlierRatio(std::vector<double> m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, text, json_out, groups_text = "32,128", passkey_lengths_text, haystack;
+  std::string model, text, json_out, groups_text = "32,128", passkey_lengths_text, haystack, schemes_text;
   int length = 512, windows = 4, threads = 2, passkey_trials = 16, passkey_seed = 2;
   bench::FlagParser flags(kProgram,
-                          "--model DIR [--text FILE] [--length 512] [--windows 4] [--groups 32,128] [--threads 2] "
-                          "[--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]] "
+                          "--model DIR [--text FILE] [--length 512] [--windows 4] [--groups 32,128] [--schemes NAME,...] "
+                          "[--threads 2] [--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]] "
                           "[--json FILE]");
   flags.String("--model", &model);
   flags.String("--text", &text);
   flags.Int("--length", &length);
   flags.Int("--windows", &windows);
   flags.String("--groups", &groups_text);
+  flags.String("--schemes", &schemes_text);
   flags.Int("--threads", &threads);
   flags.String("--json", &json_out);
   flags.String("--passkey-lengths", &passkey_lengths_text);
@@ -442,6 +491,21 @@ int main(int argc, char** argv) {
     schemes.push_back({"kivi-" + std::to_string(g) + "+q8", Kind::kKivi, g, Scheme::kQ8_0});
     schemes.push_back({"kivi-" + std::to_string(g) + "+tok", Kind::kKivi, g, Scheme::kQ4_1});
     schemes.push_back({"kivi-" + std::to_string(g) + "+q8/vq4_0", Kind::kKivi, g, Scheme::kQ8_0, Kind::kQ4_0});
+  }
+  schemes.push_back({"hq4_0", Kind::kQ4_0, 0, Scheme::kF32, Kind::kQ4_1, true});
+  schemes.push_back({"hq4_1", Kind::kQ4_1, 0, Scheme::kF32, Kind::kQ4_1, true});
+  if (!schemes_text.empty()) {
+    std::vector<Scheme> kept;
+    size_t from = 0;
+    while (from <= schemes_text.size()) {
+      const size_t comma = std::min(schemes_text.find(',', from), schemes_text.size());
+      const std::string name = schemes_text.substr(from, comma - from);
+      auto it = std::find_if(schemes.begin(), schemes.end(), [&](const Scheme& sc) { return sc.name == name; });
+      if (it == schemes.end()) flags.UsageError("--schemes: no scheme named '" + name + "'");
+      kept.push_back(*it);
+      from = comma + 1;
+    }
+    schemes = kept;
   }
   const char* placements[2] = {"post", "pre"};
   const size_t n_s = schemes.size();
