@@ -29,7 +29,7 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
   cmd->add_option("--kv-dtype", f->kv_dtype,
                   "element type of the compute buffer's KV cache: f32 (exact: greedy output independent of "
                   "batching), f16 (half the memory per token) or q8_0 (8-bit, one f16 scale per 32 values: "
-                  "~0.27x f32's memory; sparse offload does not take it yet)")
+                  "~0.27x f32's memory)")
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
       ->capture_default_str();
   cmd->add_option("--kv-block-size", f->kv_block_size,

@@ -200,9 +200,6 @@ int RunServe(ServeFlags f) {
     f.server.kv.sparse = std::make_shared<const pq::SparseOptions>(*sparse);
   f.server.kv.sparse_offload_bytes = static_cast<int64_t>(f.sparse_offload);
   engine::EngineOptions eo = ToEngineOptions(f.model, true);
-  if (sparse->offload()) {
-    if (Status st = pq::CheckOffloadKvType(eo.kv_dtype); !st.ok()) return UsageError("--sparse " + f.sparse + ": " + st.message());
-  }
   // The KV pool: --kv-budget, else room for --max-running full contexts, at most
   // --kv-budget-cap, at least one context.
   eo.kv_cache_bytes = static_cast<int64_t>(f.kv_budget);

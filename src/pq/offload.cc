@@ -42,7 +42,8 @@ std::string KeyPrefix() {
 }
 
 // A buffer laid out like one layer of the pool's blocks ([block][kv_head][row][head_dim]
-// of the pool's element type), K and V: attention reads it through `view`.
+// of the pool's element type; q8_0: each block's scales after its values, as in the
+// pool), K and V: attention reads it through `view`.
 struct LayerBuffer {
   AlignedBuffer k, v;
   std::vector<int32_t> table;
@@ -168,6 +169,23 @@ class Offloaded final : public OffloadedSparseAttention {
   int64_t RowBytes() const { return static_cast<int64_t>(ks_.kv_dim()) * 4; }
   int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
   int eb() const { return ks_.elem_bytes(); }
+  bool q8() const { return ks_.dtype == DType::kQ8_0; }
+  // Bytes from a layer-block's start (a pool block's, or a staging buffer's block) to row
+  // `row` of KV head h: its values, and (q8_0) its f16 scales. Within a head, rows are
+  // consecutive in both.
+  int64_t ValueAt(int h, int row) const {
+    return (static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim) * eb();
+  }
+  int64_t ScalesPerRow() const { return ks_.head_dim / ks_.q8_group(); }
+  int64_t ScaleAt(int h, int row) const {
+    return ks_.q8_scales_offset() + (static_cast<int64_t>(h) * ks_.block_size + row) * ScalesPerRow() * 2;
+  }
+  // n consecutive rows of KV head h, from row src_row of the layer-block at src to row
+  // dst_row of the one at dst (K or V).
+  void CopyRows(const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
+    std::memcpy(dst + ValueAt(h, dst_row), src + ValueAt(h, src_row), static_cast<size_t>(n) * ks_.head_dim * eb());
+    if (q8()) std::memcpy(dst + ScaleAt(h, dst_row), src + ScaleAt(h, src_row), static_cast<size_t>(n) * ScalesPerRow() * 2);
+  }
 
   // Adds what a pool thread's (or a KV head's) own stats counted while staging: reads,
   // fetches and the cache's hits and misses.
@@ -194,26 +212,38 @@ class Offloaded final : public OffloadedSparseAttention {
   }
 
   // Row `row` of a block from a tier range (one layer: K rows, then V rows), KV heads
-  // [h, h + n_heads): K rotated to `position`, both in the pool's element type, to k_dst /
-  // v_dst (heads head_stride() elements apart).
-  void EnterRow(const store::ByteRange& range, int row, int h, int n_heads, int32_t position, uint8_t* k_dst,
-                uint8_t* v_dst) const {
+  // [h, h + n_heads): K rotated to `position`, both in the pool's element type, to row
+  // dst_row of the layer-blocks at k_block / v_block.
+  void EnterRow(const store::ByteRange& range, int row, int h, int n_heads, int32_t position, uint8_t* k_block,
+                uint8_t* v_block, int dst_row) const {
     const int64_t at = static_cast<int64_t>(row) * ks_.kv_dim() + static_cast<int64_t>(h) * ks_.head_dim;
     const float* k = reinterpret_cast<const float*>(range.data) + at;
     const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
-    kv::EnterRotatedHeads(ks_.dtype, rope_, k, v, n_heads, ks_.head_dim, position, k_dst, v_dst, ks_.head_stride());
+    uint16_t *k_scales = nullptr, *v_scales = nullptr;
+    if (q8()) {
+      k_scales = reinterpret_cast<uint16_t*>(k_block + ScaleAt(h, dst_row));
+      v_scales = reinterpret_cast<uint16_t*>(v_block + ScaleAt(h, dst_row));
+    }
+    kv::EnterRotatedHeads(ks_.dtype, rope_, k, v, n_heads, ks_.head_dim, position, k_block + ValueAt(h, dst_row),
+                          v_block + ValueAt(h, dst_row), ks_.head_stride(), k_scales, v_scales,
+                          ks_.block_size * ScalesPerRow());
   }
 
   void SetView(const LayerBuffer& buf, int n_slots) {
     view_ = attention::KvLayerView();
-    if (ks_.dtype == DType::kF16) {
+    view_.block_stride = ks_.block_stride();
+    if (q8()) {  // addressed in bytes, as the pool's q8_0 view (engine/transformer.cc)
+      view_.k_q8 = buf.k.as<int8_t>();
+      view_.v_q8 = buf.v.as<int8_t>();
+      view_.q8_scales = ks_.q8_scales_offset();
+      view_.block_stride = ks_.block_layer_bytes();
+    } else if (ks_.dtype == DType::kF16) {
       view_.k_f16 = buf.k.as<uint16_t>();
       view_.v_f16 = buf.v.as<uint16_t>();
     } else {
       view_.k_pool = buf.k.as<float>();
       view_.v_pool = buf.v.as<float>();
     }
-    view_.block_stride = ks_.block_stride();
     view_.block_size = ks_.block_size;
     view_.block_table = buf.table.data();
     view_.n_slots = n_slots;
@@ -247,9 +277,7 @@ class Offloaded final : public OffloadedSparseAttention {
         return;
       }
       per_thread[thread].fetched_bytes += static_cast<int64_t>(range->size);
-      const int64_t row = static_cast<int64_t>(ks_.head_dim) * eb();
-      for (int r = 0; r < bs; ++r)
-        EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd + r * row, vd + r * row);
+      for (int r = 0; r < bs; ++r) EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd, vd, r);
     });
     for (size_t t = 0; t < per_thread.size(); ++t) {
       AddReadCounts(per_thread[t]);
@@ -318,7 +346,7 @@ class Offloaded final : public OffloadedSparseAttention {
       }
     }
     const int bs = ks_.block_size, hd = ks_.head_dim;
-    const int64_t lb = ks_.block_layer_bytes(), hs = ks_.head_stride() * eb(), row = static_cast<int64_t>(hd) * eb();
+    const int64_t lb = ks_.block_layer_bytes();
     auto* kp = reinterpret_cast<uint8_t*>(seq_->pool()->k_data(layer));
     auto* vp = reinterpret_cast<uint8_t*>(seq_->pool()->v_data(layer));
     const auto& pos = seq_->positions();
@@ -328,11 +356,11 @@ class Offloaded final : public OffloadedSparseAttention {
       const int idx = free.back();
       free.pop_back();
       where[b] = idx;
-      uint8_t* kd = kp + cache_phys_[idx] * lb + h * hs;
-      uint8_t* vd = vp + cache_phys_[idx] * lb + h * hs;
+      uint8_t* kd = kp + cache_phys_[idx] * lb;
+      uint8_t* vd = vp + cache_phys_[idx] * lb;
       if (staged != nullptr) {
-        std::memcpy(kd, staged->k.as<uint8_t>() + b * lb + h * hs, bs * row);
-        std::memcpy(vd, staged->v.as<uint8_t>() + b * lb + h * hs, bs * row);
+        CopyRows(staged->k.as<uint8_t>() + b * lb, 0, kd, 0, h, bs);
+        CopyRows(staged->v.as<uint8_t>() + b * lb, 0, vd, 0, h, bs);
         continue;
       }
       auto range = ReadLayer(layer, b, stats);
@@ -342,7 +370,7 @@ class Offloaded final : public OffloadedSparseAttention {
         continue;
       }
       const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd + r * row, vd + r * row);
+      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd, vd, r);
       stats->fetch_seconds += Since(t0);
       stats->fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
     }
@@ -357,7 +385,7 @@ class Offloaded final : public OffloadedSparseAttention {
     int m = 0;
     for (int h = 0; h < n_kv; ++h) m = std::max(m, vis.n_head_indices[h]);
     const int n_blocks = std::max(1, (m + bs - 1) / bs);
-    const int64_t lb = ks_.block_layer_bytes(), hs = ks_.head_stride() * eb(), row = static_cast<int64_t>(hd) * eb();
+    const int64_t lb = ks_.block_layer_bytes();
     stage_.Reserve(n_blocks, lb);
     NoteBuffer();
     const auto& table = seq_->block_table();
@@ -379,13 +407,12 @@ class Offloaded final : public OffloadedSparseAttention {
       int fetched_block = -1;
       for (size_t j = 0; j < sel.size(); ++j) {
         const int32_t s = sel[j], b = s / bs;
-        uint8_t* kd = stage_.k.as<uint8_t>() + (i / bs) * lb + h * hs + (i % bs) * row;
-        uint8_t* vd = stage_.v.as<uint8_t>() + (i / bs) * lb + h * hs + (i % bs) * row;
+        uint8_t* kd = stage_.k.as<uint8_t>() + (i / bs) * lb;  // row i % bs of this block
+        uint8_t* vd = stage_.v.as<uint8_t>() + (i / bs) * lb;
         if (table[b] != kv::SequenceKv::kNoBlock || where.count(b) != 0) {
           const int64_t p = table[b] != kv::SequenceKv::kNoBlock ? table[b] : cache_phys_[where.at(b)];
-          const int64_t at = p * lb + h * hs + (s % bs) * row;
-          std::memcpy(kd, kp + at, row);
-          std::memcpy(vd, vp + at, row);
+          CopyRows(kp + p * lb, s % bs, kd, i % bs, h, 1);
+          CopyRows(vp + p * lb, s % bs, vd, i % bs, h, 1);
         } else {
           if (b != fetched_block) {
             fetched = ReadLayer(layer, b, stats);
@@ -394,7 +421,7 @@ class Offloaded final : public OffloadedSparseAttention {
           }
           if (range == nullptr) continue;  // left out of this step (logged)
           const auto t0 = std::chrono::steady_clock::now();
-          EnterRow(*range, s % bs, h, 1, pos[s], kd, vd);
+          EnterRow(*range, s % bs, h, 1, pos[s], kd, vd, i % bs);
           stats->fetch_seconds += Since(t0);
           stats->fetched_bytes += 2 * hd * 4;
         }
@@ -509,13 +536,6 @@ int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots) {
   return static_cast<int64_t>((n_slots + shape.block_size - 1) / shape.block_size) * BlockValueBytes(shape);
 }
 
-Status CheckOffloadKvType(DType kv_dtype) {
-  if (kv_dtype != DType::kQ8_0) return OkStatus();
-  return FailedPreconditionError(
-      "sparse offload does not take a q8_0 compute buffer yet (its tier and block cache copy f32/f16 rows): "
-      "use --kv-dtype f32 or f16, or sparse decoding without offload");
-}
-
 StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention(
     std::unique_ptr<SparseAttention> inner, const OffloadOptions& options, kv::SequenceKv* seq,
     const attention::RopeTable& rope, store::Tier* backing, int n_layers, backend::ThreadPool& pool) {
@@ -526,7 +546,6 @@ StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention
                                 " reads every key at every step)");
   }
   if (options.cache_blocks < 0) return InvalidArgumentError("sparse offload: cache_blocks must be >= 0");
-  ATTIC_RETURN_IF_ERROR(CheckOffloadKvType(seq->pool()->shape().dtype));
   if (seq->n_slots() != 0) return FailedPreconditionError("sparse offload: the sequence must start empty");
   std::vector<int32_t> cache_phys;
   for (int i = 0; i < options.cache_blocks; ++i) {

@@ -86,7 +86,6 @@ Status SparsePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   }
   if (SelectorOf(request) != nullptr) limits->no_choices = "sparse decoding";
   if (!Offloads(request)) return OkStatus();
-  ATTIC_RETURN_IF_ERROR(CheckOffloadKvType(options_.kv_shape.dtype));
   // An offloaded sequence keeps only its working set in the compute buffer: the window,
   // not the KV budget, bounds it; its whole context must fit the offload tier.
   const int64_t want = std::min<int64_t>(

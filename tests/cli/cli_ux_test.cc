@@ -57,10 +57,6 @@ TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("serve --kv-dram 1M --kv-remote redis://h:1 --kv-remote-timeout 0"),
                    "--kv-remote-timeout must be at least 1 ms");
   ExpectUsageError(RunAttic("make-model --shape smollm2-135m"), "--out-hf");
-  // Sparse offload copies f32 / f16 rows: refused with a q8_0 compute buffer before the
-  // model loads.
-  ExpectUsageError(RunAttic("serve --kv-dtype q8_0 --sparse pq-0.2@offload=4"),
-                   "sparse offload does not take a q8_0 compute buffer");
   // --help is not an error.
   Result help = RunAttic("serve --help");
   EXPECT_EQ(help.exit_code, 0) << help.out;

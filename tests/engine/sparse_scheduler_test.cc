@@ -13,6 +13,7 @@
 
 #include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
+#include "attic/pq/offload.h"
 #include "attic/pq/sparse.h"
 #include "attic/pq/sparse_planner.h"
 #include "attic/store/kv_store.h"
@@ -301,10 +302,14 @@ TEST(SparseScheduler, InvalidOptionsAreRejectedAtSubmit) {
 
 // Offload (pq/offload.h) in the scheduler: a request whose context does not fit the
 // compute buffer decodes with offload, exactly as the same selector with its whole KV
-// resident in a larger one; the plain request is refused; bad offload options too.
-TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferTooSmallForIt) {
+// resident in a larger one; the plain request is refused; bad offload options too. On
+// every compute-buffer type (q8_0: staged rows carry their scales).
+class SparseSchedulerOffload : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SparseSchedulerOffload, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferTooSmallForIt) {
   auto load = [](int64_t kv_bytes) {
     EngineOptions o;
+    o.kv_dtype = GetParam();
     o.model_path = SharedDir() + "/models/stories260K-hf";
     o.n_threads = 2;
     o.max_batch_tokens = 64;
@@ -357,7 +362,8 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   huge_cache->offload_cache_blocks = 12;
   EXPECT_EQ(s.Submit(Request(prompt, kTokens, huge_cache)).status().code(), StatusCode::kOutOfRange);
   KvFeatureOptions tiny_fo;
-  tiny_fo.sparse_offload_bytes = 10 * block_bytes;  // the context needs 23 blocks (f32, as the pool)
+  // The context needs 23 blocks (f32 in the tier, whatever the pool's type).
+  tiny_fo.sparse_offload_bytes = 10 * pq::OffloadTierBytes(small->kv_pool().shape(), 16);
   SchedulerOptions tiny_tier;
   tiny_tier.kv_connector = KvFeatures(tiny_fo);
   Scheduler s2(*small, tiny_tier);
@@ -365,6 +371,9 @@ TEST(SparseScheduler, AnOffloadedRequestDecodesAsTheResidentOneInAComputeBufferT
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(r.status().message().find("--sparse-offload-bytes"), std::string::npos) << r.status().message();
 }
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, SparseSchedulerOffload, ::testing::Values(DType::kF32, DType::kF16, DType::kQ8_0),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
 }  // namespace attic::engine

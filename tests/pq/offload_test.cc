@@ -218,10 +218,12 @@ INSTANTIATE_TEST_SUITE_P(
     // streaming-0.2: the whole budget of 96 (six blocks).
     ::testing::Values(Case{"pq-0.2@min=64,iters=4", DType::kF32, CachePolicy::kLru, 6, 5},
                       Case{"pq-0.2@min=64,iters=4", DType::kF16, CachePolicy::kLfu, 6, 5},
+                      Case{"pq-0.2@min=64,iters=4", DType::kQ8_0, CachePolicy::kLru, 6, 5},
                       Case{"pq-0.1@min=64,iters=4,combine=max", DType::kF32, CachePolicy::kLfu, 0, 4},
-                      Case{"streaming-0.2@min=64", DType::kF32, CachePolicy::kLru, 4, 9}),
+                      Case{"streaming-0.2@min=64", DType::kF32, CachePolicy::kLru, 4, 9},
+                      Case{"streaming-0.2@min=64", DType::kQ8_0, CachePolicy::kLfu, 4, 9}),
     [](const auto& info) {
-      std::string s = std::string(info.param.method) + (info.param.kv_dtype == DType::kF16 ? "_f16_" : "_f32_") +
+      std::string s = std::string(info.param.method) + "_" + DTypeName(info.param.kv_dtype) + "_" +
                       CachePolicyName(info.param.policy) + std::to_string(info.param.cache_blocks);
       for (auto& ch : s)
         if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/attention/rope.h"
 #include "attic/backend/convert.h"
 #include "attic/kv/block_pool.h"
@@ -60,16 +61,19 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
 }
 
 // One token's pre-RoPE K and V -- n_heads heads of head_dim f32 elements each, contiguous
-// (a kv_dim row, or the part of it from some head on) -- into rows of `dtype` (kF32 or
-// kF16) whose heads lie dst_head_stride elements apart: K rotated to `position` in f32,
-// then stored (and V converted) in dtype. The per-token step of EnterRotatedRows, for
-// destinations that are not slots of a block table too (a staging buffer, one head's part
-// of a block: pq/offload.h).
-// REQUIRES: dtype is kF32 or kF16 (a q8_0 row has scales elsewhere: EnterRotatedRows).
+// (a kv_dim row, or the part of it from some head on) -- into rows of `dtype` whose heads
+// lie dst_head_stride elements apart: K rotated to `position` in f32, then stored (and V
+// converted) in dtype. The per-token step of EnterRotatedRows, for destinations that are
+// not slots of a block table too (a staging buffer, one head's part of a block:
+// pq/offload.h). q8_0: each head's row quantized as the compute buffer's writes are
+// (attention::QuantizeKvRowQ8), its values at k_dst / v_dst (int8; heads dst_head_stride
+// bytes apart) and its f16 scales at k_scales / v_scales (heads scale_head_stride scales
+// apart), which only q8_0 uses.
 inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, const float* k, const float* v,
                               int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
-                              int64_t dst_head_stride) {
-  ATTIC_CHECK(dtype == DType::kF32 || dtype == DType::kF16);
+                              int64_t dst_head_stride, uint16_t* k_scales = nullptr, uint16_t* v_scales = nullptr,
+                              int64_t scale_head_stride = 0) {
+  ATTIC_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kQ8_0);
   const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
   if (dtype == DType::kF32) {
     // K rotated straight into place, V copied head by head.
@@ -78,10 +82,21 @@ inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, con
     for (int h = 0; h < n_heads; ++h) std::memcpy(vd + h * dst_head_stride, v + h * head_dim, row_bytes);
     return;
   }
-  // f16: K rotated into a row buffer (one token: stays in L1), then both converted.
+  // f16 and q8_0: K rotated into a row buffer (one token: stays in L1), then both stored.
   thread_local std::vector<float> krow;
   krow.resize(static_cast<size_t>(n_heads) * head_dim);
   rope.ApplyToken(k, krow.data(), n_heads, head_dim, position);
+  if (dtype == DType::kQ8_0) {
+    ATTIC_CHECK(k_scales != nullptr && v_scales != nullptr);
+    int8_t* kd = static_cast<int8_t*>(k_dst);
+    int8_t* vd = static_cast<int8_t*>(v_dst);
+    for (int h = 0; h < n_heads; ++h) {
+      attention::QuantizeKvRowQ8(krow.data() + h * head_dim, head_dim, kd + h * dst_head_stride,
+                                 k_scales + h * scale_head_stride);
+      attention::QuantizeKvRowQ8(v + h * head_dim, head_dim, vd + h * dst_head_stride, v_scales + h * scale_head_stride);
+    }
+    return;
+  }
   uint16_t* kd = static_cast<uint16_t*>(k_dst);
   uint16_t* vd = static_cast<uint16_t*>(v_dst);
   for (int h = 0; h < n_heads; ++h) {

@@ -84,11 +84,6 @@ int OffloadWorkingBlocks(const SparseOptions& options, int block_size, int max_s
 // layer's pre-RoPE K and V in f32 (the layout in offload.cc).
 int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots);
 
-// Whether sparse offload takes a compute buffer whose KV is `kv_dtype`: FailedPrecondition
-// for q8_0 (the offload tier and the block cache copy f32 / f16 rows); the one place this
-// is decided (the server's flags, a request's options and the offload itself ask it).
-Status CheckOffloadKvType(DType kv_dtype);
-
 // Wraps `inner` (method pq or streaming: the selectors that read no offloaded key once
 // their codebooks exist; InvalidArgument otherwise) so that `seq`'s KV is offloaded to
 // `backing` as it is computed. `rope` must be the model's (the one that rotated the
