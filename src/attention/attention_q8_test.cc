@@ -75,6 +75,57 @@ TEST(KvQ8, GroupsOf32AreIndependent) {
   EXPECT_FALSE(KvQ8Supports(48));
 }
 
+// The quantizer against kv_q8.h's formula, written out here in scalar float arithmetic:
+// d = f16(min(max|x| / 127, 65504)), q = round(x / d) (halves away from zero), clamped to
+// +-127. Rows whose quotients land exactly on halves (x = (k + 1/2) d, exact in f32 for an
+// f16 d), and groups whose scale is an f16 subnormal or zero, besides random ones: every
+// ISA the table runs must give these bits (AVX2 and later quantize eight values at a time).
+TEST(KvQ8, QuantizerFollowsTheFormulaBitForBit) {
+  auto reference = [](const float* x, int n, int group, int8_t* q, uint16_t* s) {
+    for (int g0 = 0; g0 < n; g0 += group) {
+      float amax = 0;
+      for (int i = g0; i < g0 + group; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const uint16_t h = F32ToF16(std::min(amax / 127.0f, 65504.0f));
+      const float d = F16ToF32(h);
+      s[g0 / group] = h;
+      for (int i = g0; i < g0 + group; ++i) {
+        const float r = d > 0 ? std::round(x[i] / d) : 0.0f;  // C's round: halves away from zero
+        q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+      }
+    }
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> k(-127, 126);
+  for (int d : {8, 16, 32, 64, 128}) {
+    const int group = KvQ8Group(d);
+    std::vector<float> x(d);
+    std::vector<int8_t> q(d), want_q(d);
+    std::vector<uint16_t> s(d / group), want_s(d / group);
+    for (int rep = 0; rep < 400; ++rep) {
+      const int kind = rep % 4;
+      if (kind == 0) {  // random
+        for (float& v : x) v = u(rng) * 3.0f;
+      } else if (kind == 1) {  // halves: one value sets d exactly, the rest sit on (k + 1/2) d
+        // or one f32 step nearer zero (0.5 - 2^-25 rounds to 0, where t + 0.5 would give 1)
+        const float step = F16ToF32(static_cast<uint16_t>(0x1000 + rep * 37 % 0x3000));
+        for (int i = 0; i < d; ++i) {
+          const float half = (k(rng) + 0.5f) * step;
+          x[i] = i % group == 0 ? 127 * step : i % 3 == 1 ? std::nextafter(half, 0.0f) : half;
+        }
+      } else if (kind == 2) {  // tiny: subnormal f16 scales, or zero
+        for (float& v : x) v = u(rng) * (rep % 8 == 2 ? 1e-3f : 1e-9f);
+      } else {  // huge: the scale clamps at 65504
+        for (float& v : x) v = u(rng) * 1e8f;
+      }
+      QuantizeKvRowQ8(x.data(), d, q.data(), s.data());
+      reference(x.data(), d, group, want_q.data(), want_s.data());
+      ASSERT_EQ(s, want_s) << "d=" << d << " rep=" << rep;
+      ASSERT_EQ(q, want_q) << "d=" << d << " rep=" << rep;
+    }
+  }
+}
+
 TEST(KvQ8, RoundTripWithinHalfAStep) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);

@@ -12,6 +12,11 @@ namespace attic::attention {
 
 void QuantizeKvRowQ8(const float* x, int head_dim, int8_t* q, uint16_t* scales) {
   const int group = KvQ8Group(head_dim);
+  static const bool avx2 = backend::ActiveIsa() >= backend::Isa::kAvx2;
+  if (avx2 && group % 8 == 0) {
+    internal::QuantizeQ8Avx2(x, head_dim, group, q, scales);
+    return;
+  }
   for (int g0 = 0, b = 0; g0 < head_dim; g0 += group, ++b) {
     float amax = 0;
     for (int i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[g0 + i]));
