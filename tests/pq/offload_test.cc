@@ -8,16 +8,22 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 
 #include "attic/engine/engine.h"
 #include "attic/pq/offload.h"
 #include "attic/store/memory_tier.h"
+#include "engine/tiny_llama.h"
 #include "stories.h"
+#include "test_util.h"
 
 namespace attic::pq {
 namespace {
 
 using attic::testing::StoryTokens;
+using attic::testing::TempDir;
+using attic::testing::TinyModel;
+using attic::testing::TinySpec;
 
 constexpr int kBlock = 16;
 
@@ -54,15 +60,15 @@ struct DecodeRun {
 
 // Prefills `prompt` tokens of `tokens` into `seq` in chunks of 64, then teacher-forced
 // decodes the rest one token per step; returns the decode steps' logits.
-std::vector<float> Feed(engine::Engine& e, kv::SequenceKv* seq, const std::vector<int32_t>& tokens, size_t prompt,
-                        kv::LayerHooks* hooks) {
+std::vector<float> Feed(engine::Transformer& tf, kv::SequenceKv* seq, const std::vector<int32_t>& tokens,
+                        size_t prompt, kv::LayerHooks* hooks) {
   std::vector<float> logits, out;
   for (size_t pos = 0; pos < tokens.size();) {
     const size_t end = pos < prompt ? std::min(prompt, pos + 64) : pos + 1;
     std::vector<engine::BatchEntry> batch(1);
     batch[0].seq = seq;
     batch[0].tokens.assign(tokens.begin() + pos, tokens.begin() + end);
-    const Status st = e.transformer().Forward(batch, &logits, hooks);
+    const Status st = tf.Forward(batch, &logits, hooks);
     EXPECT_TRUE(st.ok()) << st.ToString();
     if (end > prompt) out.insert(out.end(), logits.begin(), logits.end());
     pos = end;
@@ -70,15 +76,20 @@ std::vector<float> Feed(engine::Engine& e, kv::SequenceKv* seq, const std::vecto
   return out;
 }
 
-// Feed with the hooks `make` builds for a fresh sequence (null: no hooks).
+// Feed with the hooks `make` builds for a fresh sequence of `pool` (null: no hooks).
 template <class Make>
-DecodeRun Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt, Make make) {
-  kv::SequenceKv seq(&e.kv_pool());
+DecodeRun Decode(engine::Transformer& tf, kv::BlockPool& pool, const std::vector<int32_t>& tokens, size_t prompt,
+                 Make make) {
+  kv::SequenceKv seq(&pool);
   std::unique_ptr<kv::LayerHooks> hooks = make(&seq);
   DecodeRun run;
-  run.logits = Feed(e, &seq, tokens, prompt, hooks.get());
+  run.logits = Feed(tf, &seq, tokens, prompt, hooks.get());
   run.resident_blocks = seq.n_resident_blocks();
   return run;
+}
+template <class Make>
+DecodeRun Decode(engine::Engine& e, const std::vector<int32_t>& tokens, size_t prompt, Make make) {
+  return Decode(e.transformer(), e.kv_pool(), tokens, prompt, make);
 }
 
 double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -143,7 +154,7 @@ TEST(Offload, StatsCountWhatMovedAndTheCacheHelps) {
     oo.cache_blocks = cache_blocks;
     auto off = st.Offloaded(*o, oo, &seq, &tier);
     ASSERT_TRUE(off.ok());
-    Feed(*st.e, &seq, st.tokens, 400, off->get());
+    Feed(st.e->transformer(), &seq, st.tokens, 400, off->get());
     const OffloadStats& s = (*off)->offload_stats();
     const int64_t block_bytes = seq.pool()->shape().block_bytes();
     EXPECT_GE(s.offloaded_blocks, 25) << cache_blocks;
@@ -190,7 +201,7 @@ TEST(Offload, TierFailuresAreCountedNeverFatal) {
   kv::SequenceKv seq(&e->kv_pool());
   auto off = st.Offloaded(*o, oo, &seq, &flaky);
   ASSERT_TRUE(off.ok());
-  for (float x : Feed(*e, &seq, st.tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
+  for (float x : Feed(e->transformer(), &seq, st.tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
   EXPECT_EQ((*off)->offload_stats().backing_errors, 50);
 }
 
@@ -210,6 +221,50 @@ TEST(Offload, RefusesWhatItCannotServe) {
   auto off = st.Offloaded(*ParseSparseOptions("pq-0.2"), huge, &seq, &tier);
   EXPECT_EQ(off.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(e->kv_pool().n_free(), free_before);
+}
+
+// A q8_0 compute buffer at head_dim 64 (stories260K's is 8, one scale a row): each row
+// has two 32-value groups, so two scales to carry through staging, the cache and fetches.
+// A random-weight model of that shape; the same exact-match rule as above.
+TEST(Offload, Q8RowsOfTwoGroupsDecodeAsResident) {
+  TempDir dir;
+  TinySpec spec;
+  spec.hidden = 128, spec.inter = 192, spec.layers = 2, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
+  TinyModel tm;
+  attic::testing::MakeTinyModel(spec, dir, &tm);
+  ASSERT_FALSE(HasFatalFailure());
+  backend::ThreadPool threads(2);
+  engine::Transformer tf(*tm.model, threads, 64);
+  kv::KvShape shape = tf.kv_shape(kBlock);
+  shape.dtype = DType::kQ8_0;
+  ASSERT_EQ(shape.head_dim / shape.q8_group(), 2);
+  kv::BlockPool pool(shape, 40);
+  std::mt19937 rng(7);
+  std::vector<int32_t> tokens(240);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
+  const attention::RopeTable rope(tm.model->config());
+  for (const char* method : {"pq-0.2@min=64,iters=4", "streaming-0.2@min=64"}) {
+    auto o = ParseSparseOptions(method);
+    ASSERT_TRUE(o.ok());
+    auto selector = [&] {
+      return MakeSparseAttention(*o, engine::AttentionShapeOf(tm.model->config()), spec.layers, threads);
+    };
+    const DecodeRun want = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv*) -> std::unique_ptr<kv::LayerHooks> {
+      return selector();
+    });
+    ASSERT_EQ(want.resident_blocks, 15);
+    store::DramTier tier(uint64_t{1} << 30);
+    const DecodeRun got = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv* seq) -> std::unique_ptr<kv::LayerHooks> {
+      OffloadOptions oo;
+      oo.cache_blocks = 3;
+      auto made = MakeOffloadedSparseAttention(selector(), oo, seq, rope, &tier, spec.layers, threads);
+      EXPECT_TRUE(made.ok()) << made.status().ToString();
+      return std::move(*made);
+    });
+    EXPECT_EQ(got.logits, want.logits) << method << ": max |diff| " << MaxDiff(got.logits, want.logits);
+    EXPECT_LT(got.resident_blocks, 10) << method;
+    EXPECT_EQ(tier.bytes(), 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
