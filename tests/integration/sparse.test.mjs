@@ -233,49 +233,52 @@ test('bad sparse options are a 400 the client surfaces as BadRequestError (param
   assert.ok(m['attic_http_requests_total{endpoint="/v1/chat/completions",status="400"}'] >= bad.length);
 });
 
-test('sparse.offload runs a prompt longer than the KV budget, answering as the same selector with its KV resident', async () => {
-  // 12 blocks of 16 tokens (f32: 20 KiB each): a KV budget of 192 tokens.
-  const flags = ['-m', stories, '--kv-dtype', 'f32', '--kv-block-size', '16', '-b', '64'];
-  const small = await startServer([...flags, '--kv-budget', '240K']);
-  const big = await startServer(flags);
-  try {
-    const on = (s) => new OpenAI({ apiKey: 'unused', baseURL: s.baseURL, maxRetries: 0, timeout: 60000 });
-    const prompt = story + story;  // about 480 tokens
-    const sparse = { method: 'pq', ratio: 0.2, local: 16, min_tokens: 64, iterations: 4 };
-    const ask = (s, sp) => on(s).completions.create({ model, prompt, max_tokens: 24, temperature: 0, ignore_eos: true, sparse: sp });
-    await assert.rejects(ask(small, sparse), (e) => {
-      assert.ok(e instanceof OpenAI.APIError, `${e}`);
-      assert.equal(e.status, 413);
-      assert.match(e.message, /exceeds the KV budget of 192 tokens/);
-      return true;
-    });
-    const want = await ask(big, sparse);
-    const got = await ask(small, { ...sparse, offload: { cache_blocks: 2, policy: 'lfu' } });
-    assert.equal(got.usage.completion_tokens, 24);
-    assert.ok(got.usage.prompt_tokens > 192, `prompt of ${got.usage.prompt_tokens} tokens`);
-    assert.equal(got.choices[0].text, want.choices[0].text);
-    // The counters are published at the end of the step that finished the request.
-    let m = await metrics(small.port);
-    for (let i = 0; i < 50 && m.attic_sparse_offload_requests_total !== 1; ++i) {
-      await new Promise((r) => setTimeout(r, 100));
-      m = await metrics(small.port);
+// 12 blocks of 16 tokens: a KV budget of 192 tokens (a block of stories260K's KV is 20 KiB
+// in f32; in q8_0 6,400 bytes: 5 layers x K and V x 512 int8 values and 64 f16 scales).
+for (const [kvDtype, budget] of [['f32', '240K'], ['q8_0', '75K']]) {
+  test(`sparse.offload runs a prompt longer than the KV budget, answering as the same selector with its KV resident (${kvDtype} KV)`, async () => {
+    const flags = ['-m', stories, '--kv-dtype', kvDtype, '--kv-block-size', '16', '-b', '64'];
+    const small = await startServer([...flags, '--kv-budget', budget]);
+    const big = await startServer(flags);
+    try {
+      const on = (s) => new OpenAI({ apiKey: 'unused', baseURL: s.baseURL, maxRetries: 0, timeout: 60000 });
+      const prompt = story + story;  // about 480 tokens
+      const sparse = { method: 'pq', ratio: 0.2, local: 16, min_tokens: 64, iterations: 4 };
+      const ask = (s, sp) => on(s).completions.create({ model, prompt, max_tokens: 24, temperature: 0, ignore_eos: true, sparse: sp });
+      await assert.rejects(ask(small, sparse), (e) => {
+        assert.ok(e instanceof OpenAI.APIError, `${e}`);
+        assert.equal(e.status, 413);
+        assert.match(e.message, /exceeds the KV budget of 192 tokens/);
+        return true;
+      });
+      const want = await ask(big, sparse);
+      const got = await ask(small, { ...sparse, offload: { cache_blocks: 2, policy: 'lfu' } });
+      assert.equal(got.usage.completion_tokens, 24);
+      assert.ok(got.usage.prompt_tokens > 192, `prompt of ${got.usage.prompt_tokens} tokens`);
+      assert.equal(got.choices[0].text, want.choices[0].text);
+      // The counters are published at the end of the step that finished the request.
+      let m = await metrics(small.port);
+      for (let i = 0; i < 50 && m.attic_sparse_offload_requests_total !== 1; ++i) {
+        await new Promise((r) => setTimeout(r, 100));
+        m = await metrics(small.port);
+      }
+      assert.equal(m.attic_sparse_offload_requests_total, 1);
+      assert.ok(m.attic_sparse_offload_blocks_total >= 15, `${m.attic_sparse_offload_blocks_total} blocks offloaded`);
+      assert.ok(m.attic_sparse_offload_cache_hits_total + m.attic_sparse_offload_cache_misses_total > 0);
+      assert.ok(m.attic_sparse_offload_fetched_bytes_total > 0);
+      assert.equal(m.attic_sparse_offload_errors_total, 0);
+      // offload with a selector that reads every key: a 400 naming the field.
+      await assert.rejects(ask(small, { method: 'oracle', offload: true }), (e) => {
+        assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+        assert.equal(e.param, 'sparse');
+        assert.match(e.message, /sparse\.offload/);
+        return true;
+      });
+    } finally {
+      for (const s of [small, big]) {
+        const r = await s.stop();
+        assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${s.log()}`);
+      }
     }
-    assert.equal(m.attic_sparse_offload_requests_total, 1);
-    assert.ok(m.attic_sparse_offload_blocks_total >= 15, `${m.attic_sparse_offload_blocks_total} blocks offloaded`);
-    assert.ok(m.attic_sparse_offload_cache_hits_total + m.attic_sparse_offload_cache_misses_total > 0);
-    assert.ok(m.attic_sparse_offload_fetched_bytes_total > 0);
-    assert.equal(m.attic_sparse_offload_errors_total, 0);
-    // offload with a selector that reads every key: a 400 naming the field.
-    await assert.rejects(ask(small, { method: 'oracle', offload: true }), (e) => {
-      assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
-      assert.equal(e.param, 'sparse');
-      assert.match(e.message, /sparse\.offload/);
-      return true;
-    });
-  } finally {
-    for (const s of [small, big]) {
-      const r = await s.stop();
-      assert.equal(r.code, 0, `server exit: ${JSON.stringify(r)}\n${s.log()}`);
-    }
-  }
-});
+  });
+}
