@@ -43,6 +43,8 @@
 //             alike) and P V (the output is rotated back), but spreads an outlier channel's
 //             energy over every channel of the head, so one scale per token block fits it.
 //             Rows keep a fixed size, as the store's and the compute buffer's rows do.
+//   q8_0/vq4_0  K per token as q8_0, V per token as q4_0: both rows of a fixed size
+//             (8.5 + 4.5 bits a value at head_dim 32 and up).
 // K is quantized either after RoPE (`post`: what a compute buffer of the type holds) or
 // before it and then rotated (`pre`: what a store entry of the type holds, rotated on
 // entry). V is the same in both.
@@ -100,6 +102,7 @@ struct Scheme {
   enum Tail { kF32, kQ4_1, kQ8_0 } tail = kF32;  // kivi: the tail (no whole group) as f32, q4_1 or q8_0 per token
   Kind v = Kind::kQ4_1;                           // kivi: V per token as q4_1 or q4_0
   bool rotate = false;                            // per-token kinds: rotate each head's row first (hq4_*)
+  Kind v_tok = Kind::kNone;                       // per-token kinds: V as this kind instead (q8_0/vq4_0)
 };
 
 // Values per block along head_dim: 32, or the whole row below 32.
@@ -190,6 +193,10 @@ void RotateRows(float* x, int64_t n_values, int head_dim, bool inverse) {
 // `x` [n, n_kv_heads * head_dim] (K or V of one layer) round-tripped through the scheme.
 void RoundTrip(const Scheme& s, bool is_key, std::vector<float>* x, int n, int kv_dim, int head_dim) {
   const int64_t n_values = static_cast<int64_t>(n) * kv_dim;
+  if (!is_key && s.v_tok != Kind::kNone) {
+    RoundTrip(Scheme{"", s.v_tok, 0}, false, x, n, kv_dim, head_dim);
+    return;
+  }
   if (s.rotate) {
     Scheme inner = s;
     inner.rotate = false;
@@ -494,6 +501,7 @@ int main(int argc, char** argv) {
   }
   schemes.push_back({"hq4_0", Kind::kQ4_0, 0, Scheme::kF32, Kind::kQ4_1, true});
   schemes.push_back({"hq4_1", Kind::kQ4_1, 0, Scheme::kF32, Kind::kQ4_1, true});
+  schemes.push_back({"q8_0/vq4_0", Kind::kQ8_0, 0, Scheme::kF32, Kind::kQ4_1, false, Kind::kQ4_0});
   if (!schemes_text.empty()) {
     std::vector<Scheme> kept;
     size_t from = 0;
