@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -140,6 +141,9 @@ void FillWeights(DType dt, uint8_t* p, int64_t n, int64_t k, uint64_t seed) {
       }
       break;
     }
+    default:  // the other block types are not among this program's dtypes
+      std::fprintf(stderr, "kernels_bench: no weights of %s\n", attic::DTypeName(dt));
+      std::abort();
   }
 }
 
