@@ -439,8 +439,9 @@ int main(int argc, char** argv) {
   std::string model, text, json_out, groups_text = "32,128", passkey_lengths_text, haystack, schemes_text;
   int length = 512, windows = 4, threads = 2, passkey_trials = 16, passkey_seed = 2;
   bench::FlagParser flags(kProgram,
-                          "--model DIR [--text FILE] [--length 512] [--windows 4] [--groups 32,128] [--schemes NAME,...] "
-                          "[--threads 2] [--passkey-lengths 256,320,384 [--passkey-trials 16] [--passkey-seed 2] [--haystack DIR]] "
+                          "--model DIR [--text FILE] [--length 512] [--windows 4] [--groups 32,128] "
+                          "[--schemes NAME,...] [--threads 2] [--passkey-lengths 256,320,384 [--passkey-trials 16] "
+                          "[--passkey-seed 2] [--haystack DIR]] "
                           "[--json FILE]");
   flags.String("--model", &model);
   flags.String("--text", &text);

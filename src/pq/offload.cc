@@ -184,7 +184,10 @@ class Offloaded final : public OffloadedSparseAttention {
   // dst_row of the one at dst (K or V).
   void CopyRows(const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
     std::memcpy(dst + ValueAt(h, dst_row), src + ValueAt(h, src_row), static_cast<size_t>(n) * ks_.head_dim * eb());
-    if (q8()) std::memcpy(dst + ScaleAt(h, dst_row), src + ScaleAt(h, src_row), static_cast<size_t>(n) * ScalesPerRow() * 2);
+    if (q8()) {
+      std::memcpy(dst + ScaleAt(h, dst_row), src + ScaleAt(h, src_row),
+                  static_cast<size_t>(n) * ScalesPerRow() * sizeof(uint16_t));
+    }
   }
 
   // Adds what a pool thread's (or a KV head's) own stats counted while staging: reads,

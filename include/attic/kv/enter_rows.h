@@ -93,7 +93,8 @@ inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, con
     for (int h = 0; h < n_heads; ++h) {
       attention::QuantizeKvRowQ8(krow.data() + h * head_dim, head_dim, kd + h * dst_head_stride,
                                  k_scales + h * scale_head_stride);
-      attention::QuantizeKvRowQ8(v + h * head_dim, head_dim, vd + h * dst_head_stride, v_scales + h * scale_head_stride);
+      attention::QuantizeKvRowQ8(v + h * head_dim, head_dim, vd + h * dst_head_stride,
+                                 v_scales + h * scale_head_stride);
     }
     return;
   }
