@@ -40,7 +40,7 @@ ASAN_EXCLUDE ?= ^isa-|^docs_commands$$|^Isas/AttentionTest\..*/avx(2|512)_
 # and the engine's tests that run the scheduler (its step loop, the HTTP-facing queue,
 # the store behind it).
 TSAN_LABELS ?= ^(store|redis)$$
-TSAN_ENGINE_TESTS ?= ^(Scheduler|SparseScheduler|StoreIntegration|SparseResume|TruncationModes|Reuse|ResidentPolicy|LinkTest)\.
+TSAN_ENGINE_TESTS ?= ^(Scheduler|SparseScheduler|KvTypes/SparseSchedulerOffload|StoreIntegration|SparseResume|TruncationModes|Reuse|ResidentPolicy|LinkTest)\.
 
 .PHONY: all deps build anchor run test test-asan test-tsan fuzz bench clean
 
