@@ -119,18 +119,13 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
-    if (shape.dtype == DType::kQ8_0) {  // K rotated in f32, then both rows quantized in one pass
-      thread_local std::vector<float> krow;
-      krow.resize(static_cast<size_t>(shape.kv_dim()));
-      for (int s = first; s < first + n; ++s) {
-        rope.ApplyToken(k_row(s), krow.data(), shape.n_kv_heads, shape.head_dim, positions[s]);
-        pool.WriteRows(layer, blocks, s, 1, krow.data(), v_row(s));
-      }
-      return;
-    }
+    const bool q8 = shape.dtype == DType::kQ8_0;
+    const int64_t scale_head_stride = q8 ? shape.head_stride() / shape.q8_group() : 0;
     for (int s = first; s < first + n; ++s) {
       EnterRotatedHeads(shape.dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim, positions[s],
-                        pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s), shape.head_stride());
+                        pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s), shape.head_stride(),
+                        q8 ? pool.k_slot_q8_scales(layer, blocks, s) : nullptr,
+                        q8 ? pool.v_slot_q8_scales(layer, blocks, s) : nullptr, scale_head_stride);
     }
   }
 }
