@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/core/log.h"
 #include "attic/kv/enter_rows.h"
 #include "attic/tensor/buffer.h"
@@ -177,8 +178,9 @@ class Offloaded final : public OffloadedSparseAttention {
     return (static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim) * eb();
   }
   int64_t ScalesPerRow() const { return ks_.head_dim / ks_.q8_group(); }
+  // q8_0 only (values are bytes there): the pool's formula, as BlockPool::k_slot_q8_scales.
   int64_t ScaleAt(int h, int row) const {
-    return ks_.q8_scales_offset() + (static_cast<int64_t>(h) * ks_.block_size + row) * ScalesPerRow() * 2;
+    return attention::KvQ8ScaleAt(ks_.q8_scales_offset(), ValueAt(h, row), ks_.head_dim);
   }
   // n consecutive rows of KV head h, from row src_row of the layer-block at src to row
   // dst_row of the one at dst (K or V).
