@@ -505,14 +505,10 @@ int main(int argc, char** argv) {
   schemes.push_back({"q8_0/vq4_0", Kind::kQ8_0, 0, Scheme::kF32, Kind::kQ4_1, false, Kind::kQ4_0});
   if (!schemes_text.empty()) {
     std::vector<Scheme> kept;
-    size_t from = 0;
-    while (from <= schemes_text.size()) {
-      const size_t comma = std::min(schemes_text.find(',', from), schemes_text.size());
-      const std::string name = schemes_text.substr(from, comma - from);
+    for (const std::string& name : bench::SplitList(schemes_text)) {
       auto it = std::find_if(schemes.begin(), schemes.end(), [&](const Scheme& sc) { return sc.name == name; });
       if (it == schemes.end()) flags.UsageError("--schemes: no scheme named '" + name + "'");
       kept.push_back(*it);
-      from = comma + 1;
     }
     schemes = kept;
   }
