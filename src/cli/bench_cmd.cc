@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <optional>
 
 #include "attic/backend/cpu_features.h"
 #include "attic/model/tensor_specs.h"
@@ -89,26 +88,37 @@ int RunBench(const BenchFlags& f) {
     results.push_back({{"test", "pp" + std::to_string(n)}, {"n_prompt", n}, {"n_gen", 0},
                        {"tokens_per_s", bench::Median(tps)}, {"samples", tps}});
   }
-  // The decode runs are bracketed by two measurements of the DRAM read roof, with the
-  // bench's threads: this VM's read rate drifts by tens of percent from one minute to the
-  // next, so the share is taken of their mean. The first one takes 1 GiB for a moment
-  // after the prefill runs: the peak RSS so far is kept and the kernel's reset, so that
-  // it does not count (no first measurement where the kernel refuses the reset).
+  // Decode against the DRAM read roof, with the bench's threads. This VM's read rate
+  // drifts by tens of percent from one minute to the next (and from one second to the
+  // next while a neighbour streams), so each decode rep is bracketed by two measurements
+  // of the roof, just before its first step and just after its last, and the rep's share
+  // is taken of their mean; the share reported is the median of the reps' shares. A
+  // measurement takes 1 GiB for a moment: the peak RSS so far is kept and the kernel's
+  // reset around each one, so that it does not count. Where the kernel refuses the reset,
+  // the roof is measured once, after every run, and every rep's share is taken of it.
+  // Bytes per token: the weights (what the roof share is of), and the KV read at the
+  // run's mean context on top.
   const bool decode = f.n_gen > 0 && f.gen_after + f.n_gen <= e.context_length();
   double peak_rss = bench::PeakRssMiB();
-  std::optional<bench::ReadRoof> roof_before;
+  const bool paired = decode && bench::ResetPeakRss();
+  std::vector<double> roofs;      // every measurement, in order (paired: two per rep)
+  bench::ReadRoof roof_info;
+  auto measure_roof = [&] {
+    peak_rss = std::max(peak_rss, bench::PeakRssMiB());
+    roof_info = bench::MeasureReadRoof(e.threads().n_threads());
+    bench::ResetPeakRss();
+    roofs.push_back(roof_info.gbs);
+    return roof_info.gbs;
+  };
+  std::vector<double> decode_tps, rep_roof;  // per decode rep: tokens/s, the roof around it
   if (decode) {
-    roof_before = bench::MeasureReadRoof(e.threads().n_threads());
-    if (!bench::ResetPeakRss()) roof_before.reset();
-  }
-  if (decode) {
-    std::vector<double> tps;
     for (int r = 0; r < f.reps; ++r) {
       session.Reset();
       auto prompt = bench::RandomTokens(f.gen_after, 2000 + r, 0, vocab);
       auto logits = session.Prefill(prompt);
       if (!logits.ok()) return Fail(logits.status());
       int32_t tok = engine::Argmax(logits->data(), vocab);
+      const double roof0 = paired ? measure_roof() : 0;
       auto t0 = Clock::now();
       for (int i = 0; i < f.n_gen; ++i) {
         auto l = session.Step(tok);
@@ -116,42 +126,47 @@ int RunBench(const BenchFlags& f) {
         tok = engine::Argmax(l->data(), vocab);
       }
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      tps.push_back(f.n_gen / s);
-      std::fprintf(stderr, "tg%d@%d rep %d: %.1f tok/s\n", f.n_gen, f.gen_after, r + 1, f.n_gen / s);
+      decode_tps.push_back(f.n_gen / s);
+      if (paired) rep_roof.push_back((roof0 + measure_roof()) / 2);
+      std::fprintf(stderr, "tg%d@%d rep %d: %.1f tok/s%s\n", f.n_gen, f.gen_after, r + 1, f.n_gen / s,
+                   paired ? bench::Fmt(" (read roof around it %.1f GB/s)", rep_roof.back()).c_str() : "");
     }
     results.push_back({{"test", "tg" + std::to_string(f.n_gen)}, {"n_prompt", f.gen_after}, {"n_gen", f.n_gen},
-                       {"tokens_per_s", bench::Median(tps)}, {"samples", tps}});
+                       {"tokens_per_s", bench::Median(decode_tps)}, {"samples", decode_tps}});
+  }
+  if (!paired) {
+    measure_roof();
+    rep_roof.assign(decode_tps.size(), roofs.back());
   }
   out["peak_rss_mib"] = std::max(peak_rss, bench::PeakRssMiB());
-  // Decode against the DRAM read roof measured now (after the peak RSS: the measurement
-  // takes 1 GiB for a moment), and before the decode runs where that was measured: their
-  // mean. Bytes per token: the weights (what the roof share is of), and the KV read at
-  // the run's mean context on top.
-  bench::ReadRoof roof = bench::MeasureReadRoof(e.threads().n_threads());
-  out["read_roof"] = {{"threads", roof.threads}, {"bytes", roof.bytes}, {"passes", roof.passes}};
-  out["read_roof"]["gbs_after"] = roof.gbs;
-  if (roof_before) {
-    out["read_roof"]["gbs_before"] = roof_before->gbs;
-    roof.gbs = (roof.gbs + roof_before->gbs) / 2;
-  }
-  out["read_roof"]["gbs"] = roof.gbs;
+  out["read_roof"] = {{"threads", roof_info.threads}, {"bytes", roof_info.bytes}, {"passes", roof_info.passes},
+                      {"gbs", bench::Mean(roofs)}, {"gbs_min", *std::min_element(roofs.begin(), roofs.end())},
+                      {"gbs_max", *std::max_element(roofs.begin(), roofs.end())}, {"gbs_each", roofs},
+                      {"paired_with_reps", paired}};
   const double kv_elem = DTypeBytes(e.kv_pool().shape().dtype, 1);
   const double weight_bytes = static_cast<double>(e.model().weight_bytes());
   for (auto& r : results) {
     if (r["n_gen"].get<int>() == 0) continue;
-    const double tps = r["tokens_per_s"].get<double>();
     const double ctx = r["n_prompt"].get<int>() + r["n_gen"].get<int>() / 2.0;
     const double kv_bytes = 2.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
+    std::vector<double> share, share_kv;
+    for (size_t i = 0; i < decode_tps.size(); ++i) {
+      const double gbs = rep_roof[i] > 0 ? rep_roof[i] : 1e300;  // a roof of 0: no share
+      share.push_back(decode_tps[i] * weight_bytes / 1e9 / gbs);
+      share_kv.push_back(decode_tps[i] * (weight_bytes + kv_bytes) / 1e9 / gbs);
+    }
     r["weight_bytes_per_token"] = weight_bytes;
     r["kv_bytes_per_token"] = kv_bytes;
-    r["weight_gbs"] = tps * weight_bytes / 1e9;
-    r["roof_share"] = roof.gbs > 0 ? tps * weight_bytes / 1e9 / roof.gbs : 0.0;
-    r["roof_share_with_kv"] = roof.gbs > 0 ? tps * (weight_bytes + kv_bytes) / 1e9 / roof.gbs : 0.0;
+    r["weight_gbs"] = r["tokens_per_s"].get<double>() * weight_bytes / 1e9;
+    r["read_roof_gbs"] = rep_roof;  // per rep, as "samples"
+    r["roof_shares"] = share;
+    r["roof_share"] = bench::Median(share);
+    r["roof_share_with_kv"] = bench::Median(share_kv);
   }
   out["results"] = results;
 
   std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps),
-                                  "weights GB/s", "share of the read roof"})
+                                  "weights GB/s", "share of the read roof around each rep (median)"})
                  .c_str(),
              stdout);
   for (const auto& r : results) {
@@ -165,12 +180,15 @@ int RunBench(const BenchFlags& f) {
                    .c_str(),
                stdout);
   }
-  std::printf("peak RSS: %.0f MiB; DRAM read roof: %.1f GB/s (%d threads, best of %d passes over %.0f MiB%s)\n",
-              out["peak_rss_mib"].get<double>(), roof.gbs, roof.threads, roof.passes, roof.bytes / 1048576.0,
-              roof_before ? bench::Fmt("; mean of %.1f before and %.1f after the decode runs", roof_before->gbs,
-                                       out["read_roof"]["gbs_after"].get<double>())
-                                .c_str()
-                          : "");
+  std::printf("peak RSS: %.0f MiB; DRAM read roof: %.1f GB/s (%d threads, best of %d passes over %.0f MiB; %s)\n",
+              out["peak_rss_mib"].get<double>(), bench::Mean(roofs), roof_info.threads, roof_info.passes,
+              roof_info.bytes / 1048576.0,
+              paired ? bench::Fmt("mean of %zu measurements around the decode reps, %.1f-%.1f; each rep's share is "
+                                  "of the roof around it, the median shown",
+                                  roofs.size(), out["read_roof"]["gbs_min"].get<double>(),
+                                  out["read_roof"]["gbs_max"].get<double>())
+                           .c_str()
+                     : "measured once, after the runs");
   if (const backend::LinearCalibration* cal = e.kernel_calibration()) std::printf("kernels: %s\n", cal->Summary().c_str());
   std::string js = out.dump(2);
   std::printf("%s\n", js.c_str());
