@@ -1,6 +1,9 @@
 #include "attic/core/huge_pages.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +27,22 @@ void ReexecWithHugePageMalloc(char** argv) {
   // exec failed: go on with the default malloc, and keep the environment as it was.
   if (tunables != nullptr) ::setenv("GLIBC_TUNABLES", current.c_str(), 1);
   else ::unsetenv("GLIBC_TUNABLES");
+}
+
+std::shared_ptr<std::byte> AllocateHugePageAligned(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes == 0) return nullptr;
+  const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page, then trim the ends to the 2 MiB boundaries.
+  void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
+  if (start > base) ::munmap(raw, start - base);
+  if (const size_t tail = base + len + kHuge - (start + len); tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
+  const char* off = std::getenv("ATTIC_HUGE_PAGES");
+  if (off == nullptr || std::strcmp(off, "0") != 0) ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
+  return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(start), [len](std::byte* p) { ::munmap(p, len); });
 }
 
 }  // namespace attic

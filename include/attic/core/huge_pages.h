@@ -9,7 +9,19 @@
 // process start, so this re-executes the program once with the tunable added.
 #pragma once
 
+#include <cstddef>
+#include <memory>
+
 namespace attic {
+
+// `bytes` of zeroed memory that starts on a 2 MiB boundary, asked of the kernel as
+// transparent huge pages (madvise) unless ATTIC_HUGE_PAGES=0; released when the last
+// owner goes. Null when the kernel refuses the mapping. For memory read as one long
+// stream (the prepacked weights): glibc maps each allocation over its mmap threshold on
+// its own, and one under 2 MiB (a 135M model's 1.7 MiB FFN matrices) can hold no huge
+// page at all, so its stream pays a TLB miss every 4 KiB and the hardware prefetcher,
+// which stops at 4 KiB page edges, starts over on every page.
+std::shared_ptr<std::byte> AllocateHugePageAligned(size_t bytes);
 
 // Call first thing in main(). Unless GLIBC_TUNABLES already names glibc.malloc.hugetlb,
 // or ATTIC_HUGE_PAGES=0, or the kernel's THP mode is "never", re-executes

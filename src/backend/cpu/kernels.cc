@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attic/backend/convert.h"
+#include "attic/core/huge_pages.h"
 #include "attic/core/status.h"
 #include "backend/cpu/kernel_table.h"
 
@@ -185,10 +186,26 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
   if (all_dense && dense_bytes <= max_bytes)
     for (WeightTensor* w : ws)
       if (w->present() && !DTypeIsBlock(w->dtype)) pack.push_back(w);
-  for (WeightTensor* w : pack) {
-    total += t.prepacked_bytes(*w);
-    model.own(cpu::PrepackWith(t, pool, w));
+  // One 2 MiB-aligned arena for every packed matrix (each at a 4 KiB boundary), in huge
+  // pages where the kernel gives them: a decode step streams all of it, and a matrix
+  // allocated on its own under 2 MiB would sit in 4 KiB pages (core/huge_pages.h).
+  constexpr uint64_t kPage = 4096;
+  for (WeightTensor* w : pack) total += (t.prepacked_bytes(*w) + kPage - 1) / kPage * kPage;
+  std::shared_ptr<std::byte> arena = AllocateHugePageAligned(total);
+  if (arena == nullptr) {  // no mapping: each matrix in its own buffer
+    for (WeightTensor* w : pack) model.own(cpu::PrepackWith(t, pool, w));
+  } else {
+    uint64_t at = 0;
+    for (WeightTensor* w : pack) {
+      t.prepack(pool, *w, arena.get() + at);
+      w->packed = arena.get() + at;
+      w->packed_layout = static_cast<int>(t.isa);
+      at += (t.prepacked_bytes(*w) + kPage - 1) / kPage * kPage;
+    }
+    model.own(arena);
   }
+  total = 0;
+  for (WeightTensor* w : pack) total += t.prepacked_bytes(*w);
   return total;
 }
 
