@@ -1,0 +1,77 @@
+#include "attic/core/huge_pages.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace attic {
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that contains `addr` ("" if none).
+std::string VmFlagsOf(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+std::string ThpMode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+TEST(HugePagesTest, MappingIsAlignedZeroedAndWritable) {
+  const size_t bytes = (size_t{5} << 20) + 12345;  // not a multiple of anything
+  std::shared_ptr<std::byte> m = AllocateHugePageAligned(bytes);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m.get()) % (size_t{2} << 20), 0u);
+  const auto* p = reinterpret_cast<const unsigned char*>(m.get());
+  for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(p[i], 0) << i;
+  ASSERT_EQ(p[bytes - 1], 0);
+  std::memset(m.get(), 0x5a, bytes);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(m.get())[bytes - 1], 0x5a);
+  EXPECT_EQ(AllocateHugePageAligned(0), nullptr);
+}
+
+// The mapping asks for huge pages (the kernel's "hg" flag, MADV_HUGEPAGE) unless
+// ATTIC_HUGE_PAGES=0. Whether the kernel then finds free huge pages is its business.
+TEST(HugePagesTest, AsksForHugePagesUnlessTurnedOff) {
+  if (ThpMode().find('[') == std::string::npos) GTEST_SKIP() << "no transparent huge pages here";
+  if (ThpMode().find("[never]") != std::string::npos) GTEST_SKIP() << "THP mode is never";
+  const char* saved = std::getenv("ATTIC_HUGE_PAGES");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  ::unsetenv("ATTIC_HUGE_PAGES");
+  std::shared_ptr<std::byte> on = AllocateHugePageAligned(size_t{4} << 20);
+  ::setenv("ATTIC_HUGE_PAGES", "0", 1);
+  std::shared_ptr<std::byte> off = AllocateHugePageAligned(size_t{4} << 20);
+  if (saved != nullptr) ::setenv("ATTIC_HUGE_PAGES", saved_value.c_str(), 1);
+  else ::unsetenv("ATTIC_HUGE_PAGES");
+  ASSERT_NE(on, nullptr);
+  ASSERT_NE(off, nullptr);
+  const std::string on_flags = VmFlagsOf(on.get()), off_flags = VmFlagsOf(off.get());
+  ASSERT_FALSE(on_flags.empty());
+  ASSERT_FALSE(off_flags.empty());
+  EXPECT_NE(on_flags.find(" hg"), std::string::npos) << on_flags;
+  EXPECT_EQ(off_flags.find(" hg"), std::string::npos) << off_flags;
+}
+
+}  // namespace
+}  // namespace attic
