@@ -1,10 +1,12 @@
 #include "attic/kv/block_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "attic/backend/convert.h"
 #include "attic/backend/thread_pool.h"
+#include "attic/core/huge_pages.h"
 
 namespace attic::kv {
 
@@ -15,25 +17,33 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16 ||
               (shape.dtype == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)));
   const size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
+  // Each buffer at a 4 KiB boundary of the one mapping.
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  const size_t n_buffers = 2 * static_cast<size_t>(shape.n_layers);
+  storage_ = AllocateHugePageAligned(n_buffers * rounded);
+  if (storage_ == nullptr) {  // no mapping: the allocator's memory, as every buffer was before
+    void* p = std::aligned_alloc(4096, n_buffers * rounded);
+    if (p == nullptr) std::abort();
+    storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  }
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage_.get());
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
   for (int l = 0; l < shape.n_layers; ++l) {
-    k_[l].ResizeUninitialized(bytes);
-    v_[l].ResizeUninitialized(bytes);
+    k_[l] = base + (2 * static_cast<size_t>(l)) * rounded;
+    v_[l] = base + (2 * static_cast<size_t>(l) + 1) * rounded;
   }
-  // Zeroed in chunks (one per task), a round of one chunk per thread between progress
-  // reports.
+  // Zeroed (so its pages are taken now, not on first use) in chunks (one per task), a
+  // round of one chunk per thread between progress reports.
   constexpr size_t kChunk = 32 << 20;
-  const size_t rounded = AlignedBuffer::Rounded(bytes);
-  const size_t per_buffer = (rounded + kChunk - 1) / kChunk;
-  const int64_t n_chunks = static_cast<int64_t>(2 * shape.n_layers * per_buffer);
+  const size_t total_bytes = n_buffers * rounded;
+  const int64_t n_chunks = static_cast<int64_t>((total_bytes + kChunk - 1) / kChunk);
   auto zero = [&](int64_t c) {
-    AlignedBuffer& b = (c % 2 == 0 ? k_ : v_)[static_cast<size_t>(c / 2 / per_buffer)];
-    const size_t at = static_cast<size_t>(c / 2 % per_buffer) * kChunk;
-    std::memset(b.data() + at, 0, std::min(kChunk, rounded - at));
+    const size_t at = static_cast<size_t>(c) * kChunk;
+    std::memset(base + at, 0, std::min(kChunk, total_bytes - at));
   };
   const int64_t round = threads != nullptr ? threads->n_threads() : 1;
-  const uint64_t total = 2ull * shape.n_layers * rounded;
+  const uint64_t total = total_bytes;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
     if (threads != nullptr) {
@@ -208,8 +218,8 @@ void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, co
   }
   for (int i = 0; i < n; ++i) {
     const int64_t at = SlotByteOffset(blocks, first + i);
-    uint8_t* kd = k_[layer].data() + at;
-    uint8_t* vd = v_[layer].data() + at;
+    uint8_t* kd = k_[layer] + at;
+    uint8_t* vd = v_[layer] + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {
       const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
       if (k != nullptr) PutRow(s.dtype, k + src, kd + h * hs, hd);
@@ -225,11 +235,11 @@ void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, flo
   if (s.dtype == DType::kQ8_0) {
     const int64_t ss = s.head_stride() / s.q8_group();
     for (int i = 0; i < n; ++i) {
-      const int8_t* ks = reinterpret_cast<const int8_t*>(k_[layer].data() + SlotByteOffset(blocks, first + i));
-      const int8_t* vs = reinterpret_cast<const int8_t*>(v_[layer].data() + SlotByteOffset(blocks, first + i));
+      const int8_t* ks = reinterpret_cast<const int8_t*>(k_[layer] + SlotByteOffset(blocks, first + i));
+      const int8_t* vs = reinterpret_cast<const int8_t*>(v_[layer] + SlotByteOffset(blocks, first + i));
       const int64_t sat = SlotScaleByteOffset(blocks, first + i);
-      const auto* kscale = reinterpret_cast<const uint16_t*>(k_[layer].data() + sat);
-      const auto* vscale = reinterpret_cast<const uint16_t*>(v_[layer].data() + sat);
+      const auto* kscale = reinterpret_cast<const uint16_t*>(k_[layer] + sat);
+      const auto* vscale = reinterpret_cast<const uint16_t*>(v_[layer] + sat);
       for (int h = 0; h < s.n_kv_heads; ++h) {
         const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
         attention::DequantizeKvRowQ8(ks + h * hs, kscale + h * ss, hd, k + dst);
@@ -240,8 +250,8 @@ void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, flo
   }
   for (int i = 0; i < n; ++i) {
     const int64_t at = SlotByteOffset(blocks, first + i);
-    const uint8_t* ks = k_[layer].data() + at;
-    const uint8_t* vs = v_[layer].data() + at;
+    const uint8_t* ks = k_[layer] + at;
+    const uint8_t* vs = v_[layer] + at;
     for (int h = 0; h < s.n_kv_heads; ++h) {
       const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
       backend::ConvertRowToF32(s.dtype, ks + h * hs, k + dst, hd);

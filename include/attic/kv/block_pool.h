@@ -81,6 +81,8 @@ class BlockPool {
   // in) and `progress(done_bytes, total_bytes)`, if set, is called as it goes.
   BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* threads = nullptr,
             const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
   // The largest pool within `budget_bytes` (at least one block).
   static int BlocksForBudget(const KvShape& shape, int64_t budget_bytes);
 
@@ -103,10 +105,10 @@ class BlockPool {
   void CopyBlock(int32_t dst, int32_t src);
 
   // Layer `layer`'s K (V) storage: shape().dtype elements, block b at b * block_stride().
-  void* k_data(int layer) { return k_[layer].data(); }
-  void* v_data(int layer) { return v_[layer].data(); }
-  uint8_t* k_block_bytes(int layer, int32_t block) { return k_[layer].data() + block * shape_.block_layer_bytes(); }
-  uint8_t* v_block_bytes(int layer, int32_t block) { return v_[layer].data() + block * shape_.block_layer_bytes(); }
+  void* k_data(int layer) { return k_[layer]; }
+  void* v_data(int layer) { return v_[layer]; }
+  uint8_t* k_block_bytes(int layer, int32_t block) { return k_[layer] + block * shape_.block_layer_bytes(); }
+  uint8_t* v_block_bytes(int layer, int32_t block) { return v_[layer] + block * shape_.block_layer_bytes(); }
   // Writes K and V ([n, kv_dim] each; k may be null: V only) into slots [first, first+n)
   // of the sequence whose block table is `blocks`, at `layer`. Touches only those
   // blocks, so it may run on another thread than the one allocating (the KV loader).
@@ -117,27 +119,27 @@ class BlockPool {
   // in layer `layer`'s K / V: head 0; head h is shape().head_stride() floats further.
   // For writers that produce a row in place (the KV loader rotates K straight into it).
   float* k_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(k_[layer].data() + SlotByteOffset(blocks, slot));
+    return reinterpret_cast<float*>(k_[layer] + SlotByteOffset(blocks, slot));
   }
   float* v_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(v_[layer].data() + SlotByteOffset(blocks, slot));
+    return reinterpret_cast<float*>(v_[layer] + SlotByteOffset(blocks, slot));
   }
   // The same for any element type: head 0 of the slot, head h is
   // shape().head_stride() * shape().elem_bytes() bytes further (q8_0: the int8 values;
   // the scales are k_slot_q8_scales).
   uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return k_[layer].data() + SlotByteOffset(blocks, slot);
+    return k_[layer] + SlotByteOffset(blocks, slot);
   }
   uint8_t* v_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return v_[layer].data() + SlotByteOffset(blocks, slot);
+    return v_[layer] + SlotByteOffset(blocks, slot);
   }
   // A q8_0 pool's scales of the slot: head 0's head_dim / q8_group() scales; head h's are
   // shape().head_stride() / q8_group() scales further.
   uint16_t* k_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<uint16_t*>(k_[layer].data() + SlotScaleByteOffset(blocks, slot));
+    return reinterpret_cast<uint16_t*>(k_[layer] + SlotScaleByteOffset(blocks, slot));
   }
   uint16_t* v_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<uint16_t*>(v_[layer].data() + SlotScaleByteOffset(blocks, slot));
+    return reinterpret_cast<uint16_t*>(v_[layer] + SlotScaleByteOffset(blocks, slot));
   }
 
  private:
@@ -156,7 +158,11 @@ class BlockPool {
 
   KvShape shape_;
   int n_blocks_;
-  std::vector<AlignedBuffer> k_, v_;  // [n_layers]
+  // Every layer's K and V in one 2 MiB-aligned mapping, in huge pages where the kernel
+  // gives them (core/huge_pages.h): decode attention streams them, and a layer's buffer
+  // of its own is often under 2 MiB (17 blocks of a 135M model: 1.7 MiB), so 4 KiB pages.
+  std::shared_ptr<std::byte> storage_;
+  std::vector<uint8_t*> k_, v_;  // [n_layers]: each layer's buffer in storage_
   std::vector<int32_t> free_;
   std::vector<int32_t> refs_;  // [n_blocks]: owners of each block
 };
