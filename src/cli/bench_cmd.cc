@@ -142,7 +142,7 @@ int RunBench(const BenchFlags& f) {
   out["read_roof"] = {{"threads", roof_info.threads}, {"bytes", roof_info.bytes}, {"passes", roof_info.passes},
                       {"gbs", bench::Mean(roofs)}, {"gbs_min", *std::min_element(roofs.begin(), roofs.end())},
                       {"gbs_max", *std::max_element(roofs.begin(), roofs.end())}, {"gbs_each", roofs},
-                      {"paired_with_reps", paired}};
+                      {"gbs_before", roofs.front()}, {"gbs_after", roofs.back()}, {"paired_with_reps", paired}};
   const double kv_elem = DTypeBytes(e.kv_pool().shape().dtype, 1);
   const double weight_bytes = static_cast<double>(e.model().weight_bytes());
   for (auto& r : results) {
@@ -151,9 +151,9 @@ int RunBench(const BenchFlags& f) {
     const double kv_bytes = 2.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
     std::vector<double> share, share_kv;
     for (size_t i = 0; i < decode_tps.size(); ++i) {
-      const double gbs = rep_roof[i] > 0 ? rep_roof[i] : 1e300;  // a roof of 0: no share
-      share.push_back(decode_tps[i] * weight_bytes / 1e9 / gbs);
-      share_kv.push_back(decode_tps[i] * (weight_bytes + kv_bytes) / 1e9 / gbs);
+      const double per_gb = rep_roof[i] > 0 ? decode_tps[i] / 1e9 / rep_roof[i] : 0.0;  // no roof: no share
+      share.push_back(per_gb * weight_bytes);
+      share_kv.push_back(per_gb * (weight_bytes + kv_bytes));
     }
     r["weight_bytes_per_token"] = weight_bytes;
     r["kv_bytes_per_token"] = kv_bytes;

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -39,7 +38,8 @@ std::shared_ptr<std::byte> AllocateHugePageAligned(size_t bytes) {
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
   if (start > base) ::munmap(raw, start - base);
-  if (const size_t tail = base + len + kHuge - (start + len); tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
+  const uintptr_t end = base + len + kHuge;
+  if (end > start + len) ::munmap(reinterpret_cast<void*>(start + len), end - (start + len));
   const char* off = std::getenv("ATTIC_HUGE_PAGES");
   if (off == nullptr || std::strcmp(off, "0") != 0) ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
   return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(start), [len](std::byte* p) { ::munmap(p, len); });

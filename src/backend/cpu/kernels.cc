@@ -190,8 +190,13 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
   // pages where the kernel gives them: a decode step streams all of it, and a matrix
   // allocated on its own under 2 MiB would sit in 4 KiB pages (core/huge_pages.h).
   constexpr uint64_t kPage = 4096;
-  for (WeightTensor* w : pack) total += (t.prepacked_bytes(*w) + kPage - 1) / kPage * kPage;
-  std::shared_ptr<std::byte> arena = AllocateHugePageAligned(total);
+  auto padded = [&](const WeightTensor* w) { return (t.prepacked_bytes(*w) + kPage - 1) / kPage * kPage; };
+  uint64_t arena_bytes = 0;
+  for (WeightTensor* w : pack) {
+    arena_bytes += padded(w);
+    total += t.prepacked_bytes(*w);
+  }
+  std::shared_ptr<std::byte> arena = AllocateHugePageAligned(arena_bytes);
   if (arena == nullptr) {  // no mapping: each matrix in its own buffer
     for (WeightTensor* w : pack) model.own(cpu::PrepackWith(t, pool, w));
   } else {
@@ -200,12 +205,10 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
       t.prepack(pool, *w, arena.get() + at);
       w->packed = arena.get() + at;
       w->packed_layout = static_cast<int>(t.isa);
-      at += (t.prepacked_bytes(*w) + kPage - 1) / kPage * kPage;
+      at += padded(w);
     }
     model.own(arena);
   }
-  total = 0;
-  for (WeightTensor* w : pack) total += t.prepacked_bytes(*w);
   return total;
 }
 
