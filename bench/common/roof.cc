@@ -35,11 +35,11 @@ ReadRoof MeasureReadRoof(int threads, uint64_t bytes, int passes) {
   threads = std::max(1, threads);
   const size_t words = bytes / 8, per = words / static_cast<size_t>(threads);
   // In huge pages, as the weights a decode step streams are (backend::PrepackWeights):
-  // on 4 KiB pages one thread reads ~10-20% slower (the prefetcher restarts at every page
-  // edge), and a roof below what the GEMV reaches is no roof.
+  // on 4 KiB pages one thread read ~25-30% slower here (21-24 against 29.6-33.0 GB/s; the
+  // prefetcher restarts at every page edge), and a roof below what the GEMV reaches is no
+  // roof.
   std::shared_ptr<std::byte> mapping = AllocateHugePageAligned(words * 8);
-  std::unique_ptr<uint64_t[]> fallback(mapping == nullptr ? new uint64_t[words] : nullptr);
-  uint64_t* const buf_data = mapping != nullptr ? reinterpret_cast<uint64_t*>(mapping.get()) : fallback.get();
+  uint64_t* const buf_data = reinterpret_cast<uint64_t*>(mapping.get());
   std::vector<double> seconds(static_cast<size_t>(passes), 0);
   std::vector<uint64_t> sink(static_cast<size_t>(threads));
   using Clock = std::chrono::steady_clock;

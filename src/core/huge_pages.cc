@@ -34,7 +34,12 @@ std::shared_ptr<std::byte> AllocateHugePageAligned(size_t bytes) {
   const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
   // Over-map by one huge page, then trim the ends to the 2 MiB boundaries.
   void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
+  if (raw == MAP_FAILED) {
+    void* p = std::aligned_alloc(kHuge, len);
+    if (p == nullptr) std::abort();
+    std::memset(p, 0, len);
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  }
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
   if (start > base) ::munmap(raw, start - base);

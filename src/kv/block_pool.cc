@@ -1,7 +1,6 @@
 #include "attic/kv/block_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "attic/backend/convert.h"
@@ -21,11 +20,6 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   const size_t rounded = (bytes + 4095) / 4096 * 4096;
   const size_t n_buffers = 2 * static_cast<size_t>(shape.n_layers);
   storage_ = AllocateHugePageAligned(n_buffers * rounded);
-  if (storage_ == nullptr) {  // no mapping: the allocator's memory, as every buffer was before
-    void* p = std::aligned_alloc(4096, n_buffers * rounded);
-    if (p == nullptr) std::abort();
-    storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
-  }
   uint8_t* base = reinterpret_cast<uint8_t*>(storage_.get());
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
@@ -43,7 +37,6 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
     std::memset(base + at, 0, std::min(kChunk, total_bytes - at));
   };
   const int64_t round = threads != nullptr ? threads->n_threads() : 1;
-  const uint64_t total = total_bytes;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
     if (threads != nullptr) {
@@ -51,7 +44,7 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
     } else {
       zero(c0);  // a round is one chunk
     }
-    if (progress) progress(std::min(total, static_cast<uint64_t>(c0 + n) * kChunk), total);
+    if (progress) progress(std::min<uint64_t>(total_bytes, static_cast<uint64_t>(c0 + n) * kChunk), total_bytes);
   }
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);

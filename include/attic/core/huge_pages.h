@@ -16,7 +16,9 @@ namespace attic {
 
 // `bytes` of zeroed memory that starts on a 2 MiB boundary, asked of the kernel as
 // transparent huge pages (madvise) unless ATTIC_HUGE_PAGES=0; released when the last
-// owner goes. Null when the kernel refuses the mapping. For memory read as one long
+// owner goes. Where the kernel refuses the mapping, the allocator's memory (zeroed, the
+// same alignment, no huge-page request); aborts when there is none, as AlignedBuffer
+// does. Null only for 0 bytes. For memory read as one long
 // stream (the prepacked weights): glibc maps each allocation over its mmap threshold on
 // its own, and one under 2 MiB (a 135M model's 1.7 MiB FFN matrices) can hold no huge
 // page at all, so its stream pays a TLB miss every 4 KiB and the hardware prefetcher,

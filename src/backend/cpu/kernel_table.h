@@ -112,8 +112,11 @@ void LinearWithPath(const KernelTable& t, LinearPath path, ThreadPool& pool, con
 inline bool CanPrepack(const KernelTable& t, const WeightTensor& w) {
   return t.can_prepack != nullptr && t.can_prepack(w);
 }
-// Packs w in t's layout into a new buffer and points w.packed at it (packed_layout =
-// t.isa); the caller keeps the buffer as long as w is used. REQUIRES: CanPrepack(t, w).
+// Packs w in t's layout into `dst` (t.prepacked_bytes(w) bytes, 64-byte aligned) and
+// points w.packed at it (packed_layout = t.isa); the caller keeps dst as long as w is
+// used. REQUIRES: CanPrepack(t, w).
+void PrepackInto(const KernelTable& t, ThreadPool& pool, WeightTensor* w, void* dst);
+// The same into a new buffer of its own.
 std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, WeightTensor* w);
 
 // Rows [begin, end) of output `out` of a multi-output GEMV/GEMM: one unit of work.

@@ -132,12 +132,16 @@ void LinearMultiWith(const KernelTable& t, ThreadPool& pool, const float* x, int
   for (int i = 0; i < n_outs; ++i) LinearWithPath(t, path, pool, x, m, *outs[i].w, outs[i].bias, outs[i].y);
 }
 
+void PrepackInto(const KernelTable& t, ThreadPool& pool, WeightTensor* w, void* dst) {
+  t.prepack(pool, *w, dst);
+  w->packed = dst;
+  w->packed_layout = static_cast<int>(t.isa);
+}
+
 std::shared_ptr<AlignedBuffer> PrepackWith(const KernelTable& t, ThreadPool& pool, WeightTensor* w) {
   auto buf = std::make_shared<AlignedBuffer>();
   buf->Reserve(t.prepacked_bytes(*w));
-  t.prepack(pool, *w, buf->data());
-  w->packed = buf->data();
-  w->packed_layout = static_cast<int>(t.isa);
+  PrepackInto(t, pool, w, buf->data());
   return buf;
 }
 
@@ -196,19 +200,14 @@ uint64_t PrepackWeights(const ModelLinears& model, ThreadPool& pool, uint64_t ma
     arena_bytes += padded(w);
     total += t.prepacked_bytes(*w);
   }
+  if (pack.empty()) return 0;
   std::shared_ptr<std::byte> arena = AllocateHugePageAligned(arena_bytes);
-  if (arena == nullptr) {  // no mapping: each matrix in its own buffer
-    for (WeightTensor* w : pack) model.own(cpu::PrepackWith(t, pool, w));
-  } else {
-    uint64_t at = 0;
-    for (WeightTensor* w : pack) {
-      t.prepack(pool, *w, arena.get() + at);
-      w->packed = arena.get() + at;
-      w->packed_layout = static_cast<int>(t.isa);
-      at += padded(w);
-    }
-    model.own(arena);
+  uint64_t at = 0;
+  for (WeightTensor* w : pack) {
+    cpu::PrepackInto(t, pool, w, arena.get() + at);
+    at += padded(w);
   }
+  model.own(arena);
   return total;
 }
 
