@@ -119,6 +119,8 @@ Layer MakeLayer(const ModelShape& m, int n_slots, KvType kv, std::mt19937& rng) 
     l.view.v_q8 = l.vq.data();
     l.view.q8_scales = stride;
     l.view.block_stride = block_bytes;
+    l.view.v_q8_scales = stride;
+    l.view.v_block_stride = block_bytes;
     l.view.block_size = g_block_size;
     l.view.block_table = l.table.data();
     l.view.n_slots = n_slots;
@@ -136,6 +138,7 @@ Layer MakeLayer(const ModelShape& m, int n_slots, KvType kv, std::mt19937& rng) 
     l.view.v_pool = l.v.p;
   }
   l.view.block_stride = stride;
+  l.view.v_block_stride = stride;
   l.view.block_size = g_block_size;
   l.view.block_table = l.table.data();
   l.view.n_slots = n_slots;

@@ -298,6 +298,7 @@ struct RoundTripHooks : kv::LayerHooks {
     view.k_pool = kb.data();
     view.v_pool = vb.data();
     view.block_stride = static_cast<int64_t>(kb.size());
+    view.v_block_stride = view.block_stride;
     view.block_size = n;
     view.block_table = &block0;
     view.n_slots = n;

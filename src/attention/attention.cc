@@ -134,6 +134,7 @@ int64_t PieceSlots(AttendMode mode, int64_t vis, int64_t want_splits) {
 PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const AttendRequest& req, AttendMode mode) {
   const KvLayerView& kv = req.kv;
   ATTIC_CHECK(kv.block_size > 0 && kv.n_slots >= 0);
+  ATTIC_CHECK(kv.n_slots == 0 || (kv.block_stride > 0 && kv.v_block_stride > 0));
   const bool per_head = req.head_indices != nullptr;
   ATTIC_CHECK(!per_head || (req.indices == nullptr && req.n_head_indices != nullptr));
   CheckIndexList(req.indices, req.n_indices, kv.n_slots);
@@ -165,8 +166,9 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   }
 
   const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
+  // The few-row kernels read K and V rows in place as one type.
   const bool few = mode == AttendMode::kFastest && ks.few != nullptr && rows_per_head <= ks.few_rows_max &&
-                   shape.head_dim % ks.few_head_dim_multiple == 0;
+                   shape.head_dim % ks.few_head_dim_multiple == 0 && KType(kv) == VType(kv);
   pr.kernel = few ? ks.few : ks.tile;
   pr.tile_rows = few ? rows_per_head : static_cast<int64_t>(ks.tile_rows) * ks.max_tiles_per_job;
   pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;

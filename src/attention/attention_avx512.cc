@@ -191,20 +191,14 @@ void TransposedKernel(const AttendParams& p, const TileJob& job, float* o, float
   const SlotMap map(p.kv, job.kv_head, d);
   const float* kp[kChunk];
   const float* vp[kChunk];
-  float* widened = p.kv.k_pool == nullptr ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
-  const bool q8 = p.kv.k_q8 != nullptr;
-  int64_t off[kChunk], soff[kChunk];
+  const KvRowReader reader(p.kv, job.kv_head, d);
+  float* widened = reader.widens() ? ThreadScratch(kF16Scratch, static_cast<size_t>(2 * kChunk) * d) : nullptr;
   for (int c = job.slot_begin; c < max_lim; c += kChunk) {
     const int n = std::min(kChunk, max_lim - c);
     const int n8 = (n + 7) & ~7;
     // A tile over a long stored history streams its K/V from DRAM.
     PrefetchKvRows(p.kv, map, p.indices, c + kChunk, std::min(max_lim, c + 2 * kChunk), d);
-    for (int j = 0; j < n; ++j) {
-      const int32_t slot = p.indices ? p.indices[c + j] : c + j;
-      off[j] = map.Offset(slot);
-      if (q8) soff[j] = map.Q8ScaleOffset(slot);
-    }
-    KvRows(p.kv, off, soff, n, d, widened, kp, vp);
+    reader.Read(map, p.indices, c, n, d, widened, kp, vp);
     for (int j = n; j < n8; ++j) {  // padding: valid rows, masked below
       kp[j] = kp[0];
       vp[j] = vp[0];

@@ -102,46 +102,43 @@ inline const uint16_t* Q8Scales(const int8_t* pool, int64_t scale_off) {
   return reinterpret_cast<const uint16_t*>(pool + scale_off);
 }
 
-// Points kp[j] / vp[j] (j < n) at the K / V rows of the slots at element offsets off[j]:
-// in place for f32 storage; for f16 storage the rows are widened into `buf` ([2n][d]
-// floats) first; for q8_0 they are dequantized into it (soff[j]: the rows' scale offsets;
-// unused otherwise).
-inline void KvRows(const KvLayerView& kv, const int64_t* off, const int64_t* soff, int n, int d, float* buf,
-                   const float** kp, const float** vp) {
-  if (kv.k_pool != nullptr) {
-    for (int j = 0; j < n; ++j) {
-      kp[j] = kv.k_pool + off[j];
-      vp[j] = kv.v_pool + off[j];
-    }
-    return;
+// One row of a tensor (K or V) of type `type` at offset `off` (elements; q8_0: bytes,
+// with `soff` the row's scale offset, unused otherwise): in place for f32 storage; an f16
+// row is widened into `buf` ([d] floats), a q8_0 row dequantized into it.
+inline const float* TensorRow(DType type, const void* pool, int64_t off, int64_t soff, int d, float* buf) {
+  if (type == DType::kF32) return static_cast<const float*>(pool) + off;
+  if (type == DType::kQ8_0) {
+    const int8_t* q = static_cast<const int8_t*>(pool);
+    DequantizeKvRowQ8(q + off, Q8Scales(q, soff), d, buf);
+  } else {
+    backend::ConvertF16ToF32(static_cast<const uint16_t*>(pool) + off, buf, d);
   }
-  for (int j = 0; j < n; ++j) {
-    float* kd = buf + static_cast<int64_t>(j) * d;
-    float* vd = buf + static_cast<int64_t>(n + j) * d;
-    if (kv.k_q8 != nullptr) {
-      DequantizeKvRowQ8(kv.k_q8 + off[j], Q8Scales(kv.k_q8, soff[j]), d, kd);
-      DequantizeKvRowQ8(kv.v_q8 + off[j], Q8Scales(kv.v_q8, soff[j]), d, vd);
-    } else {
-      backend::ConvertF16ToF32(kv.k_f16 + off[j], kd, d);
-      backend::ConvertF16ToF32(kv.v_f16 + off[j], vd, d);
-    }
-    kp[j] = kd;
-    vp[j] = vd;
-  }
+  return buf;
 }
 
-// Maps slots to the offset of their K (or V) row for one KV head; shifts instead of
-// dividing when block_size is a power of two.
+// A view's K / V storage, whatever its type.
+inline const void* KData(const KvLayerView& kv) {
+  return kv.k_q8 != nullptr ? static_cast<const void*>(kv.k_q8)
+         : kv.k_f16 != nullptr ? static_cast<const void*>(kv.k_f16)
+                               : static_cast<const void*>(kv.k_pool);
+}
+inline const void* VData(const KvLayerView& kv) {
+  return kv.v_q8 != nullptr ? static_cast<const void*>(kv.v_q8)
+         : kv.v_f16 != nullptr ? static_cast<const void*>(kv.v_f16)
+                               : static_cast<const void*>(kv.v_pool);
+}
+// Bytes of one stored element's value (q8_0: 1; its scales follow the block's values).
+inline int64_t ElemBytes(DType type) { return type == DType::kQ8_0 ? 1 : type == DType::kF16 ? 2 : 4; }
+
+// Maps slots to the offset of their K row for one KV head -- or V's row (ForV), which is
+// the same offset when K and V share a type; shifts instead of dividing when block_size
+// is a power of two.
 class SlotMap {
  public:
-  SlotMap(const KvLayerView& kv, int kv_head, int head_dim)
-      : table_(kv.block_table),
-        stride_(kv.block_stride),
-        head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * head_dim),
-        block_size_(kv.block_size),
-        head_dim_(head_dim),
-        shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1),
-        q8_scales_(kv.q8_scales) {}
+  SlotMap(const KvLayerView& kv, int kv_head, int head_dim) : SlotMap(kv, kv_head, head_dim, kv.block_stride, kv.q8_scales) {}
+  static SlotMap ForV(const KvLayerView& kv, int kv_head, int head_dim) {
+    return SlotMap(kv, kv_head, head_dim, kv.v_block_stride, kv.v_q8_scales);
+  }
 
   int64_t Offset(int32_t slot) const {
     int32_t block, row;
@@ -155,14 +152,26 @@ class SlotMap {
     return table_[block] * stride_ + KvQ8ScaleAt(q8_scales_, head_offset_ + static_cast<int64_t>(row) * head_dim_, head_dim_);
   }
   int block_size() const { return block_size_; }
+  int kv_head() const { return kv_head_; }
 
  private:
+  SlotMap(const KvLayerView& kv, int kv_head, int head_dim, int64_t stride, int64_t q8_scales)
+      : table_(kv.block_table),
+        stride_(stride),
+        head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * head_dim),
+        block_size_(kv.block_size),
+        head_dim_(head_dim),
+        shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1),
+        kv_head_(kv_head),
+        q8_scales_(q8_scales) {}
+
   const int32_t* table_;
   int64_t stride_;
   int64_t head_offset_;
   int block_size_;
   int head_dim_;
   int shift_;
+  int kv_head_;
   int64_t q8_scales_;
 
   void Split(int32_t slot, int32_t* block, int32_t* row) const {
@@ -176,6 +185,44 @@ class SlotMap {
   }
 };
 
+// Whether a view's K and V share one type and layout (then V's offsets are K's).
+inline bool SameKvLayout(const KvLayerView& kv) {
+  return KType(kv) == VType(kv) && kv.block_stride == kv.v_block_stride && kv.q8_scales == kv.v_q8_scales;
+}
+
+// The general kernels' K and V rows for n virtual slots from `c` (through p.indices when
+// set): kp[j] / vp[j] point at them, in place or widened into `buf` ([2n][d] floats: K's
+// rows, then V's) by each tensor's own type.
+struct KvRowReader {
+  DType kt, vt;
+  const void* k;
+  const void* v;
+  bool same;     // SameKvLayout
+  SlotMap vmap;  // V's rows (unused when `same`)
+  KvRowReader(const KvLayerView& kv, int kv_head, int head_dim)
+      : kt(KType(kv)),
+        vt(VType(kv)),
+        k(KData(kv)),
+        v(VData(kv)),
+        same(SameKvLayout(kv)),
+        vmap(SlotMap::ForV(kv, kv_head, head_dim)) {}
+  // Whether either tensor needs `buf`.
+  bool widens() const { return kt != DType::kF32 || vt != DType::kF32; }
+  // `map`: K's rows of the same head.
+  void Read(const SlotMap& map, const int32_t* indices, int c, int n, int d, float* buf, const float** kp,
+            const float** vp) const {
+    for (int j = 0; j < n; ++j) {
+      const int32_t slot = indices ? indices[c + j] : c + j;
+      const int64_t koff = map.Offset(slot);
+      const int64_t ksoff = kt == DType::kQ8_0 ? map.Q8ScaleOffset(slot) : 0;
+      const int64_t voff = same ? koff : vmap.Offset(slot);
+      const int64_t vsoff = same ? ksoff : vt == DType::kQ8_0 ? vmap.Q8ScaleOffset(slot) : 0;
+      kp[j] = TensorRow(kt, k, koff, ksoff, d, buf + static_cast<int64_t>(j) * d);
+      vp[j] = TensorRow(vt, v, voff, vsoff, d, buf + static_cast<int64_t>(n + j) * d);
+    }
+  }
+};
+
 // Prefetches into L2 the K and V rows of virtual slots [begin, end) (through `indices`
 // when set) of the head `map` addresses. The kernels call it for the chunk after the one
 // they compute: a sequence's blocks are scattered over the pool, and each short run (one
@@ -183,29 +230,35 @@ class SlotMap {
 // prefetcher has not caught up with.
 inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int32_t* indices, int begin, int end,
                            int head_dim) {
-  const bool f16 = kv.k_f16 != nullptr, q8 = kv.k_q8 != nullptr;
-  const char* k = q8    ? reinterpret_cast<const char*>(kv.k_q8)
-                  : f16 ? reinterpret_cast<const char*>(kv.k_f16)
-                        : reinterpret_cast<const char*>(kv.k_pool);
-  const char* v = q8    ? reinterpret_cast<const char*>(kv.v_q8)
-                  : f16 ? reinterpret_cast<const char*>(kv.v_f16)
-                        : reinterpret_cast<const char*>(kv.v_pool);
-  const int64_t elem = q8 ? 1 : f16 ? 2 : 4;
-  const int64_t row_bytes = head_dim * elem;
+  const DType kt = KType(kv), vt = VType(kv);
+  const char* k = static_cast<const char*>(KData(kv));
+  const char* v = static_cast<const char*>(VData(kv));
+  const int64_t k_row_bytes = head_dim * ElemBytes(kt), v_row_bytes = head_dim * ElemBytes(vt);
   // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
   // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
   auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
+  const bool same = SameKvLayout(kv);
+  const SlotMap vmap = SlotMap::ForV(kv, map.kv_head(), head_dim);  // used when !same
   for (int j = begin; j < end; ++j) {
     const int32_t slot = indices ? indices[j] : j;
-    const int64_t at = map.Offset(slot) * elem;
-    for (int64_t b = 0; b < row_bytes; b += 64) {
-      prefetch(k + at + b);
-      prefetch(v + at + b);
-    }
-    if (q8) {  // the row's scales: one line serves many rows
-      const int64_t sat = map.Q8ScaleOffset(slot);
-      prefetch(k + sat);
-      prefetch(v + sat);
+    const int64_t kat = map.Offset(slot) * ElemBytes(kt);
+    // A q8_0 row's scales too: one line serves many rows.
+    if (same) {
+      for (int64_t b = 0; b < k_row_bytes; b += 64) {
+        prefetch(k + kat + b);
+        prefetch(v + kat + b);
+      }
+      if (kt == DType::kQ8_0) {
+        const int64_t sat = map.Q8ScaleOffset(slot);
+        prefetch(k + sat);
+        prefetch(v + sat);
+      }
+    } else {
+      const int64_t vat = vmap.Offset(slot) * ElemBytes(vt);
+      for (int64_t b = 0; b < k_row_bytes; b += 64) prefetch(k + kat + b);
+      for (int64_t b = 0; b < v_row_bytes; b += 64) prefetch(v + vat + b);
+      if (kt == DType::kQ8_0) prefetch(k + map.Q8ScaleOffset(slot));
+      if (vt == DType::kQ8_0) prefetch(v + vmap.Q8ScaleOffset(slot));
     }
   }
 }

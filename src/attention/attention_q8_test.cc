@@ -225,6 +225,8 @@ struct PagedQ8 {
     view.v_q8 = v_bytes.data();
     view.q8_scales = stride();
     view.block_stride = block_bytes();
+    view.v_q8_scales = stride();
+    view.v_block_stride = block_bytes();
     view.block_size = block_size;
     view.block_table = block_table.data();
     view.n_slots = n_slots;

@@ -97,6 +97,7 @@ struct PagedKv {
       v.v_pool = v_pool.data();
     }
     v.block_stride = stride();
+    v.v_block_stride = stride();
     v.block_size = block_size;
     v.block_table = block_table.data();
     v.n_slots = n_slots;

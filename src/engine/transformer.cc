@@ -28,6 +28,8 @@ attention::KvLayerView KvView(kv::BlockPool& pool, int layer) {
     v.k_pool = static_cast<const float*>(pool.k_data(layer));
     v.v_pool = static_cast<const float*>(pool.v_data(layer));
   }
+  v.v_q8_scales = v.q8_scales;  // K and V share the pool's type
+  v.v_block_stride = v.block_stride;
   v.block_size = pool.shape().block_size;
   return v;
 }

@@ -249,6 +249,8 @@ class Offloaded final : public OffloadedSparseAttention {
       view_.k_pool = buf.k.as<float>();
       view_.v_pool = buf.v.as<float>();
     }
+    view_.v_q8_scales = view_.q8_scales;  // K and V share the pool's type
+    view_.v_block_stride = view_.block_stride;
     view_.block_size = ks_.block_size;
     view_.block_table = buf.table.data();
     view_.n_slots = n_slots;

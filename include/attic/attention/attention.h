@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "attic/backend/thread_pool.h"
+#include "attic/tensor/dtype.h"
 
 namespace attic::attention {
 
@@ -27,20 +28,36 @@ namespace attic::attention {
 // [n_kv_heads][block_size][head_dim] at bytes [0, q8_scales), then their f16 scales
 // [n_kv_heads][block_size][head_dim / KvQ8Group(head_dim)] at byte q8_scales. Element i
 // of a row is scale[i / group] * q[i]. The kernels dequantize the rows they read, a chunk
-// of slots at a time; K and V have the same type.
+// of slots at a time.
+//
+// K and V may have different types (a pool with K in q8_0 and V in f16, say): each has
+// its own pointer, block stride and q8_0 scale offset. Set exactly one of K's three
+// pointers and one of V's. The few-row decode kernels read rows in place for one type;
+// a view whose K and V types differ runs the general tile kernel, which widens each
+// tensor's rows by its own type.
 struct KvLayerView {
   const float* k_pool = nullptr;   // this layer's K storage; block b starts at k_pool + b * block_stride
-  const float* v_pool = nullptr;
+  const float* v_pool = nullptr;   // ... V's, at v_pool + b * v_block_stride
   const uint16_t* k_f16 = nullptr;  // ... or f16 storage, same layout
   const uint16_t* v_f16 = nullptr;
-  const int8_t* k_q8 = nullptr;     // ... or q8_0 storage (block_stride then counts bytes)
+  const int8_t* k_q8 = nullptr;     // ... or q8_0 storage (the block stride then counts bytes)
   const int8_t* v_q8 = nullptr;
-  int64_t q8_scales = 0;           // q8_0: bytes from a block's start to its scales
-  int64_t block_stride = 0;        // elements per block (= n_kv_heads * block_size * head_dim); q8_0: bytes
+  int64_t q8_scales = 0;           // K in q8_0: bytes from a block's start to its scales
+  int64_t block_stride = 0;        // K: elements per block (= n_kv_heads * block_size * head_dim); q8_0: bytes
+  int64_t v_q8_scales = 0;         // the same two for V (equal to K's when the types are)
+  int64_t v_block_stride = 0;
   int block_size = 0;
   const int32_t* block_table = nullptr;
   int n_slots = 0;                 // slots that hold valid KV
 };
+
+// Element type of a view's K / V storage (kF32, kF16 or kQ8_0: whichever pointer is set).
+inline DType KType(const KvLayerView& kv) {
+  return kv.k_q8 != nullptr ? DType::kQ8_0 : kv.k_f16 != nullptr ? DType::kF16 : DType::kF32;
+}
+inline DType VType(const KvLayerView& kv) {
+  return kv.v_q8 != nullptr ? DType::kQ8_0 : kv.v_f16 != nullptr ? DType::kF16 : DType::kF32;
+}
 
 struct AttentionShape {
   int n_heads = 0;
