@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attention/attention_internal.h"
+#include "attention/attention_test_util.h"
 #include "attic/attention/attention.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/cpu_features.h"
@@ -38,6 +39,7 @@ namespace attic::attention {
 namespace {
 
 using backend::Isa;
+using testing_util::Shape;
 
 // One tensor (K or V) of a paged layer in the block pool's layout for `type`, its blocks
 // at the shared block table's shuffled places. Rows that hold no slot are NaN (f32, f16)
@@ -161,15 +163,9 @@ std::vector<double> Reference(const AttentionShape& shape, const float* q, const
   return out;
 }
 
+// Queries uniform in [-1, 1].
 std::vector<float> RandomQ(int n_q, int n_heads, int d, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(n_q) * n_heads * d);
-  for (float& x : q) x = u(rng);
-  return q;
-}
-
-AttentionShape Shape(int n_heads, int n_kv_heads, int d) {
-  return AttentionShape{n_heads, n_kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  return testing_util::RandomQ(n_q, n_heads, d, 1.0f, rng);
 }
 
 using Param = std::tuple<Isa, std::pair<DType, DType>>;  // ISA, (K's type, V's type)
@@ -180,11 +176,7 @@ class AttentionMixedTest : public ::testing::TestWithParam<Param> {
   DType kt() const { return std::get<1>(GetParam()).first; }
   DType vt() const { return std::get<1>(GetParam()).second; }
   void SetUp() override {
-    const auto& f = backend::GetCpuFeatures();
-    if (isa() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
-      GTEST_SKIP() << "no AVX-512 on this CPU";
-    }
-    if (isa() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+    if (const char* why = testing_util::IsaUnavailable(isa())) GTEST_SKIP() << why;
   }
 
   // Runs the ISA's kernels on `req` and checks every output element; visible(i, kv_head)

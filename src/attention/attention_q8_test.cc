@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention/attention_internal.h"
+#include "attention/attention_test_util.h"
 #include "attic/attention/attention.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/cpu_features.h"
@@ -33,6 +34,7 @@ namespace attic::attention {
 namespace {
 
 using backend::Isa;
+using testing_util::Shape;
 
 // The golden block: x below, max|x| = 1.27, so d = 1.27 / 127 = 0.01, stored as the f16
 // 0x211F = (1 + 287/1024) * 2^-7 = 0.01000213623046875 (0.01 * 2^7 = 1.28, and
@@ -325,25 +327,15 @@ Reference ReferenceHead(const AttentionShape& shape, const float* q, const std::
   return r;
 }
 
+// Queries uniform in [-1, 1].
 std::vector<float> RandomQ(int n_q, int n_heads, int d, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(n_q) * n_heads * d);
-  for (float& x : q) x = u(rng);
-  return q;
-}
-
-AttentionShape Shape(int n_heads, int n_kv_heads, int d) {
-  return AttentionShape{n_heads, n_kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  return testing_util::RandomQ(n_q, n_heads, d, 1.0f, rng);
 }
 
 class AttentionQ8Test : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    const auto& f = backend::GetCpuFeatures();
-    if (GetParam() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
-      GTEST_SKIP() << "no AVX-512 on this CPU";
-    }
-    if (GetParam() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+    if (const char* why = testing_util::IsaUnavailable(GetParam())) GTEST_SKIP() << why;
   }
 
   // Runs the ISA's kernels on one request and checks every output element against both

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention/attention_internal.h"
+#include "attention/attention_test_util.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/tensor/dtype.h"
@@ -26,6 +27,8 @@ namespace attic::attention {
 namespace {
 
 using backend::Isa;
+using testing_util::RandomQ;
+using testing_util::Shape;
 
 // Whether the AttentionTest being run stores KV as f16 (set by the fixture).
 bool g_kv_f16 = false;
@@ -180,28 +183,13 @@ std::vector<double> NaivePerHeadAttention(const AttentionShape& shape, const std
   return out;
 }
 
-std::vector<float> RandomQ(int n_q, int n_heads, int d, float magnitude, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-magnitude, magnitude);
-  std::vector<float> q(static_cast<size_t>(n_q) * n_heads * d);
-  for (float& x : q) x = u(rng);
-  return q;
-}
-
-AttentionShape Shape(int n_heads, int n_kv_heads, int d) {
-  return AttentionShape{n_heads, n_kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
-}
-
 // Each ISA's kernels, over f32 and over f16 KV storage.
 class AttentionTest : public ::testing::TestWithParam<std::tuple<Isa, bool>> {
  protected:
   Isa isa() const { return std::get<0>(GetParam()); }
   void SetUp() override {
     g_kv_f16 = std::get<1>(GetParam());
-    const auto& f = backend::GetCpuFeatures();
-    if (isa() == Isa::kAvx512 && !(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) {
-      GTEST_SKIP() << "no AVX-512 on this CPU";
-    }
-    if (isa() == Isa::kAvx2 && !(f.avx2 && f.fma)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+    if (const char* why = testing_util::IsaUnavailable(isa())) GTEST_SKIP() << why;
   }
   void TearDown() override { g_kv_f16 = false; }
 
