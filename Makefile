@@ -34,7 +34,7 @@ TSAN_BUILD ?= build-tsan
 # fuzzers; not the benchmark programs.
 ASAN_TARGETS ?= core_test backend_test tokenizer_test model_test attention_test kv_test store_test grammar_test \
                 pq_test engine_test pic_test server_test eval_test cli_test bench_test redis_test attic attic_fuzzers
-ASAN_EXCLUDE ?= ^isa-|^docs_commands$$|^Isas/AttentionTest\..*/avx(2|512)_
+ASAN_EXCLUDE ?= ^isa-|^docs_commands$$|^Isas/Attention(Mixed)?Test\..*/avx(2|512)_
 # Under TSan: the tests whose threads share KV buffers: every test of the store (loader,
 # writer, prefetcher, streamer; ctest label store) and of the remote tier (label redis),
 # and the engine's tests that run the scheduler (its step loop, the HTTP-facing queue,

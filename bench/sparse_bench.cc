@@ -113,7 +113,7 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   }());
   if (!probe.ok()) Die(probe.status().ToString());
   kv::KvShape shape = (*probe)->transformer().kv_shape(kv::kDefaultBlockSize);
-  shape.dtype = eo.kv_dtype;
+  shape.set_dtype(eo.kv_dtype);
   const int64_t per_seq = (static_cast<int64_t>(context) / shape.block_size + 2) * shape.block_bytes();
   const int n_layers = (*probe)->model().config().n_layers;
   probe->reset();
@@ -324,7 +324,9 @@ int RunTpot(int argc, char** argv) {
   const std::vector<int32_t> tokens = bench::RandomTokens(context, c.seed, 100, cfg.vocab_size);
   // Bytes of one K (or V) row of one KV head as stored (q8_0: its int8 values and scales).
   const kv::KvShape& kv_shape = engine->kv_pool().shape();
-  const double stored_row_bytes = static_cast<double>(kv_shape.block_layer_bytes()) / (kv_shape.n_kv_heads * kv_shape.block_size);
+  const double slots = static_cast<double>(kv_shape.n_kv_heads) * kv_shape.block_size;
+  const double stored_row_bytes = kv_shape.k_layer_bytes() / slots;
+  const double stored_kv_row_bytes = (kv_shape.k_layer_bytes() + kv_shape.v_layer_bytes()) / slots;
   std::printf("# sparse_bench tpot: %s, %d layers, %d/%d heads, head_dim %d, %s KV, %d threads; CPU %s\n\n",
               c.model.c_str(), cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, c.kv_dtype.c_str(), c.threads,
               bench::CpuName().c_str());
@@ -404,7 +406,7 @@ int RunTpot(int argc, char** argv) {
         cell.select_s = (after.select_seconds - before.select_seconds) / steps;
         const double n_ctx = L + warmup + steps / 2.0;  // the timed steps' mean context
         const double heads = static_cast<double>(cfg.n_layers) * cfg.n_kv_heads;
-        const double row_bytes = 2.0 * stored_row_bytes;  // K and V of one slot, one KV head
+        const double row_bytes = stored_kv_row_bytes;  // K and V of one slot, one KV head
         if (m.method == pq::SparseMethod::kFull) {
           cell.attended_share = 1;
           cell.bytes_per_step = B * n_ctx * heads * row_bytes;

@@ -143,12 +143,14 @@ int RunBench(const BenchFlags& f) {
                       {"gbs", bench::Mean(roofs)}, {"gbs_min", *std::min_element(roofs.begin(), roofs.end())},
                       {"gbs_max", *std::max_element(roofs.begin(), roofs.end())}, {"gbs_each", roofs},
                       {"gbs_before", roofs.front()}, {"gbs_after", roofs.back()}, {"paired_with_reps", paired}};
-  const double kv_elem = DTypeBytes(e.kv_pool().shape().dtype, 1);
+  // Bytes of one K element plus one V element as stored (q8_0 with its scales).
+  const kv::KvShape& kv_shape = e.kv_pool().shape();
+  const double kv_elem = DTypeBytes(kv_shape.k_dtype, 1) + DTypeBytes(kv_shape.v_dtype, 1);
   const double weight_bytes = static_cast<double>(e.model().weight_bytes());
   for (auto& r : results) {
     if (r["n_gen"].get<int>() == 0) continue;
     const double ctx = r["n_prompt"].get<int>() + r["n_gen"].get<int>() / 2.0;
-    const double kv_bytes = 2.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
+    const double kv_bytes = 1.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
     std::vector<double> share, share_kv;
     for (size_t i = 0; i < decode_tps.size(); ++i) {
       const double per_gb = rep_roof[i] > 0 ? decode_tps[i] / 1e9 / rep_roof[i] : 0.0;  // no roof: no share

@@ -23,6 +23,7 @@ struct ModelFlags {
   int batch = 512;
   std::string chat_template;
   std::string kv_dtype = "f32";
+  std::string kv_dtype_k, kv_dtype_v;  // K's / V's own type ("" = kv_dtype's)
   int kv_block_size = kv::kDefaultBlockSize;
   bool deterministic = false;
 };

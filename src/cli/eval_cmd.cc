@@ -9,6 +9,7 @@
 //   attic eval link ...   (eval_link_cmd.cc)
 // Each prints a markdown table and a one-line JSON summary on stdout, progress on stderr.
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -95,14 +96,21 @@ int RunPerplexity(const PerplexityFlags& f) {
                       ")");
   }
   if (auto axis = eval::MethodsAxis(f.methods); !axis.ok()) return UsageError(axis.status().message());
-  std::vector<DType> kv_dtypes;
+  // Each point: one type for K and V ("q8_0"), or K's and V's ("q8_0/f16").
+  std::vector<std::pair<DType, DType>> kv_dtypes;
   for (const std::string& name : f.kv_dtypes) {
-    auto dt = ParseDType(name);
-    if (!dt.ok() || (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kQ8_0))
-      return UsageError("--kv-dtypes: '" + name + "' is not a KV type (f32, f16, q8_0)");
-    if (std::find(kv_dtypes.begin(), kv_dtypes.end(), *dt) != kv_dtypes.end())
+    const size_t slash = name.find('/');
+    auto kt = ParseDType(name.substr(0, slash));
+    auto vt = ParseDType(slash == std::string::npos ? name : name.substr(slash + 1));
+    auto kv_type = [](const StatusOr<DType>& t) {
+      return t.ok() && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kQ8_0);
+    };
+    if (!kv_type(kt) || !kv_type(vt)) {
+      return UsageError("--kv-dtypes: '" + name + "' is not a KV type (f32, f16, q8_0, or K/V such as q8_0/f16)");
+    }
+    if (std::find(kv_dtypes.begin(), kv_dtypes.end(), std::pair{*kt, *vt}) != kv_dtypes.end())
       return UsageError("--kv-dtypes: " + name + " given twice");
-    kv_dtypes.push_back(*dt);
+    kv_dtypes.emplace_back(*kt, *vt);
   }
   if (int rc = CheckCtx(f.model, max_length); rc != kExitOk) return rc;
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
@@ -110,17 +118,22 @@ int RunPerplexity(const PerplexityFlags& f) {
   if (!text.ok()) return Fail(text.status().WithContext("--text"));
 
   ModelFlags mf = f.model;
-  if (!f.kv_dtypes.empty()) mf.kv_dtype = f.kv_dtypes[0];  // the engine loads with the reference type
+  if (!kv_dtypes.empty()) {  // the engine loads with the reference type
+    mf.kv_dtype_k = DTypeName(kv_dtypes[0].first);
+    mf.kv_dtype_v = DTypeName(kv_dtypes[0].second);
+  }
   auto eng = LoadFor(mf, max_length);
   if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
   std::vector<eval::KvTypePoint> kv_axis;
   for (size_t i = 0; i < kv_dtypes.size(); ++i) {
-    const DType dt = kv_dtypes[i];
+    const auto [kt, vt] = kv_dtypes[i];
     // Checked before any work (a q8_0 the model's head_dim does not take fails here).
-    if (Status st = engine::CheckKvDtype(dt, e.model().config().head_dim); !st.ok())
-      return Fail(st.WithContext("--kv-dtypes"));
-    kv_axis.push_back({f.kv_dtypes[i], [&e, dt] { return e.SetKvDtype(dt); }});
+    for (DType dt : {kt, vt}) {
+      if (Status st = engine::CheckKvDtype(dt, e.model().config().head_dim); !st.ok())
+        return Fail(st.WithContext("--kv-dtypes"));
+    }
+    kv_axis.push_back({f.kv_dtypes[i], [&e, kt, vt] { return e.SetKvDtypes(kt, vt); }});
   }
   auto methods = MakeMethods(f.methods, e);
   if (!methods.ok()) return Fail(methods.status());
@@ -253,7 +266,8 @@ void AddEvalCommand(CLI::App& app, RunFn* run) {
       ->capture_default_str();
   ppl->add_option("--methods", pf->methods, MethodsHelp())->capture_default_str();
   ppl->add_option("--kv-dtypes", pf->kv_dtypes,
-                  "KV types of the compute buffer to compare (f32, f16, q8_0; space- or comma-separated): every "
+                  "KV types of the compute buffer to compare (f32, f16, q8_0, or K's/V's such as q8_0/f16; space- "
+                  "or comma-separated): every "
                   "method runs on each, and each is measured against the first (perplexity change, KL, top-1) "
                   "on the same windows; instead of --kv-dtype")
       ->delimiter(',')

@@ -32,6 +32,12 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
                   "~0.27x f32's memory)")
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
       ->capture_default_str();
+  cmd->add_option("--kv-dtype-k", f->kv_dtype_k,
+                  "K's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+  cmd->add_option("--kv-dtype-v", f->kv_dtype_v,
+                  "V's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
   cmd->add_option("--kv-block-size", f->kv_block_size,
                   "tokens per block of the compute buffer's KV cache (longer blocks: faster decode attention, "
                   "more slots reserved per sequence)")
@@ -50,7 +56,9 @@ engine::EngineOptions ToEngineOptions(const ModelFlags& f, bool progress) {
   o.max_batch_tokens = f.batch;
   o.chat_template = f.chat_template;
   o.chat_template_fallback = "chatml";  // one behaviour in serve, chat and generate --chat
-  o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16/q8_0 (checked by the flag)
+  o.kv_dtype = *ParseDType(f.kv_dtype);  // one of f32/f16/q8_0 (checked by the flags)
+  if (!f.kv_dtype_k.empty()) o.kv_dtype_k = *ParseDType(f.kv_dtype_k);
+  if (!f.kv_dtype_v.empty()) o.kv_dtype_v = *ParseDType(f.kv_dtype_v);
   o.kv_block_size = f.kv_block_size;
   o.deterministic = f.deterministic;
   o.show_progress = progress;

@@ -185,8 +185,14 @@ int RunServe(ServeFlags f) {
     // pages on the serving path); the automatic one grows with use (docs/store.md, "The
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
-    // The entries' type: the compute buffer's unless given (any enters any buffer type).
-    const std::string& type = f.kv_store_dtype.empty() ? f.model.kv_dtype : f.kv_store_dtype;
+    // The entries' type: the compute buffer's unless given (any enters any buffer type);
+    // when K's and V's differ, the more exact of the two (f32, then f16, then q8_0), so
+    // the store loses nothing the buffer holds.
+    const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
+    const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
+    auto exactness = [](const std::string& t) { return t == "f32" ? 2 : t == "f16" ? 1 : 0; };
+    const std::string& buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+    const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
     if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
       return UsageError("--kv-store-dtype must be f32, f16 or q8_0, not '" + type + "'");
   }
@@ -338,7 +344,7 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--kv-store-dtype", f->kv_store_dtype,
                   "type of the KV store's entries in every tier: f32, f16 or q8_0 (8-bit, one f16 scale per 32 "
                   "values of a head's row: ~0.27x f32's bytes, so a tier holds ~2x f16's entries); default: the "
-                  "compute buffer's (--kv-dtype). Entries of another type are kept but never served (a miss, "
+                  "compute buffer's (--kv-dtype; of --kv-dtype-k and --kv-dtype-v, the more exact). Entries of another type are kept but never served (a miss, "
                   "counted in attic_kv_store_other_type_misses_total)")
       ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   cmd->add_option("--kv-remote", f->kv_remote,

@@ -99,7 +99,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   if (options.max_batch_tokens <= 0) return InvalidArgumentError("max_batch_tokens must be positive");
   if (options.kv_block_size <= 0) return InvalidArgumentError("kv_block_size must be positive");
-  ATTIC_RETURN_IF_ERROR(CheckKvDtype(options.kv_dtype, cfg.head_dim));
+  const DType kv_k = options.kv_dtype_k.value_or(options.kv_dtype);
+  const DType kv_v = options.kv_dtype_v.value_or(options.kv_dtype);
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(kv_k, cfg.head_dim).WithContext("K"));
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(kv_v, cfg.head_dim).WithContext("V"));
   e->threads_ = std::make_unique<backend::ThreadPool>(options.n_threads);
   const int64_t prepack_max = options.prepack_max_bytes >= 0
                                   ? options.prepack_max_bytes
@@ -117,7 +120,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   e->transformer_ = std::make_unique<Transformer>(m, *e->threads_, options.max_batch_tokens, options.deterministic);
   kv::KvShape shape = e->transformer_->kv_shape(options.kv_block_size);
-  shape.dtype = options.kv_dtype;
+  shape.k_dtype = kv_k;
+  shape.v_dtype = kv_v;
   int n_blocks = (e->context_length_ + options.kv_block_size - 1) / options.kv_block_size + 1;  // one context
   if (options.kv_cache_bytes > 0) {
     n_blocks = kv::BlockPool::BlocksForBudget(shape, options.kv_cache_bytes);
@@ -172,16 +176,20 @@ std::unique_ptr<kv::BlockPool> Engine::NewKvPool(const kv::KvShape& shape, int n
   return pool;
 }
 
-Status Engine::SetKvDtype(DType dtype) {
+Status Engine::SetKvDtypes(DType k_dtype, DType v_dtype) {
   ATTIC_CHECK(kv_pool_->n_used() == 0);
-  ATTIC_RETURN_IF_ERROR(CheckKvDtype(dtype, model_->config().head_dim));
-  if (dtype == kv_pool_->shape().dtype) return OkStatus();
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(k_dtype, model_->config().head_dim));
+  ATTIC_RETURN_IF_ERROR(CheckKvDtype(v_dtype, model_->config().head_dim));
+  if (k_dtype == kv_pool_->shape().k_dtype && v_dtype == kv_pool_->shape().v_dtype) return OkStatus();
   kv::KvShape shape = kv_pool_->shape();
-  shape.dtype = dtype;
+  shape.k_dtype = k_dtype;
+  shape.v_dtype = v_dtype;
   const int n_blocks = kv_pool_->n_blocks();
   kv_pool_.reset();  // free the old pool before allocating the new one
   kv_pool_ = NewKvPool(shape, n_blocks);
-  options_.kv_dtype = dtype;
+  options_.kv_dtype = k_dtype;
+  options_.kv_dtype_k = k_dtype;
+  options_.kv_dtype_v = v_dtype;
   return OkStatus();
 }
 

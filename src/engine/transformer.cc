@@ -14,24 +14,7 @@ namespace {
 
 // Attention's view of one layer of the compute buffer (the block table is the caller's).
 attention::KvLayerView KvView(kv::BlockPool& pool, int layer) {
-  attention::KvLayerView v;
-  v.block_stride = pool.shape().block_stride();
-  if (pool.shape().dtype == DType::kQ8_0) {
-    v.k_q8 = static_cast<const int8_t*>(pool.k_data(layer));
-    v.v_q8 = static_cast<const int8_t*>(pool.v_data(layer));
-    v.q8_scales = pool.shape().q8_scales_offset();
-    v.block_stride = pool.shape().block_layer_bytes();  // q8_0 blocks are addressed in bytes
-  } else if (pool.shape().dtype == DType::kF16) {
-    v.k_f16 = static_cast<const uint16_t*>(pool.k_data(layer));
-    v.v_f16 = static_cast<const uint16_t*>(pool.v_data(layer));
-  } else {
-    v.k_pool = static_cast<const float*>(pool.k_data(layer));
-    v.v_pool = static_cast<const float*>(pool.v_data(layer));
-  }
-  v.v_q8_scales = v.q8_scales;  // K and V share the pool's type
-  v.v_block_stride = v.block_stride;
-  v.block_size = pool.shape().block_size;
-  return v;
+  return kv::LayerView(pool.shape(), pool.k_data(layer), pool.v_data(layer));
 }
 float* F(AlignedBuffer& b) { return b.as<float>(); }
 }  // namespace

@@ -13,24 +13,24 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
                      const std::function<void(uint64_t, uint64_t)>& progress)
     : shape_(shape), n_blocks_(n_blocks) {
   ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
-  ATTIC_CHECK(shape.dtype == DType::kF32 || shape.dtype == DType::kF16 ||
-              (shape.dtype == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)));
-  const size_t bytes = static_cast<size_t>(n_blocks) * shape.block_layer_bytes();
+  for (DType t : {shape.k_dtype, shape.v_dtype}) {
+    ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || (t == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)));
+  }
   // Each buffer at a 4 KiB boundary of the one mapping.
-  const size_t rounded = (bytes + 4095) / 4096 * 4096;
-  const size_t n_buffers = 2 * static_cast<size_t>(shape.n_layers);
-  storage_ = AllocateHugePageAligned(n_buffers * rounded);
+  auto rounded = [&](int64_t layer_bytes) { return (static_cast<size_t>(n_blocks) * layer_bytes + 4095) / 4096 * 4096; };
+  const size_t k_bytes = rounded(shape.k_layer_bytes()), v_bytes = rounded(shape.v_layer_bytes());
+  const size_t total_bytes = static_cast<size_t>(shape.n_layers) * (k_bytes + v_bytes);
+  storage_ = AllocateHugePageAligned(total_bytes);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage_.get());
   k_.resize(shape.n_layers);
   v_.resize(shape.n_layers);
   for (int l = 0; l < shape.n_layers; ++l) {
-    k_[l] = base + (2 * static_cast<size_t>(l)) * rounded;
-    v_[l] = base + (2 * static_cast<size_t>(l) + 1) * rounded;
+    k_[l] = base + static_cast<size_t>(l) * (k_bytes + v_bytes);
+    v_[l] = k_[l] + k_bytes;
   }
   // Zeroed (so its pages are taken now, not on first use) in chunks (one per task), a
   // round of one chunk per thread between progress reports.
   constexpr size_t kChunk = 32 << 20;
-  const size_t total_bytes = n_buffers * rounded;
   const int64_t n_chunks = static_cast<int64_t>((total_bytes + kChunk - 1) / kChunk);
   auto zero = [&](int64_t c) {
     const size_t at = static_cast<size_t>(c) * kChunk;
@@ -49,6 +49,27 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
   refs_.assign(n_blocks, 0);
+}
+
+attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void* v) {
+  attention::KvLayerView view;
+  switch (shape.k_dtype) {
+    case DType::kQ8_0: view.k_q8 = static_cast<const int8_t*>(k); break;
+    case DType::kF16: view.k_f16 = static_cast<const uint16_t*>(k); break;
+    default: view.k_pool = static_cast<const float*>(k); break;
+  }
+  switch (shape.v_dtype) {
+    case DType::kQ8_0: view.v_q8 = static_cast<const int8_t*>(v); break;
+    case DType::kF16: view.v_f16 = static_cast<const uint16_t*>(v); break;
+    default: view.v_pool = static_cast<const float*>(v); break;
+  }
+  // q8_0 blocks are addressed in bytes, f32 / f16 ones in elements.
+  auto stride = [&](DType t) { return t == DType::kQ8_0 ? shape.LayerBytes(t) : shape.block_stride(); };
+  view.block_stride = stride(shape.k_dtype);
+  view.v_block_stride = stride(shape.v_dtype);
+  view.q8_scales = view.v_q8_scales = shape.q8_scales_offset();
+  view.block_size = shape.block_size;
+  return view;
 }
 
 int BlockPool::BlocksForBudget(const KvShape& shape, int64_t budget_bytes) {
@@ -78,10 +99,11 @@ void BlockPool::Free(int32_t block) {
 }
 
 void BlockPool::CopyBlock(int32_t dst, int32_t src) {
-  const size_t bytes = static_cast<size_t>(shape_.block_layer_bytes());
+  const size_t k_bytes = static_cast<size_t>(shape_.k_layer_bytes());
+  const size_t v_bytes = static_cast<size_t>(shape_.v_layer_bytes());
   for (int l = 0; l < shape_.n_layers; ++l) {
-    std::memcpy(k_block_bytes(l, dst), k_block_bytes(l, src), bytes);
-    std::memcpy(v_block_bytes(l, dst), v_block_bytes(l, src), bytes);
+    std::memcpy(k_block_bytes(l, dst), k_block_bytes(l, src), k_bytes);
+    std::memcpy(v_block_bytes(l, dst), v_block_bytes(l, src), v_bytes);
   }
 }
 
@@ -178,13 +200,32 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
 
 namespace {
 
-// One head's row from f32 into the pool's element type (reading back is
-// backend::ConvertRowToF32).
-inline void PutRow(DType t, const float* src, uint8_t* dst, int64_t n) {
-  if (t == DType::kF16) {
-    backend::ConvertF32ToF16(src, reinterpret_cast<uint16_t*>(dst), n);
-  } else {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+// One slot's heads of one tensor from f32 [n_heads][head_dim] into type t: values at
+// `dst` (heads hs bytes apart), q8_0's scales at `scales` (heads ss scales apart).
+void PutHeads(DType t, const float* src, uint8_t* dst, uint16_t* scales, int n_heads, int hd, int64_t hs,
+              int64_t ss) {
+  for (int h = 0; h < n_heads; ++h) {
+    const float* row = src + static_cast<int64_t>(h) * hd;
+    if (t == DType::kQ8_0) {
+      attention::QuantizeKvRowQ8(row, hd, reinterpret_cast<int8_t*>(dst + h * hs), scales + h * ss);
+    } else if (t == DType::kF16) {
+      backend::ConvertF32ToF16(row, reinterpret_cast<uint16_t*>(dst + h * hs), hd);
+    } else {
+      std::memcpy(dst + h * hs, row, static_cast<size_t>(hd) * 4);
+    }
+  }
+}
+
+// The reverse: one slot's heads of type t to f32.
+void GetHeads(DType t, const uint8_t* src, const uint16_t* scales, float* dst, int n_heads, int hd, int64_t hs,
+              int64_t ss) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* row = dst + static_cast<int64_t>(h) * hd;
+    if (t == DType::kQ8_0) {
+      attention::DequantizeKvRowQ8(reinterpret_cast<const int8_t*>(src + h * hs), scales + h * ss, hd, row);
+    } else {
+      backend::ConvertRowToF32(t, src + h * hs, row, hd);
+    }
   }
 }
 
@@ -192,64 +233,37 @@ inline void PutRow(DType t, const float* src, uint8_t* dst, int64_t n) {
 
 void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
   const KvShape& s = shape_;
-  const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
-  const int64_t hs = s.head_stride() * eb;
-  if (s.dtype == DType::kQ8_0) {  // each head's row quantized in one pass
-    const int64_t ss = s.head_stride() / s.q8_group();  // scales from one head's rows to the next's
-    for (int i = 0; i < n; ++i) {
-      auto* kd = reinterpret_cast<int8_t*>(k_slot_bytes(layer, blocks, first + i));
-      auto* vd = reinterpret_cast<int8_t*>(v_slot_bytes(layer, blocks, first + i));
-      uint16_t* kscale = k_slot_q8_scales(layer, blocks, first + i);
-      uint16_t* vscale = v_slot_q8_scales(layer, blocks, first + i);
-      for (int h = 0; h < s.n_kv_heads; ++h) {
-        const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
-        if (k != nullptr) attention::QuantizeKvRowQ8(k + src, hd, kd + h * hs, kscale + h * ss);
-        attention::QuantizeKvRowQ8(v + src, hd, vd + h * hs, vscale + h * ss);
-      }
+  const int hd = s.head_dim, kvd = s.kv_dim();
+  const int64_t khs = s.head_stride() * s.k_elem_bytes(), vhs = s.head_stride() * s.v_elem_bytes();
+  const int64_t ss = s.head_stride() / s.q8_group();  // q8_0: scales from one head's rows to the next's
+  const bool kq8 = s.k_dtype == DType::kQ8_0, vq8 = s.v_dtype == DType::kQ8_0;
+  for (int i = 0; i < n; ++i) {  // each head's row converted (or quantized) in one pass
+    const int slot = first + i;
+    const int64_t src = static_cast<int64_t>(i) * kvd;
+    if (k != nullptr) {
+      PutHeads(s.k_dtype, k + src, k_slot_bytes(layer, blocks, slot), kq8 ? k_slot_q8_scales(layer, blocks, slot) : nullptr,
+               s.n_kv_heads, hd, khs, ss);
     }
-    return;
-  }
-  for (int i = 0; i < n; ++i) {
-    const int64_t at = SlotByteOffset(blocks, first + i);
-    uint8_t* kd = k_[layer] + at;
-    uint8_t* vd = v_[layer] + at;
-    for (int h = 0; h < s.n_kv_heads; ++h) {
-      const int64_t src = static_cast<int64_t>(i) * kvd + h * hd;
-      if (k != nullptr) PutRow(s.dtype, k + src, kd + h * hs, hd);
-      PutRow(s.dtype, v + src, vd + h * hs, hd);
-    }
+    PutHeads(s.v_dtype, v + src, v_slot_bytes(layer, blocks, slot), vq8 ? v_slot_q8_scales(layer, blocks, slot) : nullptr,
+             s.n_kv_heads, hd, vhs, ss);
   }
 }
 
 void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const {
   const KvShape& s = shape_;
-  const int hd = s.head_dim, kvd = s.kv_dim(), eb = s.elem_bytes();
-  const int64_t hs = s.head_stride() * eb;
-  if (s.dtype == DType::kQ8_0) {
-    const int64_t ss = s.head_stride() / s.q8_group();
-    for (int i = 0; i < n; ++i) {
-      const int8_t* ks = reinterpret_cast<const int8_t*>(k_[layer] + SlotByteOffset(blocks, first + i));
-      const int8_t* vs = reinterpret_cast<const int8_t*>(v_[layer] + SlotByteOffset(blocks, first + i));
-      const int64_t sat = SlotScaleByteOffset(blocks, first + i);
-      const auto* kscale = reinterpret_cast<const uint16_t*>(k_[layer] + sat);
-      const auto* vscale = reinterpret_cast<const uint16_t*>(v_[layer] + sat);
-      for (int h = 0; h < s.n_kv_heads; ++h) {
-        const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
-        attention::DequantizeKvRowQ8(ks + h * hs, kscale + h * ss, hd, k + dst);
-        attention::DequantizeKvRowQ8(vs + h * hs, vscale + h * ss, hd, v + dst);
-      }
-    }
-    return;
-  }
+  const int hd = s.head_dim, kvd = s.kv_dim();
+  const int64_t khs = s.head_stride() * s.k_elem_bytes(), vhs = s.head_stride() * s.v_elem_bytes();
+  const int64_t ss = s.head_stride() / s.q8_group();
+  auto scales = [&](const uint8_t* buffer, DType t, int slot) {
+    return t == DType::kQ8_0 ? reinterpret_cast<const uint16_t*>(buffer + SlotScaleByteOffset(blocks, slot)) : nullptr;
+  };
   for (int i = 0; i < n; ++i) {
-    const int64_t at = SlotByteOffset(blocks, first + i);
-    const uint8_t* ks = k_[layer] + at;
-    const uint8_t* vs = v_[layer] + at;
-    for (int h = 0; h < s.n_kv_heads; ++h) {
-      const int64_t dst = static_cast<int64_t>(i) * kvd + h * hd;
-      backend::ConvertRowToF32(s.dtype, ks + h * hs, k + dst, hd);
-      backend::ConvertRowToF32(s.dtype, vs + h * hs, v + dst, hd);
-    }
+    const int slot = first + i;
+    const int64_t dst = static_cast<int64_t>(i) * kvd;
+    GetHeads(s.k_dtype, k_[layer] + SlotByteOffset(blocks, slot, s.k_dtype), scales(k_[layer], s.k_dtype, slot),
+             k + dst, s.n_kv_heads, hd, khs, ss);
+    GetHeads(s.v_dtype, v_[layer] + SlotByteOffset(blocks, slot, s.v_dtype), scales(v_[layer], s.v_dtype, slot),
+             v + dst, s.n_kv_heads, hd, vhs, ss);
   }
 }
 

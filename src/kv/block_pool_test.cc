@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attic/attention/kv_q8.h"
+#include "attic/attention/rope.h"
+#include "attic/kv/enter_rows.h"
+#include "attic/tensor/dtype.h"
 
 namespace attic::kv {
 namespace {
@@ -69,7 +73,7 @@ TEST(SequenceKv, WriteReadRoundTripAcrossBlocksAndTruncate) {
 TEST(BlockPool, F16HalvesTheBytesAndRoundsLikeTheScalarConversion) {
   KvShape s = Shape();
   const int64_t f32_bytes = s.block_bytes();
-  s.dtype = DType::kF16;
+  s.set_dtype(DType::kF16);
   EXPECT_EQ(s.block_bytes() * 2, f32_bytes);
   BlockPool pool(s, 4);
   SequenceKv seq(&pool);
@@ -100,9 +104,10 @@ TEST(BlockPool, F16HalvesTheBytesAndRoundsLikeTheScalarConversion) {
 TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep) {
   KvShape s = Shape();
   s.head_dim = 64;  // two groups of 32 per row
-  s.dtype = DType::kQ8_0;
+  s.set_dtype(DType::kQ8_0);
   // 3 heads x 4 rows x 64 values = 768 int8, then 3 x 4 x 2 f16 scales = 48 bytes.
-  EXPECT_EQ(s.block_layer_bytes(), 768 + 48);
+  EXPECT_EQ(s.k_layer_bytes(), 768 + 48);
+  EXPECT_EQ(s.v_layer_bytes(), 768 + 48);
   EXPECT_EQ(s.q8_scales_offset(), 768);
   EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 5);
   BlockPool pool(s, 6);
@@ -307,6 +312,84 @@ TEST(SequenceKv, CopyOnWriteIsAllOrNothingWhenFull) {
   EXPECT_EQ(b->n_exclusive_blocks(), 1);
   b->Release();
   EXPECT_EQ(pool.n_free(), 2);
+}
+
+}  // namespace
+}  // namespace attic::kv
+
+namespace attic::kv {
+namespace {
+
+// K and V of different types: each tensor holds, bit for bit, what a pool of its own type
+// alone holds for the same rows (written, read back, copied with a block, and entered
+// pre-RoPE through EnterRotatedRows), and the pool's bytes are the two types' sum.
+TEST(BlockPool, KAndVOfDifferentTypesEachHoldWhatTheirOwnTypeHolds) {
+  const DType types[] = {DType::kF32, DType::kF16, DType::kQ8_0};
+  KvShape s = Shape();
+  s.head_dim = 32;  // one q8_0 group per row
+  const int n = 9, kvd = s.kv_dim();
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> k(static_cast<size_t>(n) * kvd), v(k.size());
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  std::vector<int32_t> tokens(n), positions(n);
+  for (int i = 0; i < n; ++i) positions[i] = 3 * i;
+  const attention::RopeTable rope{s.head_dim, 10000.0f, model::RopeScaling{}, 64};
+  // What one-type pools hold, by type: rows read back after WriteKv, and after entering.
+  struct Held {
+    std::vector<float> k, v, k_entered, v_entered;
+  };
+  auto fill = [&](KvShape shape, Held* held) {
+    BlockPool pool(shape, 8);
+    SequenceKv seq(&pool);
+    EXPECT_TRUE(seq.Append(tokens.data(), positions.data(), n).ok());
+    seq.WriteKv(1, 0, n, k.data(), v.data());
+    held->k.resize(k.size());
+    held->v.resize(k.size());
+    seq.ReadKv(1, 0, n, held->k.data(), held->v.data());
+    EnterRotatedRows(
+        pool, rope, 0, seq.block_table().data(), 0, n, positions.data(),
+        [&](int slot) { return k.data() + static_cast<size_t>(slot) * kvd; },
+        [&](int slot) { return v.data() + static_cast<size_t>(slot) * kvd; });
+    held->k_entered.resize(k.size());
+    held->v_entered.resize(k.size());
+    seq.ReadKv(0, 0, n, held->k_entered.data(), held->v_entered.data());
+    // A copied block carries both tensors (and q8_0's scales).
+    auto dst = pool.Allocate();
+    EXPECT_TRUE(dst.ok());
+    pool.CopyBlock(*dst, seq.block_table()[1]);
+    std::vector<float> kc(static_cast<size_t>(shape.block_size) * kvd), vc(kc.size());
+    pool.ReadRows(1, &*dst, 0, shape.block_size, kc.data(), vc.data());
+    const size_t at = static_cast<size_t>(shape.block_size) * kvd;
+    EXPECT_EQ(kc, std::vector<float>(held->k.begin() + at, held->k.begin() + 2 * at));
+    EXPECT_EQ(vc, std::vector<float>(held->v.begin() + at, held->v.begin() + 2 * at));
+  };
+  Held one[3];
+  for (int t = 0; t < 3; ++t) {
+    KvShape shape = s;
+    shape.set_dtype(types[t]);
+    fill(shape, &one[t]);
+  }
+  for (int kt = 0; kt < 3; ++kt) {
+    for (int vt = 0; vt < 3; ++vt) {
+      if (kt == vt) continue;
+      SCOPED_TRACE(std::string("K ") + DTypeName(types[kt]) + ", V " + DTypeName(types[vt]));
+      KvShape shape = s;
+      shape.k_dtype = types[kt];
+      shape.v_dtype = types[vt];
+      KvShape k_only = s, v_only = s;
+      k_only.set_dtype(types[kt]);
+      v_only.set_dtype(types[vt]);
+      EXPECT_EQ(shape.block_bytes() * 2, k_only.block_bytes() + v_only.block_bytes());
+      Held mixed;
+      fill(shape, &mixed);
+      EXPECT_EQ(mixed.k, one[kt].k);
+      EXPECT_EQ(mixed.v, one[vt].v);
+      EXPECT_EQ(mixed.k_entered, one[kt].k_entered);
+      EXPECT_EQ(mixed.v_entered, one[vt].v_entered);
+    }
+  }
 }
 
 }  // namespace

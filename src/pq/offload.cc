@@ -43,18 +43,22 @@ std::string KeyPrefix() {
 }
 
 // A buffer laid out like one layer of the pool's blocks ([block][kv_head][row][head_dim]
-// of the pool's element type; q8_0: each block's scales after its values, as in the
+// of the pool's K / V element type; q8_0: each block's scales after its values, as in the
 // pool), K and V: attention reads it through `view`.
 struct LayerBuffer {
   AlignedBuffer k, v;
   std::vector<int32_t> table;
-  size_t bytes = 0;
-  void Reserve(int n_blocks, int64_t block_layer_bytes) {
-    const size_t need = static_cast<size_t>(n_blocks) * block_layer_bytes;
-    if (need > bytes) {
-      k.ResizeUninitialized(need);
-      v.ResizeUninitialized(need);
-      bytes = need;
+  size_t k_bytes = 0, v_bytes = 0;
+  void Reserve(int n_blocks, int64_t k_layer_bytes, int64_t v_layer_bytes) {
+    const size_t k_need = static_cast<size_t>(n_blocks) * k_layer_bytes;
+    const size_t v_need = static_cast<size_t>(n_blocks) * v_layer_bytes;
+    if (k_need > k_bytes) {
+      k.ResizeUninitialized(k_need);
+      k_bytes = k_need;
+    }
+    if (v_need > v_bytes) {
+      v.ResizeUninitialized(v_need);
+      v_bytes = v_need;
     }
     if (static_cast<int>(table.size()) < n_blocks) {
       const int from = static_cast<int>(table.size());
@@ -65,7 +69,7 @@ struct LayerBuffer {
   void Free() {
     k = AlignedBuffer();
     v = AlignedBuffer();
-    bytes = 0;
+    k_bytes = v_bytes = 0;
   }
 };
 
@@ -169,24 +173,24 @@ class Offloaded final : public OffloadedSparseAttention {
   std::string Key(int block) const { return prefix_ + "-" + std::to_string(block); }
   int64_t RowBytes() const { return static_cast<int64_t>(ks_.kv_dim()) * 4; }
   int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
-  int eb() const { return ks_.elem_bytes(); }
-  bool q8() const { return ks_.dtype == DType::kQ8_0; }
-  // Bytes from a layer-block's start (a pool block's, or a staging buffer's block) to row
-  // `row` of KV head h: its values, and (q8_0) its f16 scales. Within a head, rows are
-  // consecutive in both.
-  int64_t ValueAt(int h, int row) const {
-    return (static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim) * eb();
+  // Bytes from a layer-block's start (a pool block's, or a staging buffer's block) of a
+  // tensor of type t to row `row` of KV head h: its values, and (q8_0) its f16 scales.
+  // Within a head, rows are consecutive in both.
+  int64_t ValueAt(DType t, int h, int row) const {
+    return (static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim) *
+           kv::KvShape::ElemBytes(t);
   }
   int64_t ScalesPerRow() const { return ks_.head_dim / ks_.q8_group(); }
   // q8_0 only (values are bytes there): the pool's formula, as BlockPool::k_slot_q8_scales.
   int64_t ScaleAt(int h, int row) const {
-    return attention::KvQ8ScaleAt(ks_.q8_scales_offset(), ValueAt(h, row), ks_.head_dim);
+    return attention::KvQ8ScaleAt(ks_.q8_scales_offset(), ValueAt(DType::kQ8_0, h, row), ks_.head_dim);
   }
-  // n consecutive rows of KV head h, from row src_row of the layer-block at src to row
-  // dst_row of the one at dst (K or V).
-  void CopyRows(const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
-    std::memcpy(dst + ValueAt(h, dst_row), src + ValueAt(h, src_row), static_cast<size_t>(n) * ks_.head_dim * eb());
-    if (q8()) {
+  // n consecutive rows of KV head h of a tensor of type t, from row src_row of the
+  // layer-block at src to row dst_row of the one at dst.
+  void CopyRows(DType t, const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
+    std::memcpy(dst + ValueAt(t, h, dst_row), src + ValueAt(t, h, src_row),
+                static_cast<size_t>(n) * ks_.head_dim * kv::KvShape::ElemBytes(t));
+    if (t == DType::kQ8_0) {
       std::memcpy(dst + ScaleAt(h, dst_row), src + ScaleAt(h, src_row),
                   static_cast<size_t>(n) * ScalesPerRow() * sizeof(uint16_t));
     }
@@ -224,34 +228,17 @@ class Offloaded final : public OffloadedSparseAttention {
     const int64_t at = static_cast<int64_t>(row) * ks_.kv_dim() + static_cast<int64_t>(h) * ks_.head_dim;
     const float* k = reinterpret_cast<const float*>(range.data) + at;
     const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
-    uint16_t *k_scales = nullptr, *v_scales = nullptr;
-    if (q8()) {
-      k_scales = reinterpret_cast<uint16_t*>(k_block + ScaleAt(h, dst_row));
-      v_scales = reinterpret_cast<uint16_t*>(v_block + ScaleAt(h, dst_row));
-    }
-    kv::EnterRotatedHeads(ks_.dtype, rope_, k, v, n_heads, ks_.head_dim, position, k_block + ValueAt(h, dst_row),
-                          v_block + ValueAt(h, dst_row), ks_.head_stride(), k_scales, v_scales,
+    auto scales = [&](DType t, uint8_t* block) {
+      return t == DType::kQ8_0 ? reinterpret_cast<uint16_t*>(block + ScaleAt(h, dst_row)) : nullptr;
+    };
+    kv::EnterRotatedHeads(ks_.k_dtype, ks_.v_dtype, rope_, k, v, n_heads, ks_.head_dim, position,
+                          k_block + ValueAt(ks_.k_dtype, h, dst_row), v_block + ValueAt(ks_.v_dtype, h, dst_row),
+                          ks_.head_stride(), scales(ks_.k_dtype, k_block), scales(ks_.v_dtype, v_block),
                           ks_.block_size * ScalesPerRow());
   }
 
   void SetView(const LayerBuffer& buf, int n_slots) {
-    view_ = attention::KvLayerView();
-    view_.block_stride = ks_.block_stride();
-    if (q8()) {  // addressed in bytes, as the pool's q8_0 view (engine/transformer.cc)
-      view_.k_q8 = buf.k.as<int8_t>();
-      view_.v_q8 = buf.v.as<int8_t>();
-      view_.q8_scales = ks_.q8_scales_offset();
-      view_.block_stride = ks_.block_layer_bytes();
-    } else if (ks_.dtype == DType::kF16) {
-      view_.k_f16 = buf.k.as<uint16_t>();
-      view_.v_f16 = buf.v.as<uint16_t>();
-    } else {
-      view_.k_pool = buf.k.as<float>();
-      view_.v_pool = buf.v.as<float>();
-    }
-    view_.v_q8_scales = view_.q8_scales;  // K and V share the pool's type
-    view_.v_block_stride = view_.block_stride;
-    view_.block_size = ks_.block_size;
+    view_ = kv::LayerView(ks_, buf.k.data(), buf.v.data());  // the pool's layout (engine/transformer.cc)
     view_.block_table = buf.table.data();
     view_.n_slots = n_slots;
   }
@@ -260,8 +247,8 @@ class Offloaded final : public OffloadedSparseAttention {
   // parallel; each pool thread counts its reads in its own stats, added up after.
   void StageAll(int layer, int n_blocks) {
     ++stats_.full_stagings;
-    const int64_t lb = ks_.block_layer_bytes();
-    full_.Reserve(n_blocks, lb);
+    const int64_t klb = ks_.k_layer_bytes(), vlb = ks_.v_layer_bytes();
+    full_.Reserve(n_blocks, klb, vlb);
     NoteBuffer();
     const auto* kp = reinterpret_cast<const uint8_t*>(seq_->pool()->k_data(layer));
     const auto* vp = reinterpret_cast<const uint8_t*>(seq_->pool()->v_data(layer));
@@ -271,11 +258,11 @@ class Offloaded final : public OffloadedSparseAttention {
     std::vector<OffloadStats> per_thread(static_cast<size_t>(pool_.n_threads()));
     std::vector<std::vector<int32_t>> failed(per_thread.size());
     pool_.ParallelFor(n_blocks, [&](int64_t b, int thread) {
-      uint8_t* kd = full_.k.as<uint8_t>() + b * lb;
-      uint8_t* vd = full_.v.as<uint8_t>() + b * lb;
+      uint8_t* kd = full_.k.as<uint8_t>() + b * klb;
+      uint8_t* vd = full_.v.as<uint8_t>() + b * vlb;
       if (table[b] != kv::SequenceKv::kNoBlock) {
-        std::memcpy(kd, kp + table[b] * lb, lb);
-        std::memcpy(vd, vp + table[b] * lb, lb);
+        std::memcpy(kd, kp + table[b] * klb, klb);
+        std::memcpy(vd, vp + table[b] * vlb, vlb);
         return;
       }
       auto range = ReadLayer(layer, static_cast<int>(b), &per_thread[thread]);
@@ -353,7 +340,7 @@ class Offloaded final : public OffloadedSparseAttention {
       }
     }
     const int bs = ks_.block_size, hd = ks_.head_dim;
-    const int64_t lb = ks_.block_layer_bytes();
+    const int64_t klb = ks_.k_layer_bytes(), vlb = ks_.v_layer_bytes();
     auto* kp = reinterpret_cast<uint8_t*>(seq_->pool()->k_data(layer));
     auto* vp = reinterpret_cast<uint8_t*>(seq_->pool()->v_data(layer));
     const auto& pos = seq_->positions();
@@ -363,11 +350,11 @@ class Offloaded final : public OffloadedSparseAttention {
       const int idx = free.back();
       free.pop_back();
       where[b] = idx;
-      uint8_t* kd = kp + cache_phys_[idx] * lb;
-      uint8_t* vd = vp + cache_phys_[idx] * lb;
+      uint8_t* kd = kp + cache_phys_[idx] * klb;
+      uint8_t* vd = vp + cache_phys_[idx] * vlb;
       if (staged != nullptr) {
-        CopyRows(staged->k.as<uint8_t>() + b * lb, 0, kd, 0, h, bs);
-        CopyRows(staged->v.as<uint8_t>() + b * lb, 0, vd, 0, h, bs);
+        CopyRows(ks_.k_dtype, staged->k.as<uint8_t>() + b * klb, 0, kd, 0, h, bs);
+        CopyRows(ks_.v_dtype, staged->v.as<uint8_t>() + b * vlb, 0, vd, 0, h, bs);
         continue;
       }
       auto range = ReadLayer(layer, b, stats);
@@ -392,8 +379,8 @@ class Offloaded final : public OffloadedSparseAttention {
     int m = 0;
     for (int h = 0; h < n_kv; ++h) m = std::max(m, vis.n_head_indices[h]);
     const int n_blocks = std::max(1, (m + bs - 1) / bs);
-    const int64_t lb = ks_.block_layer_bytes();
-    stage_.Reserve(n_blocks, lb);
+    const int64_t klb = ks_.k_layer_bytes(), vlb = ks_.v_layer_bytes();
+    stage_.Reserve(n_blocks, klb, vlb);
     NoteBuffer();
     const auto& table = seq_->block_table();
     const auto& pos = seq_->positions();
@@ -414,12 +401,12 @@ class Offloaded final : public OffloadedSparseAttention {
       int fetched_block = -1;
       for (size_t j = 0; j < sel.size(); ++j) {
         const int32_t s = sel[j], b = s / bs;
-        uint8_t* kd = stage_.k.as<uint8_t>() + (i / bs) * lb;  // row i % bs of this block
-        uint8_t* vd = stage_.v.as<uint8_t>() + (i / bs) * lb;
+        uint8_t* kd = stage_.k.as<uint8_t>() + (i / bs) * klb;  // row i % bs of this block
+        uint8_t* vd = stage_.v.as<uint8_t>() + (i / bs) * vlb;
         if (table[b] != kv::SequenceKv::kNoBlock || where.count(b) != 0) {
           const int64_t p = table[b] != kv::SequenceKv::kNoBlock ? table[b] : cache_phys_[where.at(b)];
-          CopyRows(kp + p * lb, s % bs, kd, i % bs, h, 1);
-          CopyRows(vp + p * lb, s % bs, vd, i % bs, h, 1);
+          CopyRows(ks_.k_dtype, kp + p * klb, s % bs, kd, i % bs, h, 1);
+          CopyRows(ks_.v_dtype, vp + p * vlb, s % bs, vd, i % bs, h, 1);
         } else {
           if (b != fetched_block) {
             fetched = ReadLayer(layer, b, stats);
@@ -494,7 +481,7 @@ class Offloaded final : public OffloadedSparseAttention {
 
   void NoteBuffer() {
     stats_.buffer_bytes = static_cast<int64_t>(seq_->n_resident_blocks() + cache_phys_.size()) * ks_.block_bytes() +
-                          2 * static_cast<int64_t>(full_.bytes + stage_.bytes);
+                          static_cast<int64_t>(full_.k_bytes + full_.v_bytes + stage_.k_bytes + stage_.v_bytes);
     stats_.peak_buffer_bytes = std::max(stats_.peak_buffer_bytes, stats_.buffer_bytes);
   }
 

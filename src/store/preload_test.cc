@@ -203,7 +203,7 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
   const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
   for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
     kv::KvShape shape = Shape();
-    shape.dtype = DType::kF16;
+    shape.set_dtype(DType::kF16);
     kv::BlockPool pool(shape, 8);
     attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
     backend::ThreadPool threads{2};
@@ -293,7 +293,7 @@ TEST(Preload, Q8EntryEntersEveryBufferType) {
     for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
       SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
       kv::KvShape shape = Shape();
-      shape.dtype = buffer;
+      shape.set_dtype(buffer);
       kv::BlockPool pool(shape, 8);
       attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
       backend::ThreadPool threads{2};

@@ -75,6 +75,25 @@ TEST(EvalCli, KvTypesAxisComparesEachTypeWithTheFirst) {
               100 * (q8["perplexity"].get<double>() / f32["perplexity"].get<double>() - 1), 1e-9);
 }
 
+// K's and V's types apart (--kv-dtype-k / --kv-dtype-v): each quantized tensor moves the
+// output on its own, so a pool that stored either in the other's type would show a KL of
+// exactly 0 on that row.
+TEST(EvalCli, KvTypesAxisTakesKAndVTypesApart) {
+  TempDir d;
+  Result r = RunAttic("eval perplexity -m " + SharedDir() + "/models/stories260K-hf -l 64 --max-windows 2 " +
+                      "--kv-dtypes f32,q8_0/f32,f32/q8_0 --json " + d.File("ppl.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| 64 | f32/q8_0 | full | 2 | 126 |"), std::string::npos) << r.out;
+  const auto js = nlohmann::json::parse(Read(d.File("ppl.json")));
+  ASSERT_EQ(js["results"].size(), 3u);
+  EXPECT_NEAR(js["results"][0]["perplexity"].get<double>(), 4.58173818, 1e-5 * 4.58173818);
+  for (int i : {1, 2}) {
+    const auto& row = js["results"][i];
+    EXPECT_EQ(row["kv_dtype"], i == 1 ? "q8_0/f32" : "f32/q8_0");
+    EXPECT_GT(row["kl_vs_reference_kv_mean"].get<double>(), 0.0) << row["kv_dtype"];
+  }
+}
+
 TEST(EvalCli, NeedleGridWritesTableJsonAndHeatmap) {
   TempDir d;
   Result r = RunAttic("eval needle -m " + SharedDir() + "/models/retriever-1m -l 128 200 --depths 0 1 --trials 2 " +
@@ -100,6 +119,8 @@ TEST(EvalCli, MistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("eval perplexity -l 64 --score-from 64"), "--score-from");
   ExpectUsageError(RunAttic("eval perplexity --kv-dtypes f32,bf16"), "--kv-dtypes: 'bf16' is not a KV type");
   ExpectUsageError(RunAttic("eval perplexity --kv-dtypes f32 q8_0 f32"), "--kv-dtypes: f32 given twice");
+  ExpectUsageError(RunAttic("eval perplexity --kv-dtypes f32,q8_0/bf16"), "--kv-dtypes: 'q8_0/bf16' is not a KV type");
+  ExpectUsageError(RunAttic("eval perplexity --kv-dtypes q8_0/f16,q8_0/f16"), "--kv-dtypes: q8_0/f16 given twice");
   ExpectUsageError(RunAttic("eval perplexity --kv-dtype f16 --kv-dtypes f32,f16"), "excludes");
   ExpectUsageError(RunAttic("eval needle --depths 1.5"), "--depths");
   ExpectUsageError(RunAttic("eval needle --needles haystack"), "unknown needle 'haystack'");

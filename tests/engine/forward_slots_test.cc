@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -43,6 +44,7 @@ struct Variant {
   std::string name;
   TinySpec spec;
   DType kv_dtype = DType::kF32;
+  std::optional<DType> kv_dtype_v;  // V's own type (default: kv_dtype's)
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -54,13 +56,15 @@ class ForwardSlotsTest : public ::testing::TestWithParam<Variant> {
     if (HasFatalFailure()) return;
     tf_ = std::make_unique<Transformer>(*tm_.model, pool_, 64);
     kv::KvShape shape = tf_->kv_shape(4);  // small blocks: runs of slots cross block boundaries
-    shape.dtype = GetParam().kv_dtype;
+    shape.k_dtype = GetParam().kv_dtype;
+    shape.v_dtype = GetParam().kv_dtype_v.value_or(GetParam().kv_dtype);
     kvp_ = std::make_unique<kv::BlockPool>(shape, 96);
     rounding_effect_ = RoundingEffect();
   }
 
   const model::ModelConfig& cfg() const { return tf_->config(); }
-  bool kv_f16() const { return GetParam().kv_dtype == DType::kF16; }
+  bool k_f16() const { return GetParam().kv_dtype == DType::kF16; }
+  bool v_f16() const { return GetParam().kv_dtype_v.value_or(GetParam().kv_dtype) == DType::kF16; }
   // Whether the kernels round the linear layers' inputs to bf16 (AVX-512 with
   // AVX512-BF16 on bf16 weights); the reference then rounds them too (Options).
   bool rounds_x() const {
@@ -80,17 +84,21 @@ class ForwardSlotsTest : public ::testing::TestWithParam<Variant> {
   //    (rounding_effect_: reference with rounding vs without, measured in SetUp), twice
   //    over, on top of the f32 bound.
   double tol() const {
-    const double f32 = kv_f16() ? 5e-4 : 1e-4;
+    const double f32 = k_f16() || v_f16() ? 5e-4 : 1e-4;
     return rounds_x() ? f32 + 2 * rounding_effect_ : f32;
   }
   // K/V read back from an f16 compute buffer are the computed K/V rounded to f16:
-  // within 2^-11 of each element (round to nearest) on top of tol().
-  double kv_tol() const { return tol() + (kv_f16() ? std::ldexp(1.0, -11) : 0.0); }
+  // within 2^-11 of each element (round to nearest) on top of tol(); K and V each by
+  // their own type.
+  double k_tol() const { return tol() + (k_f16() ? std::ldexp(1.0, -11) : 0.0); }
+  double v_tol() const { return tol() + (v_f16() ? std::ldexp(1.0, -11) : 0.0); }
   // The reference's options for this variant's KV cache and kernels.
   NaiveOptions Options(std::vector<int> positions = {}) const {
     NaiveOptions o;
     o.positions = std::move(positions);
-    if (kv_f16()) o.kv_round = [](double x) { return static_cast<double>(F16ToF32(F32ToF16(static_cast<float>(x)))); };
+    auto f16 = [](double x) { return static_cast<double>(F16ToF32(F32ToF16(static_cast<float>(x)))); };
+    if (k_f16()) o.k_round = f16;
+    if (v_f16()) o.v_round = f16;
     if (rounds_x()) o.act_round = attic::testing::RoundToBf16;
     return o;
   }
@@ -180,9 +188,8 @@ class ForwardSlotsTest : public ::testing::TestWithParam<Variant> {
                 const std::string& what) const {
     std::vector<float> k(cfg().kv_dim()), v(cfg().kv_dim());
     seq.ReadKv(layer, slot, 1, k.data(), v.data());
-    const double kv_tol = this->kv_tol();
-    EXPECT_LE(RowError(k.data(), ref.k_rot[layer][ref_token]), kv_tol) << what << " K layer " << layer;
-    EXPECT_LE(RowError(v.data(), ref.v[layer][ref_token]), kv_tol) << what << " V layer " << layer;
+    EXPECT_LE(RowError(k.data(), ref.k_rot[layer][ref_token]), k_tol()) << what << " K layer " << layer;
+    EXPECT_LE(RowError(v.data(), ref.v[layer][ref_token]), v_tol()) << what << " V layer " << layer;
   }
 
   TempDir dir_;
@@ -588,7 +595,7 @@ TEST_P(ForwardSlotsTest, BeforeAttentionSeesTheRowsQueriesAndTheLayersKv) {
     ASSERT_TRUE(tf_->Forward(b, &logits, &hooks).ok());
   }
   ASSERT_EQ(hooks.seen.size(), static_cast<size_t>(2 * cfg().n_layers));
-  const double kv_tol = this->kv_tol();
+  const double k_tol = this->k_tol();
   const int kvd = cfg().kv_dim(), qd = cfg().q_dim();
   for (const auto& s : hooks.seen) {
     const std::string what = "layer " + std::to_string(s.layer) + ", " + std::to_string(s.n_slots) + " slots";
@@ -597,7 +604,7 @@ TEST_P(ForwardSlotsTest, BeforeAttentionSeesTheRowsQueriesAndTheLayersKv) {
     for (size_t r = 0; r < s.slots.size(); ++r)
       EXPECT_LE(RowError(s.q.data() + r * qd, ref.q_rot[s.layer][s.slots[r]]), tol()) << what << " q row " << r;
     for (int j = 0; j < s.view_slots; ++j)
-      EXPECT_LE(RowError(s.k.data() + static_cast<size_t>(j) * kvd, ref.k_rot[s.layer][j]), kv_tol) << what << " K slot " << j;
+      EXPECT_LE(RowError(s.k.data() + static_cast<size_t>(j) * kvd, ref.k_rot[s.layer][j]), k_tol) << what << " K slot " << j;
   }
 }
 
@@ -616,19 +623,22 @@ class CompactViewHooks : public kv::LayerHooks {
       if (Sees(own, j)) slots.push_back(j);
     const int m = static_cast<int>(slots.size()), bs = kv.block_size;
     const int n_blocks = (m + bs - 1) / bs;
-    const int eb = kv.k_f16 != nullptr ? 2 : 4;
-    const int head_dim = static_cast<int>(kv.block_stride / bs) / n_kv_heads_;
-    k_.assign(static_cast<size_t>(n_blocks * kv.block_stride) * eb, 0xFF);  // NaN where nothing is staged
-    v_.assign(k_.size(), 0xFF);
+    // f32 and f16 storage (the variants' types), K and V each by its own; both tensors'
+    // block strides count elements.
+    const int k_eb = kv.k_f16 != nullptr ? 2 : 4, v_eb = kv.v_f16 != nullptr ? 2 : 4;
+    const int64_t stride = kv.block_stride;
+    const int head_dim = static_cast<int>(stride / bs) / n_kv_heads_;
+    k_.assign(static_cast<size_t>(n_blocks * stride) * k_eb, 0xFF);  // NaN where nothing is staged
+    v_.assign(static_cast<size_t>(n_blocks * stride) * v_eb, 0xFF);
     const auto* kp = reinterpret_cast<const char*>(kv.k_f16 != nullptr ? static_cast<const void*>(kv.k_f16) : kv.k_pool);
     const auto* vp = reinterpret_cast<const char*>(kv.v_f16 != nullptr ? static_cast<const void*>(kv.v_f16) : kv.v_pool);
     for (int i = 0; i < m; ++i) {
       const int j = slots[i];
       for (int h = 0; h < n_kv_heads_; ++h) {
-        const int64_t from = kv.block_table[j / bs] * kv.block_stride + (static_cast<int64_t>(h) * bs + j % bs) * head_dim;
-        const int64_t to = (i / bs) * kv.block_stride + (static_cast<int64_t>(h) * bs + i % bs) * head_dim;
-        std::memcpy(k_.data() + to * eb, kp + from * eb, static_cast<size_t>(head_dim) * eb);
-        std::memcpy(v_.data() + to * eb, vp + from * eb, static_cast<size_t>(head_dim) * eb);
+        const int64_t from = kv.block_table[j / bs] * stride + (static_cast<int64_t>(h) * bs + j % bs) * head_dim;
+        const int64_t to = (i / bs) * stride + (static_cast<int64_t>(h) * bs + i % bs) * head_dim;
+        std::memcpy(k_.data() + to * k_eb, kp + from * k_eb, static_cast<size_t>(head_dim) * k_eb);
+        std::memcpy(v_.data() + to * v_eb, vp + from * v_eb, static_cast<size_t>(head_dim) * v_eb);
       }
     }
     table_.resize(n_blocks);
@@ -636,11 +646,14 @@ class CompactViewHooks : public kv::LayerHooks {
     view_ = kv;
     view_.k_pool = view_.v_pool = nullptr;
     view_.k_f16 = view_.v_f16 = nullptr;
-    if (eb == 2) {
+    if (k_eb == 2) {
       view_.k_f16 = reinterpret_cast<const uint16_t*>(k_.data());
-      view_.v_f16 = reinterpret_cast<const uint16_t*>(v_.data());
     } else {
       view_.k_pool = reinterpret_cast<const float*>(k_.data());
+    }
+    if (v_eb == 2) {
+      view_.v_f16 = reinterpret_cast<const uint16_t*>(v_.data());
+    } else {
       view_.v_pool = reinterpret_cast<const float*>(v_.data());
     }
     view_.block_table = table_.data();
@@ -876,6 +889,13 @@ std::vector<Variant> Variants() {
   Variant mha = gqa;
   mha.name = "mha_bf16_kv_f16", mha.spec.kv_heads = 4, mha.spec.dtype = DType::kBF16, mha.kv_dtype = DType::kF16;
   vs.push_back(mha);
+  // K and V of different types (--kv-dtype-k / --kv-dtype-v).
+  Variant k16 = gqa;
+  k16.name = "gqa_f32_kv_k_f16_v_f32", k16.kv_dtype = DType::kF16, k16.kv_dtype_v = DType::kF32;
+  vs.push_back(k16);
+  Variant v16 = gqa;
+  v16.name = "gqa_f32_kv_k_f32_v_f16", v16.kv_dtype = DType::kF32, v16.kv_dtype_v = DType::kF16;
+  vs.push_back(v16);
   return vs;
 }
 

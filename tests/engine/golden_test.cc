@@ -74,7 +74,8 @@ TEST(Golden, F16KvCacheKeepsTheGreedyTokens) {
   auto golden = Golden();
   auto e = LoadOrDie(SharedDir() + "/models/stories260K-hf", DType::kF16);
   ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->kv_pool().shape().dtype, DType::kF16);
+  ASSERT_EQ(e->kv_pool().shape().k_dtype, DType::kF16);
+  ASSERT_EQ(e->kv_pool().shape().v_dtype, DType::kF16);
   for (const auto& c : golden["cases"]) {
     auto want = c["greedy_ids"].get<std::vector<int32_t>>();
     auto got = Greedy(*e, c["prompt_ids"].get<std::vector<int32_t>>(), static_cast<int>(want.size()));

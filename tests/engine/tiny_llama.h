@@ -130,9 +130,9 @@ struct NaiveOptions {
   // Replaces what attention reads for token j at layer l (its rotated K and its V),
   // returning true; the token's own computed K/V are still recorded.
   std::function<bool(int l, int j, std::vector<double>* k_rot, std::vector<double>* v)> stale_kv;
-  // Applied to every element of the rotated K and of V that attention reads (an f16 KV
+  // Applied to every element of the rotated K / of V that attention reads (an f16 KV
   // cache: round to f16), after stale_kv.
-  std::function<double(double)> kv_round;
+  std::function<double(double)> k_round, v_round;
   // Applied to every element of each linear layer's input (q/k/v, o, gate/up, down,
   // lm_head) before the product: a kernel that rounds x to bf16 for bf16 weights
   // (backend::LinearRoundsBf16Activations) is modelled by rounding to bf16 here.
@@ -176,10 +176,12 @@ inline NaiveRun NaiveForwardEx(const NaiveConfig& c, const NaiveWeights& w, cons
     if (o.stale_kv) {
       for (int j = 0; j < n; ++j) o.stale_kv(l, j, &k[j], &v[j]);
     }
-    if (o.kv_round) {
-      for (int j = 0; j < n; ++j) {
-        for (double& e : k[j]) e = o.kv_round(e);
-        for (double& e : v[j]) e = o.kv_round(e);
+    for (int j = 0; j < n; ++j) {
+      if (o.k_round) {
+        for (double& e : k[j]) e = o.k_round(e);
+      }
+      if (o.v_round) {
+        for (double& e : v[j]) e = o.v_round(e);
       }
     }
     for (int t = 0; t < n; ++t) {

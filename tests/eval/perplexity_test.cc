@@ -403,7 +403,8 @@ TEST_F(PerplexityTest, KvTypeAxisMatchesEnginesLoadedWithEachType) {
   auto r = ScoreWindows({&full}, windows, 1, vocab, nullptr, kv);
   ASSERT_TRUE(engine_->SetKvDtype(DType::kF32).ok());  // the fixture's engine as it was
   EXPECT_EQ(engine_->SetKvDtype(DType::kBF16).code(), StatusCode::kInvalidArgument);  // not a KV type
-  EXPECT_EQ(engine_->kv_pool().shape().dtype, DType::kF32);  // the pool unchanged
+  EXPECT_EQ(engine_->kv_pool().shape().k_dtype, DType::kF32);  // the pool unchanged
+  EXPECT_EQ(engine_->kv_pool().shape().v_dtype, DType::kF32);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->methods.size(), 3u);
 

@@ -236,7 +236,7 @@ TEST(Offload, Q8RowsOfTwoGroupsDecodeAsResident) {
   backend::ThreadPool threads(2);
   engine::Transformer tf(*tm.model, threads, 64);
   kv::KvShape shape = tf.kv_shape(kBlock);
-  shape.dtype = DType::kQ8_0;
+  shape.set_dtype(DType::kQ8_0);
   ASSERT_EQ(shape.head_dim / shape.q8_group(), 2);
   kv::BlockPool pool(shape, 40);
   std::mt19937 rng(7);

@@ -36,6 +36,8 @@ struct EngineOptions {
   int kv_cache_contexts = 1;
   int64_t kv_cache_auto_cap_bytes = 0;
   DType kv_dtype = DType::kF32; // compute-buffer KV elements: kF32, kF16 (half the bytes) or kQ8_0
+  // K's and V's own types, when they differ from kv_dtype (--kv-dtype-k / --kv-dtype-v).
+  std::optional<DType> kv_dtype_k, kv_dtype_v;
   std::string chat_template;    // "" = detect from the model; else chatml|llama3|llama2
   // The family chats use when the model has no template Attic recognises and none is
   // named ("" = none: RenderChat then fails, naming --chat-template). serve, chat and
@@ -90,7 +92,9 @@ class Engine {
   // `attic eval perplexity --kv-dtypes` compares on one loaded model). InvalidArgument
   // (the pool unchanged) for a type the compute buffer cannot hold (CheckKvDtype).
   // REQUIRES: no SequenceKv holds blocks of the current pool.
-  Status SetKvDtype(DType dtype);
+  Status SetKvDtype(DType dtype) { return SetKvDtypes(dtype, dtype); }
+  // The same with K's and V's own types.
+  Status SetKvDtypes(DType k_dtype, DType v_dtype);
 
   // Token ids of `text`; InvalidArgument for invalid UTF-8.
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos = true) const;

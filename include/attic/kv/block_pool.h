@@ -4,14 +4,15 @@
 // outlives a step is saved pre-RoPE by the store (DESIGN.md decision 1).
 //
 // Layout: for layer l and block b, K is [n_kv_heads][block_size][head_dim] elements of
-// shape().dtype (f32, or f16 to halve the bytes decode attention reads) at element
-// b * block_stride() of k_data(l), V likewise in v_data(l). Rows enter and leave as f32
-// (WriteRows / ReadRows convert).
+// shape().k_dtype (f32, or f16 to halve the bytes decode attention reads) at element
+// b * block_stride() of k_data(l), V likewise (of v_dtype) in v_data(l). Rows enter and
+// leave as f32 (WriteRows / ReadRows convert).
 // q8_0 (a quarter of f32's bytes plus one f16 scale per 32 values; attention/kv_q8.h):
-// block b is the block_layer_bytes() bytes at b * block_layer_bytes(): the int8 values
+// block b is the LayerBytes(kQ8_0) bytes at b * LayerBytes(kQ8_0): the int8 values
 // [n_kv_heads][block_size][head_dim] (block_stride() bytes), then their f16 scales
 // [n_kv_heads][block_size][head_dim / q8_group()] at byte q8_scales_offset(). WriteRows
 // quantizes each row in one pass; the attention kernels read the blocks as they are.
+// K and V may have different types: each tensor's buffers follow its own type.
 //
 // Sharing: blocks are reference-counted. SequenceKv::Fork makes a second sequence that
 // shares every block of the first (n choices of one prompt: the prompt is prefilled
@@ -28,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "attic/attention/attention.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/core/status.h"
 #include "attic/tensor/buffer.h"
@@ -51,11 +53,19 @@ struct KvShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = kDefaultBlockSize;
-  DType dtype = DType::kF32;  // element type of the stored rows: kF32, kF16 or kQ8_0
+  // Element types of the stored K and V rows: kF32, kF16 or kQ8_0 each. They may differ
+  // (--kv-dtype-k / --kv-dtype-v); each tensor is laid out by its own type.
+  DType k_dtype = DType::kF32;
+  DType v_dtype = DType::kF32;
 
+  // Both tensors in one type.
+  void set_dtype(DType t) { k_dtype = v_dtype = t; }
+  bool one_dtype() const { return k_dtype == v_dtype; }
   int kv_dim() const { return n_kv_heads * head_dim; }
-  // Bytes of one element's value (q8_0: 1; its scales follow the block's values).
-  int elem_bytes() const { return dtype == DType::kF16 ? 2 : dtype == DType::kQ8_0 ? 1 : 4; }
+  // Bytes of one element's value of type t (q8_0: 1; its scales follow the block's values).
+  static int ElemBytes(DType t) { return t == DType::kF16 ? 2 : t == DType::kQ8_0 ? 1 : 4; }
+  int k_elem_bytes() const { return ElemBytes(k_dtype); }
+  int v_elem_bytes() const { return ElemBytes(v_dtype); }
   // q8_0: values per scale (32, or head_dim when it is smaller).
   int q8_group() const { return attention::KvQ8Group(head_dim); }
   // Elements of one layer's K (or V) in one block.
@@ -64,14 +74,21 @@ struct KvShape {
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
   // q8_0: bytes from a block's start to its scales.
   int64_t q8_scales_offset() const { return block_stride(); }
-  // Bytes of one layer's K (or V) in one block.
-  int64_t block_layer_bytes() const {
-    if (dtype == DType::kQ8_0) return block_stride() + block_stride() / q8_group() * 2;
-    return block_stride() * elem_bytes();
+  // Bytes of one layer's K or V of type t in one block.
+  int64_t LayerBytes(DType t) const {
+    if (t == DType::kQ8_0) return block_stride() + block_stride() / q8_group() * 2;
+    return block_stride() * ElemBytes(t);
   }
+  int64_t k_layer_bytes() const { return LayerBytes(k_dtype); }
+  int64_t v_layer_bytes() const { return LayerBytes(v_dtype); }
   // Bytes of K+V one block occupies across all layers.
-  int64_t block_bytes() const { return 2 * n_layers * block_layer_bytes(); }
+  int64_t block_bytes() const { return n_layers * (k_layer_bytes() + v_layer_bytes()); }
 };
+
+// Attention's view of one layer's K and V laid out as `shape`'s blocks (the pool's, or a
+// buffer in the same layout), each by its own type; the caller sets block_table and
+// n_slots.
+attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void* v);
 
 class BlockPool {
  public:
@@ -104,11 +121,12 @@ class BlockPool {
   // Copies every layer's K and V of block `src` into block `dst`.
   void CopyBlock(int32_t dst, int32_t src);
 
-  // Layer `layer`'s K (V) storage: shape().dtype elements, block b at b * block_stride().
+  // Layer `layer`'s K (V) storage: shape().k_dtype (v_dtype) elements, block b at
+  // b * k_layer_bytes() (v_layer_bytes()) bytes.
   void* k_data(int layer) { return k_[layer]; }
   void* v_data(int layer) { return v_[layer]; }
-  uint8_t* k_block_bytes(int layer, int32_t block) { return k_[layer] + block * shape_.block_layer_bytes(); }
-  uint8_t* v_block_bytes(int layer, int32_t block) { return v_[layer] + block * shape_.block_layer_bytes(); }
+  uint8_t* k_block_bytes(int layer, int32_t block) { return k_[layer] + block * shape_.k_layer_bytes(); }
+  uint8_t* v_block_bytes(int layer, int32_t block) { return v_[layer] + block * shape_.v_layer_bytes(); }
   // Writes K and V ([n, kv_dim] each; k may be null: V only) into slots [first, first+n)
   // of the sequence whose block table is `blocks`, at `layer`. Touches only those
   // blocks, so it may run on another thread than the one allocating (the KV loader).
@@ -119,19 +137,19 @@ class BlockPool {
   // in layer `layer`'s K / V: head 0; head h is shape().head_stride() floats further.
   // For writers that produce a row in place (the KV loader rotates K straight into it).
   float* k_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(k_[layer] + SlotByteOffset(blocks, slot));
+    return reinterpret_cast<float*>(k_slot_bytes(layer, blocks, slot));
   }
   float* v_slot_f32(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<float*>(v_[layer] + SlotByteOffset(blocks, slot));
+    return reinterpret_cast<float*>(v_slot_bytes(layer, blocks, slot));
   }
   // The same for any element type: head 0 of the slot, head h is
-  // shape().head_stride() * shape().elem_bytes() bytes further (q8_0: the int8 values;
-  // the scales are k_slot_q8_scales).
+  // shape().head_stride() * shape().k_elem_bytes() (v_elem_bytes()) bytes further (q8_0:
+  // the int8 values; the scales are k_slot_q8_scales).
   uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return k_[layer] + SlotByteOffset(blocks, slot);
+    return k_[layer] + SlotByteOffset(blocks, slot, shape_.k_dtype);
   }
   uint8_t* v_slot_bytes(int layer, const int32_t* blocks, int slot) {
-    return v_[layer] + SlotByteOffset(blocks, slot);
+    return v_[layer] + SlotByteOffset(blocks, slot, shape_.v_dtype);
   }
   // A q8_0 pool's scales of the slot: head 0's head_dim / q8_group() scales; head h's are
   // shape().head_stride() / q8_group() scales further.
@@ -143,15 +161,15 @@ class BlockPool {
   }
 
  private:
-  // Byte offset of head 0 of slot `slot` in a layer's K (or V) storage; head h is h *
-  // shape().head_stride() * shape().elem_bytes() bytes further.
-  int64_t SlotByteOffset(const int32_t* blocks, int slot) const {
-    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() +
-           static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim * shape_.elem_bytes();
+  // Byte offset of head 0 of slot `slot` in a layer's K (or V) storage of type t; head h
+  // is h * shape().head_stride() * KvShape::ElemBytes(t) bytes further.
+  int64_t SlotByteOffset(const int32_t* blocks, int slot, DType t) const {
+    return blocks[slot / shape_.block_size] * shape_.LayerBytes(t) +
+           static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim * KvShape::ElemBytes(t);
   }
-  // q8_0: byte offset of head 0's first scale of slot `slot`.
+  // q8_0 (K or V: the layer bytes are q8_0's): byte offset of head 0's first scale of slot `slot`.
   int64_t SlotScaleByteOffset(const int32_t* blocks, int slot) const {
-    return blocks[slot / shape_.block_size] * shape_.block_layer_bytes() +
+    return blocks[slot / shape_.block_size] * shape_.LayerBytes(DType::kQ8_0) +
            attention::KvQ8ScaleAt(shape_.q8_scales_offset(),
                                   static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim, shape_.head_dim);
   }

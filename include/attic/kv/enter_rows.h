@@ -20,9 +20,54 @@
 
 namespace attic::kv {
 
+// n_heads contiguous f32 rows of head_dim elements into rows of `dtype` whose heads lie
+// dst_head_stride elements apart (q8_0: bytes, with each row's f16 scales at `scales`,
+// heads scale_head_stride scales apart: quantized as the compute buffer's writes are,
+// attention::QuantizeKvRowQ8).
+inline void StoreHeads(DType dtype, const float* src, int n_heads, int head_dim, void* dst, int64_t dst_head_stride,
+                       uint16_t* scales, int64_t scale_head_stride) {
+  for (int h = 0; h < n_heads; ++h) {
+    const float* row = src + static_cast<int64_t>(h) * head_dim;
+    if (dtype == DType::kQ8_0) {
+      attention::QuantizeKvRowQ8(row, head_dim, static_cast<int8_t*>(dst) + h * dst_head_stride,
+                                 scales + h * scale_head_stride);
+    } else if (dtype == DType::kF16) {
+      backend::ConvertF32ToF16(row, static_cast<uint16_t*>(dst) + h * dst_head_stride, head_dim);
+    } else {
+      std::memcpy(static_cast<float*>(dst) + h * dst_head_stride, row, static_cast<size_t>(head_dim) * sizeof(float));
+    }
+  }
+}
+
+// One token's pre-RoPE K and V -- n_heads heads of head_dim f32 elements each, contiguous
+// (a kv_dim row, or the part of it from some head on) -- into rows of k_dtype / v_dtype
+// whose heads lie dst_head_stride elements apart: K rotated to `position` in f32, then
+// stored in k_dtype; V stored in v_dtype (StoreHeads). The per-token step of
+// EnterRotatedRows, for destinations that are not slots of a block table too (a staging
+// buffer, one head's part of a block: pq/offload.h). q8_0 rows' f16 scales go to
+// k_scales / v_scales (heads scale_head_stride scales apart), which only q8_0 uses.
+inline void EnterRotatedHeads(DType k_dtype, DType v_dtype, const attention::RopeTable& rope, const float* k,
+                              const float* v, int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
+                              int64_t dst_head_stride, uint16_t* k_scales = nullptr, uint16_t* v_scales = nullptr,
+                              int64_t scale_head_stride = 0) {
+  for (DType t : {k_dtype, v_dtype}) ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0);
+  ATTIC_CHECK((k_dtype != DType::kQ8_0 || k_scales != nullptr) && (v_dtype != DType::kQ8_0 || v_scales != nullptr));
+  if (k_dtype == DType::kF32) {
+    // K rotated straight into place.
+    rope.ApplyToken(k, static_cast<float*>(k_dst), n_heads, dst_head_stride, position);
+  } else {
+    // K rotated into a row buffer (one token: stays in L1), then stored.
+    thread_local std::vector<float> krow;
+    krow.resize(static_cast<size_t>(n_heads) * head_dim);
+    rope.ApplyToken(k, krow.data(), n_heads, head_dim, position);
+    StoreHeads(k_dtype, krow.data(), n_heads, head_dim, k_dst, dst_head_stride, k_scales, scale_head_stride);
+  }
+  StoreHeads(v_dtype, v, n_heads, head_dim, v_dst, dst_head_stride, v_scales, scale_head_stride);
+}
+
 // Rows of IEEE half elements (an f16 entry): K widened to f32 (exact), rotated in f32,
-// then stored in the pool's element type; V copied as it is into an f16 pool (widened
-// into an f32 one). Into an f16 pool, V gets the bits the forward pass writes; K is
+// then stored in the pool's K type; V copied as it is into an f16 V (widened into an
+// f32 one, widened and quantized into q8_0). Into an f16 pool, V gets the bits the forward pass writes; K is
 // f16(RoPE(f16(k))) where the forward writes f16(RoPE(k)): many elements differ, by
 // up to one f16 unit of their head's largest element (the forward does not round K
 // before RoPE).
@@ -31,78 +76,32 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
                          int first, int n, const int32_t* positions, KRow k_row, VRow v_row) {
   const KvShape& shape = pool.shape();
   const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim, kvd = shape.kv_dim();
-  const int64_t hs = shape.head_stride();
-  thread_local std::vector<float> kin, krow;
+  const int64_t hs = shape.head_stride(), ss = shape.head_stride() / shape.q8_group();
+  const bool kq8 = shape.k_dtype == DType::kQ8_0, vq8 = shape.v_dtype == DType::kQ8_0;
+  thread_local std::vector<float> kin, krow, vrow;
   kin.resize(static_cast<size_t>(kvd));
   krow.resize(static_cast<size_t>(kvd));
-  thread_local std::vector<float> vrow;
+  vrow.resize(static_cast<size_t>(kvd));
   for (int s = first; s < first + n; ++s) {
     backend::ConvertF16ToF32(k_row(s), kin.data(), kvd);
+    if (shape.k_dtype == DType::kF32) {  // rotated straight into place
+      rope.ApplyToken(kin.data(), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
+    } else {
+      rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
+      StoreHeads(shape.k_dtype, krow.data(), n_kv_heads, hd, pool.k_slot_bytes(layer, blocks, s), hs,
+                 kq8 ? pool.k_slot_q8_scales(layer, blocks, s) : nullptr, ss);
+    }
     const uint16_t* v = v_row(s);
-    if (shape.dtype == DType::kQ8_0) {  // both rows in f32, then quantized as the forward pass writes them
-      vrow.resize(static_cast<size_t>(kvd));
-      backend::ConvertF16ToF32(v, vrow.data(), kvd);
-      rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
-      pool.WriteRows(layer, blocks, s, 1, krow.data(), vrow.data());
-    } else if (shape.dtype == DType::kF16) {
-      rope.ApplyToken(kin.data(), krow.data(), n_kv_heads, hd, positions[s]);
-      uint16_t* kd = reinterpret_cast<uint16_t*>(pool.k_slot_bytes(layer, blocks, s));
+    if (shape.v_dtype == DType::kF16) {  // the entry's bits as they are
       uint16_t* vd = reinterpret_cast<uint16_t*>(pool.v_slot_bytes(layer, blocks, s));
       for (int h = 0; h < n_kv_heads; ++h) {
-        backend::ConvertF32ToF16(krow.data() + h * hd, kd + h * hs, hd);
         std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(uint16_t));
       }
-    } else {
-      rope.ApplyToken(kin.data(), pool.k_slot_f32(layer, blocks, s), n_kv_heads, hs, positions[s]);
-      float* vd = pool.v_slot_f32(layer, blocks, s);
-      for (int h = 0; h < n_kv_heads; ++h) backend::ConvertF16ToF32(v + h * hd, vd + h * hs, hd);
+    } else {  // widened (exact), then stored (q8_0: quantized as the forward pass writes it)
+      backend::ConvertF16ToF32(v, vrow.data(), kvd);
+      StoreHeads(shape.v_dtype, vrow.data(), n_kv_heads, hd, pool.v_slot_bytes(layer, blocks, s), hs,
+                 vq8 ? pool.v_slot_q8_scales(layer, blocks, s) : nullptr, ss);
     }
-  }
-}
-
-// One token's pre-RoPE K and V -- n_heads heads of head_dim f32 elements each, contiguous
-// (a kv_dim row, or the part of it from some head on) -- into rows of `dtype` whose heads
-// lie dst_head_stride elements apart: K rotated to `position` in f32, then stored (and V
-// converted) in dtype. The per-token step of EnterRotatedRows, for destinations that are
-// not slots of a block table too (a staging buffer, one head's part of a block:
-// pq/offload.h). q8_0: each head's row quantized as the compute buffer's writes are
-// (attention::QuantizeKvRowQ8), its values at k_dst / v_dst (int8; heads dst_head_stride
-// bytes apart) and its f16 scales at k_scales / v_scales (heads scale_head_stride scales
-// apart), which only q8_0 uses.
-inline void EnterRotatedHeads(DType dtype, const attention::RopeTable& rope, const float* k, const float* v,
-                              int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
-                              int64_t dst_head_stride, uint16_t* k_scales = nullptr, uint16_t* v_scales = nullptr,
-                              int64_t scale_head_stride = 0) {
-  ATTIC_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kQ8_0);
-  const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
-  if (dtype == DType::kF32) {
-    // K rotated straight into place, V copied head by head.
-    float* vd = static_cast<float*>(v_dst);
-    rope.ApplyToken(k, static_cast<float*>(k_dst), n_heads, dst_head_stride, position);
-    for (int h = 0; h < n_heads; ++h) std::memcpy(vd + h * dst_head_stride, v + h * head_dim, row_bytes);
-    return;
-  }
-  // f16 and q8_0: K rotated into a row buffer (one token: stays in L1), then both stored.
-  thread_local std::vector<float> krow;
-  krow.resize(static_cast<size_t>(n_heads) * head_dim);
-  rope.ApplyToken(k, krow.data(), n_heads, head_dim, position);
-  if (dtype == DType::kQ8_0) {
-    ATTIC_CHECK(k_scales != nullptr && v_scales != nullptr);
-    int8_t* kd = static_cast<int8_t*>(k_dst);
-    int8_t* vd = static_cast<int8_t*>(v_dst);
-    for (int h = 0; h < n_heads; ++h) {
-      attention::QuantizeKvRowQ8(krow.data() + h * head_dim, head_dim, kd + h * dst_head_stride,
-                                 k_scales + h * scale_head_stride);
-      attention::QuantizeKvRowQ8(v + h * head_dim, head_dim, vd + h * dst_head_stride,
-                                 v_scales + h * scale_head_stride);
-    }
-    return;
-  }
-  uint16_t* kd = static_cast<uint16_t*>(k_dst);
-  uint16_t* vd = static_cast<uint16_t*>(v_dst);
-  for (int h = 0; h < n_heads; ++h) {
-    backend::ConvertF32ToF16(krow.data() + h * head_dim, kd + h * dst_head_stride, head_dim);
-    backend::ConvertF32ToF16(v + h * head_dim, vd + h * dst_head_stride, head_dim);
   }
 }
 
@@ -119,13 +118,13 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
-    const bool q8 = shape.dtype == DType::kQ8_0;
-    const int64_t scale_head_stride = q8 ? shape.head_stride() / shape.q8_group() : 0;
+    const bool kq8 = shape.k_dtype == DType::kQ8_0, vq8 = shape.v_dtype == DType::kQ8_0;
+    const int64_t scale_head_stride = shape.head_stride() / shape.q8_group();
     for (int s = first; s < first + n; ++s) {
-      EnterRotatedHeads(shape.dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim, positions[s],
-                        pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s), shape.head_stride(),
-                        q8 ? pool.k_slot_q8_scales(layer, blocks, s) : nullptr,
-                        q8 ? pool.v_slot_q8_scales(layer, blocks, s) : nullptr, scale_head_stride);
+      EnterRotatedHeads(shape.k_dtype, shape.v_dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim,
+                        positions[s], pool.k_slot_bytes(layer, blocks, s), pool.v_slot_bytes(layer, blocks, s),
+                        shape.head_stride(), kq8 ? pool.k_slot_q8_scales(layer, blocks, s) : nullptr,
+                        vq8 ? pool.v_slot_q8_scales(layer, blocks, s) : nullptr, scale_head_stride);
     }
   }
 }
