@@ -187,9 +187,15 @@ Status Engine::SetKvDtypes(DType k_dtype, DType v_dtype) {
   const int n_blocks = kv_pool_->n_blocks();
   kv_pool_.reset();  // free the old pool before allocating the new one
   kv_pool_ = NewKvPool(shape, n_blocks);
+  // options() in one form: kv_dtype is K's type, kv_dtype_v set only when V's differs
+  // (so a copy whose kv_dtype is changed loads that type, as before the split).
   options_.kv_dtype = k_dtype;
-  options_.kv_dtype_k = k_dtype;
-  options_.kv_dtype_v = v_dtype;
+  options_.kv_dtype_k.reset();
+  if (v_dtype == k_dtype) {
+    options_.kv_dtype_v.reset();
+  } else {
+    options_.kv_dtype_v = v_dtype;
+  }
   return OkStatus();
 }
 
