@@ -127,7 +127,7 @@ int RunPerplexity(const PerplexityFlags& f) {
   engine::Engine& e = **eng;
   std::vector<eval::KvTypePoint> kv_axis;
   for (size_t i = 0; i < kv_dtypes.size(); ++i) {
-    const auto [kt, vt] = kv_dtypes[i];
+    const DType kt = kv_dtypes[i].first, vt = kv_dtypes[i].second;  // (clang 14 cannot capture bindings)
     // Checked before any work (a q8_0 the model's head_dim does not take fails here).
     for (DType dt : {kt, vt}) {
       if (Status st = engine::CheckKvDtype(dt, e.model().config().head_dim); !st.ok())
