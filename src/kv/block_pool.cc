@@ -6,6 +6,7 @@
 #include "attic/backend/convert.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/huge_pages.h"
+#include "attic/kv/enter_rows.h"
 
 namespace attic::kv {
 
@@ -200,23 +201,8 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
 
 namespace {
 
-// One slot's heads of one tensor from f32 [n_heads][head_dim] into type t: values at
-// `dst` (heads hs bytes apart), q8_0's scales at `scales` (heads ss scales apart).
-void PutHeads(DType t, const float* src, uint8_t* dst, uint16_t* scales, int n_heads, int hd, int64_t hs,
-              int64_t ss) {
-  for (int h = 0; h < n_heads; ++h) {
-    const float* row = src + static_cast<int64_t>(h) * hd;
-    if (t == DType::kQ8_0) {
-      attention::QuantizeKvRowQ8(row, hd, reinterpret_cast<int8_t*>(dst + h * hs), scales + h * ss);
-    } else if (t == DType::kF16) {
-      backend::ConvertF32ToF16(row, reinterpret_cast<uint16_t*>(dst + h * hs), hd);
-    } else {
-      std::memcpy(dst + h * hs, row, static_cast<size_t>(hd) * 4);
-    }
-  }
-}
-
-// The reverse: one slot's heads of type t to f32.
+// One slot's heads of one tensor of type t (values heads hs bytes apart, q8_0's scales
+// ss scales apart) to f32 [n_heads][head_dim]; writing is StoreHeads (enter_rows.h).
 void GetHeads(DType t, const uint8_t* src, const uint16_t* scales, float* dst, int n_heads, int hd, int64_t hs,
               int64_t ss) {
   for (int h = 0; h < n_heads; ++h) {
@@ -234,18 +220,17 @@ void GetHeads(DType t, const uint8_t* src, const uint16_t* scales, float* dst, i
 void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t khs = s.head_stride() * s.k_elem_bytes(), vhs = s.head_stride() * s.v_elem_bytes();
   const int64_t ss = s.head_stride() / s.q8_group();  // q8_0: scales from one head's rows to the next's
   const bool kq8 = s.k_dtype == DType::kQ8_0, vq8 = s.v_dtype == DType::kQ8_0;
   for (int i = 0; i < n; ++i) {  // each head's row converted (or quantized) in one pass
     const int slot = first + i;
     const int64_t src = static_cast<int64_t>(i) * kvd;
     if (k != nullptr) {
-      PutHeads(s.k_dtype, k + src, k_slot_bytes(layer, blocks, slot), kq8 ? k_slot_q8_scales(layer, blocks, slot) : nullptr,
-               s.n_kv_heads, hd, khs, ss);
+      StoreHeads(s.k_dtype, k + src, s.n_kv_heads, hd, k_slot_bytes(layer, blocks, slot), s.head_stride(),
+                 kq8 ? k_slot_q8_scales(layer, blocks, slot) : nullptr, ss);
     }
-    PutHeads(s.v_dtype, v + src, v_slot_bytes(layer, blocks, slot), vq8 ? v_slot_q8_scales(layer, blocks, slot) : nullptr,
-             s.n_kv_heads, hd, vhs, ss);
+    StoreHeads(s.v_dtype, v + src, s.n_kv_heads, hd, v_slot_bytes(layer, blocks, slot), s.head_stride(),
+               vq8 ? v_slot_q8_scales(layer, blocks, slot) : nullptr, ss);
   }
 }
 
