@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "attic/attention/attention.h"
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "attic/backend/cpu_features.h"
@@ -102,14 +103,17 @@ inline const uint16_t* Q8Scales(const int8_t* pool, int64_t scale_off) {
   return reinterpret_cast<const uint16_t*>(pool + scale_off);
 }
 
-// One row of a tensor (K or V) of type `type` at offset `off` (elements; q8_0: bytes,
-// with `soff` the row's scale offset, unused otherwise): in place for f32 storage; an f16
-// row is widened into `buf` ([d] floats), a q8_0 row dequantized into it.
+// One row of a tensor (K or V) of type `type` at offset `off` (elements; q8_0 and q4_0:
+// bytes, with `soff` the row's scale offset, unused otherwise): in place for f32 storage;
+// an f16 row is widened into `buf` ([d] floats), a q8_0 or q4_0 row dequantized into it.
 inline const float* TensorRow(DType type, const void* pool, int64_t off, int64_t soff, int d, float* buf) {
   if (type == DType::kF32) return static_cast<const float*>(pool) + off;
   if (type == DType::kQ8_0) {
     const int8_t* q = static_cast<const int8_t*>(pool);
     DequantizeKvRowQ8(q + off, Q8Scales(q, soff), d, buf);
+  } else if (type == DType::kQ4_0) {
+    const uint8_t* q = static_cast<const uint8_t*>(pool);
+    DequantizeKvRowQ4(q + off, q + soff, d, buf);
   } else {
     backend::ConvertF16ToF32(static_cast<const uint16_t*>(pool) + off, buf, d);
   }
@@ -118,61 +122,75 @@ inline const float* TensorRow(DType type, const void* pool, int64_t off, int64_t
 
 // A view's K / V storage, whatever its type.
 inline const void* KData(const KvLayerView& kv) {
-  return kv.k_q8 != nullptr ? static_cast<const void*>(kv.k_q8)
+  return kv.k_q8 != nullptr    ? static_cast<const void*>(kv.k_q8)
+         : kv.k_q4 != nullptr  ? static_cast<const void*>(kv.k_q4)
          : kv.k_f16 != nullptr ? static_cast<const void*>(kv.k_f16)
                                : static_cast<const void*>(kv.k_pool);
 }
 inline const void* VData(const KvLayerView& kv) {
-  return kv.v_q8 != nullptr ? static_cast<const void*>(kv.v_q8)
+  return kv.v_q8 != nullptr    ? static_cast<const void*>(kv.v_q8)
+         : kv.v_q4 != nullptr  ? static_cast<const void*>(kv.v_q4)
          : kv.v_f16 != nullptr ? static_cast<const void*>(kv.v_f16)
                                : static_cast<const void*>(kv.v_pool);
 }
-// Bytes of one stored element's value (q8_0: 1; its scales follow the block's values).
-inline int64_t ElemBytes(DType type) { return type == DType::kQ8_0 ? 1 : type == DType::kF16 ? 2 : 4; }
+// Whether rows of `type` carry f16 scales after the block's values (q8_0, q4_0).
+inline bool HasScales(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+// Bytes of a row's values of `type` (q8_0: one per value, q4_0: one per two; the scales
+// follow the block's values).
+inline int64_t RowValueBytes(DType type, int head_dim) {
+  return type == DType::kQ4_0   ? head_dim / 2
+         : type == DType::kQ8_0 ? head_dim
+         : type == DType::kF16  ? 2 * head_dim
+                                : 4 * head_dim;
+}
 
 // Maps slots to the offset of their K row for one KV head -- or V's row (ForV), which is
 // the same offset when K and V share a type; shifts instead of dividing when block_size
-// is a power of two.
+// is a power of two. Offsets count the storage's elements (f32, f16) or bytes (q8_0,
+// q4_0).
 class SlotMap {
  public:
-  SlotMap(const KvLayerView& kv, int kv_head, int head_dim) : SlotMap(kv, kv_head, head_dim, kv.block_stride, kv.q8_scales) {}
+  SlotMap(const KvLayerView& kv, int kv_head, int head_dim)
+      : SlotMap(kv, kv_head, head_dim, kv.block_stride, kv.q8_scales, KType(kv)) {}
   static SlotMap ForV(const KvLayerView& kv, int kv_head, int head_dim) {
-    return SlotMap(kv, kv_head, head_dim, kv.v_block_stride, kv.v_q8_scales);
+    return SlotMap(kv, kv_head, head_dim, kv.v_block_stride, kv.v_q8_scales, VType(kv));
   }
 
   int64_t Offset(int32_t slot) const {
     int32_t block, row;
     Split(slot, &block, &row);
-    return table_[block] * stride_ + head_offset_ + static_cast<int64_t>(row) * head_dim_;
+    return table_[block] * stride_ + head_offset_ + static_cast<int64_t>(row) * row_units_;
   }
-  // q8_0 storage: the byte offset of the slot's row's first f16 scale.
+  // q8_0 / q4_0 storage: the byte offset of the slot's row's first f16 scale.
   int64_t Q8ScaleOffset(int32_t slot) const {
     int32_t block, row;
     Split(slot, &block, &row);
-    return table_[block] * stride_ + KvQ8ScaleAt(q8_scales_, head_offset_ + static_cast<int64_t>(row) * head_dim_, head_dim_);
+    return table_[block] * stride_ + scales_ + static_cast<int64_t>(row) * scale_row_bytes_;
   }
   int block_size() const { return block_size_; }
   int kv_head() const { return kv_head_; }
 
  private:
-  SlotMap(const KvLayerView& kv, int kv_head, int head_dim, int64_t stride, int64_t q8_scales)
+  SlotMap(const KvLayerView& kv, int kv_head, int head_dim, int64_t stride, int64_t scales_at, DType type)
       : table_(kv.block_table),
         stride_(stride),
-        head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * head_dim),
+        row_units_(type == DType::kQ4_0 ? head_dim / 2 : head_dim),
+        head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * row_units_),
+        scale_row_bytes_(static_cast<int64_t>(head_dim / KvQ8Group(head_dim)) * 2),
+        scales_(scales_at + static_cast<int64_t>(kv_head) * kv.block_size * scale_row_bytes_),
         block_size_(kv.block_size),
-        head_dim_(head_dim),
         shift_((kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1),
-        kv_head_(kv_head),
-        q8_scales_(q8_scales) {}
+        kv_head_(kv_head) {}
 
   const int32_t* table_;
   int64_t stride_;
-  int64_t head_offset_;
+  int64_t row_units_;        // a row's elements, or bytes (q4_0: head_dim / 2)
+  int64_t head_offset_;      // from a block's start to this head's first row
+  int64_t scale_row_bytes_;  // q8_0 / q4_0: a row's scales
+  int64_t scales_;           // from a block's start to this head's first row's scales
   int block_size_;
-  int head_dim_;
   int shift_;
   int kv_head_;
-  int64_t q8_scales_;
 
   void Split(int32_t slot, int32_t* block, int32_t* row) const {
     if (shift_ >= 0) {
@@ -214,9 +232,9 @@ struct KvRowReader {
     for (int j = 0; j < n; ++j) {
       const int32_t slot = indices ? indices[c + j] : c + j;
       const int64_t koff = map.Offset(slot);
-      const int64_t ksoff = kt == DType::kQ8_0 ? map.Q8ScaleOffset(slot) : 0;
+      const int64_t ksoff = HasScales(kt) ? map.Q8ScaleOffset(slot) : 0;
       const int64_t voff = same ? koff : vmap.Offset(slot);
-      const int64_t vsoff = same ? ksoff : vt == DType::kQ8_0 ? vmap.Q8ScaleOffset(slot) : 0;
+      const int64_t vsoff = same ? ksoff : HasScales(vt) ? vmap.Q8ScaleOffset(slot) : 0;
       kp[j] = TensorRow(kt, k, koff, ksoff, d, buf + static_cast<int64_t>(j) * d);
       vp[j] = TensorRow(vt, v, voff, vsoff, d, buf + static_cast<int64_t>(n + j) * d);
     }
@@ -233,7 +251,10 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
   const DType kt = KType(kv), vt = VType(kv);
   const char* k = static_cast<const char*>(KData(kv));
   const char* v = static_cast<const char*>(VData(kv));
-  const int64_t k_row_bytes = head_dim * ElemBytes(kt), v_row_bytes = head_dim * ElemBytes(vt);
+  const int64_t k_row_bytes = RowValueBytes(kt, head_dim), v_row_bytes = RowValueBytes(vt, head_dim);
+  // An offset's unit: an element (f32, f16) or a byte (q8_0, q4_0).
+  const int64_t k_unit = HasScales(kt) ? 1 : k_row_bytes / head_dim;
+  const int64_t v_unit = HasScales(vt) ? 1 : v_row_bytes / head_dim;
   // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
   // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
   auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
@@ -241,24 +262,24 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
   const SlotMap vmap = SlotMap::ForV(kv, map.kv_head(), head_dim);  // used when !same
   for (int j = begin; j < end; ++j) {
     const int32_t slot = indices ? indices[j] : j;
-    const int64_t kat = map.Offset(slot) * ElemBytes(kt);
-    // A q8_0 row's scales too: one line serves many rows.
+    const int64_t kat = map.Offset(slot) * k_unit;
+    // A q8_0 / q4_0 row's scales too: one line serves many rows.
     if (same) {
       for (int64_t b = 0; b < k_row_bytes; b += 64) {
         prefetch(k + kat + b);
         prefetch(v + kat + b);
       }
-      if (kt == DType::kQ8_0) {
+      if (HasScales(kt)) {
         const int64_t sat = map.Q8ScaleOffset(slot);
         prefetch(k + sat);
         prefetch(v + sat);
       }
     } else {
-      const int64_t vat = vmap.Offset(slot) * ElemBytes(vt);
+      const int64_t vat = vmap.Offset(slot) * v_unit;
       for (int64_t b = 0; b < k_row_bytes; b += 64) prefetch(k + kat + b);
       for (int64_t b = 0; b < v_row_bytes; b += 64) prefetch(v + vat + b);
-      if (kt == DType::kQ8_0) prefetch(k + map.Q8ScaleOffset(slot));
-      if (vt == DType::kQ8_0) prefetch(v + vmap.Q8ScaleOffset(slot));
+      if (HasScales(kt)) prefetch(k + map.Q8ScaleOffset(slot));
+      if (HasScales(vt)) prefetch(v + vmap.Q8ScaleOffset(slot));
     }
   }
 }

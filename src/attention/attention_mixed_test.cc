@@ -1,10 +1,11 @@
 // Attention over a layer whose K and V are stored in different types (KvLayerView: each
 // tensor its own pointer, block stride and q8_0 scale offset), every ISA's kernels and
-// every pair of f32, f16 and q8_0: causal prefill across blocks, decode, per-query kv_end
-// (linking's explicit KV sets), index lists and per-KV-head lists (sparse decoding).
+// every pair of f32, f16, q8_0 and q4_0 (and q4_0 for both, which no few-row decode
+// kernel reads): causal prefill across blocks, decode, per-query kv_end (linking's
+// explicit KV sets), index lists and per-KV-head lists (sparse decoding).
 //
 // The reference is a float64 softmax over the values the storage holds (f16-rounded, or
-// dequantized from q8_0), so only the kernels' own f32 arithmetic separates the two: the
+// dequantized from q8_0 / q4_0), so only the kernels' own f32 arithmetic separates the two: the
 // bound attention_test.cc checks every kernel against, |got - want| <= 1e-5 (1 + |want|).
 // What a storage type costs against the f32 values is attention_q8_test.cc's subject; a
 // view of mixed types runs the general tile kernel (the few-row decode kernels read one
@@ -26,6 +27,7 @@
 #include "attention/attention_internal.h"
 #include "attention/attention_test_util.h"
 #include "attic/attention/attention.h"
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
@@ -43,19 +45,23 @@ using testing_util::Shape;
 
 // One tensor (K or V) of a paged layer in the block pool's layout for `type`, its blocks
 // at the shared block table's shuffled places. Rows that hold no slot are NaN (f32, f16)
-// or have NaN scales (q8_0), so a read outside the valid slots poisons the result.
+// or have NaN scales (q8_0, q4_0), so a read outside the valid slots poisons the result.
 struct PagedTensor {
   DType type = DType::kF32;
   int n_kv_heads = 0, block_size = 0, head_dim = 0, n_slots = 0;
   std::vector<float> f32;
   std::vector<uint16_t> f16;
-  std::vector<int8_t> q8;
+  std::vector<int8_t> q8;  // q8_0 or q4_0: the block's bytes
   std::vector<float> held;  // [n_kv_heads][n_slots][head_dim]: the values the storage holds
 
   int64_t stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   int group() const { return KvQ8Group(head_dim); }
-  // A block's elements (f32, f16) or bytes (q8_0: the values, then their f16 scales).
-  int64_t block_stride() const { return type == DType::kQ8_0 ? stride() + stride() / group() * 2 : stride(); }
+  bool quantized() const { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+  // Bytes of a block's values (q8_0: one per value; q4_0: one per two); the scales follow.
+  int64_t value_bytes() const { return type == DType::kQ4_0 ? stride() / 2 : stride(); }
+  // A block's elements (f32, f16) or bytes (q8_0, q4_0: the values, then their f16 scales).
+  int64_t block_stride() const { return quantized() ? value_bytes() + stride() / group() * 2 : stride(); }
+  // Row (h, s)'s first element within its block (q8_0, q4_0: its index among the block's values).
   int64_t InBlock(int h, int s) const { return (static_cast<int64_t>(h) * block_size + s % block_size) * head_dim; }
   size_t Row(int h, int s) const { return (static_cast<size_t>(h) * n_slots + s) * head_dim; }
 
@@ -69,11 +75,13 @@ struct PagedTensor {
     const size_t size = static_cast<size_t>(pool_blocks) * block_stride();
     if (t == DType::kF32) f32.assign(size, std::numeric_limits<float>::quiet_NaN());
     if (t == DType::kF16) f16.assign(size, 0x7E00);  // an f16 NaN
-    if (t == DType::kQ8_0) {
+    if (quantized()) {
       q8.assign(size, 0);
       const uint16_t nan = 0x7E00;
       for (int b = 0; b < pool_blocks; ++b) {
-        for (int64_t i = 0; i < stride() / group(); ++i) std::memcpy(&q8[b * block_stride() + stride() + 2 * i], &nan, 2);
+        for (int64_t i = 0; i < stride() / group(); ++i) {
+          std::memcpy(&q8[b * block_stride() + value_bytes() + 2 * i], &nan, 2);
+        }
       }
     }
     held.resize(static_cast<size_t>(n_kv_heads) * n_slots * head_dim);
@@ -92,11 +100,17 @@ struct PagedTensor {
             f16[at + i] = F32ToF16(x[i]);
             y[i] = F16ToF32(f16[at + i]);
           }
-        } else {
+        } else if (t == DType::kQ8_0) {
           auto* scales = reinterpret_cast<uint16_t*>(
               &q8[table[s / block_size] * block_stride() + KvQ8ScaleAt(stride(), InBlock(h, s), head_dim)]);
           QuantizeKvRowQ8(x.data(), head_dim, &q8[at], scales);
           DequantizeKvRowQ8(&q8[at], scales, head_dim, y);
+        } else {  // q4_0: half a byte per value
+          const int64_t block = table[s / block_size] * block_stride();
+          auto* scales = reinterpret_cast<uint16_t*>(&q8[block + KvQ8ScaleAt(value_bytes(), InBlock(h, s), head_dim)]);
+          auto* codes = reinterpret_cast<uint8_t*>(&q8[block + InBlock(h, s) / 2]);
+          QuantizeKvRowQ4(x.data(), head_dim, codes, scales);
+          DequantizeKvRowQ4(codes, scales, head_dim, y);
         }
       }
     }
@@ -125,13 +139,15 @@ struct MixedKv {
     if (k.type == DType::kF32) view.k_pool = k.f32.data();
     if (k.type == DType::kF16) view.k_f16 = k.f16.data();
     if (k.type == DType::kQ8_0) view.k_q8 = k.q8.data();
+    if (k.type == DType::kQ4_0) view.k_q4 = reinterpret_cast<const uint8_t*>(k.q8.data());
     if (v.type == DType::kF32) view.v_pool = v.f32.data();
     if (v.type == DType::kF16) view.v_f16 = v.f16.data();
     if (v.type == DType::kQ8_0) view.v_q8 = v.q8.data();
+    if (v.type == DType::kQ4_0) view.v_q4 = reinterpret_cast<const uint8_t*>(v.q8.data());
     view.block_stride = k.block_stride();
-    view.q8_scales = k.stride();
+    view.q8_scales = k.value_bytes();
     view.v_block_stride = v.block_stride();
-    view.v_q8_scales = v.stride();
+    view.v_q8_scales = v.value_bytes();
     view.block_size = block_size;
     view.block_table = block_table.data();
     view.n_slots = n_slots;
@@ -313,7 +329,13 @@ INSTANTIATE_TEST_SUITE_P(Isas, AttentionMixedTest,
                                                               std::pair{DType::kF16, DType::kF32},
                                                               std::pair{DType::kF16, DType::kQ8_0},
                                                               std::pair{DType::kQ8_0, DType::kF32},
-                                                              std::pair{DType::kQ8_0, DType::kF16})),
+                                                              std::pair{DType::kQ8_0, DType::kF16},
+                                                              std::pair{DType::kF32, DType::kQ4_0},
+                                                              std::pair{DType::kF16, DType::kQ4_0},
+                                                              std::pair{DType::kQ8_0, DType::kQ4_0},
+                                                              std::pair{DType::kQ4_0, DType::kF16},
+                                                              std::pair{DType::kQ4_0, DType::kQ8_0},
+                                                              std::pair{DType::kQ4_0, DType::kQ4_0})),
                          ParamName);
 
 }  // namespace

@@ -29,9 +29,13 @@ namespace attic::attention {
 // [n_kv_heads][block_size][head_dim / KvQ8Group(head_dim)] at byte q8_scales. Element i
 // of a row is scale[i / group] * q[i]. The kernels dequantize the rows they read, a chunk
 // of slots at a time.
+// q4_0 (attention/kv_q4.h) is laid out the same way with head_dim / 2 bytes of 4-bit
+// codes per row: the codes [n_kv_heads][block_size][head_dim / 2] at bytes
+// [0, q8_scales), then the f16 scales as q8_0's. The general tile kernels dequantize
+// its rows; no few-row decode kernel reads it yet.
 //
 // K and V may have different types (a pool with K in q8_0 and V in f16, say): each has
-// its own pointer, block stride and q8_0 scale offset. Set exactly one of K's three
+// its own pointer, block stride and scale offset. Set exactly one of K's four
 // pointers and one of V's. The few-row decode kernels read rows in place for one type;
 // a view whose K and V types differ runs the general tile kernel, which widens each
 // tensor's rows by its own type.
@@ -42,8 +46,10 @@ struct KvLayerView {
   const uint16_t* v_f16 = nullptr;
   const int8_t* k_q8 = nullptr;     // ... or q8_0 storage (the block stride then counts bytes)
   const int8_t* v_q8 = nullptr;
-  int64_t q8_scales = 0;           // K in q8_0: bytes from a block's start to its scales
-  int64_t block_stride = 0;        // K: elements per block (= n_kv_heads * block_size * head_dim); q8_0: bytes
+  const uint8_t* k_q4 = nullptr;    // ... or q4_0 storage (bytes, as q8_0's)
+  const uint8_t* v_q4 = nullptr;
+  int64_t q8_scales = 0;           // K in q8_0 or q4_0: bytes from a block's start to its scales
+  int64_t block_stride = 0;        // K: elements per block (= n_kv_heads * block_size * head_dim); q8_0, q4_0: bytes
   int64_t v_q8_scales = 0;         // the same two for V (equal to K's when the types are)
   int64_t v_block_stride = 0;
   int block_size = 0;
@@ -51,12 +57,18 @@ struct KvLayerView {
   int n_slots = 0;                 // slots that hold valid KV
 };
 
-// Element type of a view's K / V storage (kF32, kF16 or kQ8_0: whichever pointer is set).
+// Element type of a view's K / V storage (kF32, kF16, kQ8_0 or kQ4_0: whichever pointer is set).
 inline DType KType(const KvLayerView& kv) {
-  return kv.k_q8 != nullptr ? DType::kQ8_0 : kv.k_f16 != nullptr ? DType::kF16 : DType::kF32;
+  return kv.k_q8 != nullptr    ? DType::kQ8_0
+         : kv.k_q4 != nullptr  ? DType::kQ4_0
+         : kv.k_f16 != nullptr ? DType::kF16
+                               : DType::kF32;
 }
 inline DType VType(const KvLayerView& kv) {
-  return kv.v_q8 != nullptr ? DType::kQ8_0 : kv.v_f16 != nullptr ? DType::kF16 : DType::kF32;
+  return kv.v_q8 != nullptr    ? DType::kQ8_0
+         : kv.v_q4 != nullptr  ? DType::kQ4_0
+         : kv.v_f16 != nullptr ? DType::kF16
+                               : DType::kF32;
 }
 
 struct AttentionShape {
