@@ -103,10 +103,11 @@ int RunPerplexity(const PerplexityFlags& f) {
     auto kt = ParseDType(name.substr(0, slash));
     auto vt = ParseDType(slash == std::string::npos ? name : name.substr(slash + 1));
     auto kv_type = [](const StatusOr<DType>& t) {
-      return t.ok() && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kQ8_0);
+      return t.ok() && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kQ8_0 || *t == DType::kQ4_0);
     };
     if (!kv_type(kt) || !kv_type(vt)) {
-      return UsageError("--kv-dtypes: '" + name + "' is not a KV type (f32, f16, q8_0, or K/V such as q8_0/f16)");
+      return UsageError("--kv-dtypes: '" + name +
+                        "' is not a KV type (f32, f16, q8_0, q4_0, or K/V such as q8_0/q4_0)");
     }
     if (std::find(kv_dtypes.begin(), kv_dtypes.end(), std::pair{*kt, *vt}) != kv_dtypes.end())
       return UsageError("--kv-dtypes: " + name + " given twice");

@@ -28,16 +28,17 @@ void AddModelFlags(CLI::App* cmd, ModelFlags* f) {
                       " (default: detected from the model; a model without one Attic recognises chats in chatml)");
   cmd->add_option("--kv-dtype", f->kv_dtype,
                   "element type of the compute buffer's KV cache: f32 (exact: greedy output independent of "
-                  "batching), f16 (half the memory per token) or q8_0 (8-bit, one f16 scale per 32 values: "
-                  "~0.27x f32's memory)")
-      ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
+                  "batching), f16 (half the memory per token), q8_0 (8-bit, one f16 scale per 32 values: "
+                  "~0.27x f32's memory) or q4_0 (4-bit, one f16 scale per 32 values: ~0.14x; best for V alone, "
+                  "--kv-dtype-v)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0", "q4_0"}))
       ->capture_default_str();
   cmd->add_option("--kv-dtype-k", f->kv_dtype_k,
-                  "K's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0)")
-      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+                  "K's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0, q4_0)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0", "q4_0"}));
   cmd->add_option("--kv-dtype-v", f->kv_dtype_v,
-                  "V's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0)")
-      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+                  "V's element type in the compute buffer, when it differs from --kv-dtype's (f32, f16, q8_0, q4_0)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0", "q4_0"}));
   cmd->add_option("--kv-block-size", f->kv_block_size,
                   "tokens per block of the compute buffer's KV cache (longer blocks: faster decode attention, "
                   "more slots reserved per sequence)")

@@ -187,11 +187,13 @@ int RunServe(ServeFlags f) {
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
     // The entries' type: the compute buffer's unless given (any enters any buffer type);
     // when K's and V's differ, the more exact of the two (f32, then f16, then q8_0), so
-    // the store loses nothing the buffer holds.
+    // the store loses nothing the buffer holds. Entries have no 4-bit type yet: a buffer
+    // all in q4_0 stores q8_0, the most compact entry type (and more exact than q4_0).
     const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
     const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
-    auto exactness = [](const std::string& t) { return t == "f32" ? 2 : t == "f16" ? 1 : 0; };
-    const std::string& buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+    auto exactness = [](const std::string& t) { return t == "f32" ? 3 : t == "f16" ? 2 : t == "q8_0" ? 1 : 0; };
+    const std::string& more_exact = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+    const std::string buffer_type = more_exact == "q4_0" ? "q8_0" : more_exact;
     const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
     if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
       return UsageError("--kv-store-dtype must be f32, f16 or q8_0, not '" + type + "'");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/kernels.h"
 #include "attic/core/file.h"
@@ -52,10 +53,14 @@ Status Engine::CalibrateKernels() {
 }
 
 Status CheckKvDtype(DType dtype, int head_dim) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kQ8_0)
-    return InvalidArgumentError(std::string("the KV cache holds f32, f16 or q8_0, not ") + DTypeName(dtype));
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kQ8_0 && dtype != DType::kQ4_0)
+    return InvalidArgumentError(std::string("the KV cache holds f32, f16, q8_0 or q4_0, not ") + DTypeName(dtype));
   if (dtype == DType::kQ8_0 && !attention::KvQ8Supports(head_dim)) {
     return InvalidArgumentError("q8_0 KV needs head_dim below 32 or a multiple of 32; this model's is " +
+                                std::to_string(head_dim));
+  }
+  if (dtype == DType::kQ4_0 && !attention::KvQ4Supports(head_dim)) {
+    return InvalidArgumentError("q4_0 KV needs an even head_dim below 32 or a multiple of 32; this model's is " +
                                 std::to_string(head_dim));
   }
   return OkStatus();

@@ -6,6 +6,7 @@
 #include "attic/backend/convert.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/core/huge_pages.h"
+#include "attic/attention/kv_q4.h"
 #include "attic/kv/enter_rows.h"
 
 namespace attic::kv {
@@ -15,7 +16,9 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
     : shape_(shape), n_blocks_(n_blocks) {
   ATTIC_CHECK(n_blocks > 0 && shape.block_size > 0);
   for (DType t : {shape.k_dtype, shape.v_dtype}) {
-    ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || (t == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)));
+    ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 ||
+                (t == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)) ||
+                (t == DType::kQ4_0 && attention::KvQ4Supports(shape.head_dim)));
   }
   // Each buffer at a 4 KiB boundary of the one mapping.
   auto rounded = [&](int64_t layer_bytes) { return (static_cast<size_t>(n_blocks) * layer_bytes + 4095) / 4096 * 4096; };
@@ -56,19 +59,22 @@ attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void
   attention::KvLayerView view;
   switch (shape.k_dtype) {
     case DType::kQ8_0: view.k_q8 = static_cast<const int8_t*>(k); break;
+    case DType::kQ4_0: view.k_q4 = static_cast<const uint8_t*>(k); break;
     case DType::kF16: view.k_f16 = static_cast<const uint16_t*>(k); break;
     default: view.k_pool = static_cast<const float*>(k); break;
   }
   switch (shape.v_dtype) {
     case DType::kQ8_0: view.v_q8 = static_cast<const int8_t*>(v); break;
+    case DType::kQ4_0: view.v_q4 = static_cast<const uint8_t*>(v); break;
     case DType::kF16: view.v_f16 = static_cast<const uint16_t*>(v); break;
     default: view.v_pool = static_cast<const float*>(v); break;
   }
-  // q8_0 blocks are addressed in bytes, f32 / f16 ones in elements.
-  auto stride = [&](DType t) { return t == DType::kQ8_0 ? shape.LayerBytes(t) : shape.block_stride(); };
+  // q8_0 / q4_0 blocks are addressed in bytes, f32 / f16 ones in elements.
+  auto stride = [&](DType t) { return KvShape::HasScales(t) ? shape.LayerBytes(t) : shape.block_stride(); };
   view.block_stride = stride(shape.k_dtype);
   view.v_block_stride = stride(shape.v_dtype);
-  view.q8_scales = view.v_q8_scales = shape.q8_scales_offset();
+  view.q8_scales = shape.scales_offset(shape.k_dtype);
+  view.v_q8_scales = shape.scales_offset(shape.v_dtype);
   view.block_size = shape.block_size;
   return view;
 }
@@ -201,14 +207,16 @@ void SequenceKv::WriteKv(int layer, int first, int n, const float* k, const floa
 
 namespace {
 
-// One slot's heads of one tensor of type t (values heads hs bytes apart, q8_0's scales
-// ss scales apart) to f32 [n_heads][head_dim]; writing is StoreHeads (enter_rows.h).
+// One slot's heads of one tensor of type t (values heads hs bytes apart, q8_0's / q4_0's
+// scales ss scales apart) to f32 [n_heads][head_dim]; writing is StoreHeads (enter_rows.h).
 void GetHeads(DType t, const uint8_t* src, const uint16_t* scales, float* dst, int n_heads, int hd, int64_t hs,
               int64_t ss) {
   for (int h = 0; h < n_heads; ++h) {
     float* row = dst + static_cast<int64_t>(h) * hd;
     if (t == DType::kQ8_0) {
       attention::DequantizeKvRowQ8(reinterpret_cast<const int8_t*>(src + h * hs), scales + h * ss, hd, row);
+    } else if (t == DType::kQ4_0) {
+      attention::DequantizeKvRowQ4(src + h * hs, scales + h * ss, hd, row);
     } else {
       backend::ConvertRowToF32(t, src + h * hs, row, hd);
     }
@@ -220,8 +228,8 @@ void GetHeads(DType t, const uint8_t* src, const uint16_t* scales, float* dst, i
 void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, const float* k, const float* v) {
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t ss = s.head_stride() / s.q8_group();  // q8_0: scales from one head's rows to the next's
-  const bool kq8 = s.k_dtype == DType::kQ8_0, vq8 = s.v_dtype == DType::kQ8_0;
+  const int64_t ss = s.head_stride() / s.q8_group();  // q8_0 / q4_0: scales from one head's rows to the next's
+  const bool kq8 = KvShape::HasScales(s.k_dtype), vq8 = KvShape::HasScales(s.v_dtype);
   for (int i = 0; i < n; ++i) {  // each head's row converted (or quantized) in one pass
     const int slot = first + i;
     const int64_t src = static_cast<int64_t>(i) * kvd;
@@ -237,10 +245,12 @@ void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, co
 void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const {
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t khs = s.head_stride() * s.k_elem_bytes(), vhs = s.head_stride() * s.v_elem_bytes();
+  const int64_t khs = KvShape::ValueBytes(s.k_dtype, s.head_stride());
+  const int64_t vhs = KvShape::ValueBytes(s.v_dtype, s.head_stride());
   const int64_t ss = s.head_stride() / s.q8_group();
   auto scales = [&](const uint8_t* buffer, DType t, int slot) {
-    return t == DType::kQ8_0 ? reinterpret_cast<const uint16_t*>(buffer + SlotScaleByteOffset(blocks, slot)) : nullptr;
+    return KvShape::HasScales(t) ? reinterpret_cast<const uint16_t*>(buffer + SlotScaleByteOffset(blocks, slot, t))
+                                 : nullptr;
   };
   for (int i = 0; i < n; ++i) {
     const int slot = first + i;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/attention/rope.h"
 #include "attic/kv/enter_rows.h"
@@ -108,7 +109,7 @@ TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep
   // 3 heads x 4 rows x 64 values = 768 int8, then 3 x 4 x 2 f16 scales = 48 bytes.
   EXPECT_EQ(s.k_layer_bytes(), 768 + 48);
   EXPECT_EQ(s.v_layer_bytes(), 768 + 48);
-  EXPECT_EQ(s.q8_scales_offset(), 768);
+  EXPECT_EQ(s.scales_offset(DType::kQ8_0), 768);
   EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 5);
   BlockPool pool(s, 6);
   SequenceKv seq(&pool);
@@ -154,6 +155,68 @@ TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep
   pool.ReadRows(1, &*dst, 0, s.block_size, k3.data(), v3.data());
   EXPECT_EQ(std::vector<float>(k2.begin(), k2.begin() + k3.size()), k3);
   EXPECT_EQ(std::vector<float>(v2.begin(), v2.begin() + v3.size()), v3);
+}
+
+TEST(BlockPool, Q4BlocksHoldHalfByteCodesThenTheirScalesAndRoundTripWithinAStep) {
+  KvShape s = Shape();
+  s.head_dim = 64;  // two groups of 32 per row
+  s.k_dtype = DType::kQ4_0;
+  s.v_dtype = DType::kQ8_0;
+  // K: 3 heads x 4 rows x 64 values = 384 bytes of codes, then 3 x 4 x 2 f16 scales.
+  EXPECT_EQ(s.k_layer_bytes(), 384 + 48);
+  EXPECT_EQ(s.v_layer_bytes(), 768 + 48);
+  EXPECT_EQ(s.scales_offset(DType::kQ4_0), 384);
+  BlockPool pool(s, 6);
+  SequenceKv seq(&pool);
+  const int n = 9, kvd = s.kv_dim();
+  std::vector<int32_t> tokens(n), positions(n);
+  ASSERT_TRUE(seq.Append(tokens.data(), positions.data(), n).ok());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> k(static_cast<size_t>(n) * kvd), v(k.size()), k2(k.size()), v2(k.size());
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  seq.WriteKv(1, 0, n, k.data(), v.data());
+  seq.ReadKv(1, 0, n, k2.data(), v2.data());
+  const int32_t* blocks = seq.block_table().data();
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      const size_t row = static_cast<size_t>(i) * kvd + h * s.head_dim;
+      // The pool holds the row quantizer's bytes: head h's codes head_stride() / 2 bytes
+      // after head 0's, its scales head_stride() / 32 scales after head 0's.
+      std::vector<uint8_t> q(s.head_dim / 2);
+      uint16_t scales[2];
+      attention::QuantizeKvRowQ4(&k[row], s.head_dim, q.data(), scales);
+      const uint8_t* stored = pool.k_slot_bytes(1, blocks, i) + h * s.head_stride() / 2;
+      const uint16_t* stored_scales = pool.k_slot_q8_scales(1, blocks, i) + h * s.head_stride() / 32;
+      EXPECT_EQ(std::vector<uint8_t>(stored, stored + s.head_dim / 2), q) << "slot " << i << " head " << h;
+      EXPECT_EQ(stored_scales[0], scales[0]);
+      EXPECT_EQ(stored_scales[1], scales[1]);
+      // kv_q4.h's bound: a step, plus the f16 rounding of the scale over 8 steps.
+      for (int t = 0; t < s.head_dim; ++t) {
+        EXPECT_LE(std::abs(k2[row + t] - k[row + t]), std::abs(F16ToF32(scales[t / 32])) * (1 + 1.0 / 128));
+      }
+    }
+  }
+  // V (q8_0) beside a q4_0 K reads back as a q8_0 pool's V.
+  KvShape q8 = s;
+  q8.set_dtype(DType::kQ8_0);
+  BlockPool pool8(q8, 6);
+  SequenceKv seq8(&pool8);
+  ASSERT_TRUE(seq8.Append(tokens.data(), positions.data(), n).ok());
+  seq8.WriteKv(1, 0, n, k.data(), v.data());
+  std::vector<float> k8(k.size()), v8(k.size());
+  seq8.ReadKv(1, 0, n, k8.data(), v8.data());
+  EXPECT_EQ(v2, v8);
+  // A copied block carries its codes and scales.
+  auto dst = pool.Allocate();
+  ASSERT_TRUE(dst.ok());
+  pool.CopyBlock(*dst, blocks[1]);
+  std::vector<float> k3(static_cast<size_t>(s.block_size) * kvd), v3(k3.size());
+  pool.ReadRows(1, &*dst, 0, s.block_size, k3.data(), v3.data());
+  const size_t at = static_cast<size_t>(s.block_size) * kvd;
+  EXPECT_EQ(std::vector<float>(k2.begin() + at, k2.begin() + 2 * at), k3);
+  EXPECT_EQ(std::vector<float>(v2.begin() + at, v2.begin() + 2 * at), v3);
 }
 
 TEST(SequenceKv, AppendIsAllOrNothingWhenFull) {
@@ -324,7 +387,8 @@ namespace {
 // alone holds for the same rows (written, read back, copied with a block, and entered
 // pre-RoPE through EnterRotatedRows), and the pool's bytes are the two types' sum.
 TEST(BlockPool, KAndVOfDifferentTypesEachHoldWhatTheirOwnTypeHolds) {
-  const DType types[] = {DType::kF32, DType::kF16, DType::kQ8_0};
+  const DType types[] = {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0};
+  constexpr int kTypes = 4;
   KvShape s = Shape();
   s.head_dim = 32;  // one q8_0 group per row
   const int n = 9, kvd = s.kv_dim();
@@ -365,14 +429,14 @@ TEST(BlockPool, KAndVOfDifferentTypesEachHoldWhatTheirOwnTypeHolds) {
     EXPECT_EQ(kc, std::vector<float>(held->k.begin() + at, held->k.begin() + 2 * at));
     EXPECT_EQ(vc, std::vector<float>(held->v.begin() + at, held->v.begin() + 2 * at));
   };
-  Held one[3];
-  for (int t = 0; t < 3; ++t) {
+  Held one[kTypes];
+  for (int t = 0; t < kTypes; ++t) {
     KvShape shape = s;
     shape.set_dtype(types[t]);
     fill(shape, &one[t]);
   }
-  for (int kt = 0; kt < 3; ++kt) {
-    for (int vt = 0; vt < 3; ++vt) {
+  for (int kt = 0; kt < kTypes; ++kt) {
+    for (int vt = 0; vt < kTypes; ++vt) {
       if (kt == vt) continue;
       SCOPED_TRACE(std::string("K ") + DTypeName(types[kt]) + ", V " + DTypeName(types[vt]));
       KvShape shape = s;

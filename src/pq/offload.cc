@@ -174,24 +174,27 @@ class Offloaded final : public OffloadedSparseAttention {
   int64_t RowBytes() const { return static_cast<int64_t>(ks_.kv_dim()) * 4; }
   int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
   // Bytes from a layer-block's start (a pool block's, or a staging buffer's block) of a
-  // tensor of type t to row `row` of KV head h: its values, and (q8_0) its f16 scales.
-  // Within a head, rows are consecutive in both.
+  // tensor of type t to row `row` of KV head h: its values, and (q8_0, q4_0) its f16
+  // scales. Within a head, rows are consecutive in both.
   int64_t ValueAt(DType t, int h, int row) const {
-    return (static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim) *
-           kv::KvShape::ElemBytes(t);
+    return kv::KvShape::ValueBytes(t, ElementAt(h, row));
   }
   int64_t ScalesPerRow() const { return ks_.head_dim / ks_.q8_group(); }
-  // q8_0 only (values are bytes there): the pool's formula, as BlockPool::k_slot_q8_scales.
-  int64_t ScaleAt(int h, int row) const {
-    return attention::KvQ8ScaleAt(ks_.q8_scales_offset(), ValueAt(DType::kQ8_0, h, row), ks_.head_dim);
+  // q8_0 / q4_0 only: the pool's formula, as BlockPool::k_slot_q8_scales.
+  int64_t ScaleAt(DType t, int h, int row) const {
+    return attention::KvQ8ScaleAt(ks_.scales_offset(t), ElementAt(h, row), ks_.head_dim);
+  }
+  // The index of row `row` of KV head h's first value among a layer-block's values.
+  int64_t ElementAt(int h, int row) const {
+    return static_cast<int64_t>(h) * ks_.head_stride() + static_cast<int64_t>(row) * ks_.head_dim;
   }
   // n consecutive rows of KV head h of a tensor of type t, from row src_row of the
   // layer-block at src to row dst_row of the one at dst.
   void CopyRows(DType t, const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
     std::memcpy(dst + ValueAt(t, h, dst_row), src + ValueAt(t, h, src_row),
-                static_cast<size_t>(n) * ks_.head_dim * kv::KvShape::ElemBytes(t));
-    if (t == DType::kQ8_0) {
-      std::memcpy(dst + ScaleAt(h, dst_row), src + ScaleAt(h, src_row),
+                static_cast<size_t>(kv::KvShape::ValueBytes(t, static_cast<int64_t>(n) * ks_.head_dim)));
+    if (kv::KvShape::HasScales(t)) {
+      std::memcpy(dst + ScaleAt(t, h, dst_row), src + ScaleAt(t, h, src_row),
                   static_cast<size_t>(n) * ScalesPerRow() * sizeof(uint16_t));
     }
   }
@@ -229,7 +232,7 @@ class Offloaded final : public OffloadedSparseAttention {
     const float* k = reinterpret_cast<const float*>(range.data) + at;
     const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
     auto scales = [&](DType t, uint8_t* block) {
-      return t == DType::kQ8_0 ? reinterpret_cast<uint16_t*>(block + ScaleAt(h, dst_row)) : nullptr;
+      return kv::KvShape::HasScales(t) ? reinterpret_cast<uint16_t*>(block + ScaleAt(t, h, dst_row)) : nullptr;
     };
     kv::EnterRotatedHeads(ks_.k_dtype, ks_.v_dtype, rope_, k, v, n_heads, ks_.head_dim, position,
                           k_block + ValueAt(ks_.k_dtype, h, dst_row), v_block + ValueAt(ks_.v_dtype, h, dst_row),

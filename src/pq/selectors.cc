@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/backend/convert.h"
 #include "pq/sparse_internal.h"
@@ -20,6 +21,11 @@ const float* KeyReader::Row(int h, int s, float* buf) const {
     const int64_t scales = block + attention::KvQ8ScaleAt(kv_.q8_scales, in_block, head_dim_);
     attention::DequantizeKvRowQ8(kv_.k_q8 + off, reinterpret_cast<const uint16_t*>(kv_.k_q8 + scales), head_dim_,
                                  buf);
+    return buf;
+  }
+  if (kv_.k_q4 != nullptr) {  // as q8_0's, with half a byte per value
+    const int64_t scales = block + attention::KvQ8ScaleAt(kv_.q8_scales, in_block, head_dim_);
+    attention::DequantizeKvRowQ4(kv_.k_q4 + block + in_block / 2, kv_.k_q4 + scales, head_dim_, buf);
     return buf;
   }
   backend::ConvertF16ToF32(kv_.k_f16 + off, buf, head_dim_);

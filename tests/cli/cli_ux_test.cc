@@ -45,7 +45,7 @@ TEST(CliUx, CommandLineMistakesAreUsageErrors) {
   ExpectUsageError(RunAttic("generate --no-such-flag"), "--no-such-flag");
   ExpectUsageError(RunAttic("generate -n many"), "many");
   ExpectUsageError(RunAttic("serve --kv-dtype f64"), "f64");
-  ExpectUsageError(RunAttic("generate --kv-dtype-v q4_0"), "--kv-dtype-v: q4_0");
+  ExpectUsageError(RunAttic("generate --kv-dtype-v q4_1"), "--kv-dtype-v: q4_1");
   ExpectUsageError(RunAttic("serve --kv-dtype-k bf16"), "--kv-dtype-k: bf16");
   ExpectUsageError(RunAttic("serve --kv-dram 12X"), "invalid size '12X'");
   // The remote tier's flags (checked before the model loads; nothing connects).

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "attic/engine/engine.h"
 #include "attic/pq/offload.h"
@@ -225,8 +227,10 @@ TEST(Offload, RefusesWhatItCannotServe) {
 
 // A q8_0 compute buffer at head_dim 64 (stories260K's is 8, one scale a row): each row
 // has two 32-value groups, so two scales to carry through staging, the cache and fetches.
-// A random-weight model of that shape; the same exact-match rule as above.
-TEST(Offload, Q8RowsOfTwoGroupsDecodeAsResident) {
+// The same with V in q4_0 (half a byte per value), and with both in q4_0 (K's rows then
+// dequantized from 4 bits by the selectors too). A random-weight model of that shape; the
+// same exact-match rule as above.
+TEST(Offload, Q8AndQ4RowsOfTwoGroupsDecodeAsResident) {
   TempDir dir;
   TinySpec spec;
   spec.hidden = 128, spec.inter = 192, spec.layers = 2, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
@@ -235,35 +239,40 @@ TEST(Offload, Q8RowsOfTwoGroupsDecodeAsResident) {
   ASSERT_FALSE(HasFatalFailure());
   backend::ThreadPool threads(2);
   engine::Transformer tf(*tm.model, threads, 64);
-  kv::KvShape shape = tf.kv_shape(kBlock);
-  shape.set_dtype(DType::kQ8_0);
-  ASSERT_EQ(shape.head_dim / shape.q8_group(), 2);
-  kv::BlockPool pool(shape, 40);
-  std::mt19937 rng(7);
-  std::vector<int32_t> tokens(240);
-  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
-  const attention::RopeTable rope(tm.model->config());
-  for (const char* method : {"pq-0.2@min=64,iters=4", "streaming-0.2@min=64"}) {
-    auto o = ParseSparseOptions(method);
-    ASSERT_TRUE(o.ok());
-    auto selector = [&] {
-      return MakeSparseAttention(*o, engine::AttentionShapeOf(tm.model->config()), spec.layers, threads);
-    };
-    const DecodeRun want = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv*) -> std::unique_ptr<kv::LayerHooks> {
-      return selector();
-    });
-    ASSERT_EQ(want.resident_blocks, 15);
-    store::DramTier tier(uint64_t{1} << 30);
-    const DecodeRun got = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv* seq) -> std::unique_ptr<kv::LayerHooks> {
-      OffloadOptions oo;
-      oo.cache_blocks = 3;
-      auto made = MakeOffloadedSparseAttention(selector(), oo, seq, rope, &tier, spec.layers, threads);
-      EXPECT_TRUE(made.ok()) << made.status().ToString();
-      return std::move(*made);
-    });
-    EXPECT_EQ(got.logits, want.logits) << method << ": max |diff| " << MaxDiff(got.logits, want.logits);
-    EXPECT_LT(got.resident_blocks, 10) << method;
-    EXPECT_EQ(tier.bytes(), 0u);
+  for (auto [k_dtype, v_dtype] : {std::pair{DType::kQ8_0, DType::kQ8_0}, std::pair{DType::kQ8_0, DType::kQ4_0},
+                                  std::pair{DType::kQ4_0, DType::kQ4_0}}) {
+    SCOPED_TRACE(std::string("K ") + DTypeName(k_dtype) + ", V " + DTypeName(v_dtype));
+    kv::KvShape shape = tf.kv_shape(kBlock);
+    shape.k_dtype = k_dtype;
+    shape.v_dtype = v_dtype;
+    ASSERT_EQ(shape.head_dim / shape.q8_group(), 2);
+    kv::BlockPool pool(shape, 40);
+    std::mt19937 rng(7);
+    std::vector<int32_t> tokens(240);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
+    const attention::RopeTable rope(tm.model->config());
+    for (const char* method : {"pq-0.2@min=64,iters=4", "streaming-0.2@min=64"}) {
+      auto o = ParseSparseOptions(method);
+      ASSERT_TRUE(o.ok());
+      auto selector = [&] {
+        return MakeSparseAttention(*o, engine::AttentionShapeOf(tm.model->config()), spec.layers, threads);
+      };
+      const DecodeRun want = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv*) -> std::unique_ptr<kv::LayerHooks> {
+        return selector();
+      });
+      ASSERT_EQ(want.resident_blocks, 15);
+      store::DramTier tier(uint64_t{1} << 30);
+      const DecodeRun got = Decode(tf, pool, tokens, 200, [&](kv::SequenceKv* seq) -> std::unique_ptr<kv::LayerHooks> {
+        OffloadOptions oo;
+        oo.cache_blocks = 3;
+        auto made = MakeOffloadedSparseAttention(selector(), oo, seq, rope, &tier, spec.layers, threads);
+        EXPECT_TRUE(made.ok()) << made.status().ToString();
+        return std::move(*made);
+      });
+      EXPECT_EQ(got.logits, want.logits) << method << ": max |diff| " << MaxDiff(got.logits, want.logits);
+      EXPECT_LT(got.resident_blocks, 10) << method;
+      EXPECT_EQ(tier.bytes(), 0u);
+    }
   }
 }
 

@@ -10,8 +10,10 @@
 // q8_0 (a quarter of f32's bytes plus one f16 scale per 32 values; attention/kv_q8.h):
 // block b is the LayerBytes(kQ8_0) bytes at b * LayerBytes(kQ8_0): the int8 values
 // [n_kv_heads][block_size][head_dim] (block_stride() bytes), then their f16 scales
-// [n_kv_heads][block_size][head_dim / q8_group()] at byte q8_scales_offset(). WriteRows
+// [n_kv_heads][block_size][head_dim / q8_group()] at byte scales_offset(kQ8_0). WriteRows
 // quantizes each row in one pass; the attention kernels read the blocks as they are.
+// q4_0 (attention/kv_q4.h) likewise, with head_dim / 2 bytes of codes per row: the codes
+// (ValueBytes(kQ4_0, block_stride()) bytes), then the scales at scales_offset(kQ4_0).
 // K and V may have different types: each tensor's buffers follow its own type.
 //
 // Sharing: blocks are reference-counted. SequenceKv::Fork makes a second sequence that
@@ -53,7 +55,7 @@ struct KvShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = kDefaultBlockSize;
-  // Element types of the stored K and V rows: kF32, kF16 or kQ8_0 each. They may differ
+  // Element types of the stored K and V rows: kF32, kF16, kQ8_0 or kQ4_0 each. They may differ
   // (--kv-dtype-k / --kv-dtype-v); each tensor is laid out by its own type.
   DType k_dtype = DType::kF32;
   DType v_dtype = DType::kF32;
@@ -62,22 +64,25 @@ struct KvShape {
   void set_dtype(DType t) { k_dtype = v_dtype = t; }
   bool one_dtype() const { return k_dtype == v_dtype; }
   int kv_dim() const { return n_kv_heads * head_dim; }
-  // Bytes of one element's value of type t (q8_0: 1; its scales follow the block's values).
-  static int ElemBytes(DType t) { return t == DType::kF16 ? 2 : t == DType::kQ8_0 ? 1 : 4; }
-  int k_elem_bytes() const { return ElemBytes(k_dtype); }
-  int v_elem_bytes() const { return ElemBytes(v_dtype); }
-  // q8_0: values per scale (32, or head_dim when it is smaller).
+  // Whether rows of type t carry f16 scales after the block's values (q8_0, q4_0).
+  static bool HasScales(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+  // Bytes of n values of type t (q8_0: n; q4_0: n / 2, n even; their scales follow the
+  // block's values).
+  static int64_t ValueBytes(DType t, int64_t n) {
+    return t == DType::kF16 ? 2 * n : t == DType::kQ8_0 ? n : t == DType::kQ4_0 ? n / 2 : 4 * n;
+  }
+  // q8_0 / q4_0: values per scale (32, or head_dim when it is smaller).
   int q8_group() const { return attention::KvQ8Group(head_dim); }
   // Elements of one layer's K (or V) in one block.
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   // A block is [kv_head][row][head_dim]: elements from one head's rows to the next head's.
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
-  // q8_0: bytes from a block's start to its scales.
-  int64_t q8_scales_offset() const { return block_stride(); }
+  // q8_0 / q4_0 of type t: bytes from a block's start to its scales.
+  int64_t scales_offset(DType t) const { return ValueBytes(t, block_stride()); }
   // Bytes of one layer's K or V of type t in one block.
   int64_t LayerBytes(DType t) const {
-    if (t == DType::kQ8_0) return block_stride() + block_stride() / q8_group() * 2;
-    return block_stride() * ElemBytes(t);
+    const int64_t values = ValueBytes(t, block_stride());
+    return HasScales(t) ? values + block_stride() / q8_group() * 2 : values;
   }
   int64_t k_layer_bytes() const { return LayerBytes(k_dtype); }
   int64_t v_layer_bytes() const { return LayerBytes(v_dtype); }
@@ -143,34 +148,34 @@ class BlockPool {
     return reinterpret_cast<float*>(v_slot_bytes(layer, blocks, slot));
   }
   // The same for any element type: head 0 of the slot, head h is
-  // shape().head_stride() * shape().k_elem_bytes() (v_elem_bytes()) bytes further (q8_0:
-  // the int8 values; the scales are k_slot_q8_scales).
+  // KvShape::ValueBytes(type, shape().head_stride()) bytes further (q8_0 / q4_0: the
+  // values; the scales are k_slot_q8_scales).
   uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
     return k_[layer] + SlotByteOffset(blocks, slot, shape_.k_dtype);
   }
   uint8_t* v_slot_bytes(int layer, const int32_t* blocks, int slot) {
     return v_[layer] + SlotByteOffset(blocks, slot, shape_.v_dtype);
   }
-  // A q8_0 pool's scales of the slot: head 0's head_dim / q8_group() scales; head h's are
-  // shape().head_stride() / q8_group() scales further.
+  // A q8_0 / q4_0 tensor's scales of the slot: head 0's head_dim / q8_group() scales;
+  // head h's are shape().head_stride() / q8_group() scales further.
   uint16_t* k_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<uint16_t*>(k_[layer] + SlotScaleByteOffset(blocks, slot));
+    return reinterpret_cast<uint16_t*>(k_[layer] + SlotScaleByteOffset(blocks, slot, shape_.k_dtype));
   }
   uint16_t* v_slot_q8_scales(int layer, const int32_t* blocks, int slot) {
-    return reinterpret_cast<uint16_t*>(v_[layer] + SlotScaleByteOffset(blocks, slot));
+    return reinterpret_cast<uint16_t*>(v_[layer] + SlotScaleByteOffset(blocks, slot, shape_.v_dtype));
   }
 
  private:
   // Byte offset of head 0 of slot `slot` in a layer's K (or V) storage of type t; head h
-  // is h * shape().head_stride() * KvShape::ElemBytes(t) bytes further.
+  // is KvShape::ValueBytes(t, h * shape().head_stride()) bytes further.
   int64_t SlotByteOffset(const int32_t* blocks, int slot, DType t) const {
     return blocks[slot / shape_.block_size] * shape_.LayerBytes(t) +
-           static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim * KvShape::ElemBytes(t);
+           KvShape::ValueBytes(t, static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim);
   }
-  // q8_0 (K or V: the layer bytes are q8_0's): byte offset of head 0's first scale of slot `slot`.
-  int64_t SlotScaleByteOffset(const int32_t* blocks, int slot) const {
-    return blocks[slot / shape_.block_size] * shape_.LayerBytes(DType::kQ8_0) +
-           attention::KvQ8ScaleAt(shape_.q8_scales_offset(),
+  // q8_0 / q4_0 storage of type t: byte offset of head 0's first scale of slot `slot`.
+  int64_t SlotScaleByteOffset(const int32_t* blocks, int slot, DType t) const {
+    return blocks[slot / shape_.block_size] * shape_.LayerBytes(t) +
+           attention::KvQ8ScaleAt(shape_.scales_offset(t),
                                   static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim, shape_.head_dim);
   }
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/attention/rope.h"
 #include "attic/backend/convert.h"
@@ -23,13 +24,17 @@ namespace attic::kv {
 // n_heads contiguous f32 rows of head_dim elements into rows of `dtype` whose heads lie
 // dst_head_stride elements apart (q8_0: bytes, with each row's f16 scales at `scales`,
 // heads scale_head_stride scales apart: quantized as the compute buffer's writes are,
-// attention::QuantizeKvRowQ8).
+// attention::QuantizeKvRowQ8; q4_0 likewise, its heads dst_head_stride / 2 bytes apart,
+// attention::QuantizeKvRowQ4).
 inline void StoreHeads(DType dtype, const float* src, int n_heads, int head_dim, void* dst, int64_t dst_head_stride,
                        uint16_t* scales, int64_t scale_head_stride) {
   for (int h = 0; h < n_heads; ++h) {
     const float* row = src + static_cast<int64_t>(h) * head_dim;
     if (dtype == DType::kQ8_0) {
       attention::QuantizeKvRowQ8(row, head_dim, static_cast<int8_t*>(dst) + h * dst_head_stride,
+                                 scales + h * scale_head_stride);
+    } else if (dtype == DType::kQ4_0) {
+      attention::QuantizeKvRowQ4(row, head_dim, static_cast<uint8_t*>(dst) + h * dst_head_stride / 2,
                                  scales + h * scale_head_stride);
     } else if (dtype == DType::kF16) {
       backend::ConvertF32ToF16(row, static_cast<uint16_t*>(dst) + h * dst_head_stride, head_dim);
@@ -44,14 +49,17 @@ inline void StoreHeads(DType dtype, const float* src, int n_heads, int head_dim,
 // whose heads lie dst_head_stride elements apart: K rotated to `position` in f32, then
 // stored in k_dtype; V stored in v_dtype (StoreHeads). The per-token step of
 // EnterRotatedRows, for destinations that are not slots of a block table too (a staging
-// buffer, one head's part of a block: pq/offload.h). q8_0 rows' f16 scales go to
-// k_scales / v_scales (heads scale_head_stride scales apart), which only q8_0 uses.
+// buffer, one head's part of a block: pq/offload.h). q8_0 / q4_0 rows' f16 scales go to
+// k_scales / v_scales (heads scale_head_stride scales apart), which only they use.
 inline void EnterRotatedHeads(DType k_dtype, DType v_dtype, const attention::RopeTable& rope, const float* k,
                               const float* v, int n_heads, int head_dim, int32_t position, void* k_dst, void* v_dst,
                               int64_t dst_head_stride, uint16_t* k_scales = nullptr, uint16_t* v_scales = nullptr,
                               int64_t scale_head_stride = 0) {
-  for (DType t : {k_dtype, v_dtype}) ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0);
-  ATTIC_CHECK((k_dtype != DType::kQ8_0 || k_scales != nullptr) && (v_dtype != DType::kQ8_0 || v_scales != nullptr));
+  for (DType t : {k_dtype, v_dtype}) {
+    ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kQ4_0);
+  }
+  ATTIC_CHECK((!KvShape::HasScales(k_dtype) || k_scales != nullptr) &&
+              (!KvShape::HasScales(v_dtype) || v_scales != nullptr));
   if (k_dtype == DType::kF32) {
     // K rotated straight into place.
     rope.ApplyToken(k, static_cast<float*>(k_dst), n_heads, dst_head_stride, position);
@@ -77,7 +85,7 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
   const KvShape& shape = pool.shape();
   const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim, kvd = shape.kv_dim();
   const int64_t hs = shape.head_stride(), ss = shape.head_stride() / shape.q8_group();
-  const bool kq8 = shape.k_dtype == DType::kQ8_0, vq8 = shape.v_dtype == DType::kQ8_0;
+  const bool kq8 = KvShape::HasScales(shape.k_dtype), vq8 = KvShape::HasScales(shape.v_dtype);
   thread_local std::vector<float> kin, krow, vrow;
   kin.resize(static_cast<size_t>(kvd));
   krow.resize(static_cast<size_t>(kvd));
@@ -97,7 +105,7 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
       for (int h = 0; h < n_kv_heads; ++h) {
         std::memcpy(vd + h * hs, v + h * hd, static_cast<size_t>(hd) * sizeof(uint16_t));
       }
-    } else {  // widened (exact), then stored (q8_0: quantized as the forward pass writes it)
+    } else {  // widened (exact), then stored (q8_0, q4_0: quantized as the forward pass writes it)
       backend::ConvertF16ToF32(v, vrow.data(), kvd);
       StoreHeads(shape.v_dtype, vrow.data(), n_kv_heads, hd, pool.v_slot_bytes(layer, blocks, s), hs,
                  vq8 ? pool.v_slot_q8_scales(layer, blocks, s) : nullptr, ss);
@@ -118,7 +126,7 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
-    const bool kq8 = shape.k_dtype == DType::kQ8_0, vq8 = shape.v_dtype == DType::kQ8_0;
+    const bool kq8 = KvShape::HasScales(shape.k_dtype), vq8 = KvShape::HasScales(shape.v_dtype);
     const int64_t scale_head_stride = shape.head_stride() / shape.q8_group();
     for (int s = first; s < first + n; ++s) {
       EnterRotatedHeads(shape.k_dtype, shape.v_dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim,
