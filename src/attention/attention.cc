@@ -166,10 +166,8 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   }
 
   const int64_t rows_per_head = static_cast<int64_t>(req.n_q) * p.group;
-  // The few-row kernels read K and V rows in place as one type, f32, f16 or q8_0.
-  const bool few = mode == AttendMode::kFastest && ks.few != nullptr && rows_per_head <= ks.few_rows_max &&
-                   shape.head_dim % ks.few_head_dim_multiple == 0 && KType(kv) == VType(kv) &&
-                   KType(kv) != DType::kQ4_0;
+  const bool few =
+      UsesFewKernel(ks, mode == AttendMode::kFastest, rows_per_head, shape.head_dim, KType(kv), VType(kv));
   pr.kernel = few ? ks.few : ks.tile;
   pr.tile_rows = few ? rows_per_head : static_cast<int64_t>(ks.tile_rows) * ks.max_tiles_per_job;
   pr.n_tiles = (rows_per_head + pr.tile_rows - 1) / pr.tile_rows;

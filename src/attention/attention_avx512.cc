@@ -399,6 +399,10 @@ void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m
 }
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  if (p.kv.k_q8 != nullptr && p.kv.v_q4 != nullptr) {
+    return backend::GetCpuFeatures().avx512_vnni ? Avx512DecodeK8V4Vnni(p, job, o, m, l)
+                                                 : DecodeKernelQ8</*kVnni=*/false, /*kV4=*/true>(p, job, o, m, l);
+  }
   if (p.kv.k_q8 != nullptr) {
     return backend::GetCpuFeatures().avx512_vnni ? Avx512DecodeQ8Vnni(p, job, o, m, l)
                                                  : DecodeKernelQ8</*kVnni=*/false>(p, job, o, m, l);
@@ -425,6 +429,7 @@ KernelSet Avx512Kernels() {
   ks.few_rows_max = kDecodeRows;
   ks.few_head_dim_multiple = 16;
   ks.few_q8_quantizes_query = backend::GetCpuFeatures().avx512_vnni;
+  ks.few_k8_v4 = true;
   return ks;
 }
 
@@ -434,6 +439,10 @@ namespace attic::attention::internal {
 
 void Avx512DecodeQ8NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   DecodeKernelQ8</*kVnni=*/false>(p, job, o, m, l);
+}
+
+void Avx512DecodeK8V4NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  DecodeKernelQ8</*kVnni=*/false, /*kV4=*/true>(p, job, o, m, l);
 }
 
 }  // namespace attic::attention::internal

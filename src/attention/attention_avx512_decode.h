@@ -263,6 +263,62 @@ inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr
   }
 }
 
+// P V over one step for q4_0 rows: AccumulateRowsQ8 with each V value read as its 4-bit
+// code minus 8 (kv_q4.h; 32-value groups: values [32 g, 32 g + 16) are the low nibbles of
+// bytes [16 g, 16 g + 16), the next 16 values their high nibbles).
+template <int R, int VB, int JS, int kD>
+inline void AccumulateRowsQ4(float* ot, const float* pq, const uint8_t* const* vr, const __m512* alpha, int col,
+                             int d_runtime = 0) {
+  const int d = kD ? kD : d_runtime;
+  const float* pv[VB];
+#pragma GCC unroll 8
+  for (int v = 0; v < VB; ++v) pv[v] = pq + (col + 16 * v) / 32 * (R * kDecodeChunk);
+  const __m512i low = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
+  __m512 acc[JS][R][VB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      acc[0][r][v] = _mm512_mul_ps(_mm512_load_ps(ot + r * d + 16 * v), alpha[r]);
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) acc[js][r][v] = _mm512_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kDecodeChunk; j += JS) {
+#pragma GCC unroll 8
+    for (int js = 0; js < JS; ++js) {
+      const uint8_t* row = vr[j + js];
+      __m512 vv[VB];
+#pragma GCC unroll 8
+      for (int v = 0; v < VB; ++v) {
+        const int at = col + 16 * v;
+        const __m512i b =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + at / 32 * 16)));
+        const __m512i code = (at / 16) % 2 == 0 ? _mm512_and_si512(b, low) : _mm512_srli_epi32(b, 4);
+        vv[v] = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, eight));
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int v = 0; v < VB; ++v) {
+          acc[js][r][v] = _mm512_fmadd_ps(_mm512_set1_ps(pv[v][r * kDecodeChunk + j + js]), vv[v], acc[js][r][v]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      __m512 t = acc[0][r][v];
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) t = _mm512_add_ps(t, acc[js][r][v]);
+      _mm512_store_ps(ot + r * d + 16 * v, t);
+    }
+  }
+}
+
 // The int8 bytes [64 * piece, 64 * piece + 64) of a row, zero past head_dim.
 template <int kD>
 inline __m512i LoadQ8Piece(const int8_t* row, int piece, int d) {
@@ -275,7 +331,9 @@ inline __m512i LoadQ8Piece(const int8_t* row, int piece, int d) {
 // Row-major q8_0 kernel for R rows (<= 8); kD = head_dim (64, 128), or 0 for any
 // supported multiple of 16. Steps of 64 slots as DecodeKernelT's; rows through one
 // pointer per slot (DecodeRows), so index lists and block edges read rows in place.
-template <int R, int kD, bool kVnni>
+// kV4: V in q4_0 (head_dim a multiple of 32), its rows and scales found by V's own
+// SlotMap; K and the scores as with a q8_0 V.
+template <int R, int kD, bool kVnni, bool kV4>
 void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int group = KvQ8Group(d), ng = d / group;
@@ -338,6 +396,8 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   }
 
   const SlotMap map(p.kv, job.kv_head, d);
+  const SlotMap vmap = kV4 ? SlotMap::ForV(p.kv, job.kv_head, d) : map;
+  const int8_t* v_pool = kV4 ? reinterpret_cast<const int8_t*>(p.kv.v_q4) : p.kv.v_q8;
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i flip = _mm512_set1_epi8(-128);
   // Halves' scales into Reduce16Halves' layout: e (slots 0-7) and f (slots 8-15).
@@ -356,7 +416,12 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const int8_t* kr[kDecodeChunk];
     const int8_t* vr[kDecodeChunk];
-    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
+    if constexpr (kV4) {
+      TensorRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, d, zero, kr);
+      TensorRows<kGroup, kGroups>(p, vmap, c, max_lim, v_pool, d / 2, zero, vr);
+    } else {
+      DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
+    }
     // K scales by group (ksc has a group for each half-piece, ngp >= ng: the rest stay 0).
     StepScalesQ8(p, map, c, max_lim, p.kv.k_q8, ng, ksc);
     const bool masked = c + kDecodeChunk > min_lim;
@@ -411,7 +476,7 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
       SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     // The weights times each slot's V scale, per V group.
-    StepScalesQ8(p, map, c, max_lim, p.kv.v_q8, ng, vsc);
+    StepScalesQ8(p, vmap, c, max_lim, v_pool, ng, vsc);
     for (int g = 0; g < ng; ++g) {
       for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -421,7 +486,18 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
         }
       }
     }
-    if constexpr (kD > 0) {
+    if constexpr (kV4) {
+      // The row pointers as the bytes they are.
+      const uint8_t* const* vr4 = reinterpret_cast<const uint8_t* const*>(vr);
+      if constexpr (kD > 0) {
+        constexpr int VB = DecodeVb(R, kD / 16);
+        for (int v0 = 0; v0 < kD / 16; v0 += VB)
+          AccumulateRowsQ4<R, VB, DecodeJs(R, VB), kD>(ot + 16 * v0, pq, vr4, alpha, 16 * v0);
+      } else {
+        for (int v0 = 0; v0 < d / 16; ++v0)
+          AccumulateRowsQ4<R, 1, DecodeJs(R, 1), 0>(ot + 16 * v0, pq, vr4, alpha, 16 * v0, d);
+      }
+    } else if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 16);
       for (int v0 = 0; v0 < kD / 16; v0 += VB)
         AccumulateRowsQ8<R, VB, DecodeJs(R, VB), kD>(ot + 16 * v0, pq, vr, alpha, 16 * v0);
@@ -437,26 +513,27 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   }
 }
 
-template <int kD, bool kVnni>
+template <int kD, bool kVnni, bool kV4>
 void DecodeKernelQ8D(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelQ8T<1, kD, kVnni>(p, job, o, m, l);
-    case 2: return DecodeKernelQ8T<2, kD, kVnni>(p, job, o, m, l);
-    case 3: return DecodeKernelQ8T<3, kD, kVnni>(p, job, o, m, l);
-    case 4: return DecodeKernelQ8T<4, kD, kVnni>(p, job, o, m, l);
-    case 5: return DecodeKernelQ8T<5, kD, kVnni>(p, job, o, m, l);
-    case 6: return DecodeKernelQ8T<6, kD, kVnni>(p, job, o, m, l);
-    case 7: return DecodeKernelQ8T<7, kD, kVnni>(p, job, o, m, l);
-    default: return DecodeKernelQ8T<8, kD, kVnni>(p, job, o, m, l);
+    case 1: return DecodeKernelQ8T<1, kD, kVnni, kV4>(p, job, o, m, l);
+    case 2: return DecodeKernelQ8T<2, kD, kVnni, kV4>(p, job, o, m, l);
+    case 3: return DecodeKernelQ8T<3, kD, kVnni, kV4>(p, job, o, m, l);
+    case 4: return DecodeKernelQ8T<4, kD, kVnni, kV4>(p, job, o, m, l);
+    case 5: return DecodeKernelQ8T<5, kD, kVnni, kV4>(p, job, o, m, l);
+    case 6: return DecodeKernelQ8T<6, kD, kVnni, kV4>(p, job, o, m, l);
+    case 7: return DecodeKernelQ8T<7, kD, kVnni, kV4>(p, job, o, m, l);
+    default: return DecodeKernelQ8T<8, kD, kVnni, kV4>(p, job, o, m, l);
   }
 }
 
-template <bool kVnni>
+// K in q8_0 with V in q8_0, or (kV4) in q4_0.
+template <bool kVnni, bool kV4 = false>
 void DecodeKernelQ8(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (p.shape.head_dim) {
-    case 64: return DecodeKernelQ8D<64, kVnni>(p, job, o, m, l);
-    case 128: return DecodeKernelQ8D<128, kVnni>(p, job, o, m, l);
-    default: return DecodeKernelQ8D<0, kVnni>(p, job, o, m, l);
+    case 64: return DecodeKernelQ8D<64, kVnni, kV4>(p, job, o, m, l);
+    case 128: return DecodeKernelQ8D<128, kVnni, kV4>(p, job, o, m, l);
+    default: return DecodeKernelQ8D<0, kVnni, kV4>(p, job, o, m, l);
   }
 }
 

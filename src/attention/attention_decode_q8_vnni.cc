@@ -9,4 +9,8 @@ void Avx512DecodeQ8Vnni(const AttendParams& p, const TileJob& job, float* o, flo
   DecodeKernelQ8</*kVnni=*/true>(p, job, o, m, l);
 }
 
+void Avx512DecodeK8V4Vnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  DecodeKernelQ8</*kVnni=*/true, /*kV4=*/true>(p, job, o, m, l);
+}
+
 }  // namespace attic::attention::internal

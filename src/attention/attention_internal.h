@@ -66,7 +66,20 @@ struct KernelSet {
   // group, round to nearest) and takes scores as int8 dot products: an error of up to
   // half that step per query element, which the tests' bounds count.
   bool few_q8_quantizes_query = false;
+  // `few` also reads K in q8_0 with V in q4_0 (head_dim a multiple of 32); otherwise it
+  // reads one type, f32, f16 or q8_0, for both.
+  bool few_k8_v4 = false;
 };
+
+// Whether Prepare gives a request the few-row kernel: a decode-sized request
+// (rows_per_head = n_q * group), in kFastest mode, of a head_dim and K/V types `few` reads.
+inline bool UsesFewKernel(const KernelSet& ks, bool fastest, int64_t rows_per_head, int head_dim, DType kt,
+                          DType vt) {
+  if (!fastest || ks.few == nullptr || rows_per_head > ks.few_rows_max || head_dim % ks.few_head_dim_multiple != 0)
+    return false;
+  if (kt == vt) return kt != DType::kQ4_0;
+  return ks.few_k8_v4 && kt == DType::kQ8_0 && vt == DType::kQ4_0 && head_dim % 32 == 0;
+}
 
 KernelSet GenericKernels();
 KernelSet Avx2Kernels();    // REQUIRES: the CPU supports AVX2 and FMA.
@@ -77,6 +90,9 @@ KernelSet Avx512Kernels();  // REQUIRES: the CPU supports AVX-512 F/BW/VL/DQ.
 // tests check both on one CPU.
 void Avx512DecodeQ8Vnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
 void Avx512DecodeQ8NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
+// The same with V in q4_0 (KernelSet::few_k8_v4).
+void Avx512DecodeK8V4Vnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
+void Avx512DecodeK8V4NoVnni(const AttendParams& p, const TileJob& job, float* o, float* m, float* l);
 
 // Attend with the kernels of `isa` (which the CPU must support).
 void AttendIsa(backend::Isa isa, backend::ThreadPool& pool, const AttentionShape& shape, const float* q, int n_q,
@@ -335,6 +351,28 @@ inline void DecodeGroups(const AttendParams& p, const SlotMap& map, int c, int m
     std::fill(vg + n * d, vg + kGroup * d, T{0});
     kb[gi] = kg;
     vb[gi] = vg;
+  }
+}
+
+// One tensor's rows for one softmax step of kGroups x kGroup virtual slots from `c`
+// (DecodeRows' rule, for a tensor laid out by its own SlotMap): rows[i] points at virtual
+// slot c + i's row in the pool, or at `zero` past max_lim. `pool` is in the map's units
+// (elements, or bytes for q8_0 / q4_0).
+template <int kGroup, int kGroups, class T>
+inline void TensorRows(const AttendParams& p, const SlotMap& map, int c, int max_lim, const T* pool,
+                       int64_t row_units, const T* zero, const T** rows) {
+  const int bs = map.block_size();
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int c0 = c + gi * kGroup;
+    const int n = std::clamp(max_lim - c0, 0, kGroup);
+    const T** g = rows + gi * kGroup;
+    if (p.indices == nullptr && n == kGroup && c0 % bs + kGroup <= bs) {  // one run of rows
+      const T* run = pool + map.Offset(c0);
+      for (int j = 0; j < kGroup; ++j) g[j] = run + static_cast<int64_t>(j) * row_units;
+      continue;
+    }
+    for (int j = 0; j < n; ++j) g[j] = pool + map.Offset(p.indices ? p.indices[c0 + j] : c0 + j);
+    for (int j = n; j < kGroup; ++j) g[j] = zero;
   }
 }
 

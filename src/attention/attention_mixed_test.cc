@@ -5,11 +5,14 @@
 // explicit KV sets), index lists and per-KV-head lists (sparse decoding).
 //
 // The reference is a float64 softmax over the values the storage holds (f16-rounded, or
-// dequantized from q8_0 / q4_0), so only the kernels' own f32 arithmetic separates the two: the
-// bound attention_test.cc checks every kernel against, |got - want| <= 1e-5 (1 + |want|).
-// What a storage type costs against the f32 values is attention_q8_test.cc's subject; a
-// view of mixed types runs the general tile kernel (the few-row decode kernels read one
-// type in place), which never quantizes the query.
+// dequantized from q8_0 / q4_0), so only the kernels' own f32 arithmetic separates the
+// two: the bound attention_test.cc checks every kernel against, |got - want| <= 1e-5
+// (1 + |want|). What a storage type costs against the f32 values is
+// attention_q8_test.cc's subject. A view of mixed types runs the general tile kernel,
+// which never quantizes the query, except K in q8_0 with V in q4_0, which the AVX-512
+// decode kernel reads (KernelSet::few_k8_v4): with VNNI it quantizes the query per 32
+// values, and the bound then adds attention_q8_test.cc's term for that,
+// (e^{2 deltaq} - 1) max_j |v_jt|.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,11 +159,37 @@ struct MixedKv {
 };
 
 // Float64 softmax(q K^T * scale) V for one query head over `slots` (the held values).
+// With q_quantized, bound[t] gets the query quantization's share (attention_q8_test.cc,
+// ReferenceHead: deltaq_j = scale sum_i (1/2 + 2^-14) dq_i |k_ji|, dq_i the step of the
+// query's 32-value group holding i); else 0.
 std::vector<double> Reference(const AttentionShape& shape, const float* q, const std::vector<int32_t>& slots,
-                              const MixedKv& kv, int kv_head) {
+                              const MixedKv& kv, int kv_head, bool q_quantized, std::vector<double>* bound) {
   const int d = shape.head_dim;
   std::vector<double> out(d, 0.0);
+  bound->assign(d, 0.0);
   if (slots.empty()) return out;
+  if (q_quantized) {
+    std::vector<double> dq(d, 0.0);
+    const int group = KvQ8Group(d);
+    for (int g0 = 0; g0 < d; g0 += group) {
+      double amax = 0;
+      for (int t = g0; t < g0 + group; ++t) amax = std::max(amax, std::abs(static_cast<double>(q[t])));
+      for (int t = g0; t < g0 + group; ++t) dq[t] = amax / 127;
+    }
+    double deltaq_max = 0;
+    std::vector<double> v_max(d, 0.0);
+    for (int32_t slot : slots) {
+      const float* kr = &kv.k.held[kv.k.Row(kv_head, slot)];
+      const float* vr = &kv.v.held[kv.v.Row(kv_head, slot)];
+      double deltaq = 0;
+      for (int t = 0; t < d; ++t) {
+        deltaq += (0.5 + 0x1p-14) * dq[t] * std::abs(static_cast<double>(kr[t]));
+        v_max[t] = std::max(v_max[t], std::abs(static_cast<double>(vr[t])));
+      }
+      deltaq_max = std::max(deltaq_max, deltaq * shape.scale);
+    }
+    for (int t = 0; t < d; ++t) (*bound)[t] = std::expm1(2 * deltaq_max) * v_max[t];
+  }
   std::vector<double> s(slots.size());
   double mx = -1e300;
   for (size_t j = 0; j < slots.size(); ++j) {
@@ -206,14 +235,22 @@ class AttentionMixedTest : public ::testing::TestWithParam<Param> {
     req.kv = kv.View();
     internal::AttendBatchIsa(isa(), pool, shape, &req, 1);
     const int d = shape.head_dim, g = shape.n_heads / shape.n_kv_heads;
+    // Whether the request ran a few-row kernel that quantizes the query.
+    const internal::KernelSet ks = isa() == Isa::kAvx512 ? internal::Avx512Kernels()
+                                   : isa() == Isa::kAvx2 ? internal::Avx2Kernels()
+                                                         : internal::GenericKernels();
+    const bool q_quantized = ks.few_q8_quantizes_query && kt() == DType::kQ8_0 &&
+                             internal::UsesFewKernel(ks, true, static_cast<int64_t>(req.n_q) * g, d, kt(), vt());
     double worst = 0;
     std::string at;
+    std::vector<double> bound;
     for (int i = 0; i < req.n_q; ++i) {
       for (int h = 0; h < shape.n_heads; ++h) {
         const size_t row = (static_cast<size_t>(i) * shape.n_heads + h) * d;
-        const std::vector<double> want = Reference(shape, &q[row], visible(i, h / g), kv, h / g);
+        const std::vector<double> want = Reference(shape, &q[row], visible(i, h / g), kv, h / g, q_quantized, &bound);
         for (int t = 0; t < d; ++t) {
-          const double err = std::abs(out[row + t] - want[t]) / (1.0 + std::abs(want[t]));
+          // Relative to the allowance 1e-5 (1 + |want|), plus the query's share where quantized.
+          const double err = std::abs(out[row + t] - want[t]) / (1.0 + std::abs(want[t]) + 1e5 * bound[t]);
           if (!(err <= worst)) {  // also catches NaN
             worst = std::isnan(err) ? 1e30 : err;
             at = "q " + std::to_string(i) + " head " + std::to_string(h) + " dim " + std::to_string(t) + ": got " +
@@ -315,6 +352,72 @@ TEST_P(AttentionMixedTest, PerKvHeadIndexLists) {
   req.head_indices = heads.data();
   req.n_head_indices = n_heads.data();
   Check("per-head lists", pool, shape, kv, req, RandomQ(1, 6, d, rng), [&](int, int h) { return lists[h]; });
+}
+
+// The AVX-512 decode kernel's K8/V4 forms (K in q8_0, V in q4_0), each called directly on
+// one TileJob per KV head, whatever this CPU would pick: with VNNI (the query quantized,
+// scores as int8 dot products) and without. Every head_dim they take (multiples of 32:
+// 32, half a 64-byte piece; 96, a last piece of one group; 64, 128), slot counts that end
+// inside a 16-slot group and a 64-slot step, blocks of 24 slots (a block edge inside a
+// group), and index lists with gaps.
+TEST(AttentionMixedK8V4, DecodeKernelForms) {
+  if (const char* why = testing_util::IsaUnavailable(Isa::kAvx512)) GTEST_SKIP() << why;
+  struct Form {
+    const char* name;
+    internal::TileKernel kernel;
+    bool q_quantized;
+  };
+  std::vector<Form> forms = {{"avx512 no-vnni", internal::Avx512DecodeK8V4NoVnni, false}};
+  if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"avx512 vnni", internal::Avx512DecodeK8V4Vnni, true});
+  std::mt19937 rng(28);
+  for (const Form& form : forms) {
+    for (int d : {32, 64, 96, 128}) {
+      for (int g : {1, 3, 8}) {
+        for (int n_slots : {1, 15, 64, 65, 130, 333}) {
+          for (bool list : {false, true}) {
+            const int n_kv_heads = 2;
+            const AttentionShape shape = Shape(n_kv_heads * g, n_kv_heads, d);
+            const MixedKv kv(DType::kQ8_0, DType::kQ4_0, n_kv_heads, 24, d, n_slots, rng);
+            const std::vector<float> q = RandomQ(1, shape.n_heads, d, rng);
+            std::vector<int32_t> slots;
+            for (int s = 0; s < n_slots; ++s)
+              if (!list || s == 0 || rng() % 3 != 0) slots.push_back(s);
+            const int32_t n_vis = static_cast<int32_t>(slots.size());
+            internal::AttendParams p;
+            p.shape = shape;
+            p.group = g;
+            p.q = q.data();
+            p.n_q = 1;
+            p.n_vis = &n_vis;
+            p.indices = list ? slots.data() : nullptr;
+            p.kv = kv.View();
+            const std::string what = std::string(form.name) + " d=" + std::to_string(d) + " g=" + std::to_string(g) +
+                                     " n=" + std::to_string(n_slots) + (list ? " list" : "");
+            double worst = 0;
+            std::vector<double> bound;
+            for (int h = 0; h < n_kv_heads; ++h) {
+              internal::TileJob job;
+              job.kv_head = h;
+              job.n_rows = g;
+              job.slot_end = n_vis;
+              std::vector<float> o(static_cast<size_t>(g) * d), m(g), l(g);
+              form.kernel(p, job, o.data(), m.data(), l.data());
+              for (int r = 0; r < g; ++r) {
+                const std::vector<double> want =
+                    Reference(shape, &q[(static_cast<size_t>(h) * g + r) * d], slots, kv, h, form.q_quantized, &bound);
+                for (int t = 0; t < d; ++t) {
+                  const double got = o[r * d + t] / l[r];
+                  const double err = std::abs(got - want[t]) / (1.0 + std::abs(want[t]) + 1e5 * bound[t]);
+                  worst = std::isnan(err) ? 1e30 : std::max(worst, err);
+                }
+              }
+            }
+            EXPECT_LE(worst, 1e-5) << what;
+          }
+        }
+      }
+    }
+  }
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
