@@ -329,9 +329,66 @@ inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr
   }
 }
 
+// P V over one step for q4_0 rows: AccumulateRowsQ8 with each V value read as its 4-bit
+// code minus 8 (kv_q4.h; 32-value groups: values [32 g, 32 g + 16) are the low nibbles of
+// bytes [16 g, 16 g + 16), the next 16 values their high nibbles).
+template <int R, int VB, int JS, int kD>
+inline void AccumulateRowsQ4(float* ot, const float* pq, const int8_t* const* vr, const __m256* alpha, int col,
+                             int d_runtime = 0) {
+  const int d = kD ? kD : d_runtime;
+  const float* pv[VB];
+#pragma GCC unroll 8
+  for (int v = 0; v < VB; ++v) pv[v] = pq + (col + 8 * v) / 32 * (R * kDecodeChunk);
+  const __m256i low = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+  __m256 acc[JS][R][VB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      acc[0][r][v] = _mm256_mul_ps(_mm256_load_ps(ot + r * d + 8 * v), alpha[r]);
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) acc[js][r][v] = _mm256_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kDecodeChunk; j += JS) {
+#pragma GCC unroll 8
+    for (int js = 0; js < JS; ++js) {
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(vr[j + js]);  // the codes' bytes
+      __m256 vv[VB];
+#pragma GCC unroll 8
+      for (int v = 0; v < VB; ++v) {
+        const int at = col + 8 * v;  // values [at, at + 8): bytes at / 32 * 16 + at % 16
+        const __m256i b = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at / 32 * 16 + at % 16)));
+        const __m256i code = (at / 16) % 2 == 0 ? _mm256_and_si256(b, low) : _mm256_srli_epi32(b, 4);
+        vv[v] = _mm256_cvtepi32_ps(_mm256_sub_epi32(code, eight));
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int v = 0; v < VB; ++v) {
+          acc[js][r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(pv[v] + r * kDecodeChunk + j + js), vv[v], acc[js][r][v]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < VB; ++v) {
+      __m256 t = acc[0][r][v];
+#pragma GCC unroll 8
+      for (int js = 1; js < JS; ++js) t = _mm256_add_ps(t, acc[js][r][v]);
+      _mm256_store_ps(ot + r * d + 8 * v, t);
+    }
+  }
+}
+
 // DecodeKernelT's form for q8_0 rows (R <= 8 rows; kD = head_dim, or 0 for any supported
-// multiple of 16).
-template <int R, int kD>
+// multiple of 16). kV4: V in q4_0 (head_dim a multiple of 32), its rows and scales found
+// by V's own SlotMap.
+template <int R, int kD, bool kV4>
 void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float* m_out, float* l_out) {
   const int d = kD ? kD : p.shape.head_dim;
   const int group = KvQ8Group(d), ng = d / group;
@@ -355,6 +412,8 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   }
 
   const SlotMap map(p.kv, job.kv_head, d);
+  const SlotMap vmap = kV4 ? SlotMap::ForV(p.kv, job.kv_head, d) : map;
+  const int8_t* v_pool = kV4 ? reinterpret_cast<const int8_t*>(p.kv.v_q4) : p.kv.v_q8;
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
   alignas(32) float pbuf[R][kDecodeChunk];
@@ -364,7 +423,12 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
     PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
     const int8_t* kr[kDecodeChunk];
     const int8_t* vr[kDecodeChunk];
-    DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
+    if constexpr (kV4) {
+      TensorRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, d, zero, kr);
+      TensorRows<kGroup, kGroups>(p, vmap, c, max_lim, v_pool, d / 2, zero, vr);
+    } else {
+      DecodeRows<kGroup, kGroups>(p, map, c, max_lim, p.kv.k_q8, p.kv.v_q8, zero, kr, vr);
+    }
     StepScalesQ8(p, map, c, max_lim, p.kv.k_q8, ng, ksc);
     const bool masked = c + kDecodeChunk > min_lim;
     for (int r = 0; r < R; ++r) {
@@ -391,7 +455,7 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
       }
       SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
-    StepScalesQ8(p, map, c, max_lim, p.kv.v_q8, ng, vsc);
+    StepScalesQ8(p, vmap, c, max_lim, v_pool, ng, vsc);
     for (int g = 0; g < ng; ++g) {
       for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
@@ -401,7 +465,16 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
         }
       }
     }
-    if constexpr (kD > 0) {
+    if constexpr (kV4) {
+      if constexpr (kD > 0) {
+        constexpr int VB = DecodeVb(R, kD / 8);
+        for (int v0 = 0; v0 < kD / 8; v0 += VB)
+          AccumulateRowsQ4<R, VB, DecodeJs(R, VB), kD>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
+      } else {
+        for (int v0 = 0; v0 < d / 8; ++v0)
+          AccumulateRowsQ4<R, 1, DecodeJs(R, 1), 0>(ot + 8 * v0, pq, vr, alpha, 8 * v0, d);
+      }
+    } else if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
       for (int v0 = 0; v0 < kD / 8; v0 += VB)
         AccumulateRowsQ8<R, VB, DecodeJs(R, VB), kD>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
@@ -417,17 +490,27 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   }
 }
 
-template <int kD>
+template <int kD, bool kV4>
 void DecodeKernelQ8D(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   switch (job.n_rows) {
-    case 1: return DecodeKernelQ8T<1, kD>(p, job, o, m, l);
-    case 2: return DecodeKernelQ8T<2, kD>(p, job, o, m, l);
-    case 3: return DecodeKernelQ8T<3, kD>(p, job, o, m, l);
-    case 4: return DecodeKernelQ8T<4, kD>(p, job, o, m, l);
-    case 5: return DecodeKernelQ8T<5, kD>(p, job, o, m, l);
-    case 6: return DecodeKernelQ8T<6, kD>(p, job, o, m, l);
-    case 7: return DecodeKernelQ8T<7, kD>(p, job, o, m, l);
-    default: return DecodeKernelQ8T<8, kD>(p, job, o, m, l);
+    case 1: return DecodeKernelQ8T<1, kD, kV4>(p, job, o, m, l);
+    case 2: return DecodeKernelQ8T<2, kD, kV4>(p, job, o, m, l);
+    case 3: return DecodeKernelQ8T<3, kD, kV4>(p, job, o, m, l);
+    case 4: return DecodeKernelQ8T<4, kD, kV4>(p, job, o, m, l);
+    case 5: return DecodeKernelQ8T<5, kD, kV4>(p, job, o, m, l);
+    case 6: return DecodeKernelQ8T<6, kD, kV4>(p, job, o, m, l);
+    case 7: return DecodeKernelQ8T<7, kD, kV4>(p, job, o, m, l);
+    default: return DecodeKernelQ8T<8, kD, kV4>(p, job, o, m, l);
+  }
+}
+
+// K in q8_0 with V in q8_0, or (kV4) in q4_0.
+template <bool kV4>
+void DecodeKernelQ8(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
+  switch (p.shape.head_dim) {
+    case 64: return DecodeKernelQ8D<64, kV4>(p, job, o, m, l);
+    case 128: return DecodeKernelQ8D<128, kV4>(p, job, o, m, l);
+    default: return DecodeKernelQ8D<0, kV4>(p, job, o, m, l);
   }
 }
 
@@ -456,11 +539,8 @@ void DecodeKernelE(const AttendParams& p, const TileJob& job, float* o, float* m
 
 void DecodeKernel(const AttendParams& p, const TileJob& job, float* o, float* m, float* l) {
   if (p.kv.k_q8 != nullptr) {
-    switch (p.shape.head_dim) {
-      case 64: return DecodeKernelQ8D<64>(p, job, o, m, l);
-      case 128: return DecodeKernelQ8D<128>(p, job, o, m, l);
-      default: return DecodeKernelQ8D<0>(p, job, o, m, l);
-    }
+    return p.kv.v_q4 != nullptr ? DecodeKernelQ8</*kV4=*/true>(p, job, o, m, l)
+                                : DecodeKernelQ8</*kV4=*/false>(p, job, o, m, l);
   }
   if (p.kv.k_f16 != nullptr) return DecodeKernelE<uint16_t>(p, job, o, m, l);
   return DecodeKernelE<float>(p, job, o, m, l);
@@ -478,6 +558,7 @@ KernelSet Avx2Kernels() {
   // (stories260K, the reuse tests' model) on the tile kernel for every row, so that
   // recomputing a decoded row inside a chunk gives its bits (docs/engine.md).
   ks.few_head_dim_multiple = 16;
+  ks.few_k8_v4 = true;
   return ks;
 }
 

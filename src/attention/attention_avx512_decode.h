@@ -267,7 +267,7 @@ inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr
 // code minus 8 (kv_q4.h; 32-value groups: values [32 g, 32 g + 16) are the low nibbles of
 // bytes [16 g, 16 g + 16), the next 16 values their high nibbles).
 template <int R, int VB, int JS, int kD>
-inline void AccumulateRowsQ4(float* ot, const float* pq, const uint8_t* const* vr, const __m512* alpha, int col,
+inline void AccumulateRowsQ4(float* ot, const float* pq, const int8_t* const* vr, const __m512* alpha, int col,
                              int d_runtime = 0) {
   const int d = kD ? kD : d_runtime;
   const float* pv[VB];
@@ -288,7 +288,7 @@ inline void AccumulateRowsQ4(float* ot, const float* pq, const uint8_t* const* v
   for (int j = 0; j < kDecodeChunk; j += JS) {
 #pragma GCC unroll 8
     for (int js = 0; js < JS; ++js) {
-      const uint8_t* row = vr[j + js];
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(vr[j + js]);  // the codes' bytes
       __m512 vv[VB];
 #pragma GCC unroll 8
       for (int v = 0; v < VB; ++v) {
@@ -487,15 +487,13 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
       }
     }
     if constexpr (kV4) {
-      // The row pointers as the bytes they are.
-      const uint8_t* const* vr4 = reinterpret_cast<const uint8_t* const*>(vr);
       if constexpr (kD > 0) {
         constexpr int VB = DecodeVb(R, kD / 16);
         for (int v0 = 0; v0 < kD / 16; v0 += VB)
-          AccumulateRowsQ4<R, VB, DecodeJs(R, VB), kD>(ot + 16 * v0, pq, vr4, alpha, 16 * v0);
+          AccumulateRowsQ4<R, VB, DecodeJs(R, VB), kD>(ot + 16 * v0, pq, vr, alpha, 16 * v0);
       } else {
         for (int v0 = 0; v0 < d / 16; ++v0)
-          AccumulateRowsQ4<R, 1, DecodeJs(R, 1), 0>(ot + 16 * v0, pq, vr4, alpha, 16 * v0, d);
+          AccumulateRowsQ4<R, 1, DecodeJs(R, 1), 0>(ot + 16 * v0, pq, vr, alpha, 16 * v0, d);
       }
     } else if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 16);

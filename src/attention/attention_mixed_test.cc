@@ -354,21 +354,29 @@ TEST_P(AttentionMixedTest, PerKvHeadIndexLists) {
   Check("per-head lists", pool, shape, kv, req, RandomQ(1, 6, d, rng), [&](int, int h) { return lists[h]; });
 }
 
-// The AVX-512 decode kernel's K8/V4 forms (K in q8_0, V in q4_0), each called directly on
-// one TileJob per KV head, whatever this CPU would pick: with VNNI (the query quantized,
-// scores as int8 dot products) and without. Every head_dim they take (multiples of 32:
+// The decode kernels' K8/V4 forms (K in q8_0, V in q4_0), each called directly on one
+// TileJob per KV head: AVX-512's whatever this CPU would pick, with VNNI (the query
+// quantized, scores as int8 dot products) and without, and AVX2's. Every head_dim they
+// take (multiples of 32:
 // 32, half a 64-byte piece; 96, a last piece of one group; 64, 128), slot counts that end
 // inside a 16-slot group and a 64-slot step, blocks of 24 slots (a block edge inside a
 // group), and index lists with gaps.
 TEST(AttentionMixedK8V4, DecodeKernelForms) {
-  if (const char* why = testing_util::IsaUnavailable(Isa::kAvx512)) GTEST_SKIP() << why;
   struct Form {
     const char* name;
     internal::TileKernel kernel;
     bool q_quantized;
   };
-  std::vector<Form> forms = {{"avx512 no-vnni", internal::Avx512DecodeK8V4NoVnni, false}};
-  if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"avx512 vnni", internal::Avx512DecodeK8V4Vnni, true});
+  std::vector<Form> forms;
+  if (testing_util::IsaUnavailable(Isa::kAvx512) == nullptr) {
+    forms.push_back({"avx512 no-vnni", internal::Avx512DecodeK8V4NoVnni, false});
+    if (backend::GetCpuFeatures().avx512_vnni) forms.push_back({"avx512 vnni", internal::Avx512DecodeK8V4Vnni, true});
+  }
+  if (testing_util::IsaUnavailable(Isa::kAvx2) == nullptr) {
+    ASSERT_TRUE(internal::Avx2Kernels().few_k8_v4);
+    forms.push_back({"avx2", internal::Avx2Kernels().few, internal::Avx2Kernels().few_q8_quantizes_query});
+  }
+  if (forms.empty()) GTEST_SKIP() << "no AVX2: the generic kernels have no decode form";
   std::mt19937 rng(28);
   for (const Form& form : forms) {
     for (int d : {32, 64, 96, 128}) {

@@ -1,9 +1,8 @@
-// q4_0 KV rows (kv_q4.h) against independent references: for 32-value groups,
-// the GGUF q4_0 blocks of tensor/quants.h (whose quantizer is checked against
-// llama.cpp's own quantize tool, bit for bit, in model/ tests) hold the same
-// codes and scales, and read back the same values; for shorter rows (one group
-// of head_dim values), every value reads back within the header's bound |x -
-// read(x)| <= |d'| (1 + 2^-7).
+// q4_0 KV rows (kv_q4.h) against independent references: for 32-value groups, the GGUF
+// q4_0 blocks of tensor/quants.h (whose quantizer is checked against llama.cpp's own
+// quantize tool, bit for bit, in model/ tests) hold the same codes and scales, and read
+// back the same values; for shorter rows (one group of head_dim values), every value
+// reads back within the header's bound |x - read(x)| <= |d'| (1 + 2^-7).
 #include "attic/attention/kv_q4.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +18,7 @@
 namespace attic::attention {
 namespace {
 
-std::vector<float> RandomRow(int n, std::mt19937 &rng, float outlier) {
+std::vector<float> RandomRow(int n, std::mt19937& rng, float outlier) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(n);
   for (int i = 0; i < n; ++i) x[i] = g(rng) * (i % 13 == 5 ? outlier : 1.0f);
@@ -36,8 +35,8 @@ TEST(KvQ4, SupportsEvenRowsBelow32AndMultiplesOf32) {
   EXPECT_FALSE(KvQ4Supports(0));
 }
 
-// head_dim 64 and 128: each 32-value group is one block_q4_0 (half d; u8
-// qs[16]) with its scale kept apart from its codes.
+// head_dim 64 and 128: each 32-value group is one block_q4_0 (half d; u8 qs[16]) with its
+// scale kept apart from its codes.
 TEST(KvQ4, RowsOf32ValueGroupsHoldTheGgufQ4_0Blocks) {
   std::mt19937 rng(7);
   for (int d : {32, 64, 128}) {
@@ -63,10 +62,10 @@ TEST(KvQ4, RowsOf32ValueGroupsHoldTheGgufQ4_0Blocks) {
   }
 }
 
-// Rows below 32 values are one group; nibble j holds values j and j + g / 2 as
-// the 32-value layout does. Checked against the bound, the scale's definition
-// (the signed value of largest magnitude over -8, rounded to f16) and the code
-// layout, all from the values themselves.
+// Rows below 32 values are one group; nibble j holds values j and j + g / 2 as the
+// 32-value layout does. Checked against the bound, the scale's definition (the signed
+// value of largest magnitude over -8, rounded to f16) and the code layout, all from the
+// values themselves.
 TEST(KvQ4, ShortRowsAreOneGroupWithinTheBound) {
   std::mt19937 rng(8);
   for (int d : {6, 8, 16}) {
