@@ -15,13 +15,15 @@
 // rest drawn uniformly from the middle (as a random-weight model's selection scatters);
 // "sparse1.0" is the same step with no lists (full attention), the baseline to divide by.
 // KV bytes count the rows the lists select.
-// Every case runs with f32, f16 and q8_0 KV storage (the compute buffer's dtypes).
+// Every case runs with f32, f16 and q8_0 KV storage (the compute buffer's dtypes), or with
+// --kv's: one type (f32, f16, q8_0, q4_0) or K's and V's (q8_0/q4_0), laid out by
+// kv::BlockPool as the engine's are.
 //
 // Blocks of --block-size tokens (default: the engine's, attic::kv::kDefaultBlockSize).
 //
 // Usage: attention_bench [--threads N] [--reps N] [--block-size N]
 //                        [--only prefill|decode|batch|chunk|sparse] [--history N]
-//                        [--sparse-context N] [--decode-context N] [--kv f32|f16|q8_0]
+//                        [--sparse-context N] [--decode-context N] [--kv T|K/V]
 //                        [--json-only]
 // --history sets the stored slots the chunk cases follow (default 2048); --decode-context
 // the slots of the decode case (default: 512 and 2048).
@@ -31,12 +33,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "attic/attention/attention.h"
-#include "attic/attention/kv_q8.h"
 #include "attic/backend/cpu_features.h"
 #include "attic/backend/thread_pool.h"
 #include "attic/kv/block_pool.h"
@@ -48,98 +50,59 @@
 
 namespace {
 
+using attic::DType;
+using attic::DTypeName;
 using attic::attention::AttentionShape;
 using attic::attention::KvLayerView;
 using attic::bench::ModelShape;
 using attic::bench::NowSeconds;
 
-// 64-byte aligned float storage (the KV pool's alignment: rows then start on cache lines).
-struct AlignedFloats {
-  explicit AlignedFloats(size_t n = 0)
-      : p(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))), size(n) {}
-  AlignedFloats(AlignedFloats&& o) noexcept : p(o.p), size(o.size) { o.p = nullptr; }
-  AlignedFloats& operator=(AlignedFloats&& o) noexcept {
-    std::swap(p, o.p);
-    std::swap(size, o.size);
-    return *this;
-  }
-  ~AlignedFloats() { std::free(p); }
-  float* p;
-  size_t size;
-};
-
-// One layer's paged KV with blocks in shuffled order (as a block pool would hand them out).
+// One layer's paged KV in a block pool of its own (the engine's layout for any K and V
+// types), its blocks in shuffled order (as a pool hands them out over time).
 struct Layer {
-  AlignedFloats k, v;
-  std::vector<uint16_t> kh, vh;  // f16 storage
-  std::vector<int8_t> kq, vq;    // q8_0 storage: blocks of int8 rows, then their scales
+  std::unique_ptr<attic::kv::BlockPool> pool;
   std::vector<int32_t> table;
   KvLayerView view;
 };
 
 int g_block_size = attic::kv::kDefaultBlockSize;
 
-enum class KvType { kF32, kF16, kQ8 };
-const char* KvName(KvType t) { return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "q8_0"; }
-// Bytes of one K (or V) row of head_dim elements, q8_0's scales included.
-double KvRowBytes(KvType t, int head_dim) {
-  if (t == KvType::kQ8) return head_dim + 2.0 * head_dim / attic::attention::KvQ8Group(head_dim);
-  return head_dim * (t == KvType::kF16 ? 2.0 : 4.0);
+// K's and V's storage types.
+struct KvTypes {
+  DType k, v;
+};
+std::string KvName(KvTypes t) {
+  return t.k == t.v ? DTypeName(t.k) : std::string(DTypeName(t.k)) + "/" + DTypeName(t.v);
+}
+// Bytes of one K row plus one V row of head_dim elements, scales included.
+double KvRowBytes(KvTypes t, int head_dim) {
+  attic::kv::KvShape s;
+  s.n_kv_heads = 1;
+  s.block_size = 1;
+  s.head_dim = head_dim;
+  return static_cast<double>(s.LayerBytes(t.k) + s.LayerBytes(t.v));
 }
 
-Layer MakeLayer(const ModelShape& m, int n_slots, KvType kv, std::mt19937& rng) {
+Layer MakeLayer(const ModelShape& m, int n_slots, KvTypes kv, std::mt19937& rng) {
   Layer l;
+  attic::kv::KvShape shape;
+  shape.n_layers = 1;
+  shape.n_kv_heads = m.n_kv_heads;
+  shape.head_dim = m.head_dim;
+  shape.block_size = g_block_size;
+  shape.k_dtype = kv.k;
+  shape.v_dtype = kv.v;
   const int n_blocks = (n_slots + g_block_size - 1) / g_block_size;
-  const int64_t stride = static_cast<int64_t>(m.n_kv_heads) * g_block_size * m.head_dim;
+  l.pool = std::make_unique<attic::kv::BlockPool>(shape, n_blocks);
   l.table.resize(n_blocks);
   for (int i = 0; i < n_blocks; ++i) l.table[i] = i;
   std::shuffle(l.table.begin(), l.table.end(), rng);
-  l.k = AlignedFloats(static_cast<size_t>(n_blocks) * stride);
-  l.v = AlignedFloats(l.k.size);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t i = 0; i < l.k.size; ++i) l.k.p[i] = u(rng);
-  for (size_t i = 0; i < l.v.size; ++i) l.v.p[i] = u(rng);
-  if (kv == KvType::kQ8) {  // the block pool's q8_0 layout (attention.h, KvLayerView)
-    const int d = m.head_dim, g = attic::attention::KvQ8Group(d);
-    const int64_t block_bytes = stride + stride / g * 2;
-    l.kq.assign(static_cast<size_t>(n_blocks) * block_bytes, 0);
-    l.vq.assign(l.kq.size(), 0);
-    for (int b = 0; b < n_blocks; ++b) {
-      for (int64_t r = 0; r < stride / d; ++r) {  // rows of every head
-        const int64_t at = b * block_bytes;
-        auto* ks = reinterpret_cast<uint16_t*>(l.kq.data() + at + stride) + r * (d / g);
-        auto* vs = reinterpret_cast<uint16_t*>(l.vq.data() + at + stride) + r * (d / g);
-        attic::attention::QuantizeKvRowQ8(l.k.p + b * stride + r * d, d, l.kq.data() + at + r * d, ks);
-        attic::attention::QuantizeKvRowQ8(l.v.p + b * stride + r * d, d, l.vq.data() + at + r * d, vs);
-      }
-    }
-    l.k = AlignedFloats();  // the q8_0 layer alone stays in memory
-    l.v = AlignedFloats();
-    l.view.k_q8 = l.kq.data();
-    l.view.v_q8 = l.vq.data();
-    l.view.q8_scales = stride;
-    l.view.block_stride = block_bytes;
-    l.view.v_q8_scales = stride;
-    l.view.v_block_stride = block_bytes;
-    l.view.block_size = g_block_size;
-    l.view.block_table = l.table.data();
-    l.view.n_slots = n_slots;
-    return l;
-  }
-  if (kv == KvType::kF16) {
-    l.kh.resize(l.k.size);
-    l.vh.resize(l.v.size);
-    for (size_t i = 0; i < l.k.size; ++i) l.kh[i] = attic::F32ToF16(l.k.p[i]);
-    for (size_t i = 0; i < l.v.size; ++i) l.vh[i] = attic::F32ToF16(l.v.p[i]);
-    l.view.k_f16 = l.kh.data();
-    l.view.v_f16 = l.vh.data();
-  } else {
-    l.view.k_pool = l.k.p;
-    l.view.v_pool = l.v.p;
-  }
-  l.view.block_stride = stride;
-  l.view.v_block_stride = stride;
-  l.view.block_size = g_block_size;
+  std::vector<float> k(static_cast<size_t>(n_slots) * shape.kv_dim()), v(k.size());
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  l.pool->WriteRows(0, l.table.data(), 0, n_slots, k.data(), v.data());
+  l.view = attic::kv::LayerView(shape, l.pool->k_data(0), l.pool->v_data(0));
   l.view.block_table = l.table.data();
   l.view.n_slots = n_slots;
   return l;
@@ -163,13 +126,13 @@ std::vector<float> RandomQueries(const ModelShape& m, int n_rows, std::mt19937& 
   return q;
 }
 
-std::vector<Layer> MakeLayers(const ModelShape& m, int n_layers, int n_slots, KvType kv, std::mt19937& rng) {
+std::vector<Layer> MakeLayers(const ModelShape& m, int n_layers, int n_slots, KvTypes kv, std::mt19937& rng) {
   std::vector<Layer> layers;
   for (int l = 0; l < n_layers; ++l) layers.push_back(MakeLayer(m, n_slots, kv, rng));
   return layers;
 }
 
-Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvType kv, int reps,
+Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvTypes kv, int reps,
                     std::mt19937& rng) {
   Layer layer = MakeLayer(m, n, kv, rng);
   const AttentionShape shape = ShapeOf(m);
@@ -191,7 +154,7 @@ Result BenchPrefill(attic::backend::ThreadPool& pool, const ModelShape& m, int n
 // reported per layer. lists[l][h]: KV head h's ascending index list at layer l; with no
 // lists every KV head attends to all n slots. KV GB/s counts the rows attended.
 Result TimeDecodeStep(attic::backend::ThreadPool& pool, const ModelShape& m, const std::vector<Layer>& layers, int n,
-                      const std::vector<std::vector<std::vector<int32_t>>>& lists, KvType kv, int reps,
+                      const std::vector<std::vector<std::vector<int32_t>>>& lists, KvTypes kv, int reps,
                       std::mt19937& rng, const std::string& mode) {
   const AttentionShape shape = ShapeOf(m);
   const std::vector<float> q = RandomQueries(m, 1, rng);
@@ -223,12 +186,12 @@ Result TimeDecodeStep(attic::backend::ThreadPool& pool, const ModelShape& m, con
   const double per_layer = best / static_cast<double>(layers.size());
   const double rows_per_layer = static_cast<double>(rows) / static_cast<double>(layers.size());
   const double flops = 4.0 * m.head_dim * (m.n_heads / m.n_kv_heads) * rows_per_layer;
-  const double bytes = 2.0 * rows_per_layer * KvRowBytes(kv, m.head_dim);
+  const double bytes = rows_per_layer * KvRowBytes(kv, m.head_dim);
   return Result{m.name, mode, KvName(kv), n, per_layer * 1e3, flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
 
 // One decode step over all layers (reported per layer).
-Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvType kv, int reps,
+Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n, KvTypes kv, int reps,
                    std::mt19937& rng) {
   const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, kv, rng);
   return TimeDecodeStep(pool, m, layers, n, {}, kv, reps, rng, "decode");
@@ -237,7 +200,7 @@ Result BenchDecode(attic::backend::ThreadPool& pool, const ModelShape& m, int n,
 // Continuous batching's decode step: `batch` sequences, each one query over its own n
 // slots, in one AttendBatch call per layer, cycling through a few layers (enough KV to
 // come from DRAM). Reported per layer; KV GB/s counts every sequence's rows.
-Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int batch, KvType kv, int reps,
+Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, int n, int batch, KvTypes kv, int reps,
                         std::mt19937& rng) {
   const int n_layers = std::min(m.n_layers, 4);
   std::vector<std::vector<Layer>> layers(n_layers);
@@ -261,7 +224,7 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
   }
   const double per_layer = best / n_layers;
   const double flops = 4.0 * m.head_dim * m.n_heads * n * batch;
-  const double bytes = 2.0 * m.n_kv_heads * n * KvRowBytes(kv, m.head_dim) * batch;
+  const double bytes = static_cast<double>(m.n_kv_heads) * n * KvRowBytes(kv, m.head_dim) * batch;
   return Result{m.name, "batch" + std::to_string(batch), KvName(kv), n, per_layer * 1e3,
                 flops / per_layer * 1e-9, bytes / per_layer * 1e-9};
 }
@@ -269,7 +232,7 @@ Result BenchDecodeBatch(attic::backend::ThreadPool& pool, const ModelShape& m, i
 // A turn's chunk: n_q new queries after `history` stored slots (query i sees history + i + 1
 // slots), cycling through n_layers distinct KV layers as a forward step does. `n` in the
 // table is history + n_q.
-Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, KvType kv, int reps,
+Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int history, int n_q, KvTypes kv, int reps,
                   std::mt19937& rng) {
   const int n = history + n_q;
   const std::vector<Layer> layers = MakeLayers(m, m.n_layers, n, kv, rng);
@@ -293,7 +256,7 @@ Result BenchChunk(attic::backend::ThreadPool& pool, const ModelShape& m, int his
 
 // One decode step over every layer, each KV head attending to its own index list of
 // `ratio` x n slots (ratio 1: no lists, full attention); reported per layer.
-Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, KvType kv, int reps,
+Result BenchSparse(attic::backend::ThreadPool& pool, const ModelShape& m, int n, double ratio, KvTypes kv, int reps,
                    std::vector<Layer>& layers, std::mt19937& rng) {
   if (layers.empty()) layers = MakeLayers(m, m.n_layers, n, kv, rng);
   const bool full = ratio >= 1;
@@ -327,7 +290,8 @@ int main(int argc, char** argv) {
   std::string only, kv_only;
   attic::bench::FlagParser flags("attention_bench",
                                  "[--threads N] [--reps N] [--block-size N] [--only prefill|decode|batch|chunk|sparse] "
-                                 "[--history N]\n         [--sparse-context N] [--decode-context N] [--kv f32|f16|q8_0] [--json-only]");
+                                 "[--history N]\n         [--sparse-context N] [--decode-context N] [--kv T|K/V] "
+                                 "[--json-only]");
   flags.Int("--threads", &threads);
   flags.Int("--reps", &reps);
   flags.Int("--block-size", &g_block_size);
@@ -342,13 +306,29 @@ int main(int argc, char** argv) {
   g_block_size = std::max(1, g_block_size);
   history = std::max(1, history);
   sparse_context = std::max(16, sparse_context);
+  // Each case's KV types: f32, f16 and q8_0 for both tensors, or --kv's.
+  std::vector<KvTypes> kv_types = {
+      {DType::kF32, DType::kF32}, {DType::kF16, DType::kF16}, {DType::kQ8_0, DType::kQ8_0}};
+  if (!kv_only.empty()) {
+    const size_t slash = kv_only.find('/');
+    auto kt = attic::ParseDType(kv_only.substr(0, slash));
+    auto vt = attic::ParseDType(slash == std::string::npos ? kv_only : kv_only.substr(slash + 1));
+    auto ok = [](const attic::StatusOr<DType>& t) {
+      return t.ok() && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kQ8_0 || *t == DType::kQ4_0);
+    };
+    if (!ok(kt) || !ok(vt)) {
+      std::fprintf(stderr, "attention_bench: --kv: '%s' is not f32, f16, q8_0, q4_0 or K/V such as q8_0/q4_0\n",
+                   kv_only.c_str());
+      return 2;
+    }
+    kv_types = {{*kt, *vt}};
+  }
   attic::backend::ThreadPool pool(threads);
   std::mt19937 rng(1);
   const std::vector<ModelShape>& shapes = attic::bench::BenchModelShapes();
   std::vector<Result> results;
   for (const ModelShape& m : shapes) {
-    for (KvType kv : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
-      if (!kv_only.empty() && kv_only != KvName(kv)) continue;
+    for (KvTypes kv : kv_types) {
       auto want = [&](const char* mode) { return only.empty() || only == mode; };
       if (want("prefill"))
         for (int n : {512, 2048}) results.push_back(BenchPrefill(pool, m, n, kv, reps, rng));
