@@ -81,15 +81,16 @@ TEST(EvalCli, KvTypesAxisComparesEachTypeWithTheFirst) {
 TEST(EvalCli, KvTypesAxisTakesKAndVTypesApart) {
   TempDir d;
   Result r = RunAttic("eval perplexity -m " + SharedDir() + "/models/stories260K-hf -l 64 --max-windows 2 " +
-                      "--kv-dtypes f32,q8_0/f32,f32/q8_0 --json " + d.File("ppl.json"));
+                      "--kv-dtypes f32,q8_0/f32,f32/q8_0,q8_0/q4_0 --json " + d.File("ppl.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("| 64 | f32/q8_0 | full | 2 | 126 |"), std::string::npos) << r.out;
   const auto js = nlohmann::json::parse(Read(d.File("ppl.json")));
-  ASSERT_EQ(js["results"].size(), 3u);
+  ASSERT_EQ(js["results"].size(), 4u);
   EXPECT_NEAR(js["results"][0]["perplexity"].get<double>(), 4.58173818, 1e-5 * 4.58173818);
-  for (int i : {1, 2}) {
+  const char* names[] = {"q8_0/f32", "f32/q8_0", "q8_0/q4_0"};
+  for (int i : {1, 2, 3}) {
     const auto& row = js["results"][i];
-    EXPECT_EQ(row["kv_dtype"], i == 1 ? "q8_0/f32" : "f32/q8_0");
+    EXPECT_EQ(row["kv_dtype"], names[i - 1]);
     EXPECT_GT(row["kl_vs_reference_kv_mean"].get<double>(), 0.0) << row["kv_dtype"];
   }
 }
