@@ -281,12 +281,15 @@ inline __m256 LoadQ8(const int8_t* p) {
 }
 
 // AccumulateRows for q8_0 rows: pq [ng][R][kDecodeChunk] holds each row's weights times
-// the V group scale of each slot.
-template <int R, int VB, int JS, int kD>
+// the V group scale of each slot. kQ4: q4_0 rows, each value read as its 4-bit code minus
+// 8 (kv_q4.h; 32-value groups: values [32 g, 32 g + 16) are the low nibbles of bytes
+// [16 g, 16 g + 16), the next 16 values their high nibbles).
+template <int R, int VB, int JS, int kD, bool kQ4 = false>
 inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr, const __m256* alpha, int col,
                              int d_runtime = 0) {
   const int d = kD ? kD : d_runtime;
   const int group = KvQ8Group(d);
+  const __m256i low = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
   const float* pv[VB];
 #pragma GCC unroll 8
   for (int v = 0; v < VB; ++v) pv[v] = pq + (col + 8 * v) / group * (R * kDecodeChunk);
@@ -304,65 +307,19 @@ inline void AccumulateRowsQ8(float* ot, const float* pq, const int8_t* const* vr
   for (int j = 0; j < kDecodeChunk; j += JS) {
 #pragma GCC unroll 8
     for (int js = 0; js < JS; ++js) {
-      const int8_t* row = vr[j + js] + col;
-      __m256 vv[VB];
-#pragma GCC unroll 8
-      for (int v = 0; v < VB; ++v) vv[v] = LoadQ8(row + 8 * v);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-        for (int v = 0; v < VB; ++v) {
-          acc[js][r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(pv[v] + r * kDecodeChunk + j + js), vv[v], acc[js][r][v]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < VB; ++v) {
-      __m256 t = acc[0][r][v];
-#pragma GCC unroll 8
-      for (int js = 1; js < JS; ++js) t = _mm256_add_ps(t, acc[js][r][v]);
-      _mm256_store_ps(ot + r * d + 8 * v, t);
-    }
-  }
-}
-
-// P V over one step for q4_0 rows: AccumulateRowsQ8 with each V value read as its 4-bit
-// code minus 8 (kv_q4.h; 32-value groups: values [32 g, 32 g + 16) are the low nibbles of
-// bytes [16 g, 16 g + 16), the next 16 values their high nibbles).
-template <int R, int VB, int JS, int kD>
-inline void AccumulateRowsQ4(float* ot, const float* pq, const int8_t* const* vr, const __m256* alpha, int col,
-                             int d_runtime = 0) {
-  const int d = kD ? kD : d_runtime;
-  const float* pv[VB];
-#pragma GCC unroll 8
-  for (int v = 0; v < VB; ++v) pv[v] = pq + (col + 8 * v) / 32 * (R * kDecodeChunk);
-  const __m256i low = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
-  __m256 acc[JS][R][VB];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < VB; ++v) {
-      acc[0][r][v] = _mm256_mul_ps(_mm256_load_ps(ot + r * d + 8 * v), alpha[r]);
-#pragma GCC unroll 8
-      for (int js = 1; js < JS; ++js) acc[js][r][v] = _mm256_setzero_ps();
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < kDecodeChunk; j += JS) {
-#pragma GCC unroll 8
-    for (int js = 0; js < JS; ++js) {
-      const uint8_t* row = reinterpret_cast<const uint8_t*>(vr[j + js]);  // the codes' bytes
       __m256 vv[VB];
 #pragma GCC unroll 8
       for (int v = 0; v < VB; ++v) {
-        const int at = col + 8 * v;  // values [at, at + 8): bytes at / 32 * 16 + at % 16
-        const __m256i b = _mm256_cvtepu8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at / 32 * 16 + at % 16)));
-        const __m256i code = (at / 16) % 2 == 0 ? _mm256_and_si256(b, low) : _mm256_srli_epi32(b, 4);
-        vv[v] = _mm256_cvtepi32_ps(_mm256_sub_epi32(code, eight));
+        const int at = col + 8 * v;
+        if constexpr (kQ4) {  // values [at, at + 8): bytes at / 32 * 16 + at % 16 on
+          const uint8_t* row = reinterpret_cast<const uint8_t*>(vr[j + js]);  // the codes' bytes
+          const __m256i b = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at / 32 * 16 + at % 16)));
+          const __m256i code = (at / 16) % 2 == 0 ? _mm256_and_si256(b, low) : _mm256_srli_epi32(b, 4);
+          vv[v] = _mm256_cvtepi32_ps(_mm256_sub_epi32(code, eight));
+        } else {
+          vv[v] = LoadQ8(vr[j + js] + at);
+        }
       }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
@@ -465,22 +422,13 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
         }
       }
     }
-    if constexpr (kV4) {
-      if constexpr (kD > 0) {
-        constexpr int VB = DecodeVb(R, kD / 8);
-        for (int v0 = 0; v0 < kD / 8; v0 += VB)
-          AccumulateRowsQ4<R, VB, DecodeJs(R, VB), kD>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
-      } else {
-        for (int v0 = 0; v0 < d / 8; ++v0)
-          AccumulateRowsQ4<R, 1, DecodeJs(R, 1), 0>(ot + 8 * v0, pq, vr, alpha, 8 * v0, d);
-      }
-    } else if constexpr (kD > 0) {
+    if constexpr (kD > 0) {
       constexpr int VB = DecodeVb(R, kD / 8);
       for (int v0 = 0; v0 < kD / 8; v0 += VB)
-        AccumulateRowsQ8<R, VB, DecodeJs(R, VB), kD>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
+        AccumulateRowsQ8<R, VB, DecodeJs(R, VB), kD, kV4>(ot + 8 * v0, pq, vr, alpha, 8 * v0);
     } else {
       for (int v0 = 0; v0 < d / 8; ++v0)
-        AccumulateRowsQ8<R, 1, DecodeJs(R, 1), 0>(ot + 8 * v0, pq, vr, alpha, 8 * v0, d);
+        AccumulateRowsQ8<R, 1, DecodeJs(R, 1), 0, kV4>(ot + 8 * v0, pq, vr, alpha, 8 * v0, d);
     }
   }
   for (int r = 0; r < R; ++r) {
