@@ -95,7 +95,7 @@ int RunOffload(int argc, char** argv) {
   const std::vector<int32_t> tokens = BenchTokens(*engine, text, total, c.seed);
 
   store::DramTier tier(static_cast<uint64_t>(kv_bytes) * 16 /
-                           (kv::KvShape::ValueBytes(shape.k_dtype, 2) + kv::KvShape::ValueBytes(shape.v_dtype, 2)) +
+                           (attention::KvValueBytes(shape.k_dtype, 2) + attention::KvValueBytes(shape.v_dtype, 2)) +
                        (uint64_t{1} << 30));
   const attention::RopeTable rope(cfg);
   kv::SequenceKv seq(&engine->kv_pool());

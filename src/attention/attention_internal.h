@@ -149,16 +149,6 @@ inline const void* VData(const KvLayerView& kv) {
          : kv.v_f16 != nullptr ? static_cast<const void*>(kv.v_f16)
                                : static_cast<const void*>(kv.v_pool);
 }
-// Whether rows of `type` carry f16 scales after the block's values (q8_0, q4_0).
-inline bool HasScales(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
-// Bytes of a row's values of `type` (q8_0: one per value, q4_0: one per two; the scales
-// follow the block's values).
-inline int64_t RowValueBytes(DType type, int head_dim) {
-  return type == DType::kQ4_0   ? head_dim / 2
-         : type == DType::kQ8_0 ? head_dim
-         : type == DType::kF16  ? 2 * head_dim
-                                : 4 * head_dim;
-}
 
 // Maps slots to the offset of their K row for one KV head -- or V's row (ForV), which is
 // the same offset when K and V share a type; shifts instead of dividing when block_size
@@ -190,7 +180,7 @@ class SlotMap {
   SlotMap(const KvLayerView& kv, int kv_head, int head_dim, int64_t stride, int64_t scales_at, DType type)
       : table_(kv.block_table),
         stride_(stride),
-        row_units_(type == DType::kQ4_0 ? head_dim / 2 : head_dim),
+        row_units_(KvHasScales(type) ? KvValueBytes(type, head_dim) : head_dim),
         head_offset_(static_cast<int64_t>(kv_head) * kv.block_size * row_units_),
         scale_row_bytes_(static_cast<int64_t>(head_dim / KvQ8Group(head_dim)) * 2),
         scales_(scales_at + static_cast<int64_t>(kv_head) * kv.block_size * scale_row_bytes_),
@@ -248,9 +238,9 @@ struct KvRowReader {
     for (int j = 0; j < n; ++j) {
       const int32_t slot = indices ? indices[c + j] : c + j;
       const int64_t koff = map.Offset(slot);
-      const int64_t ksoff = HasScales(kt) ? map.Q8ScaleOffset(slot) : 0;
+      const int64_t ksoff = KvHasScales(kt) ? map.Q8ScaleOffset(slot) : 0;
       const int64_t voff = same ? koff : vmap.Offset(slot);
-      const int64_t vsoff = same ? ksoff : HasScales(vt) ? vmap.Q8ScaleOffset(slot) : 0;
+      const int64_t vsoff = same ? ksoff : KvHasScales(vt) ? vmap.Q8ScaleOffset(slot) : 0;
       kp[j] = TensorRow(kt, k, koff, ksoff, d, buf + static_cast<int64_t>(j) * d);
       vp[j] = TensorRow(vt, v, voff, vsoff, d, buf + static_cast<int64_t>(n + j) * d);
     }
@@ -267,10 +257,10 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
   const DType kt = KType(kv), vt = VType(kv);
   const char* k = static_cast<const char*>(KData(kv));
   const char* v = static_cast<const char*>(VData(kv));
-  const int64_t k_row_bytes = RowValueBytes(kt, head_dim), v_row_bytes = RowValueBytes(vt, head_dim);
+  const int64_t k_row_bytes = KvValueBytes(kt, head_dim), v_row_bytes = KvValueBytes(vt, head_dim);
   // An offset's unit: an element (f32, f16) or a byte (q8_0, q4_0).
-  const int64_t k_unit = HasScales(kt) ? 1 : k_row_bytes / head_dim;
-  const int64_t v_unit = HasScales(vt) ? 1 : v_row_bytes / head_dim;
+  const int64_t k_unit = KvHasScales(kt) ? 1 : KvValueBytes(kt, 1);
+  const int64_t v_unit = KvHasScales(vt) ? 1 : KvValueBytes(vt, 1);
   // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
   // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
   auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
@@ -285,7 +275,7 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
         prefetch(k + kat + b);
         prefetch(v + kat + b);
       }
-      if (HasScales(kt)) {
+      if (KvHasScales(kt)) {
         const int64_t sat = map.Q8ScaleOffset(slot);
         prefetch(k + sat);
         prefetch(v + sat);
@@ -294,8 +284,8 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
       const int64_t vat = vmap.Offset(slot) * v_unit;
       for (int64_t b = 0; b < k_row_bytes; b += 64) prefetch(k + kat + b);
       for (int64_t b = 0; b < v_row_bytes; b += 64) prefetch(v + vat + b);
-      if (HasScales(kt)) prefetch(k + map.Q8ScaleOffset(slot));
-      if (HasScales(vt)) prefetch(v + vmap.Q8ScaleOffset(slot));
+      if (KvHasScales(kt)) prefetch(k + map.Q8ScaleOffset(slot));
+      if (KvHasScales(vt)) prefetch(v + vmap.Q8ScaleOffset(slot));
     }
   }
 }

@@ -70,7 +70,7 @@ attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void
     default: view.v_pool = static_cast<const float*>(v); break;
   }
   // q8_0 / q4_0 blocks are addressed in bytes, f32 / f16 ones in elements.
-  auto stride = [&](DType t) { return KvShape::HasScales(t) ? shape.LayerBytes(t) : shape.block_stride(); };
+  auto stride = [&](DType t) { return attention::KvHasScales(t) ? shape.LayerBytes(t) : shape.block_stride(); };
   view.block_stride = stride(shape.k_dtype);
   view.v_block_stride = stride(shape.v_dtype);
   view.q8_scales = shape.scales_offset(shape.k_dtype);
@@ -229,7 +229,7 @@ void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, co
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim();
   const int64_t ss = s.head_stride() / s.q8_group();  // q8_0 / q4_0: scales from one head's rows to the next's
-  const bool kq8 = KvShape::HasScales(s.k_dtype), vq8 = KvShape::HasScales(s.v_dtype);
+  const bool kq8 = attention::KvHasScales(s.k_dtype), vq8 = attention::KvHasScales(s.v_dtype);
   for (int i = 0; i < n; ++i) {  // each head's row converted (or quantized) in one pass
     const int slot = first + i;
     const int64_t src = static_cast<int64_t>(i) * kvd;
@@ -245,11 +245,11 @@ void BlockPool::WriteRows(int layer, const int32_t* blocks, int first, int n, co
 void BlockPool::ReadRows(int layer, const int32_t* blocks, int first, int n, float* k, float* v) const {
   const KvShape& s = shape_;
   const int hd = s.head_dim, kvd = s.kv_dim();
-  const int64_t khs = KvShape::ValueBytes(s.k_dtype, s.head_stride());
-  const int64_t vhs = KvShape::ValueBytes(s.v_dtype, s.head_stride());
+  const int64_t khs = attention::KvValueBytes(s.k_dtype, s.head_stride());
+  const int64_t vhs = attention::KvValueBytes(s.v_dtype, s.head_stride());
   const int64_t ss = s.head_stride() / s.q8_group();
   auto scales = [&](const uint8_t* buffer, DType t, int slot) {
-    return KvShape::HasScales(t) ? reinterpret_cast<const uint16_t*>(buffer + SlotScaleByteOffset(blocks, slot, t))
+    return attention::KvHasScales(t) ? reinterpret_cast<const uint16_t*>(buffer + SlotScaleByteOffset(blocks, slot, t))
                                  : nullptr;
   };
   for (int i = 0; i < n; ++i) {

@@ -177,7 +177,7 @@ class Offloaded final : public OffloadedSparseAttention {
   // tensor of type t to row `row` of KV head h: its values, and (q8_0, q4_0) its f16
   // scales. Within a head, rows are consecutive in both.
   int64_t ValueAt(DType t, int h, int row) const {
-    return kv::KvShape::ValueBytes(t, ElementAt(h, row));
+    return attention::KvValueBytes(t, ElementAt(h, row));
   }
   int64_t ScalesPerRow() const { return ks_.head_dim / ks_.q8_group(); }
   // q8_0 / q4_0 only: the pool's formula, as BlockPool::k_slot_q8_scales.
@@ -192,8 +192,8 @@ class Offloaded final : public OffloadedSparseAttention {
   // layer-block at src to row dst_row of the one at dst.
   void CopyRows(DType t, const uint8_t* src, int src_row, uint8_t* dst, int dst_row, int h, int n) const {
     std::memcpy(dst + ValueAt(t, h, dst_row), src + ValueAt(t, h, src_row),
-                static_cast<size_t>(kv::KvShape::ValueBytes(t, static_cast<int64_t>(n) * ks_.head_dim)));
-    if (kv::KvShape::HasScales(t)) {
+                static_cast<size_t>(attention::KvValueBytes(t, static_cast<int64_t>(n) * ks_.head_dim)));
+    if (attention::KvHasScales(t)) {
       std::memcpy(dst + ScaleAt(t, h, dst_row), src + ScaleAt(t, h, src_row),
                   static_cast<size_t>(n) * ScalesPerRow() * sizeof(uint16_t));
     }
@@ -232,7 +232,7 @@ class Offloaded final : public OffloadedSparseAttention {
     const float* k = reinterpret_cast<const float*>(range.data) + at;
     const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
     auto scales = [&](DType t, uint8_t* block) {
-      return kv::KvShape::HasScales(t) ? reinterpret_cast<uint16_t*>(block + ScaleAt(t, h, dst_row)) : nullptr;
+      return attention::KvHasScales(t) ? reinterpret_cast<uint16_t*>(block + ScaleAt(t, h, dst_row)) : nullptr;
     };
     kv::EnterRotatedHeads(ks_.k_dtype, ks_.v_dtype, rope_, k, v, n_heads, ks_.head_dim, position,
                           k_block + ValueAt(ks_.k_dtype, h, dst_row), v_block + ValueAt(ks_.v_dtype, h, dst_row),

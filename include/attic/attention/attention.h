@@ -71,6 +71,14 @@ inline DType VType(const KvLayerView& kv) {
                                : DType::kF32;
 }
 
+// Whether rows of KV type t carry f16 scales after a block's values (q8_0, q4_0).
+inline bool KvHasScales(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+// Bytes of n values of KV type t: f32 4n, f16 2n, q8_0 n, q4_0 n / 2 (n even); the
+// scales are not counted.
+inline int64_t KvValueBytes(DType t, int64_t n) {
+  return t == DType::kF16 ? 2 * n : t == DType::kQ8_0 ? n : t == DType::kQ4_0 ? n / 2 : 4 * n;
+}
+
 struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;

@@ -13,7 +13,7 @@
 // [n_kv_heads][block_size][head_dim / q8_group()] at byte scales_offset(kQ8_0). WriteRows
 // quantizes each row in one pass; the attention kernels read the blocks as they are.
 // q4_0 (attention/kv_q4.h) likewise, with head_dim / 2 bytes of codes per row: the codes
-// (ValueBytes(kQ4_0, block_stride()) bytes), then the scales at scales_offset(kQ4_0).
+// (attention::KvValueBytes(kQ4_0, block_stride()) bytes), then the scales at scales_offset(kQ4_0).
 // K and V may have different types: each tensor's buffers follow its own type.
 //
 // Sharing: blocks are reference-counted. SequenceKv::Fork makes a second sequence that
@@ -64,13 +64,6 @@ struct KvShape {
   void set_dtype(DType t) { k_dtype = v_dtype = t; }
   bool one_dtype() const { return k_dtype == v_dtype; }
   int kv_dim() const { return n_kv_heads * head_dim; }
-  // Whether rows of type t carry f16 scales after the block's values (q8_0, q4_0).
-  static bool HasScales(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
-  // Bytes of n values of type t (q8_0: n; q4_0: n / 2, n even; their scales follow the
-  // block's values).
-  static int64_t ValueBytes(DType t, int64_t n) {
-    return t == DType::kF16 ? 2 * n : t == DType::kQ8_0 ? n : t == DType::kQ4_0 ? n / 2 : 4 * n;
-  }
   // q8_0 / q4_0: values per scale (32, or head_dim when it is smaller).
   int q8_group() const { return attention::KvQ8Group(head_dim); }
   // Elements of one layer's K (or V) in one block.
@@ -78,11 +71,11 @@ struct KvShape {
   // A block is [kv_head][row][head_dim]: elements from one head's rows to the next head's.
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
   // q8_0 / q4_0 of type t: bytes from a block's start to its scales.
-  int64_t scales_offset(DType t) const { return ValueBytes(t, block_stride()); }
+  int64_t scales_offset(DType t) const { return attention::KvValueBytes(t, block_stride()); }
   // Bytes of one layer's K or V of type t in one block.
   int64_t LayerBytes(DType t) const {
-    const int64_t values = ValueBytes(t, block_stride());
-    return HasScales(t) ? values + block_stride() / q8_group() * 2 : values;
+    const int64_t values = attention::KvValueBytes(t, block_stride());
+    return attention::KvHasScales(t) ? values + block_stride() / q8_group() * 2 : values;
   }
   int64_t k_layer_bytes() const { return LayerBytes(k_dtype); }
   int64_t v_layer_bytes() const { return LayerBytes(v_dtype); }
@@ -148,7 +141,7 @@ class BlockPool {
     return reinterpret_cast<float*>(v_slot_bytes(layer, blocks, slot));
   }
   // The same for any element type: head 0 of the slot, head h is
-  // KvShape::ValueBytes(type, shape().head_stride()) bytes further (q8_0 / q4_0: the
+  // attention::KvValueBytes(type, shape().head_stride()) bytes further (q8_0 / q4_0: the
   // values; the scales are k_slot_q8_scales).
   uint8_t* k_slot_bytes(int layer, const int32_t* blocks, int slot) {
     return k_[layer] + SlotByteOffset(blocks, slot, shape_.k_dtype);
@@ -167,10 +160,10 @@ class BlockPool {
 
  private:
   // Byte offset of head 0 of slot `slot` in a layer's K (or V) storage of type t; head h
-  // is KvShape::ValueBytes(t, h * shape().head_stride()) bytes further.
+  // is attention::KvValueBytes(t, h * shape().head_stride()) bytes further.
   int64_t SlotByteOffset(const int32_t* blocks, int slot, DType t) const {
     return blocks[slot / shape_.block_size] * shape_.LayerBytes(t) +
-           KvShape::ValueBytes(t, static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim);
+           attention::KvValueBytes(t, static_cast<int64_t>(slot % shape_.block_size) * shape_.head_dim);
   }
   // q8_0 / q4_0 storage of type t: byte offset of head 0's first scale of slot `slot`.
   int64_t SlotScaleByteOffset(const int32_t* blocks, int slot, DType t) const {

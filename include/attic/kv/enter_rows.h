@@ -58,8 +58,8 @@ inline void EnterRotatedHeads(DType k_dtype, DType v_dtype, const attention::Rop
   for (DType t : {k_dtype, v_dtype}) {
     ATTIC_CHECK(t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kQ4_0);
   }
-  ATTIC_CHECK((!KvShape::HasScales(k_dtype) || k_scales != nullptr) &&
-              (!KvShape::HasScales(v_dtype) || v_scales != nullptr));
+  ATTIC_CHECK((!attention::KvHasScales(k_dtype) || k_scales != nullptr) &&
+              (!attention::KvHasScales(v_dtype) || v_scales != nullptr));
   if (k_dtype == DType::kF32) {
     // K rotated straight into place.
     rope.ApplyToken(k, static_cast<float*>(k_dst), n_heads, dst_head_stride, position);
@@ -85,7 +85,7 @@ void EnterRotatedF16Rows(BlockPool& pool, const attention::RopeTable& rope, int 
   const KvShape& shape = pool.shape();
   const int n_kv_heads = shape.n_kv_heads, hd = shape.head_dim, kvd = shape.kv_dim();
   const int64_t hs = shape.head_stride(), ss = shape.head_stride() / shape.q8_group();
-  const bool kq8 = KvShape::HasScales(shape.k_dtype), vq8 = KvShape::HasScales(shape.v_dtype);
+  const bool kq8 = attention::KvHasScales(shape.k_dtype), vq8 = attention::KvHasScales(shape.v_dtype);
   thread_local std::vector<float> kin, krow, vrow;
   kin.resize(static_cast<size_t>(kvd));
   krow.resize(static_cast<size_t>(kvd));
@@ -126,7 +126,7 @@ void EnterRotatedRows(BlockPool& pool, const attention::RopeTable& rope, int lay
     return;
   } else {
     const KvShape& shape = pool.shape();
-    const bool kq8 = KvShape::HasScales(shape.k_dtype), vq8 = KvShape::HasScales(shape.v_dtype);
+    const bool kq8 = attention::KvHasScales(shape.k_dtype), vq8 = attention::KvHasScales(shape.v_dtype);
     const int64_t scale_head_stride = shape.head_stride() / shape.q8_group();
     for (int s = first; s < first + n; ++s) {
       EnterRotatedHeads(shape.k_dtype, shape.v_dtype, rope, k_row(s), v_row(s), shape.n_kv_heads, shape.head_dim,
