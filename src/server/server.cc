@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/core/file.h"
 #include "attic/core/hash.h"
@@ -96,9 +97,14 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
     // Context caches are created on one instance and linked on any: their chunks' KV
     // goes to the shared tier at once, whatever the write policy.
     if (!options.remote.url.empty()) so.write_through_session_prefix = pic::kChunkStoreSessionPrefix;
-    if (so.kv_dtype == store::KvDtype::kQ8_0 && !attention::KvQ8Supports(engine.model().config().head_dim))
+    const int head_dim = engine.model().config().head_dim;
+    if (so.kv_dtype == store::KvDtype::kQ8_0 && !attention::KvQ8Supports(head_dim))
       return InvalidArgumentError("--kv-store-dtype q8_0 needs head_dim below 32 or a multiple of 32; this model's is " +
-                                  std::to_string(engine.model().config().head_dim));
+                                  std::to_string(head_dim));
+    if (so.kv_dtype == store::KvDtype::kQ4_0 && !attention::KvQ4Supports(head_dim))
+      return InvalidArgumentError(
+          "--kv-store-dtype q4_0 needs an even head_dim below 32 or a multiple of 32; this model's is " +
+          std::to_string(head_dim));
     auto tiers = store::KvStore::LocalTiers(so);
     if (!tiers.ok()) return tiers.status().WithContext("KV store");
     if (!options.remote.url.empty()) {  // the shared remote tier, below DRAM and SSD

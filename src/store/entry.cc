@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/core/hash.h"
 
@@ -20,7 +21,7 @@ constexpr uint32_t kMaxLayers = 1024;
 constexpr uint32_t kMaxKvDim = 1 << 16;
 constexpr uint32_t kMaxTokens = 1 << 22;
 constexpr uint32_t kMaxString = 1 << 12;
-constexpr uint32_t kMaxQ8Group = 32;  // attention::KvQ8Group: 32, or a smaller head_dim
+constexpr uint32_t kMaxGroup = 32;  // attention::KvQ8Group / KvQ4Group: 32, or a smaller head_dim
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -31,10 +32,12 @@ bool KnownKvDtype(uint32_t code) {
 }
 
 // Whether `group` suits rows of kv_dim values of `dtype`: values per scale of a quantized
-// type (attention::KvQ8Group: 32, or a smaller head_dim, dividing the row), 0 otherwise.
+// type (attention::KvQ8Group: 32, or a smaller head_dim, dividing the row; even for q4_0,
+// whose bytes hold two values), 0 otherwise.
 bool GroupFits(KvDtype dtype, uint32_t kv_dim, uint32_t group) {
   if (!KvDtypeQuantized(dtype)) return group == 0;
-  return group > 0 && group <= kMaxQ8Group && kv_dim % group == 0;
+  if (dtype == KvDtype::kQ4_0 && group % 2 != 0) return false;
+  return group > 0 && group <= kMaxGroup && kv_dim % group == 0;
 }
 
 char HexDigit(int v) { return "0123456789abcdef"[v & 15]; }
@@ -101,21 +104,24 @@ uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
 }
 
 // A quantized layer's scales (K then V: `bytes`, 2 * n_tokens rows of the header's type)
-// as the quantizer writes them: finite f16 and not negative (attention::QuantizeKvRowQ8
-// stores min(max|x| / 127, 65504)). A layer whose checksum holds but whose scales do not
-// (a writer's fault) is rejected like a corrupt one: its values would be NaN or Inf.
+// as the quantizer writes them: finite f16, and for q8_0 not negative
+// (attention::QuantizeKvRowQ8 stores min(max|x| / 127, 65504); q4_0's scale is the
+// group's signed largest-magnitude value over -8, either sign). A layer whose checksum
+// holds but whose scales do not (a writer's fault) is rejected like a corrupt one: its
+// values would be NaN or Inf.
 Status CheckLayerScales(const char* bytes, const KvEntry& meta) {
   if (!KvDtypeQuantized(meta.dtype)) return OkStatus();
   const size_t row = meta.row_bytes(), n_scales = static_cast<size_t>(meta.kv_dim / meta.group);
-  const size_t rows = 2ull * meta.n_tokens();
+  const size_t rows = 2ull * meta.n_tokens(), at = KvRowScalesOffset(meta.dtype, meta.kv_dim);
+  const uint16_t bad_sign = meta.dtype == KvDtype::kQ8_0 ? 0x8000 : 0;
   for (size_t r = 0; r < rows; ++r) {
-    const char* scales = bytes + r * row + meta.kv_dim;
+    const char* scales = bytes + r * row + at;
     for (size_t j = 0; j < n_scales; ++j) {
       uint16_t h;
       std::memcpy(&h, scales + 2 * j, sizeof(h));
-      // Sign bit set, or exponent all ones (Inf, NaN).
-      if ((h & 0x8000) != 0 || (h & 0x7c00) == 0x7c00)
-        return DataLossError("KV entry row " + std::to_string(r) + " has a bad q8_0 scale");
+      // A sign bit the type never sets, or exponent all ones (Inf, NaN).
+      if ((h & bad_sign) != 0 || (h & 0x7c00) == 0x7c00)
+        return DataLossError("KV entry row " + std::to_string(r) + " has a bad " + KvDtypeName(meta.dtype) + " scale");
     }
   }
   return OkStatus();
@@ -161,6 +167,7 @@ const char* KvDtypeName(KvDtype dtype) {
     case KvDtype::kF32: return "f32";
     case KvDtype::kF16: return "f16";
     case KvDtype::kQ8_0: return "q8_0";
+    case KvDtype::kQ4_0: return "q4_0";
   }
   return "unknown";
 }
@@ -174,19 +181,29 @@ bool ParseKvDtype(std::string_view name, KvDtype* dtype) {
   return false;
 }
 
-void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
-  int8_t* q = reinterpret_cast<int8_t*>(row);
+void QuantizeRow(KvDtype dtype, const float* x, int kv_dim, int group, uint8_t* row) {
+  uint8_t* scales = row + KvRowScalesOffset(dtype, kv_dim);
   for (int j = 0; j * group < kv_dim; ++j) {
     uint16_t scale;
-    // head_dim = group: KvQ8Group(group) == group for every group <= 32, so this is the
-    // compute buffer's quantization of that group of values.
-    attention::QuantizeKvRowQ8(x + j * group, group, q + j * group, &scale);
-    std::memcpy(row + kv_dim + 2 * j, &scale, sizeof(scale));
+    // head_dim = group: KvQ8Group(group) == KvQ4Group(group) == group for every group
+    // <= 32, so this is the compute buffer's quantization of that group of values.
+    if (dtype == KvDtype::kQ4_0) {
+      attention::QuantizeKvRowQ4(x + j * group, group, row + j * group / 2, &scale);
+    } else {
+      attention::QuantizeKvRowQ8(x + j * group, group, reinterpret_cast<int8_t*>(row) + j * group, &scale);
+    }
+    std::memcpy(scales + 2 * j, &scale, sizeof(scale));
   }
 }
 
-void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y) {
-  attention::DequantizeQ8(reinterpret_cast<const int8_t*>(row), row + kv_dim, kv_dim, group, y);
+void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, float* y) {
+  const uint8_t* scales = row + KvRowScalesOffset(dtype, kv_dim);
+  if (dtype == KvDtype::kQ8_0) {
+    attention::DequantizeQ8(reinterpret_cast<const int8_t*>(row), scales, kv_dim, group, y);
+    return;
+  }
+  for (int j = 0; j * group < kv_dim; ++j)
+    attention::DequantizeKvRowQ4(row + j * group / 2, scales + 2 * j, group, y + j * group);
 }
 
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }

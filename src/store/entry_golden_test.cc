@@ -47,7 +47,7 @@ struct Golden {
 std::vector<Golden> LoadGoldens() {
   const json manifest = json::parse(ReadFile(GoldenDir() + "golden_entries.json"));
   std::vector<Golden> out;
-  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv"}) {
+  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv", "golden_q4_0_v1.kv"}) {
     EXPECT_TRUE(manifest.contains(name)) << name;
     out.push_back({name, ReadFile(GoldenDir() + name), manifest.value(name, json::object())});
   }
@@ -62,11 +62,11 @@ std::string Unhex(const std::string& s) {
   return out;
 }
 
-// The bits of every element of a layer's K or V, as the manifest lists them (q8_0: the
-// stored bytes, row by row).
+// The bits of every element of a layer's K or V, as the manifest lists them (q8_0, q4_0:
+// the stored bytes, row by row).
 std::vector<uint32_t> Bits(const KvEntry& e, int layer, bool k) {
   std::vector<uint32_t> bits;
-  if (e.dtype == KvDtype::kQ8_0) {
+  if (KvDtypeQuantized(e.dtype)) {
     for (uint8_t b : (k ? e.kq : e.vq)[layer]) bits.push_back(b);
     return bits;
   }
@@ -98,7 +98,7 @@ KvEntry FromManifest(const json& m) {
   for (int l = 0; l < e.n_layers; ++l) {
     const auto kb = m["k_bits"][l].get<std::vector<uint32_t>>();
     const auto vb = m["v_bits"][l].get<std::vector<uint32_t>>();
-    if (e.dtype == KvDtype::kQ8_0) {
+    if (KvDtypeQuantized(e.dtype)) {
       e.kq.emplace_back(kb.begin(), kb.end());
       e.vq.emplace_back(vb.begin(), vb.end());
     } else if (e.dtype == KvDtype::kF16) {
@@ -168,17 +168,20 @@ TEST(GoldenEntry, AtticReadsWhatTheIndependentWriterWrote) {
   }
 }
 
-// Attic's q8_0 row quantization (the compute buffer's formula, QuantizeRowQ8) of the
-// script's f32 inputs gives the bytes the script's own quantizer wrote, and reading them
-// back gives scale * int8 of those bytes.
-TEST(GoldenEntry, Q8RowsAreTheIndependentQuantizersBytes) {
+// Attic's q8_0 and q4_0 row quantization (the compute buffer's formulas, QuantizeRow) of
+// the script's f32 inputs gives the bytes the script's own quantizer wrote, and reading
+// them back gives scale * int8 (q8_0) or scale * (code - 8) (q4_0) of those bytes.
+TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
   int checked = 0;
   for (const Golden& g : LoadGoldens()) {
-    if (g.m["dtype"] != "q8_0") continue;
+    KvDtype dtype;
+    ASSERT_TRUE(ParseKvDtype(g.m["dtype"].get<std::string>(), &dtype));
+    if (!KvDtypeQuantized(dtype)) continue;
     SCOPED_TRACE(g.name);
     const int kv_dim = g.m["kv_dim"], group = g.m["group"];
-    const size_t row = KvRowBytes(KvDtype::kQ8_0, kv_dim, group);
-    ASSERT_EQ(row, static_cast<size_t>(kv_dim + 2 * kv_dim / group));
+    const size_t row = KvRowBytes(dtype, kv_dim, group);
+    const int codes = dtype == KvDtype::kQ8_0 ? kv_dim : kv_dim / 2;  // bytes before the scales
+    ASSERT_EQ(row, static_cast<size_t>(codes + 2 * kv_dim / group));
     for (const char* which : {"k", "v"}) {
       for (size_t l = 0; l < g.m["k_bits"].size(); ++l) {
         const auto inputs = g.m[std::string(which) + "_input_bits"][l].get<std::vector<uint32_t>>();
@@ -188,23 +191,30 @@ TEST(GoldenEntry, Q8RowsAreTheIndependentQuantizersBytes) {
           std::vector<float> x(kv_dim);
           std::memcpy(x.data(), inputs.data() + t * kv_dim, kv_dim * 4);
           std::vector<uint8_t> mine(row);
-          QuantizeRowQ8(x.data(), kv_dim, group, mine.data());
+          QuantizeRow(dtype, x.data(), kv_dim, group, mine.data());
           const std::vector<uint8_t> theirs(stored.begin() + t * row, stored.begin() + (t + 1) * row);
           EXPECT_EQ(mine, theirs) << which << " layer " << l << " row " << t;
-          // Read back: each value is its group's scale (the row's f16 bits) times its int8.
+          // Read back: each value is its group's scale (the row's f16 bits) times its int8,
+          // or its 4-bit code (group g's byte j: value j low, value j + group / 2 high) - 8.
           std::vector<float> y(kv_dim);
-          DequantizeRowQ8(theirs.data(), kv_dim, group, y.data());
+          DequantizeRow(dtype, theirs.data(), kv_dim, group, y.data());
           for (int j = 0; j < kv_dim; ++j) {
-            const uint16_t bits = static_cast<uint16_t>(theirs[kv_dim + 2 * (j / group)] | theirs[kv_dim + 2 * (j / group) + 1] << 8);
+            const int at = codes + 2 * (j / group), in = j % group;
+            const uint16_t bits = static_cast<uint16_t>(theirs[at] | theirs[at + 1] << 8);
             const double scale = F16ToF32(bits);
-            EXPECT_EQ(y[j], scale * static_cast<int8_t>(theirs[j])) << j;
+            int q = static_cast<int8_t>(theirs[j]);
+            if (dtype == KvDtype::kQ4_0) {
+              const uint8_t byte = theirs[j / group * group / 2 + in % (group / 2)];
+              q = (in < group / 2 ? byte & 15 : byte >> 4) - 8;
+            }
+            EXPECT_EQ(y[j], scale * q) << j;
           }
           ++checked;
         }
       }
     }
   }
-  EXPECT_EQ(checked, 12);  // 2 layers x K, V x 3 rows
+  EXPECT_EQ(checked, 24);  // q8_0 and q4_0: 2 layers x K, V x 3 rows each
 }
 
 // The first byte where two buffers differ (for a readable failure).
@@ -235,7 +245,7 @@ TEST(GoldenEntry, EveryDamagedHeaderOrLayerByteIsDataLoss) {
     const size_t header = g.m["header_bytes"];
     const size_t data = g.m["data_offset"];
     const size_t layers_end = data + 2 * g.m["n_layers"].get<size_t>() * g.m["k_bits"][0].size() *
-                                         (g.m["dtype"] == "f16" ? 2 : g.m["dtype"] == "q8_0" ? 1 : 4);
+                                         (g.m["dtype"] == "f16" ? 2 : g.m["dtype"] == "f32" ? 4 : 1);
     ASSERT_LE(layers_end, g.bytes.size());
     std::vector<std::string> not_data_loss;
     auto check = [&](size_t at, uint8_t mask) {

@@ -141,24 +141,26 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
       }
     };
     const KvEntry& meta = seg.source->meta();
-    if (meta.dtype == KvDtype::kQ8_0) {
+    if (KvDtypeQuantized(meta.dtype)) {
       // Each row dequantized (exact) into a row buffer of the entering thread, in the same
       // pass that rotates K and writes the buffer's type (EnterRotatedRows reads K's row,
-      // then V's, of one slot at a time): a q8_0 buffer requantizes them with its own
-      // grouping (the same as the entry's when the model is the same).
+      // then V's, of one slot at a time): a quantized buffer requantizes them with its own
+      // grouping (the same as the entry's when the model is the same; requantizing a
+      // dequantized row in its own type gives it back).
       ATTIC_CHECK(meta.kv_dim == kvd && meta.group > 0);
       const int group = meta.group;
+      const KvDtype dtype = meta.dtype;
       enter(
-          [&, group](int s) {
+          [&, group, dtype](int s) {
             thread_local std::vector<float> krow;
             krow.resize(static_cast<size_t>(kvd));
-            DequantizeRowQ8(src.KQ(s + delta), kvd, group, krow.data());
+            DequantizeRow(dtype, src.KQ(s + delta), kvd, group, krow.data());
             return static_cast<const float*>(krow.data());
           },
-          [&, group](int s) {
+          [&, group, dtype](int s) {
             thread_local std::vector<float> vrow;
             vrow.resize(static_cast<size_t>(kvd));
-            DequantizeRowQ8(src.VQ(s + delta), kvd, group, vrow.data());
+            DequantizeRow(dtype, src.VQ(s + delta), kvd, group, vrow.data());
             return static_cast<const float*>(vrow.data());
           });
     } else if (seg.source->dtype() == KvDtype::kF16) {

@@ -240,11 +240,12 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
   }
 }
 
-// A q8_0 entry enters every compute-buffer type: each stored row dequantized (the
-// reference decodes the bytes itself: int8 times the group's f16 scale, in double), K
-// rotated to the slot's position (RopeTable::Apply, the reference the other preload tests
-// use), then written in the buffer's type. Tolerances, from the arithmetic each step adds
-// to the dequantized values:
+// A quantized entry (q8_0, q4_0) enters every compute-buffer type: each stored row
+// dequantized (the reference decodes the bytes itself, from entry.h's layout: an int8, or
+// a 4-bit code minus 8, times the group's f16 scale, in double), K rotated to the slot's
+// position (RopeTable::Apply, the reference the other preload tests use), then written
+// in the buffer's type. Tolerances, from the arithmetic each step adds to the dequantized
+// values:
 //   f32 buffer: V exact (a copy of an exact f32); K only RoPE's f32 rounding (1e-5, as
 //     EveryModeEntersTheSameBytes).
 //   f16 buffer: one f16 rounding, |x - f16(x)| <= 2^-11 |x| (normal halves; these values
@@ -252,14 +253,17 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
 //   q8_0 buffer: one more quantization of the row's group, |x - d q| <= d / 2 with d =
 //     f16(max|x| / 127) <= max|x| / 127 * (1 + 2^-11) (kv_q8.h), plus the f32 rounding of
 //     x / d (2^-24 |x| relative, so d * 2^-24 * 127 at most) and K's RoPE rounding.
+//   q4_0 buffer: one more q4_0 quantization of the group, |x - read(x)| <= |d'| (1 +
+//     2^-7) with |d'| = |f16(m / -8)| <= max|x| / 8 (1 + 2^-11) (kv_q4.h), max|x| taken
+//     with K's RoPE rounding added, plus that rounding.
 // The pre-RoPE copy the turn saves is the stored bytes, in slot order.
-TEST(Preload, Q8EntryEntersEveryBufferType) {
+void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
   const int kvd = kHeads * kHeadDim, group = attention::KvQ8Group(kHeadDim);
-  const size_t row = KvRowBytes(KvDtype::kQ8_0, kvd, group);
+  const size_t row = KvRowBytes(etype, kvd, group);
   std::vector<int32_t> tokens(kRows);
   for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
   KvEntry e = testing::MakeEntry(tokens, "s", "default", kLayers, kvd);
-  e.dtype = KvDtype::kQ8_0;
+  e.dtype = etype;
   e.group = group;
   e.kq.resize(kLayers);
   e.vq.resize(kLayers);
@@ -269,8 +273,8 @@ TEST(Preload, Q8EntryEntersEveryBufferType) {
     for (int r = 0; r < kRows; ++r) {
       std::vector<float> k4(e.k[l].begin() + r * kvd, e.k[l].begin() + (r + 1) * kvd);
       for (float& x : k4) x *= 4;  // K larger than V, as a model's is
-      QuantizeRowQ8(k4.data(), kvd, group, e.kq[l].data() + r * row);
-      QuantizeRowQ8(e.v[l].data() + r * kvd, kvd, group, e.vq[l].data() + r * row);
+      QuantizeRow(etype, k4.data(), kvd, group, e.kq[l].data() + r * row);
+      QuantizeRow(etype, e.v[l].data() + r * kvd, kvd, group, e.vq[l].data() + r * row);
     }
   }
   e.k.clear();
@@ -279,17 +283,27 @@ TEST(Preload, Q8EntryEntersEveryBufferType) {
   auto header = VerifyEntry(*shared, "fp-A");
   ASSERT_TRUE(header.ok()) << header.status().ToString();
   auto source = KvSource::Stored(shared, *header, e.key().ToString());
-  // Row r of a q8_0 layer, decoded from its bytes.
+  // Row r of a layer, decoded from its bytes: q8_0, kvd int8 values then the scales; q4_0,
+  // kvd / 2 bytes of codes (group g's at [g * group / 2, ...): byte b its value b in the
+  // low nibble, value b + group / 2 in the high one), then the scales.
   auto decode = [&](const std::vector<uint8_t>& layer, int r, float* out) {
     const uint8_t* p = layer.data() + r * row;
+    const int scales_at = etype == KvDtype::kQ4_0 ? kvd / 2 : kvd;
     for (int j = 0; j < kvd; ++j) {
-      const int jg = j / group;
-      const uint16_t scale = static_cast<uint16_t>(p[kvd + 2 * jg] | (p[kvd + 2 * jg + 1] << 8));
-      out[j] = static_cast<float>(static_cast<double>(F16ToF32(scale)) * static_cast<int8_t>(p[j]));
+      const int jg = j / group, in = j % group;
+      const uint16_t scale = static_cast<uint16_t>(p[scales_at + 2 * jg] | (p[scales_at + 2 * jg + 1] << 8));
+      int q;
+      if (etype == KvDtype::kQ4_0) {
+        const uint8_t byte = p[jg * group / 2 + in % (group / 2)];
+        q = (in < group / 2 ? byte & 15 : byte >> 4) - 8;
+      } else {
+        q = static_cast<int8_t>(p[j]);
+      }
+      out[j] = static_cast<float>(static_cast<double>(F16ToF32(scale)) * q);
     }
   };
   const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
-  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
     for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
       SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
       kv::KvShape shape = Shape();
@@ -327,13 +341,15 @@ TEST(Preload, Q8EntryEntersEveryBufferType) {
             const double x = (*want)[i], rope_err = is_k ? 1e-5 : 0.0;
             double tol = rope_err;
             if (buffer == DType::kF16) tol += std::ldexp(std::fabs(x), -11);
+            const int g0 = i / group * group;
+            double amax = 0;
+            for (int j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(static_cast<double>((*want)[j])));
             if (buffer == DType::kQ8_0) {
-              const int g0 = i / group * group;
-              double amax = 0;
-              for (int j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(static_cast<double>((*want)[j])));
               const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
               tol += d / 2 + d * 127 * std::ldexp(1.0, -24);
             }
+            if (buffer == DType::kQ4_0)
+              tol += (amax + rope_err) / 8 * (1 + std::ldexp(1.0, -11)) * (1 + std::ldexp(1.0, -7));
             ASSERT_LE(std::fabs((*got)[i] - x), tol) << (is_k ? "K" : "V") << " layer " << l << " at " << i;
           }
         }
@@ -341,6 +357,13 @@ TEST(Preload, Q8EntryEntersEveryBufferType) {
         EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * row, e.vq[l].end())) << l;
       }
     }
+  }
+}
+
+TEST(Preload, QuantizedEntryEntersEveryBufferType) {
+  for (KvDtype etype : {KvDtype::kQ8_0, KvDtype::kQ4_0}) {
+    SCOPED_TRACE(std::string(KvDtypeName(etype)) + " entry");
+    QuantizedEntryEntersEveryBufferType(etype);
   }
 }
 

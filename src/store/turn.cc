@@ -201,7 +201,7 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
       size_t at = rows->size();
       rows->resize(at + static_cast<size_t>(n) * row_bytes_);
       for (int i = 0; i < n; ++i, at += row_bytes_)
-        QuantizeRowQ8(src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows->data() + at);
+        QuantizeRow(dtype_, src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows->data() + at);
     }
     return;
   }
@@ -232,8 +232,8 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
     const float* vr = v + static_cast<size_t>(i) * kv_dim_;
     if (KvDtypeQuantized(dtype_)) {
       const size_t bat = static_cast<size_t>(slots[i] - base) * row_bytes_;
-      QuantizeRowQ8(kr, kv_dim_, group_, rows_.kq[layer].data() + bat);
-      QuantizeRowQ8(vr, kv_dim_, group_, rows_.vq[layer].data() + bat);
+      QuantizeRow(dtype_, kr, kv_dim_, group_, rows_.kq[layer].data() + bat);
+      QuantizeRow(dtype_, vr, kv_dim_, group_, rows_.vq[layer].data() + bat);
     } else if (dtype_ == KvDtype::kF16) {
       backend::ConvertF32ToF16(kr, rows_.k16[layer].data() + at, kv_dim_);
       backend::ConvertF32ToF16(vr, rows_.v16[layer].data() + at, kv_dim_);

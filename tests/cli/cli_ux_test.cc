@@ -150,6 +150,33 @@ TEST(CliUx, ServeKeepsADramTierUnlessToldNotTo) {
   EXPECT_NE(set.find("KV store: DRAM 48M,"), std::string::npos) << set;
 }
 
+// The store's entry type (docs/store.md "Which dtype is stored"): the compute buffer's
+// by default, the more exact of K's and V's when they differ, or --kv-store-dtype; a type
+// the store has not is a usage error naming the ones it has.
+TEST(CliUx, TheStoresEntryTypeFollowsTheBufferUnlessGiven) {
+  auto entries = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"serve", "-m", Stories(), "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Child s(args);
+    EXPECT_TRUE(s.WaitFor(true, "listening", 0, 30)) << s.err();
+    const std::string log = s.err();
+    s.Signal(SIGINT);
+    EXPECT_EQ(s.Wait(30), 0) << log;
+    const size_t at = log.find("entries hold ");
+    return at == std::string::npos ? log : log.substr(at + 13, log.find(' ', at + 13) - at - 13);
+  };
+  EXPECT_EQ(entries({}), "f32");
+  EXPECT_EQ(entries({"--kv-dtype", "q4_0"}), "q4_0");
+  EXPECT_EQ(entries({"--kv-dtype-k", "q8_0", "--kv-dtype-v", "q4_0"}), "q8_0");
+  EXPECT_EQ(entries({"--kv-dtype-k", "f16", "--kv-dtype-v", "q4_0"}), "f16");
+  EXPECT_EQ(entries({"--kv-store-dtype", "q4_0"}), "q4_0");
+  EXPECT_EQ(entries({"--kv-dtype", "q4_0", "--kv-store-dtype", "q8_0"}), "q8_0");
+  Result bad = RunAttic("serve -m " + Stories() + " --port 0 --kv-store-dtype q4_1");
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--kv-store-dtype"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("q4_0"), std::string::npos) << "the accepted types are named: " << bad.out;
+}
+
 // SIGINT as soon as the server says it listens stops it gracefully (exit 0), never a
 // hang or 130: the race window is small, so a few rounds.
 TEST(CliUx, ServeStopsGracefullyOnASignalAsSoonAsItListens) {

@@ -675,29 +675,32 @@ TEST(StoreIntegration, CancelWhileLoadingIsSafe) {
 // Every store type enters every compute-buffer type (docs/store.md "Which type is
 // stored"): a conversation's second turn reuses its first turn's entry from DRAM, an
 // entry holds KvRowBytes of its type a row (q8_0: 8 int8 values and one f16 scale per
-// group of head_dim 8 = 12 bytes of stories260K's 8-value heads, against f16's 16), and
-// the greedy tokens of the second turn are recompute's for an f32 store (exact whatever
-// the buffer: entering rotates and rounds f32 pre-RoPE K as the forward does). For f16
-// and q8_0 entries the tokens may part from recompute's; how many agree is printed (the
-// fidelity figure docs/store.md reports), not asserted.
-// The q8_0 entry's rows are checked against the f32 entry's (the forward's own pre-RoPE
-// K and V): each value within half its group's step d of the f32 one, d =
-// f16(max|x| / 127) <= max|x| / 127 * (1 + 2^-11), plus the f32 rounding of x / d
-// (127 d 2^-24) -- the bound kv_q8.h gives.
+// group of head_dim 8 = 12 bytes of stories260K's 8-value heads, q4_0: 4 bytes of codes
+// and one scale = 6, against f16's 16), and the greedy tokens of the second turn are
+// recompute's for an f32 store (exact whatever the buffer: entering rotates and rounds
+// f32 pre-RoPE K as the forward does). For f16 and quantized entries the tokens may part
+// from recompute's; how many agree is printed (the fidelity figure docs/store.md
+// reports), not asserted.
+// The quantized entries' rows are checked against the f32 entry's (the forward's own
+// pre-RoPE K and V): q8_0 each value within half its group's step d of the f32 one, d =
+// f16(max|x| / 127) <= max|x| / 127 * (1 + 2^-11), plus the f32 rounding of x / d (127 d
+// 2^-24) -- the bound kv_q8.h gives; q4_0 within |d'| (1 + 2^-7), |d'| = |f16(m / -8)| <=
+// max|x| / 8 * (1 + 2^-11) -- kv_q4.h's bound.
 TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
   // The first prompt of this file's tests, then golden_reference.json's (not chosen for
   // how they come out).
   const char* kPrompts[] = {"Lily had a red ball. She", "Zoo", "Once upon a time, there was a little dog",
                             "Lily and Tom went to the park. They"};
   constexpr int kNew = 40;
-  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  constexpr size_t kTypes = std::size(store::kKvDtypes);
+  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer");
     auto e = LoadStories(buffer);
     ASSERT_NE(e, nullptr);
     const kv::KvShape& shape = e->kv_pool().shape();
     const int group = attention::KvQ8Group(shape.head_dim);
-    store::KvEntry rows[3];  // the first prompt's entries, by store type
-    size_t agree_sum[3] = {0, 0, 0}, total_sum[3] = {0, 0, 0};
+    store::KvEntry rows[kTypes];  // the first prompt's entries, by store type
+    size_t agree_sum[kTypes] = {}, total_sum[kTypes] = {};
     for (const char* prompt : kPrompts) {
       SCOPED_TRACE(prompt);
       std::vector<int32_t> first = *e->Tokenize(prompt, true);
@@ -740,25 +743,36 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
                   "tokens agree with recompute (the common prefix of each)\n",
                   DTypeName(buffer), store::KvDtypeName(dt), std::size(kPrompts), agree_sum[static_cast<int>(dt)],
                   total_sum[static_cast<int>(dt)]);
-    // The q8_0 entry against the f32 one (the same forward's K and V).
-    const store::KvEntry& f32 = rows[0];
-    const store::KvEntry& q8 = rows[2];
+    // The quantized entries against the f32 one (the same forward's K and V).
+    const store::KvEntry& f32 = rows[static_cast<int>(store::KvDtype::kF32)];
     const int kvd = shape.kv_dim();
     std::vector<float> y(kvd);
-    for (int l = 0; l < f32.n_layers; ++l)
-      for (int r = 0; r < f32.n_tokens(); ++r)
-        for (bool k : {true, false}) {
-          const float* x = k ? f32.k_row(l, r) : f32.v_row(l, r);
-          store::DequantizeRowQ8(reinterpret_cast<const uint8_t*>(k ? q8.k_row_bytes(l, r) : q8.v_row_bytes(l, r)), kvd,
-                                 group, y.data());
-          for (int j = 0; j < kvd; ++j) {
-            double amax = 0;
-            for (int i = j / group * group; i < (j / group + 1) * group; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
-            const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
-            ASSERT_LE(std::fabs(double{y[j]} - x[j]), d / 2 + 127 * d * std::ldexp(1.0, -24))
-                << (k ? "K" : "V") << " layer " << l << " row " << r << " value " << j;
+    for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0}) {
+      SCOPED_TRACE(std::string(store::KvDtypeName(dt)) + " entry against the f32 one");
+      const store::KvEntry& q = rows[static_cast<int>(dt)];
+      ASSERT_EQ(q.n_tokens(), f32.n_tokens());
+      for (int l = 0; l < f32.n_layers; ++l)
+        for (int r = 0; r < f32.n_tokens(); ++r)
+          for (bool k : {true, false}) {
+            const float* x = k ? f32.k_row(l, r) : f32.v_row(l, r);
+            store::DequantizeRow(dt, reinterpret_cast<const uint8_t*>(k ? q.k_row_bytes(l, r) : q.v_row_bytes(l, r)),
+                                 kvd, group, y.data());
+            for (int j = 0; j < kvd; ++j) {
+              double amax = 0;
+              for (int i = j / group * group; i < (j / group + 1) * group; ++i)
+                amax = std::max(amax, std::fabs(double{x[i]}));
+              double tol;
+              if (dt == store::KvDtype::kQ8_0) {
+                const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
+                tol = d / 2 + 127 * d * std::ldexp(1.0, -24);
+              } else {
+                tol = amax / 8 * (1 + std::ldexp(1.0, -11)) * (1 + std::ldexp(1.0, -7));
+              }
+              ASSERT_LE(std::fabs(double{y[j]} - x[j]), tol)
+                  << (k ? "K" : "V") << " layer " << l << " row " << r << " value " << j;
+            }
           }
-        }
+    }
   }
 }
 

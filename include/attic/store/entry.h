@@ -20,7 +20,11 @@
 //               q8_0: kv_dim int8 values, then the row's kv_dim / group f16 scales, scale
 //               j for values [j * group, (j + 1) * group), value = scale * int8 --
 //               attention/kv_q8.h's formula applied to each group of the row, so a row is
-//               kv_dim + 2 * kv_dim / group bytes, KvRowBytes)
+//               kv_dim + 2 * kv_dim / group bytes, KvRowBytes;
+//               q4_0: kv_dim / 2 bytes of 4-bit codes, then the row's kv_dim / group f16
+//               scales -- attention/kv_q4.h's formula and nibble order applied to each
+//               group of the row (group j's codes at bytes [j * group / 2, (j + 1) *
+//               group / 2)), so a row is kv_dim / 2 + 2 * kv_dim / group bytes)
 //   then (version 2) each attachment's bytes, in header order, unaligned
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
@@ -55,27 +59,39 @@ namespace attic::store {
 // them enters any compute-buffer type (kv_loader.h). The store writes entries of its
 // type and uses only those (the key names the type).
 // kQ8_0: 8-bit values with one f16 scale per `group` values of a row (the compute
-// buffer's q8_0 grouping: attention::KvQ8Group(head_dim)); a quantized type records its
-// group in the header (KvEntry::group), so a later 4-bit type is another value here.
-enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
-inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0};
+// buffer's q8_0 grouping: attention::KvQ8Group(head_dim)); kQ4_0: 4-bit codes with the
+// same groups (attention::KvQ4Group). A quantized type records its group in the header
+// (KvEntry::group). K and V of an entry share its type.
+enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3 };
+inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0};
 const char* KvDtypeName(KvDtype dtype);
-// The type named `name` ("f32", "f16", "q8_0"); false when there is none.
+// The type named `name` ("f32", "f16", "q8_0", "q4_0"); false when there is none.
 bool ParseKvDtype(std::string_view name, KvDtype* dtype);
 // Whether rows of the type are blocks of small integers with scales (then a group > 0).
-inline bool KvDtypeQuantized(KvDtype dtype) { return dtype == KvDtype::kQ8_0; }
+inline bool KvDtypeQuantized(KvDtype dtype) { return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0; }
 // Bytes of one element of an unquantized type (f32 4, f16 2).
 inline size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
+// Where a quantized row's scales start: after its kv_dim values' codes.
+inline size_t KvRowScalesOffset(KvDtype dtype, int kv_dim) {
+  return dtype == KvDtype::kQ4_0 ? static_cast<size_t>(kv_dim) / 2 : static_cast<size_t>(kv_dim);
+}
 // Bytes of one row of kv_dim values (group: values per scale of a quantized type).
 inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
-  if (dtype == KvDtype::kQ8_0) return static_cast<size_t>(kv_dim) + 2 * static_cast<size_t>(kv_dim / group);
+  if (KvDtypeQuantized(dtype)) return KvRowScalesOffset(dtype, kv_dim) + 2 * static_cast<size_t>(kv_dim / group);
   return static_cast<size_t>(kv_dim) * KvDtypeBytes(dtype);
 }
-// A q8_0 row (KvRowBytes bytes at `row`) from kv_dim f32 values, each group of `group`
-// values quantized by attention::QuantizeKvRowQ8 (the compute buffer's formula), and back
-// (exact: an int8 times an f16 scale is an f32).
-void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row);
-void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y);
+// A quantized row of `dtype` (KvRowBytes bytes at `row`) from kv_dim f32 values, each
+// group of `group` values quantized by the compute buffer's formula
+// (attention::QuantizeKvRowQ8 / QuantizeKvRowQ4), and back (exact: a small integer times
+// an f16 scale is an f32). QuantizeRowQ8 / DequantizeRowQ8: dtype kQ8_0.
+void QuantizeRow(KvDtype dtype, const float* x, int kv_dim, int group, uint8_t* row);
+void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, float* y);
+inline void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
+  QuantizeRow(KvDtype::kQ8_0, x, kv_dim, group, row);
+}
+inline void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y) {
+  DequantizeRow(KvDtype::kQ8_0, row, kv_dim, group, y);
+}
 
 // Bytes of the own rows a holder of the per-type row vectors keeps (KvEntry,
 // store::TurnRows: k, v f32; k16, v16 IEEE half; kq, vq quantized rows' bytes).
@@ -99,7 +115,7 @@ struct EntryKey {
   std::string session_id;   // may be empty
 
   // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype "f32",
-  // "f16" or "q8_0"), 16 hex digits
+  // "f16", "q8_0" or "q4_0"), 16 hex digits
   // each: safe as a file name or a remote key, unique per (tenant, model, dtype,
   // tokens, session).
   std::string ToString() const;
@@ -245,8 +261,9 @@ inline const float* EntryLayerK(std::string_view bytes, const EntryHeader& h, in
 inline const float* EntryLayerV(std::string_view bytes, const EntryHeader& h, int layer) {
   return reinterpret_cast<const float*>(EntryLayerVBytes(bytes, h, layer));
 }
-// Checks layer l's checksum (and a quantized layer's scales: every one finite and not
-// negative, as the quantizer writes them). DataLoss on a mismatch or a bad scale.
+// Checks layer l's checksum (and a quantized layer's scales as the quantizer writes them:
+// every one finite, and for q8_0 not negative; q4_0's carry the sign of the group's
+// largest-magnitude value). DataLoss on a mismatch or a bad scale.
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer);
 
 // Reading an entry a layer at a time (Tier::GetRange; layer_read.h):

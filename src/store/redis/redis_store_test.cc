@@ -376,7 +376,7 @@ TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {
   EXPECT_FALSE(a.store->Lookup("default", "unknown", Range(0, 33)).has_value());
 }
 
-// MakeEntry's rows as an f16 or a q8_0 entry (kv_dim 16: two groups of 8 a row).
+// MakeEntry's rows as an f16 or a quantized entry (kv_dim 16: two groups of 8 a row).
 KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
   KvEntry e = MakeEntry(Range(n * 1000, n_tokens), "j" + std::to_string(n), "default", 2, 16, "fp-A", n);
   e.dtype = dtype;
@@ -394,8 +394,8 @@ KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
       e.kq.emplace_back(n_tokens * row);
       e.vq.emplace_back(n_tokens * row);
       for (int r = 0; r < n_tokens; ++r) {
-        QuantizeRowQ8(e.k[l].data() + r * 16, 16, 8, e.kq[l].data() + r * row);
-        QuantizeRowQ8(e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * row);
+        QuantizeRow(dtype, e.k[l].data() + r * 16, 16, 8, e.kq[l].data() + r * row);
+        QuantizeRow(dtype, e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * row);
       }
     }
   }
@@ -407,11 +407,12 @@ KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
 // The identity rule on the shared tier across restarts (docs/store.md "Which type is
 // stored"): an instance of another store type never serves a session's entry of the
 // cluster (the session pointer names the type: it is not even found); f16 -> q8_0 ->
-// f16 -> q8_0 instances on one cluster each find their own type's entry, with its rows.
+// q4_0 -> f16 -> q8_0 -> q4_0 instances on one cluster each find their own type's entry,
+// with its rows.
 TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
   ATTIC_REQUIRE_REDIS();
   const std::string prefix = FreshPrefix();
-  const KvEntry f16 = Typed(KvDtype::kF16, 3, 32), q8 = Typed(KvDtype::kQ8_0, 3, 24);
+  const KvEntry f16 = Typed(KvDtype::kF16, 3, 32), q8 = Typed(KvDtype::kQ8_0, 3, 24), q4 = Typed(KvDtype::kQ4_0, 3, 20);
   auto open = [&](KvDtype dtype) {
     return Open(prefix, 8, /*write_through=*/true, "redis://" + redis::testing::TestNodes(), PolicyKind::kLru, "", true,
                 dtype);
@@ -427,9 +428,15 @@ TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
     EXPECT_EQ(b.store->Stats().shared_found, 0u);
     ASSERT_TRUE(b.store->Save(q8).ok());
   }
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kQ8_0}) {
+  {
+    Instance b = open(KvDtype::kQ4_0);
+    EXPECT_FALSE(b.store->Lookup("default", "j3", Range(3000, 40)).has_value());
+    EXPECT_EQ(b.store->Stats().shared_found, 0u);
+    ASSERT_TRUE(b.store->Save(q4).ok());
+  }
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0}) {
     SCOPED_TRACE(KvDtypeName(dtype));
-    const KvEntry& want = dtype == KvDtype::kF16 ? f16 : q8;
+    const KvEntry& want = dtype == KvDtype::kF16 ? f16 : dtype == KvDtype::kQ8_0 ? q8 : q4;
     Instance c = open(dtype);
     auto m = c.store->Lookup("default", "j3", Range(3000, 40));
     ASSERT_TRUE(m.has_value());
@@ -444,9 +451,11 @@ TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
     EXPECT_EQ(e->vq, want.vq);
   }
   // The entries' bytes (what the cluster holds of each): the same 4096-byte header; a
-  // q8_0 row of 16 values is 16 + 2 * 2 = 20 bytes against f16's 32.
+  // q8_0 row of 16 values is 16 + 2 * 2 = 20 bytes, a q4_0 one 8 + 2 * 2 = 12, against
+  // f16's 32.
   EXPECT_EQ(f16.SerializedBytes(), 4096u + 2 * 2 * 32 * 32);
   EXPECT_EQ(q8.SerializedBytes(), 4096u + 2 * 2 * 24 * 20);
+  EXPECT_EQ(q4.SerializedBytes(), 4096u + 2 * 2 * 20 * 12);
 }
 
 }  // namespace

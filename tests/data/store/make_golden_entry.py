@@ -13,6 +13,8 @@ Outputs, next to this script:
   golden_f16_v2.kv        an f16 entry with one attachment (format version 2)
   golden_q8_0_v1.kv       a q8_0 entry (8-bit values, one f16 scale per group of 8
                           values of a row), without attachments
+  golden_q4_0_v1.kv       a q4_0 entry (4-bit codes, one f16 scale per group of 8
+                          values of a row), without attachments
   golden_entries.json     what each file holds: every field, the K/V element bits, the
                           attachments, the checksums and the entry's key (its file name)
 
@@ -227,8 +229,9 @@ def _self_test():
 
 MAGIC = b"ATTICKV1"
 ALIGN = 4096
-DTYPE_F32, DTYPE_F16, DTYPE_Q8_0 = 0, 1, 2
-DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0"}
+DTYPE_F32, DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0 = 0, 1, 2, 3
+DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0", DTYPE_Q4_0: "q4_0"}
+QUANTIZED = (DTYPE_Q8_0, DTYPE_Q4_0)
 SEED_HEADER = 0x68       # header checksum
 SEED_ATTACHMENT = 0x6174  # attachment checksum
 SEED_TENANT, SEED_FINGERPRINT, SEED_SESSION = 1, 2, 3  # key fields
@@ -273,20 +276,44 @@ def _quantize_group(xs):
     return q, d_bits
 
 
-def _q8_rows(values, kv_dim, group):
-    """A layer's K or V rows in q8_0: per row kv_dim int8 values, then the row's
-    kv_dim / group f16 scales. Returns (bytes, the f32 inputs' bits)."""
+def _quantize_group_q4(xs):
+    """One group of f32 values in q4_0 (docs/store.md "Byte layout", llama.cpp's
+    quantize_row_q4_0_ref): m = the first value of largest magnitude (sign kept),
+    d = m / -8 in f32, id = 1 / d (an f32 quotient; 0 when d is 0), code = min(15,
+    trunc(f32(f32(x * id) + 8.5))); the scale stored is f16(d clamped to +-65504). Byte j
+    of the group holds value j's code in its low nibble and value j + g / 2's in its high
+    one. Returns (the group's g / 2 bytes, f16 bits of the scale)."""
+    amax, m = 0.0, 0.0
+    for x in xs:
+        if amax < abs(x):
+            amax, m = abs(x), x
+    d = _f32(m / -8.0)
+    inv = _f32(1.0 / d) if d != 0 else 0.0
+    d_bits = int.from_bytes(struct.pack("<e", max(-65504.0, min(65504.0, d))), "little")
+    codes = [min(15, int(_f32(_f32(x * inv) + 8.5))) for x in xs]
+    half = len(xs) // 2
+    return bytes(codes[j] | (codes[j + half] << 4) for j in range(half)), d_bits
+
+
+def _quantized_rows(values, kv_dim, group, dtype):
+    """A layer's K or V rows in q8_0 (per row kv_dim int8 values) or q4_0 (per row kv_dim
+    / 2 bytes of codes, group after group), then the row's kv_dim / group f16 scales.
+    Returns (bytes, the f32 inputs' bits)."""
     raw = b""
     inputs = []
     for t in range(len(values) // kv_dim):
         row = [_f32(x) for x in values[t * kv_dim:(t + 1) * kv_dim]]
         inputs += [int.from_bytes(struct.pack("<f", x), "little") for x in row]
-        qs, scales = [], []
+        codes, scales = b"", []
         for g in range(0, kv_dim, group):
-            q, d_bits = _quantize_group(row[g:g + group])
-            qs += q
+            if dtype == DTYPE_Q8_0:
+                q, d_bits = _quantize_group(row[g:g + group])
+                codes += struct.pack("<%db" % group, *q)
+            else:
+                q, d_bits = _quantize_group_q4(row[g:g + group])
+                codes += q
             scales.append(d_bits)
-        raw += struct.pack("<%db" % kv_dim, *qs) + struct.pack("<%dH" % len(scales), *scales)
+        raw += codes + struct.pack("<%dH" % len(scales), *scales)
     return raw, inputs
 
 
@@ -300,15 +327,16 @@ def write_entry(e):
     layers, k_bits, v_bits, layer_checksums = [], [], [], []
     k_inputs, v_inputs = [], []
     for l in range(n_layers):
-        if dtype == DTYPE_Q8_0:
-            # The bits listed are the stored bytes (values and scales, row by row); the f32
+        if dtype in QUANTIZED:
+            # The bits listed are the stored bytes (codes and scales, row by row); the f32
             # inputs they were quantized from are listed apart.
-            k_raw, ki = _q8_rows(e["k"][l], kv_dim, group)
-            v_raw, vi = _q8_rows(e["v"][l], kv_dim, group)
+            k_raw, ki = _quantized_rows(e["k"][l], kv_dim, group, dtype)
+            v_raw, vi = _quantized_rows(e["v"][l], kv_dim, group, dtype)
             kb, vb = list(k_raw), list(v_raw)
             k_inputs.append(ki)
             v_inputs.append(vi)
-            assert len(kb) == len(vb) == n_tokens * (kv_dim + 2 * kv_dim // group)
+            codes = kv_dim if dtype == DTYPE_Q8_0 else kv_dim // 2
+            assert len(kb) == len(vb) == n_tokens * (codes + 2 * kv_dim // group)
         else:
             k_raw, kb = _elements(e["k"][l], dtype)
             v_raw, vb = _elements(e["v"][l], dtype)
@@ -320,7 +348,7 @@ def write_entry(e):
         # with the first.
         layer_checksums.append(xxh3_64(v_raw, xxh3_64(k_raw, 0)))
     body = MAGIC + struct.pack("<5I", version, dtype, n_layers, kv_dim, n_tokens)
-    if dtype == DTYPE_Q8_0:  # a quantized type's group follows n_tokens
+    if dtype in QUANTIZED:  # a quantized type's group follows n_tokens
         body += struct.pack("<I", group)
     body += struct.pack("<q", e["expires_at_ms"])
     body += _string(e["tenant"]) + _string(e["session_id"]) + _string(e["fingerprint"])
@@ -371,7 +399,7 @@ def write_entry(e):
         "total_bytes": len(out),
         "key": key,
     }
-    if dtype == DTYPE_Q8_0:
+    if dtype in QUANTIZED:
         manifest["group"] = group
         manifest["k_input_bits"] = k_inputs
         manifest["v_input_bits"] = v_inputs
@@ -390,6 +418,20 @@ def _q8_golden_rows(layer, sign):
     t0 = [127 / 16, 2.5 / 16, -2.5 / 16, 0.5 / 16, -0.5 / 16, 1.0, -3.0, 0.25 * (layer + 1)] + [0.0] * 8
     t1 = [1.0, -1.0, 0.5, 0.1, -0.3, 0.007, 0.0, 0.75] + [sign * x for x in [0.125, 1.5, -2.0, 3.0, 0.0, 1.0, -4.0, 0.5]]
     t2 = [1e6, -1e6, 300.0, 5e5, -2e6, 0.0, 1e5, -3e4] + [0.001 * (j + 1) for j in range(8)]
+    return [sign * x if i < 8 else x for i, x in enumerate(t0)] + t1 + t2
+
+
+def _q4_golden_rows(layer, sign):
+    """The q4_0 golden entry's 3 rows of 16 values (see main) for one layer's K or V."""
+    # Token 0: m = -4 (d = 0.5: code trunc(x / 0.5 + 8.5): 0.75 -> 10, -0.25 -> 8, 3.5 ->
+    # 15 and 3.9 -> 16 capped at 15), then a group of zeros (d = 0, every code 8).
+    t0 = [-4.0, 0.75, -0.25, 3.5, 3.9, 0.0, -1.0, 0.5 * (layer + 1)] + [0.0] * 8
+    # Token 1: +-2 tie in magnitude (the first, +2, is m: d = -0.25), then m = 1 (d =
+    # -0.125) with values not multiples of the step.
+    t1 = [2.0, -2.0, 0.3, -0.7, 1.1, 0.01, -1.9, 0.0] + [sign * x for x in [0.1, 1.0, -0.33, 0.6, -0.99, 0.5, 0.2, -0.05]]
+    # Token 2: m = -1e6 (d = 125000 clamps to 65504 in the scale; the codes use the
+    # unclamped d), then m = 7e-3 (d = -8.75e-4: a scale f16 rounds).
+    t2 = [-1e6, 5e5, 3e5, -2.5e5, 1e5, 0.0, 9e5, -4e5] + [0.001 * (j + 1) for j in range(7)] + [-0.002]
     return [sign * x if i < 8 else x for i, x in enumerate(t0)] + t1 + t2
 
 
@@ -427,6 +469,17 @@ def main():
             "tenant": "carol", "session_id": "q8-session", "fingerprint": "golden-model-fp",
             "tokens": [11, 12, 13], "positions": [0, 1, 2],
             "k": [_q8_golden_rows(l, 1.0) for l in range(2)], "v": [_q8_golden_rows(l, -0.5) for l in range(2)],
+            "attachments": [],
+        },
+        # q4_0, version 1: 2 layers, kv_dim 16 in groups of 8, 3 tokens; a row is 8 + 2 * 2 =
+        # 12 bytes. Hand-picked groups (_q4_golden_rows): exact steps, the cap at code 15, a
+        # group of zeros, a tie in magnitude, a clamped scale, a rounded one; V's rows are
+        # K's times -0.5 (the other sign of every scale).
+        "golden_q4_0_v1.kv": {
+            "dtype": DTYPE_Q4_0, "group": 8, "n_layers": 2, "kv_dim": 16, "expires_at_ms": 0,
+            "tenant": "dave", "session_id": "q4-session", "fingerprint": "golden-model-fp",
+            "tokens": [21, 22, 23], "positions": [4, 5, 6],
+            "k": [_q4_golden_rows(l, 1.0) for l in range(2)], "v": [_q4_golden_rows(l, -0.5) for l in range(2)],
             "attachments": [],
         },
     }
