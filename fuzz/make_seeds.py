@@ -152,13 +152,18 @@ def tokenizer_encode():
         i += 1
 
 
-def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=()):
+def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0):
     # docs/store.md's layout; the checksums are left zero for ssd_entry's repair mode.
-    eb = 2 if dtype == 1 else 4
+    # Row bytes: f32 4 kv_dim, f16 2 kv_dim, q8_0 (dtype 2) kv_dim int8 and q4_0 (dtype 3)
+    # kv_dim / 2 bytes of codes, then kv_dim / group f16 scales.
+    row = {0: 4 * kv_dim, 1: 2 * kv_dim}.get(dtype, (kv_dim if dtype == 2 else kv_dim // 2) + 2 * (kv_dim // max(group, 1)))
     def s(x):
         return struct.pack("<I", len(x)) + x
     version = 2 if attachments else 1
-    h = b"ATTICKV1" + struct.pack("<IIIIIq", version, dtype, n_layers, kv_dim, n_tokens, 0)
+    h = b"ATTICKV1" + struct.pack("<IIIII", version, dtype, n_layers, kv_dim, n_tokens)
+    if dtype in (2, 3):  # a quantized type's group follows n_tokens
+        h += struct.pack("<I", group)
+    h += struct.pack("<q", 0)
     h += s(b"default") + s(b"session-1") + s(b"fp")
     if attachments:
         h += struct.pack("<I", len(attachments))
@@ -167,8 +172,10 @@ def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=()):
     h += struct.pack("<%di" % n_tokens, *range(10, 10 + n_tokens)) + struct.pack("<%di" % n_tokens, *range(n_tokens))
     h += bytes(8 * n_layers) + bytes(8)
     h += bytes(-len(h) % 4096)
-    layer = bytes(range(256)) * ((2 * n_tokens * kv_dim * eb) // 256 + 1)
-    body = b"".join(layer[:2 * n_tokens * kv_dim * eb] for _ in range(n_layers))
+    # Bytes 0..255 repeated: a quantized row's scales among them are finite f16 or not
+    # (0x7c00 and up, 0xfc00 and up): both paths of the scale check.
+    layer = bytes(range(256)) * ((2 * n_tokens * row) // 256 + 1)
+    body = b"".join(layer[:2 * n_tokens * row] for _ in range(n_layers))
     return h + body + b"".join(blob for _, blob in attachments)
 
 
@@ -178,6 +185,9 @@ def ssd_entry():
     put("ssd_entry", 2, b"\x07" + entry(attachments=[(b"pq", b"codes")]))
     put("ssd_entry", 3, b"\x04" + bytes(100))
     put("ssd_entry", 4, b"\x01" + entry()[:200])
+    put("ssd_entry", 5, b"\x03" + entry(dtype=2, kv_dim=16, group=8))
+    put("ssd_entry", 6, b"\x07" + entry(dtype=3, kv_dim=16, group=8, n_tokens=5))
+    put("ssd_entry", 7, b"\x03" + entry(dtype=3, kv_dim=64, group=32, n_layers=1))
 
 
 def redis_entry():

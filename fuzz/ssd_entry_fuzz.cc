@@ -46,10 +46,11 @@ void Repair(std::string& b, bool layers) {
   const uint32_t version = U32(b, 8), dtype = U32(b, 12), n_layers = U32(b, 16), kv_dim = U32(b, 20),
                  n_tokens = U32(b, 24);
   if (n_layers == 0 || n_layers > 1024 || n_tokens == 0 || n_tokens > (1u << 22) || kv_dim > (1u << 16)) return;
-  // q8_0 (dtype 2): the group (u32) follows n_tokens.
-  const uint32_t group = dtype == 2 && b.size() >= 40 ? U32(b, 28) : 0;
-  if (dtype == 2 && (group == 0 || kv_dim % group != 0)) return;
-  size_t pos = dtype == 2 ? 40 : 36;
+  // q8_0 (dtype 2) and q4_0 (dtype 3): the group (u32) follows n_tokens.
+  const bool quantized = dtype == 2 || dtype == 3;
+  const uint32_t group = quantized && b.size() >= 40 ? U32(b, 28) : 0;
+  if (quantized && (group == 0 || kv_dim % group != 0)) return;
+  size_t pos = quantized ? 40 : 36;
   auto skip_str = [&]() {
     if (pos + 4 > b.size()) return false;
     const uint32_t n = U32(b, pos);
@@ -74,7 +75,9 @@ void Repair(std::string& b, bool layers) {
   if (body + 8 > b.size()) return;
   if (layers) {
     const uint64_t data = (body + 8 + kEntryAlign - 1) / kEntryAlign * kEntryAlign;
-    const uint64_t row = dtype == 2 ? kv_dim + 2ull * (kv_dim / group) : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
+    // q8_0: kv_dim int8 values, q4_0: kv_dim / 2 bytes of codes, then kv_dim / group f16 scales.
+    const uint64_t codes = dtype == 2 ? kv_dim : kv_dim / 2;
+    const uint64_t row = quantized ? codes + 2ull * (kv_dim / group) : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
     const uint64_t half = uint64_t{n_tokens} * row;
     for (uint32_t l = 0; l < n_layers; ++l) {
       const uint64_t at = data + l * 2 * half;
