@@ -366,6 +366,58 @@ TEST(StoreIntegration, SessionSurvivesRestart) {
   EXPECT_EQ(b.text, Recompute(*e, second, 12));
 }
 
+// A quantized store's session across a restart over its SSD directory (q8_0, q4_0): the
+// second turn after the restart reuses the first turn's entry, read back from the file,
+// and gives exactly the tokens the same second turn gives without a restart (both enter
+// the same stored bytes: the file holds the entry the first server saved, bit for bit).
+TEST(StoreIntegration, AQuantizedSessionSurvivesARestartBitForBit) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> first = *e->Tokenize("Sara had a big red ball. She liked to", true);
+  for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0}) {
+    SCOPED_TRACE(store::KvDtypeName(dt));
+    std::string text[2];
+    int cached[2] = {0, 0};
+    std::vector<uint8_t> rows[2];  // layer 0's K and V rows of the first turn's entry, as loaded
+    std::vector<int32_t> second;
+    int n_reply = 0;
+    for (bool restart : {false, true}) {
+      ScratchDir dir(restart ? "q-restart" : "q-no-restart");
+      auto store = OpenStore(*e, 0, dir.path(), nullptr, dt);  // DRAM of 0 bytes: straight to SSD
+      auto scheduler = std::make_unique<Scheduler>(*e, NoResident());
+      scheduler->set_store(store.get());
+      RunTurn(*scheduler, first, "conv", 12);
+      if (second.empty()) second = NextTurn(*e, first, 12, " They played all day.", &n_reply);
+      if (restart) {
+        scheduler->Shutdown();
+        scheduler.reset();
+        store.reset();
+        store = OpenStore(*e, 64 << 20, dir.path(), nullptr, dt);
+        scheduler = std::make_unique<Scheduler>(*e, NoResident());
+        scheduler->set_store(store.get());
+      }
+      store->Flush();
+      auto info = store->GetSession("default", "conv");
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_TRUE(store::EntryKeyHasDtype(info->key, dt)) << info->key;
+      auto entry = store->Load(info->key);
+      ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+      for (int r = 0; r < entry->n_tokens(); ++r)
+        for (const char* row : {entry->k_row_bytes(0, r), entry->v_row_bytes(0, r)})
+          rows[restart].insert(rows[restart].end(), row, row + entry->row_bytes());
+      Turn b = RunTurn(*scheduler, second, "conv", 12);
+      text[restart] = b.text;
+      cached[restart] = b.usage.cached_tokens;
+      scheduler->Shutdown();
+    }
+    EXPECT_GE(cached[1], static_cast<int>(first.size()) + n_reply - 1);
+    EXPECT_EQ(cached[1], cached[0]);
+    EXPECT_FALSE(rows[0].empty());
+    EXPECT_EQ(rows[1], rows[0]);
+    EXPECT_EQ(text[1], text[0]);
+  }
+}
+
 // An f16 store (StoreOptions::kv_dtype) over an f16 compute buffer: entries hold half
 // the KV bytes of the f32 store's, a returning turn loaded from DRAM or, after a
 // restart, from SSD gives recompute's greedy tokens, and a store of the other dtype
