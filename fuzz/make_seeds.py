@@ -155,13 +155,16 @@ def tokenizer_encode():
 def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0):
     # docs/store.md's layout; the checksums are left zero for ssd_entry's repair mode.
     # Row bytes: f32 4 kv_dim, f16 2 kv_dim, q8_0 (dtype 2) kv_dim int8 and q4_0 (dtype 3)
-    # kv_dim / 2 bytes of codes, then kv_dim / group f16 scales.
-    row = {0: 4 * kv_dim, 1: 2 * kv_dim}.get(dtype, (kv_dim if dtype == 2 else kv_dim // 2) + 2 * (kv_dim // max(group, 1)))
+    # kv_dim / 2 bytes of codes, then kv_dim / group f16 scales; q8_0/q4_0 (dtype 4): K's
+    # rows q8_0, V's q4_0.
+    scales = 2 * (kv_dim // max(group, 1))
+    k_row = {0: 4 * kv_dim, 1: 2 * kv_dim, 2: kv_dim + scales, 3: kv_dim // 2 + scales, 4: kv_dim + scales}[dtype]
+    v_row = kv_dim // 2 + scales if dtype == 4 else k_row
     def s(x):
         return struct.pack("<I", len(x)) + x
     version = 2 if attachments else 1
     h = b"ATTICKV1" + struct.pack("<IIIII", version, dtype, n_layers, kv_dim, n_tokens)
-    if dtype in (2, 3):  # a quantized type's group follows n_tokens
+    if dtype in (2, 3, 4):  # a quantized type's group follows n_tokens
         h += struct.pack("<I", group)
     h += struct.pack("<q", 0)
     h += s(b"default") + s(b"session-1") + s(b"fp")
@@ -174,8 +177,8 @@ def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0):
     h += bytes(-len(h) % 4096)
     # Bytes 0..255 repeated: a quantized row's scales among them are finite f16 or not
     # (0x7c00 and up, 0xfc00 and up): both paths of the scale check.
-    layer = bytes(range(256)) * ((2 * n_tokens * row) // 256 + 1)
-    body = b"".join(layer[:2 * n_tokens * row] for _ in range(n_layers))
+    layer = bytes(range(256)) * ((n_tokens * (k_row + v_row)) // 256 + 1)
+    body = b"".join(layer[:n_tokens * (k_row + v_row)] for _ in range(n_layers))
     return h + body + b"".join(blob for _, blob in attachments)
 
 
@@ -188,6 +191,7 @@ def ssd_entry():
     put("ssd_entry", 5, b"\x03" + entry(dtype=2, kv_dim=16, group=8))
     put("ssd_entry", 6, b"\x07" + entry(dtype=3, kv_dim=16, group=8, n_tokens=5))
     put("ssd_entry", 7, b"\x03" + entry(dtype=3, kv_dim=64, group=32, n_layers=1))
+    put("ssd_entry", 8, b"\x07" + entry(dtype=4, kv_dim=16, group=8, n_tokens=4))
 
 
 def redis_entry():

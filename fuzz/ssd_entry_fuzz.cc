@@ -46,8 +46,8 @@ void Repair(std::string& b, bool layers) {
   const uint32_t version = U32(b, 8), dtype = U32(b, 12), n_layers = U32(b, 16), kv_dim = U32(b, 20),
                  n_tokens = U32(b, 24);
   if (n_layers == 0 || n_layers > 1024 || n_tokens == 0 || n_tokens > (1u << 22) || kv_dim > (1u << 16)) return;
-  // q8_0 (dtype 2) and q4_0 (dtype 3): the group (u32) follows n_tokens.
-  const bool quantized = dtype == 2 || dtype == 3;
+  // q8_0 (dtype 2), q4_0 (dtype 3) and q8_0/q4_0 (dtype 4): the group (u32) follows n_tokens.
+  const bool quantized = dtype == 2 || dtype == 3 || dtype == 4;
   const uint32_t group = quantized && b.size() >= 40 ? U32(b, 28) : 0;
   if (quantized && (group == 0 || kv_dim % group != 0)) return;
   size_t pos = quantized ? 40 : 36;
@@ -75,14 +75,18 @@ void Repair(std::string& b, bool layers) {
   if (body + 8 > b.size()) return;
   if (layers) {
     const uint64_t data = (body + 8 + kEntryAlign - 1) / kEntryAlign * kEntryAlign;
-    // q8_0: kv_dim int8 values, q4_0: kv_dim / 2 bytes of codes, then kv_dim / group f16 scales.
-    const uint64_t codes = dtype == 2 ? kv_dim : kv_dim / 2;
-    const uint64_t row = quantized ? codes + 2ull * (kv_dim / group) : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
-    const uint64_t half = uint64_t{n_tokens} * row;
+    // q8_0: kv_dim int8 values, q4_0: kv_dim / 2 bytes of codes, then kv_dim / group f16
+    // scales; q8_0/q4_0: K's rows q8_0, V's q4_0.
+    const uint64_t scales = quantized ? 2ull * (kv_dim / group) : 0;
+    const uint64_t k_row = dtype == 2 || dtype == 4 ? kv_dim + scales
+                           : dtype == 3             ? kv_dim / 2 + scales
+                                                    : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
+    const uint64_t v_row = dtype == 3 || dtype == 4 ? kv_dim / 2 + scales : k_row;
+    const uint64_t nk = uint64_t{n_tokens} * k_row, nv = uint64_t{n_tokens} * v_row;
     for (uint32_t l = 0; l < n_layers; ++l) {
-      const uint64_t at = data + l * 2 * half;
-      if (at + 2 * half > b.size()) break;
-      const uint64_t h = Hash64(b.data() + at + half, half, Hash64(b.data() + at, half));
+      const uint64_t at = data + l * (nk + nv);
+      if (at + nk + nv > b.size()) break;
+      const uint64_t h = Hash64(b.data() + at + nk, nv, Hash64(b.data() + at, nk));
       std::memcpy(b.data() + sums + 8ull * l, &h, 8);
     }
   }
@@ -96,8 +100,8 @@ void CheckSame(const KvEntry& a, const KvEntry& b) {
   FUZZ_CHECK(a.expires_at_ms == b.expires_at_ms && a.tokens == b.tokens && a.positions == b.positions);
   for (int l = 0; l < a.n_layers; ++l)
     for (int r = 0; r < a.n_tokens(); ++r)
-      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.row_bytes()) == 0 &&
-                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.row_bytes()) == 0,
+      FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.k_row_size()) == 0 &&
+                     std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.v_row_size()) == 0,
                  "layer %d row %d differs after a round trip", l, r);
   FUZZ_CHECK(a.attachments.size() == b.attachments.size());
 }

@@ -185,17 +185,18 @@ int RunServe(ServeFlags f) {
     // pages on the serving path); the automatic one grows with use (docs/store.md, "The
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
-    // The entries' type: the compute buffer's unless given (any enters any buffer type);
-    // when K's and V's differ, the more exact of the two (f32, then f16, then q8_0, then
-    // q4_0), so the store loses nothing the buffer holds (an entry's K and V share its
-    // type: K in q8_0 with V in q4_0 stores q8_0).
+    // The entries' type: the compute buffer's unless given (any enters any buffer type).
+    // K's and V's may differ: K in q8_0 with V in q4_0 stores q8_0/q4_0 entries; other
+    // pairs store the more exact of the two (f32, then f16, then q8_0, then q4_0), so
+    // the store loses nothing the buffer holds.
     const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
     const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
     auto exactness = [](const std::string& t) { return t == "f32" ? 3 : t == "f16" ? 2 : t == "q8_0" ? 1 : 0; };
-    const std::string& buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+    std::string buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+    if (k_type == "q8_0" && v_type == "q4_0") buffer_type = "q8_0/q4_0";
     const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
     if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
-      return UsageError("--kv-store-dtype must be f32, f16, q8_0 or q4_0, not '" + type + "'");
+      return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0 or q8_0/q4_0, not '" + type + "'");
   }
   auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
@@ -346,10 +347,11 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "type of the KV store's entries in every tier: f32, f16, q8_0 (8-bit, one f16 scale per 32 "
                   "values of a head's row: ~0.27x f32's bytes, so a tier holds ~2x f16's entries) or q4_0 (4-bit, "
                   "the same groups: ~0.14x f32's bytes, ~3.6x f16's entries; per-token 4-bit K loses accuracy on "
-                  "models with outlier channels, docs/store.md); default: the compute buffer's (--kv-dtype; of "
-                  "--kv-dtype-k and --kv-dtype-v, the more exact). Entries of another type are kept but never "
-                  "served (a miss, counted in attic_kv_store_other_type_misses_total)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
+                  "models with outlier channels, docs/store.md) or q8_0/q4_0 (K in q8_0, V in q4_0: ~2.5x f16's "
+                  "entries); default: the compute buffer's (--kv-dtype; K in q8_0 with V in q4_0: q8_0/q4_0; other "
+                  "pairs of --kv-dtype-k and --kv-dtype-v: the more exact). Entries of another type are kept but "
+                  "never served (a miss, counted in attic_kv_store_other_type_misses_total)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0/q4_0"}));
   cmd->add_option("--kv-remote", f->kv_remote,
                   "shared remote tier of the KV store below DRAM/SSD: a Redis Cluster, redis://host:port[,host:port...] "
                   "(several servers on one cluster reuse each other's sessions; needs the DRAM tier)");

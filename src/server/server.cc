@@ -98,13 +98,14 @@ StatusOr<std::unique_ptr<Server>> Server::Create(engine::Engine& engine, const S
     // goes to the shared tier at once, whatever the write policy.
     if (!options.remote.url.empty()) so.write_through_session_prefix = pic::kChunkStoreSessionPrefix;
     const int head_dim = engine.model().config().head_dim;
-    if (so.kv_dtype == store::KvDtype::kQ8_0 && !attention::KvQ8Supports(head_dim))
+    const bool q4 = store::KvTensorDtype(so.kv_dtype, true) == store::KvDtype::kQ4_0;
+    if (store::KvDtypeQuantized(so.kv_dtype) && !q4 && !attention::KvQ8Supports(head_dim))
       return InvalidArgumentError("--kv-store-dtype q8_0 needs head_dim below 32 or a multiple of 32; this model's is " +
                                   std::to_string(head_dim));
-    if (so.kv_dtype == store::KvDtype::kQ4_0 && !attention::KvQ4Supports(head_dim))
-      return InvalidArgumentError(
-          "--kv-store-dtype q4_0 needs an even head_dim below 32 or a multiple of 32; this model's is " +
-          std::to_string(head_dim));
+    if (q4 && !attention::KvQ4Supports(head_dim))
+      return InvalidArgumentError(std::string("--kv-store-dtype ") + store::KvDtypeName(so.kv_dtype) +
+                                  " needs an even head_dim below 32 or a multiple of 32; this model's is " +
+                                  std::to_string(head_dim));
     auto tiers = store::KvStore::LocalTiers(so);
     if (!tiers.ok()) return tiers.status().WithContext("KV store");
     if (!options.remote.url.empty()) {  // the shared remote tier, below DRAM and SSD

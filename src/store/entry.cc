@@ -32,11 +32,11 @@ bool KnownKvDtype(uint32_t code) {
 }
 
 // Whether `group` suits rows of kv_dim values of `dtype`: values per scale of a quantized
-// type (attention::KvQ8Group: 32, or a smaller head_dim, dividing the row; even for q4_0,
-// whose bytes hold two values), 0 otherwise.
+// type (attention::KvQ8Group: 32, or a smaller head_dim, dividing the row; even where
+// rows are q4_0, whose bytes hold two values), 0 otherwise.
 bool GroupFits(KvDtype dtype, uint32_t kv_dim, uint32_t group) {
   if (!KvDtypeQuantized(dtype)) return group == 0;
-  if (dtype == KvDtype::kQ4_0 && group % 2 != 0) return false;
+  if (KvTensorDtype(dtype, true) == KvDtype::kQ4_0 && group % 2 != 0) return false;  // V's codes two a byte
   return group > 0 && group <= kMaxGroup && kv_dim % group == 0;
 }
 
@@ -97,10 +97,10 @@ class Reader {
   size_t pos_ = 0;
 };
 
-// n: bytes of each of K and V.
-uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
-  uint64_t h = Hash64(k, n);
-  return Hash64(v, n, h);
+// nk, nv: bytes of K and of V.
+uint64_t LayerChecksum(const void* k, size_t nk, const void* v, size_t nv) {
+  uint64_t h = Hash64(k, nk);
+  return Hash64(v, nv, h);
 }
 
 // A quantized layer's scales (K then V: `bytes`, 2 * n_tokens rows of the header's type)
@@ -111,17 +111,22 @@ uint64_t LayerChecksum(const void* k, const void* v, size_t n) {
 // values would be NaN or Inf.
 Status CheckLayerScales(const char* bytes, const KvEntry& meta) {
   if (!KvDtypeQuantized(meta.dtype)) return OkStatus();
-  const size_t row = meta.row_bytes(), n_scales = static_cast<size_t>(meta.kv_dim / meta.group);
-  const size_t rows = 2ull * meta.n_tokens(), at = KvRowScalesOffset(meta.dtype, meta.kv_dim);
-  const uint16_t bad_sign = meta.dtype == KvDtype::kQ8_0 ? 0x8000 : 0;
-  for (size_t r = 0; r < rows; ++r) {
-    const char* scales = bytes + r * row + at;
-    for (size_t j = 0; j < n_scales; ++j) {
-      uint16_t h;
-      std::memcpy(&h, scales + 2 * j, sizeof(h));
-      // A sign bit the type never sets, or exponent all ones (Inf, NaN).
-      if ((h & bad_sign) != 0 || (h & 0x7c00) == 0x7c00)
-        return DataLossError("KV entry row " + std::to_string(r) + " has a bad " + KvDtypeName(meta.dtype) + " scale");
+  const size_t n_scales = static_cast<size_t>(meta.kv_dim / meta.group), n = meta.n_tokens();
+  for (bool v : {false, true}) {  // K's rows, then V's
+    const KvDtype type = KvTensorDtype(meta.dtype, v);
+    const size_t row = v ? meta.v_row_size() : meta.k_row_size(), at = KvRowScalesOffset(type, meta.kv_dim);
+    const char* rows = bytes + (v ? n * meta.k_row_size() : 0);
+    const uint16_t bad_sign = type == KvDtype::kQ8_0 ? 0x8000 : 0;
+    for (size_t r = 0; r < n; ++r) {
+      const char* scales = rows + r * row + at;
+      for (size_t j = 0; j < n_scales; ++j) {
+        uint16_t h;
+        std::memcpy(&h, scales + 2 * j, sizeof(h));
+        // A sign bit the type never sets, or exponent all ones (Inf, NaN).
+        if ((h & bad_sign) != 0 || (h & 0x7c00) == 0x7c00)
+          return DataLossError("KV entry " + std::string(v ? "V" : "K") + " row " + std::to_string(r) + " has a bad " +
+                               KvDtypeName(type) + " scale");
+      }
     }
   }
   return OkStatus();
@@ -168,13 +173,20 @@ const char* KvDtypeName(KvDtype dtype) {
     case KvDtype::kF16: return "f16";
     case KvDtype::kQ8_0: return "q8_0";
     case KvDtype::kQ4_0: return "q4_0";
+    case KvDtype::kQ8_0Q4_0: return "q8_0/q4_0";
   }
   return "unknown";
 }
 
+std::string KvDtypeKeyName(KvDtype dtype) {
+  std::string name = KvDtypeName(dtype);
+  std::replace(name.begin(), name.end(), '/', '+');
+  return name;
+}
+
 bool ParseKvDtype(std::string_view name, KvDtype* dtype) {
   for (KvDtype t : kKvDtypes) {
-    if (name != KvDtypeName(t)) continue;
+    if (name != KvDtypeName(t) && name != KvDtypeKeyName(t)) continue;
     *dtype = t;
     return true;
   }
@@ -209,7 +221,7 @@ void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, flo
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
 
 std::string EntryKey::ToString() const {
-  return Hex16(Hash64(tenant, 1)) + "-" + FingerprintTag(fingerprint) + "-" + KvDtypeName(dtype) + "-" +
+  return Hex16(Hash64(tenant, 1)) + "-" + FingerprintTag(fingerprint) + "-" + KvDtypeKeyName(dtype) + "-" +
          Hex16(token_hash) + "-" + Hex16(Hash64(session_id, 3));
 }
 
@@ -230,7 +242,7 @@ bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag) {
   }
   if (!hex16(field[0]) || !hex16(field[1]) || !hex16(field[3]) || !hex16(field[4])) return false;
   KvDtype dtype;
-  if (!ParseKvDtype(field[2], &dtype)) return false;
+  if (!ParseKvDtype(field[2], &dtype) || field[2] != KvDtypeKeyName(dtype)) return false;
   if (fingerprint_tag != nullptr) fingerprint_tag->assign(field[1]);
   return true;
 }
@@ -238,7 +250,7 @@ bool ParseEntryKeyName(std::string_view name, std::string* fingerprint_tag) {
 bool EntryKeyHasDtype(std::string_view key, KvDtype dtype) {
   // "<16 hex>-<16 hex>-<dtype>-...": the third field.
   constexpr size_t kAt = 2 * 17;
-  const std::string_view name = KvDtypeName(dtype);
+  const std::string name = KvDtypeKeyName(dtype);
   return key.size() > kAt + name.size() && key.substr(kAt, name.size()) == name && key[kAt + name.size()] == '-';
 }
 
@@ -259,7 +271,7 @@ uint64_t KvEntry::SerializedBytes() const {
     header += 4;
     for (const EntryAttachment& a : attachments) header += 4 + a.kind.size() + 16;
   }
-  return AlignUp(header) + 2ull * n_layers * tokens.size() * row_bytes() + attachment_bytes();
+  return AlignUp(header) + n_layers * tokens.size() * (k_row_size() + v_row_size()) + attachment_bytes();
 }
 
 const EntryAttachment* KvEntry::attachment(std::string_view kind) const {
@@ -282,9 +294,8 @@ void KvEntry::TruncateTo(int n) {
   base.n_rows = std::min(base.n_rows, n);
   const size_t own = static_cast<size_t>(n - base.n_rows) * kv_dim;
   if (KvDtypeQuantized(dtype)) {
-    const size_t bytes = static_cast<size_t>(n - base.n_rows) * row_bytes();
-    for (auto& x : kq) x.resize(bytes);
-    for (auto& x : vq) x.resize(bytes);
+    for (auto& x : kq) x.resize(static_cast<size_t>(n - base.n_rows) * k_row_size());
+    for (auto& x : vq) x.resize(static_cast<size_t>(n - base.n_rows) * v_row_size());
   } else if (dtype == KvDtype::kF16) {
     for (auto& x : k16) x.resize(own);
     for (auto& x : v16) x.resize(own);
@@ -306,11 +317,6 @@ const char* KvEntry::own_v(int layer) const {
                                 : reinterpret_cast<const char*>(v[layer].data());
 }
 
-size_t KvEntry::own_bytes(int layer) const {
-  if (KvDtypeQuantized(dtype)) return kq[layer].size();
-  return dtype == KvDtype::kF16 ? k16[layer].size() * 2 : k[layer].size() * 4;
-}
-
 uint64_t KvEntry::own_kv_bytes() const { return OwnRowBytes(*this); }
 
 Status ValidateEntry(const KvEntry& e) {
@@ -328,7 +334,8 @@ Status ValidateEntry(const KvEntry& e) {
               ValidateEntry(*b.entry).ok();
   } else if (b.bytes != nullptr) {  // a serialized entry's layers, inside its bytes
     base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
-              b.row_bytes == e.row_bytes() && b.layer_bytes == 2ull * b.base_tokens * e.row_bytes();
+              b.k_row_size == e.k_row_size() && b.v_row_size == e.v_row_size() &&
+              b.layer_bytes == b.base_tokens * (e.k_row_size() + e.v_row_size());
   } else {
     base_ok = base_ok && b.n_rows == 0;
   }
@@ -345,19 +352,21 @@ Status ValidateEntry(const KvEntry& e) {
   if (e.group < 0 || !GroupFits(e.dtype, static_cast<uint32_t>(e.kv_dim), static_cast<uint32_t>(e.group)))
     return InvalidArgumentError("bad KV group for " + std::string(KvDtypeName(e.dtype)));
   const size_t own_rows = static_cast<size_t>(e.n_tokens() - b.n_rows);
-  const size_t own = KvDtypeQuantized(e.dtype) ? own_rows * e.row_bytes() : own_rows * e.kv_dim;
+  const bool q = KvDtypeQuantized(e.dtype);
+  const size_t own_k = q ? own_rows * e.k_row_size() : own_rows * e.kv_dim;
+  const size_t own_v = q ? own_rows * e.v_row_size() : own_rows * e.kv_dim;
   auto check = [&](const auto& k, const auto& v) {
     if (k.size() != static_cast<size_t>(e.n_layers) || v.size() != static_cast<size_t>(e.n_layers))
       return InvalidArgumentError("k/v layer count mismatch");
     for (int l = 0; l < e.n_layers; ++l)
-      if (k[l].size() != own || v[l].size() != own) return InvalidArgumentError("k/v layer size mismatch");
+      if (k[l].size() != own_k || v[l].size() != own_v) return InvalidArgumentError("k/v layer size mismatch");
     return OkStatus();
   };
   // The other dtype's rows: none (no layers, or empty ones).
   auto unused = [](const auto& rows) {
     return std::all_of(rows.begin(), rows.end(), [](const auto& x) { return x.empty(); });
   };
-  const bool f32 = e.dtype == KvDtype::kF32, f16 = e.dtype == KvDtype::kF16, q = KvDtypeQuantized(e.dtype);
+  const bool f32 = e.dtype == KvDtype::kF32, f16 = e.dtype == KvDtype::kF16;
   if ((!f32 && (!unused(e.k) || !unused(e.v))) || (!f16 && (!unused(e.k16) || !unused(e.v16))) ||
       (!q && (!unused(e.kq) || !unused(e.vq))))
     return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
@@ -367,34 +376,35 @@ Status ValidateEntry(const KvEntry& e) {
 
 const char* KvRowsBase::k_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->k_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * row_bytes;
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * k_row_size;
 }
 
 const char* KvRowsBase::v_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->v_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens + row) * row_bytes;
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens) * k_row_size +
+         static_cast<size_t>(row) * v_row_size;
 }
 
 void KvRowsBase::CopyRows(int layer, int first, int n, void* k_out, void* v_out) const {
   if (n <= 0) return;
-  // Bytes a row (an unserialized entry's is its dtype's).
-  const size_t row = entry != nullptr ? entry->row_bytes() : row_bytes;
+  // Bytes a K / V row (an unserialized entry's are its types').
+  const size_t krow = entry != nullptr ? entry->k_row_size() : k_row_size;
+  const size_t vrow = entry != nullptr ? entry->v_row_size() : v_row_size;
   char* ko = static_cast<char*>(k_out);
   char* vo = static_cast<char*>(v_out);
   if (entry == nullptr) {  // serialized: contiguous
-    std::memcpy(ko, k_row_bytes(layer, first), n * row);
-    std::memcpy(vo, v_row_bytes(layer, first), n * row);
+    std::memcpy(ko, k_row_bytes(layer, first), n * krow);
+    std::memcpy(vo, v_row_bytes(layer, first), n * vrow);
     return;
   }
   // The unserialized entry's own base first, then its own rows.
   const KvEntry& e = *entry;
   const int from_base = std::max(0, std::min(first + n, e.base.n_rows) - first);
   e.base.CopyRows(layer, first, from_base, ko, vo);
-  const int own_first = first + from_base - e.base.n_rows;
-  const size_t rest = static_cast<size_t>(n - from_base) * row;
+  const int own_first = first + from_base - e.base.n_rows, rest = n - from_base;
   if (rest == 0) return;
-  std::memcpy(ko + from_base * row, e.own_k(layer) + own_first * row, rest);
-  std::memcpy(vo + from_base * row, e.own_v(layer) + own_first * row, rest);
+  std::memcpy(ko + from_base * krow, e.own_k(layer) + own_first * krow, rest * krow);
+  std::memcpy(vo + from_base * vrow, e.own_v(layer) + own_first * vrow, rest * vrow);
 }
 
 int KvRowsBase::unserialized_depth() const {
@@ -405,12 +415,12 @@ int KvRowsBase::unserialized_depth() const {
 
 const char* KvEntry::k_row_bytes(int layer, int row) const {
   if (row < base.n_rows) return base.k_row_bytes(layer, row);
-  return own_k(layer) + static_cast<size_t>(row - base.n_rows) * row_bytes();
+  return own_k(layer) + static_cast<size_t>(row - base.n_rows) * k_row_size();
 }
 
 const char* KvEntry::v_row_bytes(int layer, int row) const {
   if (row < base.n_rows) return base.v_row_bytes(layer, row);
-  return own_v(layer) + static_cast<size_t>(row - base.n_rows) * row_bytes();
+  return own_v(layer) + static_cast<size_t>(row - base.n_rows) * v_row_size();
 }
 
 KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
@@ -420,33 +430,34 @@ KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   b.layer_bytes = h.layer_bytes;
   b.base_tokens = h.meta.n_tokens();
   b.n_rows = n_rows;
-  b.row_bytes = static_cast<uint32_t>(h.meta.row_bytes());
+  b.k_row_size = static_cast<uint32_t>(h.meta.k_row_size());
+  b.v_row_size = static_cast<uint32_t>(h.meta.v_row_size());
   return b;
 }
 
 StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
-  const size_t row = e.row_bytes();
-  const size_t per_layer = e.tokens.size() * row;
-  const size_t base = static_cast<size_t>(e.base.n_rows) * row;
+  const size_t k_layer = e.tokens.size() * e.k_row_size(), v_layer = e.tokens.size() * e.v_row_size();
+  const size_t k_base = static_cast<size_t>(e.base.n_rows) * e.k_row_size();
+  const size_t v_base = static_cast<size_t>(e.base.n_rows) * e.v_row_size();
   // The header's size does not depend on the checksums: lay out the layers (base rows,
   // then own rows), checksum each as it is written, then write the header.
   std::vector<uint64_t> checksums(e.n_layers, 0);
   const size_t body = HeaderBody(e, checksums).size();
   const size_t data = AlignUp(body + sizeof(uint64_t));
   std::unique_ptr<Bytes> out = Bytes::Allocate(e.SerializedBytes());
-  ATTIC_CHECK(data + 2 * e.n_layers * per_layer + e.attachment_bytes() == out->size());
+  ATTIC_CHECK(data + e.n_layers * (k_layer + v_layer) + e.attachment_bytes() == out->size());
   char* p = out->data();
   std::memset(p + body, 0, data - body);
   for (int l = 0; l < e.n_layers; ++l) {
-    char* k = p + data + 2 * l * per_layer;
-    char* v = k + per_layer;
+    char* k = p + data + l * (k_layer + v_layer);
+    char* v = k + k_layer;
     e.base.CopyRows(l, 0, e.base.n_rows, k, v);
-    std::memcpy(k + base, e.own_k(l), per_layer - base);
-    std::memcpy(v + base, e.own_v(l), per_layer - base);
-    checksums[l] = LayerChecksum(k, v, per_layer);
+    std::memcpy(k + k_base, e.own_k(l), k_layer - k_base);
+    std::memcpy(v + v_base, e.own_v(l), v_layer - v_base);
+    checksums[l] = LayerChecksum(k, k_layer, v, v_layer);
   }
-  char* at = p + data + 2 * e.n_layers * per_layer;
+  char* at = p + data + e.n_layers * (k_layer + v_layer);
   for (const EntryAttachment& a : e.attachments) {
     std::memcpy(at, a.bytes->data(), a.bytes->size());
     at += a.bytes->size();
@@ -517,7 +528,8 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   if (!r.Pod(&hc)) return DataLossError("truncated KV entry header");
   if (Hash64(bytes.data(), body, 0x68) != hc) return DataLossError("KV entry header checksum mismatch");
   h.data_offset = AlignUp(r.pos());
-  h.layer_bytes = 2ull * n_tokens * e.row_bytes();
+  h.layer_k_bytes = uint64_t{n_tokens} * e.k_row_size();
+  h.layer_bytes = h.layer_k_bytes + uint64_t{n_tokens} * e.v_row_size();
   h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
   for (AttachmentInfo& a : h.attachments) {
     a.offset = h.total_bytes;
@@ -531,14 +543,14 @@ const char* EntryLayerKBytes(std::string_view bytes, const EntryHeader& h, int l
 }
 
 const char* EntryLayerVBytes(std::string_view bytes, const EntryHeader& h, int layer) {
-  return EntryLayerKBytes(bytes, h, layer) + h.layer_bytes / 2;
+  return EntryLayerKBytes(bytes, h, layer) + h.layer_k_bytes;
 }
 
 Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer) {
   if (bytes.size() != h.total_bytes || layer < 0 || layer >= h.meta.n_layers)
     return DataLossError("KV entry size " + std::to_string(bytes.size()) + " != " + std::to_string(h.total_bytes));
-  if (LayerChecksum(EntryLayerKBytes(bytes, h, layer), EntryLayerVBytes(bytes, h, layer), h.layer_bytes / 2) !=
-      h.layer_checksums[layer])
+  if (LayerChecksum(EntryLayerKBytes(bytes, h, layer), h.layer_k_bytes, EntryLayerVBytes(bytes, h, layer),
+                    h.layer_bytes - h.layer_k_bytes) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
   return CheckLayerScales(EntryLayerKBytes(bytes, h, layer), h.meta);
 }
@@ -586,8 +598,8 @@ Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int 
   if (layer < 0 || layer >= h.meta.n_layers || layer_bytes.size() != h.layer_bytes)
     return DataLossError("KV entry layer of " + std::to_string(layer_bytes.size()) + " bytes, expected " +
                          std::to_string(h.layer_bytes));
-  const size_t half = h.layer_bytes / 2;
-  if (LayerChecksum(layer_bytes.data(), layer_bytes.data() + half, half) != h.layer_checksums[layer])
+  const size_t nk = h.layer_k_bytes;
+  if (LayerChecksum(layer_bytes.data(), nk, layer_bytes.data() + nk, h.layer_bytes - nk) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
   return CheckLayerScales(layer_bytes.data(), h.meta);
 }
@@ -624,14 +636,14 @@ KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
   }
   const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
   if (KvDtypeQuantized(e.dtype)) {
-    const size_t bytes_per_layer = e.tokens.size() * e.row_bytes();
+    const size_t k_layer = e.tokens.size() * e.k_row_size(), v_layer = e.tokens.size() * e.v_row_size();
     e.kq.resize(e.n_layers);
     e.vq.resize(e.n_layers);
     for (int l = 0; l < e.n_layers; ++l) {
       const auto* k = reinterpret_cast<const uint8_t*>(EntryLayerKBytes(bytes, h, l));
       const auto* v = reinterpret_cast<const uint8_t*>(EntryLayerVBytes(bytes, h, l));
-      e.kq[l].assign(k, k + bytes_per_layer);
-      e.vq[l].assign(v, v + bytes_per_layer);
+      e.kq[l].assign(k, k + k_layer);
+      e.vq[l].assign(v, v + v_layer);
     }
     return std::move(e);
   }

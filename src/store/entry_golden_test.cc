@@ -47,7 +47,8 @@ struct Golden {
 std::vector<Golden> LoadGoldens() {
   const json manifest = json::parse(ReadFile(GoldenDir() + "golden_entries.json"));
   std::vector<Golden> out;
-  for (const char* name : {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv", "golden_q4_0_v1.kv"}) {
+  for (const char* name :
+       {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv", "golden_q4_0_v1.kv", "golden_q8_0_q4_0_v1.kv"}) {
     EXPECT_TRUE(manifest.contains(name)) << name;
     out.push_back({name, ReadFile(GoldenDir() + name), manifest.value(name, json::object())});
   }
@@ -170,7 +171,8 @@ TEST(GoldenEntry, AtticReadsWhatTheIndependentWriterWrote) {
 
 // Attic's q8_0 and q4_0 row quantization (the compute buffer's formulas, QuantizeRow) of
 // the script's f32 inputs gives the bytes the script's own quantizer wrote, and reading
-// them back gives scale * int8 (q8_0) or scale * (code - 8) (q4_0) of those bytes.
+// them back gives scale * int8 (q8_0) or scale * (code - 8) (q4_0) of those bytes. The
+// q8_0/q4_0 entry's K rows are q8_0 and its V rows q4_0 (docs/store.md).
 TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
   int checked = 0;
   for (const Golden& g : LoadGoldens()) {
@@ -179,10 +181,13 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
     if (!KvDtypeQuantized(dtype)) continue;
     SCOPED_TRACE(g.name);
     const int kv_dim = g.m["kv_dim"], group = g.m["group"];
-    const size_t row = KvRowBytes(dtype, kv_dim, group);
-    const int codes = dtype == KvDtype::kQ8_0 ? kv_dim : kv_dim / 2;  // bytes before the scales
-    ASSERT_EQ(row, static_cast<size_t>(codes + 2 * kv_dim / group));
     for (const char* which : {"k", "v"}) {
+      // The rows' type: q8_0/q4_0 holds K in q8_0, V in q4_0.
+      const bool v = which[0] == 'v';
+      const KvDtype type = dtype == KvDtype::kQ8_0Q4_0 ? (v ? KvDtype::kQ4_0 : KvDtype::kQ8_0) : dtype;
+      const size_t row = KvRowBytes(type, kv_dim, group);
+      const int codes = type == KvDtype::kQ8_0 ? kv_dim : kv_dim / 2;  // bytes before the scales
+      ASSERT_EQ(row, static_cast<size_t>(codes + 2 * kv_dim / group));
       for (size_t l = 0; l < g.m["k_bits"].size(); ++l) {
         const auto inputs = g.m[std::string(which) + "_input_bits"][l].get<std::vector<uint32_t>>();
         const auto stored = g.m[std::string(which) + "_bits"][l].get<std::vector<uint32_t>>();
@@ -191,19 +196,19 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
           std::vector<float> x(kv_dim);
           std::memcpy(x.data(), inputs.data() + t * kv_dim, kv_dim * 4);
           std::vector<uint8_t> mine(row);
-          QuantizeRow(dtype, x.data(), kv_dim, group, mine.data());
+          QuantizeRow(type, x.data(), kv_dim, group, mine.data());
           const std::vector<uint8_t> theirs(stored.begin() + t * row, stored.begin() + (t + 1) * row);
           EXPECT_EQ(mine, theirs) << which << " layer " << l << " row " << t;
           // Read back: each value is its group's scale (the row's f16 bits) times its int8,
           // or its 4-bit code (group g's byte j: value j low, value j + group / 2 high) - 8.
           std::vector<float> y(kv_dim);
-          DequantizeRow(dtype, theirs.data(), kv_dim, group, y.data());
+          DequantizeRow(type, theirs.data(), kv_dim, group, y.data());
           for (int j = 0; j < kv_dim; ++j) {
             const int at = codes + 2 * (j / group), in = j % group;
             const uint16_t bits = static_cast<uint16_t>(theirs[at] | theirs[at + 1] << 8);
             const double scale = F16ToF32(bits);
             int q = static_cast<int8_t>(theirs[j]);
-            if (dtype == KvDtype::kQ4_0) {
+            if (type == KvDtype::kQ4_0) {
               const uint8_t byte = theirs[j / group * group / 2 + in % (group / 2)];
               q = (in < group / 2 ? byte & 15 : byte >> 4) - 8;
             }
@@ -214,7 +219,7 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
       }
     }
   }
-  EXPECT_EQ(checked, 24);  // q8_0 and q4_0: 2 layers x K, V x 3 rows each
+  EXPECT_EQ(checked, 36);  // q8_0, q4_0 and q8_0/q4_0: 2 layers x K, V x 3 rows each
 }
 
 // The first byte where two buffers differ (for a readable failure).
@@ -244,8 +249,11 @@ TEST(GoldenEntry, EveryDamagedHeaderOrLayerByteIsDataLoss) {
     const std::string fp = g.m["fingerprint"];
     const size_t header = g.m["header_bytes"];
     const size_t data = g.m["data_offset"];
-    const size_t layers_end = data + 2 * g.m["n_layers"].get<size_t>() * g.m["k_bits"][0].size() *
-                                         (g.m["dtype"] == "f16" ? 2 : g.m["dtype"] == "f32" ? 4 : 1);
+    // Each layer: its K then its V elements, as listed (bytes of each: f16 2, f32 4, a
+    // quantized type's listed bytes 1).
+    const size_t elem = g.m["dtype"] == "f16" ? 2 : g.m["dtype"] == "f32" ? 4 : 1;
+    const size_t layers_end =
+        data + g.m["n_layers"].get<size_t>() * (g.m["k_bits"][0].size() + g.m["v_bits"][0].size()) * elem;
     ASSERT_LE(layers_end, g.bytes.size());
     std::vector<std::string> not_data_loss;
     auto check = [&](size_t at, uint8_t mask) {

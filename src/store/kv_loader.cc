@@ -24,7 +24,7 @@ int LoadJob::n_rows() const {
 uint64_t LoadJob::stored_bytes() const {
   uint64_t n = 0;
   for (const LoadSegment& s : segments)
-    n += 2ull * static_cast<uint64_t>(s.n) * s.source->n_layers() * s.source->meta().row_bytes();
+    n += static_cast<uint64_t>(s.n) * s.source->n_layers() * (s.source->meta().k_row_size() + s.source->meta().v_row_size());
   return n;
 }
 
@@ -108,15 +108,16 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
     for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
       const LoadSegment& seg = job.segments[si];
       const KvSource::Layer src = seg.source->layer(layer);
-      ATTIC_CHECK(src.row_bytes % sizeof(Elem) == 0);
-      const size_t row = src.row_bytes / sizeof(Elem);  // elements of a row
-      const size_t need = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot) * row;
-      if (hk.size() < need) hk.resize(need);
-      if (hv.size() < need) hv.resize(need);
-      size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot) * row;
-      for (int i = 0; i < seg.n; ++i, at += row) {
-        std::memcpy(hk.data() + at, src.KBytes(seg.src_row + i), src.row_bytes);
-        std::memcpy(hv.data() + at, src.VBytes(seg.src_row + i), src.row_bytes);
+      ATTIC_CHECK(src.k_row_size % sizeof(Elem) == 0 && src.v_row_size % sizeof(Elem) == 0);
+      // Elements of a K / V row.
+      const size_t krow = src.k_row_size / sizeof(Elem), vrow = src.v_row_size / sizeof(Elem);
+      const size_t slots = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot);
+      if (hk.size() < slots * krow) hk.resize(slots * krow);
+      if (hv.size() < slots * vrow) hv.resize(slots * vrow);
+      const size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot);
+      for (int i = 0; i < seg.n; ++i) {
+        std::memcpy(hk.data() + (at + i) * krow, src.KBytes(seg.src_row + i), src.k_row_size);
+        std::memcpy(hv.data() + (at + i) * vrow, src.VBytes(seg.src_row + i), src.v_row_size);
       }
     }
   };
@@ -149,18 +150,18 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
       // dequantized row in its own type gives it back).
       ATTIC_CHECK(meta.kv_dim == kvd && meta.group > 0);
       const int group = meta.group;
-      const KvDtype dtype = meta.dtype;
+      const KvDtype k_type = KvTensorDtype(meta.dtype, false), v_type = KvTensorDtype(meta.dtype, true);
       enter(
-          [&, group, dtype](int s) {
+          [&, group, k_type](int s) {
             thread_local std::vector<float> krow;
             krow.resize(static_cast<size_t>(kvd));
-            DequantizeRow(dtype, src.KQ(s + delta), kvd, group, krow.data());
+            DequantizeRow(k_type, src.KQ(s + delta), kvd, group, krow.data());
             return static_cast<const float*>(krow.data());
           },
-          [&, group, dtype](int s) {
+          [&, group, v_type](int s) {
             thread_local std::vector<float> vrow;
             vrow.resize(static_cast<size_t>(kvd));
-            DequantizeRow(dtype, src.VQ(s + delta), kvd, group, vrow.data());
+            DequantizeRow(v_type, src.VQ(s + delta), kvd, group, vrow.data());
             return static_cast<const float*>(vrow.data());
           });
     } else if (seg.source->dtype() == KvDtype::kF16) {

@@ -80,9 +80,9 @@ StatusOr<std::string_view> KvSource::attachment(std::string_view kind) const {
 
 KvSource::Layer KvSource::layer(int l) const {
   const KvEntry& m = meta();
-  const size_t row_bytes = m.row_bytes();
-  if (queued_) return {queued_.get(), l, nullptr, nullptr, row_bytes};
-  return {nullptr, l, EntryLayerKBytes(*bytes_, header_, l), EntryLayerVBytes(*bytes_, header_, l), row_bytes};
+  const size_t k_row = m.k_row_size(), v_row = m.v_row_size();
+  if (queued_) return {queued_.get(), l, nullptr, nullptr, k_row, v_row};
+  return {nullptr, l, EntryLayerKBytes(*bytes_, header_, l), EntryLayerVBytes(*bytes_, header_, l), k_row, v_row};
 }
 
 }  // namespace attic::store

@@ -240,7 +240,7 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
   }
 }
 
-// A quantized entry (q8_0, q4_0) enters every compute-buffer type: each stored row
+// A quantized entry (q8_0, q4_0, q8_0/q4_0) enters every compute-buffer type: each stored row
 // dequantized (the reference decodes the bytes itself, from entry.h's layout: an int8, or
 // a 4-bit code minus 8, times the group's f16 scale, in double), K rotated to the slot's
 // position (RopeTable::Apply, the reference the other preload tests use), then written
@@ -259,7 +259,10 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
 // The pre-RoPE copy the turn saves is the stored bytes, in slot order.
 void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
   const int kvd = kHeads * kHeadDim, group = attention::KvQ8Group(kHeadDim);
-  const size_t row = KvRowBytes(etype, kvd, group);
+  // K's and V's row types (q8_0/q4_0: K q8_0, V q4_0) and row bytes.
+  const KvDtype kt = etype == KvDtype::kQ4_0 ? KvDtype::kQ4_0 : KvDtype::kQ8_0;
+  const KvDtype vt = etype == KvDtype::kQ8_0 ? KvDtype::kQ8_0 : KvDtype::kQ4_0;
+  const size_t krow = KvRowBytes(kt, kvd, group), vrow = KvRowBytes(vt, kvd, group);
   std::vector<int32_t> tokens(kRows);
   for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
   KvEntry e = testing::MakeEntry(tokens, "s", "default", kLayers, kvd);
@@ -268,13 +271,13 @@ void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
   e.kq.resize(kLayers);
   e.vq.resize(kLayers);
   for (int l = 0; l < kLayers; ++l) {
-    e.kq[l].resize(kRows * row);
-    e.vq[l].resize(kRows * row);
+    e.kq[l].resize(kRows * krow);
+    e.vq[l].resize(kRows * vrow);
     for (int r = 0; r < kRows; ++r) {
       std::vector<float> k4(e.k[l].begin() + r * kvd, e.k[l].begin() + (r + 1) * kvd);
       for (float& x : k4) x *= 4;  // K larger than V, as a model's is
-      QuantizeRow(etype, k4.data(), kvd, group, e.kq[l].data() + r * row);
-      QuantizeRow(etype, e.v[l].data() + r * kvd, kvd, group, e.vq[l].data() + r * row);
+      QuantizeRow(kt, k4.data(), kvd, group, e.kq[l].data() + r * krow);
+      QuantizeRow(vt, e.v[l].data() + r * kvd, kvd, group, e.vq[l].data() + r * vrow);
     }
   }
   e.k.clear();
@@ -286,14 +289,14 @@ void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
   // Row r of a layer, decoded from its bytes: q8_0, kvd int8 values then the scales; q4_0,
   // kvd / 2 bytes of codes (group g's at [g * group / 2, ...): byte b its value b in the
   // low nibble, value b + group / 2 in the high one), then the scales.
-  auto decode = [&](const std::vector<uint8_t>& layer, int r, float* out) {
-    const uint8_t* p = layer.data() + r * row;
-    const int scales_at = etype == KvDtype::kQ4_0 ? kvd / 2 : kvd;
+  auto decode = [&](const std::vector<uint8_t>& layer, KvDtype type, int r, float* out) {
+    const uint8_t* p = layer.data() + r * (type == kt ? krow : vrow);
+    const int scales_at = type == KvDtype::kQ4_0 ? kvd / 2 : kvd;
     for (int j = 0; j < kvd; ++j) {
       const int jg = j / group, in = j % group;
       const uint16_t scale = static_cast<uint16_t>(p[scales_at + 2 * jg] | (p[scales_at + 2 * jg + 1] << 8));
       int q;
-      if (etype == KvDtype::kQ4_0) {
+      if (type == KvDtype::kQ4_0) {
         const uint8_t byte = p[jg * group / 2 + in % (group / 2)];
         q = (in < group / 2 ? byte & 15 : byte >> 4) - 8;
       } else {
@@ -326,12 +329,12 @@ void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
       PreloadFor(mode).Start(loader, job, threads);
       job->WaitAll();
       ASSERT_FALSE(job->failed());
-      EXPECT_EQ(job->stored_bytes(), 2ull * kLayers * n * row);
+      EXPECT_EQ(job->stored_bytes(), 1ull * kLayers * n * (krow + vrow));
       for (int l = 0; l < kLayers; ++l) {
         std::vector<float> k(n * kvd), v(n * kvd);
         for (int i = 0; i < n; ++i) {
-          decode(e.kq[l], src_row + i, k.data() + i * kvd);
-          decode(e.vq[l], src_row + i, v.data() + i * kvd);
+          decode(e.kq[l], kt, src_row + i, k.data() + i * kvd);
+          decode(e.vq[l], vt, src_row + i, v.data() + i * kvd);
         }
         rope.Apply(k.data(), n, kHeads, pos.data());
         std::vector<float> got_k(n * kvd), got_v(n * kvd);
@@ -353,15 +356,15 @@ void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
             ASSERT_LE(std::fabs((*got)[i] - x), tol) << (is_k ? "K" : "V") << " layer " << l << " at " << i;
           }
         }
-        EXPECT_EQ(copy_k[l], std::vector<uint8_t>(e.kq[l].begin() + src_row * row, e.kq[l].end())) << l;
-        EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * row, e.vq[l].end())) << l;
+        EXPECT_EQ(copy_k[l], std::vector<uint8_t>(e.kq[l].begin() + src_row * krow, e.kq[l].end())) << l;
+        EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * vrow, e.vq[l].end())) << l;
       }
     }
   }
 }
 
 TEST(Preload, QuantizedEntryEntersEveryBufferType) {
-  for (KvDtype etype : {KvDtype::kQ8_0, KvDtype::kQ4_0}) {
+  for (KvDtype etype : {KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kQ8_0Q4_0}) {
     SCOPED_TRACE(std::string(KvDtypeName(etype)) + " entry");
     QuantizedEntryEntersEveryBufferType(etype);
   }

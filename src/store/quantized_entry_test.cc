@@ -1,4 +1,4 @@
-// Quantized entries, q8_0 and q4_0 (entry.h): bytes, rows shared from a base,
+// Quantized entries, q8_0, q4_0 and q8_0/q4_0 (K in q8_0, V in q4_0) (entry.h): bytes, rows shared from a base,
 // truncation, the key, and what the store does with bad ones -- a corrupt scale (NaN,
 // Inf; negative for q8_0: written so by a faulty writer, or damaged on disk), a truncated
 // block, a flipped byte -- found on a restart over the SSD directory: the entry is a miss
@@ -8,6 +8,7 @@
 // is checked against llama.cpp's own).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -33,18 +34,30 @@ using testing::ScratchDir;
 
 constexpr int kLayers = 2, kKvDim = 16, kGroup = 8;  // stories260K's grouping: head_dim 8
 
-// MakeEntry's f32 rows quantized: an entry of `tokens` in `dtype` (q8_0 or q4_0).
+// The type of an entry type's K rows (v = false) or V rows, as entry.h defines the types
+// (written out here, not taken from KvTensorDtype).
+KvDtype RowType(KvDtype dtype, bool v) {
+  if (dtype == KvDtype::kQ8_0Q4_0) return v ? KvDtype::kQ4_0 : KvDtype::kQ8_0;
+  return dtype;
+}
+
+// Bytes of a row of kKvDim values of a row type: 16 int8 values (q8_0) or 16 4-bit codes
+// in 8 bytes (q4_0), + 2 f16 scales: 20 or 12 bytes.
+size_t RowSize(KvDtype row_type) { return row_type == KvDtype::kQ8_0 ? 20 : 12; }
+
+// MakeEntry's f32 rows quantized: an entry of `tokens` of type `dtype` (q8_0, q4_0,
+// q8_0/q4_0), each tensor's rows quantized in its row type.
 KvEntry MakeQuantized(KvDtype dtype, const std::vector<int32_t>& tokens, const std::string& session) {
   KvEntry e = MakeEntry(tokens, session, "default", kLayers, kKvDim);
-  const size_t row = KvRowBytes(dtype, kKvDim, kGroup);
+  const size_t krow = RowSize(RowType(dtype, false)), vrow = RowSize(RowType(dtype, true));
   e.dtype = dtype;
   e.group = kGroup;
-  e.kq.assign(kLayers, std::vector<uint8_t>(tokens.size() * row));
-  e.vq.assign(kLayers, std::vector<uint8_t>(tokens.size() * row));
+  e.kq.assign(kLayers, std::vector<uint8_t>(tokens.size() * krow));
+  e.vq.assign(kLayers, std::vector<uint8_t>(tokens.size() * vrow));
   for (int l = 0; l < kLayers; ++l)
     for (size_t r = 0; r < tokens.size(); ++r) {
-      QuantizeRow(dtype, e.k[l].data() + r * kKvDim, kKvDim, kGroup, e.kq[l].data() + r * row);
-      QuantizeRow(dtype, e.v[l].data() + r * kKvDim, kKvDim, kGroup, e.vq[l].data() + r * row);
+      QuantizeRow(RowType(dtype, false), e.k[l].data() + r * kKvDim, kKvDim, kGroup, e.kq[l].data() + r * krow);
+      QuantizeRow(RowType(dtype, true), e.v[l].data() + r * kKvDim, kKvDim, kGroup, e.vq[l].data() + r * vrow);
     }
   e.k.clear();
   e.v.clear();
@@ -52,23 +65,29 @@ KvEntry MakeQuantized(KvDtype dtype, const std::vector<int32_t>& tokens, const s
 }
 
 // Where a row's first scale lies: after kv_dim int8 values (q8_0) or kv_dim / 2 bytes of
-// 4-bit codes (q4_0), as entry.h's layout says.
-size_t ScalesAt(KvDtype dtype) { return dtype == KvDtype::kQ4_0 ? kKvDim / 2 : kKvDim; }
+// 4-bit codes (q4_0), as entry.h's layout says. `row_type`: q8_0 or q4_0.
+size_t ScalesAt(KvDtype row_type) { return row_type == KvDtype::kQ4_0 ? kKvDim / 2 : kKvDim; }
 
 class QuantizedEntry : public ::testing::TestWithParam<KvDtype> {};
 
-std::string TypeName(const ::testing::TestParamInfo<KvDtype>& info) { return KvDtypeName(info.param); }
+// "q8_0", "q4_0", "q8_0_q4_0" (a test name takes letters, digits and '_').
+std::string TypeName(const ::testing::TestParamInfo<KvDtype>& info) {
+  std::string name = KvDtypeKeyName(info.param);
+  std::replace(name.begin(), name.end(), '+', '_');
+  return name;
+}
 
-INSTANTIATE_TEST_SUITE_P(Types, QuantizedEntry, ::testing::Values(KvDtype::kQ8_0, KvDtype::kQ4_0), TypeName);
+INSTANTIATE_TEST_SUITE_P(Types, QuantizedEntry,
+                         ::testing::Values(KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kQ8_0Q4_0), TypeName);
 
 TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
   const KvDtype dtype = GetParam();
   const KvEntry e = MakeQuantized(dtype, Range(1, 20), "s");
-  // Row: 16 int8 values (q8_0) or 16 4-bit codes in 8 bytes (q4_0), + 2 f16 scales = 20
-  // or 12 bytes; the header fits in 4096.
-  const size_t row = KvRowBytes(dtype, kKvDim, kGroup);
-  EXPECT_EQ(row, dtype == KvDtype::kQ8_0 ? 20u : 12u);
-  EXPECT_EQ(e.SerializedBytes(), 4096u + 2 * kLayers * 20 * row);
+  // K and V rows of the entry's row types; the header fits in 4096.
+  const size_t krow = RowSize(RowType(dtype, false)), vrow = RowSize(RowType(dtype, true));
+  EXPECT_EQ(e.k_row_size(), krow);
+  EXPECT_EQ(e.v_row_size(), vrow);
+  EXPECT_EQ(e.SerializedBytes(), 4096u + kLayers * 20 * (krow + vrow));
   // f16's bytes for the same rows: 2 * 16 = 32 a row; q8_0 is 20 / 32 = 0.625 of them
   // at this head_dim (group 8), 34 / 64 = 0.53 at group 32; q4_0 12 / 32 = 0.375 and
   // 18 / 64 = 0.28 (3.6x the rows of f16 in the same bytes).
@@ -76,11 +95,16 @@ TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
   EXPECT_EQ(KvRowBytes(KvDtype::kQ8_0, 64, 32), 68u);
   EXPECT_EQ(KvRowBytes(KvDtype::kQ4_0, 64, 32), 36u);
   const std::string key = e.key().ToString();
-  EXPECT_NE(key.find(std::string("-") + KvDtypeName(dtype) + "-"), std::string::npos) << key;
+  // The key names the type, '/' written '+' (a file name): "q8_0", "q4_0", "q8_0+q4_0".
+  const std::string name = dtype == KvDtype::kQ8_0 ? "q8_0" : dtype == KvDtype::kQ4_0 ? "q4_0" : "q8_0+q4_0";
+  EXPECT_NE(key.find("-" + name + "-"), std::string::npos) << key;
   EXPECT_TRUE(ParseEntryKeyName(key));
   EXPECT_TRUE(EntryKeyHasDtype(key, dtype));
-  EXPECT_FALSE(EntryKeyHasDtype(key, KvDtype::kF16));
-  EXPECT_FALSE(EntryKeyHasDtype(key, dtype == KvDtype::kQ8_0 ? KvDtype::kQ4_0 : KvDtype::kQ8_0));
+  for (KvDtype other : kKvDtypes)
+    if (other != dtype) EXPECT_FALSE(EntryKeyHasDtype(key, other)) << KvDtypeName(other);
+  // The type's own name with '/' is never a key's field.
+  std::string slash = key;
+  if (dtype == KvDtype::kQ8_0Q4_0) EXPECT_FALSE(ParseEntryKeyName(slash.replace(slash.find('+'), 1, "/")));
   auto bytes = SerializeEntry(e);
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   auto back = DeserializeEntry(*bytes, "fp-A");
@@ -94,10 +118,8 @@ TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
   // keys: the type is part of the name.
   KvEntry f32 = MakeEntry(Range(1, 20), "s", "default", kLayers, kKvDim);
   EXPECT_NE(f32.key().ToString(), key);
-  EXPECT_NE(MakeQuantized(dtype == KvDtype::kQ8_0 ? KvDtype::kQ4_0 : KvDtype::kQ8_0, Range(1, 20), "s")
-                .key()
-                .ToString(),
-            key);
+  for (KvDtype other : {KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kQ8_0Q4_0})
+    if (other != dtype) EXPECT_NE(MakeQuantized(other, Range(1, 20), "s").key().ToString(), key);
 }
 
 // A q4_0 row of groups of 32 values holds the GGUF q4_0 blocks' codes (bit for bit),
@@ -135,16 +157,16 @@ TEST_P(QuantizedEntry, RowsFromABaseAndTruncation) {
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   KvEntry turn = full;
   turn.base = EntryRowsBase(shared, *h, 16);
-  const size_t row = full.row_bytes();
+  const size_t krow = RowSize(RowType(GetParam(), false)), vrow = RowSize(RowType(GetParam(), true));
   for (int l = 0; l < kLayers; ++l) {
-    turn.kq[l].erase(turn.kq[l].begin(), turn.kq[l].begin() + 16 * row);
-    turn.vq[l].erase(turn.vq[l].begin(), turn.vq[l].begin() + 16 * row);
+    turn.kq[l].erase(turn.kq[l].begin(), turn.kq[l].begin() + 16 * krow);
+    turn.vq[l].erase(turn.vq[l].begin(), turn.vq[l].begin() + 16 * vrow);
   }
   ASSERT_TRUE(ValidateEntry(turn).ok()) << ValidateEntry(turn).ToString();
   for (int l = 0; l < kLayers; ++l)
     for (int r = 0; r < 24; ++r) {
-      ASSERT_EQ(std::memcmp(turn.k_row_bytes(l, r), full.kq[l].data() + r * row, row), 0) << r;
-      ASSERT_EQ(std::memcmp(turn.v_row_bytes(l, r), full.vq[l].data() + r * row, row), 0) << r;
+      ASSERT_EQ(std::memcmp(turn.k_row_bytes(l, r), full.kq[l].data() + r * krow, krow), 0) << r;
+      ASSERT_EQ(std::memcmp(turn.v_row_bytes(l, r), full.vq[l].data() + r * vrow, vrow), 0) << r;
     }
   auto turn_bytes = SerializeEntryBytes(turn);
   ASSERT_TRUE(turn_bytes.ok()) << turn_bytes.status().ToString();
@@ -158,10 +180,10 @@ TEST_P(QuantizedEntry, AGroupThatDoesNotFitIsInvalid) {
     EXPECT_EQ(ValidateEntry(e).code(), StatusCode::kInvalidArgument) << group;
   }
   // q4_0 packs two values a byte: an odd group (which divides kv_dim 16 only as 1) does
-  // not fit it; q8_0 takes it.
+  // not fit it (nor q8_0/q4_0, whose V is q4_0); q8_0 takes it.
   e.group = 1;
-  e.kq.assign(kLayers, std::vector<uint8_t>(4 * KvRowBytes(GetParam(), kKvDim, 1)));
-  e.vq = e.kq;
+  e.kq.assign(kLayers, std::vector<uint8_t>(4 * KvRowBytes(RowType(GetParam(), false), kKvDim, 1)));
+  e.vq.assign(kLayers, std::vector<uint8_t>(4 * KvRowBytes(RowType(GetParam(), true), kKvDim, 1)));
   EXPECT_EQ(ValidateEntry(e).ok(), GetParam() == KvDtype::kQ8_0) << ValidateEntry(e).ToString();
   KvEntry f32 = MakeEntry(Range(1, 4), "s", "default", kLayers, kKvDim);
   f32.group = 8;  // an unquantized type has no group
@@ -172,15 +194,19 @@ TEST_P(QuantizedEntry, AGroupThatDoesNotFitIsInvalid) {
 // / 127), in an entry whose checksums hold (a faulty writer): the reader rejects the
 // layer, whole or read layer by layer. q4_0's scale carries the sign of the group's
 // largest-magnitude value: a negative one is what its quantizer writes, and is kept.
+// Checked in V's rows (layer 1, row 4, its second scale) and in K's (layer 0, row 0, its
+// first), each by its own row type.
 TEST_P(QuantizedEntry, ScalesNoQuantizerWritesAreDataLoss) {
   const KvDtype dtype = GetParam();
-  std::vector<uint16_t> bads = {0x7e00, 0x7c00, 0xfc00, 0xfe01};
-  if (dtype == KvDtype::kQ8_0) bads.insert(bads.end(), {0x8001, 0xbc00});
-  for (uint16_t bad : bads) {
+  auto bads = [](KvDtype row_type) {
+    std::vector<uint16_t> b = {0x7e00, 0x7c00, 0xfc00, 0xfe01};
+    if (row_type == KvDtype::kQ8_0) b.insert(b.end(), {0x8001, 0xbc00});
+    return b;
+  };
+  const KvDtype k_type = RowType(dtype, false), v_type = RowType(dtype, true);
+  for (uint16_t bad : bads(v_type)) {
     KvEntry e = MakeQuantized(dtype, Range(1, 6), "s");
-    const size_t row = e.row_bytes();
-    // Layer 1's V, row 4, its second scale.
-    std::memcpy(e.vq[1].data() + 4 * row + ScalesAt(dtype) + 2, &bad, sizeof(bad));
+    std::memcpy(e.vq[1].data() + 4 * RowSize(v_type) + ScalesAt(v_type) + 2, &bad, sizeof(bad));
     auto bytes = SerializeEntry(e);
     ASSERT_TRUE(bytes.ok());
     EXPECT_EQ(DeserializeEntry(*bytes, "fp-A").status().code(), StatusCode::kDataLoss) << std::hex << bad;
@@ -191,17 +217,30 @@ TEST_P(QuantizedEntry, ScalesNoQuantizerWritesAreDataLoss) {
     const std::string_view layer1 = std::string_view(*bytes).substr(EntryLayerOffset(*h, 1), h->layer_bytes);
     EXPECT_EQ(VerifyLayerBytes(layer1, *h, 1).code(), StatusCode::kDataLoss);
   }
-  // The largest finite scale is one the quantizer writes (a group with max |x| >= 127 *
-  // 65504 for q8_0; for q4_0 a largest-magnitude value of -8 * 65504, and its negation
-  // for a positive one): accepted.
-  std::vector<uint16_t> goods = {0x7bff};
-  if (dtype == KvDtype::kQ4_0) goods.insert(goods.end(), {0xfbff, 0xbc00});
-  for (uint16_t good : goods) {
+  for (uint16_t bad : bads(k_type)) {
     KvEntry e = MakeQuantized(dtype, Range(1, 6), "s");
-    std::memcpy(e.kq[0].data() + ScalesAt(dtype), &good, sizeof(good));
+    std::memcpy(e.kq[0].data() + ScalesAt(k_type), &bad, sizeof(bad));
     auto bytes = SerializeEntry(e);
     ASSERT_TRUE(bytes.ok());
-    EXPECT_TRUE(DeserializeEntry(*bytes, "fp-A").ok()) << std::hex << good;
+    EXPECT_EQ(DeserializeEntry(*bytes, "fp-A").status().code(), StatusCode::kDataLoss) << "K " << std::hex << bad;
+  }
+  // The largest finite scale is one the quantizer writes (a group with max |x| >= 127 *
+  // 65504 for q8_0; for q4_0 a largest-magnitude value of -8 * 65504, and its negation
+  // for a positive one): accepted, in K's rows and in V's.
+  auto goods = [](KvDtype row_type) {
+    std::vector<uint16_t> g = {0x7bff};
+    if (row_type == KvDtype::kQ4_0) g.insert(g.end(), {0xfbff, 0xbc00});
+    return g;
+  };
+  for (bool v : {false, true}) {
+    const KvDtype type = v ? v_type : k_type;
+    for (uint16_t good : goods(type)) {
+      KvEntry e = MakeQuantized(dtype, Range(1, 6), "s");
+      std::memcpy((v ? e.vq : e.kq)[0].data() + ScalesAt(type), &good, sizeof(good));
+      auto bytes = SerializeEntry(e);
+      ASSERT_TRUE(bytes.ok());
+      EXPECT_TRUE(DeserializeEntry(*bytes, "fp-A").ok()) << (v ? "V " : "K ") << std::hex << good;
+    }
   }
 }
 
@@ -228,13 +267,14 @@ std::string EntryFile(const std::string& dir, const std::string& key) {
 TEST_P(QuantizedEntry, DamagedOnSsdIsAMissAfterARestart) {
   const KvDtype dtype = GetParam();
   const KvEntry saved = MakeQuantized(dtype, Range(100, 24), "victim");
-  const size_t row = saved.row_bytes();
+  const KvDtype v_type = RowType(dtype, true);
+  const size_t vrow = RowSize(v_type), v_at = 24 * RowSize(RowType(dtype, false));  // V after K's 24 rows
   auto h = ParseEntryHeader(*SerializeEntry(saved));
   ASSERT_TRUE(h.ok());
   // Byte offsets in the file: layer 1's V, row 7, its first scale; and its third value
   // (q4_0: the third byte of codes).
-  const uint64_t scale_at = EntryLayerOffset(*h, 1) + h->layer_bytes / 2 + 7 * row + ScalesAt(dtype);
-  const uint64_t value_at = EntryLayerOffset(*h, 1) + h->layer_bytes / 2 + 7 * row + 2;
+  const uint64_t scale_at = EntryLayerOffset(*h, 1) + v_at + 7 * vrow + ScalesAt(v_type);
+  const uint64_t value_at = EntryLayerOffset(*h, 1) + v_at + 7 * vrow + 2;
   struct Damage {
     const char* what;
     std::function<void(std::string&)> apply;
@@ -313,8 +353,11 @@ KvEntry Typed(KvDtype dtype, const std::vector<int32_t>& tokens, const std::stri
 // an entry of another session stays and is served again, bit for bit, by a store of its
 // type.
 TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
-  const std::pair<KvDtype, KvDtype> pairs[] = {
-      {KvDtype::kF16, KvDtype::kQ8_0}, {KvDtype::kQ8_0, KvDtype::kQ4_0}, {KvDtype::kF16, KvDtype::kQ4_0}};
+  const std::pair<KvDtype, KvDtype> pairs[] = {{KvDtype::kF16, KvDtype::kQ8_0},
+                                               {KvDtype::kQ8_0, KvDtype::kQ4_0},
+                                               {KvDtype::kF16, KvDtype::kQ4_0},
+                                               {KvDtype::kQ8_0, KvDtype::kQ8_0Q4_0},
+                                               {KvDtype::kQ8_0Q4_0, KvDtype::kQ4_0}};
   for (auto [a, b] : pairs) {
     SCOPED_TRACE(std::string(KvDtypeName(a)) + " then " + KvDtypeName(b));
     ScratchDir dir("quantized-identity");
@@ -328,8 +371,8 @@ TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
       EXPECT_EQ(e->dtype, want.dtype);
       for (int l = 0; l < kLayers; ++l)
         for (int r = 0; r < want.n_tokens(); ++r) {
-          ASSERT_EQ(std::memcmp(e->k_row_bytes(l, r), want.k_row_bytes(l, r), want.row_bytes()), 0) << l << " " << r;
-          ASSERT_EQ(std::memcmp(e->v_row_bytes(l, r), want.v_row_bytes(l, r), want.row_bytes()), 0) << l << " " << r;
+          ASSERT_EQ(std::memcmp(e->k_row_bytes(l, r), want.k_row_bytes(l, r), want.k_row_size()), 0) << l << " " << r;
+          ASSERT_EQ(std::memcmp(e->v_row_bytes(l, r), want.v_row_bytes(l, r), want.v_row_size()), 0) << l << " " << r;
         }
     };
     {  // A: saves both sessions

@@ -19,7 +19,8 @@ Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t t
   kv_dim_ = shape.kv_dim();
   dtype_ = store.kv_dtype();
   group_ = KvDtypeQuantized(dtype_) ? attention::KvQ8Group(shape.head_dim) : 0;
-  row_bytes_ = KvRowBytes(dtype_, kv_dim_, group_);
+  k_row_size_ = KvRowBytes(KvTensorDtype(dtype_, false), kv_dim_, group_);
+  v_row_size_ = KvRowBytes(KvTensorDtype(dtype_, true), kv_dim_, group_);
   rows_.ResizeLayers(n_layers_);
 }
 
@@ -51,24 +52,24 @@ void Turn::Reserve(int max_slots) {
   if (!valid_) return;
   const size_t n = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows));
   rows_.ResizeLayers(n_layers_);
-  auto reserve = [&](auto& rows) {
-    for (auto& x : rows) x.reserve(n * RowUnits(rows));
+  auto reserve = [&](auto& rows, bool v) {
+    for (auto& x : rows) x.reserve(n * RowUnits(rows, v));
   };
   if (KvDtypeQuantized(dtype_)) {
-    reserve(rows_.kq);
-    reserve(rows_.vq);
+    reserve(rows_.kq, false);
+    reserve(rows_.vq, true);
   } else if (dtype_ == KvDtype::kF16) {
-    reserve(rows_.k16);
-    reserve(rows_.v16);
+    reserve(rows_.k16, false);
+    reserve(rows_.v16, true);
   } else {
-    reserve(rows_.k);
-    reserve(rows_.v);
+    reserve(rows_.k, false);
+    reserve(rows_.v, true);
   }
 }
 
 void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
-  rows_.ForEachRows([](auto& rows) {
+  rows_.ForEachRows([](auto& rows, bool) {
     for (auto& x : rows) x.clear();
   });
   if (!copy) {
@@ -80,12 +81,11 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   rows_.base = e->base;
   rows_.base.n_rows = std::min(e->base.n_rows, n);
   if (n > e->base.n_rows) {
-    const size_t elems = static_cast<size_t>(n - e->base.n_rows) * kv_dim_;
-    const size_t bytes = static_cast<size_t>(n - e->base.n_rows) * row_bytes_;
+    const size_t own = static_cast<size_t>(n - e->base.n_rows), elems = own * kv_dim_;
     for (int l = 0; l < n_layers_; ++l) {
       if (KvDtypeQuantized(e->dtype)) {
-        rows_.kq[l].assign(e->kq[l].begin(), e->kq[l].begin() + bytes);
-        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + bytes);
+        rows_.kq[l].assign(e->kq[l].begin(), e->kq[l].begin() + own * k_row_size_);
+        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + own * v_row_size_);
       } else if (e->dtype == KvDtype::kF16) {
         rows_.k16[l].assign(e->k16[l].begin(), e->k16[l].begin() + elems);
         rows_.v16[l].assign(e->v16[l].begin(), e->v16[l].begin() + elems);
@@ -129,8 +129,8 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
     // it enters it; the forward writes the rest (Write).
     const size_t elems = static_cast<size_t>(n_plan - base) * kv_dim_;
     if (KvDtypeQuantized(dtype_)) {
-      for (auto& x : rows_.kq) x.resize(static_cast<size_t>(n_plan - base) * row_bytes_);
-      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * row_bytes_);
+      for (auto& x : rows_.kq) x.resize(static_cast<size_t>(n_plan - base) * k_row_size_);
+      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * v_row_size_);
       job->copy_kq = &rows_.kq;
       job->copy_vq = &rows_.vq;
     } else if (dtype_ == KvDtype::kF16) {
@@ -188,7 +188,7 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
   if (!valid_) return;
   if (layer == 0) {
     // The step's rows of every layer, counted before any is kept.
-    const uint64_t add = 2ull * n_layers_ * static_cast<uint64_t>(n) * row_bytes_;
+    const uint64_t add = static_cast<uint64_t>(n_layers_) * n * (k_row_size_ + v_row_size_);
     if (!store_.TryAddTurnBytes(add)) {
       Invalidate();
       return;
@@ -196,12 +196,16 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
     accounted_ += add;
   }
   const size_t elems = static_cast<size_t>(n) * kv_dim_;
-  if (KvDtypeQuantized(dtype_)) {  // each row quantized in one pass
-    for (auto [rows, src] : {std::pair{&rows_.kq[layer], k}, std::pair{&rows_.vq[layer], v}}) {
-      size_t at = rows->size();
-      rows->resize(at + static_cast<size_t>(n) * row_bytes_);
-      for (int i = 0; i < n; ++i, at += row_bytes_)
-        QuantizeRow(dtype_, src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows->data() + at);
+  if (KvDtypeQuantized(dtype_)) {  // each row quantized in one pass, in its tensor's type
+    for (bool is_v : {false, true}) {
+      std::vector<uint8_t>& rows = is_v ? rows_.vq[layer] : rows_.kq[layer];
+      const float* src = is_v ? v : k;
+      const KvDtype type = KvTensorDtype(dtype_, is_v);
+      const size_t row = is_v ? v_row_size_ : k_row_size_;
+      size_t at = rows.size();
+      rows.resize(at + static_cast<size_t>(n) * row);
+      for (int i = 0; i < n; ++i, at += row)
+        QuantizeRow(type, src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows.data() + at);
     }
     return;
   }
@@ -231,9 +235,9 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
     const float* kr = k + static_cast<size_t>(i) * kv_dim_;
     const float* vr = v + static_cast<size_t>(i) * kv_dim_;
     if (KvDtypeQuantized(dtype_)) {
-      const size_t bat = static_cast<size_t>(slots[i] - base) * row_bytes_;
-      QuantizeRow(dtype_, kr, kv_dim_, group_, rows_.kq[layer].data() + bat);
-      QuantizeRow(dtype_, vr, kv_dim_, group_, rows_.vq[layer].data() + bat);
+      const size_t own = static_cast<size_t>(slots[i] - base);
+      QuantizeRow(KvTensorDtype(dtype_, false), kr, kv_dim_, group_, rows_.kq[layer].data() + own * k_row_size_);
+      QuantizeRow(KvTensorDtype(dtype_, true), vr, kv_dim_, group_, rows_.vq[layer].data() + own * v_row_size_);
     } else if (dtype_ == KvDtype::kF16) {
       backend::ConvertF32ToF16(kr, rows_.k16[layer].data() + at, kv_dim_);
       backend::ConvertF32ToF16(vr, rows_.v16[layer].data() + at, kv_dim_);
@@ -248,8 +252,8 @@ void Turn::Truncate(int n) {
   if (!valid_) return;
   rows_.base.n_rows = std::min(rows_.base.n_rows, n);
   const size_t own = static_cast<size_t>(std::max(0, n - rows_.base.n_rows));  // rows
-  rows_.ForEachRows([&](auto& rows) {
-    for (auto& x : rows) x.resize(std::min(x.size(), own * RowUnits(rows)));
+  rows_.ForEachRows([&](auto& rows, bool v) {
+    for (auto& x : rows) x.resize(std::min(x.size(), own * RowUnits(rows, v)));
   });
   AccountOwnBytes();
 }
@@ -278,8 +282,8 @@ void Turn::RebaseOnPlacedSave(const std::vector<int32_t>& tokens, const std::vec
       !std::equal(meta.positions.begin(), meta.positions.end(), positions.begin()))
     return;
   const size_t covered = static_cast<size_t>(n_saved - rows_.base.n_rows);  // own rows now in the tier
-  rows_.ForEachRows([&](auto& rows) {
-    const size_t units = covered * RowUnits(rows);
+  rows_.ForEachRows([&](auto& rows, bool v) {
+    const size_t units = covered * RowUnits(rows, v);
     for (auto& x : rows) x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(std::min(units, x.size())));
   });
   rows_.base = EntryRowsBase(f->bytes, f->header, n_saved);

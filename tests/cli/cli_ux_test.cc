@@ -167,10 +167,12 @@ TEST(CliUx, TheStoresEntryTypeFollowsTheBufferUnlessGiven) {
   };
   EXPECT_EQ(entries({}), "f32");
   EXPECT_EQ(entries({"--kv-dtype", "q4_0"}), "q4_0");
-  EXPECT_EQ(entries({"--kv-dtype-k", "q8_0", "--kv-dtype-v", "q4_0"}), "q8_0");
+  EXPECT_EQ(entries({"--kv-dtype-k", "q8_0", "--kv-dtype-v", "q4_0"}), "q8_0/q4_0");
+  EXPECT_EQ(entries({"--kv-dtype-k", "q4_0", "--kv-dtype-v", "q8_0"}), "q8_0");
   EXPECT_EQ(entries({"--kv-dtype-k", "f16", "--kv-dtype-v", "q4_0"}), "f16");
   EXPECT_EQ(entries({"--kv-store-dtype", "q4_0"}), "q4_0");
   EXPECT_EQ(entries({"--kv-dtype", "q4_0", "--kv-store-dtype", "q8_0"}), "q8_0");
+  EXPECT_EQ(entries({"--kv-store-dtype", "q8_0/q4_0"}), "q8_0/q4_0");
   Result bad = RunAttic("serve -m " + Stories() + " --port 0 --kv-store-dtype q4_1");
   EXPECT_NE(bad.exit_code, 0) << bad.out;
   EXPECT_NE(bad.out.find("--kv-store-dtype"), std::string::npos) << bad.out;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "attic/engine/kv_features.h"
 #include "attic/engine/scheduler.h"
@@ -24,11 +25,13 @@ namespace {
 using attic::testing::SharedDir;
 using namespace std::chrono_literals;
 
-std::unique_ptr<Engine> LoadStories(DType kv_dtype = DType::kF32) {
+// kv_dtype_v: V's type in the compute buffer when it differs from K's (kv_dtype).
+std::unique_ptr<Engine> LoadStories(DType kv_dtype = DType::kF32, std::optional<DType> kv_dtype_v = std::nullopt) {
   EngineOptions o;
   o.model_path = SharedDir() + "/models/stories260K-hf";
   o.n_threads = 2;
   o.kv_dtype = kv_dtype;
+  o.kv_dtype_v = kv_dtype_v;
   o.max_batch_tokens = 64;
   o.kv_cache_bytes = 8 << 20;
   auto e = Engine::Load(o);
@@ -366,15 +369,16 @@ TEST(StoreIntegration, SessionSurvivesRestart) {
   EXPECT_EQ(b.text, Recompute(*e, second, 12));
 }
 
-// A quantized store's session across a restart over its SSD directory (q8_0, q4_0): the
-// second turn after the restart reuses the first turn's entry, read back from the file,
-// and gives exactly the tokens the same second turn gives without a restart (both enter
-// the same stored bytes: the file holds the entry the first server saved, bit for bit).
+// A quantized store's session across a restart over its SSD directory (q8_0, q4_0,
+// q8_0/q4_0): the second turn after the restart reuses the first turn's entry, read back
+// from the file, and gives exactly the tokens the same second turn gives without a
+// restart (both enter the same stored bytes: the file holds the entry the first server
+// saved, bit for bit).
 TEST(StoreIntegration, AQuantizedSessionSurvivesARestartBitForBit) {
   auto e = LoadStories();
   ASSERT_NE(e, nullptr);
   const std::vector<int32_t> first = *e->Tokenize("Sara had a big red ball. She liked to", true);
-  for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0}) {
+  for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0, store::KvDtype::kQ8_0Q4_0}) {
     SCOPED_TRACE(store::KvDtypeName(dt));
     std::string text[2];
     int cached[2] = {0, 0};
@@ -402,9 +406,12 @@ TEST(StoreIntegration, AQuantizedSessionSurvivesARestartBitForBit) {
       EXPECT_TRUE(store::EntryKeyHasDtype(info->key, dt)) << info->key;
       auto entry = store->Load(info->key);
       ASSERT_TRUE(entry.ok()) << entry.status().ToString();
-      for (int r = 0; r < entry->n_tokens(); ++r)
-        for (const char* row : {entry->k_row_bytes(0, r), entry->v_row_bytes(0, r)})
-          rows[restart].insert(rows[restart].end(), row, row + entry->row_bytes());
+      for (int r = 0; r < entry->n_tokens(); ++r) {
+        const char* k = entry->k_row_bytes(0, r);
+        const char* v = entry->v_row_bytes(0, r);
+        rows[restart].insert(rows[restart].end(), k, k + entry->k_row_size());
+        rows[restart].insert(rows[restart].end(), v, v + entry->v_row_size());
+      }
       Turn b = RunTurn(*scheduler, second, "conv", 12);
       text[restart] = b.text;
       cached[restart] = b.usage.cached_tokens;
@@ -745,9 +752,18 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
                             "Lily and Tom went to the park. They"};
   constexpr int kNew = 40;
   constexpr size_t kTypes = std::size(store::kKvDtypes);
-  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
-    SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer");
-    auto e = LoadStories(buffer);
+  struct Buffer {
+    DType k, v;
+    std::string name;
+  };
+  const Buffer kBuffers[] = {{DType::kF32, DType::kF32, "f32"},
+                             {DType::kF16, DType::kF16, "f16"},
+                             {DType::kQ8_0, DType::kQ8_0, "q8_0"},
+                             {DType::kQ4_0, DType::kQ4_0, "q4_0"},
+                             {DType::kQ8_0, DType::kQ4_0, "q8_0/q4_0"}};
+  for (const Buffer& buffer : kBuffers) {
+    SCOPED_TRACE(buffer.name + " buffer");
+    auto e = LoadStories(buffer.k, buffer.v);
     ASSERT_NE(e, nullptr);
     const kv::KvShape& shape = e->kv_pool().shape();
     const int group = attention::KvQ8Group(shape.head_dim);
@@ -771,8 +787,10 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
         auto info = store->GetSession("default", "conv");
         ASSERT_TRUE(info.ok());
         EXPECT_TRUE(store::EntryKeyHasDtype(info->key, dt)) << info->key;
-        const size_t row = store::KvRowBytes(dt, shape.kv_dim(), store::KvDtypeQuantized(dt) ? group : 0);
-        EXPECT_EQ(info->bytes, 4096 + 2ull * shape.n_layers * n_tokens * row);
+        const int g = store::KvDtypeQuantized(dt) ? group : 0;
+        const size_t row = store::KvRowBytes(store::KvTensorDtype(dt, false), shape.kv_dim(), g) +
+                           store::KvRowBytes(store::KvTensorDtype(dt, true), shape.kv_dim(), g);  // K's and V's
+        EXPECT_EQ(info->bytes, 4096 + 1ull * shape.n_layers * n_tokens * row);
         auto entry = store->Load(info->key);
         ASSERT_TRUE(entry.ok()) << entry.status().ToString();
         EXPECT_EQ(entry->group, store::KvDtypeQuantized(dt) ? group : 0);
@@ -793,13 +811,13 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
     for (store::KvDtype dt : store::kKvDtypes)
       std::printf("[ fidelity ] %s buffer, %s store: second turns from the entries of %zu prompts: %zu of %zu greedy "
                   "tokens agree with recompute (the common prefix of each)\n",
-                  DTypeName(buffer), store::KvDtypeName(dt), std::size(kPrompts), agree_sum[static_cast<int>(dt)],
+                  buffer.name.c_str(), store::KvDtypeName(dt), std::size(kPrompts), agree_sum[static_cast<int>(dt)],
                   total_sum[static_cast<int>(dt)]);
     // The quantized entries against the f32 one (the same forward's K and V).
     const store::KvEntry& f32 = rows[static_cast<int>(store::KvDtype::kF32)];
     const int kvd = shape.kv_dim();
     std::vector<float> y(kvd);
-    for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0}) {
+    for (store::KvDtype dt : {store::KvDtype::kQ8_0, store::KvDtype::kQ4_0, store::KvDtype::kQ8_0Q4_0}) {
       SCOPED_TRACE(std::string(store::KvDtypeName(dt)) + " entry against the f32 one");
       const store::KvEntry& q = rows[static_cast<int>(dt)];
       ASSERT_EQ(q.n_tokens(), f32.n_tokens());
@@ -807,14 +825,18 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
         for (int r = 0; r < f32.n_tokens(); ++r)
           for (bool k : {true, false}) {
             const float* x = k ? f32.k_row(l, r) : f32.v_row(l, r);
-            store::DequantizeRow(dt, reinterpret_cast<const uint8_t*>(k ? q.k_row_bytes(l, r) : q.v_row_bytes(l, r)),
+            // The row's type: q8_0/q4_0 holds K in q8_0 and V in q4_0.
+            const store::KvDtype rt = dt != store::KvDtype::kQ8_0Q4_0 ? dt
+                                      : k                              ? store::KvDtype::kQ8_0
+                                                                       : store::KvDtype::kQ4_0;
+            store::DequantizeRow(rt, reinterpret_cast<const uint8_t*>(k ? q.k_row_bytes(l, r) : q.v_row_bytes(l, r)),
                                  kvd, group, y.data());
             for (int j = 0; j < kvd; ++j) {
               double amax = 0;
               for (int i = j / group * group; i < (j / group + 1) * group; ++i)
                 amax = std::max(amax, std::fabs(double{x[i]}));
               double tol;
-              if (dt == store::KvDtype::kQ8_0) {
+              if (rt == store::KvDtype::kQ8_0) {
                 const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
                 tol = d / 2 + 127 * d * std::ldexp(1.0, -24);
               } else {

@@ -24,7 +24,8 @@
 //               q4_0: kv_dim / 2 bytes of 4-bit codes, then the row's kv_dim / group f16
 //               scales -- attention/kv_q4.h's formula and nibble order applied to each
 //               group of the row (group j's codes at bytes [j * group / 2, (j + 1) *
-//               group / 2)), so a row is kv_dim / 2 + 2 * kv_dim / group bytes)
+//               group / 2)), so a row is kv_dim / 2 + 2 * kv_dim / group bytes;
+//               q8_0/q4_0: K's rows in q8_0, V's in q4_0, each as above)
 //   then (version 2) each attachment's bytes, in header order, unaligned
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
@@ -61,21 +62,39 @@ namespace attic::store {
 // kQ8_0: 8-bit values with one f16 scale per `group` values of a row (the compute
 // buffer's q8_0 grouping: attention::KvQ8Group(head_dim)); kQ4_0: 4-bit codes with the
 // same groups (attention::KvQ4Group). A quantized type records its group in the header
-// (KvEntry::group). K and V of an entry share its type.
-enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3 };
-inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0};
+// (KvEntry::group). An entry's type names the type of its K rows and of its V rows
+// (KvTensorDtype): the same for the first four; kQ8_0Q4_0 ("q8_0/q4_0") holds K in q8_0
+// and V in q4_0 (the compute buffer's K8/V4 pair).
+enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ8_0Q4_0 = 4 };
+inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0,
+                                        KvDtype::kQ8_0Q4_0};
+// "f32", "f16", "q8_0", "q4_0", "q8_0/q4_0" (K/V, as the compute buffer's pairs are
+// written).
 const char* KvDtypeName(KvDtype dtype);
-// The type named `name` ("f32", "f16", "q8_0", "q4_0"); false when there is none.
+// The type named `name` (KvDtypeName's, or an entry key's spelling, KvDtypeKeyName);
+// false when there is none.
 bool ParseKvDtype(std::string_view name, KvDtype* dtype);
-// Whether rows of the type are blocks of small integers with scales (then a group > 0).
-inline bool KvDtypeQuantized(KvDtype dtype) { return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0; }
+// The type's name in entry keys and file names: KvDtypeName with '+' for '/'.
+std::string KvDtypeKeyName(KvDtype dtype);
+// The type of an entry's K rows (v = false) or V rows (v = true): f32, f16, q8_0 or q4_0.
+inline KvDtype KvTensorDtype(KvDtype dtype, bool v) {
+  if (dtype == KvDtype::kQ8_0Q4_0) return v ? KvDtype::kQ4_0 : KvDtype::kQ8_0;
+  return dtype;
+}
+// Whether rows of the type (both K's and V's for an entry type) are blocks of small
+// integers with scales (then a group > 0).
+inline bool KvDtypeQuantized(KvDtype dtype) {
+  return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0 || dtype == KvDtype::kQ8_0Q4_0;
+}
 // Bytes of one element of an unquantized type (f32 4, f16 2).
 inline size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
-// Where a quantized row's scales start: after its kv_dim values' codes.
+// Where a quantized row's scales start: after its kv_dim values' codes. `dtype`: a row's
+// type (KvTensorDtype), q8_0 or q4_0.
 inline size_t KvRowScalesOffset(KvDtype dtype, int kv_dim) {
   return dtype == KvDtype::kQ4_0 ? static_cast<size_t>(kv_dim) / 2 : static_cast<size_t>(kv_dim);
 }
-// Bytes of one row of kv_dim values (group: values per scale of a quantized type).
+// Bytes of one row of kv_dim values of a row type (KvTensorDtype: f32, f16, q8_0, q4_0;
+// group: values per scale of a quantized one).
 inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
   if (KvDtypeQuantized(dtype)) return KvRowScalesOffset(dtype, kv_dim) + 2 * static_cast<size_t>(kv_dim / group);
   return static_cast<size_t>(kv_dim) * KvDtypeBytes(dtype);
@@ -114,8 +133,8 @@ struct EntryKey {
   uint64_t token_hash = 0;  // TokenHash(tokens)
   std::string session_id;   // may be empty
 
-  // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype "f32",
-  // "f16", "q8_0" or "q4_0"), 16 hex digits
+  // "<tenant hash>-<fingerprint hash>-<dtype>-<token hash>-<session hash>" (dtype
+  // KvDtypeKeyName: "f32", "f16", "q8_0", "q4_0" or "q8_0+q4_0"), 16 hex digits
   // each: safe as a file name or a remote key, unique per (tenant, model, dtype,
   // tokens, session).
   std::string ToString() const;
@@ -157,16 +176,16 @@ struct KvRowsBase {
   int64_t base_tokens = 0;                   // rows per layer in the base entry
   std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
   int n_rows = 0;                            // rows used, <= the base's rows
-  uint32_t row_bytes = 0;                    // bytes of one row of `bytes` (EntryRowsBase)
+  uint32_t k_row_size = 0, v_row_size = 0;   // bytes of one K / V row of `bytes` (EntryRowsBase)
 
-  // Row `row` (< n_rows) of layer `layer`'s K / V: one row of the entry's dtype
+  // Row `row` (< n_rows) of layer `layer`'s K / V: one row of the entry's K / V type
   // (KvRowBytes; k_row / v_row: f32 entries only).
   const char* k_row_bytes(int layer, int row) const;
   const char* v_row_bytes(int layer, int row) const;
   const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
   const float* v_row(int layer, int row) const { return reinterpret_cast<const float*>(v_row_bytes(layer, row)); }
   // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out
-  // (rows of the entry's dtype).
+  // (rows of the entry's K and V types).
   void CopyRows(int layer, int first, int n, void* k_out, void* v_out) const;
   // Entries not serialized yet between these rows and serialized bytes (0 = none).
   int unserialized_depth() const;
@@ -186,8 +205,9 @@ struct KvEntry {
   // Per layer l: rows [0, base.n_rows) of K and V come from `base`; the rest,
   // [n_tokens - base.n_rows, kv_dim], are the entry's own: k[l], v[l] (f32) for an f32
   // entry, k16[l], v16[l] (IEEE half bits) for an f16 one, kq[l], vq[l] (the rows' bytes,
-  // KvRowBytes each) for a quantized one; the other pairs are empty (or hold empty
-  // layers). K is before RoPE.
+  // k_row_size() / v_row_size() each) for a quantized one (q8_0/q4_0 too: K's rows in
+  // q8_0, V's in q4_0); the other pairs are empty (or hold empty layers). K is before
+  // RoPE.
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
@@ -197,15 +217,17 @@ struct KvEntry {
   std::vector<EntryAttachment> attachments;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
-  size_t row_bytes() const { return KvRowBytes(dtype, kv_dim, group); }
-  // Layer `layer`'s own rows (the entry's dtype) and their bytes.
+  // Bytes of one K / V row (KvRowBytes of the K / V type).
+  size_t k_row_size() const { return KvRowBytes(KvTensorDtype(dtype, false), kv_dim, group); }
+  size_t v_row_size() const { return KvRowBytes(KvTensorDtype(dtype, true), kv_dim, group); }
+  // Layer `layer`'s own rows (of the entry's K / V type).
   const char* own_k(int layer) const;
   const char* own_v(int layer) const;
-  size_t own_bytes(int layer) const;
   // Bytes of every layer's own K and V rows.
   uint64_t own_kv_bytes() const;
   // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows: one row
-  // of the entry's dtype (KvRowBytes; k_row / v_row: f32 entries only).
+  // of the entry's K / V type (k_row_size() / v_row_size(); k_row / v_row: f32 entries
+  // only).
   const char* k_row_bytes(int layer, int row) const;
   const char* v_row_bytes(int layer, int row) const;
   const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
@@ -240,6 +262,7 @@ struct EntryHeader {
   std::vector<uint64_t> layer_checksums;   // [n_layers]
   uint64_t data_offset = 0;                // where layer 0 starts
   uint64_t layer_bytes = 0;                // bytes of one layer's K+V
+  uint64_t layer_k_bytes = 0;              // of which K's (its V follows)
   uint64_t total_bytes = 0;
   std::vector<AttachmentInfo> attachments; // version 2; none for version 1
 };

@@ -87,19 +87,19 @@ class KvSource {
   StatusOr<std::string_view> attachment(std::string_view kind) const;
 
   // One layer's rows (a streamed source's: after AwaitLayer(l)): KBytes(row) / VBytes(row)
-  // are entry row `row` (KvRowBytes of dtype()); K / V for an f32 source, K16 / V16 (IEEE
-  // half bits) for an f16 one, KQ / VQ (a quantized row: values, then scales) for a
-  // quantized one. A serialized layer's rows are contiguous; a queued save's are looked
-  // up through its bases.
+  // are entry row `row` (of the entry's K / V type, KvTensorDtype); K / V for an f32
+  // source, K16 / V16 (IEEE half bits) for an f16 one, KQ / VQ (a quantized row: values,
+  // then scales) for a quantized one. A serialized layer's rows are contiguous; a queued
+  // save's are looked up through its bases.
   struct Layer {
     const KvEntry* queued;
     int layer;
     // A serialized entry's layer (its K and V rows), or null (queued).
     const char* k;
     const char* v;
-    size_t row_bytes;  // of the entry's dtype
-    const char* KBytes(int row) const { return k ? k + row * row_bytes : queued->k_row_bytes(layer, row); }
-    const char* VBytes(int row) const { return v ? v + row * row_bytes : queued->v_row_bytes(layer, row); }
+    size_t k_row_size, v_row_size;  // bytes of a K / V row
+    const char* KBytes(int row) const { return k ? k + row * k_row_size : queued->k_row_bytes(layer, row); }
+    const char* VBytes(int row) const { return v ? v + row * v_row_size : queued->v_row_bytes(layer, row); }
     const float* K(int row) const { return reinterpret_cast<const float*>(KBytes(row)); }
     const float* V(int row) const { return reinterpret_cast<const float*>(VBytes(row)); }
     const uint16_t* K16(int row) const { return reinterpret_cast<const uint16_t*>(KBytes(row)); }

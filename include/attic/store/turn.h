@@ -30,32 +30,33 @@ class KvStore;
 // where they came from (a stored entry's bytes, or a save not serialized yet), the
 // slots after them held here, per layer [rows, kv_dim], in the store's dtype (that of
 // the store's type, StoreOptions::kv_dtype): k, v for f32, k16, v16 (IEEE half bits) for
-// f16, kq, vq (rows of row_bytes bytes: entry.h) for a quantized type; the other pairs
+// f16, kq, vq (rows of the K / V type's bytes: entry.h) for a quantized type; the other pairs
 // hold empty layers.
 struct TurnRows {
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
   std::vector<std::vector<uint8_t>> kq, vq;
-  // Rows held: base rows and own rows (kv_dim elements, or row_bytes bytes for kq / vq).
-  int n(int kv_dim, size_t row_bytes) const {
+  // Rows held: base rows and own rows (kv_dim elements, or k_row_size bytes for kq).
+  int n(int kv_dim, size_t k_row_size) const {
     const size_t own = (k.empty() ? 0 : k[0].size()) / kv_dim + (k16.empty() ? 0 : k16[0].size()) / kv_dim +
-                       (kq.empty() ? 0 : kq[0].size()) / row_bytes;
+                       (kq.empty() ? 0 : kq[0].size()) / k_row_size;
     return base.n_rows + static_cast<int>(own);
   }
   uint64_t own_bytes() const;
-  // Applies f(rows) to k, v, k16, v16, kq and vq (each a per-layer vector of row vectors).
+  // Applies f(rows, is_v) to k, v, k16, v16, kq and vq (each a per-layer vector of row
+  // vectors; is_v: V's rows).
   template <class F>
   void ForEachRows(F f) {
-    f(k);
-    f(v);
-    f(k16);
-    f(v16);
-    f(kq);
-    f(vq);
+    f(k, false);
+    f(v, true);
+    f(k16, false);
+    f(v16, true);
+    f(kq, false);
+    f(vq, true);
   }
   void ResizeLayers(int n_layers) {
-    ForEachRows([&](auto& rows) { rows.resize(n_layers); });
+    ForEachRows([&](auto& rows, bool) { rows.resize(n_layers); });
   }
 };
 
@@ -69,7 +70,7 @@ class Turn {
   const std::string& session_id() const { return session_id_; }
   // Whether the turn still knows every slot's KV (else it will not be saved).
   bool valid() const { return valid_; }
-  int n_slots() const { return rows_.n(kv_dim_, row_bytes_); }
+  int n_slots() const { return rows_.n(kv_dim_, k_row_size_); }
 
   // --- Loading (at admission) ---
   // Enters `segments` into the slots of the sequence with block table `blocks` and
@@ -156,12 +157,13 @@ class Turn {
   int n_layers_ = 0, kv_dim_ = 0;
   KvDtype dtype_ = KvDtype::kF32;  // of the rows and the saves: the store's
   int group_ = 0;                  // values per scale of a quantized dtype_ (the buffer's q8_0 grouping)
-  size_t row_bytes_ = 0;           // KvRowBytes(dtype_, kv_dim_, group_)
-  // Units (vector elements) of one row in `rows`: kv_dim_ values, or row_bytes_ bytes.
+  size_t k_row_size_ = 0, v_row_size_ = 0;  // bytes of a K / V row (KvRowBytes of each's type)
+  // Units (vector elements) of one row in `rows` (V's when v): kv_dim_ values, or a
+  // quantized row's bytes.
   template <class Rows>
-  size_t RowUnits(const Rows&) const {
+  size_t RowUnits(const Rows&, bool v) const {
     using Elem = typename Rows::value_type::value_type;
-    return sizeof(Elem) == 1 ? row_bytes_ : static_cast<size_t>(kv_dim_);
+    return sizeof(Elem) == 1 ? (v ? v_row_size_ : k_row_size_) : static_cast<size_t>(kv_dim_);
   }
   TurnRows rows_;
   bool valid_ = true;

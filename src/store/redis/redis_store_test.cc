@@ -390,12 +390,13 @@ KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
       }
     } else {
       e.group = 8;
-      const size_t row = KvRowBytes(dtype, 16, 8);
-      e.kq.emplace_back(n_tokens * row);
-      e.vq.emplace_back(n_tokens * row);
+      const KvDtype kt = KvTensorDtype(dtype, false), vt = KvTensorDtype(dtype, true);
+      const size_t krow = KvRowBytes(kt, 16, 8), vrow = KvRowBytes(vt, 16, 8);
+      e.kq.emplace_back(n_tokens * krow);
+      e.vq.emplace_back(n_tokens * vrow);
       for (int r = 0; r < n_tokens; ++r) {
-        QuantizeRow(dtype, e.k[l].data() + r * 16, 16, 8, e.kq[l].data() + r * row);
-        QuantizeRow(dtype, e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * row);
+        QuantizeRow(kt, e.k[l].data() + r * 16, 16, 8, e.kq[l].data() + r * krow);
+        QuantizeRow(vt, e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * vrow);
       }
     }
   }

@@ -15,6 +15,8 @@ Outputs, next to this script:
                           values of a row), without attachments
   golden_q4_0_v1.kv       a q4_0 entry (4-bit codes, one f16 scale per group of 8
                           values of a row), without attachments
+  golden_q8_0_q4_0_v1.kv  a q8_0/q4_0 entry (K's rows q8_0, V's q4_0), without
+                          attachments
   golden_entries.json     what each file holds: every field, the K/V element bits, the
                           attachments, the checksums and the entry's key (its file name)
 
@@ -229,9 +231,12 @@ def _self_test():
 
 MAGIC = b"ATTICKV1"
 ALIGN = 4096
-DTYPE_F32, DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0 = 0, 1, 2, 3
-DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0", DTYPE_Q4_0: "q4_0"}
-QUANTIZED = (DTYPE_Q8_0, DTYPE_Q4_0)
+DTYPE_F32, DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0 = 0, 1, 2, 3, 4
+DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0", DTYPE_Q4_0: "q4_0", DTYPE_Q8_0_Q4_0: "q8_0/q4_0"}
+QUANTIZED = (DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0)
+# The type of an entry type's K rows and of its V rows.
+ROW_TYPES = {DTYPE_Q8_0: (DTYPE_Q8_0, DTYPE_Q8_0), DTYPE_Q4_0: (DTYPE_Q4_0, DTYPE_Q4_0),
+             DTYPE_Q8_0_Q4_0: (DTYPE_Q8_0, DTYPE_Q4_0)}
 SEED_HEADER = 0x68       # header checksum
 SEED_ATTACHMENT = 0x6174  # attachment checksum
 SEED_TENANT, SEED_FINGERPRINT, SEED_SESSION = 1, 2, 3  # key fields
@@ -330,13 +335,16 @@ def write_entry(e):
         if dtype in QUANTIZED:
             # The bits listed are the stored bytes (codes and scales, row by row); the f32
             # inputs they were quantized from are listed apart.
-            k_raw, ki = _quantized_rows(e["k"][l], kv_dim, group, dtype)
-            v_raw, vi = _quantized_rows(e["v"][l], kv_dim, group, dtype)
+            k_type, v_type = ROW_TYPES[dtype]
+            k_raw, ki = _quantized_rows(e["k"][l], kv_dim, group, k_type)
+            v_raw, vi = _quantized_rows(e["v"][l], kv_dim, group, v_type)
             kb, vb = list(k_raw), list(v_raw)
             k_inputs.append(ki)
             v_inputs.append(vi)
-            codes = kv_dim if dtype == DTYPE_Q8_0 else kv_dim // 2
-            assert len(kb) == len(vb) == n_tokens * (codes + 2 * kv_dim // group)
+            def codes(t):
+                return kv_dim if t == DTYPE_Q8_0 else kv_dim // 2
+            assert len(kb) == n_tokens * (codes(k_type) + 2 * kv_dim // group)
+            assert len(vb) == n_tokens * (codes(v_type) + 2 * kv_dim // group)
         else:
             k_raw, kb = _elements(e["k"][l], dtype)
             v_raw, vb = _elements(e["v"][l], dtype)
@@ -374,7 +382,7 @@ def write_entry(e):
     key = "-".join([
         hex16(xxh3_64(e["tenant"].encode("utf-8"), SEED_TENANT)),
         hex16(xxh3_64(e["fingerprint"].encode("utf-8"), SEED_FINGERPRINT)),
-        DTYPE_NAME[dtype],
+        DTYPE_NAME[dtype].replace("/", "+"),  # a key is a file name: '+' for '/'
         hex16(xxh3_64(struct.pack("<%di" % n_tokens, *e["tokens"]), SEED_TOKENS)),
         hex16(xxh3_64(e["session_id"].encode("utf-8"), SEED_SESSION)),
     ])
@@ -480,6 +488,16 @@ def main():
             "tenant": "dave", "session_id": "q4-session", "fingerprint": "golden-model-fp",
             "tokens": [21, 22, 23], "positions": [4, 5, 6],
             "k": [_q4_golden_rows(l, 1.0) for l in range(2)], "v": [_q4_golden_rows(l, -0.5) for l in range(2)],
+            "attachments": [],
+        },
+        # q8_0/q4_0, version 1: K's rows q8_0 (20 bytes at kv_dim 16, group 8), V's q4_0 (12
+        # bytes), so a layer is 3 * 20 of K then 3 * 12 of V; K holds the q8_0 entry's
+        # hand-picked rows, V the q4_0 entry's.
+        "golden_q8_0_q4_0_v1.kv": {
+            "dtype": DTYPE_Q8_0_Q4_0, "group": 8, "n_layers": 2, "kv_dim": 16, "expires_at_ms": 0,
+            "tenant": "erin", "session_id": "k8v4-session", "fingerprint": "golden-model-fp",
+            "tokens": [31, 32, 33], "positions": [0, 1, 2],
+            "k": [_q8_golden_rows(l, 1.0) for l in range(2)], "v": [_q4_golden_rows(l, -0.5) for l in range(2)],
             "attachments": [],
         },
     }
