@@ -207,10 +207,12 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
             const int at = codes + 2 * (j / group), in = j % group;
             const uint16_t bits = static_cast<uint16_t>(theirs[at] | theirs[at + 1] << 8);
             const double scale = F16ToF32(bits);
-            int q = static_cast<int8_t>(theirs[j]);
+            int q;  // a q4_0 row holds kv_dim / 2 bytes of codes: value j is not byte j
             if (type == KvDtype::kQ4_0) {
               const uint8_t byte = theirs[j / group * group / 2 + in % (group / 2)];
               q = (in < group / 2 ? byte & 15 : byte >> 4) - 8;
+            } else {
+              q = static_cast<int8_t>(theirs[j]);
             }
             EXPECT_EQ(y[j], scale * q) << j;
           }
