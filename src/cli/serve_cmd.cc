@@ -185,15 +185,18 @@ int RunServe(ServeFlags f) {
     // pages on the serving path); the automatic one grows with use (docs/store.md, "The
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
-    // The entries' type: the compute buffer's unless given (any enters any buffer type).
-    // K's and V's may differ: K in q8_0 with V in q4_0 stores q8_0/q4_0 entries; other
-    // pairs store the more exact of the two (f32, then f16, then q8_0, then q4_0), so
-    // the store loses nothing the buffer holds.
+    // The entries' type: the compute buffer's unless given (any enters any buffer type):
+    // the store type whose K and V rows are the buffer's K and V types (q8_0 K with q4_0
+    // V: q8_0/q4_0); for a pair no store type holds, the more exact of the two (f32, then
+    // f16, then q8_0, then q4_0), so the store loses nothing the buffer holds.
     const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
     const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
     auto exactness = [](const std::string& t) { return t == "f32" ? 3 : t == "f16" ? 2 : t == "q8_0" ? 1 : 0; };
     std::string buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
-    if (k_type == "q8_0" && v_type == "q4_0") buffer_type = "q8_0/q4_0";
+    store::KvDtype k, v;
+    if (store::ParseKvDtype(k_type, &k) && store::ParseKvDtype(v_type, &v))
+      for (store::KvDtype t : store::kKvDtypes)
+        if (store::KvTensorDtype(t, false) == k && store::KvTensorDtype(t, true) == v) buffer_type = store::KvDtypeName(t);
     const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
     if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
       return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0 or q8_0/q4_0, not '" + type + "'");
