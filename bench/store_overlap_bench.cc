@@ -38,7 +38,7 @@
 // Usage: store_overlap_bench --model PATH [--history 1000] [--new 100] [--jobs 6]
 //          [--answer 32] [--reps 3] [--threads 2] [--json FILE] [--only single|queued|saving]
 //          [--kv-remote redis://host:port,...] [--remote-pause MS (2000)] [--configs a,b,...]
-//          [--kv-store-dtype f32|f16|q8_0|q4_0|q8_0/q4_0 (f32): the stored entries' type]
+//          [--kv-store-dtype f32|f16|q8_0|q4_0|q8_0/q4_0|kivi4 (f32): the stored entries' type]
 //   --configs runs only the named rows (each section's base row always runs: the ratios
 //   are against it), e.g. --only single --configs layerwise,remote.
 // Output: a table on stdout, then one JSON line (also to --json).
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
   if (store::KvDtype t; !store::ParseKvDtype(a.kv_store_dtype, &t))
-    flags.UsageError("--kv-store-dtype: f32, f16, q8_0, q4_0 or q8_0/q4_0");
+    flags.UsageError("--kv-store-dtype: f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4");
   attic::bench::CheckOutput("store_overlap_bench", a.json);
   EngineOptions eo;
   eo.model_path = a.model;

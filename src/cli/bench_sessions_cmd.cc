@@ -459,9 +459,9 @@ void AddBenchSessionsCommand(CLI::App& app, RunFn* run) {
   cmd->add_option("--max-running", f->max_running, "sequences batched together")->capture_default_str();
   AddSizeOption(cmd, "--kv-dram", "--kv-dram-mib", 1 << 20, &f->kv_dram, "CA: DRAM tier of the KV store (default 512M)");
   cmd->add_option("--kv-store-dtype", f->kv_store_dtype,
-                  "CA: type of the KV store's entries (f32, f16, q8_0, q4_0, q8_0/q4_0; default: the server's, "
+                  "CA: type of the KV store's entries (f32, f16, q8_0, q4_0, q8_0/q4_0, kivi4; default: the server's, "
                   "the compute buffer's)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0/q4_0"}));
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0/q4_0", "kivi4"}));
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-mib", 1 << 20, &f->kv_ssd, "CA: SSD tier of the KV store (default 8G)");
   cmd->add_flag("--no-ssd", f->no_ssd, "CA: no SSD tier");
   cmd->add_option("--ssd-dir", f->ssd_parent, "CA: parent of the SSD tier's fresh directory (default: a temp dir)");

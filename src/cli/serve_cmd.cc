@@ -199,7 +199,7 @@ int RunServe(ServeFlags f) {
         if (store::KvTensorDtype(t, false) == k && store::KvTensorDtype(t, true) == v) buffer_type = store::KvDtypeName(t);
     const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
     if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
-      return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0 or q8_0/q4_0, not '" + type + "'");
+      return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + type + "'");
   }
   auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
@@ -351,10 +351,12 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "values of a head's row: ~0.27x f32's bytes, so a tier holds ~2x f16's entries) or q4_0 (4-bit, "
                   "the same groups: ~0.14x f32's bytes, ~3.6x f16's entries; per-token 4-bit K loses accuracy on "
                   "models with outlier channels, docs/store.md) or q8_0/q4_0 (K in q8_0, V in q4_0: ~2.5x f16's "
-                  "entries); default: the compute buffer's (--kv-dtype; K in q8_0 with V in q4_0: q8_0/q4_0; other "
+                  "entries) or kivi4 (K in 4 bits per channel over groups of 128 tokens, as KIVI, V in q4_0: ~3.5x "
+                  "f16's entries, without per-token 4-bit K's loss); default: the compute buffer's (--kv-dtype; K "
+                  "in q8_0 with V in q4_0: q8_0/q4_0; other "
                   "pairs of --kv-dtype-k and --kv-dtype-v: the more exact). Entries of another type are kept but "
                   "never served (a miss, counted in attic_kv_store_other_type_misses_total)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0/q4_0"}));
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0/q4_0", "kivi4"}));
   cmd->add_option("--kv-remote", f->kv_remote,
                   "shared remote tier of the KV store below DRAM/SSD: a Redis Cluster, redis://host:port[,host:port...] "
                   "(several servers on one cluster reuse each other's sessions; needs the DRAM tier)");

@@ -1,11 +1,13 @@
 #include "attic/store/entry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
 #include "attic/core/hash.h"
+#include "attic/tensor/dtype.h"
 
 namespace attic::store {
 
@@ -103,27 +105,43 @@ uint64_t LayerChecksum(const void* k, size_t nk, const void* v, size_t nv) {
   return Hash64(v, nv, h);
 }
 
-// A quantized layer's scales (K then V: `bytes`, 2 * n_tokens rows of the header's type)
-// as the quantizer writes them: finite f16, and for q8_0 not negative
-// (attention::QuantizeKvRowQ8 stores min(max|x| / 127, 65504); q4_0's scale is the
-// group's signed largest-magnitude value over -8, either sign). A layer whose checksum
-// holds but whose scales do not (a writer's fault) is rejected like a corrupt one: its
-// values would be NaN or Inf.
-Status CheckLayerScales(const char* bytes, const KvEntry& meta) {
+// Whether an f16 is finite and, when `unsigned_only`, not negative.
+bool GoodScale(uint16_t h, bool unsigned_only) { return (h & 0x7c00) != 0x7c00 && !(unsigned_only && (h & 0x8000)); }
+
+// A quantized layer's scales (K then V: `bytes`, the layer of header `h`) as the quantizer
+// writes them: finite f16, and for q8_0 not negative (attention::QuantizeKvRowQ8 stores
+// min(max|x| / 127, 65504); q4_0's scale is the group's signed largest-magnitude value
+// over -8, either sign; kivi4's K scales are not negative, its minimums finite). A layer
+// whose checksum holds but whose scales do not (a writer's fault) is rejected like a
+// corrupt one: its values would be NaN or Inf.
+Status CheckLayerScales(const char* bytes, const EntryHeader& h) {
+  const KvEntry& meta = h.meta;
   if (!KvDtypeQuantized(meta.dtype)) return OkStatus();
   const size_t n_scales = static_cast<size_t>(meta.kv_dim / meta.group), n = meta.n_tokens();
   for (bool v : {false, true}) {  // K's rows, then V's
     const KvDtype type = KvTensorDtype(meta.dtype, v);
+    if (type == KvDtype::kKivi4) {  // the groups' scales and minimums, after the codes
+      const char* params = bytes + n * meta.k_row_size();
+      for (size_t g = 0; g < h.k_group_ends.size(); ++g)
+        for (int j = 0; j < 2 * meta.kv_dim; ++j) {
+          uint16_t x;
+          std::memcpy(&x, params + (g * 2 * meta.kv_dim + j) * 2, sizeof(x));
+          if (!GoodScale(x, j < meta.kv_dim))
+            return DataLossError("KV entry K group " + std::to_string(g) + " has a bad " +
+                                 (j < meta.kv_dim ? "scale" : "minimum"));
+        }
+      continue;
+    }
     const size_t row = v ? meta.v_row_size() : meta.k_row_size(), at = KvRowScalesOffset(type, meta.kv_dim);
-    const char* rows = bytes + (v ? n * meta.k_row_size() : 0);
+    const char* rows = bytes + (v ? h.layer_k_bytes : 0);
     const uint16_t bad_sign = type == KvDtype::kQ8_0 ? 0x8000 : 0;
     for (size_t r = 0; r < n; ++r) {
       const char* scales = rows + r * row + at;
       for (size_t j = 0; j < n_scales; ++j) {
-        uint16_t h;
-        std::memcpy(&h, scales + 2 * j, sizeof(h));
+        uint16_t x;
+        std::memcpy(&x, scales + 2 * j, sizeof(x));
         // A sign bit the type never sets, or exponent all ones (Inf, NaN).
-        if ((h & bad_sign) != 0 || (h & 0x7c00) == 0x7c00)
+        if (!GoodScale(x, bad_sign != 0))
           return DataLossError("KV entry " + std::string(v ? "V" : "K") + " row " + std::to_string(r) + " has a bad " +
                                KvDtypeName(type) + " scale");
       }
@@ -136,8 +154,9 @@ uint64_t AttachmentChecksum(std::string_view bytes) { return Hash64(bytes.data()
 
 uint32_t VersionOf(const KvEntry& e) { return e.attachments.empty() ? kVersion1 : kVersion2; }
 
-// Header bytes up to (excluding) the header checksum.
-std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums) {
+// Header bytes up to (excluding) the header checksum (k_group_ends: kivi4's, KGroupEnds).
+std::string HeaderBody(const KvEntry& e, const std::vector<int32_t>& k_group_ends,
+                       const std::vector<uint64_t>& checksums) {
   std::string out;
   Writer w(&out);
   w.Raw(kMagic, sizeof(kMagic));
@@ -147,6 +166,10 @@ std::string HeaderBody(const KvEntry& e, const std::vector<uint64_t>& checksums)
   w.Pod(static_cast<uint32_t>(e.kv_dim));
   w.Pod(static_cast<uint32_t>(e.n_tokens()));
   if (KvDtypeQuantized(e.dtype)) w.Pod(static_cast<uint32_t>(e.group));
+  if (KvDtypeGroupedK(e.dtype)) {
+    w.Pod(static_cast<uint32_t>(k_group_ends.size()));
+    w.Raw(k_group_ends.data(), k_group_ends.size() * sizeof(int32_t));
+  }
   w.Pod(e.expires_at_ms);
   w.Str(e.tenant);
   w.Str(e.session_id);
@@ -174,6 +197,7 @@ const char* KvDtypeName(KvDtype dtype) {
     case KvDtype::kQ8_0: return "q8_0";
     case KvDtype::kQ4_0: return "q4_0";
     case KvDtype::kQ8_0Q4_0: return "q8_0/q4_0";
+    case KvDtype::kKivi4: return "kivi4";
   }
   return "unknown";
 }
@@ -216,6 +240,56 @@ void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, flo
   }
   for (int j = 0; j * group < kv_dim; ++j)
     attention::DequantizeKvRowQ4(row + j * group / 2, scales + 2 * j, group, y + j * group);
+}
+
+void QuantizeKGroup(const float* x, int n, int kv_dim, uint8_t* codes, uint16_t* params) {
+  constexpr float kF16Max = 65504.0f;
+  std::vector<float> lo(x, x + kv_dim), hi(x, x + kv_dim), s(kv_dim), m(kv_dim);
+  for (int r = 1; r < n; ++r)
+    for (int c = 0; c < kv_dim; ++c) {
+      lo[c] = std::min(lo[c], x[static_cast<size_t>(r) * kv_dim + c]);
+      hi[c] = std::max(hi[c], x[static_cast<size_t>(r) * kv_dim + c]);
+    }
+  for (int c = 0; c < kv_dim; ++c) {
+    params[kv_dim + c] = F32ToF16(std::clamp(lo[c], -kF16Max, kF16Max));
+    m[c] = F16ToF32(params[kv_dim + c]);
+    // Not below 0: a minimum rounded up past the channel's largest value (a group of
+    // one token, or of equal values f16 does not hold) leaves a zero scale, every value m.
+    params[c] = F32ToF16(std::clamp((hi[c] - m[c]) / 15.0f, 0.0f, kF16Max));
+    s[c] = F16ToF32(params[c]);
+  }
+  std::memset(codes, 0, static_cast<size_t>(n) * kv_dim / 2);
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < kv_dim; ++c) {
+      const float t = s[c] > 0 ? (x[static_cast<size_t>(r) * kv_dim + c] - m[c]) / s[c] : 0.0f;
+      // Clamped to [0, 15] (NaN: 0), then rounded half to even by adding and taking away
+      // 2^23 (exact below 2^23 in the default rounding mode): round_half_even(t) clamped,
+      // without a libm call per value.
+      const float tc = t > 0.0f ? std::min(t, 15.0f) : 0.0f;
+      const int code = static_cast<int>((tc + 8388608.0f) - 8388608.0f);
+      codes[(static_cast<size_t>(r) * kv_dim + c) / 2] |= static_cast<uint8_t>(code << (c % 2 * 4));
+    }
+}
+
+void DequantizeKGroupRow(const uint8_t* codes, const uint16_t* params, int kv_dim, float* y) {
+  for (int c = 0; c < kv_dim; ++c)
+    y[c] = F16ToF32(params[kv_dim + c]) + F16ToF32(params[c]) * static_cast<float>((codes[c / 2] >> (c % 2 * 4)) & 15);
+}
+
+void DequantizeEntryKRow(const char* layer_k, int n_tokens, const std::vector<int32_t>& group_ends, int kv_dim,
+                         int row, float* y) {
+  const size_t g = static_cast<size_t>(std::upper_bound(group_ends.begin(), group_ends.end(), row) - group_ends.begin());
+  uint16_t params[2 * 1024];
+  std::vector<uint16_t> big;
+  uint16_t* p = params;
+  if (2 * kv_dim > static_cast<int>(std::size(params))) {
+    big.resize(2 * static_cast<size_t>(kv_dim));
+    p = big.data();
+  }
+  // The layer's bytes are aligned to 16, the params block to 4 bytes only: copy it.
+  std::memcpy(p, layer_k + static_cast<size_t>(n_tokens) * kv_dim / 2 + g * KGroupParamBytes(kv_dim),
+              KGroupParamBytes(kv_dim));
+  DequantizeKGroupRow(reinterpret_cast<const uint8_t*>(layer_k) + static_cast<size_t>(row) * kv_dim / 2, p, kv_dim, y);
 }
 
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
@@ -271,7 +345,13 @@ uint64_t KvEntry::SerializedBytes() const {
     header += 4;
     for (const EntryAttachment& a : attachments) header += 4 + a.kind.size() + 16;
   }
-  return AlignUp(header) + n_layers * tokens.size() * (k_row_size() + v_row_size()) + attachment_bytes();
+  uint64_t k_params = 0;  // kivi4's K group scales, per layer
+  if (KvDtypeGroupedK(dtype)) {
+    const size_t groups = KGroupEnds().size();
+    header += 4 + 4 * groups;
+    k_params = groups * KGroupParamBytes(kv_dim);
+  }
+  return AlignUp(header) + n_layers * (tokens.size() * (k_row_size() + v_row_size()) + k_params) + attachment_bytes();
 }
 
 const EntryAttachment* KvEntry::attachment(std::string_view kind) const {
@@ -293,7 +373,10 @@ void KvEntry::TruncateTo(int n) {
   positions.resize(n);
   base.n_rows = std::min(base.n_rows, n);
   const size_t own = static_cast<size_t>(n - base.n_rows) * kv_dim;
-  if (KvDtypeQuantized(dtype)) {
+  if (KvDtypeGroupedK(dtype)) {  // own K in f32 until serialized
+    for (auto& x : k) x.resize(own);
+    for (auto& x : vq) x.resize(static_cast<size_t>(n - base.n_rows) * v_row_size());
+  } else if (KvDtypeQuantized(dtype)) {
     for (auto& x : kq) x.resize(static_cast<size_t>(n - base.n_rows) * k_row_size());
     for (auto& x : vq) x.resize(static_cast<size_t>(n - base.n_rows) * v_row_size());
   } else if (dtype == KvDtype::kF16) {
@@ -306,6 +389,7 @@ void KvEntry::TruncateTo(int n) {
 }
 
 const char* KvEntry::own_k(int layer) const {
+  if (KvDtypeGroupedK(dtype)) return reinterpret_cast<const char*>(k[layer].data());
   if (KvDtypeQuantized(dtype)) return reinterpret_cast<const char*>(kq[layer].data());
   return dtype == KvDtype::kF16 ? reinterpret_cast<const char*>(k16[layer].data())
                                 : reinterpret_cast<const char*>(k[layer].data());
@@ -332,10 +416,16 @@ Status ValidateEntry(const KvEntry& e) {
     base_ok = base_ok && b.bytes == nullptr && b.n_rows <= b.entry->n_tokens() && b.entry->n_layers == e.n_layers &&
               b.entry->kv_dim == e.kv_dim && b.entry->dtype == e.dtype && b.entry->group == e.group &&
               ValidateEntry(*b.entry).ok();
+    // kivi4 entries are serialized with their base's groups: their base is serialized.
+    base_ok = base_ok && !KvDtypeGroupedK(e.dtype);
   } else if (b.bytes != nullptr) {  // a serialized entry's layers, inside its bytes
+    const bool grouped = KvDtypeGroupedK(e.dtype);
+    const uint64_t k_bytes = b.base_tokens * e.k_row_size() +
+                             (grouped && b.k_group_ends ? b.k_group_ends->size() * KGroupParamBytes(e.kv_dim) : 0);
     base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
               b.k_row_size == e.k_row_size() && b.v_row_size == e.v_row_size() &&
-              b.layer_bytes == b.base_tokens * (e.k_row_size() + e.v_row_size());
+              b.layer_bytes == k_bytes + b.base_tokens * e.v_row_size() && (grouped == (b.k_group_ends != nullptr)) &&
+              (!grouped || (b.kv_dim == e.kv_dim && !b.k_group_ends->empty() && b.k_group_ends->back() == b.base_tokens));
   } else {
     base_ok = base_ok && b.n_rows == 0;
   }
@@ -352,7 +442,8 @@ Status ValidateEntry(const KvEntry& e) {
   if (e.group < 0 || !GroupFits(e.dtype, static_cast<uint32_t>(e.kv_dim), static_cast<uint32_t>(e.group)))
     return InvalidArgumentError("bad KV group for " + std::string(KvDtypeName(e.dtype)));
   const size_t own_rows = static_cast<size_t>(e.n_tokens() - b.n_rows);
-  const bool q = KvDtypeQuantized(e.dtype);
+  const bool grouped = KvDtypeGroupedK(e.dtype);
+  const bool q = KvDtypeQuantized(e.dtype) && !grouped;  // own rows in kq / vq
   const size_t own_k = q ? own_rows * e.k_row_size() : own_rows * e.kv_dim;
   const size_t own_v = q ? own_rows * e.v_row_size() : own_rows * e.kv_dim;
   auto check = [&](const auto& k, const auto& v) {
@@ -367,6 +458,16 @@ Status ValidateEntry(const KvEntry& e) {
     return std::all_of(rows.begin(), rows.end(), [](const auto& x) { return x.empty(); });
   };
   const bool f32 = e.dtype == KvDtype::kF32, f16 = e.dtype == KvDtype::kF16;
+  if (grouped) {  // own K f32 (k), own V q4_0 (vq)
+    if (!unused(e.v) || !unused(e.k16) || !unused(e.v16) || !unused(e.kq))
+      return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
+    if (e.k.size() != static_cast<size_t>(e.n_layers) || e.vq.size() != static_cast<size_t>(e.n_layers))
+      return InvalidArgumentError("k/v layer count mismatch");
+    for (int l = 0; l < e.n_layers; ++l)
+      if (e.k[l].size() != own_k || e.vq[l].size() != own_rows * e.v_row_size())
+        return InvalidArgumentError("k/v layer size mismatch");
+    return OkStatus();
+  }
   if ((!f32 && (!unused(e.k) || !unused(e.v))) || (!f16 && (!unused(e.k16) || !unused(e.v16))) ||
       (!q && (!unused(e.kq) || !unused(e.vq))))
     return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
@@ -381,8 +482,28 @@ const char* KvRowsBase::k_row_bytes(int layer, int row) const {
 
 const char* KvRowsBase::v_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->v_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(base_tokens) * k_row_size +
-         static_cast<size_t>(row) * v_row_size;
+  const uint64_t k_bytes = k_group_ends ? layer_k_bytes : static_cast<uint64_t>(base_tokens) * k_row_size;
+  return bytes->data() + data_offset + layer * layer_bytes + k_bytes + static_cast<size_t>(row) * v_row_size;
+}
+
+void KvRowsBase::KRowF32(int layer, int row, float* y) const {
+  if (entry != nullptr) return entry->KRowF32(layer, row, y);
+  const char* layer_bytes_at = bytes->data() + data_offset + layer * layer_bytes;
+  if (dtype == KvDtype::kKivi4) {
+    DequantizeEntryKRow(layer_bytes_at, static_cast<int>(base_tokens), *k_group_ends, kv_dim, row, y);
+  } else if (KvDtypeQuantized(dtype)) {
+    DequantizeRow(KvTensorDtype(dtype, false), reinterpret_cast<const uint8_t*>(k_row_bytes(layer, row)), kv_dim,
+                  group, y);
+  } else if (dtype == KvDtype::kF16) {
+    const char* r = k_row_bytes(layer, row);
+    for (int c = 0; c < kv_dim; ++c) {
+      uint16_t h;
+      std::memcpy(&h, r + 2 * c, sizeof(h));
+      y[c] = F16ToF32(h);
+    }
+  } else {
+    std::memcpy(y, k_row_bytes(layer, row), static_cast<size_t>(kv_dim) * sizeof(float));
+  }
 }
 
 void KvRowsBase::CopyRows(int layer, int first, int n, void* k_out, void* v_out) const {
@@ -418,6 +539,32 @@ const char* KvEntry::k_row_bytes(int layer, int row) const {
   return own_k(layer) + static_cast<size_t>(row - base.n_rows) * k_row_size();
 }
 
+void KvEntry::KRowF32(int layer, int row, float* y) const {
+  if (row < base.n_rows) return base.KRowF32(layer, row, y);
+  const size_t own = static_cast<size_t>(row - base.n_rows);
+  if (KvDtypeGroupedK(dtype) || dtype == KvDtype::kF32) {
+    std::memcpy(y, k[layer].data() + own * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+  } else if (dtype == KvDtype::kF16) {
+    for (int c = 0; c < kv_dim; ++c) y[c] = F16ToF32(k16[layer][own * kv_dim + c]);
+  } else {
+    DequantizeRow(KvTensorDtype(dtype, false), kq[layer].data() + own * k_row_size(), kv_dim, group, y);
+  }
+}
+
+std::vector<int32_t> KvEntry::KGroupEnds() const {
+  std::vector<int32_t> ends;
+  if (!KvDtypeGroupedK(dtype)) return ends;
+  if (base.n_rows > 0 && base.k_group_ends) {
+    for (int32_t end : *base.k_group_ends) {
+      ends.push_back(std::min(end, base.n_rows));
+      if (end >= base.n_rows) break;
+    }
+  }
+  for (int at = base.n_rows; at < n_tokens(); at += kKivi4GroupTokens)
+    ends.push_back(std::min(at + kKivi4GroupTokens, n_tokens()));
+  return ends;
+}
+
 const char* KvEntry::v_row_bytes(int layer, int row) const {
   if (row < base.n_rows) return base.v_row_bytes(layer, row);
   return own_v(layer) + static_cast<size_t>(row - base.n_rows) * v_row_size();
@@ -432,18 +579,53 @@ KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   b.n_rows = n_rows;
   b.k_row_size = static_cast<uint32_t>(h.meta.k_row_size());
   b.v_row_size = static_cast<uint32_t>(h.meta.v_row_size());
+  b.layer_k_bytes = h.layer_k_bytes;
+  b.kv_dim = h.meta.kv_dim;
+  b.dtype = h.meta.dtype;
+  b.group = h.meta.group;
+  if (KvDtypeGroupedK(h.meta.dtype)) b.k_group_ends = std::make_shared<const std::vector<int32_t>>(h.k_group_ends);
   return b;
 }
 
+namespace {
+
+// A kivi4 layer's K section (codes, then each group's scales and minimums) at `k`: the
+// base's codes and groups copied as they are (a group the base's rows end inside keeps
+// its scales: its rows' values do not change), the own f32 rows quantized group by group.
+void WriteGroupedK(const KvEntry& e, const std::vector<int32_t>& ends, int layer, char* k) {
+  const int kvd = e.kv_dim, nb = e.base.n_rows;
+  const size_t code_row = static_cast<size_t>(kvd) / 2, params = KGroupParamBytes(kvd);
+  char* group_params = k + e.tokens.size() * code_row;
+  int first = 0;
+  for (size_t g = 0; g < ends.size(); first = ends[g++]) {
+    if (first < nb) {  // a base group (ends inside the base's rows: ends[g] <= nb)
+      const KvRowsBase& b = e.base;
+      const char* bk = b.bytes->data() + b.data_offset + layer * b.layer_bytes;
+      std::memcpy(k + first * code_row, bk + first * code_row, (ends[g] - first) * code_row);
+      std::memcpy(group_params + g * params, bk + b.base_tokens * code_row + g * params, params);
+      continue;
+    }
+    std::vector<uint16_t> p(2 * static_cast<size_t>(kvd));
+    QuantizeKGroup(e.k[layer].data() + static_cast<size_t>(first - nb) * kvd, ends[g] - first, kvd,
+                   reinterpret_cast<uint8_t*>(k + first * code_row), p.data());
+    std::memcpy(group_params + g * params, p.data(), params);
+  }
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   ATTIC_RETURN_IF_ERROR(ValidateEntry(e));
-  const size_t k_layer = e.tokens.size() * e.k_row_size(), v_layer = e.tokens.size() * e.v_row_size();
+  const bool grouped = KvDtypeGroupedK(e.dtype);
+  const std::vector<int32_t> ends = e.KGroupEnds();
+  const size_t k_layer = e.tokens.size() * e.k_row_size() + ends.size() * KGroupParamBytes(e.kv_dim);
+  const size_t v_layer = e.tokens.size() * e.v_row_size();
   const size_t k_base = static_cast<size_t>(e.base.n_rows) * e.k_row_size();
   const size_t v_base = static_cast<size_t>(e.base.n_rows) * e.v_row_size();
   // The header's size does not depend on the checksums: lay out the layers (base rows,
   // then own rows), checksum each as it is written, then write the header.
   std::vector<uint64_t> checksums(e.n_layers, 0);
-  const size_t body = HeaderBody(e, checksums).size();
+  const size_t body = HeaderBody(e, ends, checksums).size();
   const size_t data = AlignUp(body + sizeof(uint64_t));
   std::unique_ptr<Bytes> out = Bytes::Allocate(e.SerializedBytes());
   ATTIC_CHECK(data + e.n_layers * (k_layer + v_layer) + e.attachment_bytes() == out->size());
@@ -452,8 +634,13 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l) {
     char* k = p + data + l * (k_layer + v_layer);
     char* v = k + k_layer;
-    e.base.CopyRows(l, 0, e.base.n_rows, k, v);
-    std::memcpy(k + k_base, e.own_k(l), k_layer - k_base);
+    if (grouped) {
+      WriteGroupedK(e, ends, l, k);
+      for (int r = 0; r < e.base.n_rows; ++r) std::memcpy(v + r * e.v_row_size(), e.base.v_row_bytes(l, r), e.v_row_size());
+    } else {
+      e.base.CopyRows(l, 0, e.base.n_rows, k, v);
+      std::memcpy(k + k_base, e.own_k(l), k_layer - k_base);
+    }
     std::memcpy(v + v_base, e.own_v(l), v_layer - v_base);
     checksums[l] = LayerChecksum(k, k_layer, v, v_layer);
   }
@@ -462,7 +649,7 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
     std::memcpy(at, a.bytes->data(), a.bytes->size());
     at += a.bytes->size();
   }
-  const std::string header = HeaderBody(e, checksums);
+  const std::string header = HeaderBody(e, ends, checksums);
   ATTIC_CHECK(header.size() == body);
   std::memcpy(p, header.data(), body);
   const uint64_t hc = Hash64(p, body, 0x68);
@@ -488,6 +675,20 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
     return DataLossError("unsupported KV entry version " + std::to_string(version));
   if (!KnownKvDtype(dtype)) return DataLossError("unsupported KV entry dtype");
   if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Pod(&group)) return DataLossError("truncated KV entry header");
+  if (KvDtypeGroupedK(static_cast<KvDtype>(dtype))) {  // K's groups: 1..n_tokens ends, ascending, the last n_tokens
+    uint32_t n_groups;
+    if (!r.Pod(&n_groups)) return DataLossError("truncated KV entry header");
+    if (n_groups == 0 || n_groups > n_tokens || n_tokens > kMaxTokens)
+      return DataLossError("KV entry header out of bounds (K groups)");
+    if (bytes.size() - r.pos() < n_groups * 4ull) return DataLossError("truncated KV entry header");
+    h.k_group_ends.resize(n_groups);
+    r.Raw(h.k_group_ends.data(), n_groups * 4ull);
+    for (uint32_t g = 0; g < n_groups; ++g)
+      if (h.k_group_ends[g] <= (g == 0 ? 0 : h.k_group_ends[g - 1]))
+        return DataLossError("KV entry header out of bounds (K groups)");
+    if (h.k_group_ends.back() != static_cast<int32_t>(n_tokens))
+      return DataLossError("KV entry header out of bounds (K groups)");
+  }
   if (!r.Pod(&e.expires_at_ms)) return DataLossError("truncated KV entry header");
   if (!GroupFits(static_cast<KvDtype>(dtype), kv_dim, group))
     return DataLossError("KV entry header out of bounds (group)");
@@ -528,7 +729,7 @@ StatusOr<EntryHeader> ParseEntryHeader(std::string_view bytes) {
   if (!r.Pod(&hc)) return DataLossError("truncated KV entry header");
   if (Hash64(bytes.data(), body, 0x68) != hc) return DataLossError("KV entry header checksum mismatch");
   h.data_offset = AlignUp(r.pos());
-  h.layer_k_bytes = uint64_t{n_tokens} * e.k_row_size();
+  h.layer_k_bytes = uint64_t{n_tokens} * e.k_row_size() + h.k_group_ends.size() * KGroupParamBytes(e.kv_dim);
   h.layer_bytes = h.layer_k_bytes + uint64_t{n_tokens} * e.v_row_size();
   h.total_bytes = h.data_offset + h.layer_bytes * n_layers;
   for (AttachmentInfo& a : h.attachments) {
@@ -552,7 +753,7 @@ Status VerifyEntryLayer(std::string_view bytes, const EntryHeader& h, int layer)
   if (LayerChecksum(EntryLayerKBytes(bytes, h, layer), h.layer_k_bytes, EntryLayerVBytes(bytes, h, layer),
                     h.layer_bytes - h.layer_k_bytes) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
-  return CheckLayerScales(EntryLayerKBytes(bytes, h, layer), h.meta);
+  return CheckLayerScales(EntryLayerKBytes(bytes, h, layer), h);
 }
 
 StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
@@ -566,6 +767,12 @@ StatusOr<uint64_t> EntryHeaderBytes(std::string_view prefix) {
     return OutOfRangeError("too short for a KV entry header");
   if (!KnownKvDtype(dtype)) return DataLossError("unsupported KV entry dtype");
   if (KvDtypeQuantized(static_cast<KvDtype>(dtype)) && !r.Skip(4)) return OutOfRangeError("too short for a KV entry header");
+  if (KvDtypeGroupedK(static_cast<KvDtype>(dtype))) {  // K's group ends
+    uint32_t n_groups;
+    if (!r.Pod(&n_groups)) return OutOfRangeError("too short for a KV entry header");
+    if (n_groups == 0 || n_groups > kMaxTokens) return DataLossError("KV entry header out of bounds");
+    if (!r.Skip(n_groups * 4ull)) return OutOfRangeError("too short for a KV entry header");
+  }
   if (!r.Pod(&expires)) return OutOfRangeError("too short for a KV entry header");
   if ((version != kVersion1 && version != kVersion2) || n_layers == 0 || n_layers > kMaxLayers || n_tokens == 0 ||
       n_tokens > kMaxTokens)
@@ -601,7 +808,7 @@ Status VerifyLayerBytes(std::string_view layer_bytes, const EntryHeader& h, int 
   const size_t nk = h.layer_k_bytes;
   if (LayerChecksum(layer_bytes.data(), nk, layer_bytes.data() + nk, h.layer_bytes - nk) != h.layer_checksums[layer])
     return DataLossError("KV entry layer " + std::to_string(layer) + " checksum mismatch");
-  return CheckLayerScales(layer_bytes.data(), h.meta);
+  return CheckLayerScales(layer_bytes.data(), h);
 }
 
 StatusOr<EntryHeader> VerifyEntry(std::string_view bytes, const std::string& expected_fingerprint,
@@ -635,6 +842,16 @@ KvEntry MaterializeEntry(std::string_view bytes, EntryHeader h) {
     if (view.ok()) e.attachments.push_back({a.kind, std::make_shared<const std::string>(*view)});
   }
   const size_t per_layer = e.tokens.size() * static_cast<size_t>(e.kv_dim);
+  if (KvDtypeGroupedK(e.dtype)) {
+    // Its K rows are codes of their groups: the entry's rows are a copy of the bytes, its
+    // base (serialized again, they come back byte for byte).
+    std::unique_ptr<Bytes> copy = Bytes::Allocate(bytes.size());
+    std::memcpy(copy->data(), bytes.data(), bytes.size());
+    e.k.assign(e.n_layers, {});
+    e.vq.assign(e.n_layers, {});
+    e.base = EntryRowsBase(SharedBytes(std::move(copy)), h, e.n_tokens());
+    return std::move(e);
+  }
   if (KvDtypeQuantized(e.dtype)) {
     const size_t k_layer = e.tokens.size() * e.k_row_size(), v_layer = e.tokens.size() * e.v_row_size();
     e.kq.resize(e.n_layers);

@@ -10,6 +10,7 @@
 // its outputs with the code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -48,7 +49,8 @@ std::vector<Golden> LoadGoldens() {
   const json manifest = json::parse(ReadFile(GoldenDir() + "golden_entries.json"));
   std::vector<Golden> out;
   for (const char* name :
-       {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv", "golden_q4_0_v1.kv", "golden_q8_0_q4_0_v1.kv"}) {
+       {"golden_f32_v1.kv", "golden_f16_v2.kv", "golden_q8_0_v1.kv", "golden_q4_0_v1.kv", "golden_q8_0_q4_0_v1.kv",
+        "golden_kivi4_v1.kv"}) {
     EXPECT_TRUE(manifest.contains(name)) << name;
     out.push_back({name, ReadFile(GoldenDir() + name), manifest.value(name, json::object())});
   }
@@ -64,9 +66,19 @@ std::string Unhex(const std::string& s) {
 }
 
 // The bits of every element of a layer's K or V, as the manifest lists them (q8_0, q4_0:
-// the stored bytes, row by row).
+// the stored bytes, row by row; kivi4's K: its codes, then its groups' scales and
+// minimums, as stored -- a read kivi4 entry's rows are its bytes, its base).
 std::vector<uint32_t> Bits(const KvEntry& e, int layer, bool k) {
   std::vector<uint32_t> bits;
+  if (KvDtypeGroupedK(e.dtype)) {
+    const KvRowsBase& b = e.base;
+    EXPECT_EQ(b.n_rows, e.n_tokens());
+    if (b.bytes == nullptr) return bits;
+    const char* at = b.bytes->data() + b.data_offset + layer * b.layer_bytes + (k ? 0 : b.layer_k_bytes);
+    const size_t n = k ? b.layer_k_bytes : b.layer_bytes - b.layer_k_bytes;
+    for (size_t i = 0; i < n; ++i) bits.push_back(static_cast<uint8_t>(at[i]));
+    return bits;
+  }
   if (KvDtypeQuantized(e.dtype)) {
     for (uint8_t b : (k ? e.kq : e.vq)[layer]) bits.push_back(b);
     return bits;
@@ -81,6 +93,41 @@ std::vector<uint32_t> Bits(const KvEntry& e, int layer, bool k) {
     bits.push_back(u);
   }
   return bits;
+}
+
+// A kivi4 entry of the script's inputs (`e`: everything but the rows) written as Attic
+// writes a turn that extends a stored entry: each K group but the last a stored entry's
+// rows (serialized, then the next one's base), the last group the entry's own f32 rows.
+// (A turn's own rows form groups of kKivi4GroupTokens; the golden's are shorter.)
+KvEntry Kivi4FromManifest(const json& m, KvEntry e) {
+  const auto ends = m["k_group_ends"].get<std::vector<int32_t>>();
+  const size_t kvd = e.kv_dim, vrow = e.v_row_size();
+  SharedBytes base;
+  StatusOr<EntryHeader> bh = DataLossError("no base");
+  int nb = 0;
+  for (size_t g = 0;; ++g) {
+    KvEntry part = e;
+    part.tokens.resize(ends[g]);
+    part.positions.resize(ends[g]);
+    if (g + 1 < ends.size()) part.attachments.clear();
+    if (nb > 0) part.base = EntryRowsBase(base, *bh, nb);
+    part.k.assign(e.n_layers, {});
+    part.vq.assign(e.n_layers, {});
+    for (int l = 0; l < e.n_layers; ++l) {
+      const auto kb = m["k_input_bits"][l].get<std::vector<uint32_t>>();
+      const auto vb = m["v_bits"][l].get<std::vector<uint32_t>>();
+      part.k[l].resize((ends[g] - nb) * kvd);
+      std::memcpy(part.k[l].data(), kb.data() + nb * kvd, part.k[l].size() * 4);
+      part.vq[l].assign(vb.begin() + nb * vrow, vb.begin() + ends[g] * vrow);
+    }
+    if (g + 1 == ends.size()) return part;
+    auto bytes = SerializeEntryBytes(part);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    base = SharedBytes(std::move(*bytes));
+    bh = VerifyEntry(*base);
+    EXPECT_TRUE(bh.ok()) << bh.status().ToString();
+    nb = ends[g];
+  }
 }
 
 // The script's inputs as a KvEntry (for Attic's writer).
@@ -114,6 +161,11 @@ KvEntry FromManifest(const json& m) {
   }
   for (const json& a : m["attachments"])
     e.attachments.push_back({a["kind"], std::make_shared<const std::string>(Unhex(a["bytes_hex"]))});
+  if (KvDtypeGroupedK(e.dtype)) {
+    e.kq.clear();
+    e.vq.clear();
+    return Kivi4FromManifest(m, std::move(e));
+  }
   return e;
 }
 
@@ -178,7 +230,7 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
   for (const Golden& g : LoadGoldens()) {
     KvDtype dtype;
     ASSERT_TRUE(ParseKvDtype(g.m["dtype"].get<std::string>(), &dtype));
-    if (!KvDtypeQuantized(dtype)) continue;
+    if (!KvDtypeQuantized(dtype) || KvDtypeGroupedK(dtype)) continue;  // kivi4: the next test
     SCOPED_TRACE(g.name);
     const int kv_dim = g.m["kv_dim"], group = g.m["group"];
     for (const char* which : {"k", "v"}) {
@@ -222,6 +274,54 @@ TEST(GoldenEntry, QuantizedRowsAreTheIndependentQuantizersBytes) {
     }
   }
   EXPECT_EQ(checked, 36);  // q8_0, q4_0 and q8_0/q4_0: 2 layers x K, V x 3 rows each
+}
+
+// kivi4's K: Attic's per-channel quantizer (QuantizeKGroup) of the script's f32 inputs,
+// group by group, gives the codes, scales and minimums the script's own quantizer wrote;
+// every K value Attic reads back (DequantizeEntryKRow) is minimum + scale * code of those
+// bytes, taken from them here. V's rows are q4_0 (the test above checks that type).
+TEST(GoldenEntry, Kivi4KIsTheIndependentQuantizersBytes) {
+  int checked = 0;
+  for (const Golden& g : LoadGoldens()) {
+    if (g.m["dtype"] != "kivi4") continue;
+    const int kv_dim = g.m["kv_dim"];
+    const auto ends = g.m["k_group_ends"].get<std::vector<int32_t>>();
+    const int n = ends.back();
+    for (size_t l = 0; l < g.m["k_bits"].size(); ++l) {
+      const auto inputs = g.m["k_input_bits"][l].get<std::vector<uint32_t>>();
+      const auto stored = g.m["k_bits"][l].get<std::vector<uint32_t>>();
+      const std::vector<uint8_t> k(stored.begin(), stored.end());
+      ASSERT_EQ(k.size(), static_cast<size_t>(n * kv_dim / 2 + ends.size() * 4 * kv_dim));
+      const uint8_t* params = k.data() + n * kv_dim / 2;
+      int first = 0;
+      for (size_t grp = 0; grp < ends.size(); first = ends[grp++]) {
+        const int rows = ends[grp] - first;
+        std::vector<float> x(static_cast<size_t>(rows) * kv_dim);
+        std::memcpy(x.data(), inputs.data() + first * kv_dim, x.size() * 4);
+        std::vector<uint8_t> codes(static_cast<size_t>(rows) * kv_dim / 2);
+        std::vector<uint16_t> p(2 * kv_dim);
+        QuantizeKGroup(x.data(), rows, kv_dim, codes.data(), p.data());
+        EXPECT_EQ(0, std::memcmp(codes.data(), k.data() + first * kv_dim / 2, codes.size())) << "group " << grp;
+        EXPECT_EQ(0, std::memcmp(p.data(), params + grp * 4 * kv_dim, 4 * kv_dim)) << "group " << grp;
+      }
+      const std::string_view layer(reinterpret_cast<const char*>(k.data()), k.size());
+      std::vector<float> y(kv_dim);
+      for (int t = 0; t < n; ++t) {
+        DequantizeEntryKRow(layer.data(), n, ends, kv_dim, t, y.data());
+        const size_t grp = std::upper_bound(ends.begin(), ends.end(), t) - ends.begin();
+        for (int c = 0; c < kv_dim; ++c) {
+          const uint8_t* pc = params + grp * 4 * kv_dim;
+          const double scale = F16ToF32(static_cast<uint16_t>(pc[2 * c] | pc[2 * c + 1] << 8));
+          const double min = F16ToF32(static_cast<uint16_t>(pc[2 * (kv_dim + c)] | pc[2 * (kv_dim + c) + 1] << 8));
+          const int code = (k[t * kv_dim / 2 + c / 2] >> (c % 2 * 4)) & 15;
+          // scale * code is exact in f32 (11 + 4 bits): the value is one rounding of the sum.
+          EXPECT_EQ(y[c], static_cast<float>(min + scale * code)) << "layer " << l << " token " << t << " channel " << c;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 10);  // 2 layers x 5 tokens
 }
 
 // The first byte where two buffers differ (for a readable failure).

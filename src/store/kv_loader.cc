@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "attic/core/thread_name.h"
@@ -22,6 +23,8 @@ int LoadJob::n_rows() const {
 }
 
 uint64_t LoadJob::stored_bytes() const {
+  // Rows' bytes (kivi4: K's codes, not its groups' scales: 4 of 4.25 bits a value at
+  // groups of 128 tokens).
   uint64_t n = 0;
   for (const LoadSegment& s : segments)
     n += static_cast<uint64_t>(s.n) * s.source->n_layers() * (s.source->meta().k_row_size() + s.source->meta().v_row_size());
@@ -121,9 +124,28 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
       }
     }
   };
-  copy_rows(job.copy_k, job.copy_v);
-  copy_rows(job.copy_k16, job.copy_v16);
-  copy_rows(job.copy_kq, job.copy_vq);
+  if (job.copy_k != nullptr && job.copy_vq != nullptr) {
+    // kivi4: K kept as f32 (a row is not whole without its group's scales), V's rows by bytes.
+    auto& hk = (*job.copy_k)[layer];
+    auto& hv = (*job.copy_vq)[layer];
+    for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
+      const LoadSegment& seg = job.segments[si];
+      const KvSource::Layer src = seg.source->layer(layer);
+      const GroupedKRows k_rows(src);
+      const size_t slots = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot);
+      if (hk.size() < slots * kvd) hk.resize(slots * kvd);
+      if (hv.size() < slots * src.v_row_size) hv.resize(slots * src.v_row_size);
+      const size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot);
+      for (int i = 0; i < seg.n; ++i) {
+        k_rows.Row(seg.src_row + i, hk.data() + (at + i) * kvd);
+        std::memcpy(hv.data() + (at + i) * src.v_row_size, src.VBytes(seg.src_row + i), src.v_row_size);
+      }
+    }
+  } else {
+    copy_rows(job.copy_k, job.copy_v);
+    copy_rows(job.copy_k16, job.copy_v16);
+    copy_rows(job.copy_kq, job.copy_vq);
+  }
   // One block of slots per task (each slot's K rotated, then K and V stored).
   for (const LoadSegment& seg : job.segments) {
     const KvSource::Layer src = seg.source->layer(layer);
@@ -151,11 +173,19 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
       ATTIC_CHECK(meta.kv_dim == kvd && meta.group > 0);
       const int group = meta.group;
       const KvDtype k_type = KvTensorDtype(meta.dtype, false), v_type = KvTensorDtype(meta.dtype, true);
+      // kivi4's K: each row through its group's scales, widened once for the layer.
+      const bool grouped = KvDtypeGroupedK(meta.dtype);
+      std::optional<GroupedKRows> k_rows;
+      if (grouped) k_rows.emplace(src);
       enter(
-          [&, group, k_type](int s) {
+          [&, group, k_type, grouped](int s) {
             thread_local std::vector<float> krow;
             krow.resize(static_cast<size_t>(kvd));
-            DequantizeRow(k_type, src.KQ(s + delta), kvd, group, krow.data());
+            if (grouped) {
+              k_rows->Row(s + delta, krow.data());
+            } else {
+              DequantizeRow(k_type, src.KQ(s + delta), kvd, group, krow.data());
+            }
             return static_cast<const float*>(krow.data());
           },
           [&, group, v_type](int s) {

@@ -1,5 +1,10 @@
 #include "attic/store/kv_source.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "attic/backend/convert.h"
+
 namespace attic::store {
 
 std::shared_ptr<const KvSource> KvSource::Stored(SharedBytes bytes, EntryHeader header, std::string key) {
@@ -82,7 +87,34 @@ KvSource::Layer KvSource::layer(int l) const {
   const KvEntry& m = meta();
   const size_t k_row = m.k_row_size(), v_row = m.v_row_size();
   if (queued_) return {queued_.get(), l, nullptr, nullptr, k_row, v_row};
-  return {nullptr, l, EntryLayerKBytes(*bytes_, header_, l), EntryLayerVBytes(*bytes_, header_, l), k_row, v_row};
+  return {nullptr, l, EntryLayerKBytes(*bytes_, header_, l), EntryLayerVBytes(*bytes_, header_, l), k_row, v_row,
+          &header_.k_group_ends, m.n_tokens(), m.kv_dim};
+}
+
+GroupedKRows::GroupedKRows(const KvSource::Layer& src) : src_(src) {
+  if (src_.k == nullptr) return;  // a queued save: KF32
+  const size_t n_groups = src_.k_group_ends->size(), per_group = 2 * static_cast<size_t>(src_.kv_dim);
+  params_.resize(n_groups * per_group);
+  std::vector<uint16_t> bits(params_.size());
+  // The layer's bytes are 16-byte aligned, the parameters only 2-byte: copied out first.
+  std::memcpy(bits.data(), src_.k + static_cast<size_t>(src_.n_rows) * src_.kv_dim / 2, bits.size() * 2);
+  backend::ConvertF16ToF32(bits.data(), params_.data(), static_cast<int64_t>(bits.size()));
+}
+
+void GroupedKRows::Row(int row, float* y) const {
+  if (src_.k == nullptr) return src_.KF32(row, y);
+  const std::vector<int32_t>& ends = *src_.k_group_ends;
+  const size_t g = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin());
+  const int kvd = src_.kv_dim;
+  const float* scale = params_.data() + g * 2 * kvd;
+  const float* min = scale + kvd;
+  const auto* codes = reinterpret_cast<const uint8_t*>(src_.k) + static_cast<size_t>(row) * kvd / 2;
+  // scale * code is exact in f32, so the sum is one rounding whether or not it is fused.
+  for (int c = 0; c < kvd; c += 2) {
+    const uint8_t b = codes[c / 2];
+    y[c] = min[c] + scale[c] * static_cast<float>(b & 15);
+    y[c + 1] = min[c + 1] + scale[c + 1] * static_cast<float>(b >> 4);
+  }
 }
 
 }  // namespace attic::store

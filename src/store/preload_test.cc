@@ -240,12 +240,40 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
   }
 }
 
-// A quantized entry (q8_0, q4_0, q8_0/q4_0) enters every compute-buffer type: each stored row
-// dequantized (the reference decodes the bytes itself, from entry.h's layout: an int8, or
-// a 4-bit code minus 8, times the group's f16 scale, in double), K rotated to the slot's
-// position (RopeTable::Apply, the reference the other preload tests use), then written
-// in the buffer's type. Tolerances, from the arithmetic each step adds to the dequantized
-// values:
+// Enters rows [src_row, src_row + n) of `source` into slots [0, n) (positions
+// kFirstPosition + 2i, so K is rotated) of a pool of every compute-buffer type, in every
+// preload mode: `setup(job)` before the load starts (the turn's copy), `check(buffer, job,
+// pool, rope)` once it is done.
+template <class Setup, class Check>
+void EnterIntoEveryBuffer(const std::shared_ptr<const KvSource>& source, int src_row, int n, Setup setup,
+                          Check check) {
+  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
+      SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
+      kv::KvShape shape = Shape();
+      shape.set_dtype(buffer);
+      kv::BlockPool pool(shape, 8);
+      attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
+      backend::ThreadPool threads{2};
+      KvLoader loader(pool, rope);
+      std::vector<int32_t> blocks;
+      for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
+      auto job = std::make_shared<LoadJob>();
+      job->segments = {LoadSegment{source, src_row, n, 0}};
+      job->blocks = blocks;
+      for (int i = 0; i < n; ++i) job->positions.push_back(kFirstPosition + 2 * i);
+      setup(*job);
+      PreloadFor(mode).Start(loader, job, threads);
+      job->WaitAll();
+      ASSERT_FALSE(job->failed());
+      check(buffer, *job, pool, rope);
+    }
+  }
+}
+
+// Layer l's rows of `job` as the `buffer` pool holds them, against the reference's
+// dequantized rows (k rotated to the slots' positions, v). Tolerances, from the arithmetic
+// each step adds to the dequantized values:
 //   f32 buffer: V exact (a copy of an exact f32); K only RoPE's f32 rounding (1e-5, as
 //     EveryModeEntersTheSameBytes).
 //   f16 buffer: one f16 rounding, |x - f16(x)| <= 2^-11 |x| (normal halves; these values
@@ -256,7 +284,35 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
 //   q4_0 buffer: one more q4_0 quantization of the group, |x - read(x)| <= |d'| (1 +
 //     2^-7) with |d'| = |f16(m / -8)| <= max|x| / 8 (1 + 2^-11) (kv_q4.h), max|x| taken
 //     with K's RoPE rounding added, plus that rounding.
-// The pre-RoPE copy the turn saves is the stored bytes, in slot order.
+void ExpectEnteredWithin(DType buffer, int group, const kv::BlockPool& pool, const LoadJob& job, int l,
+                         const std::vector<float>& k, const std::vector<float>& v) {
+  const int n = static_cast<int>(job.positions.size()), kvd = kHeads * kHeadDim;
+  std::vector<float> got_k(n * kvd), got_v(n * kvd);
+  pool.ReadRows(l, job.blocks.data(), 0, n, got_k.data(), got_v.data());
+  for (const auto& [want, got, is_k] : {std::tuple{&k, &got_k, true}, std::tuple{&v, &got_v, false}}) {
+    for (int i = 0; i < n * kvd; ++i) {
+      const double x = (*want)[i], rope_err = is_k ? 1e-5 : 0.0;
+      double tol = rope_err;
+      if (buffer == DType::kF16) tol += std::ldexp(std::fabs(x), -11);
+      const int g0 = i / group * group;
+      double amax = 0;
+      for (int j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(static_cast<double>((*want)[j])));
+      if (buffer == DType::kQ8_0) {
+        const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
+        tol += d / 2 + d * 127 * std::ldexp(1.0, -24);
+      }
+      if (buffer == DType::kQ4_0) tol += (amax + rope_err) / 8 * (1 + std::ldexp(1.0, -11)) * (1 + std::ldexp(1.0, -7));
+      ASSERT_LE(std::fabs((*got)[i] - x), tol) << (is_k ? "K" : "V") << " layer " << l << " at " << i;
+    }
+  }
+}
+
+// A quantized entry (q8_0, q4_0, q8_0/q4_0) enters every compute-buffer type: each stored row
+// dequantized (the reference decodes the bytes itself, from entry.h's layout: an int8, or
+// a 4-bit code minus 8, times the group's f16 scale, in double), K rotated to the slot's
+// position (RopeTable::Apply, the reference the other preload tests use), then written
+// in the buffer's type, within ExpectEnteredWithin's tolerances. The pre-RoPE copy the
+// turn saves is the stored bytes, in slot order.
 void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
   const int kvd = kHeads * kHeadDim, group = attention::KvQ8Group(kHeadDim);
   // K's and V's row types (q8_0/q4_0: K q8_0, V q4_0) and row bytes.
@@ -306,61 +362,116 @@ void QuantizedEntryEntersEveryBufferType(KvDtype etype) {
     }
   };
   const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
-  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
-    for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
-      SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
-      kv::KvShape shape = Shape();
-      shape.set_dtype(buffer);
-      kv::BlockPool pool(shape, 8);
-      attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
-      backend::ThreadPool threads{2};
-      KvLoader loader(pool, rope);
-      std::vector<int32_t> blocks;
-      for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
-      auto job = std::make_shared<LoadJob>();
-      job->segments = {LoadSegment{source, src_row, n, 0}};
-      job->blocks = blocks;
-      std::vector<int32_t> pos;
-      for (int i = 0; i < n; ++i) pos.push_back(kFirstPosition + 2 * i);
-      job->positions = pos;
-      std::vector<std::vector<uint8_t>> copy_k(kLayers), copy_v(kLayers);
-      job->copy_kq = &copy_k;
-      job->copy_vq = &copy_v;
-      PreloadFor(mode).Start(loader, job, threads);
-      job->WaitAll();
-      ASSERT_FALSE(job->failed());
-      EXPECT_EQ(job->stored_bytes(), 1ull * kLayers * n * (krow + vrow));
-      for (int l = 0; l < kLayers; ++l) {
-        std::vector<float> k(n * kvd), v(n * kvd);
-        for (int i = 0; i < n; ++i) {
-          decode(e.kq[l], kt, src_row + i, k.data() + i * kvd);
-          decode(e.vq[l], vt, src_row + i, v.data() + i * kvd);
-        }
-        rope.Apply(k.data(), n, kHeads, pos.data());
-        std::vector<float> got_k(n * kvd), got_v(n * kvd);
-        pool.ReadRows(l, blocks.data(), 0, n, got_k.data(), got_v.data());
-        for (const auto& [want, got, is_k] : {std::tuple{&k, &got_k, true}, std::tuple{&v, &got_v, false}}) {
-          for (int i = 0; i < n * kvd; ++i) {
-            const double x = (*want)[i], rope_err = is_k ? 1e-5 : 0.0;
-            double tol = rope_err;
-            if (buffer == DType::kF16) tol += std::ldexp(std::fabs(x), -11);
-            const int g0 = i / group * group;
-            double amax = 0;
-            for (int j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(static_cast<double>((*want)[j])));
-            if (buffer == DType::kQ8_0) {
-              const double d = amax / 127 * (1 + std::ldexp(1.0, -11));
-              tol += d / 2 + d * 127 * std::ldexp(1.0, -24);
-            }
-            if (buffer == DType::kQ4_0)
-              tol += (amax + rope_err) / 8 * (1 + std::ldexp(1.0, -11)) * (1 + std::ldexp(1.0, -7));
-            ASSERT_LE(std::fabs((*got)[i] - x), tol) << (is_k ? "K" : "V") << " layer " << l << " at " << i;
+  std::vector<std::vector<uint8_t>> copy_k, copy_v;
+  EnterIntoEveryBuffer(
+      source, src_row, n,
+      [&](LoadJob& job) {
+        copy_k.assign(kLayers, {});
+        copy_v.assign(kLayers, {});
+        job.copy_kq = &copy_k;
+        job.copy_vq = &copy_v;
+      },
+      [&](DType buffer, const LoadJob& job, const kv::BlockPool& pool, const attention::RopeTable& rope) {
+        EXPECT_EQ(job.stored_bytes(), 1ull * kLayers * n * (krow + vrow));
+        for (int l = 0; l < kLayers; ++l) {
+          std::vector<float> k(n * kvd), v(n * kvd);
+          for (int i = 0; i < n; ++i) {
+            decode(e.kq[l], kt, src_row + i, k.data() + i * kvd);
+            decode(e.vq[l], vt, src_row + i, v.data() + i * kvd);
           }
+          rope.Apply(k.data(), n, kHeads, job.positions.data());
+          ExpectEnteredWithin(buffer, group, pool, job, l, k, v);
+          EXPECT_EQ(copy_k[l], std::vector<uint8_t>(e.kq[l].begin() + src_row * krow, e.kq[l].end())) << l;
+          EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * vrow, e.vq[l].end())) << l;
         }
-        EXPECT_EQ(copy_k[l], std::vector<uint8_t>(e.kq[l].begin() + src_row * krow, e.kq[l].end())) << l;
-        EXPECT_EQ(copy_v[l], std::vector<uint8_t>(e.vq[l].begin() + src_row * vrow, e.vq[l].end())) << l;
-      }
-    }
+      });
+}
+
+// A kivi4 entry (K per channel over groups of tokens, V q4_0) enters every compute-buffer
+// type. Its K groups: rows [0, 6) a stored entry's (the entry's base), rows [6, 10) its own,
+// so two groups. The reference decodes K from the serialized bytes itself (entry.h's
+// layout: the channel's 4-bit code times its group's f16 scale plus its f16 minimum, in
+// double) and V as q4_0, rotates K as the other tests do; ExpectEnteredWithin's tolerances
+// (the buffer's rounding or quantization of the dequantized values, K's RoPE rounding).
+// The turn's pre-RoPE copy: K as f32, the decoded rows exactly; V's rows by bytes.
+TEST(Preload, Kivi4EntryEntersEveryBufferType) {
+  const int kvd = kHeads * kHeadDim, group = attention::KvQ8Group(kHeadDim);
+  const size_t vrow = KvRowBytes(KvDtype::kQ4_0, kvd, group);
+  std::vector<int32_t> tokens(kRows);
+  for (int i = 0; i < kRows; ++i) tokens[i] = 100 + i;
+  KvEntry full = testing::MakeEntry(tokens, "s", "default", kLayers, kvd);
+  full.dtype = KvDtype::kKivi4;
+  full.group = group;
+  full.vq.resize(kLayers);
+  for (int l = 0; l < kLayers; ++l) {
+    for (float& x : full.k[l]) x *= 4;  // K larger than V, as a model's is
+    full.vq[l].resize(kRows * vrow);
+    for (int r = 0; r < kRows; ++r)
+      QuantizeRow(KvDtype::kQ4_0, full.v[l].data() + r * kvd, kvd, group, full.vq[l].data() + r * vrow);
   }
+  full.v.clear();
+  KvEntry head = full;
+  head.TruncateTo(6);
+  SharedBytes head_bytes(std::move(*SerializeEntryBytes(head)));
+  KvEntry e = full;
+  e.base = EntryRowsBase(head_bytes, *VerifyEntry(*head_bytes, "fp-A"), 6);
+  for (int l = 0; l < kLayers; ++l) {
+    e.k[l].erase(e.k[l].begin(), e.k[l].begin() + 6 * kvd);
+    e.vq[l].erase(e.vq[l].begin(), e.vq[l].begin() + 6 * vrow);
+  }
+  SharedBytes shared(std::move(*SerializeEntryBytes(e)));
+  auto header = VerifyEntry(*shared, "fp-A");
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  ASSERT_EQ(header->k_group_ends, (std::vector<int32_t>{6, kRows}));
+  auto source = KvSource::Stored(shared, *header, e.key().ToString());
+  auto f16_at = [&](size_t at) {
+    const auto* p = reinterpret_cast<const uint8_t*>(shared->data()) + at;
+    return static_cast<double>(F16ToF32(static_cast<uint16_t>(p[0] | p[1] << 8)));
+  };
+  // K row r of layer l from the bytes: codes (channel c: byte c / 2, low nibble for even
+  // c), then per group kvd scales and kvd minimums.
+  auto decode_k = [&](int l, int r, float* out) {
+    const size_t layer = EntryLayerOffset(*header, l), g = r < 6 ? 0 : 1;
+    const auto* codes = reinterpret_cast<const uint8_t*>(shared->data()) + layer + r * kvd / 2;
+    const size_t params = layer + kRows * kvd / 2 + g * 4 * kvd;
+    for (int c = 0; c < kvd; ++c) {
+      const int code = (codes[c / 2] >> (c % 2 * 4)) & 15;
+      out[c] = static_cast<float>(f16_at(params + 2 * (kvd + c)) + f16_at(params + 2 * c) * code);
+    }
+  };
+  auto decode_v = [&](int l, int r, float* out) {
+    const uint8_t* p = full.vq[l].data() + r * vrow;
+    for (int j = 0; j < kvd; ++j) {
+      const int jg = j / group, in = j % group;
+      const uint16_t scale = static_cast<uint16_t>(p[kvd / 2 + 2 * jg] | (p[kvd / 2 + 2 * jg + 1] << 8));
+      const uint8_t byte = p[jg * group / 2 + in % (group / 2)];
+      out[j] = static_cast<float>(static_cast<double>(F16ToF32(scale)) * ((in < group / 2 ? byte & 15 : byte >> 4) - 8));
+    }
+  };
+  const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7): both groups
+  std::vector<std::vector<float>> copy_k;
+  std::vector<std::vector<uint8_t>> copy_v;
+  EnterIntoEveryBuffer(
+      source, src_row, n,
+      [&](LoadJob& job) {
+        copy_k.assign(kLayers, {});
+        copy_v.assign(kLayers, {});
+        job.copy_k = &copy_k;
+        job.copy_vq = &copy_v;
+      },
+      [&](DType buffer, const LoadJob& job, const kv::BlockPool& pool, const attention::RopeTable& rope) {
+        for (int l = 0; l < kLayers; ++l) {
+          std::vector<float> k(n * kvd), v(n * kvd);
+          for (int i = 0; i < n; ++i) {
+            decode_k(l, src_row + i, k.data() + i * kvd);
+            decode_v(l, src_row + i, v.data() + i * kvd);
+          }
+          EXPECT_EQ(copy_k[l], k) << l;  // pre-RoPE, as decoded
+          EXPECT_EQ(copy_v[l], std::vector<uint8_t>(full.vq[l].begin() + src_row * vrow, full.vq[l].end())) << l;
+          rope.Apply(k.data(), n, kHeads, job.positions.data());
+          ExpectEnteredWithin(buffer, group, pool, job, l, k, v);
+        }
+      });
 }
 
 TEST(Preload, QuantizedEntryEntersEveryBufferType) {

@@ -49,6 +49,17 @@ size_t RowSize(KvDtype row_type) { return row_type == KvDtype::kQ8_0 ? 20 : 12; 
 // q8_0/q4_0), each tensor's rows quantized in its row type.
 KvEntry MakeQuantized(KvDtype dtype, const std::vector<int32_t>& tokens, const std::string& session) {
   KvEntry e = MakeEntry(tokens, session, "default", kLayers, kKvDim);
+  if (dtype == KvDtype::kKivi4) {  // K f32 until serialized (kivi4_entry_test.cc), V q4_0
+    e.dtype = dtype;
+    e.group = kGroup;
+    e.vq.assign(kLayers, std::vector<uint8_t>(tokens.size() * RowSize(KvDtype::kQ4_0)));
+    for (int l = 0; l < kLayers; ++l)
+      for (size_t r = 0; r < tokens.size(); ++r)
+        QuantizeRow(KvDtype::kQ4_0, e.v[l].data() + r * kKvDim, kKvDim, kGroup,
+                    e.vq[l].data() + r * RowSize(KvDtype::kQ4_0));
+    e.v.clear();
+    return e;
+  }
   const size_t krow = RowSize(RowType(dtype, false)), vrow = RowSize(RowType(dtype, true));
   e.dtype = dtype;
   e.group = kGroup;
@@ -244,18 +255,6 @@ TEST_P(QuantizedEntry, ScalesNoQuantizerWritesAreDataLoss) {
   }
 }
 
-StoreOptions StoreOn(const std::string& dir, KvDtype dtype) {
-  StoreOptions o;
-  o.fingerprint = "fp-A";
-  o.kv_dtype = dtype;
-  o.dram_bytes = 0;  // no DRAM: the entries live on SSD
-  o.ssd_dir = dir;
-  o.ssd_bytes = 64 << 20;
-  o.default_ttl_ms = 0;
-  o.prefix_block = 8;
-  return o;
-}
-
 // The entry file of `key` in the SSD directory.
 std::string EntryFile(const std::string& dir, const std::string& key) {
   return SsdTier::ModelDir(dir, "fp-A") + "/" + key + ".kv";
@@ -295,7 +294,7 @@ TEST_P(QuantizedEntry, DamagedOnSsdIsAMissAfterARestart) {
     ScratchDir dir("quantized-damage");
     std::string key;
     {
-      auto s = KvStore::Open(StoreOn(dir.path(), dtype), nullptr);
+      auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), dtype), nullptr);
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       ASSERT_TRUE((*s)->Save(saved).ok());
       key = saved.key().ToString();
@@ -313,7 +312,7 @@ TEST_P(QuantizedEntry, DamagedOnSsdIsAMissAfterARestart) {
       std::ofstream out(file, std::ios::binary | std::ios::trunc);
       out << bytes;
     }
-    auto s = KvStore::Open(StoreOn(dir.path(), dtype), nullptr);
+    auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), dtype), nullptr);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     auto m = (*s)->Lookup("default", "victim", Range(100, 30));
     if (m.has_value()) {  // indexed from its (intact) header: the load finds the damage
@@ -357,18 +356,27 @@ TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
                                                {KvDtype::kQ8_0, KvDtype::kQ4_0},
                                                {KvDtype::kF16, KvDtype::kQ4_0},
                                                {KvDtype::kQ8_0, KvDtype::kQ8_0Q4_0},
-                                               {KvDtype::kQ8_0Q4_0, KvDtype::kQ4_0}};
+                                               {KvDtype::kQ8_0Q4_0, KvDtype::kQ4_0},
+                                               {KvDtype::kQ4_0, KvDtype::kKivi4},
+                                               {KvDtype::kKivi4, KvDtype::kQ8_0Q4_0}};
   for (auto [a, b] : pairs) {
     SCOPED_TRACE(std::string(KvDtypeName(a)) + " then " + KvDtypeName(b));
     ScratchDir dir("quantized-identity");
     const KvEntry conv_a = Typed(a, Range(100, 24), "conv"), other_a = Typed(a, Range(500, 16), "other");
     const KvEntry conv_b = Typed(b, Range(100, 20), "conv");
     const std::vector<int32_t> next = Range(100, 30), other_next = Range(500, 20);
-    // The entry `key` as the store of `s` loads it equals `want`, row bytes for row bytes.
+    // The entry `key` as the store of `s` loads it equals `want`, row bytes for row bytes
+    // (kivi4: its bytes, serialized again: its K rows are codes of their groups).
     auto served_as = [](KvStore& s, const std::string& key, const KvEntry& want) {
       auto e = s.Load(key);
       ASSERT_TRUE(e.ok()) << e.status().ToString();
       EXPECT_EQ(e->dtype, want.dtype);
+      if (want.dtype == KvDtype::kKivi4) {
+        KvEntry w = want;
+        w.expires_at_ms = e->expires_at_ms;
+        EXPECT_TRUE(*SerializeEntry(*e) == *SerializeEntry(w));
+        return;
+      }
       for (int l = 0; l < kLayers; ++l)
         for (int r = 0; r < want.n_tokens(); ++r) {
           ASSERT_EQ(std::memcmp(e->k_row_bytes(l, r), want.k_row_bytes(l, r), want.k_row_size()), 0) << l << " " << r;
@@ -376,14 +384,14 @@ TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
         }
     };
     {  // A: saves both sessions
-      auto s = KvStore::Open(StoreOn(dir.path(), a), nullptr);
+      auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), a), nullptr);
       ASSERT_TRUE(s.ok());
       ASSERT_TRUE((*s)->Save(conv_a).ok());
       ASSERT_TRUE((*s)->Save(other_a).ok());
       ASSERT_TRUE((*s)->Lookup("default", "conv", next).has_value());
     }
     {  // B: A's entries are kept, never served; its save of "conv" replaces conv's
-      auto s = KvStore::Open(StoreOn(dir.path(), b), nullptr);
+      auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), b), nullptr);
       ASSERT_TRUE(s.ok());
       EXPECT_EQ((*s)->open_report().ssd_entries, 2u);
       EXPECT_FALSE((*s)->Lookup("default", "conv", next).has_value());
@@ -399,7 +407,7 @@ TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
       EXPECT_TRUE((*s)->Contains(other_a.key().ToString()));
     }
     {  // A again: "other" served, bit for bit; "conv" (now B's) a counted miss
-      auto s = KvStore::Open(StoreOn(dir.path(), a), nullptr);
+      auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), a), nullptr);
       ASSERT_TRUE(s.ok());
       EXPECT_EQ((*s)->open_report().ssd_entries, 2u);
       auto m = (*s)->Lookup("default", "other", other_next);
@@ -410,7 +418,7 @@ TEST(QuantizedEntryOnSsd, AnotherTypesEntryIsAMissAcrossRestarts) {
       EXPECT_EQ((*s)->Stats().other_type_misses, 1u);
     }
     {  // B again: its own entry, bit for bit
-      auto s = KvStore::Open(StoreOn(dir.path(), b), nullptr);
+      auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), b), nullptr);
       ASSERT_TRUE(s.ok());
       auto m = (*s)->Lookup("default", "conv", next);
       ASSERT_TRUE(m.has_value());

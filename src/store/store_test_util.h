@@ -69,6 +69,20 @@ inline StoreOptions TierTestOptions(PolicyKind policy = PolicyKind::kLru) {
   return o;
 }
 
+// A store of `dtype` entries for model fp-A whose entries live on SSD in `dir` (no DRAM
+// tier): what a restart over the directory finds.
+inline StoreOptions SsdOnlyOptions(const std::string& dir, KvDtype dtype) {
+  StoreOptions o;
+  o.fingerprint = "fp-A";
+  o.kv_dtype = dtype;
+  o.dram_bytes = 0;
+  o.ssd_dir = dir;
+  o.ssd_bytes = 64 << 20;
+  o.default_ttl_ms = 0;
+  o.prefix_block = 8;
+  return o;
+}
+
 // A fresh empty directory under the system temp dir, removed on destruction.
 class ScratchDir {
  public:

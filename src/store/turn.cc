@@ -19,7 +19,10 @@ Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t t
   kv_dim_ = shape.kv_dim();
   dtype_ = store.kv_dtype();
   group_ = KvDtypeQuantized(dtype_) ? attention::KvQ8Group(shape.head_dim) : 0;
-  k_row_size_ = KvRowBytes(KvTensorDtype(dtype_, false), kv_dim_, group_);
+  // kivi4: the turn keeps its own K rows in f32 until they are saved (a group is
+  // quantized as a whole, when the entry is serialized).
+  k_row_size_ = KvDtypeGroupedK(dtype_) ? static_cast<size_t>(kv_dim_) * sizeof(float)
+                                        : KvRowBytes(KvTensorDtype(dtype_, false), kv_dim_, group_);
   v_row_size_ = KvRowBytes(KvTensorDtype(dtype_, true), kv_dim_, group_);
   rows_.ResizeLayers(n_layers_);
 }
@@ -55,7 +58,10 @@ void Turn::Reserve(int max_slots) {
   auto reserve = [&](auto& rows, bool v) {
     for (auto& x : rows) x.reserve(n * RowUnits(rows, v));
   };
-  if (KvDtypeQuantized(dtype_)) {
+  if (KvDtypeGroupedK(dtype_)) {
+    reserve(rows_.k, false);
+    reserve(rows_.vq, true);
+  } else if (KvDtypeQuantized(dtype_)) {
     reserve(rows_.kq, false);
     reserve(rows_.vq, true);
   } else if (dtype_ == KvDtype::kF16) {
@@ -68,7 +74,9 @@ void Turn::Reserve(int max_slots) {
 }
 
 void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
-  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth;
+  // A kivi4 entry's base is serialized (its groups are written from there): its own f32
+  // rows are copied instead.
+  const bool copy = e->base.unserialized_depth() + 1 > kMaxUnserializedDepth || KvDtypeGroupedK(e->dtype);
   rows_.ForEachRows([](auto& rows, bool) {
     for (auto& x : rows) x.clear();
   });
@@ -83,7 +91,10 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   if (n > e->base.n_rows) {
     const size_t own = static_cast<size_t>(n - e->base.n_rows), elems = own * kv_dim_;
     for (int l = 0; l < n_layers_; ++l) {
-      if (KvDtypeQuantized(e->dtype)) {
+      if (KvDtypeGroupedK(e->dtype)) {
+        rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + elems);
+        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + own * v_row_size_);
+      } else if (KvDtypeQuantized(e->dtype)) {
         rows_.kq[l].assign(e->kq[l].begin(), e->kq[l].begin() + own * k_row_size_);
         rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + own * v_row_size_);
       } else if (e->dtype == KvDtype::kF16) {
@@ -128,7 +139,12 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
     // between them) are the turn's own: the loader copies what it enters, by slot, as
     // it enters it; the forward writes the rest (Write).
     const size_t elems = static_cast<size_t>(n_plan - base) * kv_dim_;
-    if (KvDtypeQuantized(dtype_)) {
+    if (KvDtypeGroupedK(dtype_)) {
+      for (auto& x : rows_.k) x.resize(elems);
+      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * v_row_size_);
+      job->copy_k = &rows_.k;
+      job->copy_vq = &rows_.vq;
+    } else if (KvDtypeQuantized(dtype_)) {
       for (auto& x : rows_.kq) x.resize(static_cast<size_t>(n_plan - base) * k_row_size_);
       for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * v_row_size_);
       job->copy_kq = &rows_.kq;
@@ -198,6 +214,10 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
   const size_t elems = static_cast<size_t>(n) * kv_dim_;
   if (KvDtypeQuantized(dtype_)) {  // each row quantized in one pass, in its tensor's type
     for (bool is_v : {false, true}) {
+      if (!is_v && KvDtypeGroupedK(dtype_)) {  // kivi4's K: f32 until saved
+        rows_.k[layer].insert(rows_.k[layer].end(), k, k + elems);
+        continue;
+      }
       std::vector<uint8_t>& rows = is_v ? rows_.vq[layer] : rows_.kq[layer];
       const float* src = is_v ? v : k;
       const KvDtype type = KvTensorDtype(dtype_, is_v);
@@ -234,7 +254,11 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
     const size_t at = static_cast<size_t>(slots[i] - base) * kv_dim_;
     const float* kr = k + static_cast<size_t>(i) * kv_dim_;
     const float* vr = v + static_cast<size_t>(i) * kv_dim_;
-    if (KvDtypeQuantized(dtype_)) {
+    if (KvDtypeGroupedK(dtype_)) {
+      const size_t own = static_cast<size_t>(slots[i] - base);
+      std::copy(kr, kr + kv_dim_, rows_.k[layer].data() + at);
+      QuantizeRow(KvDtype::kQ4_0, vr, kv_dim_, group_, rows_.vq[layer].data() + own * v_row_size_);
+    } else if (KvDtypeQuantized(dtype_)) {
       const size_t own = static_cast<size_t>(slots[i] - base);
       QuantizeRow(KvTensorDtype(dtype_, false), kr, kv_dim_, group_, rows_.kq[layer].data() + own * k_row_size_);
       QuantizeRow(KvTensorDtype(dtype_, true), vr, kv_dim_, group_, rows_.vq[layer].data() + own * v_row_size_);

@@ -173,6 +173,9 @@ TEST(CliUx, TheStoresEntryTypeFollowsTheBufferUnlessGiven) {
   EXPECT_EQ(entries({"--kv-store-dtype", "q4_0"}), "q4_0");
   EXPECT_EQ(entries({"--kv-dtype", "q4_0", "--kv-store-dtype", "q8_0"}), "q8_0");
   EXPECT_EQ(entries({"--kv-store-dtype", "q8_0/q4_0"}), "q8_0/q4_0");
+  // kivi4 (K per channel) is a store type only: chosen by name, never by the buffer.
+  EXPECT_EQ(entries({"--kv-store-dtype", "kivi4"}), "kivi4");
+  EXPECT_EQ(entries({"--kv-dtype", "q4_0", "--kv-store-dtype", "kivi4"}), "kivi4");
   Result bad = RunAttic("serve -m " + Stories() + " --port 0 --kv-store-dtype q4_1");
   EXPECT_NE(bad.exit_code, 0) << bad.out;
   EXPECT_NE(bad.out.find("--kv-store-dtype"), std::string::npos) << bad.out;

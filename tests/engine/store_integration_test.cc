@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -200,6 +201,67 @@ TEST(StoreIntegration, NextTurnReusesHistoryFromDram) {
   Turn c = RunTurn(s, third, "", 8);
   EXPECT_GE(c.usage.cached_tokens, static_cast<int>(second.size()) - 1);
   EXPECT_EQ(c.text, Recompute(*e, third, 8));
+}
+
+// A conversation over a kivi4 store (K per channel over groups of tokens): each turn
+// extends the stored entry and shares its rows in place (the store flushed between
+// turns: the entry is serialized), so the stored K groups stay as written -- the new
+// entry's groups are the previous entry's, then the turn's own rows in groups of up to
+// 128 tokens -- and the shared rows read back bit for bit. A last turn that may find the
+// previous save still queued (no flush) writes a valid entry as well.
+TEST(StoreIntegration, AKivi4ConversationKeepsItsStoredGroupsAcrossTurns) {
+  auto e = LoadStories();
+  ASSERT_NE(e, nullptr);
+  auto store = OpenStore(*e, 64 << 20, "", nullptr, store::KvDtype::kKivi4);
+  Scheduler s(*e, NoResident());
+  s.set_store(store.get());
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += "Lily and Tom went to the park. They played with a red ball all day. ";
+  std::vector<int32_t> prompt = *e->Tokenize(text, true);
+  ASSERT_GT(prompt.size(), 128u);  // the first turn's own rows make more than one group
+  std::vector<int32_t> prev_ends;
+  std::vector<std::vector<float>> prev_k;  // the previous entry's K rows as read, per layer
+  const int kvd = e->kv_pool().shape().kv_dim(), n_layers = e->kv_pool().shape().n_layers;
+  for (int turn = 0; turn < 4; ++turn) {
+    SCOPED_TRACE("turn " + std::to_string(turn));
+    Turn t = RunTurn(s, prompt, "conv", 24);
+    EXPECT_EQ(t.usage.cached_tokens, turn == 0 ? 0 : static_cast<int>(prev_k[0].size() / kvd));
+    if (turn == 3) break;  // not flushed: checked below
+    store->Flush();
+    auto info = store->GetSession("default", "conv");
+    ASSERT_TRUE(info.ok());
+    auto entry = store->Load(info->key);
+    ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+    const std::vector<int32_t> ends = entry->KGroupEnds();
+    ASSERT_FALSE(ends.empty());
+    EXPECT_EQ(ends.back(), entry->n_tokens());
+    for (size_t g = 0; g < ends.size(); ++g) EXPECT_LE(ends[g] - (g ? ends[g - 1] : 0), 128) << g;
+    if (turn == 0) {
+      EXPECT_EQ(ends.front(), 128);
+    }
+    ASSERT_GE(ends.size(), prev_ends.size());
+    EXPECT_TRUE(std::equal(prev_ends.begin(), prev_ends.end(), ends.begin()));
+    std::vector<std::vector<float>> k(n_layers, std::vector<float>(entry->n_tokens() * kvd));
+    for (int l = 0; l < n_layers; ++l) {
+      for (int r = 0; r < entry->n_tokens(); ++r) entry->KRowF32(l, r, k[l].data() + r * kvd);
+      if (!prev_k.empty()) {
+        EXPECT_EQ(0, std::memcmp(k[l].data(), prev_k[l].data(), prev_k[l].size() * sizeof(float))) << "layer " << l;
+      }
+    }
+    prev_ends = ends;
+    prev_k = std::move(k);
+    prompt = entry->tokens;
+    const std::vector<int32_t> more = *e->Tokenize(" Then they went home and ate.", false);
+    prompt.insert(prompt.end(), more.begin(), more.end());
+  }
+  store->Flush();
+  auto info = store->GetSession("default", "conv");
+  ASSERT_TRUE(info.ok());
+  auto last = store->Load(info->key);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_GE(last->n_tokens(), static_cast<int>(prompt.size()));
+  const std::vector<int32_t> ends = last->KGroupEnds();
+  for (size_t g = 0; g < ends.size(); ++g) EXPECT_LE(ends[g] - (g ? ends[g - 1] : 0), 128) << g;
 }
 
 // A conversation's next turn arriving while its previous turn is still in the write
@@ -788,9 +850,17 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
         ASSERT_TRUE(info.ok());
         EXPECT_TRUE(store::EntryKeyHasDtype(info->key, dt)) << info->key;
         const int g = store::KvDtypeQuantized(dt) ? group : 0;
-        const size_t row = store::KvRowBytes(store::KvTensorDtype(dt, false), shape.kv_dim(), g) +
-                           store::KvRowBytes(store::KvTensorDtype(dt, true), shape.kv_dim(), g);  // K's and V's
-        EXPECT_EQ(info->bytes, 4096 + 1ull * shape.n_layers * n_tokens * row);
+        if (dt == store::KvDtype::kKivi4) {
+          // K: kv_dim / 2 bytes of codes a row, and per group of up to 128 tokens kv_dim f16
+          // scales and kv_dim f16 minimums; V's rows q4_0 (codes, then an f16 scale a group).
+          const uint64_t groups = (n_tokens + 127) / 128, kvd = shape.kv_dim();
+          EXPECT_EQ(info->bytes,
+                    4096 + shape.n_layers * (n_tokens * (kvd / 2 + kvd / 2 + 2 * kvd / g) + groups * 4 * kvd));
+        } else {
+          const size_t row = store::KvRowBytes(store::KvTensorDtype(dt, false), shape.kv_dim(), g) +
+                             store::KvRowBytes(store::KvTensorDtype(dt, true), shape.kv_dim(), g);  // K's and V's
+          EXPECT_EQ(info->bytes, 4096 + 1ull * shape.n_layers * n_tokens * row);
+        }
         auto entry = store->Load(info->key);
         ASSERT_TRUE(entry.ok()) << entry.status().ToString();
         EXPECT_EQ(entry->group, store::KvDtypeQuantized(dt) ? group : 0);
@@ -846,6 +916,35 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
                   << (k ? "K" : "V") << " layer " << l << " row " << r << " value " << j;
             }
           }
+    }
+    // kivi4's K against the f32 entry's: each channel within half its group's step (the
+    // group: up to 128 tokens; its step: the channel's range over the group / 15, f16
+    // rounded: kivi4_entry_test.cc derives the bound), plus the f16 rounding of the
+    // minimum; V is q4_0 (checked above for the q4_0 entry).
+    const store::KvEntry& kivi = rows[static_cast<int>(store::KvDtype::kKivi4)];
+    ASSERT_EQ(kivi.n_tokens(), f32.n_tokens());
+    const std::vector<int32_t> ends = kivi.KGroupEnds();
+    EXPECT_EQ(ends.back(), f32.n_tokens());
+    for (int l = 0; l < f32.n_layers; ++l) {
+      int first = 0;
+      for (int32_t end : ends) {
+        for (int c = 0; c < kvd; ++c) {
+          double lo = INFINITY, hi = -INFINITY;
+          for (int r = first; r < end; ++r) {
+            lo = std::min(lo, double{f32.k_row(l, r)[c]});
+            hi = std::max(hi, double{f32.k_row(l, r)[c]});
+          }
+          const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+          const double step = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
+          const double tol = step * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
+                             std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + step, -23);
+          for (int r = first; r < end; ++r) {
+            kivi.KRowF32(l, r, y.data());
+            ASSERT_LE(std::fabs(double{y[c]} - f32.k_row(l, r)[c]), tol) << "kivi4 K layer " << l << " row " << r;
+          }
+        }
+        first = end;
+      }
     }
   }
 }

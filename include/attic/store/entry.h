@@ -8,6 +8,8 @@
 // Serialized layout (little-endian, one byte buffer / one file):
 //   [0, 4096)   header: magic "ATTICKV1", version, dtype, n_layers, kv_dim, n_tokens,
 //               [quantized dtypes only: group (u32), the values per scale],
+//               [kivi4 only: n_k_groups (u32), the end token of each K group (u32
+//               each, ascending, the last n_tokens)],
 //               expires_at_ms, tenant, session_id, fingerprint,
 //               [version 2: n_attachments (u32), per attachment: kind (u32 length +
 //               bytes), size (u64), checksum (u64)]
@@ -25,7 +27,12 @@
 //               scales -- attention/kv_q4.h's formula and nibble order applied to each
 //               group of the row (group j's codes at bytes [j * group / 2, (j + 1) *
 //               group / 2)), so a row is kv_dim / 2 + 2 * kv_dim / group bytes;
-//               q8_0/q4_0: K's rows in q8_0, V's in q4_0, each as above)
+//               q8_0/q4_0: K's rows in q8_0, V's in q4_0, each as above;
+//               kivi4: K's n_tokens rows of kv_dim / 2 bytes of 4-bit codes (channel 2c
+//               in the low nibble of byte c, 2c + 1 in the high one), then per K group g
+//               (the header's group ends: groups of consecutive tokens) kv_dim f16
+//               scales and kv_dim f16 minimums, value = min[c] + scale[c] * code
+//               (KIVI's per-channel keys, K before RoPE); then V's rows in q4_0)
 //   then (version 2) each attachment's bytes, in header order, unaligned
 // Each layer's K+V carries its own xxh3 checksum, so a layer can be verified as soon as
 // it is read (layer-wise loading). Data starts 4096-aligned for direct/aligned I/O.
@@ -65,27 +72,42 @@ namespace attic::store {
 // (KvEntry::group). An entry's type names the type of its K rows and of its V rows
 // (KvTensorDtype): the same for the first four; kQ8_0Q4_0 ("q8_0/q4_0") holds K in q8_0
 // and V in q4_0 (the compute buffer's K8/V4 pair).
-enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ8_0Q4_0 = 4 };
-inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0,
-                                        KvDtype::kQ8_0Q4_0};
+// kKivi4 ("kivi4") holds K in 4 bits per channel (KIVI): a scale and a minimum per channel
+// for each group of up to kKivi4GroupTokens consecutive tokens, the channel's values of
+// the group quantized asymmetrically by them (docs/engine.md "The 4-bit grouping" measured
+// it against per-token blocks); V in q4_0 (`group` is V's). Only the store holds it: K
+// must be before RoPE, as entries keep it. Its K rows are not whole without their group's
+// scales, so they are read as f32 (KvEntry::KRowF32 and the like), never copied as rows.
+enum class KvDtype : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ8_0Q4_0 = 4, kKivi4 = 5 };
+inline constexpr KvDtype kKvDtypes[] = {KvDtype::kF32,  KvDtype::kF16,      KvDtype::kQ8_0,
+                                        KvDtype::kQ4_0, KvDtype::kQ8_0Q4_0, KvDtype::kKivi4};
+// Tokens of a kivi4 K group as written: a turn's own rows are cut into groups of this many
+// from its first own row (the last one shorter); the rows of a stored entry a turn extends
+// keep the groups they were written with.
+inline constexpr int kKivi4GroupTokens = 128;
 // "f32", "f16", "q8_0", "q4_0", "q8_0/q4_0" (K/V, as the compute buffer's pairs are
-// written).
+// written), "kivi4".
 const char* KvDtypeName(KvDtype dtype);
 // The type named `name` (KvDtypeName's, or an entry key's spelling, KvDtypeKeyName);
 // false when there is none.
 bool ParseKvDtype(std::string_view name, KvDtype* dtype);
 // The type's name in entry keys and file names: KvDtypeName with '+' for '/'.
 std::string KvDtypeKeyName(KvDtype dtype);
-// The type of an entry's K rows (v = false) or V rows (v = true): f32, f16, q8_0 or q4_0.
+// The type of an entry's K rows (v = false) or V rows (v = true): f32, f16, q8_0 or q4_0
+// (kivi4's K rows: kKivi4, codes whose scales are the group's).
 inline KvDtype KvTensorDtype(KvDtype dtype, bool v) {
   if (dtype == KvDtype::kQ8_0Q4_0) return v ? KvDtype::kQ4_0 : KvDtype::kQ8_0;
+  if (dtype == KvDtype::kKivi4) return v ? KvDtype::kQ4_0 : KvDtype::kKivi4;
   return dtype;
 }
 // Whether rows of the type (both K's and V's for an entry type) are blocks of small
 // integers with scales (then a group > 0).
 inline bool KvDtypeQuantized(KvDtype dtype) {
-  return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0 || dtype == KvDtype::kQ8_0Q4_0;
+  return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0 || dtype == KvDtype::kQ8_0Q4_0 ||
+         dtype == KvDtype::kKivi4;
 }
+// Whether the type's K is quantized per channel over groups of tokens (kivi4).
+inline bool KvDtypeGroupedK(KvDtype dtype) { return dtype == KvDtype::kKivi4; }
 // Bytes of one element of an unquantized type (f32 4, f16 2).
 inline size_t KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
 // Where a quantized row's scales start: after its kv_dim values' codes. `dtype`: a row's
@@ -96,6 +118,7 @@ inline size_t KvRowScalesOffset(KvDtype dtype, int kv_dim) {
 // Bytes of one row of kv_dim values of a row type (KvTensorDtype: f32, f16, q8_0, q4_0;
 // group: values per scale of a quantized one).
 inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
+  if (dtype == KvDtype::kKivi4) return static_cast<size_t>(kv_dim) / 2;  // codes; scales per group
   if (KvDtypeQuantized(dtype)) return KvRowScalesOffset(dtype, kv_dim) + 2 * static_cast<size_t>(kv_dim / group);
   return static_cast<size_t>(kv_dim) * KvDtypeBytes(dtype);
 }
@@ -111,6 +134,26 @@ inline void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
 inline void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y) {
   DequantizeRow(KvDtype::kQ8_0, row, kv_dim, group, y);
 }
+
+// kivi4's K: bytes of one group's scales and minimums (kv_dim f16 each).
+inline size_t KGroupParamBytes(int kv_dim) { return 4 * static_cast<size_t>(kv_dim); }
+// Quantizes n rows x [n, kv_dim] f32 (a K group) per channel: codes [n, kv_dim / 2]
+// (entry.h's nibble order) and params (kv_dim f16 scales, then kv_dim f16 minimums).
+// Channel c: m = f16(min over the group), s = f16(clamp((max - m) / 15, 0, 65504)) (0
+// when the channel is constant, or m rounded up past its max), code = clamp(round_half_even((x - m) / s), 0, 15) in f32
+// arithmetic (0 when s = 0); minimums clamp to +-65504. Dequantized: m + s * code (s *
+// code is exact in f32, so the value is one rounding of that sum). Each value is within
+// s / 2 of x plus what f16 rounding moves m and s (a value at the group's maximum may be
+// capped at code 15: (max - m) / s <= 15 (1 + 2^-11)), an error measured against the
+// group's range, not the row's largest channel.
+// REQUIRES: kv_dim even, n >= 1.
+void QuantizeKGroup(const float* x, int n, int kv_dim, uint8_t* codes, uint16_t* params);
+// One K row of kv_dim values from its codes and its group's params (exact).
+void DequantizeKGroupRow(const uint8_t* codes, const uint16_t* params, int kv_dim, float* y);
+// Row `row` of a serialized kivi4 layer's K section (`layer_k`: n_tokens rows of codes,
+// then one params block per group; group_ends: the header's) as f32.
+void DequantizeEntryKRow(const char* layer_k, int n_tokens, const std::vector<int32_t>& group_ends, int kv_dim,
+                         int row, float* y);
 
 // Bytes of the own rows a holder of the per-type row vectors keeps (KvEntry,
 // store::TurnRows: k, v f32; k16, v16 IEEE half; kq, vq quantized rows' bytes).
@@ -177,6 +220,12 @@ struct KvRowsBase {
   std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
   int n_rows = 0;                            // rows used, <= the base's rows
   uint32_t k_row_size = 0, v_row_size = 0;   // bytes of one K / V row of `bytes` (EntryRowsBase)
+  uint64_t layer_k_bytes = 0;                // bytes of a layer's K in `bytes` (its V follows)
+  int kv_dim = 0;                            // of `bytes`' rows
+  KvDtype dtype = KvDtype::kF32;             // `bytes`' type and group (EntryRowsBase)
+  int group = 0;
+  // A kivi4 base's K groups (the ends its header gives), else null.
+  std::shared_ptr<const std::vector<int32_t>> k_group_ends;
 
   // Row `row` (< n_rows) of layer `layer`'s K / V: one row of the entry's K / V type
   // (KvRowBytes; k_row / v_row: f32 entries only).
@@ -184,8 +233,11 @@ struct KvRowsBase {
   const char* v_row_bytes(int layer, int row) const;
   const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
   const float* v_row(int layer, int row) const { return reinterpret_cast<const float*>(v_row_bytes(layer, row)); }
+  // Row `row` (< n_rows) of layer `layer`'s K as f32 (any type; kivi4's through its
+  // group's scales).
+  void KRowF32(int layer, int row, float* y) const;
   // Copies rows [first, first + n) of layer `layer`'s K and V to k_out / v_out
-  // (rows of the entry's K and V types).
+  // (rows of the entry's K and V types; not for kivi4's K).
   void CopyRows(int layer, int first, int n, void* k_out, void* v_out) const;
   // Entries not serialized yet between these rows and serialized bytes (0 = none).
   int unserialized_depth() const;
@@ -207,7 +259,8 @@ struct KvEntry {
   // entry, k16[l], v16[l] (IEEE half bits) for an f16 one, kq[l], vq[l] (the rows' bytes,
   // k_row_size() / v_row_size() each) for a quantized one (q8_0/q4_0 too: K's rows in
   // q8_0, V's in q4_0); the other pairs are empty (or hold empty layers). K is before
-  // RoPE.
+  // RoPE. A kivi4 entry's own K rows are f32 (k[l]; its groups are formed when it is
+  // serialized) and its V rows q4_0 (vq[l]); its base is a serialized entry or none.
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
   std::vector<std::vector<uint16_t>> k16, v16;
@@ -227,11 +280,18 @@ struct KvEntry {
   uint64_t own_kv_bytes() const;
   // Row `row` of layer `layer`'s K / V, from the base or the entry's own rows: one row
   // of the entry's K / V type (k_row_size() / v_row_size(); k_row / v_row: f32 entries
-  // only).
+  // only). kivi4's K: a stored base's codes, or an own f32 row -- read it with KRowF32.
   const char* k_row_bytes(int layer, int row) const;
   const char* v_row_bytes(int layer, int row) const;
   const float* k_row(int layer, int row) const { return reinterpret_cast<const float*>(k_row_bytes(layer, row)); }
   const float* v_row(int layer, int row) const { return reinterpret_cast<const float*>(v_row_bytes(layer, row)); }
+  // Row `row` of layer `layer`'s K as f32, whatever the type (kivi4: the only way to
+  // read its K).
+  void KRowF32(int layer, int row, float* y) const;
+  // A kivi4 entry's K groups as it serializes them (each group's end token): the base's
+  // groups (the last one cut at the base's rows), then the own rows' in groups of
+  // kKivi4GroupTokens. Empty for the other types.
+  std::vector<int32_t> KGroupEnds() const;
   EntryKey key() const;
   // Size of Serialize()'s output.
   uint64_t SerializedBytes() const;
@@ -264,6 +324,7 @@ struct EntryHeader {
   uint64_t layer_bytes = 0;                // bytes of one layer's K+V
   uint64_t layer_k_bytes = 0;              // of which K's (its V follows)
   uint64_t total_bytes = 0;
+  std::vector<int32_t> k_group_ends;       // kivi4's K groups (their end tokens); empty otherwise
   std::vector<AttachmentInfo> attachments; // version 2; none for version 1
 };
 

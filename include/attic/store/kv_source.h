@@ -98,6 +98,15 @@ class KvSource {
     const char* k;
     const char* v;
     size_t k_row_size, v_row_size;  // bytes of a K / V row
+    // kivi4: a serialized layer's K groups (the header's ends) and rows; null otherwise.
+    const std::vector<int32_t>* k_group_ends = nullptr;
+    int n_rows = 0, kv_dim = 0;
+    // K row `row` as f32: how a kivi4 source's K is read (its rows are codes of their
+    // group's scales, KBytes alone does not give them).
+    void KF32(int row, float* y) const {
+      if (k == nullptr) return queued->KRowF32(layer, row, y);
+      DequantizeEntryKRow(k, n_rows, *k_group_ends, kv_dim, row, y);
+    }
     const char* KBytes(int row) const { return k ? k + row * k_row_size : queued->k_row_bytes(layer, row); }
     const char* VBytes(int row) const { return v ? v + row * v_row_size : queued->v_row_bytes(layer, row); }
     const float* K(int row) const { return reinterpret_cast<const float*>(KBytes(row)); }
@@ -116,6 +125,20 @@ class KvSource {
   std::string key_;
   std::shared_ptr<const KvEntry> queued_;
   std::shared_ptr<KvStream> stream_;
+};
+
+// A kivi4 layer's K rows as f32 (how the loader reads them): a serialized layer's group
+// scales and minimums are widened to f32 once, so a row is one multiply-add a value (the
+// same values as KvSource::Layer::KF32, which widens a group's per row); a queued save's
+// rows go through KF32. Valid while `src`'s source lives.
+class GroupedKRows {
+ public:
+  explicit GroupedKRows(const KvSource::Layer& src);
+  void Row(int row, float* y) const;
+
+ private:
+  KvSource::Layer src_;
+  std::vector<float> params_;  // per group: kv_dim scales, then kv_dim minimums (serialized)
 };
 
 }  // namespace attic::store

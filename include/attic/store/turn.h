@@ -30,8 +30,9 @@ class KvStore;
 // where they came from (a stored entry's bytes, or a save not serialized yet), the
 // slots after them held here, per layer [rows, kv_dim], in the store's dtype (that of
 // the store's type, StoreOptions::kv_dtype): k, v for f32, k16, v16 (IEEE half bits) for
-// f16, kq, vq (rows of the K / V type's bytes: entry.h) for a quantized type; the other pairs
-// hold empty layers.
+// f16, kq, vq (rows of the K / V type's bytes: entry.h) for a quantized type (kivi4: K in
+// k, f32, until its save quantizes each group whole; V in vq); the other pairs hold empty
+// layers.
 struct TurnRows {
   KvRowsBase base;
   std::vector<std::vector<float>> k, v;
@@ -157,7 +158,7 @@ class Turn {
   int n_layers_ = 0, kv_dim_ = 0;
   KvDtype dtype_ = KvDtype::kF32;  // of the rows and the saves: the store's
   int group_ = 0;                  // values per scale of a quantized dtype_ (the buffer's q8_0 grouping)
-  size_t k_row_size_ = 0, v_row_size_ = 0;  // bytes of a K / V row (KvRowBytes of each's type)
+  size_t k_row_size_ = 0, v_row_size_ = 0;  // bytes of a K / V row the turn holds (KvRowBytes of each's type; kivi4's K: f32)
   // Units (vector elements) of one row in `rows` (V's when v): kv_dim_ values, or a
   // quantized row's bytes.
   template <class Rows>

@@ -380,6 +380,17 @@ TEST(KvStoreOnRedis, NoClusterMeansMissesNotErrors) {
 KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
   KvEntry e = MakeEntry(Range(n * 1000, n_tokens), "j" + std::to_string(n), "default", 2, 16, "fp-A", n);
   e.dtype = dtype;
+  if (dtype == KvDtype::kKivi4) {  // K f32 until serialized (per-channel groups), V q4_0
+    e.group = 8;
+    const size_t vrow = KvRowBytes(KvDtype::kQ4_0, 16, 8);
+    for (int l = 0; l < e.n_layers; ++l) {
+      e.vq.emplace_back(n_tokens * vrow);
+      for (int r = 0; r < n_tokens; ++r)
+        QuantizeRow(KvDtype::kQ4_0, e.v[l].data() + r * 16, 16, 8, e.vq[l].data() + r * vrow);
+    }
+    e.v.clear();
+    return e;
+  }
   for (int l = 0; l < e.n_layers; ++l) {
     if (dtype == KvDtype::kF16) {
       e.k16.emplace_back();
@@ -408,12 +419,13 @@ KvEntry Typed(KvDtype dtype, int n, int n_tokens) {
 // The identity rule on the shared tier across restarts (docs/store.md "Which type is
 // stored"): an instance of another store type never serves a session's entry of the
 // cluster (the session pointer names the type: it is not even found); f16 -> q8_0 ->
-// q4_0 -> f16 -> q8_0 -> q4_0 instances on one cluster each find their own type's entry,
-// with its rows.
+// q4_0 -> kivi4 -> f16 -> q8_0 -> q4_0 -> kivi4 instances on one cluster each find their
+// own type's entry, with its rows.
 TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
   ATTIC_REQUIRE_REDIS();
   const std::string prefix = FreshPrefix();
-  const KvEntry f16 = Typed(KvDtype::kF16, 3, 32), q8 = Typed(KvDtype::kQ8_0, 3, 24), q4 = Typed(KvDtype::kQ4_0, 3, 20);
+  const KvEntry f16 = Typed(KvDtype::kF16, 3, 32), q8 = Typed(KvDtype::kQ8_0, 3, 24), q4 = Typed(KvDtype::kQ4_0, 3, 20),
+                kivi = Typed(KvDtype::kKivi4, 3, 18);
   auto open = [&](KvDtype dtype) {
     return Open(prefix, 8, /*write_through=*/true, "redis://" + redis::testing::TestNodes(), PolicyKind::kLru, "", true,
                 dtype);
@@ -435,9 +447,18 @@ TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
     EXPECT_EQ(b.store->Stats().shared_found, 0u);
     ASSERT_TRUE(b.store->Save(q4).ok());
   }
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0}) {
+  {
+    Instance b = open(KvDtype::kKivi4);
+    EXPECT_FALSE(b.store->Lookup("default", "j3", Range(3000, 40)).has_value());
+    EXPECT_EQ(b.store->Stats().shared_found, 0u);
+    ASSERT_TRUE(b.store->Save(kivi).ok());
+  }
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kKivi4}) {
     SCOPED_TRACE(KvDtypeName(dtype));
-    const KvEntry& want = dtype == KvDtype::kF16 ? f16 : dtype == KvDtype::kQ8_0 ? q8 : q4;
+    const KvEntry& want = dtype == KvDtype::kF16    ? f16
+                          : dtype == KvDtype::kQ8_0 ? q8
+                          : dtype == KvDtype::kQ4_0 ? q4
+                                                    : kivi;
     Instance c = open(dtype);
     auto m = c.store->Lookup("default", "j3", Range(3000, 40));
     ASSERT_TRUE(m.has_value());
@@ -447,6 +468,12 @@ TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
     auto e = c.store->Load(m->key);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     EXPECT_EQ(e->dtype, dtype);
+    if (dtype == KvDtype::kKivi4) {  // its rows are its bytes: serialized again, the same
+      KvEntry w = want;
+      w.expires_at_ms = e->expires_at_ms;
+      EXPECT_TRUE(*SerializeEntry(*e) == *SerializeEntry(w));
+      continue;
+    }
     EXPECT_EQ(e->k16, want.k16);
     EXPECT_EQ(e->kq, want.kq);
     EXPECT_EQ(e->vq, want.vq);
@@ -457,6 +484,9 @@ TEST(KvStoreOnRedis, AnInstanceOfAnotherStoreTypeNeverServesTheClustersEntry) {
   EXPECT_EQ(f16.SerializedBytes(), 4096u + 2 * 2 * 32 * 32);
   EXPECT_EQ(q8.SerializedBytes(), 4096u + 2 * 2 * 24 * 20);
   EXPECT_EQ(q4.SerializedBytes(), 4096u + 2 * 2 * 20 * 12);
+  // kivi4: 8 bytes of K codes and a 12-byte q4_0 V row a token, one K group of 16 scales
+  // and 16 minimums (f16) a layer.
+  EXPECT_EQ(kivi.SerializedBytes(), 4096u + 2 * (18 * (8 + 12) + 64));
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ Outputs, next to this script:
                           values of a row), without attachments
   golden_q8_0_q4_0_v1.kv  a q8_0/q4_0 entry (K's rows q8_0, V's q4_0), without
                           attachments
+  golden_kivi4_v1.kv      a kivi4 entry (K in 4 bits per channel over two groups of
+                          tokens, with a scale and a minimum per channel and group; V's
+                          rows q4_0), without attachments
   golden_entries.json     what each file holds: every field, the K/V element bits, the
                           attachments, the checksums and the entry's key (its file name)
 
@@ -231,12 +234,13 @@ def _self_test():
 
 MAGIC = b"ATTICKV1"
 ALIGN = 4096
-DTYPE_F32, DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0 = 0, 1, 2, 3, 4
-DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0", DTYPE_Q4_0: "q4_0", DTYPE_Q8_0_Q4_0: "q8_0/q4_0"}
-QUANTIZED = (DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0)
+DTYPE_F32, DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0, DTYPE_KIVI4 = 0, 1, 2, 3, 4, 5
+DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_Q8_0: "q8_0", DTYPE_Q4_0: "q4_0", DTYPE_Q8_0_Q4_0: "q8_0/q4_0",
+              DTYPE_KIVI4: "kivi4"}
+QUANTIZED = (DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q8_0_Q4_0, DTYPE_KIVI4)
 # The type of an entry type's K rows and of its V rows.
 ROW_TYPES = {DTYPE_Q8_0: (DTYPE_Q8_0, DTYPE_Q8_0), DTYPE_Q4_0: (DTYPE_Q4_0, DTYPE_Q4_0),
-             DTYPE_Q8_0_Q4_0: (DTYPE_Q8_0, DTYPE_Q4_0)}
+             DTYPE_Q8_0_Q4_0: (DTYPE_Q8_0, DTYPE_Q4_0), DTYPE_KIVI4: (DTYPE_KIVI4, DTYPE_Q4_0)}
 SEED_HEADER = 0x68       # header checksum
 SEED_ATTACHMENT = 0x6174  # attachment checksum
 SEED_TENANT, SEED_FINGERPRINT, SEED_SESSION = 1, 2, 3  # key fields
@@ -322,6 +326,47 @@ def _quantized_rows(values, kv_dim, group, dtype):
     return raw, inputs
 
 
+def _f16_bits(x):
+    """x (an f32 value, |x| <= 65504) rounded to f16, ties to even: its bits."""
+    return int.from_bytes(struct.pack("<e", x), "little")
+
+
+def _f16(bits):
+    return struct.unpack("<e", bits.to_bytes(2, "little"))[0]
+
+
+def _kivi4_k(values, kv_dim, ends):
+    """A layer's K in kivi4 (docs/store.md "Byte layout"): per group of tokens (ends: each
+    group's end token), per channel c: m = f16(min over the group's tokens, clamped to
+    +-65504), s = f16(f32(f32(max - m) / 15) clamped to [0, 65504]), code = round half to even of
+    f32(f32(x - m) / s), clamped to [0, 15] (0 when s is 0). The layer's codes come first,
+    token by token (channel 2c in the low nibble of byte c, 2c + 1 in the high one), then
+    each group's kv_dim f16 scales and kv_dim f16 minimums. Returns (bytes, f32 inputs'
+    bits)."""
+    n_tokens = len(values) // kv_dim
+    rows = [[_f32(x) for x in values[t * kv_dim:(t + 1) * kv_dim]] for t in range(n_tokens)]
+    inputs = [int.from_bytes(struct.pack("<f", x), "little") for row in rows for x in row]
+    codes = [[0] * kv_dim for _ in range(n_tokens)]
+    params = b""
+    first = 0
+    for end in ends:
+        scales, mins = [], []
+        for c in range(kv_dim):
+            col = [rows[t][c] for t in range(first, end)]
+            m_bits = _f16_bits(max(-65504.0, min(65504.0, min(col))))
+            m = _f16(m_bits)
+            s_bits = _f16_bits(max(0.0, min(_f32(_f32(max(col) - m) / 15.0), 65504.0)))
+            s = _f16(s_bits)
+            for t in range(first, end):
+                codes[t][c] = 0 if s == 0 else max(0, min(15, round(_f32(_f32(rows[t][c] - m) / s))))
+            scales.append(s_bits)
+            mins.append(m_bits)
+        params += struct.pack("<%dH" % kv_dim, *scales) + struct.pack("<%dH" % kv_dim, *mins)
+        first = end
+    raw = b"".join(bytes(row[2 * j] | (row[2 * j + 1] << 4) for j in range(kv_dim // 2)) for row in codes)
+    return raw + params, inputs
+
+
 def write_entry(e):
     """Serialized bytes of entry `e` (a dict) and what the manifest records of it."""
     dtype, n_layers, kv_dim = e["dtype"], e["n_layers"], e["kv_dim"]
@@ -336,14 +381,20 @@ def write_entry(e):
             # The bits listed are the stored bytes (codes and scales, row by row); the f32
             # inputs they were quantized from are listed apart.
             k_type, v_type = ROW_TYPES[dtype]
-            k_raw, ki = _quantized_rows(e["k"][l], kv_dim, group, k_type)
+            if dtype == DTYPE_KIVI4:
+                k_raw, ki = _kivi4_k(e["k"][l], kv_dim, e["k_group_ends"])
+            else:
+                k_raw, ki = _quantized_rows(e["k"][l], kv_dim, group, k_type)
             v_raw, vi = _quantized_rows(e["v"][l], kv_dim, group, v_type)
             kb, vb = list(k_raw), list(v_raw)
             k_inputs.append(ki)
             v_inputs.append(vi)
             def codes(t):
                 return kv_dim if t == DTYPE_Q8_0 else kv_dim // 2
-            assert len(kb) == n_tokens * (codes(k_type) + 2 * kv_dim // group)
+            if dtype == DTYPE_KIVI4:
+                assert len(kb) == n_tokens * kv_dim // 2 + len(e["k_group_ends"]) * 4 * kv_dim
+            else:
+                assert len(kb) == n_tokens * (codes(k_type) + 2 * kv_dim // group)
             assert len(vb) == n_tokens * (codes(v_type) + 2 * kv_dim // group)
         else:
             k_raw, kb = _elements(e["k"][l], dtype)
@@ -358,6 +409,9 @@ def write_entry(e):
     body = MAGIC + struct.pack("<5I", version, dtype, n_layers, kv_dim, n_tokens)
     if dtype in QUANTIZED:  # a quantized type's group follows n_tokens
         body += struct.pack("<I", group)
+    if dtype == DTYPE_KIVI4:  # then K's groups: their count and end tokens
+        ends = e["k_group_ends"]
+        body += struct.pack("<I", len(ends)) + struct.pack("<%dI" % len(ends), *ends)
     body += struct.pack("<q", e["expires_at_ms"])
     body += _string(e["tenant"]) + _string(e["session_id"]) + _string(e["fingerprint"])
     attachments = []
@@ -411,6 +465,8 @@ def write_entry(e):
         manifest["group"] = group
         manifest["k_input_bits"] = k_inputs
         manifest["v_input_bits"] = v_inputs
+    if dtype == DTYPE_KIVI4:
+        manifest["k_group_ends"] = e["k_group_ends"]
     return out, manifest
 
 
@@ -441,6 +497,27 @@ def _q4_golden_rows(layer, sign):
     # unclamped d), then m = 7e-3 (d = -8.75e-4: a scale f16 rounds).
     t2 = [-1e6, 5e5, 3e5, -2.5e5, 1e5, 0.0, 9e5, -4e5] + [0.001 * (j + 1) for j in range(7)] + [-0.002]
     return [sign * x if i < 8 else x for i, x in enumerate(t0)] + t1 + t2
+
+
+def _kivi4_golden_k(layer):
+    """The kivi4 golden entry's K: 5 tokens of 16 channels (see main), two groups (tokens
+    0-2 and 3-4), row by row."""
+    rows = []
+    for t in range(5):
+        g = 0 if t < 3 else 1
+        row = [
+            0.75,                                   # c0: constant (s = 0, every code 0)
+            [0.0, 15 / 16, 0.5][t] if g == 0 else [0.25, 0.0][t - 3],  # c1: exact steps of 1/16 (group 0)
+            [0.0, 15.0, 2.5][t] if g == 0 else [3.5, 0.0][t - 3],      # c2: s = 1; 2.5 -> 2 (ties to even)
+            0.3 if g == 1 else [0.3, 0.9, 0.6][t],  # c3: min rounds up in f16 (code 0; group 1: scale 0)
+            [-1e6, 1e6, 0.0][t] if g == 0 else [-7.0, -9.0][t - 3],    # c4: min and scale clamp to 65504
+            [-3.0, -2.0, -1.25][t] if g == 0 else [-0.1, -0.2][t - 3], # c5: negative only
+            0.1 * (t + 1) * (layer + 1),            # c6: rounded scales
+            -0.05 * t + 0.01 * layer,               # c7
+        ]
+        row += [((layer * 7 + t * 5 + j * 3) % 17 - 8) / 8.0 + 0.03 * j for j in range(8)]  # c8-15
+        rows += row
+    return rows
 
 
 def main():
@@ -498,6 +575,21 @@ def main():
             "tenant": "erin", "session_id": "k8v4-session", "fingerprint": "golden-model-fp",
             "tokens": [31, 32, 33], "positions": [0, 1, 2],
             "k": [_q8_golden_rows(l, 1.0) for l in range(2)], "v": [_q4_golden_rows(l, -0.5) for l in range(2)],
+            "attachments": [],
+        },
+        # kivi4, version 1: 2 layers, kv_dim 16, V's group 8, 5 tokens in two K groups (3 and
+        # 2 tokens: a group as a turn's save writes it after a stored entry's). A layer is 5
+        # rows of 8 bytes of K codes, 2 groups x (16 + 16) f16 of scales and minimums, then
+        # 5 q4_0 rows of V (12 bytes). K's channels are hand-picked (_kivi4_golden_k): a
+        # constant one, exact steps, a tie in rounding, a minimum f16 rounds up, clamped
+        # scale and minimum, a negative-only one, a constant one f16 rounds up past itself
+        # (a scale of 0, not negative); V holds the q4_0 entry's rows.
+        "golden_kivi4_v1.kv": {
+            "dtype": DTYPE_KIVI4, "group": 8, "n_layers": 2, "kv_dim": 16, "expires_at_ms": 0,
+            "tenant": "frank", "session_id": "kivi-session", "fingerprint": "golden-model-fp",
+            "tokens": [41, 42, 43, 44, 45], "positions": [0, 1, 2, 3, 4], "k_group_ends": [3, 5],
+            "k": [_kivi4_golden_k(l) for l in range(2)],
+            "v": [_q4_golden_rows(l, -0.5) + _q4_golden_rows(l, 0.25)[:32] for l in range(2)],
             "attachments": [],
         },
     }
