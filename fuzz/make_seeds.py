@@ -152,20 +152,25 @@ def tokenizer_encode():
         i += 1
 
 
-def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0):
+def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0, k_group_ends=()):
     # docs/store.md's layout; the checksums are left zero for ssd_entry's repair mode.
     # Row bytes: f32 4 kv_dim, f16 2 kv_dim, q8_0 (dtype 2) kv_dim int8 and q4_0 (dtype 3)
     # kv_dim / 2 bytes of codes, then kv_dim / group f16 scales; q8_0/q4_0 (dtype 4): K's
-    # rows q8_0, V's q4_0.
+    # rows q8_0, V's q4_0; kivi4 (dtype 5): K's rows kv_dim / 2 bytes of codes, then per
+    # K group kv_dim f16 scales and kv_dim f16 minimums; V's rows q4_0.
     scales = 2 * (kv_dim // max(group, 1))
-    k_row = {0: 4 * kv_dim, 1: 2 * kv_dim, 2: kv_dim + scales, 3: kv_dim // 2 + scales, 4: kv_dim + scales}[dtype]
-    v_row = kv_dim // 2 + scales if dtype == 4 else k_row
+    k_row = {0: 4 * kv_dim, 1: 2 * kv_dim, 2: kv_dim + scales, 3: kv_dim // 2 + scales, 4: kv_dim + scales,
+             5: kv_dim // 2}[dtype]
+    v_row = kv_dim // 2 + scales if dtype in (4, 5) else k_row
+    k_params = 4 * kv_dim * len(k_group_ends)
     def s(x):
         return struct.pack("<I", len(x)) + x
     version = 2 if attachments else 1
     h = b"ATTICKV1" + struct.pack("<IIIII", version, dtype, n_layers, kv_dim, n_tokens)
-    if dtype in (2, 3, 4):  # a quantized type's group follows n_tokens
+    if dtype in (2, 3, 4, 5):  # a quantized type's group follows n_tokens
         h += struct.pack("<I", group)
+    if dtype == 5:  # then kivi4's K groups: their count, their end tokens
+        h += struct.pack("<I", len(k_group_ends)) + struct.pack("<%dI" % len(k_group_ends), *k_group_ends)
     h += struct.pack("<q", 0)
     h += s(b"default") + s(b"session-1") + s(b"fp")
     if attachments:
@@ -177,8 +182,9 @@ def entry(n_layers=2, kv_dim=4, n_tokens=3, dtype=0, attachments=(), group=0):
     h += bytes(-len(h) % 4096)
     # Bytes 0..255 repeated: a quantized row's scales among them are finite f16 or not
     # (0x7c00 and up, 0xfc00 and up): both paths of the scale check.
-    layer = bytes(range(256)) * ((n_tokens * (k_row + v_row)) // 256 + 1)
-    body = b"".join(layer[:n_tokens * (k_row + v_row)] for _ in range(n_layers))
+    layer_bytes = n_tokens * (k_row + v_row) + k_params
+    layer = bytes(range(256)) * (layer_bytes // 256 + 1)
+    body = b"".join(layer[:layer_bytes] for _ in range(n_layers))
     return h + body + b"".join(blob for _, blob in attachments)
 
 
@@ -192,6 +198,8 @@ def ssd_entry():
     put("ssd_entry", 6, b"\x07" + entry(dtype=3, kv_dim=16, group=8, n_tokens=5))
     put("ssd_entry", 7, b"\x03" + entry(dtype=3, kv_dim=64, group=32, n_layers=1))
     put("ssd_entry", 8, b"\x07" + entry(dtype=4, kv_dim=16, group=8, n_tokens=4))
+    put("ssd_entry", 9, b"\x03" + entry(dtype=5, kv_dim=16, group=8, n_tokens=5, k_group_ends=(3, 5)))
+    put("ssd_entry", 10, b"\x07" + entry(dtype=5, kv_dim=8, group=8, n_tokens=2, k_group_ends=(2,)))
 
 
 def redis_entry():

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attic/core/file_env.h"
 #include "attic/core/hash.h"
@@ -46,11 +47,19 @@ void Repair(std::string& b, bool layers) {
   const uint32_t version = U32(b, 8), dtype = U32(b, 12), n_layers = U32(b, 16), kv_dim = U32(b, 20),
                  n_tokens = U32(b, 24);
   if (n_layers == 0 || n_layers > 1024 || n_tokens == 0 || n_tokens > (1u << 22) || kv_dim > (1u << 16)) return;
-  // q8_0 (dtype 2), q4_0 (dtype 3) and q8_0/q4_0 (dtype 4): the group (u32) follows n_tokens.
-  const bool quantized = dtype == 2 || dtype == 3 || dtype == 4;
+  // q8_0 (dtype 2), q4_0 (dtype 3), q8_0/q4_0 (dtype 4) and kivi4 (dtype 5): the group
+  // (u32) follows n_tokens; kivi4's K groups (a count, then the end tokens) follow it.
+  const bool quantized = dtype == 2 || dtype == 3 || dtype == 4 || dtype == 5;
   const uint32_t group = quantized && b.size() >= 40 ? U32(b, 28) : 0;
   if (quantized && (group == 0 || kv_dim % group != 0)) return;
   size_t pos = quantized ? 40 : 36;
+  uint64_t k_groups = 0;
+  if (dtype == 5) {
+    if (b.size() < 36) return;
+    k_groups = U32(b, 32);
+    if (k_groups > n_tokens || 36 + 4 * k_groups + 8 > b.size()) return;
+    pos = 36 + 4 * k_groups + 8;
+  }
   auto skip_str = [&]() {
     if (pos + 4 > b.size()) return false;
     const uint32_t n = U32(b, pos);
@@ -78,11 +87,14 @@ void Repair(std::string& b, bool layers) {
     // q8_0: kv_dim int8 values, q4_0: kv_dim / 2 bytes of codes, then kv_dim / group f16
     // scales; q8_0/q4_0: K's rows q8_0, V's q4_0.
     const uint64_t scales = quantized ? 2ull * (kv_dim / group) : 0;
+    // kivi4: K's rows kv_dim / 2 bytes of codes, then per K group kv_dim f16 scales and
+    // kv_dim f16 minimums; V's rows q4_0.
     const uint64_t k_row = dtype == 2 || dtype == 4 ? kv_dim + scales
                            : dtype == 3             ? kv_dim / 2 + scales
+                           : dtype == 5             ? kv_dim / 2
                                                     : uint64_t{kv_dim} * (dtype == 1 ? 2 : 4);
-    const uint64_t v_row = dtype == 3 || dtype == 4 ? kv_dim / 2 + scales : k_row;
-    const uint64_t nk = uint64_t{n_tokens} * k_row, nv = uint64_t{n_tokens} * v_row;
+    const uint64_t v_row = dtype == 3 || dtype == 4 || dtype == 5 ? kv_dim / 2 + scales : k_row;
+    const uint64_t nk = uint64_t{n_tokens} * k_row + k_groups * 4 * kv_dim, nv = uint64_t{n_tokens} * v_row;
     for (uint32_t l = 0; l < n_layers; ++l) {
       const uint64_t at = data + l * (nk + nv);
       if (at + nk + nv > b.size()) break;
@@ -103,6 +115,16 @@ void CheckSame(const KvEntry& a, const KvEntry& b) {
       FUZZ_CHECK(std::memcmp(a.k_row_bytes(l, r), b.k_row_bytes(l, r), a.k_row_size()) == 0 &&
                      std::memcmp(a.v_row_bytes(l, r), b.v_row_bytes(l, r), a.v_row_size()) == 0,
                  "layer %d row %d differs after a round trip", l, r);
+  if (KvDtypeGroupedK(a.dtype)) {  // kivi4's K rows are codes of their groups' scales: the values too
+    FUZZ_CHECK(a.KGroupEnds() == b.KGroupEnds(), "kivi4 K groups differ after a round trip");
+    std::vector<float> x(a.kv_dim), y(a.kv_dim);
+    for (int l = 0; l < a.n_layers; ++l)
+      for (int r = 0; r < a.n_tokens(); ++r) {
+        a.KRowF32(l, r, x.data());
+        b.KRowF32(l, r, y.data());
+        FUZZ_CHECK(std::memcmp(x.data(), y.data(), sizeof(float) * a.kv_dim) == 0, "layer %d K row %d's values", l, r);
+      }
+  }
   FUZZ_CHECK(a.attachments.size() == b.attachments.size());
 }
 
