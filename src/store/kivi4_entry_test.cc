@@ -175,6 +175,42 @@ TEST(Kivi4Entry, BytesKeyGroupsAndRoundTrip) {
   EXPECT_TRUE(*again == *bytes);
 }
 
+// The loader's reader (GroupedKRows: a layer's group scales widened once, eight channels
+// at a time where the CPU has SSE2) gives every row the values KRowF32 gives it (which
+// widens its group's scales for the row), bit for bit, at widths that leave no channel,
+// some or none past the last group of eight.
+TEST(Kivi4Entry, TheLoadersReaderGivesTheEntrysValues) {
+  for (int kv_dim : {16, 12, 4, 40}) {
+    SCOPED_TRACE("kv_dim " + std::to_string(kv_dim));
+    KvEntry e = MakeEntry(Range(1, 140), "s", "default", kLayers, kv_dim);
+    e.dtype = KvDtype::kKivi4;
+    e.group = 4;
+    const size_t vrow = KvRowBytes(KvDtype::kQ4_0, kv_dim, 4);
+    e.vq.assign(kLayers, std::vector<uint8_t>(140 * vrow));
+    for (int l = 0; l < kLayers; ++l)
+      for (int r = 0; r < 140; ++r) {
+        for (int c = 0; c < kv_dim; ++c) e.k[l][r * kv_dim + c] *= 1 + c % 5;  // channels of other ranges
+        QuantizeRow(KvDtype::kQ4_0, e.v[l].data() + r * kv_dim, kv_dim, 4, e.vq[l].data() + r * vrow);
+      }
+    e.v.clear();
+    SharedBytes bytes(std::move(*SerializeEntryBytes(e)));
+    auto h = VerifyEntry(*bytes, "fp-A");
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto src = KvSource::Stored(bytes, *h, e.key().ToString());
+    auto back = DeserializeEntry(bytes->view(), "fp-A");
+    ASSERT_TRUE(back.ok());
+    std::vector<float> want(kv_dim), got(kv_dim);
+    for (int l = 0; l < kLayers; ++l) {
+      const GroupedKRows rows(src->layer(l));
+      for (int r = 0; r < 140; ++r) {
+        back->KRowF32(l, r, want.data());
+        rows.Row(r, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * kv_dim)) << "layer " << l << " row " << r;
+      }
+    }
+  }
+}
+
 // A turn extending a stored kivi4 entry shares its rows: the base's groups are kept as
 // written (one the turn's rows cut keeps its scales: its rows' values do not change), and
 // the turn's own rows form new groups from there.
