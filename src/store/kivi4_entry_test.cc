@@ -412,17 +412,7 @@ TEST(Kivi4Entry, DamagedOnSsdIsAMissAfterARestart) {
       ASSERT_TRUE((*s)->Lookup("default", "victim", Range(100, 160)).has_value());
     }
     const std::string file = SsdTier::ModelDir(dir.path(), "fp-A") + "/" + key + ".kv";
-    std::string bytes;
-    {
-      std::ifstream in(file, std::ios::binary);
-      ASSERT_TRUE(in.good()) << file;
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    d.apply(bytes);
-    {
-      std::ofstream out(file, std::ios::binary | std::ios::trunc);
-      out << bytes;
-    }
+    ASSERT_TRUE(testing::EditFile(file, d.apply)) << file;
     auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), KvDtype::kKivi4), nullptr);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     auto m = (*s)->Lookup("default", "victim", Range(100, 160));

@@ -177,6 +177,38 @@ TEST(Preload, LayerwiseEntersOnTheLoaderThreadInLayerOrder) {
   EXPECT_TRUE(job->done());
 }
 
+// Enters rows [src_row, src_row + n) of `source` into slots [0, n) (positions
+// kFirstPosition + 2i, so K is rotated) of a pool of each of `buffers`' types (default:
+// every compute-buffer type), in every preload mode: `setup(job)` before the load starts
+// (the turn's copy), `check(buffer, job, pool, rope)` once it is done.
+template <class Setup, class Check>
+void EnterIntoEveryBuffer(const std::shared_ptr<const KvSource>& source, int src_row, int n, Setup setup,
+                          Check check,
+                          std::vector<DType> buffers = {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType buffer : buffers) {
+    for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
+      SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
+      kv::KvShape shape = Shape();
+      shape.set_dtype(buffer);
+      kv::BlockPool pool(shape, 8);
+      attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
+      backend::ThreadPool threads{2};
+      KvLoader loader(pool, rope);
+      std::vector<int32_t> blocks;
+      for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
+      auto job = std::make_shared<LoadJob>();
+      job->segments = {LoadSegment{source, src_row, n, 0}};
+      job->blocks = blocks;
+      for (int i = 0; i < n; ++i) job->positions.push_back(kFirstPosition + 2 * i);
+      setup(*job);
+      PreloadFor(mode).Start(loader, job, threads);
+      job->WaitAll();
+      ASSERT_FALSE(job->failed());
+      check(buffer, *job, pool, rope);
+    }
+  }
+}
+
 // An f16 entry into an f16 compute buffer, by every mode and into slots other than its
 // rows (a truncation's kept rows): each K element is the half nearest to RoPE (at the
 // slot's position) of the stored halves widened to f32; V is the stored halves, bit for
@@ -201,74 +233,34 @@ TEST(Preload, F16EntryEntersAnF16BufferAsItsRotatedHalves) {
   ASSERT_TRUE(header.ok()) << header.status().ToString();
   auto source = KvSource::Stored(shared, *header, e.key().ToString());
   const int src_row = 3, n = kRows - src_row;  // rows [3, 10) into slots [0, 7)
-  for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
-    kv::KvShape shape = Shape();
-    shape.set_dtype(DType::kF16);
-    kv::BlockPool pool(shape, 8);
-    attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
-    backend::ThreadPool threads{2};
-    KvLoader loader(pool, rope);
-    std::vector<int32_t> blocks;
-    for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
-    auto job = std::make_shared<LoadJob>();
-    job->segments = {LoadSegment{source, src_row, n, 0}};
-    job->blocks = blocks;
-    std::vector<int32_t> pos;
-    for (int i = 0; i < n; ++i) pos.push_back(kFirstPosition + 2 * i);
-    job->positions = pos;
-    std::vector<std::vector<uint16_t>> copy_k(kLayers), copy_v(kLayers);
-    job->copy_k16 = &copy_k;
-    job->copy_v16 = &copy_v;
-    PreloadFor(mode).Start(loader, job, threads);
-    job->WaitAll();
-    for (int l = 0; l < kLayers; ++l) {
-      std::vector<float> k(n * kvd), v(n * kvd);
-      for (int i = 0; i < n * kvd; ++i) {
-        k[i] = F16ToF32(e.k16[l][src_row * kvd + i]);
-        v[i] = F16ToF32(e.v16[l][src_row * kvd + i]);
-      }
-      rope.Apply(k.data(), n, kHeads, pos.data());
-      for (float& x : k) x = F16ToF32(F32ToF16(x));
-      std::vector<float> got_k(n * kvd), got_v(n * kvd);
-      pool.ReadRows(l, blocks.data(), 0, n, got_k.data(), got_v.data());
-      EXPECT_EQ(got_k, k) << "layer " << l;
-      EXPECT_EQ(got_v, v) << "layer " << l;
-      // The pre-RoPE copy the turn saves: the stored halves of the rows, in slot order.
-      EXPECT_EQ(copy_k[l], std::vector<uint16_t>(e.k16[l].begin() + src_row * kvd, e.k16[l].end())) << l;
-      EXPECT_EQ(copy_v[l], std::vector<uint16_t>(e.v16[l].begin() + src_row * kvd, e.v16[l].end())) << l;
-    }
-  }
-}
-
-// Enters rows [src_row, src_row + n) of `source` into slots [0, n) (positions
-// kFirstPosition + 2i, so K is rotated) of a pool of every compute-buffer type, in every
-// preload mode: `setup(job)` before the load starts (the turn's copy), `check(buffer, job,
-// pool, rope)` once it is done.
-template <class Setup, class Check>
-void EnterIntoEveryBuffer(const std::shared_ptr<const KvSource>& source, int src_row, int n, Setup setup,
-                          Check check) {
-  for (DType buffer : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
-    for (Preload mode : {Preload::kSync, Preload::kLayerwise, Preload::kInline}) {
-      SCOPED_TRACE(std::string(DTypeName(buffer)) + " buffer, mode " + std::to_string(static_cast<int>(mode)));
-      kv::KvShape shape = Shape();
-      shape.set_dtype(buffer);
-      kv::BlockPool pool(shape, 8);
-      attention::RopeTable rope{kHeadDim, 10000.0f, model::RopeScaling{}, 64};
-      backend::ThreadPool threads{2};
-      KvLoader loader(pool, rope);
-      std::vector<int32_t> blocks;
-      for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(*pool.Allocate());
-      auto job = std::make_shared<LoadJob>();
-      job->segments = {LoadSegment{source, src_row, n, 0}};
-      job->blocks = blocks;
-      for (int i = 0; i < n; ++i) job->positions.push_back(kFirstPosition + 2 * i);
-      setup(*job);
-      PreloadFor(mode).Start(loader, job, threads);
-      job->WaitAll();
-      ASSERT_FALSE(job->failed());
-      check(buffer, *job, pool, rope);
-    }
-  }
+  std::vector<std::vector<uint16_t>> copy_k, copy_v;
+  EnterIntoEveryBuffer(
+      source, src_row, n,
+      [&](LoadJob& job) {
+        copy_k.assign(kLayers, {});
+        copy_v.assign(kLayers, {});
+        job.copy_k16 = &copy_k;
+        job.copy_v16 = &copy_v;
+      },
+      [&](DType, const LoadJob& job, const kv::BlockPool& pool, const attention::RopeTable& rope) {
+        for (int l = 0; l < kLayers; ++l) {
+          std::vector<float> k(n * kvd), v(n * kvd);
+          for (int i = 0; i < n * kvd; ++i) {
+            k[i] = F16ToF32(e.k16[l][src_row * kvd + i]);
+            v[i] = F16ToF32(e.v16[l][src_row * kvd + i]);
+          }
+          rope.Apply(k.data(), n, kHeads, job.positions.data());
+          for (float& x : k) x = F16ToF32(F32ToF16(x));
+          std::vector<float> got_k(n * kvd), got_v(n * kvd);
+          pool.ReadRows(l, job.blocks.data(), 0, n, got_k.data(), got_v.data());
+          EXPECT_EQ(got_k, k) << "layer " << l;
+          EXPECT_EQ(got_v, v) << "layer " << l;
+          // The pre-RoPE copy the turn saves: the stored halves of the rows, in slot order.
+          EXPECT_EQ(copy_k[l], std::vector<uint16_t>(e.k16[l].begin() + src_row * kvd, e.k16[l].end())) << l;
+          EXPECT_EQ(copy_v[l], std::vector<uint16_t>(e.v16[l].begin() + src_row * kvd, e.v16[l].end())) << l;
+        }
+      },
+      {DType::kF16});
 }
 
 // Layer l's rows of `job` as the `buffer` pool holds them, against the reference's

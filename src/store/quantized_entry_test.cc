@@ -112,10 +112,14 @@ TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
   EXPECT_TRUE(ParseEntryKeyName(key));
   EXPECT_TRUE(EntryKeyHasDtype(key, dtype));
   for (KvDtype other : kKvDtypes)
-    if (other != dtype) EXPECT_FALSE(EntryKeyHasDtype(key, other)) << KvDtypeName(other);
+    if (other != dtype) {
+      EXPECT_FALSE(EntryKeyHasDtype(key, other)) << KvDtypeName(other);
+    }
   // The type's own name with '/' is never a key's field.
   std::string slash = key;
-  if (dtype == KvDtype::kQ8_0Q4_0) EXPECT_FALSE(ParseEntryKeyName(slash.replace(slash.find('+'), 1, "/")));
+  if (dtype == KvDtype::kQ8_0Q4_0) {
+    EXPECT_FALSE(ParseEntryKeyName(slash.replace(slash.find('+'), 1, "/")));
+  }
   auto bytes = SerializeEntry(e);
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   auto back = DeserializeEntry(*bytes, "fp-A");
@@ -130,7 +134,9 @@ TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
   KvEntry f32 = MakeEntry(Range(1, 20), "s", "default", kLayers, kKvDim);
   EXPECT_NE(f32.key().ToString(), key);
   for (KvDtype other : {KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kQ8_0Q4_0})
-    if (other != dtype) EXPECT_NE(MakeQuantized(other, Range(1, 20), "s").key().ToString(), key);
+    if (other != dtype) {
+      EXPECT_NE(MakeQuantized(other, Range(1, 20), "s").key().ToString(), key);
+    }
 }
 
 // A q4_0 row of groups of 32 values holds the GGUF q4_0 blocks' codes (bit for bit),
@@ -301,17 +307,7 @@ TEST_P(QuantizedEntry, DamagedOnSsdIsAMissAfterARestart) {
       ASSERT_TRUE((*s)->Lookup("default", "victim", Range(100, 30)).has_value());
     }
     const std::string file = EntryFile(dir.path(), key);
-    std::string bytes;
-    {
-      std::ifstream in(file, std::ios::binary);
-      ASSERT_TRUE(in.good()) << file;
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    d.apply(bytes);
-    {
-      std::ofstream out(file, std::ios::binary | std::ios::trunc);
-      out << bytes;
-    }
+    ASSERT_TRUE(testing::EditFile(file, d.apply)) << file;
     auto s = KvStore::Open(testing::SsdOnlyOptions(dir.path(), dtype), nullptr);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     auto m = (*s)->Lookup("default", "victim", Range(100, 30));

@@ -7,7 +7,9 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <string>
@@ -81,6 +83,22 @@ inline StoreOptions SsdOnlyOptions(const std::string& dir, KvDtype dtype) {
   o.default_ttl_ms = 0;
   o.prefix_block = 8;
   return o;
+}
+
+// Reads the file at `path`, applies `edit` to its bytes and writes them back (a test's
+// damage to a stored entry). False when the file cannot be read.
+template <class Edit>
+bool EditFile(const std::string& path, Edit edit) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in.good()) return false;
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  edit(bytes);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  return out.good();
 }
 
 // A fresh empty directory under the system temp dir, removed on destruction.
