@@ -559,6 +559,66 @@ TEST_F(LinkTest, TheNextTurnReusesTheLinkedKvSavedWithTheTurn) {
   }
 }
 
+// Linking over a kivi4 store (K per channel over groups of tokens, docs/store.md "kivi4
+// entries"): the chunks are kivi4 entries; the linked turn enters them at other slots than
+// their rows, so it copies their rows as its own (K dequantized to f32: a turn's own K
+// waits for its save to be grouped) beside the rows AttnLink recomputes in place; its
+// save is a kivi4 entry of groups of at most 128 tokens, and the next turn reuses all of
+// it, recomputing nothing.
+TEST_F(LinkTest, AKivi4StoreLinksChunksAndSavesTheLinkedTurn) {
+  sched_.reset();
+  store::StoreOptions so;
+  so.fingerprint = engine_->model().fingerprint();
+  so.dram_bytes = 256 << 20;
+  so.write_buffer_bytes = 0;
+  so.kv_dtype = store::KvDtype::kKivi4;
+  auto st = store::KvStore::Open(so);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  store_ = std::move(*st);
+  SchedulerOptions sched_options;
+  sched_options.max_resident = 0;
+  sched_ = std::make_unique<Scheduler>(*engine_, sched_options);
+  sched_->set_store(store_.get());
+  const std::string t = "kivi";
+  const auto keys = GenAll(t);
+  for (const std::string& key : keys) {
+    auto chunk = store_->Load(key);
+    ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+    EXPECT_EQ(chunk->dtype, store::KvDtype::kKivi4);
+  }
+  auto spec = std::make_shared<pic::LinkSpec>();
+  const std::vector<int32_t> p1 = Prompt({2, -1, 0}, keys, spec.get());
+  spec->options.method = pic::LinkMethod::kAttnLink;
+  spec->options.k = 4;
+  GenerationRequest r1 = Req(t, p1, spec, 12);
+  r1.session_id = "conv";
+  const Result t1 = Run({std::move(r1)})[0];
+  // The chunks' rows entered, less what AttnLink recomputed (plus one where the prompt's
+  // BOS counts as reused too: the first chunk follows it; an f32 store counts the same).
+  EXPECT_GT(t1.usage.recomputed_tokens, 0);
+  EXPECT_GE(t1.usage.cached_tokens, Linked(*spec) - t1.usage.recomputed_tokens);
+  EXPECT_LE(t1.usage.cached_tokens, Linked(*spec) + 1 - t1.usage.recomputed_tokens);
+  auto info = store_->GetSession(t, "conv");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  auto saved = store_->Load(info->key);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->dtype, store::KvDtype::kKivi4);
+  ASSERT_GT(saved->n_tokens(), 128);
+  const std::vector<int32_t> ends = saved->KGroupEnds();
+  EXPECT_EQ(ends.front(), 128);  // the turn's own rows, from slot 0
+  EXPECT_EQ(ends.back(), saved->n_tokens());
+  for (size_t g = 1; g < ends.size(); ++g) EXPECT_LE(ends[g] - ends[g - 1], 128);
+  std::vector<int32_t> p2 = saved->tokens;
+  const std::vector<int32_t> q = Encode(" The end. Then the cat");
+  p2.insert(p2.end(), q.begin(), q.end());
+  GenerationRequest r2 = Req(t, p2, spec, 12);
+  r2.session_id = "conv";
+  const Result t2 = Run({std::move(r2)})[0];
+  EXPECT_TRUE(t2.finished);
+  EXPECT_GE(t2.usage.cached_tokens, saved->n_tokens() - 1);
+  EXPECT_EQ(t2.usage.recomputed_tokens, 0);
+}
+
 TEST_F(LinkTest, AnOverlongLinkedPromptIsTruncatedInTheCacheAndStillLinks) {
   // Decoupled truncation (paper 001): the prompt overflows the 512-token window; its
   // chunks follow the tokens they cover. With k covering every chunk the link equals
