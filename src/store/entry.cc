@@ -634,14 +634,16 @@ StatusOr<std::unique_ptr<Bytes>> SerializeEntryBytes(const KvEntry& e) {
   for (int l = 0; l < e.n_layers; ++l) {
     char* k = p + data + l * (k_layer + v_layer);
     char* v = k + k_layer;
+    // (An entry whose rows are all its base's has empty own rows, whose data() may be
+    // null: nothing is copied from them.)
     if (grouped) {
       WriteGroupedK(e, ends, l, k);
       for (int r = 0; r < e.base.n_rows; ++r) std::memcpy(v + r * e.v_row_size(), e.base.v_row_bytes(l, r), e.v_row_size());
     } else {
       e.base.CopyRows(l, 0, e.base.n_rows, k, v);
-      std::memcpy(k + k_base, e.own_k(l), k_layer - k_base);
+      if (k_layer > k_base) std::memcpy(k + k_base, e.own_k(l), k_layer - k_base);
     }
-    std::memcpy(v + v_base, e.own_v(l), v_layer - v_base);
+    if (v_layer > v_base) std::memcpy(v + v_base, e.own_v(l), v_layer - v_base);
     checksums[l] = LayerChecksum(k, k_layer, v, v_layer);
   }
   char* at = p + data + e.n_layers * (k_layer + v_layer);
