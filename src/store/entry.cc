@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
+#include "attic/backend/convert.h"
 #include "attic/core/hash.h"
 #include "attic/tensor/dtype.h"
 
@@ -271,25 +275,49 @@ void QuantizeKGroup(const float* x, int n, int kv_dim, uint8_t* codes, uint16_t*
     }
 }
 
+void DequantizeKGroupRowF32(const uint8_t* codes, const float* scales, const float* mins, int kv_dim, float* y) {
+  // scale * code is exact in f32, so the sum is one rounding whether or not it is fused,
+  // four lanes at a time or one.
+  int c = 0;
+#if defined(__SSE2__)
+  const __m128i low = _mm_set1_epi8(15), zero = _mm_setzero_si128();
+  for (; c + 8 <= kv_dim; c += 8) {  // 4 bytes of codes: channels c .. c + 7
+    uint32_t word;
+    std::memcpy(&word, codes + c / 2, sizeof(word));
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(word));
+    const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+    const __m128i q8 = _mm_unpacklo_epi8(lo, hi);  // channel order: byte j's low, then high nibble
+    const __m128i q16 = _mm_unpacklo_epi8(q8, zero);
+    const __m128 q0 = _mm_cvtepi32_ps(_mm_unpacklo_epi16(q16, zero));
+    const __m128 q1 = _mm_cvtepi32_ps(_mm_unpackhi_epi16(q16, zero));
+    _mm_storeu_ps(y + c, _mm_add_ps(_mm_loadu_ps(mins + c), _mm_mul_ps(_mm_loadu_ps(scales + c), q0)));
+    _mm_storeu_ps(y + c + 4, _mm_add_ps(_mm_loadu_ps(mins + c + 4), _mm_mul_ps(_mm_loadu_ps(scales + c + 4), q1)));
+  }
+#endif
+  for (; c < kv_dim; c += 2) {
+    const uint8_t b = codes[c / 2];
+    y[c] = mins[c] + scales[c] * static_cast<float>(b & 15);
+    y[c + 1] = mins[c + 1] + scales[c + 1] * static_cast<float>(b >> 4);
+  }
+}
+
 void DequantizeKGroupRow(const uint8_t* codes, const uint16_t* params, int kv_dim, float* y) {
-  for (int c = 0; c < kv_dim; ++c)
-    y[c] = F16ToF32(params[kv_dim + c]) + F16ToF32(params[c]) * static_cast<float>((codes[c / 2] >> (c % 2 * 4)) & 15);
+  thread_local std::vector<float> wide;
+  wide.resize(2 * static_cast<size_t>(kv_dim));
+  backend::ConvertF16ToF32(params, wide.data(), static_cast<int64_t>(wide.size()));
+  DequantizeKGroupRowF32(codes, wide.data(), wide.data() + kv_dim, kv_dim, y);
 }
 
 void DequantizeEntryKRow(const char* layer_k, int n_tokens, const std::vector<int32_t>& group_ends, int kv_dim,
                          int row, float* y) {
   const size_t g = static_cast<size_t>(std::upper_bound(group_ends.begin(), group_ends.end(), row) - group_ends.begin());
-  uint16_t params[2 * 1024];
-  std::vector<uint16_t> big;
-  uint16_t* p = params;
-  if (2 * kv_dim > static_cast<int>(std::size(params))) {
-    big.resize(2 * static_cast<size_t>(kv_dim));
-    p = big.data();
-  }
-  // The layer's bytes are aligned to 16, the params block to 4 bytes only: copy it.
-  std::memcpy(p, layer_k + static_cast<size_t>(n_tokens) * kv_dim / 2 + g * KGroupParamBytes(kv_dim),
+  // The layer's bytes are aligned to 16, a group's parameters only to 2: copied out first.
+  thread_local std::vector<uint16_t> params;
+  params.resize(2 * static_cast<size_t>(kv_dim));
+  std::memcpy(params.data(), layer_k + static_cast<size_t>(n_tokens) * kv_dim / 2 + g * KGroupParamBytes(kv_dim),
               KGroupParamBytes(kv_dim));
-  DequantizeKGroupRow(reinterpret_cast<const uint8_t*>(layer_k) + static_cast<size_t>(row) * kv_dim / 2, p, kv_dim, y);
+  DequantizeKGroupRow(reinterpret_cast<const uint8_t*>(layer_k) + static_cast<size_t>(row) * kv_dim / 2,
+                      params.data(), kv_dim, y);
 }
 
 uint64_t TokenHash(const int32_t* tokens, size_t n) { return Hash64(tokens, n * sizeof(int32_t), 0x6b76); }
@@ -423,9 +451,9 @@ Status ValidateEntry(const KvEntry& e) {
     const uint64_t k_bytes = b.base_tokens * e.k_row_size() +
                              (grouped && b.k_group_ends ? b.k_group_ends->size() * KGroupParamBytes(e.kv_dim) : 0);
     base_ok = base_ok && b.n_rows <= b.base_tokens && b.data_offset + e.n_layers * b.layer_bytes <= b.bytes->size() &&
-              b.k_row_size == e.k_row_size() && b.v_row_size == e.v_row_size() &&
+              b.dtype == e.dtype && b.kv_dim == e.kv_dim && b.group == e.group && b.layer_k_bytes == k_bytes &&
               b.layer_bytes == k_bytes + b.base_tokens * e.v_row_size() && (grouped == (b.k_group_ends != nullptr)) &&
-              (!grouped || (b.kv_dim == e.kv_dim && !b.k_group_ends->empty() && b.k_group_ends->back() == b.base_tokens));
+              (!grouped || (!b.k_group_ends->empty() && b.k_group_ends->back() == b.base_tokens));
   } else {
     base_ok = base_ok && b.n_rows == 0;
   }
@@ -443,9 +471,9 @@ Status ValidateEntry(const KvEntry& e) {
     return InvalidArgumentError("bad KV group for " + std::string(KvDtypeName(e.dtype)));
   const size_t own_rows = static_cast<size_t>(e.n_tokens() - b.n_rows);
   const bool grouped = KvDtypeGroupedK(e.dtype);
-  const bool q = KvDtypeQuantized(e.dtype) && !grouped;  // own rows in kq / vq
+  const bool q = KvDtypeQuantized(e.dtype) && !grouped;  // own K rows in kq (kivi4's: f32, in k)
   const size_t own_k = q ? own_rows * e.k_row_size() : own_rows * e.kv_dim;
-  const size_t own_v = q ? own_rows * e.v_row_size() : own_rows * e.kv_dim;
+  const size_t own_v = KvDtypeQuantized(e.dtype) ? own_rows * e.v_row_size() : own_rows * e.kv_dim;
   auto check = [&](const auto& k, const auto& v) {
     if (k.size() != static_cast<size_t>(e.n_layers) || v.size() != static_cast<size_t>(e.n_layers))
       return InvalidArgumentError("k/v layer count mismatch");
@@ -458,32 +486,22 @@ Status ValidateEntry(const KvEntry& e) {
     return std::all_of(rows.begin(), rows.end(), [](const auto& x) { return x.empty(); });
   };
   const bool f32 = e.dtype == KvDtype::kF32, f16 = e.dtype == KvDtype::kF16;
-  if (grouped) {  // own K f32 (k), own V q4_0 (vq)
-    if (!unused(e.v) || !unused(e.k16) || !unused(e.v16) || !unused(e.kq))
-      return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
-    if (e.k.size() != static_cast<size_t>(e.n_layers) || e.vq.size() != static_cast<size_t>(e.n_layers))
-      return InvalidArgumentError("k/v layer count mismatch");
-    for (int l = 0; l < e.n_layers; ++l)
-      if (e.k[l].size() != own_k || e.vq[l].size() != own_rows * e.v_row_size())
-        return InvalidArgumentError("k/v layer size mismatch");
-    return OkStatus();
-  }
-  if ((!f32 && (!unused(e.k) || !unused(e.v))) || (!f16 && (!unused(e.k16) || !unused(e.v16))) ||
-      (!q && (!unused(e.kq) || !unused(e.vq))))
+  if ((!(f32 || grouped) && !unused(e.k)) || (!f32 && !unused(e.v)) || (!f16 && (!unused(e.k16) || !unused(e.v16))) ||
+      (!q && !unused(e.kq)) || (!(q || grouped) && !unused(e.vq)))
     return InvalidArgumentError(std::string("rows of another type in a ") + KvDtypeName(e.dtype) + " entry");
+  if (grouped) return check(e.k, e.vq);
   if (q) return check(e.kq, e.vq);
   return f16 ? check(e.k16, e.v16) : check(e.k, e.v);
 }
 
 const char* KvRowsBase::k_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->k_row_bytes(layer, row);
-  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * k_row_size;
+  return bytes->data() + data_offset + layer * layer_bytes + static_cast<size_t>(row) * k_row_size();
 }
 
 const char* KvRowsBase::v_row_bytes(int layer, int row) const {
   if (entry != nullptr) return entry->v_row_bytes(layer, row);
-  const uint64_t k_bytes = k_group_ends ? layer_k_bytes : static_cast<uint64_t>(base_tokens) * k_row_size;
-  return bytes->data() + data_offset + layer * layer_bytes + k_bytes + static_cast<size_t>(row) * v_row_size;
+  return bytes->data() + data_offset + layer * layer_bytes + layer_k_bytes + static_cast<size_t>(row) * v_row_size();
 }
 
 void KvRowsBase::KRowF32(int layer, int row, float* y) const {
@@ -509,8 +527,8 @@ void KvRowsBase::KRowF32(int layer, int row, float* y) const {
 void KvRowsBase::CopyRows(int layer, int first, int n, void* k_out, void* v_out) const {
   if (n <= 0) return;
   // Bytes a K / V row (an unserialized entry's are its types').
-  const size_t krow = entry != nullptr ? entry->k_row_size() : k_row_size;
-  const size_t vrow = entry != nullptr ? entry->v_row_size() : v_row_size;
+  const size_t krow = entry != nullptr ? entry->k_row_size() : k_row_size();
+  const size_t vrow = entry != nullptr ? entry->v_row_size() : v_row_size();
   char* ko = static_cast<char*>(k_out);
   char* vo = static_cast<char*>(v_out);
   if (entry == nullptr) {  // serialized: contiguous
@@ -577,11 +595,9 @@ KvRowsBase EntryRowsBase(SharedBytes bytes, const EntryHeader& h, int n_rows) {
   b.layer_bytes = h.layer_bytes;
   b.base_tokens = h.meta.n_tokens();
   b.n_rows = n_rows;
-  b.k_row_size = static_cast<uint32_t>(h.meta.k_row_size());
-  b.v_row_size = static_cast<uint32_t>(h.meta.v_row_size());
   b.layer_k_bytes = h.layer_k_bytes;
-  b.kv_dim = h.meta.kv_dim;
   b.dtype = h.meta.dtype;
+  b.kv_dim = h.meta.kv_dim;
   b.group = h.meta.group;
   if (KvDtypeGroupedK(h.meta.dtype)) b.k_group_ends = std::make_shared<const std::vector<int32_t>>(h.k_group_ends);
   return b;

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "attic/backend/convert.h"
 
@@ -109,32 +106,9 @@ void GroupedKRows::Row(int row, float* y) const {
   const std::vector<int32_t>& ends = *src_.k_group_ends;
   const size_t g = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin());
   const int kvd = src_.kv_dim;
-  const float* scale = params_.data() + g * 2 * kvd;
-  const float* min = scale + kvd;
-  const auto* codes = reinterpret_cast<const uint8_t*>(src_.k) + static_cast<size_t>(row) * kvd / 2;
-  // scale * code is exact in f32, so the sum is one rounding whether or not it is fused,
-  // four lanes at a time or one.
-  int c = 0;
-#if defined(__SSE2__)
-  const __m128i low = _mm_set1_epi8(15), zero = _mm_setzero_si128();
-  for (; c + 8 <= kvd; c += 8) {  // 4 bytes of codes: channels c .. c + 7
-    uint32_t word;
-    std::memcpy(&word, codes + c / 2, sizeof(word));
-    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(word));
-    const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-    const __m128i q8 = _mm_unpacklo_epi8(lo, hi);  // channel order: byte j's low, then high nibble
-    const __m128i q16 = _mm_unpacklo_epi8(q8, zero);
-    const __m128 q0 = _mm_cvtepi32_ps(_mm_unpacklo_epi16(q16, zero));
-    const __m128 q1 = _mm_cvtepi32_ps(_mm_unpackhi_epi16(q16, zero));
-    _mm_storeu_ps(y + c, _mm_add_ps(_mm_loadu_ps(min + c), _mm_mul_ps(_mm_loadu_ps(scale + c), q0)));
-    _mm_storeu_ps(y + c + 4, _mm_add_ps(_mm_loadu_ps(min + c + 4), _mm_mul_ps(_mm_loadu_ps(scale + c + 4), q1)));
-  }
-#endif
-  for (; c < kvd; c += 2) {
-    const uint8_t b = codes[c / 2];
-    y[c] = min[c] + scale[c] * static_cast<float>(b & 15);
-    y[c + 1] = min[c + 1] + scale[c + 1] * static_cast<float>(b >> 4);
-  }
+  const float* scales = params_.data() + g * 2 * kvd;
+  DequantizeKGroupRowF32(reinterpret_cast<const uint8_t*>(src_.k) + static_cast<size_t>(row) * kvd / 2, scales,
+                         scales + kvd, kvd, y);
 }
 
 }  // namespace attic::store

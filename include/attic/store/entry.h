@@ -150,6 +150,10 @@ inline size_t KGroupParamBytes(int kv_dim) { return 4 * static_cast<size_t>(kv_d
 void QuantizeKGroup(const float* x, int n, int kv_dim, uint8_t* codes, uint16_t* params);
 // One K row of kv_dim values from its codes and its group's params (exact).
 void DequantizeKGroupRow(const uint8_t* codes, const uint16_t* params, int kv_dim, float* y);
+// The same row from its group's scales and minimums already widened to f32 (kv_dim each;
+// the same values: how a reader of many rows of a group decodes them, store::GroupedKRows;
+// eight channels at a time where the CPU has SSE2).
+void DequantizeKGroupRowF32(const uint8_t* codes, const float* scales, const float* mins, int kv_dim, float* y);
 // Row `row` of a serialized kivi4 layer's K section (`layer_k`: n_tokens rows of codes,
 // then one params block per group; group_ends: the header's) as f32.
 void DequantizeEntryKRow(const char* layer_k, int n_tokens, const std::vector<int32_t>& group_ends, int kv_dim,
@@ -219,13 +223,16 @@ struct KvRowsBase {
   int64_t base_tokens = 0;                   // rows per layer in the base entry
   std::shared_ptr<const KvEntry> entry;      // or an entry not serialized yet, or null
   int n_rows = 0;                            // rows used, <= the base's rows
-  uint32_t k_row_size = 0, v_row_size = 0;   // bytes of one K / V row of `bytes` (EntryRowsBase)
   uint64_t layer_k_bytes = 0;                // bytes of a layer's K in `bytes` (its V follows)
-  int kv_dim = 0;                            // of `bytes`' rows
-  KvDtype dtype = KvDtype::kF32;             // `bytes`' type and group (EntryRowsBase)
+  KvDtype dtype = KvDtype::kF32;             // `bytes`' type, row width and group (EntryRowsBase)
+  int kv_dim = 0;
   int group = 0;
   // A kivi4 base's K groups (the ends its header gives), else null.
   std::shared_ptr<const std::vector<int32_t>> k_group_ends;
+
+  // Bytes of one K / V row of `bytes` (KvRowBytes of its K / V type).
+  size_t k_row_size() const { return KvRowBytes(KvTensorDtype(dtype, false), kv_dim, group); }
+  size_t v_row_size() const { return KvRowBytes(KvTensorDtype(dtype, true), kv_dim, group); }
 
   // Row `row` (< n_rows) of layer `layer`'s K / V: one row of the entry's K / V type
   // (KvRowBytes; k_row / v_row: f32 entries only).
