@@ -612,6 +612,7 @@ void WriteGroupedK(const KvEntry& e, const std::vector<int32_t>& ends, int layer
   const int kvd = e.kv_dim, nb = e.base.n_rows;
   const size_t code_row = static_cast<size_t>(kvd) / 2, params = KGroupParamBytes(kvd);
   char* group_params = k + e.tokens.size() * code_row;
+  std::vector<uint16_t> p(2 * static_cast<size_t>(kvd));  // a group's params, aligned
   int first = 0;
   for (size_t g = 0; g < ends.size(); first = ends[g++]) {
     if (first < nb) {  // a base group (ends inside the base's rows: ends[g] <= nb)
@@ -621,7 +622,6 @@ void WriteGroupedK(const KvEntry& e, const std::vector<int32_t>& ends, int layer
       std::memcpy(group_params + g * params, bk + b.base_tokens * code_row + g * params, params);
       continue;
     }
-    std::vector<uint16_t> p(2 * static_cast<size_t>(kvd));
     QuantizeKGroup(e.k[layer].data() + static_cast<size_t>(first - nb) * kvd, ends[g] - first, kvd,
                    reinterpret_cast<uint8_t*>(k + first * code_row), p.data());
     std::memcpy(group_params + g * params, p.data(), params);

@@ -103,49 +103,42 @@ void KvLoader::EnterLayer(LoadJob& job, int layer, backend::ThreadPool* threads)
   // Pre-RoPE copy of the rows, by slot (copy row i = slot copy_first_slot + i), for
   // saving the turn (elements of the sources' dtype: the store's). Rows of slots no
   // segment enters (computed later) are left as they are.
+  // K's and V's rows by bytes, each in its own element type; kivi4's K as f32 (a row is
+  // not whole without its group's scales), read through them.
   auto copy_rows = [&](auto* copy_k, auto* copy_v) {
-    if (copy_k == nullptr) return;
+    if (copy_k == nullptr || copy_v == nullptr) return;
     auto& hk = (*copy_k)[layer];
     auto& hv = (*copy_v)[layer];
-    using Elem = typename std::remove_reference_t<decltype(hk)>::value_type;
+    using KElem = typename std::remove_reference_t<decltype(hk)>::value_type;
+    using VElem = typename std::remove_reference_t<decltype(hv)>::value_type;
     for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
       const LoadSegment& seg = job.segments[si];
       const KvSource::Layer src = seg.source->layer(layer);
-      ATTIC_CHECK(src.k_row_size % sizeof(Elem) == 0 && src.v_row_size % sizeof(Elem) == 0);
+      std::optional<GroupedKRows> grouped;
+      if (KvDtypeGroupedK(seg.source->dtype())) grouped.emplace(src);
+      ATTIC_CHECK((grouped ? std::is_same_v<KElem, float> : src.k_row_size % sizeof(KElem) == 0) &&
+                  src.v_row_size % sizeof(VElem) == 0);
       // Elements of a K / V row.
-      const size_t krow = src.k_row_size / sizeof(Elem), vrow = src.v_row_size / sizeof(Elem);
+      const size_t krow = grouped ? static_cast<size_t>(kvd) : src.k_row_size / sizeof(KElem);
+      const size_t vrow = src.v_row_size / sizeof(VElem);
       const size_t slots = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot);
       if (hk.size() < slots * krow) hk.resize(slots * krow);
       if (hv.size() < slots * vrow) hv.resize(slots * vrow);
       const size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot);
       for (int i = 0; i < seg.n; ++i) {
-        std::memcpy(hk.data() + (at + i) * krow, src.KBytes(seg.src_row + i), src.k_row_size);
+        KElem* k_out = hk.data() + (at + i) * krow;
+        if constexpr (std::is_same_v<KElem, float>) {
+          if (grouped) grouped->Row(seg.src_row + i, k_out);
+        }
+        if (!grouped) std::memcpy(k_out, src.KBytes(seg.src_row + i), src.k_row_size);
         std::memcpy(hv.data() + (at + i) * vrow, src.VBytes(seg.src_row + i), src.v_row_size);
       }
     }
   };
-  if (job.copy_k != nullptr && job.copy_vq != nullptr) {
-    // kivi4: K kept as f32 (a row is not whole without its group's scales), V's rows by bytes.
-    auto& hk = (*job.copy_k)[layer];
-    auto& hv = (*job.copy_vq)[layer];
-    for (size_t si = job.copy_from_segment; si < job.segments.size(); ++si) {
-      const LoadSegment& seg = job.segments[si];
-      const KvSource::Layer src = seg.source->layer(layer);
-      const GroupedKRows k_rows(src);
-      const size_t slots = static_cast<size_t>(seg.dst_slot + seg.n - job.copy_first_slot);
-      if (hk.size() < slots * kvd) hk.resize(slots * kvd);
-      if (hv.size() < slots * src.v_row_size) hv.resize(slots * src.v_row_size);
-      const size_t at = static_cast<size_t>(seg.dst_slot - job.copy_first_slot);
-      for (int i = 0; i < seg.n; ++i) {
-        k_rows.Row(seg.src_row + i, hk.data() + (at + i) * kvd);
-        std::memcpy(hv.data() + (at + i) * src.v_row_size, src.VBytes(seg.src_row + i), src.v_row_size);
-      }
-    }
-  } else {
-    copy_rows(job.copy_k, job.copy_v);
-    copy_rows(job.copy_k16, job.copy_v16);
-    copy_rows(job.copy_kq, job.copy_vq);
-  }
+  copy_rows(job.copy_k, job.copy_v);
+  copy_rows(job.copy_k16, job.copy_v16);
+  copy_rows(job.copy_kq, job.copy_vq);
+  copy_rows(job.copy_k, job.copy_vq);  // kivi4
   // One block of slots per task (each slot's K rotated, then K and V stored).
   for (const LoadSegment& seg : job.segments) {
     const KvSource::Layer src = seg.source->layer(layer);

@@ -10,6 +10,40 @@
 
 namespace attic::store {
 
+namespace {
+
+// n rows of kv_dim f32 values appended to one layer's own rows of a tensor whose row type
+// is `type`, by the row vector's element: f32 copied (an f32 tensor, or kivi4's K, f32
+// until saved), f16 rounded, a quantized type's rows quantized one by one.
+void AppendRows(KvDtype, std::vector<float>& rows, const float* x, int n, int kv_dim, int) {
+  rows.insert(rows.end(), x, x + static_cast<size_t>(n) * kv_dim);
+}
+void AppendRows(KvDtype, std::vector<uint16_t>& rows, const float* x, int n, int kv_dim, int) {
+  const size_t at = rows.size(), elems = static_cast<size_t>(n) * kv_dim;
+  rows.resize(at + elems);
+  backend::ConvertF32ToF16(x, rows.data() + at, static_cast<int64_t>(elems));
+}
+void AppendRows(KvDtype type, std::vector<uint8_t>& rows, const float* x, int n, int kv_dim, int group) {
+  const size_t row = KvRowBytes(type, kv_dim, group);
+  size_t at = rows.size();
+  rows.resize(at + static_cast<size_t>(n) * row);
+  for (int i = 0; i < n; ++i, at += row)
+    QuantizeRow(type, x + static_cast<size_t>(i) * kv_dim, kv_dim, group, rows.data() + at);
+}
+
+// Own row `own` of one layer of a tensor replaced by x's kv_dim values, as AppendRows keeps them.
+void PutRow(KvDtype, std::vector<float>& rows, size_t own, const float* x, int kv_dim, int) {
+  std::copy(x, x + kv_dim, rows.data() + own * kv_dim);
+}
+void PutRow(KvDtype, std::vector<uint16_t>& rows, size_t own, const float* x, int kv_dim, int) {
+  backend::ConvertF32ToF16(x, rows.data() + own * kv_dim, kv_dim);
+}
+void PutRow(KvDtype type, std::vector<uint8_t>& rows, size_t own, const float* x, int kv_dim, int group) {
+  QuantizeRow(type, x, kv_dim, group, rows.data() + own * KvRowBytes(type, kv_dim, group));
+}
+
+}  // namespace
+
 uint64_t TurnRows::own_bytes() const { return OwnRowBytes(*this); }
 
 Turn::Turn(KvStore& store, std::string tenant, std::string session_id, int64_t ttl_ms)
@@ -55,22 +89,10 @@ void Turn::Reserve(int max_slots) {
   if (!valid_) return;
   const size_t n = static_cast<size_t>(std::max(0, max_slots - rows_.base.n_rows));
   rows_.ResizeLayers(n_layers_);
-  auto reserve = [&](auto& rows, bool v) {
-    for (auto& x : rows) x.reserve(n * RowUnits(rows, v));
-  };
-  if (KvDtypeGroupedK(dtype_)) {
-    reserve(rows_.k, false);
-    reserve(rows_.vq, true);
-  } else if (KvDtypeQuantized(dtype_)) {
-    reserve(rows_.kq, false);
-    reserve(rows_.vq, true);
-  } else if (dtype_ == KvDtype::kF16) {
-    reserve(rows_.k16, false);
-    reserve(rows_.v16, true);
-  } else {
-    reserve(rows_.k, false);
-    reserve(rows_.v, true);
-  }
+  WithOwnRows(dtype_, rows_, [&](auto& k, auto& v) {
+    for (auto& x : k) x.reserve(n * RowUnits(k, false));
+    for (auto& x : v) x.reserve(n * RowUnits(v, true));
+  });
 }
 
 void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
@@ -89,22 +111,14 @@ void Turn::BaseOn(std::shared_ptr<const KvEntry> e, int n) {
   rows_.base = e->base;
   rows_.base.n_rows = std::min(e->base.n_rows, n);
   if (n > e->base.n_rows) {
-    const size_t own = static_cast<size_t>(n - e->base.n_rows), elems = own * kv_dim_;
-    for (int l = 0; l < n_layers_; ++l) {
-      if (KvDtypeGroupedK(e->dtype)) {
-        rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + elems);
-        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + own * v_row_size_);
-      } else if (KvDtypeQuantized(e->dtype)) {
-        rows_.kq[l].assign(e->kq[l].begin(), e->kq[l].begin() + own * k_row_size_);
-        rows_.vq[l].assign(e->vq[l].begin(), e->vq[l].begin() + own * v_row_size_);
-      } else if (e->dtype == KvDtype::kF16) {
-        rows_.k16[l].assign(e->k16[l].begin(), e->k16[l].begin() + elems);
-        rows_.v16[l].assign(e->v16[l].begin(), e->v16[l].begin() + elems);
-      } else {
-        rows_.k[l].assign(e->k[l].begin(), e->k[l].begin() + elems);
-        rows_.v[l].assign(e->v[l].begin(), e->v[l].begin() + elems);
+    const size_t own = static_cast<size_t>(n - e->base.n_rows);
+    WithOwnRows(e->dtype, rows_, *e, [&](auto& k, auto& v, const auto& ek, const auto& ev) {
+      const size_t k_units = own * RowUnits(k, false), v_units = own * RowUnits(v, true);
+      for (int l = 0; l < n_layers_; ++l) {
+        k[l].assign(ek[l].begin(), ek[l].begin() + k_units);
+        v[l].assign(ev[l].begin(), ev[l].begin() + v_units);
       }
-    }
+    });
   }
 }
 
@@ -138,28 +152,12 @@ void Turn::Load(std::vector<LoadSegment> segments, std::vector<int32_t> blocks, 
     // The other slots (truncation's kept rows, linked chunks, slots computed in place
     // between them) are the turn's own: the loader copies what it enters, by slot, as
     // it enters it; the forward writes the rest (Write).
-    const size_t elems = static_cast<size_t>(n_plan - base) * kv_dim_;
-    if (KvDtypeGroupedK(dtype_)) {
-      for (auto& x : rows_.k) x.resize(elems);
-      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * v_row_size_);
-      job->copy_k = &rows_.k;
-      job->copy_vq = &rows_.vq;
-    } else if (KvDtypeQuantized(dtype_)) {
-      for (auto& x : rows_.kq) x.resize(static_cast<size_t>(n_plan - base) * k_row_size_);
-      for (auto& x : rows_.vq) x.resize(static_cast<size_t>(n_plan - base) * v_row_size_);
-      job->copy_kq = &rows_.kq;
-      job->copy_vq = &rows_.vq;
-    } else if (dtype_ == KvDtype::kF16) {
-      for (auto& x : rows_.k16) x.resize(elems);
-      for (auto& x : rows_.v16) x.resize(elems);
-      job->copy_k16 = &rows_.k16;
-      job->copy_v16 = &rows_.v16;
-    } else {
-      for (auto& x : rows_.k) x.resize(elems);
-      for (auto& x : rows_.v) x.resize(elems);
-      job->copy_k = &rows_.k;
-      job->copy_v = &rows_.v;
-    }
+    const size_t own = static_cast<size_t>(n_plan - base);
+    WithOwnRows(dtype_, rows_, [&](auto& k, auto& v) {
+      for (auto& x : k) x.resize(own * RowUnits(k, false));
+      for (auto& x : v) x.resize(own * RowUnits(v, true));
+      job->CopyInto(&k, &v);
+    });
     job->copy_first_slot = base;
     job->copy_from_segment = base > 0 ? 1 : 0;
   }
@@ -211,34 +209,12 @@ void Turn::Append(int layer, const float* k, const float* v, int n) {
     }
     accounted_ += add;
   }
-  const size_t elems = static_cast<size_t>(n) * kv_dim_;
-  if (KvDtypeQuantized(dtype_)) {  // each row quantized in one pass, in its tensor's type
-    for (bool is_v : {false, true}) {
-      if (!is_v && KvDtypeGroupedK(dtype_)) {  // kivi4's K: f32 until saved
-        rows_.k[layer].insert(rows_.k[layer].end(), k, k + elems);
-        continue;
-      }
-      std::vector<uint8_t>& rows = is_v ? rows_.vq[layer] : rows_.kq[layer];
-      const float* src = is_v ? v : k;
-      const KvDtype type = KvTensorDtype(dtype_, is_v);
-      const size_t row = is_v ? v_row_size_ : k_row_size_;
-      size_t at = rows.size();
-      rows.resize(at + static_cast<size_t>(n) * row);
-      for (int i = 0; i < n; ++i, at += row)
-        QuantizeRow(type, src + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_, rows.data() + at);
-    }
-    return;
-  }
-  if (dtype_ == KvDtype::kF16) {
-    for (auto [rows, src] : {std::pair{&rows_.k16[layer], k}, std::pair{&rows_.v16[layer], v}}) {
-      const size_t at = rows->size();
-      rows->resize(at + elems);
-      backend::ConvertF32ToF16(src, rows->data() + at, static_cast<int64_t>(elems));
-    }
-    return;
-  }
-  rows_.k[layer].insert(rows_.k[layer].end(), k, k + elems);
-  rows_.v[layer].insert(rows_.v[layer].end(), v, v + elems);
+  // Each row kept in its tensor's row type in one pass (quantized, rounded to f16 or
+  // copied; kivi4's K copied: f32 until saved).
+  WithOwnRows(dtype_, rows_, [&](auto& kr, auto& vr) {
+    AppendRows(KvTensorDtype(dtype_, false), kr[layer], k, n, kv_dim_, group_);
+    AppendRows(KvTensorDtype(dtype_, true), vr[layer], v, n, kv_dim_, group_);
+  });
 }
 
 void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v, int n) {
@@ -250,26 +226,13 @@ void Turn::Write(int layer, const int32_t* slots, const float* k, const float* v
       return;
     }
   }
-  for (int i = 0; i < n; ++i) {
-    const size_t at = static_cast<size_t>(slots[i] - base) * kv_dim_;
-    const float* kr = k + static_cast<size_t>(i) * kv_dim_;
-    const float* vr = v + static_cast<size_t>(i) * kv_dim_;
-    if (KvDtypeGroupedK(dtype_)) {
+  WithOwnRows(dtype_, rows_, [&](auto& kr, auto& vr) {
+    for (int i = 0; i < n; ++i) {
       const size_t own = static_cast<size_t>(slots[i] - base);
-      std::copy(kr, kr + kv_dim_, rows_.k[layer].data() + at);
-      QuantizeRow(KvDtype::kQ4_0, vr, kv_dim_, group_, rows_.vq[layer].data() + own * v_row_size_);
-    } else if (KvDtypeQuantized(dtype_)) {
-      const size_t own = static_cast<size_t>(slots[i] - base);
-      QuantizeRow(KvTensorDtype(dtype_, false), kr, kv_dim_, group_, rows_.kq[layer].data() + own * k_row_size_);
-      QuantizeRow(KvTensorDtype(dtype_, true), vr, kv_dim_, group_, rows_.vq[layer].data() + own * v_row_size_);
-    } else if (dtype_ == KvDtype::kF16) {
-      backend::ConvertF32ToF16(kr, rows_.k16[layer].data() + at, kv_dim_);
-      backend::ConvertF32ToF16(vr, rows_.v16[layer].data() + at, kv_dim_);
-    } else {
-      std::copy(kr, kr + kv_dim_, rows_.k[layer].data() + at);
-      std::copy(vr, vr + kv_dim_, rows_.v[layer].data() + at);
+      PutRow(KvTensorDtype(dtype_, false), kr[layer], own, k + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_);
+      PutRow(KvTensorDtype(dtype_, true), vr[layer], own, v + static_cast<size_t>(i) * kv_dim_, kv_dim_, group_);
     }
-  }
+  });
 }
 
 void Turn::Truncate(int n) {

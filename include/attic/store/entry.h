@@ -173,6 +173,22 @@ uint64_t OwnRowBytes(const Rows& r) {
   return n;
 }
 
+// The per-layer row vectors that hold a `dtype` holder's own K and V rows (KvEntry,
+// store::TurnRows): f(k_rows, v_rows) with k / v for f32, k16 / v16 for f16, kq / vq for
+// q8_0, q4_0 and q8_0/q4_0, and k / vq for kivi4 (its own K is f32 until serialized).
+// The two-holder form passes the same vectors of `b` after `a`'s (holders of one type).
+template <class A, class B, class F>
+void WithOwnRows(KvDtype dtype, A& a, B& b, F&& f) {
+  if (KvDtypeGroupedK(dtype)) return f(a.k, a.vq, b.k, b.vq);
+  if (KvDtypeQuantized(dtype)) return f(a.kq, a.vq, b.kq, b.vq);
+  if (dtype == KvDtype::kF16) return f(a.k16, a.v16, b.k16, b.v16);
+  f(a.k, a.v, b.k, b.v);
+}
+template <class A, class F>
+void WithOwnRows(KvDtype dtype, A& a, F&& f) {
+  WithOwnRows(dtype, a, a, [&](auto& k, auto& v, auto&, auto&) { f(k, v); });
+}
+
 struct EntryKey {
   std::string tenant;
   std::string fingerprint;  // model fingerprint (model::Model::fingerprint())

@@ -62,7 +62,8 @@ struct LoadJob {
   // they are not shared in place: TurnRows): the rows of segments[copy_from_segment..]
   // are copied by slot, slot s to copy row s - copy_first_slot (a layer's vector grows
   // to hold them; rows of slots no segment enters are left as they are).
-  // (f16 sources: copy_k16 / copy_v16; quantized ones: copy_kq / copy_vq, by bytes.)
+  // (f16 sources: copy_k16 / copy_v16; quantized ones: copy_kq / copy_vq, by bytes;
+  // kivi4: copy_k, K as f32, and copy_vq.)
   std::vector<std::vector<float>>* copy_k = nullptr;
   std::vector<std::vector<float>>* copy_v = nullptr;
   std::vector<std::vector<uint16_t>>* copy_k16 = nullptr;
@@ -71,6 +72,13 @@ struct LoadJob {
   std::vector<std::vector<uint8_t>>* copy_vq = nullptr;
   int copy_first_slot = 0;
   size_t copy_from_segment = 0;
+  // Sets the copy's K and V targets: the store type's own-row vectors (WithOwnRows).
+  void CopyInto(std::vector<std::vector<float>>* k, std::vector<std::vector<float>>* v) { copy_k = k, copy_v = v; }
+  void CopyInto(std::vector<std::vector<uint16_t>>* k, std::vector<std::vector<uint16_t>>* v) {
+    copy_k16 = k, copy_v16 = v;
+  }
+  void CopyInto(std::vector<std::vector<uint8_t>>* k, std::vector<std::vector<uint8_t>>* v) { copy_kq = k, copy_vq = v; }
+  void CopyInto(std::vector<std::vector<float>>* k, std::vector<std::vector<uint8_t>>* v) { copy_k = k, copy_vq = v; }
 
   // Inline entering (InlinePreload): no loader thread; WaitLayer(l) itself enters the
   // layers up to l, on the calling thread and `inline_threads`, just before the forward
