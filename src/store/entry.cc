@@ -236,13 +236,17 @@ void QuantizeRow(KvDtype dtype, const float* x, int kv_dim, int group, uint8_t* 
 }
 
 void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, float* y) {
-  const uint8_t* scales = row + KvRowScalesOffset(dtype, kv_dim);
+  DequantizeRowRange(dtype, row, kv_dim, group, 0, kv_dim, y);
+}
+
+void DequantizeRowRange(KvDtype dtype, const uint8_t* row, int kv_dim, int group, int first, int n, float* y) {
+  const uint8_t* scales = row + KvRowScalesOffset(dtype, kv_dim) + 2 * (first / group);
   if (dtype == KvDtype::kQ8_0) {
-    attention::DequantizeQ8(reinterpret_cast<const int8_t*>(row), scales, kv_dim, group, y);
+    attention::DequantizeQ8(reinterpret_cast<const int8_t*>(row) + first, scales, n, group, y);
     return;
   }
-  for (int j = 0; j * group < kv_dim; ++j)
-    attention::DequantizeKvRowQ4(row + j * group / 2, scales + 2 * j, group, y + j * group);
+  for (int j = 0; j * group < n; ++j)
+    attention::DequantizeKvRowQ4(row + (first + j * group) / 2, scales + 2 * j, group, y + j * group);
 }
 
 void QuantizeKGroup(const float* x, int n, int kv_dim, uint8_t* codes, uint16_t* params) {

@@ -128,6 +128,9 @@ inline size_t KvRowBytes(KvDtype dtype, int kv_dim, int group) {
 // an f16 scale is an f32). QuantizeRowQ8 / DequantizeRowQ8: dtype kQ8_0.
 void QuantizeRow(KvDtype dtype, const float* x, int kv_dim, int group, uint8_t* row);
 void DequantizeRow(KvDtype dtype, const uint8_t* row, int kv_dim, int group, float* y);
+// Values [first, first + n) of such a row (the same values DequantizeRow gives them):
+// what a reader of some heads of a row decodes. REQUIRES: first and n multiples of group.
+void DequantizeRowRange(KvDtype dtype, const uint8_t* row, int kv_dim, int group, int first, int n, float* y);
 inline void QuantizeRowQ8(const float* x, int kv_dim, int group, uint8_t* row) {
   QuantizeRow(KvDtype::kQ8_0, x, kv_dim, group, row);
 }
