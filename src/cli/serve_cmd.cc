@@ -168,6 +168,23 @@ int RunServe(ServeFlags f) {
     if (auto check = store::RedisTier::Open(f.server.remote); !check.ok())
       return UsageError("--kv-remote: " + check.status().message());
   }
+  // The store's type, of its entries in every tier and of the sparse offload tier's
+  // blocks: the compute buffer's unless given (any enters any buffer type):
+  // the store type whose K and V rows are the buffer's K and V types (q8_0 K with q4_0
+  // V: q8_0/q4_0); for a pair no store type holds, the more exact of the two (f32, then
+  // f16, then q8_0, then q4_0), so the store loses nothing the buffer holds.
+  const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
+  const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
+  auto exactness = [](const std::string& t) { return t == "f32" ? 3 : t == "f16" ? 2 : t == "q8_0" ? 1 : 0; };
+  std::string buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
+  store::KvDtype k, v;
+  if (store::ParseKvDtype(k_type, &k) && store::ParseKvDtype(v_type, &v))
+    for (store::KvDtype t : store::kKvDtypes)
+      if (store::KvTensorDtype(t, false) == k && store::KvTensorDtype(t, true) == v) buffer_type = store::KvDtypeName(t);
+  const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
+  if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
+    return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + type + "'");
+  f.server.kv.sparse_offload_dtype = f.server.store.kv_dtype;
   // The KV store's options; the automatic DRAM tier is sized once the model is loaded
   // (below), so that what the model takes is no longer counted as available.
   const bool dram_auto = !f.kv_dram.has_value();
@@ -185,21 +202,6 @@ int RunServe(ServeFlags f) {
     // pages on the serving path); the automatic one grows with use (docs/store.md, "The
     // DRAM tier by default").
     f.server.store.reserve_dram = dram_auto ? store::DramReserve::kOnDemand : store::DramReserve::kAtOpen;
-    // The entries' type: the compute buffer's unless given (any enters any buffer type):
-    // the store type whose K and V rows are the buffer's K and V types (q8_0 K with q4_0
-    // V: q8_0/q4_0); for a pair no store type holds, the more exact of the two (f32, then
-    // f16, then q8_0, then q4_0), so the store loses nothing the buffer holds.
-    const std::string& k_type = f.model.kv_dtype_k.empty() ? f.model.kv_dtype : f.model.kv_dtype_k;
-    const std::string& v_type = f.model.kv_dtype_v.empty() ? f.model.kv_dtype : f.model.kv_dtype_v;
-    auto exactness = [](const std::string& t) { return t == "f32" ? 3 : t == "f16" ? 2 : t == "q8_0" ? 1 : 0; };
-    std::string buffer_type = exactness(k_type) >= exactness(v_type) ? k_type : v_type;
-    store::KvDtype k, v;
-    if (store::ParseKvDtype(k_type, &k) && store::ParseKvDtype(v_type, &v))
-      for (store::KvDtype t : store::kKvDtypes)
-        if (store::KvTensorDtype(t, false) == k && store::KvTensorDtype(t, true) == v) buffer_type = store::KvDtypeName(t);
-    const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
-    if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
-      return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + type + "'");
   }
   auto link = pic::ParseLinkOptions(f.link);
   if (!link.ok()) return UsageError("--link: " + link.status().message());
@@ -347,7 +349,8 @@ void AddServeCommand(CLI::App& app, RunFn* run) {
                   "Attic made (its ATTIC_KV_STORE marker); entries of other models there are kept, never touched");
   AddSizeOption(cmd, "--kv-ssd", "--kv-ssd-bytes", 1, &f->kv_ssd, "SSD tier capacity (default 16G)");
   cmd->add_option("--kv-store-dtype", f->kv_store_dtype,
-                  "type of the KV store's entries in every tier: f32, f16, q8_0 (8-bit, one f16 scale per 32 "
+                  "type of the KV store's entries in every tier, and of offloaded sparse requests' blocks "
+                  "(--sparse-offload-bytes): f32, f16, q8_0 (8-bit, one f16 scale per 32 "
                   "values of a head's row: ~0.27x f32's bytes, so a tier holds ~2x f16's entries) or q4_0 (4-bit, "
                   "the same groups: ~0.14x f32's bytes, ~3.6x f16's entries; per-token 4-bit K loses accuracy on "
                   "models with outlier channels, docs/store.md) or q8_0/q4_0 (K in q8_0, V in q4_0: ~2.5x f16's "

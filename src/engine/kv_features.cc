@@ -17,6 +17,7 @@ std::unique_ptr<kv::KvConnector> Connect(const KvFeatureOptions& options, Engine
   pq::SparsePlannerOptions so;
   so.defaults = options.sparse;
   so.offload_bytes = options.sparse_offload_bytes;
+  so.offload_dtype = options.sparse_offload_dtype;
   so.shape = AttentionShapeOf(c);
   so.n_layers = c.n_layers;
   so.context_length = engine.context_length();

@@ -1,10 +1,12 @@
 // Offloading a sparse sequence's KV below the compute buffer (offload.h).
 //
 // Tier layout: one value per complete block b of the sequence, key "<prefix>-<b>",
-// holding for each layer l its K then its V rows, [block_size, kv_dim] f32 each, before
-// RoPE (what the forward's OnKv hands over): layer l's part of block b is the range
-// [l * 2 * R, (l + 1) * 2 * R) with R = block_size * kv_dim * 4 bytes, so one layer of
-// one block is one GetRange.
+// holding for each layer l its K then its V rows, [block_size, kv_dim] each, before RoPE
+// (what the forward's OnKv hands over), in the tier's type (OffloadOptions::tier_dtype:
+// the store's types and row layouts, store/entry.h; kivi4's K: the block's codes, then
+// its one group's scales and minimums): layer l's part of block b is the range
+// [l * L, (l + 1) * L) with L = TierRows::bytes(), so one layer of one block is one
+// GetRange.
 #include "attic/pq/offload.h"
 
 #include <algorithm>
@@ -17,7 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "attic/attention/kv_q4.h"
 #include "attic/attention/kv_q8.h"
+#include "attic/backend/convert.h"
 #include "attic/core/log.h"
 #include "attic/kv/enter_rows.h"
 #include "attic/tensor/buffer.h"
@@ -29,9 +33,108 @@ namespace {
 
 using internal::Since;
 
-// One block's value in the tier: for each layer its K then its V rows, f32.
-int64_t BlockValueBytes(const kv::KvShape& s) {
-  return static_cast<int64_t>(s.n_layers) * 2 * s.block_size * s.kv_dim() * static_cast<int64_t>(sizeof(float));
+// One layer of one block in the tier: block_size rows of pre-RoPE K, then of V, in the
+// store type `dtype` (store/entry.h's rows; a quantized type's groups are the compute
+// buffer's, attention::KvQ8Group(head_dim), as the store's entries). kivi4: K's rows of
+// codes, then one group of kv_dim scales and kv_dim minimums for the block's rows (its
+// tokens are the group, KIVI's per-channel keys), then V's q4_0 rows.
+class TierRows {
+ public:
+  TierRows(store::KvDtype dtype, int rows, int kv_dim, int head_dim)
+      : dtype_(dtype),
+        kt_(store::KvTensorDtype(dtype, false)),
+        vt_(store::KvTensorDtype(dtype, true)),
+        rows_(rows),
+        kvd_(kv_dim),
+        group_(store::KvDtypeQuantized(dtype) ? attention::KvQ8Group(head_dim) : 0),
+        k_row_(store::KvRowBytes(kt_, kv_dim, group_)),
+        v_row_(store::KvRowBytes(vt_, kv_dim, group_)) {}
+
+  // Whether the type's rows can be written for this shape (quantized rows: the compute
+  // buffer's groups must divide a head's row; kivi4's codes pair channels).
+  static bool Supports(store::KvDtype dtype, int head_dim, int kv_dim) {
+    if (store::KvDtypeGroupedK(dtype)) return kv_dim % 2 == 0 && attention::KvQ4Supports(head_dim);
+    if (store::KvTensorDtype(dtype, true) == store::KvDtype::kQ4_0) return attention::KvQ4Supports(head_dim);
+    return !store::KvDtypeQuantized(dtype) || attention::KvQ8Supports(head_dim);
+  }
+
+  int64_t k_bytes() const {
+    return rows_ * static_cast<int64_t>(k_row_) +
+           (store::KvDtypeGroupedK(dtype_) ? static_cast<int64_t>(store::KGroupParamBytes(kvd_)) : 0);
+  }
+  int64_t bytes() const { return k_bytes() + rows_ * static_cast<int64_t>(v_row_); }
+  // One row's K and V bytes (kivi4: K's codes), the part a fetch of one row reads.
+  int64_t row_bytes() const { return static_cast<int64_t>(k_row_ + v_row_); }
+
+  // rows x kv_dim pre-RoPE K and V (f32) into `dst` (bytes() bytes).
+  void Encode(const float* k, const float* v, uint8_t* dst) const {
+    EncodeRows(kt_, k, dst, k_row_);
+    if (store::KvDtypeGroupedK(dtype_)) {
+      std::vector<uint16_t> params(store::KGroupParamBytes(kvd_) / sizeof(uint16_t));
+      store::QuantizeKGroup(k, rows_, kvd_, dst, params.data());
+      std::memcpy(dst + rows_ * k_row_, params.data(), store::KGroupParamBytes(kvd_));
+    }
+    EncodeRows(vt_, v, dst + k_bytes(), v_row_);
+  }
+
+  // Values [first, first + n) (whole KV heads) of row `row` of a layer's bytes (`layer`,
+  // bytes() of them) as f32: an f32 tier's in place, any other decoded into `scratch` (n
+  // floats; exact: each type's values are f32 numbers).
+  const float* K(const uint8_t* layer, int row, int first, int n, float* scratch) const {
+    const uint8_t* at = layer + static_cast<size_t>(row) * k_row_;
+    if (store::KvDtypeGroupedK(dtype_)) {
+      // The block's scales and minimums of these channels, widened (the layer's bytes are
+      // aligned only to 2: copied out first).
+      thread_local std::vector<uint16_t> bits;
+      thread_local std::vector<float> wide;
+      bits.resize(2 * static_cast<size_t>(n));
+      wide.resize(2 * static_cast<size_t>(n));
+      const uint8_t* params = layer + rows_ * k_row_;
+      std::memcpy(bits.data(), params + 2 * static_cast<size_t>(first), 2 * static_cast<size_t>(n));
+      std::memcpy(bits.data() + n, params + 2 * (static_cast<size_t>(kvd_) + first), 2 * static_cast<size_t>(n));
+      backend::ConvertF16ToF32(bits.data(), wide.data(), 2 * static_cast<int64_t>(n));
+      store::DequantizeKGroupRowF32(at + first / 2, wide.data(), wide.data() + n, n, scratch);
+      return scratch;
+    }
+    return DecodeRow(kt_, at, first, n, scratch);
+  }
+  const float* V(const uint8_t* layer, int row, int first, int n, float* scratch) const {
+    return DecodeRow(vt_, layer + k_bytes() + static_cast<size_t>(row) * v_row_, first, n, scratch);
+  }
+
+ private:
+  void EncodeRows(store::KvDtype t, const float* x, uint8_t* dst, size_t row_bytes) const {
+    const int64_t n = static_cast<int64_t>(rows_) * kvd_;
+    if (t == store::KvDtype::kF32) {
+      std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+    } else if (t == store::KvDtype::kF16) {
+      backend::ConvertF32ToF16(x, reinterpret_cast<uint16_t*>(dst), n);
+    } else if (t == store::KvDtype::kQ8_0 || t == store::KvDtype::kQ4_0) {
+      for (int r = 0; r < rows_; ++r) store::QuantizeRow(t, x + static_cast<int64_t>(r) * kvd_, kvd_, group_, dst + r * row_bytes);
+    }  // kivi4's K: its group, by Encode
+  }
+  const float* DecodeRow(store::KvDtype t, const uint8_t* row, int first, int n, float* scratch) const {
+    if (t == store::KvDtype::kF32) return reinterpret_cast<const float*>(row) + first;
+    if (t == store::KvDtype::kF16) {
+      backend::ConvertF16ToF32(reinterpret_cast<const uint16_t*>(row) + first, scratch, n);
+    } else {
+      store::DequantizeRowRange(t, row, kvd_, group_, first, n, scratch);
+    }
+    return scratch;
+  }
+
+  store::KvDtype dtype_, kt_, vt_;
+  int rows_, kvd_, group_;
+  size_t k_row_, v_row_;
+};
+
+TierRows TierRowsOf(const kv::KvShape& s, store::KvDtype dtype) {
+  return TierRows(dtype, s.block_size, s.kv_dim(), s.head_dim);
+}
+
+// One block's value in the tier: every layer's TierRows.
+int64_t BlockValueBytes(const kv::KvShape& s, store::KvDtype dtype) {
+  return static_cast<int64_t>(s.n_layers) * TierRowsOf(s, dtype).bytes();
 }
 
 std::string KeyPrefix() {
@@ -80,7 +183,8 @@ class Offloaded final : public OffloadedSparseAttention {
             const attention::RopeTable& rope, store::Tier* backing, int n_layers, backend::ThreadPool& pool,
             std::vector<int32_t> cache_phys)
       : inner_(std::move(inner)), opt_(options), seq_(seq), rope_(rope), backing_(backing), n_layers_(n_layers),
-        pool_(pool), ks_(seq->pool()->shape()), prefix_(KeyPrefix()), cache_phys_(std::move(cache_phys)) {
+        pool_(pool), ks_(seq->pool()->shape()), tier_(TierRowsOf(ks_, options.tier_dtype)), prefix_(KeyPrefix()),
+        cache_phys_(std::move(cache_phys)) {
     pend_k_.resize(n_layers);
     pend_v_.resize(n_layers);
     caches_.resize(n_layers);
@@ -171,8 +275,9 @@ class Offloaded final : public OffloadedSparseAttention {
 
  private:
   std::string Key(int block) const { return prefix_ + "-" + std::to_string(block); }
-  int64_t RowBytes() const { return static_cast<int64_t>(ks_.kv_dim()) * 4; }
-  int64_t LayerRangeBytes() const { return 2 * ks_.block_size * RowBytes(); }
+  int64_t LayerRangeBytes() const { return tier_.bytes(); }
+  // What entering one row of one KV head reads of a fetched layer: its share of the row.
+  int64_t HeadRowBytes() const { return tier_.row_bytes() / ks_.n_kv_heads; }
   // Bytes from a layer-block's start (a pool block's, or a staging buffer's block) of a
   // tensor of type t to row `row` of KV head h: its values, and (q8_0, q4_0) its f16
   // scales. Within a head, rows are consecutive in both.
@@ -210,7 +315,7 @@ class Offloaded final : public OffloadedSparseAttention {
     stats_.fetch_seconds += t.fetch_seconds;
   }
 
-  // One layer of block b from the tier: K rows then V rows, pre-RoPE f32. The read's time
+  // One layer of block b from the tier: K rows then V rows, pre-RoPE (TierRows). The read's time
   // and a failure (logged) are added to `stats` (stats_, or a pool thread's own).
   StatusOr<store::ByteRange> ReadLayer(int layer, int block, OffloadStats* stats) const {
     const auto t0 = std::chrono::steady_clock::now();
@@ -224,13 +329,18 @@ class Offloaded final : public OffloadedSparseAttention {
   }
 
   // Row `row` of a block from a tier range (one layer: K rows, then V rows), KV heads
-  // [h, h + n_heads): K rotated to `position`, both in the pool's element type, to row
-  // dst_row of the layer-blocks at k_block / v_block.
+  // [h, h + n_heads): decoded from the tier's type (in place for f32), K rotated to
+  // `position`, both stored in the pool's element type, to row dst_row of the
+  // layer-blocks at k_block / v_block.
   void EnterRow(const store::ByteRange& range, int row, int h, int n_heads, int32_t position, uint8_t* k_block,
                 uint8_t* v_block, int dst_row) const {
-    const int64_t at = static_cast<int64_t>(row) * ks_.kv_dim() + static_cast<int64_t>(h) * ks_.head_dim;
-    const float* k = reinterpret_cast<const float*>(range.data) + at;
-    const float* v = reinterpret_cast<const float*>(range.data + ks_.block_size * RowBytes()) + at;
+    const int first = h * ks_.head_dim, n = n_heads * ks_.head_dim;
+    thread_local std::vector<float> k_row, v_row;
+    k_row.resize(static_cast<size_t>(n));
+    v_row.resize(static_cast<size_t>(n));
+    const auto* layer_bytes = reinterpret_cast<const uint8_t*>(range.data);
+    const float* k = tier_.K(layer_bytes, row, first, n, k_row.data());
+    const float* v = tier_.V(layer_bytes, row, first, n, v_row.data());
     auto scales = [&](DType t, uint8_t* block) {
       return attention::KvHasScales(t) ? reinterpret_cast<uint16_t*>(block + ScaleAt(t, h, dst_row)) : nullptr;
     };
@@ -342,7 +452,7 @@ class Offloaded final : public OffloadedSparseAttention {
         ++it;
       }
     }
-    const int bs = ks_.block_size, hd = ks_.head_dim;
+    const int bs = ks_.block_size;
     const int64_t klb = ks_.k_layer_bytes(), vlb = ks_.v_layer_bytes();
     auto* kp = reinterpret_cast<uint8_t*>(seq_->pool()->k_data(layer));
     auto* vp = reinterpret_cast<uint8_t*>(seq_->pool()->v_data(layer));
@@ -369,7 +479,7 @@ class Offloaded final : public OffloadedSparseAttention {
       const auto t0 = std::chrono::steady_clock::now();
       for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd, vd, r);
       stats->fetch_seconds += Since(t0);
-      stats->fetched_bytes += 2 * static_cast<int64_t>(bs) * hd * 4;
+      stats->fetched_bytes += bs * HeadRowBytes();
     }
   }
 
@@ -378,7 +488,7 @@ class Offloaded final : public OffloadedSparseAttention {
   // writes its own rows of stage_ and counts in its own stats; fetch_seconds is then a
   // sum over threads).
   void StageSelection(int layer, const kv::Visibility& vis) {
-    const int n_kv = ks_.n_kv_heads, bs = ks_.block_size, hd = ks_.head_dim;
+    const int n_kv = ks_.n_kv_heads, bs = ks_.block_size;
     int m = 0;
     for (int h = 0; h < n_kv; ++h) m = std::max(m, vis.n_head_indices[h]);
     const int n_blocks = std::max(1, (m + bs - 1) / bs);
@@ -420,7 +530,7 @@ class Offloaded final : public OffloadedSparseAttention {
           const auto t0 = std::chrono::steady_clock::now();
           EnterRow(*range, s % bs, h, 1, pos[s], kd, vd, i % bs);
           stats->fetch_seconds += Since(t0);
-          stats->fetched_bytes += 2 * hd * 4;
+          stats->fetched_bytes += HeadRowBytes();
         }
         out.push_back(i++);
       }
@@ -438,14 +548,16 @@ class Offloaded final : public OffloadedSparseAttention {
     const int pend = static_cast<int>(pend_k_[0].size() / kvd);
     for (int l = 1; l < n_layers_; ++l) ATTIC_CHECK(static_cast<int>(pend_k_[l].size() / kvd) == pend);
     const int full_blocks = pend / bs;
-    const int64_t rb = static_cast<int64_t>(bs) * RowBytes();
     for (int i = 0; i < full_blocks; ++i) {
       const int b = flushed_ / bs;
-      // Written once, into a store buffer a DRAM tier keeps as it is (PutShared).
-      std::unique_ptr<store::Bytes> value = store::Bytes::Allocate(static_cast<size_t>(BlockValueBytes(ks_)));
+      // Written once (each layer encoded in the tier's type), into a store buffer a DRAM
+      // tier keeps as it is (PutShared).
+      std::unique_ptr<store::Bytes> value =
+          store::Bytes::Allocate(static_cast<size_t>(n_layers_) * static_cast<size_t>(LayerRangeBytes()));
       for (int l = 0; l < n_layers_; ++l) {
-        std::memcpy(value->data() + l * LayerRangeBytes(), pend_k_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
-        std::memcpy(value->data() + l * LayerRangeBytes() + rb, pend_v_[l].data() + static_cast<int64_t>(i) * bs * kvd, rb);
+        const int64_t first = static_cast<int64_t>(i) * bs * kvd;
+        tier_.Encode(pend_k_[l].data() + first, pend_v_[l].data() + first,
+                     reinterpret_cast<uint8_t*>(value->data()) + l * LayerRangeBytes());
       }
       if (static_cast<int>(in_tier_.size()) <= b) in_tier_.resize(b + 1, false);
       const int64_t value_bytes = static_cast<int64_t>(value->size());
@@ -496,6 +608,7 @@ class Offloaded final : public OffloadedSparseAttention {
   int n_layers_;
   backend::ThreadPool& pool_;
   kv::KvShape ks_;
+  TierRows tier_;  // the layout of one layer of a block in the tier
   std::string prefix_;
   std::vector<int32_t> cache_phys_;  // the cache's pool blocks: index i holds, per (layer, head), one cached block
   OffloadStats stats_;
@@ -529,8 +642,8 @@ int OffloadWorkingBlocks(const SparseOptions& options, int block_size, int max_s
   return std::min(blocks(max_slots), std::max(below, tail));
 }
 
-int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots) {
-  return static_cast<int64_t>((n_slots + shape.block_size - 1) / shape.block_size) * BlockValueBytes(shape);
+int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots, store::KvDtype dtype) {
+  return static_cast<int64_t>((n_slots + shape.block_size - 1) / shape.block_size) * BlockValueBytes(shape, dtype);
 }
 
 StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention(
@@ -543,6 +656,11 @@ StatusOr<std::unique_ptr<OffloadedSparseAttention>> MakeOffloadedSparseAttention
                                 " reads every key at every step)");
   }
   if (options.cache_blocks < 0) return InvalidArgumentError("sparse offload: cache_blocks must be >= 0");
+  const kv::KvShape& shape = seq->pool()->shape();
+  if (!TierRows::Supports(options.tier_dtype, shape.head_dim, shape.kv_dim())) {
+    return InvalidArgumentError(std::string("sparse offload: a tier of type ") + store::KvDtypeName(options.tier_dtype) +
+                                " cannot hold rows of head_dim " + std::to_string(shape.head_dim));
+  }
   if (seq->n_slots() != 0) return FailedPreconditionError("sparse offload: the sequence must start empty");
   std::vector<int32_t> cache_phys;
   for (int i = 0; i < options.cache_blocks; ++i) {

@@ -90,7 +90,7 @@ Status SparsePlanner::Check(kv::KvRequest& request, kv::KvLimits* limits) {
   // not the KV budget, bounds it; its whole context must fit the offload tier.
   const int64_t want = std::min<int64_t>(
       static_cast<int64_t>(request.n_prompt) + std::max(1, request.max_new_tokens) - 1, options_.context_length);
-  const int64_t tier = OffloadTierBytes(options_.kv_shape, static_cast<int>(want));
+  const int64_t tier = OffloadTierBytes(options_.kv_shape, static_cast<int>(want), options_.offload_dtype);
   if (tier > options_.offload_bytes) {
     return OutOfRangeError("an offloaded context of " + std::to_string(want) + " tokens needs " +
                            std::to_string(tier >> 20) + " MiB of offload tier, more than its capacity of " +
@@ -116,7 +116,8 @@ void SparsePlanner::Match(const kv::KvQueue& queue, kv::KvAdmission* admission) 
   admission->blocks = OffloadBlocks(o, admission->max_slots);
   admission->free_first = o.offload_cache_blocks;
   admission->ready =
-      tier_reserved_ + OffloadTierBytes(options_.kv_shape, admission->max_slots) <= options_.offload_bytes;
+      tier_reserved_ + OffloadTierBytes(options_.kv_shape, admission->max_slots, options_.offload_dtype) <=
+      options_.offload_bytes;
 }
 
 Status SparsePlanner::Start(kv::KvSeq& seq, kv::KvSlots* slots) {
@@ -135,13 +136,14 @@ Status SparsePlanner::Start(kv::KvSeq& seq, kv::KvSlots* slots) {
     OffloadOptions oo;
     oo.cache_blocks = o->offload_cache_blocks;
     oo.policy = o->offload_policy;
+    oo.tier_dtype = options_.offload_dtype;
     auto made = MakeOffloadedSparseAttention(NewSelector(*o), oo, kv, *options_.rope, tier_.get(), options_.n_layers,
                                              *options_.threads);
     if (!made.ok()) return made.status();  // no room for the cache yet (the reservation check makes this rare)
     s->selector = std::move(*made);
     s->offloaded = true;
     s->cache_blocks = o->offload_cache_blocks;
-    s->tier_bytes = OffloadTierBytes(options_.kv_shape, seq.limits.max_slots);
+    s->tier_bytes = OffloadTierBytes(options_.kv_shape, seq.limits.max_slots, options_.offload_dtype);
     tier_reserved_ += s->tier_bytes;
   } else {
     s->selector = NewSelector(*o);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "attic/engine/engine.h"
+#include "attic/attention/kv_q8.h"
 #include "attic/pq/offload.h"
 #include "attic/store/memory_tier.h"
 #include "engine/tiny_llama.h"
@@ -272,6 +273,227 @@ TEST(Offload, Q8AndQ4RowsOfTwoGroupsDecodeAsResident) {
       EXPECT_EQ(got.logits, want.logits) << method << ": max |diff| " << MaxDiff(got.logits, want.logits);
       EXPECT_LT(got.resident_blocks, 10) << method;
       EXPECT_EQ(tier.bytes(), 0u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tiers of a store type (OffloadOptions::tier_dtype): an offloaded row re-enters from the
+// type's rows, so each of its values is within the type's step of what the forward
+// computed. The bounds below are derived from each type's arithmetic (store/entry.h's
+// rows; attention/kv_q8.h's and kv_q4.h's groups; kivi4's per-channel groups, here one
+// per block), not from the code under test.
+
+// |x - read back| of value i of a kv_dim row `x` stored as row type `t` (f32, f16, q8_0,
+// q4_0; `group` values per scale).
+double RowValueBound(store::KvDtype t, const float* x, int i, int group) {
+  const double tiny = std::ldexp(1.0, -25);  // below f16's normal range
+  if (t == store::KvDtype::kF32) return 0;
+  if (t == store::KvDtype::kF16) return std::fabs(x[i]) * std::ldexp(1.0, -11) + tiny;
+  double amax = 0;
+  for (int j = i / group * group; j < (i / group + 1) * group; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+  if (t == store::KvDtype::kQ8_0) {
+    // d = f16(amax / 127) (one f16 rounding: a relative 2^-11); rounding x / d to the
+    // nearest code is within d / 2 (the f32 quotient's own rounding adds |x| 2^-23); a
+    // d rounded down may clamp the largest value at 127: at most amax 2^-10.
+    const double d = amax / 127 * (1 + std::ldexp(1.0, -11)) + tiny;
+    return d / 2 + amax * (std::ldexp(1.0, -10) + std::ldexp(1.0, -23)) + tiny;
+  }
+  // q4_0: d = max / -8 (the signed largest value); codes 0..15 around 8, so the value of
+  // the other sign at amax clamps one step short (|d|); the scale read back is f16(d)
+  // (2^-11 relative over at most 8 steps), the f32 code arithmetic 2^-19 steps.
+  return amax / 8 * (1 + 8 * std::ldexp(1.0, -11) + std::ldexp(1.0, -19)) + tiny;
+}
+
+// kivi4's K: channel c's group is the block's rows; lo / hi its least and largest value.
+// As kivi4_entry_test.cc's GroupBound (store/entry.h's QuantizeKGroup arithmetic).
+double Kivi4Bound(double lo, double hi) {
+  const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+  const double s = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
+  return s * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
+         std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + s, -23);
+}
+
+// Wraps an offloaded selector over an f32 compute buffer: records every row's pre-RoPE K,
+// rotated K and V as the forward computed them (OnKv), and after each BeforeAttention that
+// staged a view checks the view's rows of released blocks against them -- every slot of a
+// whole-layer staging (slot numbering), and every selected slot of a sparse step (head h's
+// i-th selected slot at row i).
+class TierRowChecker final : public kv::LayerHooks {
+ public:
+  TierRowChecker(std::unique_ptr<OffloadedSparseAttention> off, const kv::SequenceKv* seq, store::KvDtype tier,
+                 int n_layers)
+      : off_(std::move(off)), seq_(seq), tier_(tier), shape_(seq->pool()->shape()), x_(n_layers), k_(n_layers),
+        v_(n_layers) {}
+
+  void OnKv(int layer, const kv::EntryRows& rows, const kv::LayerKv& kv) override {
+    const int kvd = shape_.kv_dim();
+    for (auto [rows_of, from] : {std::pair{&x_, kv.k_pre_rope}, std::pair{&k_, kv.k}, std::pair{&v_, kv.v}}) {
+      std::vector<float>& all = (*rows_of)[layer];
+      all.resize(std::max<size_t>(all.size(), static_cast<size_t>(rows.slots[rows.n_rows - 1] + 1) * kvd));
+      for (int r = 0; r < rows.n_rows; ++r)
+        std::copy(from + static_cast<int64_t>(r) * kvd, from + static_cast<int64_t>(r + 1) * kvd,
+                  all.begin() + static_cast<int64_t>(rows.slots[r]) * kvd);
+    }
+    off_->OnKv(layer, rows, kv);
+  }
+
+  void BeforeAttention(int layer, const kv::EntryRows& rows, kv::Visibility* vis) override {
+    const OffloadStats before = off_->offload_stats();
+    off_->BeforeAttention(layer, rows, vis);
+    if (before.offloaded_blocks == 0) return;  // nothing released: no view staged
+    ASSERT_NE(vis->view, nullptr);
+    const bool whole = off_->offload_stats().full_stagings > before.full_stagings;
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      if (whole) {
+        for (int s = 0; s < vis->n_slots; ++s)
+          if (!seq_->resident(s / shape_.block_size)) Check(layer, h, s, *vis->view, s, &whole_rows_);
+        continue;
+      }
+      const std::vector<int32_t>& sel = off_->last_selection(layer, h);
+      ASSERT_EQ(vis->n_head_indices[h], static_cast<int32_t>(sel.size()));  // no read failed
+      for (size_t i = 0; i < sel.size(); ++i)
+        if (!seq_->resident(sel[i] / shape_.block_size))
+          Check(layer, h, sel[i], *vis->view, static_cast<int>(i), &selected_rows_);
+    }
+  }
+
+  void AfterLayer(int layer, const kv::EntryRows& rows, uint8_t* keep) override {
+    off_->AfterLayer(layer, rows, keep);
+  }
+
+  const OffloadedSparseAttention& offloaded() const { return *off_; }
+  int64_t whole_rows() const { return whole_rows_; }
+  int64_t selected_rows() const { return selected_rows_; }
+  double max_k_error() const { return max_k_error_; }
+  double max_v_error() const { return max_v_error_; }
+
+ private:
+  // Slot s of KV head h, at row `row` of the staged view, against what the forward
+  // computed for it.
+  void Check(int layer, int h, int s, const attention::KvLayerView& view, int row, int64_t* checked) {
+    const int hd = shape_.head_dim, kvd = shape_.kv_dim(), bs = shape_.block_size;
+    const int group = store::KvDtypeQuantized(tier_) ? attention::KvQ8Group(hd) : 0;
+    ASSERT_NE(view.k_pool, nullptr);  // an f32 compute buffer
+    const int64_t at = view.block_table[row / bs] * view.block_stride + static_cast<int64_t>(h) * bs * hd +
+                       static_cast<int64_t>(row % bs) * hd;
+    const float* got_k = view.k_pool + at;
+    const float* got_v = view.v_pool + (at - view.block_table[row / bs] * view.block_stride) +
+                         view.block_table[row / bs] * view.v_block_stride;
+    const float* x = x_[layer].data() + static_cast<int64_t>(s) * kvd;
+    const float* want_k = k_[layer].data() + static_cast<int64_t>(s) * kvd + h * hd;
+    const float* want_v = v_[layer].data() + static_cast<int64_t>(s) * kvd + h * hd;
+    // K: rotation mixes the head's values in pairs, so an error e in each of them is at
+    // most sqrt(2) max|e| after it; the two rotations of the f32 rows round apart by a
+    // few units of 2^-24 of the head's values.
+    double e_max = 0, x_max = 0;
+    for (int c = h * hd; c < (h + 1) * hd; ++c) {
+      double e;
+      if (store::KvDtypeGroupedK(tier_)) {
+        double lo = x[c], hi = x[c];
+        const float* block = x_[layer].data() + static_cast<int64_t>(s / bs) * bs * kvd;
+        for (int r = 0; r < bs; ++r) {
+          lo = std::min(lo, double(block[r * kvd + c]));
+          hi = std::max(hi, double(block[r * kvd + c]));
+        }
+        e = Kivi4Bound(lo, hi);
+      } else {
+        e = RowValueBound(store::KvTensorDtype(tier_, false), x, c, group);
+      }
+      e_max = std::max(e_max, e);
+      x_max = std::max(x_max, std::fabs(double(x[c])));
+    }
+    const double k_bound = std::sqrt(2.0) * e_max + (x_max + e_max) * std::ldexp(1.0, -20);
+    for (int i = 0; i < hd; ++i) {
+      const double err = std::fabs(double(got_k[i]) - want_k[i]);
+      max_k_error_ = std::max(max_k_error_, err);
+      ASSERT_LE(err, k_bound) << "layer " << layer << " head " << h << " slot " << s << " K[" << i << "]";
+    }
+    for (int i = 0; i < hd; ++i) {
+      const double err = std::fabs(double(got_v[i]) - want_v[i]);
+      max_v_error_ = std::max(max_v_error_, err);
+      ASSERT_LE(err, RowValueBound(store::KvTensorDtype(tier_, true), v_[layer].data() + static_cast<int64_t>(s) * kvd,
+                                   h * hd + i, group))
+          << "layer " << layer << " head " << h << " slot " << s << " V[" << i << "]";
+    }
+    ++*checked;
+  }
+
+  std::unique_ptr<OffloadedSparseAttention> off_;
+  const kv::SequenceKv* seq_;
+  store::KvDtype tier_;
+  kv::KvShape shape_;
+  std::vector<std::vector<float>> x_, k_, v_;  // [layer]: [slot, kv_dim] pre-RoPE K, rotated K, V
+  int64_t whole_rows_ = 0, selected_rows_ = 0;
+  double max_k_error_ = 0, max_v_error_ = 0;
+};
+
+TEST(OffloadTier, EachTypesRowsEnterWithinItsStepOfWhatTheForwardComputed) {
+  const Stories st(DType::kF32);
+  ASSERT_NE(st.e, nullptr);
+  for (store::KvDtype tier_dtype : store::kKvDtypes) {
+    // Whole-layer stagings (prefill chunks, pq's first sparse step) enter every released
+    // block; pq's sparse steps select slots of released blocks too, streaming's only
+    // resident ones (the first block and the local window).
+    for (auto [method, selects_released] : {std::pair{"pq-0.2@min=64,iters=4", true},
+                                            std::pair{"streaming-0.2@min=64", false}}) {
+      SCOPED_TRACE(std::string("tier ") + store::KvDtypeName(tier_dtype) + ", " + method);
+      store::DramTier tier(uint64_t{1} << 30);
+      kv::SequenceKv seq(&st.e->kv_pool());
+      OffloadOptions oo;
+      oo.cache_blocks = 4;
+      oo.tier_dtype = tier_dtype;
+      auto made = st.Offloaded(*ParseSparseOptions(method), oo, &seq, &tier);
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      TierRowChecker checker(std::move(*made), &seq, tier_dtype, st.cfg().n_layers);
+      for (float x : Feed(st.e->transformer(), &seq, st.tokens, 400, &checker)) ASSERT_TRUE(std::isfinite(x));
+      if (HasFatalFailure()) return;
+      EXPECT_GT(checker.whole_rows(), 0);
+      if (selects_released) {
+        EXPECT_GT(checker.selected_rows(), 0);
+      } else {
+        EXPECT_EQ(checker.selected_rows(), 0);
+      }
+      EXPECT_EQ(checker.offloaded().offload_stats().backing_errors, 0);
+      if (tier_dtype == store::KvDtype::kF32) {
+        EXPECT_EQ(checker.max_k_error(), 0.0);  // the rows the forward computed, rotated alike
+        EXPECT_EQ(checker.max_v_error(), 0.0);
+      } else {
+        EXPECT_GT(checker.max_k_error(), 0.0);  // the type did round them
+        EXPECT_GT(checker.max_v_error(), 0.0);
+      }
+    }
+  }
+}
+
+// The tier's bytes per block follow the layout docs/store.md gives for the type (computed
+// here from it), whatever the compute buffer's type: every layer's block_size rows of K
+// then V (kivi4: K's codes, then one group of kv_dim f16 scales and minimums).
+TEST(OffloadTier, BytesPerBlockAreTheTypesRows) {
+  for (DType pool_dtype : {DType::kF32, DType::kQ8_0}) {
+    const Stories st(pool_dtype);
+    ASSERT_NE(st.e, nullptr);
+    const kv::KvShape& shape = st.e->kv_pool().shape();
+    const int64_t kvd = shape.kv_dim(), bs = shape.block_size, g = attention::KvQ8Group(shape.head_dim);
+    const int64_t q8 = kvd + 2 * kvd / g, q4 = kvd / 2 + 2 * kvd / g;
+    const std::pair<store::KvDtype, int64_t> layer_bytes[] = {
+        {store::KvDtype::kF32, 2 * bs * kvd * 4},     {store::KvDtype::kF16, 2 * bs * kvd * 2},
+        {store::KvDtype::kQ8_0, 2 * bs * q8},         {store::KvDtype::kQ4_0, 2 * bs * q4},
+        {store::KvDtype::kQ8_0Q4_0, bs * (q8 + q4)}, {store::KvDtype::kKivi4, bs * kvd / 2 + 4 * kvd + bs * q4}};
+    for (auto [tier_dtype, per_layer] : layer_bytes) {
+      SCOPED_TRACE(std::string("buffer ") + DTypeName(pool_dtype) + ", tier " + store::KvDtypeName(tier_dtype));
+      store::DramTier tier(uint64_t{1} << 30);
+      kv::SequenceKv seq(&st.e->kv_pool());
+      OffloadOptions oo;
+      oo.tier_dtype = tier_dtype;
+      auto off = st.Offloaded(*ParseSparseOptions("pq-0.2@min=64,iters=4"), oo, &seq, &tier);
+      ASSERT_TRUE(off.ok()) << off.status().ToString();
+      for (float x : Feed(st.e->transformer(), &seq, st.tokens, 400, off->get())) ASSERT_TRUE(std::isfinite(x));
+      const OffloadStats& s = (*off)->offload_stats();
+      EXPECT_GE(s.offloaded_blocks, 25);
+      EXPECT_EQ(s.backing_bytes, 30 * shape.n_layers * per_layer);
+      EXPECT_EQ(OffloadTierBytes(shape, 480, tier_dtype), 30 * shape.n_layers * per_layer);
+      EXPECT_EQ(tier.bytes(), static_cast<uint64_t>(s.backing_bytes));
     }
   }
 }

@@ -41,11 +41,12 @@ struct KvFeatureOptions {
   // (no pq::SparseOptions in its kv_options) gets (the server's --sparse). null or method
   // full = full attention.
   std::shared_ptr<const pq::SparseOptions> sparse;
-  // Offloaded sparse requests (pq/offload.h): their complete blocks live pre-RoPE (f32)
-  // in a host-memory tier of this capacity (--sparse-offload-bytes); a request waits
-  // until its whole context fits beside the running ones', and one that cannot fit at
-  // all is refused.
+  // Offloaded sparse requests (pq/offload.h): their complete blocks live pre-RoPE, in
+  // sparse_offload_dtype (the server's store type, --kv-store-dtype), in a host-memory
+  // tier of this capacity (--sparse-offload-bytes); a request waits until its whole
+  // context fits beside the running ones', and one that cannot fit at all is refused.
   int64_t sparse_offload_bytes = int64_t{4} << 30;
+  store::KvDtype sparse_offload_dtype = store::KvDtype::kF32;
 };
 
 // The connector of the features with `options` (SchedulerOptions::kv_connector): over a

@@ -1,14 +1,16 @@
 // Offloading a sparse sequence's KV below the compute buffer (paper 004, sections 3.3-3.4):
 // only the sequence's first block (the initial slots), its local window and a block cache
-// stay in the compute buffer; every complete 128-slot block is written, pre-RoPE, to a
-// slower tier (a store::Tier: the DRAM tier's class by default) and released
+// stay in the compute buffer; every complete 128-slot block is written, pre-RoPE and in
+// a store type (OffloadOptions::tier_dtype: f32 by default, the server's store type --
+// q8_0 ~0.27x f32's bytes, kivi4 ~0.14x), to a slower tier (a store::Tier: the DRAM
+// tier's class by default) and released
 // (kv::SequenceKv::ReleaseBlock). Each decode step the selector (pq or streaming) chooses
 // per KV head as it does with everything resident; the chosen slots are then staged into a
 // small buffer that attention reads instead (kv::Visibility::view):
 //   resident slots (first block, local window)   copied from the compute buffer;
 //   slots in a block the cache holds             copied from the cache's copy;
-//   any other slot                               fetched from the tier, RoPE applied
-//                                                on entry (DESIGN.md decision 1).
+//   any other slot                               fetched from the tier, decoded, RoPE
+//                                                applied on entry (DESIGN.md decision 1).
 // The cache is PQCache's (pq/block_cache.h), one per layer and KV head, holding its
 // blocks' rows (RoPE applied) in blocks of the compute buffer's pool: each step the
 // blocks with most selected slots enter it (LRU or LFU victims), fetched whole.
@@ -16,8 +18,12 @@
 // Steps that need every slot -- a prefill chunk (its rows attend in full), the first
 // sparse step of a layer for pq (its codebooks are trained on every key), a step below
 // min_slots -- stage the whole layer (one layer's KV: 1/n_layers of the sequence's) from
-// the compute buffer and the tier. Attention's result is the one it gives with
-// everything resident (same slots, same order; tests/pq/offload_test.cc).
+// the compute buffer and the tier. With an f32 tier, attention's result is the one it
+// gives with everything resident (same slots, same order; tests/pq/offload_test.cc);
+// with another type, an offloaded row enters as the store's entries of that type do
+// (its pre-RoPE K and V rounded by the type, each value within the type's step of the
+// computed one), the selection unchanged where it reads no offloaded key (pq's codes
+// and streaming's positions do not).
 //
 // What counts toward the compute buffer: the resident blocks, the cache's blocks, and the
 // staging buffer (OffloadStats::buffer_bytes).
@@ -35,6 +41,7 @@
 #include "attic/kv/block_pool.h"
 #include "attic/pq/block_cache.h"
 #include "attic/pq/sparse.h"
+#include "attic/store/entry.h"
 #include "attic/store/tier.h"
 
 namespace attic::pq {
@@ -43,6 +50,10 @@ struct OffloadOptions {
   int cache_blocks = kDefaultOffloadCacheBlocks;  // block cache capacity per layer and KV head, in pool blocks
   CachePolicy policy = CachePolicy::kLru;   // its victims
   int update_blocks = -1;                   // blocks a step may insert (-1: cache_blocks); BlockCache's
+  // The type of the blocks in the tier (store/entry.h's types and rows; kivi4: K per
+  // channel with one group per block, V in q4_0): the server's --kv-store-dtype. f32
+  // enters exactly what the forward computed.
+  store::KvDtype tier_dtype = store::KvDtype::kF32;
 };
 
 struct OffloadStats {
@@ -81,11 +92,12 @@ class OffloadedSparseAttention : public SparseAttention {
 int OffloadWorkingBlocks(const SparseOptions& options, int block_size, int max_slots, int chunk_tokens);
 
 // Bytes the tier holds for an offloaded sequence of n_slots slots: per block, every
-// layer's pre-RoPE K and V in f32 (the layout in offload.cc).
-int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots);
+// layer's pre-RoPE K and V in `dtype` (the layout in offload.cc).
+int64_t OffloadTierBytes(const kv::KvShape& shape, int n_slots, store::KvDtype dtype = store::KvDtype::kF32);
 
 // Wraps `inner` (method pq or streaming: the selectors that read no offloaded key once
-// their codebooks exist; InvalidArgument otherwise) so that `seq`'s KV is offloaded to
+// their codebooks exist; InvalidArgument otherwise, and for a tier type the shape's rows
+// cannot take) so that `seq`'s KV is offloaded to
 // `backing` as it is computed. `rope` must be the model's (the one that rotated the
 // compute buffer's K). `seq`, `rope` and `backing` must outlive the result; the sequence's
 // keys in `backing` are erased when it is destroyed.

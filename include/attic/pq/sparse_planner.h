@@ -75,6 +75,8 @@ struct SparsePlannerOptions {
   // The offload tier's capacity (--sparse-offload-bytes): a request waits until its whole
   // context fits beside the running ones', and one that cannot fit at all is refused.
   int64_t offload_bytes = int64_t{4} << 30;
+  // The type of its blocks (OffloadOptions::tier_dtype; the server's store type).
+  store::KvDtype offload_dtype = store::KvDtype::kF32;
   // The model and the compute buffer.
   attention::AttentionShape shape;
   int n_layers = 0;
