@@ -100,6 +100,7 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
   eo.n_threads = c.threads;
   eo.context_length = context;
   eo.max_batch_tokens = c.chunk;
+  eo.kv_block_size = c.block_size;
   auto dt = ParseDType(c.kv_dtype);
   if (!dt.ok() || (*dt != DType::kF16 && *dt != DType::kF32 && *dt != DType::kQ8_0)) {
     Die("--kv-dtype must be f16, f32 or q8_0");
@@ -112,7 +113,7 @@ std::unique_ptr<Engine> LoadEngine(const Common& c, int context, int n_sequences
     return p;
   }());
   if (!probe.ok()) Die(probe.status().ToString());
-  kv::KvShape shape = (*probe)->transformer().kv_shape(kv::kDefaultBlockSize);
+  kv::KvShape shape = (*probe)->transformer().kv_shape(eo.kv_block_size);
   shape.set_dtype(eo.kv_dtype);
   const int64_t per_seq = (static_cast<int64_t>(context) / shape.block_size + 2) * shape.block_bytes();
   const int n_layers = (*probe)->model().config().n_layers;

@@ -21,6 +21,7 @@ std::vector<int> ParseIntList(const std::string& s);
 struct Common {
   std::string model, json, kv_dtype = "f16";
   int threads = 2, chunk = 1024;
+  int block_size = attic::kv::kDefaultBlockSize;  // KV block (slots); offload's --block-size
   uint64_t seed = 1;
 };
 void AddCommonFlags(attic::bench::FlagParser& flags, Common* c);

@@ -7,8 +7,10 @@
 // pool blocks x block size slots: that is the resident-only limit printed.
 //
 // One sequence of random tokens (or --text) is prefilled in --chunk chunks through the
-// offload hooks (its complete blocks go to a DRAM tier, pre-RoPE f32, and leave the pool),
-// then decodes --warmup + --steps steps, teacher-forced. Reported: prefill time, TT2T,
+// offload hooks (its complete blocks go to a DRAM tier, pre-RoPE, in --tier-dtype: a store
+// type, f32 by default, and leave the pool), then decodes --warmup + --steps steps,
+// teacher-forced. Reported: prefill time, TT2T, the timed steps' mean negative
+// log-likelihood of the next token (with --text, what a tier type costs in perplexity),
 // TPOT (median of the timed steps), per step the staging and fetch time and the bytes
 // fetched from the tier, the peak compute-buffer bytes against the context's KV, and the
 // block cache's hit rate -- for the policy that ran (--policy) and, from the same
@@ -41,10 +43,12 @@ int RunOffload(int argc, char** argv) {
   c.chunk = 1024;
   int context = 65536, steps = 16, warmup = 2, cache_blocks = -1;
   double share = 0.125;
-  std::string method_flag = "pq-0.1", policy_flag = "lru", text, replay_flag = "8,16,32,64,128";
+  std::string method_flag = "pq-0.1", policy_flag = "lru", text, replay_flag = "8,16,32,64,128", tier_flag = "f32";
+  int block_size = kv::kDefaultBlockSize;
   bench::FlagParser flags(std::string(kProgram) + " offload",
                           "--model PATH [--context 65536] [--buffer-share 0.125] [--method pq-0.1] [--cache-blocks N] "
-                          "[--policy lru|lfu] [--steps 16] [--warmup 2] [--text FILE] [--replay-blocks 8,16,32,64,128]");
+                          "[--policy lru|lfu] [--steps 16] [--warmup 2] [--text FILE] [--replay-blocks 8,16,32,64,128] "
+                          "[--tier-dtype f32|f16|q8_0|q4_0|q8_0/q4_0|kivi4] [--block-size 128]");
   AddCommonFlags(flags, &c);
   flags.Int("--context", &context);
   flags.Double("--buffer-share", &share);
@@ -55,6 +59,8 @@ int RunOffload(int argc, char** argv) {
   flags.Int("--warmup", &warmup);
   flags.String("--text", &text);
   flags.String("--replay-blocks", &replay_flag);
+  flags.String("--tier-dtype", &tier_flag);
+  flags.Int("--block-size", &block_size);
   flags.ParseOrExit(argc - 1, argv + 1);
   std::vector<int> replay_blocks = ParseIntList(replay_flag);
   auto parsed = pq::ParseSparseOptions(method_flag);
@@ -62,6 +68,11 @@ int RunOffload(int argc, char** argv) {
     flags.UsageError("--model is required; --context >= 256, --steps >= 1, --warmup >= 1, 0 < --buffer-share <= 1");
   if (!parsed.ok()) flags.UsageError("--method: " + parsed.status().message());
   if (policy_flag != "lru" && policy_flag != "lfu") flags.UsageError("--policy must be lru or lfu");
+  store::KvDtype tier_dtype;
+  if (!store::ParseKvDtype(tier_flag, &tier_dtype))
+    flags.UsageError("--tier-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4");
+  if (block_size < 1) flags.UsageError("--block-size must be >= 1");
+  c.block_size = block_size;
   const pq::CachePolicy policy = policy_flag == "lru" ? pq::CachePolicy::kLru : pq::CachePolicy::kLfu;
   bench::CheckOutput(kProgram, c.json);
   const std::string load_start = bench::LoadAverage();
@@ -92,16 +103,16 @@ int RunOffload(int argc, char** argv) {
   Status vst = parsed->Validate(cfg.head_dim);
   if (!vst.ok()) Die(vst.ToString());
   const kv::KvShape& shape = engine->kv_pool().shape();
-  const std::vector<int32_t> tokens = BenchTokens(*engine, text, total, c.seed);
+  // One more than the steps feed: the last timed step's next token.
+  const std::vector<int32_t> tokens = BenchTokens(*engine, text, total + 1, c.seed);
 
-  store::DramTier tier(static_cast<uint64_t>(kv_bytes) * 16 /
-                           (attention::KvValueBytes(shape.k_dtype, 2) + attention::KvValueBytes(shape.v_dtype, 2)) +
-                       (uint64_t{1} << 30));
+  store::DramTier tier(static_cast<uint64_t>(pq::OffloadTierBytes(shape, total, tier_dtype)) + (uint64_t{1} << 20));
   const attention::RopeTable rope(cfg);
   kv::SequenceKv seq(&engine->kv_pool());
   pq::OffloadOptions oo;
   oo.cache_blocks = cache_blocks;
   oo.policy = policy;
+  oo.tier_dtype = tier_dtype;
   auto made = pq::MakeOffloadedSparseAttention(
       pq::MakeSparseAttention(*parsed, AttentionShapeOf(cfg), cfg.n_layers, engine->threads()), oo, &seq, rope, &tier,
       cfg.n_layers, engine->threads());
@@ -124,7 +135,7 @@ int RunOffload(int argc, char** argv) {
       for (int i = 0; i < cfg.n_layers * cfg.n_kv_heads; ++i)
         replay[ci][p].emplace_back(replay_blocks[ci], policies[p], shape.block_size);
   std::vector<double> step_s;
-  double first_step_s = 0;
+  double first_step_s = 0, nll = 0;  // nll: summed over the timed steps
   pq::OffloadStats before;
   std::vector<float> logits;
   std::vector<int32_t> sel;
@@ -141,7 +152,15 @@ int RunOffload(int argc, char** argv) {
     const double dt = bench::NowSeconds() - t0;
     if (!st.ok()) Die("decode: " + st.ToString());
     if (i == 0) first_step_s = dt;
-    if (i >= warmup) step_s.push_back(dt);
+    if (i >= warmup) {
+      step_s.push_back(dt);
+      // -log softmax(logits)[the next token], in double.
+      const int32_t next = tokens[context + i + 1];
+      double mx = logits[0], sum = 0;
+      for (float x : logits) mx = std::max(mx, double(x));
+      for (float x : logits) sum += std::exp(double(x) - mx);
+      nll += mx + std::log(sum) - logits[next];
+    }
     for (int l = 0; l < cfg.n_layers; ++l) {
       for (int h = 0; h < cfg.n_kv_heads; ++h) {
         sel.clear();
@@ -183,10 +202,11 @@ int RunOffload(int argc, char** argv) {
   row("resident-only limit with this pool", Fmt("%lld slots", static_cast<long long>(resident_limit)));
   row("blocks in the tier / resident at the end", Fmt("%lld / %d", static_cast<long long>(s.offloaded_blocks),
                                                       seq.n_resident_blocks()));
-  row("tier bytes", Fmt("%.1f MiB", s.backing_bytes / 1048576.0));
+  row("tier bytes (" + tier_flag + ")", Fmt("%.1f MiB", s.backing_bytes / 1048576.0));
   row("prefill", Fmt("%.1f s", prefill_s));
   row("TT2T (prefill + first step)", Fmt("%.1f s", prefill_s + first_step_s));
   row("TPOT (median)", Fmt("%.1f ms", tpot * 1e3));
+  row("next-token NLL (timed steps, mean)", Fmt("%.4f (perplexity %.3f)", nll / n_steps, std::exp(nll / n_steps)));
   row("staging per step (fetches included)", Fmt("%.1f ms", (s.stage_seconds - before.stage_seconds) / n_steps * 1e3));
   row("fetch per step", Fmt("%.1f ms", (s.fetch_seconds - before.fetch_seconds) / n_steps * 1e3));
   row("fetched per step", Fmt("%.2f MiB", (s.fetched_bytes - before.fetched_bytes) / n_steps / 1048576.0));
@@ -231,6 +251,9 @@ int RunOffload(int argc, char** argv) {
   out["offloaded_blocks"] = s.offloaded_blocks;
   out["resident_blocks_end"] = seq.n_resident_blocks();
   out["tier_bytes"] = s.backing_bytes;
+  out["tier_dtype"] = tier_flag;
+  out["block_size"] = shape.block_size;
+  out["nll_mean"] = nll / n_steps;
   out["prefill_s"] = prefill_s;
   out["first_step_s"] = first_step_s;
   out["tt2t_s"] = prefill_s + first_step_s;
