@@ -362,7 +362,7 @@ TEST_P(SparseSchedulerOffload, AnOffloadedRequestDecodesAsTheResidentOneInACompu
   huge_cache->offload_cache_blocks = 12;
   EXPECT_EQ(s.Submit(Request(prompt, kTokens, huge_cache)).status().code(), StatusCode::kOutOfRange);
   KvFeatureOptions tiny_fo;
-  // The context needs 23 blocks (f32 in the tier, whatever the pool's type).
+  // The context needs 23 blocks (f32 in the tier by default, whatever the pool's type).
   tiny_fo.sparse_offload_bytes = 10 * pq::OffloadTierBytes(small->kv_pool().shape(), 16);
   SchedulerOptions tiny_tier;
   tiny_tier.kv_connector = KvFeatures(tiny_fo);
@@ -370,6 +370,31 @@ TEST_P(SparseSchedulerOffload, AnOffloadedRequestDecodesAsTheResidentOneInACompu
   auto r = s2.Submit(Request(prompt, kTokens, offload));
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(r.status().message().find("--sparse-offload-bytes"), std::string::npos) << r.status().message();
+
+  // A tier of a store type (the server's --kv-store-dtype): the same context takes the
+  // type's bytes, so a tier sized for it in kivi4 -- less than f32 needs for half of it --
+  // admits and decodes it, and refuses it in f32.
+  const kv::KvShape& shape = small->kv_pool().shape();
+  KvFeatureOptions kivi4_fo;
+  kivi4_fo.sparse_offload_dtype = store::KvDtype::kKivi4;
+  kivi4_fo.sparse_offload_bytes = pq::OffloadTierBytes(shape, 23 * shape.block_size, store::KvDtype::kKivi4);
+  ASSERT_LT(kivi4_fo.sparse_offload_bytes, pq::OffloadTierBytes(shape, 12 * shape.block_size));
+  SchedulerOptions kivi4_tier;
+  kivi4_tier.kv_connector = KvFeatures(kivi4_fo);
+  SchedulerStats kivi4_stats;
+  const auto kivi4_got = RunTogether(*small, {Request(prompt, kTokens, offload)}, &kivi4_stats, kivi4_tier);
+  ASSERT_EQ(kivi4_got.size(), 1u);
+  EXPECT_EQ(kivi4_got[0].usage.completion_tokens, kTokens);
+  const pq::SparseDecodeStats kivi4_sparse = kivi4_stats.kv.Value<pq::SparseDecodeStats>();
+  EXPECT_GE(kivi4_sparse.offloaded_blocks, 15u);
+  EXPECT_EQ(kivi4_sparse.offload_errors, 0u);
+  EXPECT_EQ(kivi4_stats.kv_blocks_used, 0);
+  KvFeatureOptions f32_fo = kivi4_fo;
+  f32_fo.sparse_offload_dtype = store::KvDtype::kF32;
+  SchedulerOptions f32_tier;
+  f32_tier.kv_connector = KvFeatures(f32_fo);
+  Scheduler s3(*small, f32_tier);
+  EXPECT_EQ(s3.Submit(Request(prompt, kTokens, offload)).status().code(), StatusCode::kOutOfRange);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, SparseSchedulerOffload, ::testing::Values(DType::kF32, DType::kF16, DType::kQ8_0),
