@@ -110,7 +110,8 @@ class TierRows {
     } else if (t == store::KvDtype::kF16) {
       backend::ConvertF32ToF16(x, reinterpret_cast<uint16_t*>(dst), n);
     } else if (t == store::KvDtype::kQ8_0 || t == store::KvDtype::kQ4_0) {
-      for (int r = 0; r < rows_; ++r) store::QuantizeRow(t, x + static_cast<int64_t>(r) * kvd_, kvd_, group_, dst + r * row_bytes);
+      for (int r = 0; r < rows_; ++r)
+        store::QuantizeRow(t, x + static_cast<int64_t>(r) * kvd_, kvd_, group_, dst + r * row_bytes);
     }  // kivi4's K: its group, by Encode
   }
   const float* DecodeRow(store::KvDtype t, const uint8_t* row, int first, int n, float* scratch) const {
