@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <utility>
@@ -77,30 +78,38 @@ class TierRows {
     EncodeRows(vt_, v, dst + k_bytes(), v_row_);
   }
 
-  // Values [first, first + n) (whole KV heads) of row `row` of a layer's bytes (`layer`,
-  // bytes() of them) as f32: an f32 tier's in place, any other decoded into `scratch` (n
-  // floats; exact: each type's values are f32 numbers).
-  const float* K(const uint8_t* layer, int row, int first, int n, float* scratch) const {
-    const uint8_t* at = layer + static_cast<size_t>(row) * k_row_;
-    if (store::KvDtypeGroupedK(dtype_)) {
-      // The block's scales and minimums of these channels, widened (the layer's bytes are
-      // aligned only to 2: copied out first).
-      thread_local std::vector<uint16_t> bits;
-      thread_local std::vector<float> wide;
-      bits.resize(2 * static_cast<size_t>(n));
-      wide.resize(2 * static_cast<size_t>(n));
-      const uint8_t* params = layer + rows_ * k_row_;
+  // One fetched layer's rows (`bytes`, bytes() of them), values [first, first + n) (whole
+  // KV heads), as f32: an f32 tier's in place, any other decoded into a scratch of n
+  // floats (exact: each type's values are f32 numbers). kivi4's scales and minimums of
+  // those channels (the block's one group) are widened once, for every row read.
+  class Layer {
+   public:
+    Layer(const TierRows& t, const uint8_t* bytes, int first, int n) : t_(t), bytes_(bytes), first_(first), n_(n) {
+      if (!store::KvDtypeGroupedK(t.dtype_)) return;
+      // The layer's bytes are aligned only to 2: copied out first.
+      std::vector<uint16_t> bits(2 * static_cast<size_t>(n));
+      const uint8_t* params = bytes + t.rows_ * t.k_row_;
       std::memcpy(bits.data(), params + 2 * static_cast<size_t>(first), 2 * static_cast<size_t>(n));
-      std::memcpy(bits.data() + n, params + 2 * (static_cast<size_t>(kvd_) + first), 2 * static_cast<size_t>(n));
-      backend::ConvertF16ToF32(bits.data(), wide.data(), 2 * static_cast<int64_t>(n));
-      store::DequantizeKGroupRowF32(at + first / 2, wide.data(), wide.data() + n, n, scratch);
+      std::memcpy(bits.data() + n, params + 2 * (static_cast<size_t>(t.kvd_) + first), 2 * static_cast<size_t>(n));
+      wide_.resize(bits.size());
+      backend::ConvertF16ToF32(bits.data(), wide_.data(), static_cast<int64_t>(bits.size()));
+    }
+    const float* K(int row, float* scratch) const {
+      const uint8_t* at = bytes_ + static_cast<size_t>(row) * t_.k_row_;
+      if (wide_.empty()) return t_.DecodeRow(t_.kt_, at, first_, n_, scratch);
+      store::DequantizeKGroupRowF32(at + first_ / 2, wide_.data(), wide_.data() + n_, n_, scratch);
       return scratch;
     }
-    return DecodeRow(kt_, at, first, n, scratch);
-  }
-  const float* V(const uint8_t* layer, int row, int first, int n, float* scratch) const {
-    return DecodeRow(vt_, layer + k_bytes() + static_cast<size_t>(row) * v_row_, first, n, scratch);
-  }
+    const float* V(int row, float* scratch) const {
+      return t_.DecodeRow(t_.vt_, bytes_ + t_.k_bytes() + static_cast<size_t>(row) * t_.v_row_, first_, n_, scratch);
+    }
+
+   private:
+    const TierRows& t_;
+    const uint8_t* bytes_;
+    int first_, n_;
+    std::vector<float> wide_;  // kivi4: n scales, then n minimums
+  };
 
  private:
   void EncodeRows(store::KvDtype t, const float* x, uint8_t* dst, size_t row_bytes) const {
@@ -329,19 +338,22 @@ class Offloaded final : public OffloadedSparseAttention {
     return r;
   }
 
-  // Row `row` of a block from a tier range (one layer: K rows, then V rows), KV heads
-  // [h, h + n_heads): decoded from the tier's type (in place for f32), K rotated to
-  // `position`, both stored in the pool's element type, to row dst_row of the
-  // layer-blocks at k_block / v_block.
-  void EnterRow(const store::ByteRange& range, int row, int h, int n_heads, int32_t position, uint8_t* k_block,
+  // KV heads [h, h + n_heads) of a tier range (one layer of a block: K rows, then V rows).
+  TierRows::Layer HeadsOf(const store::ByteRange& range, int h, int n_heads) const {
+    return TierRows::Layer(tier_, reinterpret_cast<const uint8_t*>(range.data), h * ks_.head_dim,
+                           n_heads * ks_.head_dim);
+  }
+
+  // Row `row` of `src` (HeadsOf(range, h, n_heads)): decoded from the tier's type (in
+  // place for f32), K rotated to `position`, both stored in the pool's element type, to
+  // row dst_row of the layer-blocks at k_block / v_block.
+  void EnterRow(const TierRows::Layer& src, int row, int h, int n_heads, int32_t position, uint8_t* k_block,
                 uint8_t* v_block, int dst_row) const {
-    const int first = h * ks_.head_dim, n = n_heads * ks_.head_dim;
     thread_local std::vector<float> k_row, v_row;
-    k_row.resize(static_cast<size_t>(n));
-    v_row.resize(static_cast<size_t>(n));
-    const auto* layer_bytes = reinterpret_cast<const uint8_t*>(range.data);
-    const float* k = tier_.K(layer_bytes, row, first, n, k_row.data());
-    const float* v = tier_.V(layer_bytes, row, first, n, v_row.data());
+    k_row.resize(static_cast<size_t>(n_heads) * ks_.head_dim);
+    v_row.resize(static_cast<size_t>(n_heads) * ks_.head_dim);
+    const float* k = src.K(row, k_row.data());
+    const float* v = src.V(row, v_row.data());
     auto scales = [&](DType t, uint8_t* block) {
       return attention::KvHasScales(t) ? reinterpret_cast<uint16_t*>(block + ScaleAt(t, h, dst_row)) : nullptr;
     };
@@ -385,7 +397,8 @@ class Offloaded final : public OffloadedSparseAttention {
         return;
       }
       per_thread[thread].fetched_bytes += static_cast<int64_t>(range->size);
-      for (int r = 0; r < bs; ++r) EnterRow(*range, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd, vd, r);
+      const TierRows::Layer src = HeadsOf(*range, 0, ks_.n_kv_heads);
+      for (int r = 0; r < bs; ++r) EnterRow(src, r, 0, ks_.n_kv_heads, pos[b * bs + r], kd, vd, r);
     });
     for (size_t t = 0; t < per_thread.size(); ++t) {
       AddReadCounts(per_thread[t]);
@@ -478,7 +491,8 @@ class Offloaded final : public OffloadedSparseAttention {
         continue;
       }
       const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < bs; ++r) EnterRow(*range, r, h, 1, pos[b * bs + r], kd, vd, r);
+      const TierRows::Layer src = HeadsOf(*range, h, 1);
+      for (int r = 0; r < bs; ++r) EnterRow(src, r, h, 1, pos[b * bs + r], kd, vd, r);
       stats->fetch_seconds += Since(t0);
       stats->fetched_bytes += bs * HeadRowBytes();
     }
@@ -510,8 +524,8 @@ class Offloaded final : public OffloadedSparseAttention {
       std::vector<int32_t>& out = compact_[h];
       out.clear();
       int i = 0;
-      const store::ByteRange* range = nullptr;
       StatusOr<store::ByteRange> fetched = store::ByteRange();
+      std::optional<TierRows::Layer> src;  // the fetched block's rows of head h (none: its read failed)
       int fetched_block = -1;
       for (size_t j = 0; j < sel.size(); ++j) {
         const int32_t s = sel[j], b = s / bs;
@@ -525,11 +539,12 @@ class Offloaded final : public OffloadedSparseAttention {
           if (b != fetched_block) {
             fetched = ReadLayer(layer, b, stats);
             fetched_block = b;
-            range = fetched.ok() ? &*fetched : nullptr;
+            src.reset();
+            if (fetched.ok()) src.emplace(HeadsOf(*fetched, h, 1));
           }
-          if (range == nullptr) continue;  // left out of this step (logged)
+          if (!src) continue;  // left out of this step (logged)
           const auto t0 = std::chrono::steady_clock::now();
-          EnterRow(*range, s % bs, h, 1, pos[s], kd, vd, i % bs);
+          EnterRow(*src, s % bs, h, 1, pos[s], kd, vd, i % bs);
           stats->fetch_seconds += Since(t0);
           stats->fetched_bytes += HeadRowBytes();
         }
