@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attic/eval/metrics.h"
 #include "attic/pq/block_cache.h"
 #include "attic/pq/offload.h"
 #include "attic/store/tier.h"
@@ -154,12 +155,7 @@ int RunOffload(int argc, char** argv) {
     if (i == 0) first_step_s = dt;
     if (i >= warmup) {
       step_s.push_back(dt);
-      // -log softmax(logits)[the next token], in double.
-      const int32_t next = tokens[context + i + 1];
-      double mx = logits[0], sum = 0;
-      for (float x : logits) mx = std::max(mx, double(x));
-      for (float x : logits) sum += std::exp(double(x) - mx);
-      nll += mx + std::log(sum) - logits[next];
+      nll += eval::NegLogLikelihood(logits.data(), static_cast<int>(logits.size()), tokens[context + i + 1]);
     }
     for (int l = 0; l < cfg.n_layers; ++l) {
       for (int h = 0; h < cfg.n_kv_heads; ++h) {
