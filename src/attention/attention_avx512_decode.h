@@ -285,6 +285,85 @@ inline __m512i LoadQ8Piece(const int8_t* row, int piece, int d) {
   return _mm512_maskz_loadu_epi8((__mmask64{1} << left) - 1, row + 64 * piece);
 }
 
+// The scores of one 64-slot step over q8_0 K for R query rows with VNNI, head_dim kP x 64
+// (DecodeKernelQ8T's kQuads form; the row-by-row form below gives the same int32 sums).
+// Each 16-slot group's K bytes are loaded and flipped once for all R rows, and arranged
+// by QuadWords so that vector 4 q + e holds, in lane i of block b, the 4-byte word 4 b + e
+// of slot 4 q + i. One vpdpbusd per vector against the query's matching words (qe, laid
+// out by the kernel) leaves in each lane one slot's sum over 16 values, and a cross-block
+// fold per 8 slots gives Reduce16Halves' layout: 8 shuffles per slot quad shared by the
+// rows, where the row-by-row form runs a 16-slot reduction tree per row (~42
+// instructions per 16 slots and row).
+inline void QuadWords(const int8_t* const* k, int pc, __m512i (&u)[16]) {
+  const __m512i flip = _mm512_set1_epi8(-128);
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512i x[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) x[i] = _mm512_xor_si512(_mm512_loadu_si512(k[4 * q + i] + 64 * pc), flip);
+    const __m512i lo01 = _mm512_unpacklo_epi32(x[0], x[1]), hi01 = _mm512_unpackhi_epi32(x[0], x[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi32(x[2], x[3]), hi23 = _mm512_unpackhi_epi32(x[2], x[3]);
+    u[4 * q + 0] = _mm512_unpacklo_epi64(lo01, lo23);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(lo01, lo23);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(hi01, hi23);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(hi01, hi23);
+  }
+}
+
+// qe: [R][kP][4][64] bytes (the query words of QuadWords' vector e), corr and dqv:
+// [R][kP][16] as the row-by-row form's; then each row's online-softmax step.
+template <int R, int kP>
+[[gnu::always_inline]] inline void QuadScores(const int8_t* const* kr, const int8_t* qe, const int32_t* corr,
+                                              const float* dqv, const float* ksc, bool masked, int c,
+                                              const int32_t* lim, float (*pbuf)[kDecodeChunk], __m512* m,
+                                              __m512* alpha, __m512* lsum) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i idx_e = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i idx_f = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  __m512 s[R][kGroups];
+#pragma GCC unroll 4
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int8_t* const* k = kr + gi * kGroup;
+    __m512 ef[R], ff[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) ef[r] = ff[r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int pc = 0; pc < kP; ++pc) {
+      __m512i u[16];
+      QuadWords(k, pc, u);
+      const float* k0 = ksc + (2 * pc) * kDecodeChunk + gi * kGroup;
+      const float* k1 = k0 + kDecodeChunk;
+      const __m512 we = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_e, _mm512_load_ps(k1));
+      const __m512 wf = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_f, _mm512_load_ps(k1));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int at = r * kP + pc;
+        const __m512i* qw = reinterpret_cast<const __m512i*>(qe + at * 4 * 64);
+        const __m512i c0 = _mm512_load_si512(corr + at * 16);
+        __m512i acc[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          acc[q] = _mm512_dpbusd_epi32(c0, u[4 * q], _mm512_load_si512(qw));
+#pragma GCC unroll 4
+          for (int e = 1; e < 4; ++e) acc[q] = _mm512_dpbusd_epi32(acc[q], u[4 * q + e], _mm512_load_si512(qw + e));
+        }
+        const __m512i e = Fold128Epi32(acc[0], acc[1]), f = Fold128Epi32(acc[2], acc[3]);
+        const __m512 dq = _mm512_load_ps(dqv + at * 16);
+        ef[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(e), _mm512_mul_ps(we, dq), ef[r]);
+        ff[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f), _mm512_mul_ps(wf, dq), ff[r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      s[r][gi] = Fold128(ef[r], ff[r]);
+      if (masked) s[r][gi] = MaskScores(s[r][gi], c + gi * kGroup, lim[r], iota, neg_inf);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) SoftmaxStep(s[r], m[r], alpha[r], lsum[r], pbuf[r]);
+}
+
 // Row-major q8_0 kernel for R rows (<= 8); kD = head_dim (64, 128), or 0 for any
 // supported multiple of 16. Steps of 64 slots as DecodeKernelT's; rows through one
 // pointer per slot (DecodeRows), so index lists and block edges read rows in place.
@@ -301,8 +380,11 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   // Scratch: the zero row, the quantized queries and their lane constants, the step's
   // K and V scales by group, the weights by V group.
   const size_t piece_floats = static_cast<size_t>(R) * pieces * 16;
+  // kQuads: head_dim a multiple of 64 with VNNI, where the scores take K in slot quads
+  // (below), sharing each step's K bytes among the R query rows.
+  constexpr bool kQuads = kVnni && kD > 0 && kD % 64 == 0;
   float* scratch = ThreadScratch(2, pieces * 16 + 3 * piece_floats + 2 * static_cast<size_t>(ngp) * kDecodeChunk +
-                                        static_cast<size_t>(ng) * R * kDecodeChunk);
+                                        static_cast<size_t>(ng) * R * kDecodeChunk + (kQuads ? 4 * piece_floats : 0));
   int8_t* zero = reinterpret_cast<int8_t*>(scratch);
   int8_t* qq = reinterpret_cast<int8_t*>(scratch + pieces * 16);  // [R][pieces][64]
   int32_t* corr = reinterpret_cast<int32_t*>(scratch + pieces * 16 + piece_floats);  // [R][pieces][16]
@@ -310,6 +392,8 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
   float* ksc = dqv + piece_floats;                                                    // [ngp][kDecodeChunk]
   float* vsc = ksc + static_cast<size_t>(ngp) * kDecodeChunk;                         // [ng][kDecodeChunk]
   float* pq = vsc + static_cast<size_t>(ngp) * kDecodeChunk;                          // [ng][R][kDecodeChunk]
+  // kQuads: [R][pieces][4][64], QuadScores' query words.
+  int8_t* qe = reinterpret_cast<int8_t*>(pq + static_cast<size_t>(ng) * R * kDecodeChunk);
   std::fill(zero, zero + pieces * 64, int8_t{0});
   std::fill(ksc, ksc + static_cast<size_t>(ngp) * kDecodeChunk, 0.0f);  // groups past ng stay 0
   std::fill(ot, ot + static_cast<size_t>(R) * d, 0.0f);
@@ -337,7 +421,18 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
       for (int pc = 0; pc < pieces; ++pc) {
         const int at = r * pieces + pc;
         const __m512i qv = _mm512_load_si512(qq + at * 64);
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), qv);
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), qv);
+        if constexpr (kQuads) {
+          // qe[e]: lane 4 b + i holds the query's 4-byte word 4 b + e (the word slot
+          // quads' vector e holds in block b, lane i: QuadWords); corr sums the four.
+          s = _mm512_setzero_si512();
+          for (int e = 0; e < 4; ++e) {
+            const __m512i words = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+            const __m512i w = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(e), words), qv);
+            _mm512_store_si512(qe + (at * 4 + e) * 64, w);
+            s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(-128), w);
+          }
+        }
         _mm512_store_si512(corr + at * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
         // The groups of the piece's halves (bytes 0-31 and 32-63).
         const int g0 = 64 * pc / group, g1 = (64 * pc + 32) / group;
@@ -382,55 +477,59 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
     // K scales by group (ksc has a group for each half-piece, ngp >= ng: the rest stay 0).
     StepScalesQ8(p, map, c, max_lim, p.kv.k_q8, ng, ksc);
     const bool masked = c + kDecodeChunk > min_lim;
+    if constexpr (kQuads) {
+      QuadScores<R, kD / 64>(kr, qe, corr, dqv, ksc, masked, c, lim, pbuf, m, alpha, lsum);
+    } else {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __m512 s[kGroups];
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const int8_t* const* k = kr + gi * kGroup;
-        if constexpr (kVnni) {
-          __m512 ef = _mm512_setzero_ps(), ff = _mm512_setzero_ps();
-          for (int pc = 0; pc < pieces; ++pc) {
-            const int at = r * pieces + pc;
-            const __m512i qv = _mm512_load_si512(qq + at * 64);
-            const __m512i c0 = _mm512_load_si512(corr + at * 16);
-            __m512i acc[kGroup];
+      for (int r = 0; r < R; ++r) {
+        __m512 s[kGroups];
+        for (int gi = 0; gi < kGroups; ++gi) {
+          const int8_t* const* k = kr + gi * kGroup;
+          if constexpr (kVnni) {
+            __m512 ef = _mm512_setzero_ps(), ff = _mm512_setzero_ps();
+            for (int pc = 0; pc < pieces; ++pc) {
+              const int at = r * pieces + pc;
+              const __m512i qv = _mm512_load_si512(qq + at * 64);
+              const __m512i c0 = _mm512_load_si512(corr + at * 16);
+              __m512i acc[kGroup];
 #pragma GCC unroll 16
-            for (int j = 0; j < kGroup; ++j) {
-              acc[j] = _mm512_dpbusd_epi32(c0, _mm512_xor_si512(LoadQ8Piece<kD>(k[j], pc, d), flip), qv);
-            }
-            __m512i e, f;
-            Reduce16Halves(acc, &e, &f);
-            const __m512 dq = _mm512_load_ps(dqv + at * 16);
-            const float* k0 = ksc + (2 * pc) * kDecodeChunk + gi * kGroup;
-            const float* k1 = k0 + kDecodeChunk;
-            const __m512 we = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_e, _mm512_load_ps(k1));
-            const __m512 wf = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_f, _mm512_load_ps(k1));
-            ef = _mm512_fmadd_ps(_mm512_cvtepi32_ps(e), _mm512_mul_ps(we, dq), ef);
-            ff = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f), _mm512_mul_ps(wf, dq), ff);
-          }
-          s[gi] = Fold128(ef, ff);
-        } else {
-          __m512 acc[kGroup];
-#pragma GCC unroll 16
-          for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
-          for (int g = 0; g < ng; ++g) {
-            const float* kscale = ksc + g * kDecodeChunk + gi * kGroup;
-#pragma GCC unroll 16
-            for (int j = 0; j < kGroup; ++j) {
-              __m512 t = _mm512_setzero_ps();
-              for (int i = g * group; i < (g + 1) * group; i += 16) {
-                const __m512 kv = _mm512_cvtepi32_ps(
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[j] + i))));
-                t = _mm512_fmadd_ps(_mm512_load_ps(qs + r * d + i), kv, t);
+              for (int j = 0; j < kGroup; ++j) {
+                acc[j] = _mm512_dpbusd_epi32(c0, _mm512_xor_si512(LoadQ8Piece<kD>(k[j], pc, d), flip), qv);
               }
-              acc[j] = _mm512_fmadd_ps(t, _mm512_set1_ps(kscale[j]), acc[j]);
+              __m512i e, f;
+              Reduce16Halves(acc, &e, &f);
+              const __m512 dq = _mm512_load_ps(dqv + at * 16);
+              const float* k0 = ksc + (2 * pc) * kDecodeChunk + gi * kGroup;
+              const float* k1 = k0 + kDecodeChunk;
+              const __m512 we = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_e, _mm512_load_ps(k1));
+              const __m512 wf = _mm512_permutex2var_ps(_mm512_load_ps(k0), idx_f, _mm512_load_ps(k1));
+              ef = _mm512_fmadd_ps(_mm512_cvtepi32_ps(e), _mm512_mul_ps(we, dq), ef);
+              ff = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f), _mm512_mul_ps(wf, dq), ff);
             }
+            s[gi] = Fold128(ef, ff);
+          } else {
+            __m512 acc[kGroup];
+#pragma GCC unroll 16
+            for (int j = 0; j < kGroup; ++j) acc[j] = _mm512_setzero_ps();
+            for (int g = 0; g < ng; ++g) {
+              const float* kscale = ksc + g * kDecodeChunk + gi * kGroup;
+#pragma GCC unroll 16
+              for (int j = 0; j < kGroup; ++j) {
+                __m512 t = _mm512_setzero_ps();
+                for (int i = g * group; i < (g + 1) * group; i += 16) {
+                  const __m512 kv = _mm512_cvtepi32_ps(
+                      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[j] + i))));
+                  t = _mm512_fmadd_ps(_mm512_load_ps(qs + r * d + i), kv, t);
+                }
+                acc[j] = _mm512_fmadd_ps(t, _mm512_set1_ps(kscale[j]), acc[j]);
+              }
+            }
+            s[gi] = Reduce16(acc);
           }
-          s[gi] = Reduce16(acc);
+          if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
         }
-        if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
+        SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
       }
-      SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
     // The weights times each slot's V scale, per V group.
     StepScalesQ8(p, vmap, c, max_lim, v_pool, ng, vsc);
