@@ -314,6 +314,34 @@ void DequantizeKGroupRow(const uint8_t* codes, const uint16_t* params, int kv_di
   DequantizeKGroupRowF32(codes, wide.data(), wide.data() + kv_dim, kv_dim, y);
 }
 
+void RoundTripRows(KvDtype dtype, bool v, int n, int kv_dim, int group, float* x) {
+  const KvDtype t = KvTensorDtype(dtype, v);
+  if (t == KvDtype::kF32) return;
+  if (t == KvDtype::kF16) {
+    for (size_t i = 0; i < static_cast<size_t>(n) * kv_dim; ++i) x[i] = F16ToF32(F32ToF16(x[i]));
+    return;
+  }
+  if (t == KvDtype::kKivi4) {
+    std::vector<uint8_t> codes(static_cast<size_t>(kKivi4GroupTokens) * kv_dim / 2);
+    std::vector<uint16_t> params(2 * static_cast<size_t>(kv_dim));
+    for (int t0 = 0; t0 < n; t0 += kKivi4GroupTokens) {
+      const int m = std::min(kKivi4GroupTokens, n - t0);
+      float* g = x + static_cast<size_t>(t0) * kv_dim;
+      QuantizeKGroup(g, m, kv_dim, codes.data(), params.data());
+      for (int r = 0; r < m; ++r)
+        DequantizeKGroupRow(codes.data() + static_cast<size_t>(r) * kv_dim / 2, params.data(), kv_dim,
+                            g + static_cast<size_t>(r) * kv_dim);
+    }
+    return;
+  }
+  std::vector<uint8_t> row(KvRowBytes(t, kv_dim, group));
+  for (int r = 0; r < n; ++r) {
+    float* y = x + static_cast<size_t>(r) * kv_dim;
+    QuantizeRow(t, y, kv_dim, group, row.data());
+    DequantizeRow(t, row.data(), kv_dim, group, y);
+  }
+}
+
 void DequantizeEntryKRow(const char* layer_k, int n_tokens, const std::vector<int32_t>& group_ends, int kv_dim,
                          int row, float* y) {
   const size_t g = static_cast<size_t>(std::upper_bound(group_ends.begin(), group_ends.end(), row) - group_ends.begin());

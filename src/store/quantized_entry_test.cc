@@ -464,5 +464,63 @@ TEST_P(QuantizedEntry, ATurnLoadedFromAnotherTypeIsNotSaved) {
   }
 }
 
+// RoundTripRows gives each row the value an entry of its type, written from those f32 rows
+// and read back, gives it: serialized, verified and read through a KvSource as the loader
+// reads it, for every type (kivi4 over three K groups: 128, 128 and 44 rows).
+TEST(EntryRoundTrip, RowsComeBackAsAStoredEntryOfTheirTypeGivesThem) {
+  const std::vector<int32_t> tokens = Range(1, 300);
+  const KvEntry f32 = MakeEntry(tokens, "s", "default", kLayers, kKvDim);
+  // A row of `type` (f32, f16, q8_0 or q4_0: entry.h's layouts) as f32.
+  auto read = [](KvDtype type, const char* bytes, float* y) {
+    if (type == KvDtype::kF32) {
+      std::memcpy(y, bytes, sizeof(float) * kKvDim);
+    } else if (type == KvDtype::kF16) {
+      for (int c = 0; c < kKvDim; ++c) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * c, 2);
+        y[c] = F16ToF32(h);
+      }
+    } else {
+      DequantizeRow(type, reinterpret_cast<const uint8_t*>(bytes), kKvDim, kGroup, y);
+    }
+  };
+  for (KvDtype dtype : kKvDtypes) {
+    SCOPED_TRACE(KvDtypeName(dtype));
+    const KvEntry e = Typed(dtype, tokens, "s");
+    SharedBytes bytes(std::move(*SerializeEntryBytes(e)));
+    auto h = VerifyEntry(*bytes, "fp-A");
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto src = KvSource::Stored(bytes, *h, e.key().ToString());
+    const KvDtype kt = dtype == KvDtype::kQ8_0Q4_0 ? KvDtype::kQ8_0 : dtype;
+    const KvDtype vt = dtype == KvDtype::kQ8_0Q4_0 || dtype == KvDtype::kKivi4 ? KvDtype::kQ4_0 : dtype;
+    const int group = KvDtypeQuantized(dtype) ? kGroup : 0;
+    int differ = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<float> k = f32.k[l], v = f32.v[l];
+      RoundTripRows(dtype, false, 300, kKvDim, group, k.data());
+      RoundTripRows(dtype, true, 300, kKvDim, group, v.data());
+      const KvSource::Layer layer = src->layer(l);
+      std::vector<float> y(kKvDim);
+      for (int r = 0; r < 300; ++r) {
+        if (dtype == KvDtype::kKivi4) {
+          layer.KF32(r, y.data());
+        } else {
+          read(kt, layer.KBytes(r), y.data());
+        }
+        ASSERT_EQ(std::memcmp(y.data(), k.data() + r * kKvDim, sizeof(float) * kKvDim), 0) << "K row " << r;
+        read(vt, layer.VBytes(r), y.data());
+        ASSERT_EQ(std::memcmp(y.data(), v.data() + r * kKvDim, sizeof(float) * kKvDim), 0) << "V row " << r;
+      }
+      for (size_t i = 0; i < k.size(); ++i) differ += (k[i] != f32.k[l][i]) + (v[i] != f32.v[l][i]);
+    }
+    // f32 keeps every value; every other type moves some.
+    if (dtype == KvDtype::kF32) {
+      EXPECT_EQ(differ, 0);
+    } else {
+      EXPECT_GT(differ, 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attic::store

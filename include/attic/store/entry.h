@@ -138,6 +138,15 @@ inline void DequantizeRowQ8(const uint8_t* row, int kv_dim, int group, float* y)
   DequantizeRow(KvDtype::kQ8_0, row, kv_dim, group, y);
 }
 
+// The values an entry of type `dtype` gives back for n rows x [n][kv_dim] of its K (v =
+// false) or V (v = true), f32 and pre-RoPE, replaced in place: each tensor's rows in its
+// row type (KvTensorDtype) -- f16 rounded to half precision, q8_0 / q4_0 quantized per
+// `group` values (the entry's group; 0 for f32 and f16) and read back, kivi4's K per
+// channel over groups of kKivi4GroupTokens rows counted from the first, as an entry's own
+// rows are grouped. What an entry written from these rows and read back gives (measuring
+// what the store's type costs a method that reads its entries, e.g. linking).
+void RoundTripRows(KvDtype dtype, bool v, int n, int kv_dim, int group, float* x);
+
 // kivi4's K: bytes of one group's scales and minimums (kv_dim f16 each).
 inline size_t KGroupParamBytes(int kv_dim) { return 4 * static_cast<size_t>(kv_dim); }
 // Quantizes n rows x [n, kv_dim] f32 (a K group) per channel: codes [n, kv_dim / 2]
