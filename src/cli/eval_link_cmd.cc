@@ -14,6 +14,7 @@
 #include "attic/eval/link_eval.h"
 #include "attic/eval/link_method.h"
 #include "attic/eval/needle.h"
+#include "attic/store/entry.h"
 #include "cli/commands.h"
 
 namespace attic::cli {
@@ -39,6 +40,7 @@ struct LinkFlags {
                                    "attnlink-2",  "attnlink-4",      "attnlink-8",      "attnlink-16",
                                    "attnlink-32"};
   std::vector<std::string> bos{"no", "yes"};
+  std::string kv_store_dtype = "f32";
   std::string json_out;
   std::string plot_out;
 };
@@ -82,6 +84,9 @@ int RunLink(const LinkFlags& f) {
   if (o.splits.empty() || o.orders.empty() || f.bos.empty()) return UsageError("--split, --orders and --bos need a value");
   auto axis = Axis(f);
   if (!axis.ok()) return UsageError(axis.status().message());
+  store::KvDtype chunk_dtype;
+  if (!store::ParseKvDtype(f.kv_store_dtype, &chunk_dtype))
+    return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + f.kv_store_dtype + "'");
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
   if (Status st = PrepareOutput(f.plot_out, "--plot"); !st.ok()) return Fail(st);
   const std::string path = f.source == "text" ? f.text : f.source == "musique" ? f.musique : f.haystack;
@@ -136,6 +141,7 @@ int RunLink(const LinkFlags& f) {
   for (const std::string& name : *axis) {
     auto m = eval::MakeMethod(name, e);
     if (!m.ok()) return UsageError(m.status().message());
+    (*m)->set_chunk_store_dtype(chunk_dtype);
     ptrs.push_back(m->get());
     methods.push_back(std::move(*m));
   }
@@ -148,6 +154,7 @@ int RunLink(const LinkFlags& f) {
   if (!r.ok()) return Fail(r.status());
   r->model = f.model.model;
   r->source = f.source == "passkey" ? "passkey:" + path : path;
+  r->chunk_store_dtype = store::KvDtypeName(chunk_dtype);
   std::fprintf(stderr, "attic: eval link: done (%.1f s)\n",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const nlohmann::json js = eval::ToJson(*r);
@@ -194,6 +201,10 @@ void AddEvalLinkCommand(CLI::App* ev, RunFn* run) {
   lk->add_option("--methods", f->methods, "linking methods (naive, attnlink-K, cacheblend-R[@LAYER]); full always runs first")
       ->capture_default_str();
   lk->add_option("--bos", f->bos, "chunks prefilled without (no) and/or after (yes) a BOS token")->capture_default_str();
+  lk->add_option("--kv-store-dtype", f->kv_store_dtype,
+                 "the context cache's entry type: each chunk's KV is read back as an entry of this type gives it "
+                 "(f32: as computed; f16, q8_0, q4_0, q8_0/q4_0, kivi4) before it is linked")
+      ->capture_default_str();
   lk->add_option("--json", f->json_out, "write every cell (per split, order and method) as JSON to this file");
   lk->add_option("--plot", f->plot_out, "write an SVG of KL vs full against tokens recomputed to this file");
   lk->callback([run, f] { *run = [f] { return RunLink(*f); }; });

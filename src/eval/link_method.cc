@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "attic/attention/kv_q8.h"
 #include "attic/engine/sampler.h"
+#include "attic/store/entry.h"
 
 namespace attic::eval {
 
@@ -80,6 +82,14 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
     std::vector<int32_t> alone(static_cast<size_t>(c.n) + (chunk_bos_ ? 1 : 0), bos);
     std::copy(tokens.begin() + c.begin, tokens.begin() + c.begin + c.n, alone.begin() + (chunk_bos_ ? 1 : 0));
     ATTIC_ASSIGN_OR_RETURN(ChunkKv kv, PrefillAlone(engine_, alone));
+    // What an entry of the cache's type gives back for the chunk's rows (the rows its
+    // entry holds: from src_row on).
+    const int head_dim = engine_.model().config().head_dim;
+    const int group = store::KvDtypeQuantized(chunk_dtype_) ? attention::KvQ8Group(head_dim) : 0;
+    for (int l = 0; l < n_layers; ++l) {
+      store::RoundTripRows(chunk_dtype_, false, c.n, static_cast<int>(kvd), group, kv.k[l].data() + src_row * kvd);
+      store::RoundTripRows(chunk_dtype_, true, c.n, static_cast<int>(kvd), group, kv.v[l].data() + src_row * kvd);
+    }
     cached.push_back(std::move(kv));
   }
 

@@ -43,6 +43,7 @@ nlohmann::json ToJson(const LinkRun& run) {
   nlohmann::json js;
   js["model"] = run.model;
   js["source"] = run.source;
+  js["chunk_store_dtype"] = run.chunk_store_dtype;
   js["prompts"] = run.n_prompts;
   js["chunk_tokens"] = run.options.chunk_tokens;
   js["greedy_tokens"] = run.options.greedy_tokens;

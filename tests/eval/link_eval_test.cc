@@ -157,5 +157,41 @@ TEST_F(LinkEvalTest, ARunOfTheExactCasesMatchesFull) {
   EXPECT_EQ(ToSvg(*run).rfind("<svg", 0), 0u);
 }
 
+// With the chunks kept as kivi4 entries (set_chunk_store_dtype), a linked method reads
+// the chunks' KV as such an entry gives it back: naive linking, which recomputes no
+// cached token, scores differently than over the chunks' f32 KV, while a method that
+// recomputes every chunk token (attnlink-24 over 24-token chunks) still matches full.
+TEST_F(LinkEvalTest, ChunksKeptInAStoreTypeAreReadAsItsEntries) {
+  auto text = ReadFileToString(SharedDir() + "/datasets/tinystories_valid_sample/TinyStories-valid-sample.txt");
+  ASSERT_TRUE(text.ok());
+  const auto prompts = TextPrompts(Encode(*text), engine_->tokenizer(), 4 * 24, 16, 2);
+  LinkEvalOptions o;
+  o.chunk_tokens = 24;
+  o.greedy_tokens = 8;
+  o.orders = {ChunkOrder::kOriginal};
+  double naive_kl[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::unique_ptr<Method>> owned;
+    std::vector<Method*> methods;
+    for (const char* name : {"full", "attnlink-24", "naive"}) {
+      owned.push_back(std::move(*MakeMethod(name, *engine_)));
+      if (i == 1) owned.back()->set_chunk_store_dtype(store::KvDtype::kKivi4);
+      methods.push_back(owned.back().get());
+    }
+    auto run = RunLinkEval(methods, engine_->tokenizer(), engine_->tokenizer().bos_id(), prompts, o);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    for (const LinkCell& c : run->cells) {
+      if (c.order != "all") continue;
+      if (c.method == "naive") naive_kl[i] = c.scores.mean_kl();
+      if (c.method == "attnlink-24") {
+        EXPECT_LT(c.scores.mean_kl(), 1e-8) << i;
+      }
+    }
+  }
+  EXPECT_GT(naive_kl[0], 1e-4);
+  EXPECT_GT(naive_kl[1], 1e-4);
+  EXPECT_NE(naive_kl[0], naive_kl[1]);
+}
+
 }  // namespace
 }  // namespace attic::eval

@@ -119,6 +119,7 @@ struct LinkCell {
 struct LinkRun {
   std::string model;
   std::string source;  // text file, musique file or "passkey"
+  std::string chunk_store_dtype = "f32";  // the chunks' KV read back as this store type's entries
   LinkEvalOptions options;
   int n_prompts = 0;
   std::vector<std::string> methods;

@@ -6,7 +6,9 @@
 // (Method::set_chunks; by default fixed runs of kDefaultChunkTokens after the BOS):
 //   1. every chunk is prefilled on its own from position 0 -- after a BOS token with
 //      the "+bos" variant, whose row is then dropped -- and its pre-RoPE K and V of every
-//      layer are kept (what a context cache stores; kv::KvObserverHooks);
+//      layer are kept (what a context cache stores; kv::KvObserverHooks), and read back
+//      as an entry of the cache's store type gives them (set_chunk_store_dtype; the
+//      chunk's own rows, the BOS row dropped first);
 //   2. one sequence gets every context slot at its position in the prompt, and each
 //      chunk's K/V enters it at the chunk's slots (Transformer::EnterKv rotates K to the
 //      new positions);
@@ -51,6 +53,7 @@ class LinkedMethod : public Method {
   Status Score(const std::vector<int32_t>& tokens, int first_scored, std::vector<float>* logits) override;
   StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int max_new) override;
   void set_chunks(std::vector<ContextChunk> chunks) override { chunks_ = std::move(chunks); }
+  void set_chunk_store_dtype(store::KvDtype dtype) override { chunk_dtype_ = dtype; }
 
   const pic::LinkOptions& options() const { return options_; }
   bool chunk_bos() const { return chunk_bos_; }
@@ -74,6 +77,7 @@ class LinkedMethod : public Method {
   pic::LinkOptions options_;
   bool chunk_bos_;
   std::vector<ContextChunk> chunks_;
+  store::KvDtype chunk_dtype_ = store::KvDtype::kF32;
   double link_seconds_ = 0;
   int recomputed_ = 0;
   int linked_ = 0;

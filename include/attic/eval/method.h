@@ -19,6 +19,7 @@
 
 #include "attic/core/status.h"
 #include "attic/engine/engine.h"
+#include "attic/store/entry.h"
 
 namespace attic::eval {
 
@@ -59,6 +60,12 @@ class Method {
   // empty list restores the method's own default cut. Chunks must lie inside the context
   // (Score: [0, first_scored); Greedy: the prompt), else those calls fail InvalidArgument.
   virtual void set_chunks(std::vector<ContextChunk> chunks) {}
+
+  // The store type the context cache keeps those chunks in (`--kv-store-dtype`): a method
+  // that links cached chunks reads each chunk's K and V as an entry of that type gives
+  // them back (store::RoundTripRows), the rest ignore it. Default f32: the chunks' KV as
+  // the forward pass computed it.
+  virtual void set_chunk_store_dtype(store::KvDtype dtype) {}
 };
 
 // "full": the engine's ordinary forward pass, causal attention over every earlier token,
