@@ -126,8 +126,10 @@ constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGr
 // (lanes 0-7 and 8-15). The reduction tree over 16 slots stops one level early
 // (Reduce16Halves), where each 4-lane block still holds one slot quad's sum over one
 // group; those int32 sums are converted and multiplied by dk * dq in place, and the last
-// fold adds the groups. Without kVnni (design a): the int8 K rows are widened to f32 in
-// registers and each 32-value group's partial dot product is multiplied by its scale.
+// fold adds the groups. With head_dim 64 or 128 the same sums come from QuadScores, which
+// shares each step's K bytes among the query rows instead. Without kVnni (design a): the
+// int8 K rows are widened to f32 in registers and each 32-value group's partial dot
+// product is multiplied by its scale.
 // V (both): widened to f32 in registers; the softmax weight of slot j is multiplied by
 // V_j's group scale once per step (pq below), so the P V loop is one convert and R FMAs
 // per 16 values, the same as f16.
