@@ -45,7 +45,7 @@
 //             Rows keep a fixed size, as the store's and the compute buffer's rows do.
 //   q8_0/vq4_0  K per token as q8_0, V per token as q4_0: both rows of a fixed size
 //             (8.5 + 4.5 bits a value at head_dim 32 and up).
-//   kivi4     the store's kivi4 entry type itself (store::QuantizeKGroup, QuantizeRow):
+//   kivi4     the store's kivi4 entry type itself (store::RoundTripRows):
 //             K per channel over groups of store::kKivi4GroupTokens tokens from slot 0,
 //             the tail (no whole group) a group of its own, as an entry saved at that
 //             point holds it; V per token as q4_0 in the store's groups. Meaningful
@@ -224,27 +224,9 @@ void RoundTrip(const Scheme& s, bool is_key, std::vector<float>* x, int n, int k
     }
     case Kind::kQ4_0:
     case Kind::kQ4_1: RoundTripTokens4(s.kind, x->data(), n_values, RowBlock(head_dim)); return;
-    case Kind::kStoreKivi4: {
-      if (is_key) {
-        std::vector<uint8_t> codes(static_cast<size_t>(store::kKivi4GroupTokens) * kv_dim / 2);
-        std::vector<uint16_t> params(2 * static_cast<size_t>(kv_dim));
-        for (int t0 = 0; t0 < n; t0 += store::kKivi4GroupTokens) {
-          const int m = std::min(store::kKivi4GroupTokens, n - t0);
-          float* g = x->data() + static_cast<int64_t>(t0) * kv_dim;
-          store::QuantizeKGroup(g, m, kv_dim, codes.data(), params.data());
-          for (int t = 0; t < m; ++t)
-            store::DequantizeKGroupRow(codes.data() + t * kv_dim / 2, params.data(), kv_dim, g + t * kv_dim);
-        }
-      } else {
-        const int group = attention::KvQ8Group(head_dim);
-        std::vector<uint8_t> row(store::KvRowBytes(store::KvDtype::kQ4_0, kv_dim, group));
-        for (int64_t at = 0; at < n_values; at += kv_dim) {
-          store::QuantizeRow(store::KvDtype::kQ4_0, x->data() + at, kv_dim, group, row.data());
-          store::DequantizeRow(store::KvDtype::kQ4_0, row.data(), kv_dim, group, x->data() + at);
-        }
-      }
+    case Kind::kStoreKivi4:
+      store::RoundTripRows(store::KvDtype::kKivi4, !is_key, n, kv_dim, attention::KvQ8Group(head_dim), x->data());
       return;
-    }
     case Kind::kKivi:
       if (is_key) {
         RoundTripChannels4(x->data(), n, kv_dim, s.group);
