@@ -423,17 +423,18 @@ void DecodeKernelQ8T(const AttendParams& p, const TileJob& job, float* o, float*
       for (int pc = 0; pc < pieces; ++pc) {
         const int at = r * pieces + pc;
         const __m512i qv = _mm512_load_si512(qq + at * 64);
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), qv);
+        __m512i s = _mm512_setzero_si512();
         if constexpr (kQuads) {
           // qe[e]: lane 4 b + i holds the query's 4-byte word 4 b + e (the word slot
           // quads' vector e holds in block b, lane i: QuadWords); corr sums the four.
-          s = _mm512_setzero_si512();
           for (int e = 0; e < 4; ++e) {
             const __m512i words = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
             const __m512i w = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(e), words), qv);
             _mm512_store_si512(qe + (at * 4 + e) * 64, w);
             s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(-128), w);
           }
+        } else {
+          s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(-128), qv);
         }
         _mm512_store_si512(corr + at * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
         // The groups of the piece's halves (bytes 0-31 and 32-63).
