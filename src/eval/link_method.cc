@@ -76,6 +76,10 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
   const int32_t bos = engine_.tokenizer().bos_id();
   const int src_row = chunk_bos_ ? 1 : 0;  // the chunk's first token's row in its own prefill
 
+  // The chunk store type's group (store::RoundTripRows).
+  const int group =
+      store::KvDtypeQuantized(chunk_dtype_) ? attention::KvQ8Group(engine_.model().config().head_dim) : 0;
+
   // 1. Each chunk on its own, from position 0 (what the context cache holds).
   std::vector<ChunkKv> cached;
   for (const ContextChunk& c : chunks) {
@@ -84,8 +88,6 @@ Status LinkedMethod::Link(const std::vector<int32_t>& tokens, int n_prompt, kv::
     ATTIC_ASSIGN_OR_RETURN(ChunkKv kv, PrefillAlone(engine_, alone));
     // What an entry of the cache's type gives back for the chunk's rows (the rows its
     // entry holds: from src_row on).
-    const int head_dim = engine_.model().config().head_dim;
-    const int group = store::KvDtypeQuantized(chunk_dtype_) ? attention::KvQ8Group(head_dim) : 0;
     for (int l = 0; l < n_layers; ++l) {
       store::RoundTripRows(chunk_dtype_, false, c.n, static_cast<int>(kvd), group, kv.k[l].data() + src_row * kvd);
       store::RoundTripRows(chunk_dtype_, true, c.n, static_cast<int>(kvd), group, kv.v[l].data() + src_row * kvd);

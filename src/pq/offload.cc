@@ -87,7 +87,8 @@ class TierRows {
     Layer(const TierRows& t, const uint8_t* bytes, int first, int n) : t_(t), bytes_(bytes), first_(first), n_(n) {
       if (!store::KvDtypeGroupedK(t.dtype_)) return;
       // The layer's bytes are aligned only to 2: copied out first.
-      std::vector<uint16_t> bits(2 * static_cast<size_t>(n));
+      thread_local std::vector<uint16_t> bits;
+      bits.resize(2 * static_cast<size_t>(n));
       const uint8_t* params = bytes + t.rows_ * t.k_row_;
       std::memcpy(bits.data(), params + 2 * static_cast<size_t>(first), 2 * static_cast<size_t>(n));
       std::memcpy(bits.data() + n, params + 2 * (static_cast<size_t>(t.kvd_) + first), 2 * static_cast<size_t>(n));

@@ -324,13 +324,15 @@ void RoundTripRows(KvDtype dtype, bool v, int n, int kv_dim, int group, float* x
   if (t == KvDtype::kKivi4) {
     std::vector<uint8_t> codes(static_cast<size_t>(kKivi4GroupTokens) * kv_dim / 2);
     std::vector<uint16_t> params(2 * static_cast<size_t>(kv_dim));
+    std::vector<float> wide(params.size());  // the group's scales, then minimums, widened once
     for (int t0 = 0; t0 < n; t0 += kKivi4GroupTokens) {
       const int m = std::min(kKivi4GroupTokens, n - t0);
       float* g = x + static_cast<size_t>(t0) * kv_dim;
       QuantizeKGroup(g, m, kv_dim, codes.data(), params.data());
+      for (size_t i = 0; i < wide.size(); ++i) wide[i] = F16ToF32(params[i]);
       for (int r = 0; r < m; ++r)
-        DequantizeKGroupRow(codes.data() + static_cast<size_t>(r) * kv_dim / 2, params.data(), kv_dim,
-                            g + static_cast<size_t>(r) * kv_dim);
+        DequantizeKGroupRowF32(codes.data() + static_cast<size_t>(r) * kv_dim / 2, wide.data(), wide.data() + kv_dim,
+                               kv_dim, g + static_cast<size_t>(r) * kv_dim);
     }
     return;
   }
