@@ -1,6 +1,7 @@
 #include "attic/engine/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -240,6 +241,33 @@ kv::EntryRows Transformer::Rows(int entry) const {
   return r;
 }
 
+const char* StepPhases::Name(int phase) {
+  static const char* const kNames[kCount] = {"norm_qkv", "rope_kv", "attention", "out", "ffn_gate_up", "ffn_down", "logits"};
+  return phase >= 0 && phase < kCount ? kNames[phase] : "?";
+}
+
+namespace {
+
+// Adds the time since the previous mark to a phase; does nothing without StepPhases.
+class PhaseClock {
+ public:
+  explicit PhaseClock(StepPhases* phases) : phases_(phases) {
+    if (phases_ != nullptr) last_ = std::chrono::steady_clock::now();
+  }
+  void Mark(StepPhases::Phase phase) {
+    if (phases_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    phases_->seconds[phase] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  StepPhases* phases_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+}  // namespace
+
 void Transformer::Layer(int layer, kv::LayerHooks* hooks) {
   const auto& c = config_;
   const auto& w = model_.weights().layers[layer];
@@ -255,10 +283,12 @@ void Transformer::Layer(int layer, kv::LayerHooks* hooks) {
   auto& batch = *batch_;
   const int n_entries = static_cast<int>(batch.size());
 
+  PhaseClock clock(phases_);
   // Attention block.
   backend::RmsNorm(pool_, x, w.attn_norm, n, hidden, c.rms_norm_eps, xn);
   const backend::LinearOutput qkv[] = {{&w.wq, w.bq, q}, {&w.wk, w.bk, k}, {&w.wv, w.bv, v}};
   backend::LinearMulti(pool_, xn, n, qkv, 3, linear_mode_);
+  clock.Mark(StepPhases::kNormQkv);
   std::memcpy(kr, k, static_cast<size_t>(n) * kvd * 4);
   rope_.Apply(q, n, c.n_heads, positions_.data());
   rope_.Apply(kr, n, c.n_kv_heads, positions_.data());
@@ -312,9 +342,12 @@ void Transformer::Layer(int layer, kv::LayerHooks* hooks) {
       r.n_head_indices = vis.n_head_indices;
     }
   }
+  clock.Mark(StepPhases::kRopeKv);
   attention::AttendBatch(pool_, shape, requests_.data(), static_cast<int>(requests_.size()), attend_mode_);
+  clock.Mark(StepPhases::kAttention);
   backend::Linear(pool_, attn, n, w.wo, nullptr, xn, linear_mode_);
   backend::Add(x, xn, n * hidden);
+  clock.Mark(StepPhases::kOut);
 
   // Feed-forward block.
   float* gate = F(gate_);
@@ -323,8 +356,10 @@ void Transformer::Layer(int layer, kv::LayerHooks* hooks) {
   const backend::LinearOutput gate_up[] = {{&w.w_gate, nullptr, gate}, {&w.w_up, nullptr, up}};
   backend::LinearMulti(pool_, xn, n, gate_up, 2, linear_mode_);
   backend::SiluMul(pool_, gate, up, n * c.intermediate_size);
+  clock.Mark(StepPhases::kFfnGateUp);
   backend::Linear(pool_, gate, n, w.w_down, nullptr, xn, linear_mode_);
   backend::Add(x, xn, n * hidden);
+  clock.Mark(StepPhases::kFfnDown);
 
   if (hooks != nullptr) DropRows(layer, hooks);
 }
@@ -377,12 +412,15 @@ void Transformer::Finish(std::vector<float>* logits) {
     n_out += n_rows;
   }
   if (logits != nullptr) {
+    PhaseClock clock(phases_);
     logits->resize(static_cast<size_t>(n_out) * c.vocab_size);
     if (n_out > 0) {
       backend::RmsNorm(pool_, rows, model_.weights().final_norm, n_out, hidden, c.rms_norm_eps, rows);
       backend::Linear(pool_, rows, n_out, model_.weights().lm_head, nullptr, logits->data(), linear_mode_);
     }
+    clock.Mark(StepPhases::kLogits);
   }
+  if (phases_ != nullptr) ++phases_->steps;
   batch_ = nullptr;
 }
 

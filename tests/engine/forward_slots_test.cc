@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <cmath>
@@ -281,6 +282,48 @@ TEST_P(ForwardSlotsTest, InPlaceAndAppendedRowsInOneStepThenAppendAsUsual) {
   b[0].tokens = {tokens[35]};
   ASSERT_TRUE(tf_->Forward(b, &logits).ok());
   ExpectRow(logits.data(), ref.logits[35], "decode after");
+}
+
+TEST_P(ForwardSlotsTest, StepPhasesTimeEveryStepWhileSetWithinItsWallTimeAndChangeNoResult) {
+  // set_step_phases: the steps taken while it is set are counted, each phase's time is
+  // within the wall time of those steps (measured here, around them), the attention, the
+  // projections and the logits take some of it, and the logits are still the reference's.
+  std::mt19937 rng(11);
+  const std::vector<int32_t> tokens = RandomTokens(26, rng);
+  const NaiveRun ref = Naive(tokens, Options());
+  kv::SequenceKv seq(kvp_.get());
+  Prefill(&seq, std::vector<int32_t>(tokens.begin(), tokens.begin() + 20), Iota(20));
+  ASSERT_FALSE(HasFatalFailure());
+  StepPhases phases;
+  std::vector<float> logits;
+  auto decode = [&](int t) {
+    std::vector<BatchEntry> b(1);
+    b[0].seq = &seq;
+    b[0].tokens = {tokens[t]};
+    ASSERT_TRUE(tf_->Forward(b, &logits).ok());
+    ExpectRow(logits.data(), ref.logits[t], "decode " + std::to_string(t));
+  };
+  tf_->set_step_phases(&phases);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 20; t < 25; ++t) decode(t);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  tf_->set_step_phases(nullptr);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(phases.steps, 5);
+  double sum = 0;
+  for (int i = 0; i < StepPhases::kCount; ++i) {
+    EXPECT_GE(phases.seconds[i], 0.0) << StepPhases::Name(i);
+    sum += phases.seconds[i];
+  }
+  EXPECT_LE(sum, wall);
+  for (int i : {StepPhases::kNormQkv, StepPhases::kAttention, StepPhases::kFfnDown, StepPhases::kLogits})
+    EXPECT_GT(phases.seconds[i], 0.0) << StepPhases::Name(i);
+  // Unset: the next step adds nothing.
+  const StepPhases before = phases;
+  decode(25);
+  EXPECT_EQ(phases.steps, before.steps);
+  for (int i = 0; i < StepPhases::kCount; ++i) EXPECT_EQ(phases.seconds[i], before.seconds[i]) << StepPhases::Name(i);
+  EXPECT_STREQ(StepPhases::Name(StepPhases::kAttention), "attention");
 }
 
 TEST_P(ForwardSlotsTest, RepositionedChunkEqualsTheNaiveForwardAtItsNewPositions) {

@@ -59,6 +59,26 @@ Status CheckTokenIds(const model::ModelConfig& config, std::span<const int32_t> 
 // kernel calibration walk them; packed copies are owned by the model (Model::Own).
 backend::ModelLinears LinearsOf(model::Model& model);
 
+// Where a forward step's time goes, summed over the steps timed (Transformer::
+// set_step_phases): each layer's phases in order, then the logits. Begin (embedding) and
+// the hooks' AfterLayer are in no phase. `attic bench` reports them per decode token next
+// to the bytes each phase reads.
+struct StepPhases {
+  enum Phase {
+    kNormQkv,     // attention norm, the q/k/v projections
+    kRopeKv,      // RoPE, the new rows into the KV cache, the hooks' OnKv and BeforeAttention
+    kAttention,   // attention over the cache
+    kOut,         // the output projection and the residual add
+    kFfnGateUp,   // FFN norm, the gate and up projections, SiLU(gate) * up
+    kFfnDown,     // the down projection and the residual add
+    kLogits,      // final norm and lm_head
+    kCount
+  };
+  static const char* Name(int phase);
+  double seconds[kCount] = {};
+  int64_t steps = 0;  // steps timed (Finish calls)
+};
+
 class Transformer {
  public:
   // max_batch_tokens bounds the tokens of one step (scratch memory is sized for it).
@@ -96,6 +116,10 @@ class Transformer {
 
   const attention::RopeTable& rope() const { return rope_; }
 
+  // While set (not null), every step adds its phases' wall time to `phases` (a few clock
+  // reads per layer). The caller keeps it alive until it is unset.
+  void set_step_phases(StepPhases* phases) { phases_ = phases; }
+
  private:
   const model::Model& model_;
   const model::ModelConfig& config_;
@@ -125,6 +149,7 @@ class Transformer {
   std::vector<SlotRun> runs_;       // entry i's runs: [run_begin_[i], run_begin_[i + 1])
   std::vector<int> run_begin_;
   int n_rows_ = 0;
+  StepPhases* phases_ = nullptr;
 
   // Scratch, sized for max_tokens_ rows.
   AlignedBuffer x_, xn_, q_, k_, v_, kr_, attn_, gate_, up_;
