@@ -1,6 +1,7 @@
 // `attic bench`: prefill and decode throughput of the engine, llama-bench style:
 // ppN = one prompt of N random tokens from an empty cache; tgN = N single-token decode
-// steps after a 512-token prompt. Prints a table and JSON (medians over --reps).
+// steps after a 512-token prompt. Prints a table and JSON (medians over --reps), and
+// where the decode steps' time went, phase by phase, against the DRAM read roof.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,6 +28,79 @@ struct BenchFlags {
   int reps = 3;
   std::string json_out;
 };
+
+// KV bytes one decode step reads over every layer at the decode run's mean context
+// (gen_after + n_gen / 2 slots), K and V as stored (q8_0 with its scales).
+double KvBytesPerToken(engine::Engine& e, const BenchFlags& f) {
+  const auto& cfg = e.model().config();
+  const kv::KvShape& kv_shape = e.kv_pool().shape();
+  const double kv_elem = DTypeBytes(kv_shape.k_dtype, 1) + DTypeBytes(kv_shape.v_dtype, 1);
+  return 1.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * (f.gen_after + f.n_gen / 2.0);
+}
+
+double TensorBytes(const WeightTensor& w) {
+  return static_cast<double>(DTypeBytes(w.dtype, static_cast<size_t>(w.rows() * w.cols())));
+}
+
+// The decode steps' phases per token: wall time, the bytes each phase reads (its weights
+// as stored; attention the KV at the run's mean context), that rate and its share of the
+// read roof; "other" is the rest of a token's wall time (embedding, the scheduler,
+// sampling).
+nlohmann::json PhasesJson(engine::Engine& e, const engine::StepPhases& p, double seconds, double kv_bytes,
+                          double roof_gbs) {
+  const auto& w = e.model().weights();
+  double bytes[engine::StepPhases::kCount] = {};
+  for (const auto& l : w.layers) {
+    bytes[engine::StepPhases::kNormQkv] += TensorBytes(l.wq) + TensorBytes(l.wk) + TensorBytes(l.wv);
+    bytes[engine::StepPhases::kOut] += TensorBytes(l.wo);
+    bytes[engine::StepPhases::kFfnGateUp] += TensorBytes(l.w_gate) + TensorBytes(l.w_up);
+    bytes[engine::StepPhases::kFfnDown] += TensorBytes(l.w_down);
+  }
+  bytes[engine::StepPhases::kAttention] = kv_bytes;
+  bytes[engine::StepPhases::kLogits] = TensorBytes(w.lm_head);
+  const double tokens = static_cast<double>(p.steps);
+  nlohmann::json list = nlohmann::json::array();
+  double timed = 0;
+  for (int i = 0; i < engine::StepPhases::kCount; ++i) {
+    const double s = p.seconds[i] / tokens;
+    timed += s;
+    nlohmann::json j = {{"phase", engine::StepPhases::Name(i)}, {"ms_per_token", s * 1e3},
+                        {"share_of_step", p.seconds[i] / seconds}, {"bytes_per_token", bytes[i]}};
+    if (bytes[i] > 0 && s > 0) {
+      j["gbs"] = bytes[i] / s / 1e9;
+      if (roof_gbs > 0) j["roof_share"] = bytes[i] / s / 1e9 / roof_gbs;
+    }
+    list.push_back(j);
+  }
+  const double wall = seconds / tokens;
+  return {{"tokens", p.steps}, {"ms_per_token", wall * 1e3}, {"phases", list},
+          {"other_ms_per_token", (wall - timed) * 1e3}, {"other_share_of_step", (wall - timed) / wall},
+          {"read_roof_gbs", roof_gbs}};
+}
+
+void PrintPhases(const nlohmann::json& d) {
+  std::printf("\ndecode step, %.3f ms per token over %lld tokens (the read roof around the reps: %.1f GB/s):\n",
+              d["ms_per_token"].get<double>(), static_cast<long long>(d["tokens"].get<int64_t>()),
+              d["read_roof_gbs"].get<double>());
+  std::fputs(bench::TableHeader({"phase", "ms per token", "share of the step", "MB read per token", "GB/s",
+                                  "share of the roof"})
+                 .c_str(),
+             stdout);
+  for (const auto& p : d["phases"]) {
+    std::fputs(bench::TableRow({p["phase"].get<std::string>(), bench::Fmt("%.3f", p["ms_per_token"].get<double>()),
+                                bench::Fmt("%.1f%%", 100 * p["share_of_step"].get<double>()),
+                                bench::Fmt("%.1f", p["bytes_per_token"].get<double>() / 1e6),
+                                p.contains("gbs") ? bench::Fmt("%.1f", p["gbs"].get<double>()) : "",
+                                p.contains("roof_share") ? bench::Fmt("%.0f%%", 100 * p["roof_share"].get<double>()) : ""})
+                   .c_str(),
+               stdout);
+  }
+  std::fputs(bench::TableRow({"other", bench::Fmt("%.3f", d["other_ms_per_token"].get<double>()),
+                              bench::Fmt("%.1f%%", 100 * d["other_share_of_step"].get<double>()), "", "", ""})
+                 .c_str(),
+             stdout);
+  std::printf("\n");
+}
 
 int RunBench(const BenchFlags& f) {
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
@@ -111,6 +185,8 @@ int RunBench(const BenchFlags& f) {
     return roof_info.gbs;
   };
   std::vector<double> decode_tps, rep_roof;  // per decode rep: tokens/s, the roof around it
+  engine::StepPhases phases;                 // where the decode steps' time went
+  double decode_seconds = 0;
   if (decode) {
     for (int r = 0; r < f.reps; ++r) {
       session.Reset();
@@ -119,6 +195,7 @@ int RunBench(const BenchFlags& f) {
       if (!logits.ok()) return Fail(logits.status());
       int32_t tok = engine::Argmax(logits->data(), vocab);
       const double roof0 = paired ? measure_roof() : 0;
+      e.transformer().set_step_phases(&phases);
       auto t0 = Clock::now();
       for (int i = 0; i < f.n_gen; ++i) {
         auto l = session.Step(tok);
@@ -126,6 +203,8 @@ int RunBench(const BenchFlags& f) {
         tok = engine::Argmax(l->data(), vocab);
       }
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      e.transformer().set_step_phases(nullptr);
+      decode_seconds += s;
       decode_tps.push_back(f.n_gen / s);
       if (paired) rep_roof.push_back((roof0 + measure_roof()) / 2);
       std::fprintf(stderr, "tg%d@%d rep %d: %.1f tok/s%s\n", f.n_gen, f.gen_after, r + 1, f.n_gen / s,
@@ -143,14 +222,10 @@ int RunBench(const BenchFlags& f) {
                       {"gbs", bench::Mean(roofs)}, {"gbs_min", *std::min_element(roofs.begin(), roofs.end())},
                       {"gbs_max", *std::max_element(roofs.begin(), roofs.end())}, {"gbs_each", roofs},
                       {"gbs_before", roofs.front()}, {"gbs_after", roofs.back()}, {"paired_with_reps", paired}};
-  // Bytes of one K element plus one V element as stored (q8_0 with its scales).
-  const kv::KvShape& kv_shape = e.kv_pool().shape();
-  const double kv_elem = DTypeBytes(kv_shape.k_dtype, 1) + DTypeBytes(kv_shape.v_dtype, 1);
   const double weight_bytes = static_cast<double>(e.model().weight_bytes());
   for (auto& r : results) {
     if (r["n_gen"].get<int>() == 0) continue;
-    const double ctx = r["n_prompt"].get<int>() + r["n_gen"].get<int>() / 2.0;
-    const double kv_bytes = 1.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * ctx;
+    const double kv_bytes = KvBytesPerToken(e, f);
     std::vector<double> share, share_kv;
     for (size_t i = 0; i < decode_tps.size(); ++i) {
       const double per_gb = rep_roof[i] > 0 ? decode_tps[i] / 1e9 / rep_roof[i] : 0.0;  // no roof: no share
@@ -166,6 +241,7 @@ int RunBench(const BenchFlags& f) {
     r["roof_share_with_kv"] = bench::Median(share_kv);
   }
   out["results"] = results;
+  if (phases.steps > 0) out["decode_phases"] = PhasesJson(e, phases, decode_seconds, KvBytesPerToken(e, f), bench::Mean(rep_roof));
 
   std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps),
                                   "weights GB/s", "share of the read roof around each rep (median)"})
@@ -182,6 +258,7 @@ int RunBench(const BenchFlags& f) {
                    .c_str(),
                stdout);
   }
+  if (out.contains("decode_phases")) PrintPhases(out["decode_phases"]);
   std::printf("peak RSS: %.0f MiB; DRAM read roof: %.1f GB/s (%d threads, best of %d passes over %.0f MiB; %s)\n",
               out["peak_rss_mib"].get<double>(), bench::Mean(roofs), roof_info.threads, roof_info.passes,
               roof_info.bytes / 1048576.0,

@@ -233,6 +233,39 @@ TEST(Cli, BenchSessionsTraceIsSeededAndBounded) {
   EXPECT_EQ(w["turns"].get<int>(), turns);
 }
 
+// `attic bench`'s decode phases: every decode token timed, the phases in the forward's
+// order within the step's wall time, and the bytes each reads from stories260K's shape
+// (its config.json: hidden 64, kv_dim 4 x 8 = 32, intermediate 172, 5 layers, vocab 512,
+// f32 weights, tied lm_head) and the f32 KV at the decode run's mean context.
+TEST(Cli, BenchReportsWhereEachDecodeTokensTimeWent) {
+  TempDir d;
+  Result r = RunAttic("bench -m " + Stories() + " -t 1 -p 8 -n 6 --gen-after 10 -r 1 --json " + d.File("b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| attention |"), std::string::npos) << r.out;
+  std::ifstream in(d.File("b.json"));
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  const auto& p = j["decode_phases"];
+  EXPECT_EQ(p["tokens"].get<int>(), 6);
+  const std::vector<std::string> names = {"norm_qkv", "rope_kv", "attention", "out", "ffn_gate_up", "ffn_down", "logits"};
+  ASSERT_EQ(p["phases"].size(), names.size());
+  const double h = 64, kvd = 32, inter = 172, layers = 5, vocab = 512;
+  const double mean_ctx = 10 + 6 / 2.0;
+  const std::vector<double> bytes = {layers * (h * h + 2 * h * kvd) * 4, 0, layers * 2 * kvd * mean_ctx * 4,
+                                     layers * h * h * 4, layers * 2 * h * inter * 4, layers * inter * h * 4,
+                                     vocab * h * 4};
+  double sum = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& ph = p["phases"][i];
+    EXPECT_EQ(ph["phase"].get<std::string>(), names[i]);
+    EXPECT_GE(ph["ms_per_token"].get<double>(), 0.0) << names[i];
+    EXPECT_EQ(ph["bytes_per_token"].get<double>(), bytes[i]) << names[i];
+    sum += ph["ms_per_token"].get<double>();
+  }
+  EXPECT_LE(sum, p["ms_per_token"].get<double>() * (1 + 1e-12));
+  EXPECT_GE(p["other_ms_per_token"].get<double>(), -1e-12);
+}
+
 // Two sessions of two turns against real servers started by the benchmark: CA reuses
 // stored KV (store hits, cached tokens), RE recomputes everything.
 TEST(Cli, BenchSessionsCaReusesReRecomputes) {
