@@ -71,7 +71,7 @@ int RunOffload(int argc, char** argv) {
   if (policy_flag != "lru" && policy_flag != "lfu") flags.UsageError("--policy must be lru or lfu");
   store::KvDtype tier_dtype;
   if (!store::ParseKvDtype(tier_flag, &tier_dtype))
-    flags.UsageError("--tier-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4");
+    flags.UsageError("--tier-dtype must be " + store::KvDtypeChoices() + ", not '" + tier_flag + "'");
   if (block_size < 1) flags.UsageError("--block-size must be >= 1");
   c.block_size = block_size;
   const pq::CachePolicy policy = policy_flag == "lru" ? pq::CachePolicy::kLru : pq::CachePolicy::kLfu;

@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
   if (a.model.empty() || a.history < 16 || a.fresh < 1 || a.jobs < 2 || a.reps < 1)
     flags.UsageError("--model is required; --history >= 16, --new >= 1, --jobs >= 2");
   if (store::KvDtype t; !store::ParseKvDtype(a.kv_store_dtype, &t))
-    flags.UsageError("--kv-store-dtype: f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4");
+    flags.UsageError("--kv-store-dtype must be " + store::KvDtypeChoices() + ", not '" + a.kv_store_dtype + "'");
   attic::bench::CheckOutput("store_overlap_bench", a.json);
   EngineOptions eo;
   eo.model_path = a.model;

@@ -86,7 +86,7 @@ int RunLink(const LinkFlags& f) {
   if (!axis.ok()) return UsageError(axis.status().message());
   store::KvDtype chunk_dtype;
   if (!store::ParseKvDtype(f.kv_store_dtype, &chunk_dtype))
-    return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + f.kv_store_dtype + "'");
+    return UsageError("--kv-store-dtype must be " + store::KvDtypeChoices() + ", not '" + f.kv_store_dtype + "'");
   if (Status st = PrepareOutput(f.json_out, "--json"); !st.ok()) return Fail(st);
   if (Status st = PrepareOutput(f.plot_out, "--plot"); !st.ok()) return Fail(st);
   const std::string path = f.source == "text" ? f.text : f.source == "musique" ? f.musique : f.haystack;

@@ -183,7 +183,7 @@ int RunServe(ServeFlags f) {
       if (store::KvTensorDtype(t, false) == k && store::KvTensorDtype(t, true) == v) buffer_type = store::KvDtypeName(t);
   const std::string& type = f.kv_store_dtype.empty() ? buffer_type : f.kv_store_dtype;
   if (!store::ParseKvDtype(type, &f.server.store.kv_dtype))
-    return UsageError("--kv-store-dtype must be f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4, not '" + type + "'");
+    return UsageError("--kv-store-dtype must be " + store::KvDtypeChoices() + ", not '" + type + "'");
   f.server.kv.sparse_offload_dtype = f.server.store.kv_dtype;
   // The KV store's options; the automatic DRAM tier is sized once the model is loaded
   // (below), so that what the model takes is no longer counted as available.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -209,6 +210,13 @@ std::string KvDtypeKeyName(KvDtype dtype) {
   std::string name = KvDtypeName(dtype);
   std::replace(name.begin(), name.end(), '/', '+');
   return name;
+}
+
+std::string KvDtypeChoices() {
+  constexpr size_t n = std::size(kKvDtypes);
+  std::string list;
+  for (size_t i = 0; i < n; ++i) list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + KvDtypeName(kKvDtypes[i]);
+  return list;
 }
 
 bool ParseKvDtype(std::string_view name, KvDtype* dtype) {

@@ -141,6 +141,19 @@ TEST_P(QuantizedEntry, BytesKeyAndRoundTrip) {
 
 // A q4_0 row of groups of 32 values holds the GGUF q4_0 blocks' codes (bit for bit),
 // group after group, then their scales; it reads back as the blocks do.
+// The list every --kv-store-dtype / --tier-dtype message gives: the types docs/store.md
+// names, each of which parses to itself.
+TEST(KvDtypeNames, ChoicesNameEveryTypeAndEachParses) {
+  EXPECT_EQ(KvDtypeChoices(), "f32, f16, q8_0, q4_0, q8_0/q4_0 or kivi4");
+  for (KvDtype t : kKvDtypes) {
+    KvDtype parsed;
+    ASSERT_TRUE(ParseKvDtype(KvDtypeName(t), &parsed)) << KvDtypeName(t);
+    EXPECT_EQ(parsed, t);
+  }
+  KvDtype unused;
+  EXPECT_FALSE(ParseKvDtype("q4_1", &unused));
+}
+
 TEST(Q4Entry, RowsOf32ValueGroupsHoldTheGgufQ4_0Blocks) {
   constexpr int kDim = 96, kG = 32, kBlocks = kDim / kG;
   std::vector<float> x(kDim);

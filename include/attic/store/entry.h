@@ -93,6 +93,9 @@ const char* KvDtypeName(KvDtype dtype);
 bool ParseKvDtype(std::string_view name, KvDtype* dtype);
 // The type's name in entry keys and file names: KvDtypeName with '+' for '/'.
 std::string KvDtypeKeyName(KvDtype dtype);
+// Every type's KvDtypeName, in kKvDtypes' order, for a message: "f32, f16, q8_0, q4_0,
+// q8_0/q4_0 or kivi4".
+std::string KvDtypeChoices();
 // The type of an entry's K rows (v = false) or V rows (v = true): f32, f16, q8_0 or q4_0
 // (kivi4's K rows: kKivi4, codes whose scales are the group's).
 inline KvDtype KvTensorDtype(KvDtype dtype, bool v) {
