@@ -38,10 +38,6 @@ double KvBytesPerToken(engine::Engine& e, const BenchFlags& f) {
   return 1.0 * cfg.n_layers * cfg.kv_dim() * kv_elem * (f.gen_after + f.n_gen / 2.0);
 }
 
-double TensorBytes(const WeightTensor& w) {
-  return static_cast<double>(DTypeBytes(w.dtype, static_cast<size_t>(w.rows() * w.cols())));
-}
-
 // The decode steps' phases per token: wall time, the bytes each phase reads (its weights
 // as stored; attention the KV at the run's mean context), that rate and its share of the
 // read roof; "other" is the rest of a token's wall time (embedding, the scheduler,
@@ -51,13 +47,13 @@ nlohmann::json PhasesJson(engine::Engine& e, const engine::StepPhases& p, double
   const auto& w = e.model().weights();
   double bytes[engine::StepPhases::kCount] = {};
   for (const auto& l : w.layers) {
-    bytes[engine::StepPhases::kNormQkv] += TensorBytes(l.wq) + TensorBytes(l.wk) + TensorBytes(l.wv);
-    bytes[engine::StepPhases::kOut] += TensorBytes(l.wo);
-    bytes[engine::StepPhases::kFfnGateUp] += TensorBytes(l.w_gate) + TensorBytes(l.w_up);
-    bytes[engine::StepPhases::kFfnDown] += TensorBytes(l.w_down);
+    bytes[engine::StepPhases::kNormQkv] += l.wq.stored_bytes() + l.wk.stored_bytes() + l.wv.stored_bytes();
+    bytes[engine::StepPhases::kOut] += l.wo.stored_bytes();
+    bytes[engine::StepPhases::kFfnGateUp] += l.w_gate.stored_bytes() + l.w_up.stored_bytes();
+    bytes[engine::StepPhases::kFfnDown] += l.w_down.stored_bytes();
   }
   bytes[engine::StepPhases::kAttention] = kv_bytes;
-  bytes[engine::StepPhases::kLogits] = TensorBytes(w.lm_head);
+  bytes[engine::StepPhases::kLogits] = w.lm_head.stored_bytes();
   const double tokens = static_cast<double>(p.steps);
   nlohmann::json list = nlohmann::json::array();
   double timed = 0;
@@ -223,9 +219,9 @@ int RunBench(const BenchFlags& f) {
                       {"gbs_max", *std::max_element(roofs.begin(), roofs.end())}, {"gbs_each", roofs},
                       {"gbs_before", roofs.front()}, {"gbs_after", roofs.back()}, {"paired_with_reps", paired}};
   const double weight_bytes = static_cast<double>(e.model().weight_bytes());
+  const double kv_bytes = KvBytesPerToken(e, f);
   for (auto& r : results) {
     if (r["n_gen"].get<int>() == 0) continue;
-    const double kv_bytes = KvBytesPerToken(e, f);
     std::vector<double> share, share_kv;
     for (size_t i = 0; i < decode_tps.size(); ++i) {
       const double per_gb = rep_roof[i] > 0 ? decode_tps[i] / 1e9 / rep_roof[i] : 0.0;  // no roof: no share
@@ -241,7 +237,7 @@ int RunBench(const BenchFlags& f) {
     r["roof_share_with_kv"] = bench::Median(share_kv);
   }
   out["results"] = results;
-  if (phases.steps > 0) out["decode_phases"] = PhasesJson(e, phases, decode_seconds, KvBytesPerToken(e, f), bench::Mean(rep_roof));
+  if (phases.steps > 0) out["decode_phases"] = PhasesJson(e, phases, decode_seconds, kv_bytes, bench::Mean(rep_roof));
 
   std::fputs(bench::TableHeader({"model", "dtype", "test", bench::Fmt("tokens/s (median of %d)", f.reps),
                                   "weights GB/s", "share of the read roof around each rep (median)"})

@@ -220,7 +220,7 @@ StatusOr<std::unique_ptr<Model>> ModelBuilder::Finish(const std::map<std::string
     // Hashed under its own name like an untied head, so that a tied and an untied
     // checkpoint that compute the same thing get the same fingerprint.
     hash_items.push_back({"lm_head.weight", w.lm_head.dtype, w.lm_head.shape, w.lm_head.data,
-                          DTypeBytes(w.lm_head.dtype, static_cast<size_t>(w.lm_head.numel()))});
+                          w.lm_head.stored_bytes()});
   }
   model_->weight_dtype_ = w.layers[0].wq.dtype;
 

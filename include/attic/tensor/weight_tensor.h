@@ -32,6 +32,8 @@ struct WeightTensor {
     for (auto d : shape) n *= d;
     return n;
   }
+  // Bytes of `data` (the tensor as stored; a packed copy may differ).
+  uint64_t stored_bytes() const { return DTypeBytes(dtype, static_cast<size_t>(numel())); }
   // Pointer to row r of a 2-D tensor.
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + DTypeBytes(dtype, static_cast<size_t>(r * cols()));

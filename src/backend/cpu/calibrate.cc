@@ -44,10 +44,6 @@ constexpr int kReps = 3;     // per m > 1
 constexpr int kRepsOneRow = 5;  // m = 1: the decode choice
 constexpr int64_t kMaxM = 64;
 
-uint64_t MatrixBytes(const WeightTensor& w) {
-  return DTypeBytes(w.dtype, static_cast<size_t>(w.numel()));
-}
-
 class Sweeper {
  public:
   // The forward's Linear calls of the first layers up to kSampleBytes, one LinearMulti
@@ -66,7 +62,7 @@ class Sweeper {
         for (const WeightTensor* w : ws) {
           g.push_back({w, nullptr, nullptr});
           rows += static_cast<size_t>(kMaxM * w->rows());
-          bytes_ += MatrixBytes(*w);
+          bytes_ += w->stored_bytes();
           max_k = std::max(max_k, w->cols());
         }
         y_rows = std::max(y_rows, rows);
