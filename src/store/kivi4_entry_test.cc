@@ -25,27 +25,12 @@
 namespace attic::store {
 namespace {
 
+using testing::Kivi4KBound;
 using testing::MakeEntry;
 using testing::Range;
 using testing::ScratchDir;
 
 constexpr int kLayers = 2, kKvDim = 16, kGroup = 8;  // stories260K's head_dim 8: V's group 8
-
-// The largest distance a per-channel 4-bit group may put between x and its value read
-// back, for a channel whose values over the group span [lo, hi] (float64, from the
-// quantizer's arithmetic as entry.h states it): the minimum m = f16(lo) is within
-// |lo| 2^-11 (+ 2^-25 below f16's normal range) of lo; the scale s = f16(f32(f32(hi - m)
-// / 15)) is at most (hi - lo + |m - lo|) / 15 (1 + 2^-10) (+ 2^-25); rounding to the
-// nearest code is within s / 2, the f32 quotient moves the code by at most 16 * 2^-23
-// steps, the cap at code 15 costs at most 15 * 2^-10 s, a value below a minimum rounded
-// up at most |m - lo|; and the read-back m + s * code is one f32 rounding (2^-24
-// relative).
-double GroupBound(double lo, double hi) {
-  const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
-  const double s = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
-  return s * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
-         std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + s, -23);
-}
 
 // Checks rows [0, n) of `got` (read back) against `x` (f32 inputs), channel by channel,
 // each group (ends) by its own range.
@@ -59,7 +44,7 @@ void ExpectWithinGroupBounds(const float* x, const float* got, const std::vector
         lo = std::min(lo, static_cast<double>(x[t * kv_dim + c]));
         hi = std::max(hi, static_cast<double>(x[t * kv_dim + c]));
       }
-      const double bound = GroupBound(lo, hi);
+      const double bound = Kivi4KBound(lo, hi);
       for (int t = first; t < end; ++t)
         ASSERT_LE(std::fabs(got[t * kv_dim + c] - static_cast<double>(x[t * kv_dim + c])), bound)
             << what << ": token " << t << " channel " << c << " (group [" << first << ", " << end << "))";

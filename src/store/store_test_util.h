@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +53,22 @@ inline std::string KeyNamed(const std::string& name) {
   k.token_hash = std::hash<std::string>()(name);
   k.session_id = name;
   return k.ToString();
+}
+
+// kivi4's K (entry.h): the largest distance a per-channel 4-bit group may put between x
+// and its value read back, for a channel whose values over the group span [lo, hi]
+// (float64, from the quantizer's arithmetic as entry.h states it): the minimum m = f16(lo)
+// is within |lo| 2^-11 (+ 2^-25 below f16's normal range) of lo; the scale s =
+// f16(f32(f32(hi - m) / 15)) is at most (hi - lo + |m - lo|) / 15 (1 + 2^-10) (+ 2^-25);
+// rounding to the nearest code is within s / 2, the f32 quotient moves the code by at most
+// 16 * 2^-23 steps, the cap at code 15 costs at most 15 * 2^-10 s, a value below a minimum
+// rounded up at most |m - lo|; and the read-back m + s * code is one f32 rounding (2^-24
+// relative).
+inline double Kivi4KBound(double lo, double hi) {
+  const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+  const double s = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
+  return s * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
+         std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + s, -23);
 }
 
 inline std::vector<int32_t> Range(int first, int n) {

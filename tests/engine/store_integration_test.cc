@@ -919,8 +919,8 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
     }
     // kivi4's K against the f32 entry's: each channel within half its group's step (the
     // group: up to 128 tokens; its step: the channel's range over the group / 15, f16
-    // rounded: kivi4_entry_test.cc derives the bound), plus the f16 rounding of the
-    // minimum; V is q4_0 (checked above for the q4_0 entry).
+    // rounded: store_test_util.h's Kivi4KBound derives the bound), plus the f16 rounding
+    // of the minimum; V is q4_0 (checked above for the q4_0 entry).
     const store::KvEntry& kivi = rows[static_cast<int>(store::KvDtype::kKivi4)];
     ASSERT_EQ(kivi.n_tokens(), f32.n_tokens());
     const std::vector<int32_t> ends = kivi.KGroupEnds();
@@ -934,10 +934,7 @@ TEST(StoreIntegration, EveryStoreTypeEntersEveryBufferType) {
             lo = std::min(lo, double{f32.k_row(l, r)[c]});
             hi = std::max(hi, double{f32.k_row(l, r)[c]});
           }
-          const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
-          const double step = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
-          const double tol = step * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
-                             std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + step, -23);
+          const double tol = store::testing::Kivi4KBound(lo, hi);
           for (int r = first; r < end; ++r) {
             kivi.KRowF32(l, r, y.data());
             ASSERT_LE(std::fabs(double{y[c]} - f32.k_row(l, r)[c]), tol) << "kivi4 K layer " << l << " row " << r;

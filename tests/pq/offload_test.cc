@@ -17,6 +17,7 @@
 #include "attic/pq/offload.h"
 #include "attic/store/memory_tier.h"
 #include "engine/tiny_llama.h"
+#include "store/store_test_util.h"
 #include "stories.h"
 #include "test_util.h"
 
@@ -305,15 +306,6 @@ double RowValueBound(store::KvDtype t, const float* x, int i, int group) {
   return amax / 8 * (1 + 8 * std::ldexp(1.0, -11) + std::ldexp(1.0, -19)) + tiny;
 }
 
-// kivi4's K: channel c's group is the block's rows; lo / hi its least and largest value.
-// As kivi4_entry_test.cc's GroupBound (store/entry.h's QuantizeKGroup arithmetic).
-double Kivi4Bound(double lo, double hi) {
-  const double m_err = std::fabs(lo) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
-  const double s = (hi - lo + m_err) / 15 * (1 + std::ldexp(1.0, -10)) + std::ldexp(1.0, -25);
-  return s * (0.5 + 16 * std::ldexp(1.0, -23) + 15 * std::ldexp(1.0, -10)) + m_err +
-         std::ldexp(std::max(std::fabs(lo), std::fabs(hi)) + s, -23);
-}
-
 // Wraps an offloaded selector over an f32 compute buffer: records every row's pre-RoPE K,
 // rotated K and V as the forward computed them (OnKv), and after each BeforeAttention that
 // staged a view checks the view's rows of released blocks against them -- every slot of a
@@ -396,7 +388,7 @@ class TierRowChecker final : public kv::LayerHooks {
           lo = std::min(lo, double(block[r * kvd + c]));
           hi = std::max(hi, double(block[r * kvd + c]));
         }
-        e = Kivi4Bound(lo, hi);
+        e = store::testing::Kivi4KBound(lo, hi);
       } else {
         e = RowValueBound(store::KvTensorDtype(tier_, false), x, c, group);
       }
