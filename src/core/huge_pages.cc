@@ -31,13 +31,18 @@ void ReexecWithHugePageMalloc(char** argv) {
 std::shared_ptr<std::byte> AllocateHugePageAligned(size_t bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
   if (bytes == 0) return nullptr;
-  const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
-  // Over-map by one huge page, then trim the ends to the 2 MiB boundaries.
+  // The mapping ends at the request's last 4 KiB page, not at a 2 MiB boundary: the kernel
+  // puts a huge page only where the mapping covers all of one, so a request's partial
+  // last 2 MiB stays in small pages and never takes more than was asked for (the KV block
+  // pool is sized to --kv-budget through here).
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t len = (bytes + page - 1) / page * page;
+  // Over-map by one huge page, then trim the front to a 2 MiB boundary and the back to len.
   void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    void* p = std::aligned_alloc(kHuge, len);
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
     if (p == nullptr) std::abort();
-    std::memset(p, 0, len);
+    std::memset(p, 0, bytes);
     return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
   }
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);

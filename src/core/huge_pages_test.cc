@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,32 @@ std::string VmFlagsOf(const void* addr) {
     if (inside && line.rfind("VmFlags:", 0) == 0) return line;
   }
   return "";
+}
+
+// The mapping of /proc/self/smaps that contains `addr`: its end and resident KiB (0, 0 if none).
+struct Mapping {
+  uintptr_t end = 0;
+  size_t rss_kib = 0;
+};
+Mapping MappingOf(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  Mapping found;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      if (inside) break;
+      inside = lo <= a && a < hi;
+      if (inside) found.end = hi;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0) found.rss_kib = std::stoul(line.substr(4));
+  }
+  return found;
 }
 
 std::string ThpMode() {
@@ -71,6 +98,24 @@ TEST(HugePagesTest, AsksForHugePagesUnlessTurnedOff) {
   ASSERT_FALSE(off_flags.empty());
   EXPECT_NE(on_flags.find(" hg"), std::string::npos) << on_flags;
   EXPECT_EQ(off_flags.find(" hg"), std::string::npos) << off_flags;
+}
+
+
+// Memory stays inside what was asked for: the mapping that holds it ends at the request's
+// last 4 KiB page, and no more than that is resident, even when the request's last 2 MiB
+// is only partly used and the kernel backs what it can with huge pages. (A huge page over
+// that last part made the KV block pool, which is sized to --kv-budget, up to 2 MiB larger.)
+TEST(HugePagesTest, NothingResidentPastTheRequest) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t bytes = (size_t{2} << 20) + 3 * page + 100;  // one whole huge page and a short tail
+  const size_t used = (bytes + page - 1) / page * page;
+  std::shared_ptr<std::byte> m = AllocateHugePageAligned(bytes);
+  ASSERT_NE(m, nullptr);
+  std::memset(m.get(), 1, bytes);
+  const Mapping map = MappingOf(m.get());
+  ASSERT_GT(map.end, 0u) << "no mapping holds the memory";
+  EXPECT_LE(map.end, reinterpret_cast<uintptr_t>(m.get()) + used) << "the mapping runs past the request";
+  EXPECT_LE(map.rss_kib * 1024, used) << "resident: " << map.rss_kib << " KiB for a request of " << bytes << " bytes";
 }
 
 }  // namespace
