@@ -17,8 +17,10 @@
 //   A/B (--only ab, not part of the default run): one decode step (as in "Decode step",
 //     fused; --m rows, default 1) for several weight dtypes (--ab bf16,f16 by default;
 //     "bf16-fma" is bf16 with the GEMV in its f32-FMA form where AVX512-BF16 would pick
-//     vdpbf16ps) timed in rotating order round by round (--rounds N), so that a noisy
-//     machine slows all of them alike; prints medians per dtype and per matrix kind, and
+//     vdpbf16ps; "bf16-ffn1" streams each layer's gate, up and down bytes in one call,
+//     down as the [ffn, hidden] matrix a column-split fused FFN would read: the most that
+//     fusing the two FFN calls can save) timed in rotating order round by round (--rounds
+//     N), so that a noisy machine slows all of them alike; prints medians per dtype and per matrix kind, and
 //     the median per-round time ratio to the first dtype. Use this to compare dtypes and
 //     kernel forms; compare builds by running them alternately.
 //
@@ -507,7 +509,8 @@ void BenchCrossover(ThreadPool& pool, Json& json) {
 struct AbForm {
   DType dt;
   bool fma = false;
-  std::string name() const { return std::string(attic::DTypeName(dt)) + (fma ? "-fma" : ""); }
+  bool ffn1 = false;
+  std::string name() const { return std::string(attic::DTypeName(dt)) + (fma ? "-fma" : "") + (ffn1 ? "-ffn1" : ""); }
 };
 
 // Interleaved A/B of one decode step (--m rows, default 1; every layer's own weights,
@@ -539,7 +542,8 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
     for (int l = 0; l <= model->n_layers; ++l) {
       for (const Mat& mat : model->mats) {
         if ((l < model->n_layers) != (mat.per_layer != 0)) continue;
-        set.owned.push_back(std::make_unique<WeightSet>(set.form.dt, mat.n, mat.k, 1));
+        const bool down = set.form.ffn1 && &mat == &model->mats[6];  // bf16-ffn1: down as [ffn, hidden]
+        set.owned.push_back(std::make_unique<WeightSet>(set.form.dt, down ? mat.k : mat.n, down ? mat.n : mat.k, 1));
         set.w.push_back(set.owned.back()->w[0]);
         set.bytes += static_cast<double>(attic::DTypeBytes(set.form.dt, static_cast<size_t>(mat.n * mat.k)));
       }
@@ -565,6 +569,14 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
         attic::backend::LinearMulti(pool, x.data(), m, qkv, 3);
       });
       timed(1, [&] { attic::backend::Linear(pool, q.data(), m, lw[3], nullptr, x.data()); });
+      if (set.form.ffn1) {  // one call; its output is not a real FFN's, only its bytes are
+        timed(2, [&] {
+          attic::backend::LinearOutput gud[3] = {
+              {&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}, {&lw[6], nullptr, q.data()}};
+          attic::backend::LinearMulti(pool, x.data(), m, gud, 3);
+        });
+        continue;
+      }
       timed(2, [&] {
         attic::backend::LinearOutput gu[2] = {{&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}};
         attic::backend::LinearMulti(pool, x.data(), m, gu, 2);
@@ -641,7 +653,9 @@ int main(int argc, char** argv) {
   flags.Custom("--ab", [&](const std::string& list) -> attic::Status {
     ab_forms.clear();
     for (const std::string& name : attic::bench::SplitList(list)) {
-      if (name == "bf16-fma") {
+      if (name == "bf16-ffn1") {
+        ab_forms.push_back({DType::kBF16, false, true});
+      } else if (name == "bf16-fma") {
         ab_forms.push_back({DType::kBF16, true});
       } else if (auto dt = attic::ParseDType(name); dt.ok()) {
         ab_forms.push_back({*dt});
