@@ -13,29 +13,12 @@
 namespace attic {
 namespace {
 
-// The VmFlags line of the mapping of /proc/self/smaps that contains `addr` ("" if none).
-std::string VmFlagsOf(const void* addr) {
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
-      inside = lo <= a && a < hi;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
-
-// The mapping of /proc/self/smaps that contains `addr`: its end and resident KiB (0, 0 if none).
+// The mapping of /proc/self/smaps that contains `addr`: its end, resident KiB and VmFlags
+// line (0, 0, "" if none).
 struct Mapping {
   uintptr_t end = 0;
   size_t rss_kib = 0;
+  std::string vm_flags;
 };
 Mapping MappingOf(const void* addr) {
   const auto a = reinterpret_cast<uintptr_t>(addr);
@@ -53,7 +36,9 @@ Mapping MappingOf(const void* addr) {
       if (inside) found.end = hi;
       continue;
     }
-    if (inside && line.rfind("Rss:", 0) == 0) found.rss_kib = std::stoul(line.substr(4));
+    if (!inside) continue;
+    if (line.rfind("Rss:", 0) == 0) found.rss_kib = std::stoul(line.substr(4));
+    if (line.rfind("VmFlags:", 0) == 0) found.vm_flags = line;
   }
   return found;
 }
@@ -93,7 +78,7 @@ TEST(HugePagesTest, AsksForHugePagesUnlessTurnedOff) {
   else ::unsetenv("ATTIC_HUGE_PAGES");
   ASSERT_NE(on, nullptr);
   ASSERT_NE(off, nullptr);
-  const std::string on_flags = VmFlagsOf(on.get()), off_flags = VmFlagsOf(off.get());
+  const std::string on_flags = MappingOf(on.get()).vm_flags, off_flags = MappingOf(off.get()).vm_flags;
   ASSERT_FALSE(on_flags.empty());
   ASSERT_FALSE(off_flags.empty());
   EXPECT_NE(on_flags.find(" hg"), std::string::npos) << on_flags;
