@@ -7,14 +7,41 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
-
-#include "test_util.h"
 
 namespace attic {
 namespace {
 
-using testing::MappingOf;
+// The mapping of /proc/self/smaps that contains `addr`: its end, resident KiB and VmFlags
+// line (0, 0, "" if none).
+struct Mapping {
+  uintptr_t end = 0;
+  size_t rss_kib = 0;
+  std::string vm_flags;
+};
+Mapping MappingOf(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  Mapping found;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      if (inside) break;
+      inside = lo <= a && a < hi;
+      if (inside) found.end = hi;
+      continue;
+    }
+    if (!inside) continue;
+    if (line.rfind("Rss:", 0) == 0) found.rss_kib = std::stoul(line.substr(4));
+    if (line.rfind("VmFlags:", 0) == 0) found.vm_flags = line;
+  }
+  return found;
+}
 
 std::string ThpMode() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
@@ -70,7 +97,7 @@ TEST(HugePagesTest, NothingResidentPastTheRequest) {
   std::shared_ptr<std::byte> m = AllocateHugePageAligned(bytes);
   ASSERT_NE(m, nullptr);
   std::memset(m.get(), 1, bytes);
-  const testing::Mapping map = MappingOf(m.get());
+  const Mapping map = MappingOf(m.get());
   ASSERT_GT(map.end, 0u) << "no mapping holds the memory";
   EXPECT_LE(map.end, reinterpret_cast<uintptr_t>(m.get()) + used) << "the mapping runs past the request";
   EXPECT_LE(map.rss_kib * 1024, used) << "resident: " << map.rss_kib << " KiB for a request of " << bytes << " bytes";

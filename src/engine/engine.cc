@@ -135,9 +135,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     const int64_t one_context = (static_cast<int64_t>(e->context_length_) + shape.block_size) * per_token;
     int64_t want = one_context * std::max(1, options.kv_cache_contexts);
     if (options.kv_cache_auto_cap_bytes > 0) want = std::min(want, options.kv_cache_auto_cap_bytes);
-    // One context always fits (its blocks counted as before, without the pages' rounding).
-    n_blocks = std::max(kv::BlockPool::BlocksForBudget(shape, std::max(one_context, want)),
-                        static_cast<int>(std::max<int64_t>(1, one_context / shape.block_bytes())));
+    n_blocks = kv::BlockPool::BlocksForBudget(shape, std::max(one_context, want));
   }
   e->kv_pool_ = e->NewKvPool(shape, n_blocks);
 

@@ -11,16 +11,6 @@
 
 namespace attic::kv {
 
-namespace {
-
-// One layer's K (or V) buffer of n blocks: each buffer starts at a 4 KiB boundary of the
-// pool's one mapping.
-size_t BufferBytes(int64_t n_blocks, int64_t layer_bytes) {
-  return (static_cast<size_t>(n_blocks) * static_cast<size_t>(layer_bytes) + 4095) / 4096 * 4096;
-}
-
-}  // namespace
-
 BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* threads,
                      const std::function<void(uint64_t, uint64_t)>& progress)
     : shape_(shape), n_blocks_(n_blocks) {
@@ -30,9 +20,10 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
                 (t == DType::kQ8_0 && attention::KvQ8Supports(shape.head_dim)) ||
                 (t == DType::kQ4_0 && attention::KvQ4Supports(shape.head_dim)));
   }
-  const size_t k_bytes = BufferBytes(n_blocks, shape.k_layer_bytes());
-  const size_t v_bytes = BufferBytes(n_blocks, shape.v_layer_bytes());
-  const size_t total_bytes = BytesFor(shape, n_blocks);
+  // Each buffer at a 4 KiB boundary of the one mapping.
+  auto rounded = [&](int64_t layer_bytes) { return (static_cast<size_t>(n_blocks) * layer_bytes + 4095) / 4096 * 4096; };
+  const size_t k_bytes = rounded(shape.k_layer_bytes()), v_bytes = rounded(shape.v_layer_bytes());
+  const size_t total_bytes = static_cast<size_t>(shape.n_layers) * (k_bytes + v_bytes);
   storage_ = AllocateHugePageAligned(total_bytes);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage_.get());
   k_.resize(shape.n_layers);
@@ -88,16 +79,9 @@ attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void
   return view;
 }
 
-uint64_t BlockPool::BytesFor(const KvShape& shape, int64_t n_blocks) {
-  return static_cast<uint64_t>(shape.n_layers) *
-         (BufferBytes(n_blocks, shape.k_layer_bytes()) + BufferBytes(n_blocks, shape.v_layer_bytes()));
-}
-
 int BlockPool::BlocksForBudget(const KvShape& shape, int64_t budget_bytes) {
-  int64_t n = std::min<int64_t>(budget_bytes / shape.block_bytes(), 1 << 30);
-  // The buffers' rounding to pages takes at most 4 KiB each: a few blocks at most.
-  while (n > 1 && BytesFor(shape, n) > static_cast<uint64_t>(std::max<int64_t>(0, budget_bytes))) --n;
-  return static_cast<int>(std::max<int64_t>(1, n));
+  int64_t n = budget_bytes / shape.block_bytes();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 30)));
 }
 
 StatusOr<int32_t> BlockPool::Allocate() {

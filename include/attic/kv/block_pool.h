@@ -98,11 +98,8 @@ class BlockPool {
             const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
-  // The largest pool whose memory (BytesFor) is within `budget_bytes` (at least one block).
+  // The largest pool within `budget_bytes` (at least one block).
   static int BlocksForBudget(const KvShape& shape, int64_t budget_bytes);
-  // The memory a pool of n_blocks maps: every layer's K and V buffer, each rounded up to
-  // whole 4 KiB pages (n_blocks * block_bytes() plus at most 2 * n_layers pages).
-  static uint64_t BytesFor(const KvShape& shape, int64_t n_blocks);
 
   const KvShape& shape() const { return shape_; }
   int n_blocks() const { return n_blocks_; }
