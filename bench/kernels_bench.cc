@@ -20,8 +20,8 @@
 //     vdpbf16ps; "bf16-ffn1" streams each layer's gate, up and down bytes in one call,
 //     down as the [ffn, hidden] matrix a column-split fused FFN would read: the most that
 //     fusing the two FFN calls can save) timed in rotating order round by round (--rounds
-//     N), so that a noisy machine slows all of them alike; prints medians per dtype and per matrix kind, and
-//     the median per-round time ratio to the first dtype. Use this to compare dtypes and
+//     N), so that a noisy machine slows all of them alike; prints medians per dtype and
+//     per matrix kind, and the median per-round time ratio to the first dtype. Use this to compare dtypes and
 //     kernel forms; compare builds by running them alternately.
 //
 // Usage: kernels_bench [--threads N] [--quick] [--no-baselines] [--huge-pages] [--misalign B]
@@ -569,19 +569,14 @@ void BenchAb(ThreadPool& pool, int rounds, const std::vector<AbForm>& forms, Jso
         attic::backend::LinearMulti(pool, x.data(), m, qkv, 3);
       });
       timed(1, [&] { attic::backend::Linear(pool, q.data(), m, lw[3], nullptr, x.data()); });
-      if (set.form.ffn1) {  // one call; its output is not a real FFN's, only its bytes are
-        timed(2, [&] {
-          attic::backend::LinearOutput gud[3] = {
-              {&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}, {&lw[6], nullptr, q.data()}};
-          attic::backend::LinearMulti(pool, x.data(), m, gud, 3);
-        });
-        continue;
-      }
+      // bf16-ffn1: down joins gate and up in one call (its output is not a real FFN's,
+      // only its bytes are).
       timed(2, [&] {
-        attic::backend::LinearOutput gu[2] = {{&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}};
-        attic::backend::LinearMulti(pool, x.data(), m, gu, 2);
+        attic::backend::LinearOutput gu[3] = {
+            {&lw[4], nullptr, g.data()}, {&lw[5], nullptr, u.data()}, {&lw[6], nullptr, q.data()}};
+        attic::backend::LinearMulti(pool, x.data(), m, gu, set.form.ffn1 ? 3 : 2);
       });
-      timed(3, [&] { attic::backend::Linear(pool, g.data(), m, lw[6], nullptr, x.data()); });
+      if (!set.form.ffn1) timed(3, [&] { attic::backend::Linear(pool, g.data(), m, lw[6], nullptr, x.data()); });
     }
     timed(4, [&] { attic::backend::Linear(pool, x.data(), m, set.w.back(), nullptr, logits.data()); });
     attic::backend::cpu::avx512::SetBf16GemvDotDisabledForTesting(false);

@@ -85,7 +85,6 @@ TEST(HugePagesTest, AsksForHugePagesUnlessTurnedOff) {
   EXPECT_EQ(off_flags.find(" hg"), std::string::npos) << off_flags;
 }
 
-
 // Memory stays inside what was asked for: the mapping that holds it ends at the request's
 // last 4 KiB page, and no more than that is resident, even when the request's last 2 MiB
 // is only partly used and the kernel backs what it can with huge pages. (A huge page over
