@@ -117,17 +117,6 @@ ApiError Unavailable() {
   return e;
 }
 
-// A create or update body, which must be a JSON object.
-std::optional<ApiError> ParseObject(const std::string& body, json* out) {
-  try {
-    *out = json::parse(body);
-  } catch (const json::exception& e) {
-    return Bad("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
-  }
-  if (!out->is_object()) return Bad("", "the request body must be a JSON object");
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::vector<Server::Impl::Route> Server::Impl::ContextCacheRoutes() {
@@ -156,7 +145,7 @@ void Server::Impl::HandleCreateContextCache(const httplib::Request& req, const s
   auto tenant = ContextCacheTenant(req, res, caches != nullptr);
   if (!tenant) return;
   json b;
-  if (auto e = ParseObject(body, &b)) return SendError(res, *e);
+  if (auto e = ParseJsonObject(body, &b)) return SendError(res, *e);
   if (!b.contains("model") || !b["model"].is_string())
     return SendError(res, Bad("model", "'model' is required", "missing_required_parameter"));
   if (b["model"] != model_name) return SendError(res, ModelNotFound(b["model"].get<std::string>()));
@@ -282,7 +271,7 @@ void Server::Impl::HandleUpdateContextCache(const httplib::Request& req, const s
   if (!tenant) return;
   const std::string id = req.matches[1];
   json b;
-  if (auto e = ParseObject(body, &b)) return SendError(res, *e);
+  if (auto e = ParseJsonObject(body, &b)) return SendError(res, *e);
   for (const auto& [k, v] : b.items()) {
     if (k != "ttl" && k != "expire_at" && k != "expired_at" && k != "model")
       return SendError(res, Bad(k, "only 'ttl' or 'expire_at' can be changed ('" + k + "' cannot)"));

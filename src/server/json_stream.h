@@ -45,6 +45,13 @@ class JsonStringReader {
   void Decode();
 };
 
+// True when `text` holds a NUL byte. nlohmann::json::parse reads a NUL as the end of its
+// input: it accepts "{}\0anything" and drops what follows. JSON text never holds a NUL
+// (RFC 8259: it is not whitespace, and a control character inside a string must be
+// escaped), so a parse of untrusted text refuses such text first. (JsonStream reads a NUL
+// as it reads any other byte JSON does not allow there.)
+inline bool HasNulByte(std::string_view text) { return text.find('\0') != std::string_view::npos; }
+
 // The escaped body of `decoded` as nlohmann writes a string (no quotes around it).
 std::string JsonEscape(std::string_view decoded);
 

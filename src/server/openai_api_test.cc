@@ -331,6 +331,20 @@ TEST(OpenAiRequest, MalformedBodiesAre400) {
     json j = json::parse(ErrorJson(e));
     EXPECT_TRUE(j["error"]["message"].is_string());
   }
+  // A valid request with a NUL after it: not JSON text (RFC 8259 has no NUL outside a
+  // string, none unescaped inside one), though nlohmann::json::parse alone takes the NUL
+  // for the end of its input and would accept the request.
+  const std::string valid = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+  Chat(valid);
+  for (const std::string& tail : {std::string(1, '\0'), std::string("\0{\"n\":2}", 8)}) {
+    ApiError e = ChatError(valid + tail);
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+    nlohmann::ordered_json o;
+    ASSERT_TRUE(ParseJsonObject(valid + tail, &o).has_value());
+    json j;
+    ASSERT_TRUE(ParseJsonObject(valid + tail, &j).has_value());
+  }
 }
 
 TEST(OpenAiRequest, CompletionPrompts) {

@@ -11,6 +11,7 @@
 
 #include "attic/server/openai_api.h"
 #include "attic/tokenizer/tokenizer.h"
+#include "server/json_stream.h"
 #include "server/tool_request.h"
 
 namespace attic::server {
@@ -614,15 +615,18 @@ std::optional<ApiError> ReadResponseFormat(const ojson& ordered, ApiRequest* r) 
   return std::nullopt;
 }
 
-// Parses `body` as a JSON object no deeper than kMaxJsonDepth into *out.
-std::optional<ApiError> ParseBody(std::string_view body, json* out) {
+// Parses `body` as a JSON object no deeper than kMaxJsonDepth into *out (ParseJsonObject).
+template <typename Json>
+std::optional<ApiError> ParseObjectBody(std::string_view body, Json* out) {
   if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
     return Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
+  const std::string cannot = "We could not parse the JSON body of your request: ";
+  if (HasNulByte(body)) return Invalid("", cannot + "it holds a NUL byte, which JSON text never does", "invalid_json");
   try {
-    *out = json::parse(body);
-  } catch (const json::exception& e) {
-    return Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
+    *out = Json::parse(body);
+  } catch (const std::exception& e) {
+    return Invalid("", cannot + e.what(), "invalid_json");
   }
   if (!out->is_object()) return Invalid("", "the request body must be a JSON object");
   return std::nullopt;
@@ -687,7 +691,7 @@ template <typename Result, typename Fields>
 Result ParseWith(std::string_view body, Fields fields) {
   Result out;
   json parsed;
-  out.error = ParseBody(body, &parsed);
+  out.error = ParseObjectBody(body, &parsed);
   if (out.error) return out;
   try {
     out.error = fields(parsed, &out.request);
@@ -713,15 +717,11 @@ std::optional<ApiError> ReadOrdered(std::string_view body, Read read) {
 std::string PartMarker(size_t index) { return kPartMarkerOpen + std::to_string(index) + kPartMarkerClose; }
 
 std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::ordered_json* out) {
-  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth)
-    return Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  try {
-    *out = ojson::parse(body);
-  } catch (const std::exception& e) {
-    return Invalid("", std::string("We could not parse the JSON body of your request: ") + e.what(), "invalid_json");
-  }
-  if (!out->is_object()) return Invalid("", "the request body must be a JSON object");
-  return std::nullopt;
+  return ParseObjectBody(body, out);
+}
+
+std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::json* out) {
+  return ParseObjectBody(body, out);
 }
 
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body) {

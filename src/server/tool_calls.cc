@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "server/json_stream.h"
+
 namespace attic::server {
 
 namespace {
@@ -46,8 +48,10 @@ bool ReadCall(const ojson& v, const ToolSpec& spec, ToolCall* out) {
     if (auto it = v.find(key); it != v.end() && args == nullptr) args = &*it;
   ojson obj = ojson::object();
   if (args != nullptr && args->is_string()) {
+    const std::string text = args->get<std::string>();
+    if (HasNulByte(text)) return false;  // "{}\u0000..." is not an object's JSON text
     try {
-      obj = ojson::parse(args->get<std::string>());
+      obj = ojson::parse(text);
     } catch (const std::exception&) {
       return false;
     }
@@ -62,6 +66,7 @@ bool ReadCall(const ojson& v, const ToolSpec& spec, ToolCall* out) {
 
 // A call or an array of calls; nothing is added unless all of them read.
 bool ReadCalls(const std::string& text, const ToolSpec& spec, std::vector<ToolCall>* out) {
+  if (HasNulByte(text)) return false;  // nlohmann would read a call and drop what follows the NUL
   ojson v;
   try {
     v = ojson::parse(text);

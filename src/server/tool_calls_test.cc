@@ -151,6 +151,16 @@ TEST(ToolOutput, Llama3JsonCalls) {
   o = ParseToolOutput("{\"answer\": 42}", ChatTemplateKind::kLlama3, spec);
   EXPECT_TRUE(o.calls.empty());
   EXPECT_EQ(o.content, "{\"answer\": 42}");
+  // A NUL makes text that is not JSON (RFC 8259), after the call or in its string
+  // arguments: no call, the reply is content. (nlohmann::json::parse alone ends its input
+  // at a NUL and would read the call.)
+  for (const std::string& text : {std::string("{\"name\": \"now\"}\0", 16),
+                                 std::string("{\"name\": \"now\", \"parameters\": {}}\0 more", 39),
+                                 std::string("{\"name\": \"now\", \"parameters\": \"{}\\u0000x\"}")}) {
+    o = ParseToolOutput(text, ChatTemplateKind::kLlama3, spec);
+    EXPECT_TRUE(o.calls.empty()) << text;
+    EXPECT_EQ(o.content, text);
+  }
 }
 
 TEST(ToolOutput, MistralCalls) {

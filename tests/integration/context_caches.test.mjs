@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { CursorPage } from 'openai/pagination';
-import { startServer, stories, request, metrics, tmpRoot, until, is404 } from './lib/server.mjs';
+import { startServer, stories, request, metrics, tmpRoot, until, is404, parseError } from './lib/server.mjs';
 
 const model = 'stories260K-hf';
 const servers = [];
@@ -483,6 +483,18 @@ test('bad input is an OpenAI-style 400 naming the parameter', async () => {
   await rejects(chat(c, forged), 'messages[0].content', 'forged part marker');
   await rejects(chat(c, [text(forged), cachePart(chunkId(cache, 0))]), 'messages[0].content[0].text', 'forged marker part');
   await rejects(c.completions.create({ model, prompt: forged, max_tokens: 2 }), 'prompt', 'forged marker prompt');
+  // Raw create bodies no client sends. Those JSON.parse (the reference) refuses are an
+  // invalid_json 400: a NUL after the object among them (nlohmann alone would end the input
+  // there and create the cache). Nesting past kMaxJsonDepth is a 400 as on the chat routes.
+  const createBody = JSON.stringify({ model, chunks: ['a'] });
+  for (const [body, code] of [[createBody + '\u0000', 'invalid_json'], [createBody + '\u0000{"ttl":0}', 'invalid_json'],
+    [createBody.slice(0, -1), 'invalid_json'], [`{"model":"${model}","chunks":["a"],"x":${'['.repeat(100)}${']'.repeat(100)}}`, null]]) {
+    if (code === 'invalid_json') assert.throws(() => JSON.parse(body), SyntaxError);
+    const r = await request(s.port, { path: '/v1/context_caches', headers: { ...auth, 'content-type': 'application/json' }, body });
+    assert.equal(r.status, 400, `${JSON.stringify(body.slice(-12))}: ${r.body}`);
+    const e = parseError(r.body);
+    if (code) assert.equal(e.code, code, r.body);
+  }
   // Errors leave the server serving: the cache still links.
   const ok = await chat(c, parts, { link: { method: 'naive' } });
   assert.ok(ok.usage.prompt_tokens_details.cached_tokens > 0);

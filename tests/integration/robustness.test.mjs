@@ -92,6 +92,14 @@ function buildCases() {
     '{"a":1e}', '{"a":"\\x41"}', '{"a":"\\u12"}', '{"a":"\t"}', '--', '\ufeff{}']) {
     for (const p of ['/v1/chat/completions', '/v1/completions']) post(`bad json ${JSON.stringify(s)} ${p}`, s, [400], { path: p });
   }
+  // A valid request with a NUL after it is not JSON either (JSON.parse refuses it);
+  // nlohmann alone would end the input at the NUL and serve the request.
+  for (const [body, p] of [[valid, '/v1/chat/completions'], [JSON.stringify(complBody({})), '/v1/completions']]) {
+    for (const tail of ['\u0000', '\u0000{"n":2}']) {
+      assert.throws(() => JSON.parse(body + tail), SyntaxError);
+      post(`valid body + ${JSON.stringify(tail)} ${p}`, body + tail, [400], { path: p, code: 'invalid_json' });
+    }
+  }
 
   // 2. Wrong types and out-of-range values, field by field.
   const wrong = {

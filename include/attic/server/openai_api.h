@@ -112,8 +112,11 @@ struct ParseResult {
 ParseResult ParseApiRequest(ApiKind kind, std::string_view body);
 
 // Parses a request body that must be a JSON object no deeper than kMaxJsonDepth (keys in
-// the client's order); a 400 (invalid_json, invalid_value) otherwise. Never throws.
+// the client's order with ordered_json); a 400 (invalid_json, invalid_value) otherwise,
+// also for a body holding a NUL byte (nlohmann would end the input there and drop the
+// rest). Never throws.
 std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::ordered_json* out);
+std::optional<ApiError> ParseJsonObject(std::string_view body, nlohmann::json* out);
 
 // The HTTP header that names a request's conversation, as a load balancer sees it
 // (docs/serving.md "Several servers behind nginx"): a client sets it once as a default
