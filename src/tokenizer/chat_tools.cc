@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@ namespace attic::tokenizer {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+// JSON text as Python's json.loads reads it. nlohmann::json::parse alone ends its input at
+// a NUL byte ("{}\0x" reads as {}); JSON text never holds one, and json.loads refuses it.
+ojson ParseJsonText(const std::string& text) {
+  if (text.find('\0') != std::string::npos) throw std::invalid_argument("a NUL byte is not JSON text");
+  return ojson::parse(text);
+}
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -83,7 +91,7 @@ std::string PyDumps(const ojson& v, int indent = -1) {
 // JSON string when it is not JSON.
 std::string ArgumentsJson(const std::string& arguments) {
   try {
-    return PyDumps(ojson::parse(arguments));
+    return PyDumps(ParseJsonText(arguments));
   } catch (const std::exception&) {
     return PyDumps(ojson(arguments));
   }
@@ -93,7 +101,7 @@ StatusOr<std::vector<ojson>> ParseTools(const ChatRenderOptions& opts) {
   std::vector<ojson> tools;
   for (size_t i = 0; i < opts.tools.size(); ++i) {
     try {
-      tools.push_back(ojson::parse(opts.tools[i]));
+      tools.push_back(ParseJsonText(opts.tools[i]));
     } catch (const std::exception&) {
       return InvalidArgumentError("chat: tool " + std::to_string(i) + " is not JSON");
     }
@@ -297,7 +305,7 @@ bool ChatUsesTools(const std::vector<ChatMessage>& messages, const ChatRenderOpt
 
 StatusOr<std::string> PythonJsonDumps(const std::string& json_text, int indent) {
   try {
-    return PyDumps(ojson::parse(json_text), indent);
+    return PyDumps(ParseJsonText(json_text), indent);
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("not JSON: ") + e.what());
   }

@@ -60,6 +60,8 @@ TEST(ChatTools, PythonJsonDumps) {
   EXPECT_EQ(*PythonJsonDumps(R"({"a":[1,{"x":null}],"b":{}})", 2),
             "{\n  \"a\": [\n    1,\n    {\n      \"x\": null\n    }\n  ],\n  \"b\": {}\n}");
   EXPECT_EQ(PythonJsonDumps("{").status().code(), StatusCode::kInvalidArgument);
+  // json.loads("{}\x00") raises (extra data): a NUL is never JSON text.
+  EXPECT_EQ(PythonJsonDumps(std::string("{}\0", 3)).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTools, RejectsWhatTheTemplatesRaise) {
