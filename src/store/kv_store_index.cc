@@ -25,6 +25,7 @@ std::vector<uint64_t> KvStore::PrefixHashes(const std::string& tenant, const std
 }
 
 void KvStore::IndexLocked(EntryInfo info) {
+  info.version = ++version_seq_;
   if (!info.session_id.empty()) sessions_[SessionKey(info.tenant, info.session_id)] = info.key;
   for (uint64_t h : PrefixHashes(info.tenant, info.tokens)) prefixes_[h].insert(info.key);
   std::string key = info.key;

@@ -11,12 +11,14 @@
 // fields (access_seq, queue_position, prefetched) under mu_. What a concurrent Fetch sees
 // of an entry that moves:
 //   - demoted (a tier down): it stays indexed where it was, its bytes there, until the
-//     copy below is written; then the index moves it (moves + 1) and the source is
-//     erased. A read of the source after that fails, finds `moves` changed and reads
+//     copy below is written; then the index moves it (a new `version`) and the source is
+//     erased. A read of the source after that fails, finds `version` changed and reads
 //     again from the new tier ("moved, retry").
 //   - promoted (to the top): `moving`, with its read bytes in in_transit_, served to a
 //     Fetch meanwhile (room-making may drop its lower copy before the top copy exists).
 //   - evicted: unindexed first, then erased: a read finds it gone (a miss).
+//   - saved again: a new entry, indexed with a new `version`; a read of the old one
+//     that fails reads again (the new one may since sit where the old one was).
 #include <algorithm>
 
 #include "attic/core/log.h"
@@ -250,7 +252,7 @@ void KvStore::Demote(std::unique_lock<std::mutex>& lock, EntryInfo& v, int level
   if (v.copy_level > level) {  // its bytes are still in its copy's tier: nothing to write
     v.tier = TierAt(v.copy_level);
     v.copy_level = -1;
-    ++v.moves;
+    v.version = ++version_seq_;
     erase_source();
     return;
   }
@@ -268,7 +270,7 @@ void KvStore::Demote(std::unique_lock<std::mutex>& lock, EntryInfo& v, int level
     if (read.ok() && MakeRoom(lock, below, bytes->size(), pinned, &v, &lost).ok() && !lost &&
         TierPut(lock, below, key, bytes).ok()) {
       v.tier = TierAt(below);
-      ++v.moves;
+      v.version = ++version_seq_;
       erase_source();
       stats_.bytes_dram_to_ssd += bytes->size();
       return;
@@ -286,7 +288,7 @@ bool KvStore::Promote(std::unique_lock<std::mutex>& lock, const std::string& key
   // instead of pushing another entry out.
   info.copy_level = from;
   info.moving = true;
-  ++info.moves;
+  info.version = ++version_seq_;
   in_transit_[key] = read;
   prefetch_done_.notify_all();  // a Fetch waiting for a prefetch of it may take these bytes
   bool lost = false, promoted = false, kept = true;

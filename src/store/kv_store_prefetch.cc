@@ -36,7 +36,7 @@ int KvStore::Prefetch() {
     // Under the lock: what the policy promotes next.
     AheadEntry pick;
     int level = 0;
-    uint32_t moves = 0;
+    uint64_t version = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       IndexView view(*this);
@@ -44,7 +44,7 @@ int KvStore::Prefetch() {
       if (!next) break;
       const EntryInfo& e = entries_.at(next->key);
       level = TierIndex(e.tier);
-      moves = e.moves;
+      version = e.version;
       pick = std::move(*next);
       prefetching_ = pick.key;  // a Fetch of it waits for this read
     }
@@ -58,7 +58,7 @@ int KvStore::Prefetch() {
       std::lock_guard<std::mutex> placing(place_mu_);
       std::unique_lock<std::mutex> lock(mu_);
       auto it = entries_.find(pick.key);
-      same = it != entries_.end() && TierIndex(it->second.tier) == level && it->second.moves == moves;
+      same = it != entries_.end() && TierIndex(it->second.tier) == level && it->second.version == version;
       if (same && read.ok() && Promote(lock, pick.key, *read)) {
         entries_.at(pick.key).prefetched = true;
         ++stats_.prefetches;
@@ -74,7 +74,7 @@ int KvStore::Prefetch() {
     if (!same || read.ok()) break;  // moved meanwhile, or there is no room for it
     if (ClassifyReadError(read.status()) == ReadError::kTransient) break;  // try again at the next hint
     // Dropped (vanished or corrupt): the next job's entry may be promoted.
-    ReadFailed(pick.key, level, moves, read.status()).IgnoreError();
+    ReadFailed(pick.key, level, version, read.status()).IgnoreError();
   }
   return promoted;
 }

@@ -46,7 +46,7 @@ StatusOr<KvStore::ReadStart> KvStore::BeginRead(const std::string& key) {
     return start;
   }
   start.level = TierIndex(info.tier);
-  start.moves = info.moves;
+  start.version = info.version;
   if (start.level == 0 && info.prefetched) {
     info.prefetched = false;
     ++stats_.prefetches_useful;
@@ -65,31 +65,31 @@ StatusOr<KvStore::Fetched> KvStore::FetchOnce(const std::string& key, bool* move
   // memory, so only their header is checked (verifying 46 MB of a 1k-token 135M entry
   // took ~3 ms of a ~80 ms TTFT).
   StatusOr<Fetched> read = ReadChecked(*tiers_[level], key, ChecksLayers(level));
-  if (!read.ok()) return ReadFailedOrMoved(key, level, start.moves, read.status(), moved);
+  if (!read.ok()) return ReadFailedOrMoved(key, level, start.version, read.status(), moved);
   Fetched f = std::move(*read);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_loaded += f.bytes->size();
   }
-  PromoteRead(key, level, start.moves, f);
+  PromoteRead(key, level, start.version, f);
   return f;
 }
 
-Status KvStore::ReadFailedOrMoved(const std::string& key, int level, uint32_t moves, const Status& why, bool* moved) {
+Status KvStore::ReadFailedOrMoved(const std::string& key, int level, uint64_t version, const Status& why, bool* moved) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotFoundError("KV entry " + key + " was erased");
     const EntryInfo& e = it->second;
-    if (TierIndex(e.tier) != level || e.moves != moves || e.moving) {
+    if (TierIndex(e.tier) != level || e.version != version || e.moving) {
       *moved = true;
       return UnavailableError("KV entry " + key + " moved");
     }
   }
-  return ReadFailed(key, level, moves, why);
+  return ReadFailed(key, level, version, why);
 }
 
-void KvStore::PromoteRead(const std::string& key, int level, uint32_t moves, const Fetched& read) {
+void KvStore::PromoteRead(const std::string& key, int level, uint64_t version, const Fetched& read) {
   if (level == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -101,11 +101,11 @@ void KvStore::PromoteRead(const std::string& key, int level, uint32_t moves, con
   std::lock_guard<std::mutex> placing(place_mu_);
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(key);
-  if (it != entries_.end() && TierIndex(it->second.tier) == level && it->second.moves == moves)
+  if (it != entries_.end() && TierIndex(it->second.tier) == level && it->second.version == version)
     Promote(lock, key, read);
 }
 
-Status KvStore::ReadFailed(const std::string& key, int level, uint32_t moves, const Status& why) {
+Status KvStore::ReadFailed(const std::string& key, int level, uint64_t version, const Status& why) {
   const ReadError kind = ClassifyReadError(why);
   if (kind == ReadError::kTransient) {  // a miss now; the entry stays for the next read
     std::lock_guard<std::mutex> lock(mu_);
@@ -114,7 +114,7 @@ Status KvStore::ReadFailed(const std::string& key, int level, uint32_t moves, co
   }
   // Dropped only if it is still what was read (not moved or replaced meanwhile).
   const bool removed = RemoveIf(
-      key, [&](const EntryInfo& e) { return TierIndex(e.tier) == level && e.moves == moves && !e.moving; });
+      key, [&](const EntryInfo& e) { return TierIndex(e.tier) == level && e.version == version && !e.moving; });
   const bool quiet = kind == ReadError::kVanished && (traits_[level].shared || traits_[level].evicts_itself);
   if (removed) {
     if (!quiet)

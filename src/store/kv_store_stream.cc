@@ -27,7 +27,7 @@ namespace attic::store {
 struct KvStore::StreamRead {
   std::string key;
   int level = 0;
-  uint32_t moves = 0;
+  uint64_t version = 0;
   EntryHeader header;
   std::shared_ptr<Bytes> bytes;  // written here, read by the source's users as published
   std::shared_ptr<KvStream> stream;
@@ -48,7 +48,7 @@ std::optional<StatusOr<std::shared_ptr<const KvSource>>> KvStore::OpenStreamed(c
   Tier& tier = *tiers_[start->level];
   auto failed = [&](const Status& why) -> std::optional<StatusOr<std::shared_ptr<const KvSource>>> {
     bool moved = false;
-    Status st = ReadFailedOrMoved(key, start->level, start->moves, why, &moved);
+    Status st = ReadFailedOrMoved(key, start->level, start->version, why, &moved);
     if (moved) return std::nullopt;  // Fetch reads it where it is now
     return StatusOr<std::shared_ptr<const KvSource>>(st);
   };
@@ -59,7 +59,7 @@ std::optional<StatusOr<std::shared_ptr<const KvSource>>> KvStore::OpenStreamed(c
   auto s = std::make_shared<StreamRead>();
   s->key = key;
   s->level = start->level;
-  s->moves = start->moves;
+  s->version = start->version;
   s->bytes = std::shared_ptr<Bytes>(Bytes::Allocate(h->total_bytes));
   std::memcpy(s->bytes->data(), raw.data, h->data_offset);
   s->header = *h;
@@ -97,7 +97,7 @@ void KvStore::RunStreamRead(StreamRead& s) {
   // Counted (and the entry dropped) before the reader hears of it: whoever the failure
   // wakes (a request that then starts over and answers) finds it in Stats() already.
   auto fail = [&](const Status& why) {
-    if (why.code() != StatusCode::kCancelled) ReadFailed(s.key, s.level, s.moves, why).IgnoreError();
+    if (why.code() != StatusCode::kCancelled) ReadFailed(s.key, s.level, s.version, why).IgnoreError();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.stream_failures;
@@ -136,7 +136,7 @@ void KvStore::RunStreamRead(StreamRead& s) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_loaded += f.bytes->size();
   }
-  PromoteRead(s.key, s.level, s.moves, f);
+  PromoteRead(s.key, s.level, s.version, f);
 }
 
 }  // namespace attic::store

@@ -36,9 +36,12 @@ struct EntryInfo {
   // first whenever that tier needs room.
   int copy_level = -1;
   // Tier moves: `moving` while a promotion's I/O runs outside the store's lock, and
-  // `moves` counts moves begun (a read that fails after it changed raced with one).
+  // `version` is new at every indexing and every move begun, from one store-wide count
+  // (a read that fails after it changed raced with a move or a new save of the key). It
+  // never repeats: an entry saved again and moved back to where a read of the old one
+  // began, after as many moves, is still told apart from it.
   bool moving = false;
-  uint32_t moves = 0;
+  uint64_t version = 0;
   // Upcoming access, from the scheduler's waiting queue (KvStore::SetLookAhead): the
   // position of the first queued job that will read this entry (0 = next to run), or
   // -1 when no job the scheduler showed will.

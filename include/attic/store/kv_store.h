@@ -477,23 +477,23 @@ class KvStore {
   void WriteThrough(std::unique_lock<std::mutex>& lock, EntryInfo* info, const SharedBytes& bytes);
 
   // --- Reads (kv_store_read.cc) ---
-  // Where a read of `key` starts: its tier and move count then, or its bytes when it is
+  // Where a read of `key` starts: its tier and version then, or its bytes when it is
   // being promoted (in_transit). Waits for a prefetch reading it; counts the access.
   // NotFound when it is not indexed or expired (an expired entry is removed).
   struct ReadStart {
     int level = 0;
-    uint32_t moves = 0;
+    uint64_t version = 0;
     std::optional<Fetched> in_transit;
   };
   StatusOr<ReadStart> BeginRead(const std::string& key);
   // One attempt of Fetch; *moved = the entry moved between tiers while it was read.
   StatusOr<Fetched> FetchOnce(const std::string& key, bool* moved);
-  // After a read of `key` from `level` (move count `moves`) failed with `why`: *moved
+  // After a read of `key` from `level` (the entry's `version` then) failed with `why`: *moved
   // when the entry moved meanwhile (read it again), else ReadFailed's answer.
-  Status ReadFailedOrMoved(const std::string& key, int level, uint32_t moves, const Status& why, bool* moved);
+  Status ReadFailedOrMoved(const std::string& key, int level, uint64_t version, const Status& why, bool* moved);
   // A verified read of `key` from a lower tier: promoted to the top tier when it fits and
   // is still where it was read. Takes place_mu_ and mu_: REQUIRES neither held.
-  void PromoteRead(const std::string& key, int level, uint32_t moves, const Fetched& read);
+  void PromoteRead(const std::string& key, int level, uint64_t version, const Fetched& read);
 
   // --- Streamed reads (kv_store_stream.cc) ---
   // OpenForTurn of an entry on a tier that streams layers: reads and checks its header,
@@ -513,11 +513,11 @@ class KvStore {
   void CheckAttachments(const std::string& key, std::string_view bytes, const EntryHeader& h) const;
   // Whether a read of `level` verifies every layer (bytes that crossed a boundary).
   bool ChecksLayers(int level) const { return !traits_[level].local_memory; }
-  // A failed read of `key` from `level` (the entry's `moves` then): a miss that leaves
+  // A failed read of `key` from `level` (the entry's `version` then): a miss that leaves
   // the entry (transient), or the entry dropped (vanished: quietly from a shared or
   // self-evicting tier; corrupt: logged and counted). Returns NotFound or Unavailable for
   // the caller. Takes place_mu_ and mu_: REQUIRES neither held.
-  Status ReadFailed(const std::string& key, int level, uint32_t moves, const Status& why);
+  Status ReadFailed(const std::string& key, int level, uint64_t version, const Status& why);
 
   // --- Index (kv_store_index.cc). REQUIRES: mu_ held. ---
   std::vector<uint64_t> PrefixHashes(const std::string& tenant, const std::vector<int32_t>& tokens) const;
@@ -612,6 +612,7 @@ class KvStore {
   std::vector<QueuedJob> queue_;
   QueueHint hint_;
   uint64_t seq_ = 0;
+  uint64_t version_seq_ = 0;  // the last EntryInfo::version given (indexing, moves)
   StoreStats stats_;
   StoreOpenReport open_report_;  // written by Rebuild only
 
