@@ -181,18 +181,26 @@ bool FinishesWithin(double seconds, std::function<void()> f, std::thread* t) {
   return fut.wait_for(std::chrono::duration<double>(seconds)) == std::future_status::ready;
 }
 
+// A store of one DRAM entry over a hooked 4-entry tier (not shared, not local memory);
+// *hooked: that tier, for setting its hooks.
+std::unique_ptr<KvStore> OpenOverHooked(HookedTier** hooked) {
+  auto lower = std::make_unique<HookedTier>(std::make_unique<MemoryTier>(Remote(4, false)), TierTraits{});
+  *hooked = lower.get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<DramTier>(1 * kEntry));
+  tiers.push_back(std::move(lower));
+  return Open(std::move(tiers));
+}
+
 // A demotion writes to the tier below without the store's lock: while that write is
 // held, lookups, statistics and a read of the entry being demoted (from its source
 // copy) go on.
 TEST(KvStoreTiers, DemotionWritesOutsideTheStoreLock) {
   Gate gate;
-  auto lower = std::make_unique<HookedTier>(std::make_unique<MemoryTier>(Remote(4, false)), TierTraits{});
-  lower->before_put = [&](const std::string&) { gate.Pass(); };
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::make_unique<DramTier>(1 * kEntry));
-  tiers.push_back(std::move(lower));
-  auto s = Open(std::move(tiers));
+  HookedTier* lower = nullptr;
+  auto s = OpenOverHooked(&lower);
   ASSERT_NE(s, nullptr);
+  lower->before_put = [&](const std::string&) { gate.Pass(); };
   ASSERT_TRUE(s->Save(Job(0)).ok());
   gate.Hold();
   Gate::ReleaseAtExit release{&gate};
@@ -407,12 +415,8 @@ TEST(KvStoreTiers, ANonEnumerableTierIsNotRebuiltAndADuplicateInASharedTierIsACo
 TEST(KvStoreTiers, AReadRacingAResaveThatEndsWhereItBeganReadsAgain) {
   Gate before_read, after_read;  // outlive the store, whose tier's hooks use them
   std::atomic<bool> first{true}, answering{false};
-  auto lower = std::make_unique<HookedTier>(std::make_unique<MemoryTier>(Remote(4, false)), TierTraits{});
-  HookedTier* hooked = lower.get();
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::make_unique<DramTier>(1 * kEntry));
-  tiers.push_back(std::move(lower));
-  auto s = Open(std::move(tiers));
+  HookedTier* hooked = nullptr;
+  auto s = OpenOverHooked(&hooked);
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->Save(Job(0)).ok());
   ASSERT_TRUE(s->Save(Job(1)).ok());  // demotes j0: below, after one move
