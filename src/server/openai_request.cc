@@ -621,12 +621,13 @@ std::optional<ApiError> ParseObjectBody(std::string_view body, Json* out) {
   if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
     return Invalid("", "the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
-  const std::string cannot = "We could not parse the JSON body of your request: ";
-  if (HasNulByte(body)) return Invalid("", cannot + "it holds a NUL byte, which JSON text never does", "invalid_json");
+  constexpr std::string_view kCannot = "We could not parse the JSON body of your request: ";
+  if (HasNulByte(body))
+    return Invalid("", std::string(kCannot) + "it holds a NUL byte, which JSON text never does", "invalid_json");
   try {
     *out = Json::parse(body);
   } catch (const std::exception& e) {
-    return Invalid("", cannot + e.what(), "invalid_json");
+    return Invalid("", std::string(kCannot) + e.what(), "invalid_json");
   }
   if (!out->is_object()) return Invalid("", "the request body must be a JSON object");
   return std::nullopt;
