@@ -255,7 +255,7 @@ int RunServe(ServeFlags f) {
     // The kernels' packed copies (bf16 panels within an eighth of RAM; block-quantized
     // matrices always): resident beside the mapped file.
     if (e.packed_weight_bytes() > 0) b.emplace_back("packed_weights", e.packed_weight_bytes());
-    b.emplace_back("kv_pool", static_cast<uint64_t>(kv.n_blocks()) * kv.shape().block_bytes());
+    b.emplace_back("kv_pool", kv.mapped_bytes());
     if (f.server.kv_store) {
       b.emplace_back("kv_dram_tier", f.server.store.dram_bytes);
       b.emplace_back("kv_write_buffer", f.server.store.write_buffer_bytes);
@@ -296,7 +296,7 @@ int RunServe(ServeFlags f) {
                "KV %d blocks = %.0f MiB, %s, %s%s)\n",
                (*srv)->model_name().c_str(), e.context_length(), e.transformer().max_batch_tokens(),
                (*srv)->scheduler().options().max_running, (*srv)->scheduler().options().max_waiting, pool.n_blocks(),
-               static_cast<double>(pool.n_blocks()) * pool.shape().block_bytes() / (1 << 20),
+               static_cast<double>(pool.mapped_bytes()) / (1 << 20),
                DescribeStore(f, dram_auto).c_str(), f.server.api_keys.empty() ? "no API keys" : "API keys required",
                e.options().deterministic ? ", deterministic" : "");
   live.store(srv->get());  // before "listening": a signal from then on stops the server gracefully

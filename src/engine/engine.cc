@@ -135,7 +135,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     const int64_t one_context = (static_cast<int64_t>(e->context_length_) + shape.block_size) * per_token;
     int64_t want = one_context * std::max(1, options.kv_cache_contexts);
     if (options.kv_cache_auto_cap_bytes > 0) want = std::min(want, options.kv_cache_auto_cap_bytes);
-    n_blocks = kv::BlockPool::BlocksForBudget(shape, std::max(one_context, want));
+    // At least one context's blocks (n_blocks already): its bytes would map a block
+    // short where the buffers end in partly used pages (q8_0, q4_0).
+    n_blocks = std::max(n_blocks, kv::BlockPool::BlocksForBudget(shape, want));
   }
   e->kv_pool_ = e->NewKvPool(shape, n_blocks);
 

@@ -11,6 +11,18 @@
 
 namespace attic::kv {
 
+namespace {
+// One layer's K (or V) buffer for n_blocks, to its 4 KiB page boundary.
+size_t PageRounded(int n_blocks, int64_t layer_bytes) {
+  return (static_cast<size_t>(n_blocks) * static_cast<size_t>(layer_bytes) + 4095) / 4096 * 4096;
+}
+}  // namespace
+
+uint64_t BlockPool::MappedBytes(const KvShape& shape, int n_blocks) {
+  return static_cast<uint64_t>(shape.n_layers) *
+         (PageRounded(n_blocks, shape.k_layer_bytes()) + PageRounded(n_blocks, shape.v_layer_bytes()));
+}
+
 BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* threads,
                      const std::function<void(uint64_t, uint64_t)>& progress)
     : shape_(shape), n_blocks_(n_blocks) {
@@ -21,9 +33,9 @@ BlockPool::BlockPool(const KvShape& shape, int n_blocks, backend::ThreadPool* th
                 (t == DType::kQ4_0 && attention::KvQ4Supports(shape.head_dim)));
   }
   // Each buffer at a 4 KiB boundary of the one mapping.
-  auto rounded = [&](int64_t layer_bytes) { return (static_cast<size_t>(n_blocks) * layer_bytes + 4095) / 4096 * 4096; };
-  const size_t k_bytes = rounded(shape.k_layer_bytes()), v_bytes = rounded(shape.v_layer_bytes());
-  const size_t total_bytes = static_cast<size_t>(shape.n_layers) * (k_bytes + v_bytes);
+  const size_t k_bytes = PageRounded(n_blocks, shape.k_layer_bytes());
+  const size_t v_bytes = PageRounded(n_blocks, shape.v_layer_bytes());
+  const size_t total_bytes = MappedBytes(shape, n_blocks);
   storage_ = AllocateHugePageAligned(total_bytes);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage_.get());
   k_.resize(shape.n_layers);
@@ -80,8 +92,12 @@ attention::KvLayerView LayerView(const KvShape& shape, const void* k, const void
 }
 
 int BlockPool::BlocksForBudget(const KvShape& shape, int64_t budget_bytes) {
-  int64_t n = budget_bytes / shape.block_bytes();
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 30)));
+  // n * block_bytes() is what the blocks hold; the mapping adds up to 4 KiB per buffer
+  // (2 * n_layers of them), so step down from there to the largest n that fits.
+  const uint64_t budget = static_cast<uint64_t>(std::max<int64_t>(0, budget_bytes));
+  int64_t n = std::max<int64_t>(1, std::min<int64_t>(budget_bytes / shape.block_bytes(), 1 << 30));
+  while (n > 1 && MappedBytes(shape, static_cast<int>(n)) > budget) --n;
+  return static_cast<int>(n);
 }
 
 StatusOr<int32_t> BlockPool::Allocate() {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attic/attention/kv_q4.h"
@@ -37,9 +38,54 @@ TEST(BlockPool, AllocatesAndFreesWithinCapacity) {
 }
 
 TEST(BlockPool, BudgetBoundsBlocks) {
-  KvShape s = Shape();
-  EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 5);
+  KvShape s = Shape();  // f32: 3 heads x 4 rows x 4 values x 4 bytes = 192 bytes per layer's K (V) per block
+  ASSERT_EQ(s.k_layer_bytes(), 192);
+  // Each of the 2 layers' K and V buffers starts at a 4 KiB boundary, so any pool maps at
+  // least 4 pages; 5 blocks' 3,840 bytes (plus 7) are under that: the one-block minimum.
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 1);
   EXPECT_EQ(BlockPool::BlocksForBudget(s, 1), 1);
+  // 4 pages hold 21 blocks per buffer (21 x 192 = 4,032 <= 4,096; 22 x 192 = 4,224).
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, 4 * 4096), 21);
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, 4 * 4096 - 1), 1);
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, 8 * 4096), 42);
+}
+
+// What a pool maps, read from where its buffers start: each layer's K, then its V, then
+// the next layer's K (the constructor's layout), so n_layers times the distance from layer
+// 0's K to layer 1's.
+uint64_t FootprintOf(BlockPool& pool) {
+  const int64_t layer_stride = pool.k_block_bytes(1, 0) - pool.k_block_bytes(0, 0);
+  return static_cast<uint64_t>(pool.shape().n_layers) * static_cast<uint64_t>(layer_stride);
+}
+
+TEST(BlockPool, TheMappingStaysWithinTheBudgetForEveryKvType) {
+  // SmolLM2-135M's KV shape (30 layers, 3 KV heads of 64) in 128-token blocks: q8_0 and
+  // q4_0 rows carry f16 scales, so a block's layer bytes are no multiple of 4 KiB and
+  // each buffer's last page is partly empty.
+  KvShape s;
+  s.n_layers = 30;
+  s.n_kv_heads = 3;
+  s.head_dim = 64;
+  s.block_size = 128;
+  const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},   {DType::kF16, DType::kF16},
+                                           {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_0, DType::kQ4_0},
+                                           {DType::kQ8_0, DType::kQ4_0}, {DType::kF16, DType::kQ4_0}};
+  for (const auto& [kt, vt] : types) {
+    s.k_dtype = kt;
+    s.v_dtype = vt;
+    // f32: 2-6 blocks of 5.9 MB; q4_0: 15-50 of 0.83 MB.
+    for (int64_t budget : {(int64_t{12} << 20) + 12345, int64_t{24} << 20, (int64_t{40} << 20) - 1}) {
+      SCOPED_TRACE(std::string(DTypeName(kt)) + "/" + DTypeName(vt) + " budget " + std::to_string(budget));
+      const int n = BlockPool::BlocksForBudget(s, budget);
+      ASSERT_GE(n, 1);
+      BlockPool pool(s, n);
+      EXPECT_LE(FootprintOf(pool), static_cast<uint64_t>(budget));
+      EXPECT_EQ(pool.mapped_bytes(), FootprintOf(pool));
+      // And the largest such pool: one block more would not fit.
+      BlockPool bigger(s, n + 1);
+      EXPECT_GT(FootprintOf(bigger), static_cast<uint64_t>(budget));
+    }
+  }
 }
 
 TEST(SequenceKv, WriteReadRoundTripAcrossBlocksAndTruncate) {
@@ -110,7 +156,8 @@ TEST(BlockPool, Q8BlocksHoldInt8ValuesThenTheirScalesAndRoundTripWithinHalfAStep
   EXPECT_EQ(s.k_layer_bytes(), 768 + 48);
   EXPECT_EQ(s.v_layer_bytes(), 768 + 48);
   EXPECT_EQ(s.scales_offset(DType::kQ8_0), 768);
-  EXPECT_EQ(BlockPool::BlocksForBudget(s, s.block_bytes() * 5 + 7), 5);
+  // Each buffer's 5 x 816 = 4,080 bytes fit one 4 KiB page (6 blocks' would not).
+  EXPECT_EQ(BlockPool::BlocksForBudget(s, 4 * 4096), 5);
   BlockPool pool(s, 6);
   SequenceKv seq(&pool);
   const int n = 9, kvd = s.kv_dim();

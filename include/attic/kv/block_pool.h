@@ -98,8 +98,14 @@ class BlockPool {
             const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
-  // The largest pool within `budget_bytes` (at least one block).
+  // The largest pool whose mapping (MappedBytes) fits in `budget_bytes` (at least one
+  // block).
   static int BlocksForBudget(const KvShape& shape, int64_t budget_bytes);
+  // Bytes a pool of n_blocks maps: each layer's K buffer and V buffer starts at a 4 KiB
+  // boundary, so a type whose layer bytes per block are no multiple of 4 KiB (q8_0, q4_0)
+  // maps up to 4 KiB more per buffer than n_blocks * block_bytes().
+  static uint64_t MappedBytes(const KvShape& shape, int n_blocks);
+  uint64_t mapped_bytes() const { return MappedBytes(shape_, n_blocks_); }
 
   const KvShape& shape() const { return shape_; }
   int n_blocks() const { return n_blocks_; }
