@@ -62,9 +62,8 @@ TEST(BlockPool, TheMappingStaysWithinTheBudgetForEveryKvType) {
   // SmolLM2-135M's KV shape (30 layers, 3 KV heads of 64) in 128-token blocks: q8_0 and
   // q4_0 rows carry f16 scales, so a block's layer bytes are no multiple of 4 KiB and
   // each buffer's last page is partly empty.
-  KvShape s;
+  KvShape s = Shape();  // 3 KV heads
   s.n_layers = 30;
-  s.n_kv_heads = 3;
   s.head_dim = 64;
   s.block_size = 128;
   const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},   {DType::kF16, DType::kF16},
