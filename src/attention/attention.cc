@@ -3,6 +3,7 @@
 #include "attic/attention/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cfloat>
 #include <cmath>
@@ -237,8 +238,22 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
   // Longest first: with dynamic claiming this balances causal work (later queries see more).
   std::stable_sort(jobs.begin(), jobs.end(), [](const PlannedJob& a, const PlannedJob& b) { return a.cost > b.cost; });
 
+  // Thread t runs jobs t, t + T, t + 2T, ... (T = threads) in that order, so each job
+  // names the one after it on its thread (TileJob::next_*, for the decode kernels'
+  // prefetch); a thread done with its own list takes what is left of the others', so a
+  // late or slow thread still leaves no work waiting. Longest first within each list.
+  const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+  const int64_t n_lists = std::min<int64_t>(pool.n_threads(), n_jobs);
+  for (int64_t i = 0; i + n_lists < n_jobs; ++i) {
+    const PlannedJob& nx = jobs[i + n_lists];
+    if (nx.request != jobs[i].request || !prs[nx.request].head_params.empty()) continue;
+    jobs[i].tile.next_kv_head = nx.tile.kv_head;
+    jobs[i].tile.next_slot_begin = nx.tile.slot_begin;
+    jobs[i].tile.next_slot_end = nx.tile.slot_end;
+  }
+
   std::vector<float> partial(partial_size);
-  pool.ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t task, int /*thread*/) {
+  auto run = [&](int64_t task) {
     const PlannedJob& j = jobs[task];
     const PreparedRequest& pr = prs[j.request];
     const int n_rows = j.tile.n_rows;
@@ -252,7 +267,22 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
         WriteRow(pr.params, j.tile.kv_head, j.tile.row_begin + r, o + static_cast<int64_t>(r) * d, l[r], pr.out);
       }
     }
-  });
+  };
+  if (n_lists <= 1) {
+    for (int64_t task = 0; task < n_jobs; ++task) run(task);
+  } else {
+    struct alignas(64) List {
+      std::atomic<int64_t> next{0};  // list t's next entry: job t + next * n_lists
+    };
+    std::vector<List> lists(static_cast<size_t>(n_lists));
+    // Tasks [0, n_lists) start on their own list; tasks [n_lists, 2 n_lists) only help.
+    pool.ParallelFor(2 * n_lists, [&](int64_t task, int) {
+      for (int64_t k = 0; k < n_lists; ++k) {
+        const int64_t t = (task + k) % n_lists;
+        for (int64_t e; (e = t + lists[t].next.fetch_add(1, std::memory_order_relaxed) * n_lists) < n_jobs;) run(e);
+      }
+    });
+  }
   if (split_tiles.empty()) return;
   int64_t merge_work = 0;
   for (const SplitTile& t : split_tiles) merge_work += static_cast<int64_t>(t.n_rows) * t.n_splits * d;

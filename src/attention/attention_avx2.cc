@@ -120,9 +120,10 @@ constexpr int DecodeJs(int rows, int vb) {  // a power of two, so it divides kGr
   return js;
 }
 
-template <int R, int VB, int JS, int kD, class T>
+// `between(gi)` runs before each group of slots (the step's spread prefetch).
+template <int R, int VB, int JS, int kD, class T, class Between>
 inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vr /*[kDecodeChunk]*/,
-                           const __m256* alpha, int col, int d_runtime = 0) {
+                           const __m256* alpha, int col, int d_runtime, const Between& between) {
   const int d = kD ? kD : d_runtime;
   __m256 acc[JS][R][VB];
 #pragma GCC unroll 8
@@ -135,6 +136,7 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
     }
   }
   for (int gi = 0; gi < kGroups; ++gi) {
+    between(gi);
     const T* const* vg = vr + gi * kGroup;
     const float* pg = p + gi * kGroup;
 #pragma GCC unroll 8
@@ -197,10 +199,13 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
   alignas(32) float pbuf[R][kDecodeChunk];
   __m256 alpha[R];
-  // The next chunk's K and V rows are prefetched while this one is computed.
+  // The first step's rows now (the job before on this thread may have fetched them);
+  // the next step's in (R + 1) x kGroups parts, one after each group of scores and of P V.
   PrefetchKvRows(p.kv, map, p.indices, job.slot_begin, std::min(max_lim, job.slot_begin + kDecodeChunk), d);
+  StepPrefetch prefetch(p, job, map, max_lim, kDecodeChunk);
+  constexpr int kParts = (R + 1) * kGroups;
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
-    PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
+    prefetch.Begin(c);
     const T* kr[kDecodeChunk];
     const T* vr[kDecodeChunk];
     DecodeRows<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, zero, kr, vr);
@@ -228,15 +233,23 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
         }
         s[gi] = Reduce8(acc);
         if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
+        prefetch.Part(r * kGroups + gi, kParts);
       }
       SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
-    if constexpr (kD > 0) {
-      constexpr int VB = DecodeVb(R, kD / 8);
-      for (int v0 = 0; v0 < kD / 8; v0 += VB)
-        AccumulateRows<R, VB, DecodeJs(R, VB), kD, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0);
-    } else {
-      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0, d);
+    // P V: the last kGroups parts, in the first pass over head_dim.
+    for (int v0 = 0; v0 < dv;) {
+      auto between = [&](int gi) {
+        if (v0 == 0) prefetch.Part(R * kGroups + gi, kParts);
+      };
+      if constexpr (kD > 0) {
+        constexpr int VB = DecodeVb(R, kD / 8);
+        AccumulateRows<R, VB, DecodeJs(R, VB), kD, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0, 0, between);
+        v0 += VB;
+      } else {
+        AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 8 * v0, pbuf[0], vr, alpha, 8 * v0, d, between);
+        ++v0;
+      }
     }
   }
   for (int r = 0; r < R; ++r) {

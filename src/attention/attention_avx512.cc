@@ -245,9 +245,10 @@ inline __m512 LoadKv(const uint16_t* p) {
 // `col`: ot[r][col..] = ot[r][col..] * alpha[r] + sum_j p[r][j] * V_j[col..]. JS x R x VB
 // independent accumulators (>= 8) keep both FMA pipes busy despite the 4-cycle latency.
 
-template <int R, int VB, int JS, int kD, class T>
+// `between(gi)` runs before each group of slots (the step's spread prefetch).
+template <int R, int VB, int JS, int kD, class T, class Between>
 inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, const T* const* vb,
-                           const __m512* alpha, int col, int d_runtime = 0) {
+                           const __m512* alpha, int col, int d_runtime, const Between& between) {
   const int d = kD ? kD : d_runtime;
   __m512 acc[JS][R][VB];
 #pragma GCC unroll 8
@@ -260,6 +261,7 @@ inline void AccumulateRows(float* ot, const float* p /*[R][kDecodeChunk]*/, cons
     }
   }
   for (int gi = 0; gi < kGroups; ++gi) {
+    between(gi);
     const T* vg = vb[gi] + col;
     const float* pg = p + gi * kGroup;
 #pragma GCC unroll 16
@@ -323,10 +325,13 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   alignas(64) float pbuf[R][kDecodeChunk];
   __m512 alpha[R];
-  // The next chunk's K and V rows are prefetched while this one is computed.
+  // The first step's rows now (the job before on this thread may have fetched them);
+  // the next step's in (R + 1) x kGroups parts, one after each group of scores and of P V.
   PrefetchKvRows(p.kv, map, p.indices, job.slot_begin, std::min(max_lim, job.slot_begin + kDecodeChunk), d);
+  StepPrefetch prefetch(p, job, map, max_lim, kDecodeChunk);
+  constexpr int kParts = (R + 1) * kGroups;
   for (int c = job.slot_begin; c < max_lim; c += kDecodeChunk) {
-    PrefetchKvRows(p.kv, map, p.indices, c + kDecodeChunk, std::min(max_lim, c + 2 * kDecodeChunk), d);
+    prefetch.Begin(c);
     const T* kb[kGroups];
     const T* vb[kGroups];
     DecodeGroups<kGroup, kGroups>(p, map, c, max_lim, k_pool, v_pool, kbuf, vbuf, kb, vb);
@@ -357,15 +362,23 @@ void DecodeKernelT(const AttendParams& p, const TileJob& job, float* o, float* m
         }
         s[gi] = Reduce16(acc);
         if (masked) s[gi] = MaskScores(s[gi], c + gi * kGroup, lim[r], iota, neg_inf);
+        prefetch.Part(r * kGroups + gi, kParts);
       }
       SoftmaxStep(s, m[r], alpha[r], lsum[r], pbuf[r]);
     }
-    if constexpr (kD > 0) {
-      for (int v0 = 0; v0 < dv; v0 += DecodeVb(R, kD / 16)) {
-        AccumulateRows<R, DecodeVb(R, kD / 16), DecodeJs(R, DecodeVb(R, kD / 16)), kD, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0);
+    // P V: the last kGroups parts, in the first pass over head_dim.
+    for (int v0 = 0; v0 < dv;) {
+      auto between = [&](int gi) {
+        if (v0 == 0) prefetch.Part(R * kGroups + gi, kParts);
+      };
+      if constexpr (kD > 0) {
+        constexpr int VB = DecodeVb(R, kD / 16);
+        AccumulateRows<R, VB, DecodeJs(R, VB), kD, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, 0, between);
+        v0 += VB;
+      } else {
+        AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, d, between);
+        ++v0;
       }
-    } else {
-      for (int v0 = 0; v0 < dv; ++v0) AccumulateRows<R, 1, DecodeJs(R, 1), 0, T>(ot + 16 * v0, pbuf[0], vb, alpha, 16 * v0, d);
     }
   }
   for (int r = 0; r < R; ++r) {

@@ -47,6 +47,12 @@ struct TileJob {
   int n_rows = 0;
   int slot_begin = 0;
   int slot_end = 0;
+  // The job this thread is likely to run next, when it reads the same KV through the same
+  // params (else next_kv_head < 0): the decode kernels prefetch its first rows during
+  // their own last step. A hint only: whatever it names, the results are the same.
+  int next_kv_head = -1;
+  int next_slot_begin = 0;
+  int next_slot_end = 0;
 };
 
 // Writes o [n_rows][head_dim] = sum_j 2^(s_j - m) v_j, m [n_rows] = max_j s_j (or
@@ -247,11 +253,15 @@ struct KvRowReader {
   }
 };
 
+// prefetcht1 (into L2) as a volatile asm: GCC 12 deletes a loop whose only statements are
+// __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
+inline void PrefetchL2(const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); }
+
 // Prefetches into L2 the K and V rows of virtual slots [begin, end) (through `indices`
-// when set) of the head `map` addresses. The kernels call it for the chunk after the one
-// they compute: a sequence's blocks are scattered over the pool, and each short run (one
-// block's rows of one head) otherwise starts with a DRAM round trip the hardware
-// prefetcher has not caught up with.
+// when set) of the head `map` addresses. The kernels call it for the rows they read next
+// (the f32 / f16 decode kernels through StepPrefetch, below): a sequence's blocks are
+// scattered over the pool, and each short run (one block's rows of one head) otherwise
+// starts with a DRAM round trip the hardware prefetcher has not caught up with.
 inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int32_t* indices, int begin, int end,
                            int head_dim) {
   const DType kt = KType(kv), vt = VType(kv);
@@ -261,9 +271,6 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
   // An offset's unit: an element (f32, f16) or a byte (q8_0, q4_0).
   const int64_t k_unit = KvHasScales(kt) ? 1 : KvValueBytes(kt, 1);
   const int64_t v_unit = KvHasScales(vt) ? 1 : KvValueBytes(vt, 1);
-  // prefetcht1 as a volatile asm: GCC 12 deletes a loop whose only statements are
-  // __builtin_prefetch (or _mm_prefetch) calls as free of side effects.
-  auto prefetch = [](const char* a) { asm volatile("prefetcht1 %0" : : "m"(*a)); };
   const bool same = SameKvLayout(kv);
   const SlotMap vmap = SlotMap::ForV(kv, map.kv_head(), head_dim);  // used when !same
   for (int j = begin; j < end; ++j) {
@@ -272,23 +279,91 @@ inline void PrefetchKvRows(const KvLayerView& kv, const SlotMap& map, const int3
     // A q8_0 / q4_0 row's scales too: one line serves many rows.
     if (same) {
       for (int64_t b = 0; b < k_row_bytes; b += 64) {
-        prefetch(k + kat + b);
-        prefetch(v + kat + b);
+        PrefetchL2(k + kat + b);
+        PrefetchL2(v + kat + b);
       }
       if (KvHasScales(kt)) {
         const int64_t sat = map.Q8ScaleOffset(slot);
-        prefetch(k + sat);
-        prefetch(v + sat);
+        PrefetchL2(k + sat);
+        PrefetchL2(v + sat);
       }
     } else {
       const int64_t vat = vmap.Offset(slot) * v_unit;
-      for (int64_t b = 0; b < k_row_bytes; b += 64) prefetch(k + kat + b);
-      for (int64_t b = 0; b < v_row_bytes; b += 64) prefetch(v + vat + b);
-      if (KvHasScales(kt)) prefetch(k + map.Q8ScaleOffset(slot));
-      if (KvHasScales(vt)) prefetch(v + vmap.Q8ScaleOffset(slot));
+      for (int64_t b = 0; b < k_row_bytes; b += 64) PrefetchL2(k + kat + b);
+      for (int64_t b = 0; b < v_row_bytes; b += 64) PrefetchL2(v + vat + b);
+      if (KvHasScales(kt)) PrefetchL2(k + map.Q8ScaleOffset(slot));
+      if (KvHasScales(vt)) PrefetchL2(v + vmap.Q8ScaleOffset(slot));
     }
   }
 }
+
+// Prefetches, spread over a decode step's compute, the rows the next step reads: the
+// job's next kDecodeChunk slots, or in its last step the first ones of job.next_kv_head's
+// range. The kernel calls Begin(c) as step c starts and Part(i, n) at n points spread
+// over the step. One burst of a whole step's lines (512 for f32 rows of 64) waits for
+// free miss buffers and so runs after the compute instead of beside it; parts of it keep
+// the two overlapping (docs/engine.md, "Decode attention's prefetch").
+class StepPrefetch {
+ public:
+  StepPrefetch(const AttendParams& p, const TileJob& job, const SlotMap& map, int max_lim, int chunk)
+      : p_(p),
+        job_(job),
+        map_(map),
+        next_map_(job.next_kv_head >= 0 ? SlotMap(p.kv, job.next_kv_head, p.shape.head_dim) : map),
+        max_lim_(max_lim),
+        chunk_(chunk),
+        k_(static_cast<const char*>(KData(p.kv))),
+        v_(static_cast<const char*>(VData(p.kv))),
+        row_bytes_(KvValueBytes(KType(p.kv), p.shape.head_dim)),
+        unit_(KvValueBytes(KType(p.kv), 1)),
+        linear_(p.indices == nullptr && SameKvLayout(p.kv) && !KvHasScales(KType(p.kv)) &&
+                ((reinterpret_cast<uintptr_t>(k_) ^ reinterpret_cast<uintptr_t>(v_)) & 63) == 0) {}
+
+  void Begin(int c) {
+    if (c + chunk_ < max_lim_) {
+      target_ = &map_;
+      begin_ = c + chunk_;
+      n_ = std::min(max_lim_, c + 2 * chunk_) - begin_;
+    } else if (job_.next_kv_head >= 0) {
+      target_ = &next_map_;
+      begin_ = job_.next_slot_begin;
+      n_ = std::min(job_.next_slot_end, begin_ + chunk_) - begin_;
+    } else {
+      n_ = 0;
+    }
+  }
+
+  void Part(int i, int parts) const {
+    if (n_ <= 0) return;
+    const int b = begin_ + n_ * i / parts, e = begin_ + n_ * (i + 1) / parts;
+    if (b >= e) return;
+    const int bs = target_->block_size();
+    if (linear_ && b / bs == (e - 1) / bs) {  // one run of rows: one address range each, alike mod 64
+      const int64_t at = target_->Offset(b) * unit_;
+      const int64_t lead = static_cast<int64_t>(reinterpret_cast<uintptr_t>(k_ + at) & 63);
+      const int64_t bytes = static_cast<int64_t>(e - b) * row_bytes_;
+      for (int64_t x = at - lead; x < at + bytes; x += 64) {
+        PrefetchL2(k_ + x);
+        PrefetchL2(v_ + x);
+      }
+    } else {
+      PrefetchKvRows(p_.kv, *target_, p_.indices, b, e, p_.shape.head_dim);
+    }
+  }
+
+ private:
+  const AttendParams& p_;
+  const TileJob& job_;
+  const SlotMap& map_;
+  SlotMap next_map_;
+  int max_lim_, chunk_;
+  const char* k_;
+  const char* v_;
+  int64_t row_bytes_, unit_;
+  bool linear_;
+  const SlotMap* target_ = nullptr;
+  int begin_ = 0, n_ = 0;
+};
 
 // The decode kernels' rows (row-major, <= a few per job): qs[r][d] = row r's query
 // pre-scaled to log2 units, lim[r] = the virtual slots it sees within the job;
