@@ -48,8 +48,8 @@ struct TileJob {
   int slot_begin = 0;
   int slot_end = 0;
   // The job this thread is likely to run next, when it reads the same KV through the same
-  // params (else next_kv_head < 0): the decode kernels prefetch its first rows during
-  // their own last step. A hint only: whatever it names, the results are the same.
+  // params (else next_kv_head < 0): the f32 / f16 decode kernels prefetch its first rows
+  // during their own last step (StepPrefetch). A hint only: the results never depend on it.
   int next_kv_head = -1;
   int next_slot_begin = 0;
   int next_slot_end = 0;
