@@ -185,6 +185,43 @@ PreparedRequest Prepare(const KernelSet& ks, const AttentionShape& shape, const 
   return pr;
 }
 
+// Jobs run in n_lists lists, list t holding jobs t, t + n_lists, t + 2 n_lists, ... in
+// that order (RunInLists), so each job can name the one after it on its thread
+// (TileJob::next_*, for the decode kernels' prefetch) when it reads the same KV through
+// the same params.
+void LinkNextJobs(const std::vector<PreparedRequest>& prs, int64_t n_lists, std::vector<PlannedJob>* jobs) {
+  std::vector<PlannedJob>& js = *jobs;
+  for (size_t i = 0; i + static_cast<size_t>(n_lists) < js.size(); ++i) {
+    const PlannedJob& nx = js[i + static_cast<size_t>(n_lists)];
+    if (nx.request != js[i].request || !prs[nx.request].head_params.empty()) continue;
+    js[i].tile.next_kv_head = nx.tile.kv_head;
+    js[i].tile.next_slot_begin = nx.tile.slot_begin;
+    js[i].tile.next_slot_end = nx.tile.slot_end;
+  }
+}
+
+// Runs run(0) .. run(n_jobs - 1) on the pool: thread t takes list t (jobs t, t + n_lists,
+// ...) in order, and a thread done with its own list takes what is left of the others',
+// so a late or slow thread leaves no work waiting.
+template <class Run>
+void RunInLists(backend::ThreadPool& pool, int64_t n_jobs, int64_t n_lists, const Run& run) {
+  if (n_lists <= 1) {
+    for (int64_t task = 0; task < n_jobs; ++task) run(task);
+    return;
+  }
+  struct alignas(64) List {
+    std::atomic<int64_t> next{0};  // list t's next entry: job t + next * n_lists
+  };
+  std::vector<List> lists(static_cast<size_t>(n_lists));
+  // Tasks [0, n_lists) start on their own list; tasks [n_lists, 2 n_lists) only help.
+  pool.ParallelFor(2 * n_lists, [&](int64_t task, int) {
+    for (int64_t k = 0; k < n_lists; ++k) {
+      const int64_t t = (task + k) % n_lists;
+      for (int64_t e; (e = t + lists[t].next.fetch_add(1, std::memory_order_relaxed) * n_lists) < n_jobs;) run(e);
+    }
+  });
+}
+
 void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const AttentionShape& shape,
                        const AttendRequest* requests, int n_requests, AttendMode mode) {
   ATTIC_CHECK(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0);
@@ -235,22 +272,12 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
       }
     }
   }
-  // Longest first: with dynamic claiming this balances causal work (later queries see more).
+  // Longest first (and so in each thread's list): this balances causal work (later queries see more).
   std::stable_sort(jobs.begin(), jobs.end(), [](const PlannedJob& a, const PlannedJob& b) { return a.cost > b.cost; });
 
-  // Thread t runs jobs t, t + T, t + 2T, ... (T = threads) in that order, so each job
-  // names the one after it on its thread (TileJob::next_*, for the decode kernels'
-  // prefetch); a thread done with its own list takes what is left of the others', so a
-  // late or slow thread still leaves no work waiting. Longest first within each list.
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());
   const int64_t n_lists = std::min<int64_t>(pool.n_threads(), n_jobs);
-  for (int64_t i = 0; i + n_lists < n_jobs; ++i) {
-    const PlannedJob& nx = jobs[i + n_lists];
-    if (nx.request != jobs[i].request || !prs[nx.request].head_params.empty()) continue;
-    jobs[i].tile.next_kv_head = nx.tile.kv_head;
-    jobs[i].tile.next_slot_begin = nx.tile.slot_begin;
-    jobs[i].tile.next_slot_end = nx.tile.slot_end;
-  }
+  LinkNextJobs(prs, n_lists, &jobs);
 
   std::vector<float> partial(partial_size);
   auto run = [&](int64_t task) {
@@ -268,21 +295,7 @@ void AttendWithKernels(const KernelSet& ks, backend::ThreadPool& pool, const Att
       }
     }
   };
-  if (n_lists <= 1) {
-    for (int64_t task = 0; task < n_jobs; ++task) run(task);
-  } else {
-    struct alignas(64) List {
-      std::atomic<int64_t> next{0};  // list t's next entry: job t + next * n_lists
-    };
-    std::vector<List> lists(static_cast<size_t>(n_lists));
-    // Tasks [0, n_lists) start on their own list; tasks [n_lists, 2 n_lists) only help.
-    pool.ParallelFor(2 * n_lists, [&](int64_t task, int) {
-      for (int64_t k = 0; k < n_lists; ++k) {
-        const int64_t t = (task + k) % n_lists;
-        for (int64_t e; (e = t + lists[t].next.fetch_add(1, std::memory_order_relaxed) * n_lists) < n_jobs;) run(e);
-      }
-    });
-  }
+  RunInLists(pool, n_jobs, n_lists, run);
   if (split_tiles.empty()) return;
   int64_t merge_work = 0;
   for (const SplitTile& t : split_tiles) merge_work += static_cast<int64_t>(t.n_rows) * t.n_splits * d;
